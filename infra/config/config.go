@@ -1,0 +1,114 @@
+// Package config reads Tollgate's environment (the contract's TOLLGATE_* variables) into
+// one struct. It validates what it can at start, so a bad setting stops the process with a
+// message instead of failing later.
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+
+	"tollgate/tenants"
+)
+
+// Config is the process configuration. Field comments give the variable and its default.
+type Config struct {
+	DatabaseURL  string // TOLLGATE_DATABASE_URL [postgres://postgres@127.0.0.1:5432/tollgate?sslmode=disable]
+	NATSURL      string // TOLLGATE_NATS_URL [nats://127.0.0.1:4222; embedded in dev]
+	RedisURL     string // TOLLGATE_REDIS_URL [unset: local limits only]
+	AdminToken   string // TOLLGATE_ADMIN_TOKEN [dev: generated and printed]
+	APIAddr      string // TOLLGATE_API_ADDR [127.0.0.1:8080]
+	EdgeAddr     string // TOLLGATE_EDGE_ADDR [127.0.0.1:8000]
+	EdgeAdmin    string // TOLLGATE_EDGE_ADMIN_ADDR [127.0.0.1:9000]
+	EdgeDomain   string // TOLLGATE_EDGE_DOMAIN [localhost]
+	EdgeTLSAddr  string // TOLLGATE_EDGE_TLS_ADDR [unset: no TLS listener]
+	EdgeTLSCert  string // TOLLGATE_EDGE_TLS_CERT
+	EdgeTLSKey   string // TOLLGATE_EDGE_TLS_KEY
+	NATSPrefix   string // TOLLGATE_NATS_PREFIX [tollgate]
+	RedisPrefix  string // TOLLGATE_REDIS_PREFIX [tollgate]
+	AllowCIDRs   []netip.Prefix
+	TrustedProxy []netip.Prefix // TOLLGATE_TRUSTED_PROXIES [empty: X-Forwarded-* from clients ignored]
+	EdgeID       string         // TOLLGATE_EDGE_ID [hostname]
+	Pprof        bool           // TOLLGATE_PPROF [false: /debug/pprof on the edge admin port]
+	LogLevel     string         // TOLLGATE_LOG_LEVEL [info]
+	AccessLog    bool           // TOLLGATE_ACCESS_LOG [false]
+}
+
+// FromEnv reads the environment. getenv is os.Getenv in production, a map in tests.
+func FromEnv(getenv func(string) string) (*Config, error) {
+	get := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	c := &Config{
+		DatabaseURL: get("TOLLGATE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tollgate?sslmode=disable"),
+		NATSURL:     getenv("TOLLGATE_NATS_URL"),
+		RedisURL:    getenv("TOLLGATE_REDIS_URL"),
+		AdminToken:  getenv("TOLLGATE_ADMIN_TOKEN"),
+		APIAddr:     get("TOLLGATE_API_ADDR", "127.0.0.1:8080"),
+		EdgeAddr:    get("TOLLGATE_EDGE_ADDR", "127.0.0.1:8000"),
+		EdgeAdmin:   get("TOLLGATE_EDGE_ADMIN_ADDR", "127.0.0.1:9000"),
+		EdgeDomain:  strings.ToLower(get("TOLLGATE_EDGE_DOMAIN", "localhost")),
+		EdgeTLSAddr: getenv("TOLLGATE_EDGE_TLS_ADDR"),
+		EdgeTLSCert: getenv("TOLLGATE_EDGE_TLS_CERT"),
+		EdgeTLSKey:  getenv("TOLLGATE_EDGE_TLS_KEY"),
+		NATSPrefix:  get("TOLLGATE_NATS_PREFIX", "tollgate"),
+		RedisPrefix: get("TOLLGATE_REDIS_PREFIX", "tollgate"),
+		EdgeID:      getenv("TOLLGATE_EDGE_ID"),
+		LogLevel:    get("TOLLGATE_LOG_LEVEL", "info"),
+	}
+	var err error
+	if c.AllowCIDRs, err = tenants.ParseCIDRs(getenv("TOLLGATE_UPSTREAM_ALLOW_CIDRS")); err != nil {
+		return nil, fmt.Errorf("TOLLGATE_UPSTREAM_ALLOW_CIDRS: %v", err)
+	}
+	if c.TrustedProxy, err = tenants.ParseCIDRs(getenv("TOLLGATE_TRUSTED_PROXIES")); err != nil {
+		return nil, fmt.Errorf("TOLLGATE_TRUSTED_PROXIES: %v", err)
+	}
+	for _, b := range []struct {
+		name string
+		dst  *bool
+	}{{"TOLLGATE_PPROF", &c.Pprof}, {"TOLLGATE_ACCESS_LOG", &c.AccessLog}} {
+		if v := getenv(b.name); v != "" {
+			if *b.dst, err = strconv.ParseBool(v); err != nil {
+				return nil, fmt.Errorf("%s: %q is not a boolean", b.name, v)
+			}
+		}
+	}
+	if err := tenants.ValidateSlug(strings.Split(c.EdgeDomain, ".")[0]); err != nil && c.EdgeDomain != "localhost" {
+		// The edge domain's labels follow host name rules; reuse the slug check on the first.
+		return nil, fmt.Errorf("TOLLGATE_EDGE_DOMAIN %q: %v", c.EdgeDomain, err)
+	}
+	for _, a := range []struct{ name, v string }{
+		{"TOLLGATE_API_ADDR", c.APIAddr}, {"TOLLGATE_EDGE_ADDR", c.EdgeAddr}, {"TOLLGATE_EDGE_ADMIN_ADDR", c.EdgeAdmin},
+	} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			return nil, fmt.Errorf("%s: %q is not host:port", a.name, a.v)
+		}
+	}
+	if c.EdgeID == "" {
+		c.EdgeID, _ = os.Hostname()
+	}
+	return c, nil
+}
+
+// UpstreamPolicy is the operator's upstream rules derived from the config: the allowed
+// CIDRs, and the gateway's own ports, which no local upstream may use.
+func (c *Config) UpstreamPolicy() *tenants.UpstreamPolicy {
+	p := &tenants.UpstreamPolicy{AllowCIDRs: c.AllowCIDRs, EdgeDomain: c.EdgeDomain}
+	for _, addr := range []string{c.APIAddr, c.EdgeAddr, c.EdgeAdmin, c.EdgeTLSAddr} {
+		if _, port, err := net.SplitHostPort(addr); err == nil {
+			if n, err := strconv.Atoi(port); err == nil && n > 0 {
+				p.GatewayPorts = append(p.GatewayPorts, n)
+			}
+		}
+	}
+	return p
+}
+
+// KVBucket is the JetStream KV bucket of config entries.
+func (c *Config) KVBucket() string { return c.NATSPrefix + "_config" }

@@ -1,0 +1,479 @@
+package tenants
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// UpstreamPolicy is the operator's say on where upstreams may point. The zero value
+// refuses loopback, link-local, private and unspecified addresses.
+type UpstreamPolicy struct {
+	// AllowCIDRs re-admits ranges that are refused by default (TOLLGATE_UPSTREAM_ALLOW_CIDRS).
+	AllowCIDRs []netip.Prefix
+	// GatewayPorts are the ports Tollgate itself listens on; a target on a local or
+	// allowed address with one of them would loop back into the gateway.
+	GatewayPorts []int
+	// EdgeDomain: a target under it would route back into the edge.
+	EdgeDomain string
+}
+
+// ParseCIDRs parses a comma-separated CIDR list (bare addresses count as /32 or /128).
+func ParseCIDRs(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if !strings.Contains(part, "/") {
+			a, err := netip.ParseAddr(part)
+			if err != nil {
+				return nil, fmt.Errorf("%q is not a CIDR or an address", part)
+			}
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(part)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a CIDR: %v", part, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func (p *UpstreamPolicy) allowed(a netip.Addr) bool {
+	for _, c := range p.AllowCIDRs {
+		if c.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// linkLocal covers 169.254.0.0/16 (cloud metadata lives there) and fe80::/10.
+func restrictedKind(a netip.Addr) string {
+	switch {
+	case a.IsLoopback():
+		return "loopback"
+	case a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast():
+		return "link-local"
+	case a.IsPrivate():
+		return "private"
+	case a.IsUnspecified():
+		return "unspecified"
+	case a.IsMulticast():
+		return "multicast"
+	}
+	return ""
+}
+
+// CheckAddr says why the edge must not connect to a, or nil. The edge calls it at dial
+// time on every resolved address, so a name that resolves somewhere refused is refused too.
+func (p *UpstreamPolicy) CheckAddr(a netip.Addr, port int) error {
+	a = a.Unmap()
+	if kind := restrictedKind(a); kind != "" {
+		if kind == "multicast" || !p.allowed(a) {
+			return fmt.Errorf("%s is a %s address, which upstreams may not use unless the operator allows it (TOLLGATE_UPSTREAM_ALLOW_CIDRS)", a, kind)
+		}
+		for _, gp := range p.GatewayPorts {
+			if port == gp {
+				return fmt.Errorf("%s:%d is one of the gateway's own ports", a, port)
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateTarget checks one upstream URL at save time and returns it normalized.
+func (p *UpstreamPolicy) ValidateTarget(raw string) (string, error) {
+	if raw == "" {
+		return "", fmt.Errorf("is required")
+	}
+	if len(raw) > 2048 {
+		return "", fmt.Errorf("is longer than 2048 characters")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("is not a URL")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("must be an http:// or https:// URL")
+	}
+	if u.User != nil {
+		return "", fmt.Errorf("must not carry credentials")
+	}
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return "", fmt.Errorf("must not have a query or fragment")
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return "", fmt.Errorf("must name a host")
+	}
+	host := u.Hostname()
+	port := 80
+	if u.Scheme == "https" {
+		port = 443
+	}
+	if ps := u.Port(); ps != "" {
+		n, err := strconv.Atoi(ps)
+		if err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("has an invalid port %q", ps)
+		}
+		port = n
+	}
+	if u.Path != "" && !strings.HasPrefix(u.Path, "/") {
+		return "", fmt.Errorf("path must start with /")
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return "", fmt.Errorf("must not use an IPv6 zone")
+		}
+		if err := p.CheckAddr(a, port); err != nil {
+			return "", err
+		}
+	} else {
+		h := strings.ToLower(strings.TrimSuffix(host, "."))
+		if !validHostname(h) {
+			return "", fmt.Errorf("host %q is not a valid host name", host)
+		}
+		if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+			// Names that resolve to loopback by definition (RFC 6761): judge them as 127.0.0.1.
+			if err := p.CheckAddr(netip.AddrFrom4([4]byte{127, 0, 0, 1}), port); err != nil {
+				return "", fmt.Errorf("host %s is loopback: %v", host, err)
+			}
+		}
+		if d := strings.ToLower(p.EdgeDomain); d != "" && (h == d || strings.HasSuffix(h, "."+d)) {
+			for _, gp := range p.GatewayPorts {
+				if port == gp {
+					return "", fmt.Errorf("host %s:%d is the gateway's own edge", host, port)
+				}
+			}
+		}
+	}
+	u.Host = strings.ToLower(u.Host)
+	return strings.TrimSuffix(u.String(), "/"), nil
+}
+
+func validHostname(h string) bool {
+	if len(h) == 0 || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if len(label) == 0 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// reservedSlugs would collide with hosts the service itself uses under the edge domain.
+var reservedSlugs = map[string]bool{"www": true, "api": true, "admin": true, "console": true, "edge": true, "status": true}
+
+// ValidateSlug applies DNS label rules: 1–63 of a–z, 0–9 and '-', not starting or ending
+// with '-'. Slugs are the first label of the tenant's edge host name.
+func ValidateSlug(s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("is required")
+	case len(s) > 63:
+		return fmt.Errorf("must be at most 63 characters (a DNS label), got %d", len(s))
+	case s[0] == '-' || s[len(s)-1] == '-':
+		return fmt.Errorf("must not start or end with '-'")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("may contain only lowercase letters, digits and '-' (found %q at %d)", rune(c), i)
+		}
+	}
+	if reservedSlugs[s] {
+		return fmt.Errorf("%q is reserved", s)
+	}
+	return nil
+}
+
+// ValidateName checks a human-readable name: 1–100 characters, printable, trimmed.
+func ValidateName(s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("is required")
+	case !utf8.ValidString(s):
+		return fmt.Errorf("must be valid UTF-8")
+	case utf8.RuneCountInString(s) > 100:
+		return fmt.Errorf("must be at most 100 characters")
+	case strings.TrimSpace(s) != s:
+		return fmt.Errorf("must not start or end with spaces")
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("must not contain control characters")
+		}
+	}
+	return nil
+}
+
+// ValidatePlanName checks a plan reference: the slug rules, without the reserved list.
+func ValidatePlanName(s string) error {
+	if s == "" {
+		return fmt.Errorf("is required")
+	}
+	if len(s) > 63 {
+		return fmt.Errorf("must be at most 63 characters")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("may contain only lowercase letters, digits, '-' and '_'")
+		}
+	}
+	return nil
+}
+
+// Methods the edge routes.
+var knownMethods = map[string]bool{
+	"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true,
+	"DELETE": true, "OPTIONS": true, "CONNECT": false, "TRACE": false,
+}
+
+// ValidatePath checks one route path: "/a/b" (prefix) or "=/a/b" (exact). Paths are
+// compared with the normalized request path, so they must themselves be normal: no empty,
+// "." or ".." segments, no percent-encoding, no query, nothing outside RFC 3986 pchar.
+func ValidatePath(p string) error {
+	raw := strings.TrimPrefix(p, "=")
+	switch {
+	case raw == "":
+		return fmt.Errorf("is required")
+	case len(raw) > 1024:
+		return fmt.Errorf("must be at most 1024 characters")
+	case raw[0] != '/':
+		return fmt.Errorf("must start with / (or =/ for an exact match)")
+	}
+	if raw == "/" {
+		return nil
+	}
+	segs := strings.Split(strings.TrimSuffix(raw[1:], "/"), "/")
+	for _, seg := range segs {
+		switch seg {
+		case "":
+			return fmt.Errorf("must not contain empty segments (//)")
+		case ".", "..":
+			return fmt.Errorf("must not contain . or .. segments")
+		}
+		for i := 0; i < len(seg); i++ {
+			c := seg[i]
+			ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+				strings.IndexByte("-._~!$&'()*+,;=:@", c) >= 0
+			if !ok {
+				if c == '%' {
+					return fmt.Errorf("must not be percent-encoded: write the decoded character")
+				}
+				return fmt.Errorf("contains %q, which a path may not contain", rune(c))
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateRateLimit checks a limit and defaults Burst to RPS.
+func ValidateRateLimit(field string, rl *RateLimit) error {
+	if rl == nil {
+		return nil
+	}
+	if rl.RPS < 1 || rl.RPS > MaxRate {
+		return Invalid(field+".rps", "must be between 1 and %d, got %d", MaxRate, rl.RPS)
+	}
+	if rl.Burst == 0 {
+		rl.Burst = rl.RPS
+	}
+	if rl.Burst < 1 || rl.Burst > MaxRate {
+		return Invalid(field+".burst", "must be between 1 and %d, got %d", MaxRate, rl.Burst)
+	}
+	return nil
+}
+
+// Validate checks t and fills defaults. Plan defaults to "free".
+func (t *Tenant) Validate() error {
+	if err := ValidateSlug(t.Slug); err != nil {
+		return Invalid("slug", "%v", err)
+	}
+	if t.Name == "" {
+		t.Name = t.Slug
+	}
+	if err := ValidateName(t.Name); err != nil {
+		return Invalid("name", "%v", err)
+	}
+	if t.Plan == "" {
+		t.Plan = "free"
+	}
+	if err := ValidatePlanName(t.Plan); err != nil {
+		return Invalid("plan", "%v", err)
+	}
+	return nil
+}
+
+// Validate checks r against the rules and the operator's upstream policy, and normalizes
+// it: methods upper-cased and sorted by first appearance, weights defaulted to 1, auth to
+// "none", sizes and timeouts to their defaults, target URLs lower-cased hosts.
+func (r *Route) Validate(p *UpstreamPolicy) error {
+	if err := ValidateName(r.Name); err != nil {
+		return Invalid("name", "%v", err)
+	}
+	if len(r.Paths) == 0 {
+		return Invalid("paths", "needs at least one path")
+	}
+	if len(r.Paths) > MaxPaths {
+		return Invalid("paths", "may have at most %d paths, got %d", MaxPaths, len(r.Paths))
+	}
+	seen := make(map[string]bool, len(r.Paths))
+	for i, path := range r.Paths {
+		if err := ValidatePath(path); err != nil {
+			return Invalid(fmt.Sprintf("paths[%d]", i), "%v", err)
+		}
+		if seen[path] {
+			return Invalid(fmt.Sprintf("paths[%d]", i), "%s is listed twice", path)
+		}
+		seen[path] = true
+	}
+	if len(r.Methods) > len(knownMethods) {
+		return Invalid("methods", "lists too many methods")
+	}
+	seenM := make(map[string]bool, len(r.Methods))
+	for i, m := range r.Methods {
+		u := strings.ToUpper(m)
+		if !knownMethods[u] {
+			return Invalid(fmt.Sprintf("methods[%d]", i), "%q is not a method routes may use (GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS)", m)
+		}
+		if seenM[u] {
+			return Invalid(fmt.Sprintf("methods[%d]", i), "%s is listed twice", u)
+		}
+		seenM[u] = true
+		r.Methods[i] = u
+	}
+	if r.Methods == nil {
+		r.Methods = []string{}
+	}
+	if len(r.Upstream.Targets) == 0 {
+		return Invalid("upstream.targets", "needs at least one target")
+	}
+	if len(r.Upstream.Targets) > MaxTargets {
+		return Invalid("upstream.targets", "may have at most %d targets", MaxTargets)
+	}
+	total := 0
+	for i := range r.Upstream.Targets {
+		t := &r.Upstream.Targets[i]
+		u, err := p.ValidateTarget(t.URL)
+		if err != nil {
+			return Invalid(fmt.Sprintf("upstream.targets[%d].url", i), "%v", err)
+		}
+		t.URL = u
+		if t.Weight < 0 || t.Weight > MaxWeight {
+			return Invalid(fmt.Sprintf("upstream.targets[%d].weight", i), "must be between 0 and %d, got %d", MaxWeight, t.Weight)
+		}
+		total += t.Weight
+	}
+	if total == 0 {
+		// Omitted weights mean equal shares.
+		for i := range r.Upstream.Targets {
+			r.Upstream.Targets[i].Weight = 1
+		}
+	}
+	switch r.Auth {
+	case "":
+		r.Auth = AuthNone
+	case AuthNone, AuthKey, AuthJWT, AuthKeyOrJWT:
+	default:
+		return Invalid("auth", "must be one of none, key, jwt, key_or_jwt; got %q", r.Auth)
+	}
+	if err := ValidateRateLimit("rate_limit", r.RateLimit); err != nil {
+		return err
+	}
+	switch {
+	case r.MaxBodyBytes == 0:
+		r.MaxBodyBytes = DefaultMaxBodyBytes
+	case r.MaxBodyBytes < 0 || r.MaxBodyBytes > MaxMaxBodyBytes:
+		return Invalid("max_body_bytes", "must be between 1 and %d", MaxMaxBodyBytes)
+	}
+	if r.ConnectTimeoutMS == 0 {
+		r.ConnectTimeoutMS = DefaultConnectTimeoutMS
+	}
+	if r.ConnectTimeoutMS < 1 || r.ConnectTimeoutMS > MaxTimeoutMS {
+		return Invalid("connect_timeout_ms", "must be between 1 and %d", MaxTimeoutMS)
+	}
+	if r.TimeoutMS == 0 {
+		r.TimeoutMS = DefaultTimeoutMS
+	}
+	if r.TimeoutMS < 1 || r.TimeoutMS > MaxTimeoutMS {
+		return Invalid("timeout_ms", "must be between 1 and %d", MaxTimeoutMS)
+	}
+	return nil
+}
+
+// Validate checks c.
+func (c *Consumer) Validate() error {
+	if err := ValidateName(c.Name); err != nil {
+		return Invalid("name", "%v", err)
+	}
+	if c.Plan != "" {
+		if err := ValidatePlanName(c.Plan); err != nil {
+			return Invalid("plan", "%v", err)
+		}
+	}
+	return nil
+}
+
+// Validate checks p.
+func (p *Plan) Validate() error {
+	if err := ValidatePlanName(p.Name); err != nil {
+		return Invalid("name", "%v", err)
+	}
+	if err := ValidateRateLimit("rate_limit", p.RateLimit); err != nil {
+		return err
+	}
+	if p.Quota != nil && (p.Quota.Requests < 1 || p.Quota.Requests > 1<<40) {
+		return Invalid("quota.requests", "must be between 1 and %d", int64(1)<<40)
+	}
+	if p.Concurrency < 0 || p.Concurrency > MaxRate {
+		return Invalid("concurrency", "must be between 0 (no cap) and %d", MaxRate)
+	}
+	return nil
+}
+
+// Token roles. Issue 7 widens them; for now a token may do everything within its tenant.
+const (
+	RoleAdmin = "admin"
+)
+
+// Validate checks t.
+func (t *Token) Validate() error {
+	if err := ValidateName(t.Name); err != nil {
+		return Invalid("name", "%v", err)
+	}
+	if t.Role == "" {
+		t.Role = RoleAdmin
+	}
+	if t.Role != RoleAdmin {
+		return Invalid("role", "must be %q", RoleAdmin)
+	}
+	return nil
+}
+
+// SplitHostPort is net.SplitHostPort that tolerates a missing port.
+func SplitHostPort(hostport string) (string, string) {
+	h, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport, ""
+	}
+	return h, p
+}

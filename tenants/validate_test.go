@@ -1,0 +1,183 @@
+package tenants_test
+
+import (
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"tollgate/tenants"
+)
+
+var strict = &tenants.UpstreamPolicy{GatewayPorts: []int{8000, 8080, 9000}, EdgeDomain: "localhost"}
+
+var devPolicy = &tenants.UpstreamPolicy{
+	AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+	GatewayPorts: []int{8000, 8080, 9000},
+	EdgeDomain:   "tollgate.test",
+}
+
+func validRoute() *tenants.Route {
+	return &tenants.Route{
+		Name:     "hello",
+		Paths:    []string{"/hello"},
+		Methods:  []string{"get"},
+		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "https://Example.com/base/"}}},
+	}
+}
+
+func TestRouteValidateDefaults(t *testing.T) {
+	r := validRoute()
+	if err := r.Validate(strict); err != nil {
+		t.Fatal(err)
+	}
+	if r.Methods[0] != "GET" || r.Auth != tenants.AuthNone || r.Upstream.Targets[0].Weight != 1 ||
+		r.Upstream.Targets[0].URL != "https://example.com/base" || r.MaxBodyBytes != tenants.DefaultMaxBodyBytes ||
+		r.TimeoutMS != tenants.DefaultTimeoutMS || r.ConnectTimeoutMS != tenants.DefaultConnectTimeoutMS {
+		t.Fatalf("defaults not applied: %+v", r)
+	}
+}
+
+// Every rule with a rejected example: the field named and a message that says the rule.
+func TestRouteValidateRejects(t *testing.T) {
+	cases := []struct {
+		name   string
+		policy *tenants.UpstreamPolicy
+		mut    func(r *tenants.Route)
+		field  string
+		msg    string
+	}{
+		{"no name", strict, func(r *tenants.Route) { r.Name = "" }, "name", "required"},
+		{"control char name", strict, func(r *tenants.Route) { r.Name = "a\x00b" }, "name", "control"},
+		{"long name", strict, func(r *tenants.Route) { r.Name = strings.Repeat("x", 101) }, "name", "at most 100"},
+		{"no paths", strict, func(r *tenants.Route) { r.Paths = nil }, "paths", "at least one"},
+		{"relative path", strict, func(r *tenants.Route) { r.Paths = []string{"hello"} }, "paths[0]", "start with /"},
+		{"dot dot", strict, func(r *tenants.Route) { r.Paths = []string{"/a/../b"} }, "paths[0]", ". or .."},
+		{"double slash", strict, func(r *tenants.Route) { r.Paths = []string{"/a//b"} }, "paths[0]", "empty segments"},
+		{"encoded", strict, func(r *tenants.Route) { r.Paths = []string{"/a%2fb"} }, "paths[0]", "percent-encoded"},
+		{"query", strict, func(r *tenants.Route) { r.Paths = []string{"/a?b"} }, "paths[0]", "may not contain"},
+		{"space", strict, func(r *tenants.Route) { r.Paths = []string{"/a b"} }, "paths[0]", "may not contain"},
+		{"dup path", strict, func(r *tenants.Route) { r.Paths = []string{"/a", "/a"} }, "paths[1]", "twice"},
+		{"exact empty", strict, func(r *tenants.Route) { r.Paths = []string{"="} }, "paths[0]", "required"},
+		{"too many paths", strict, func(r *tenants.Route) { r.Paths = make([]string, 33) }, "paths", "at most 32"},
+		{"bad method", strict, func(r *tenants.Route) { r.Methods = []string{"FETCH"} }, "methods[0]", "not a method"},
+		{"trace", strict, func(r *tenants.Route) { r.Methods = []string{"TRACE"} }, "methods[0]", "not a method"},
+		{"dup method", strict, func(r *tenants.Route) { r.Methods = []string{"GET", "get"} }, "methods[1]", "twice"},
+		{"no targets", strict, func(r *tenants.Route) { r.Upstream.Targets = nil }, "upstream.targets", "at least one"},
+		{"ftp", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "ftp://example.com" }, "upstream.targets[0].url", "http:// or https://"},
+		{"no host", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://" }, "upstream.targets[0].url", "host"},
+		{"userinfo", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://u:p@example.com" }, "upstream.targets[0].url", "credentials"},
+		{"query url", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://example.com/?a=1" }, "upstream.targets[0].url", "query"},
+		{"loopback", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://127.0.0.1:3000" }, "upstream.targets[0].url", "loopback"},
+		{"localhost", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://localhost:3000" }, "upstream.targets[0].url", "loopback"},
+		{"ipv6 loopback", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[::1]:3000" }, "upstream.targets[0].url", "loopback"},
+		{"mapped loopback", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[::ffff:127.0.0.1]/" }, "upstream.targets[0].url", "loopback"},
+		{"metadata", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://169.254.169.254/" }, "upstream.targets[0].url", "link-local"},
+		{"private", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://10.0.0.1/" }, "upstream.targets[0].url", "private"},
+		{"unspecified", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://0.0.0.0/" }, "upstream.targets[0].url", "unspecified"},
+		{"own port allowed range", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://127.0.0.1:8000" }, "upstream.targets[0].url", "gateway's own"},
+		{"own edge domain", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://x.tollgate.test:8000" }, "upstream.targets[0].url", "gateway's own edge"},
+		{"bad port", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://example.com:99999" }, "upstream.targets[0].url", "port"},
+		{"bad host", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://exa mple.com" }, "upstream.targets[0].url", ""},
+		{"negative weight", strict, func(r *tenants.Route) { r.Upstream.Targets[0].Weight = -1 }, "upstream.targets[0].weight", "between 0 and 1000"},
+		{"huge weight", strict, func(r *tenants.Route) { r.Upstream.Targets[0].Weight = 1001 }, "upstream.targets[0].weight", "between 0 and 1000"},
+		{"bad auth", strict, func(r *tenants.Route) { r.Auth = "basic" }, "auth", "none, key, jwt, key_or_jwt"},
+		{"zero rps", strict, func(r *tenants.Route) { r.RateLimit = &tenants.RateLimit{RPS: 0} }, "rate_limit.rps", "between 1"},
+		{"negative burst", strict, func(r *tenants.Route) { r.RateLimit = &tenants.RateLimit{RPS: 5, Burst: -1} }, "rate_limit.burst", "between 1"},
+		{"negative body", strict, func(r *tenants.Route) { r.MaxBodyBytes = -1 }, "max_body_bytes", "between 1"},
+		{"huge body", strict, func(r *tenants.Route) { r.MaxBodyBytes = 2 << 30 }, "max_body_bytes", "between 1"},
+		{"timeout", strict, func(r *tenants.Route) { r.TimeoutMS = 400_000 }, "timeout_ms", "between 1"},
+		{"connect timeout", strict, func(r *tenants.Route) { r.ConnectTimeoutMS = -5 }, "connect_timeout_ms", "between 1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := validRoute()
+			tc.mut(r)
+			err := r.Validate(tc.policy)
+			if tenants.ErrorCode(err) != tenants.EValidation {
+				t.Fatalf("want validation error, got %v", err)
+			}
+			e := err.(*tenants.Error)
+			if e.Field != tc.field || !strings.Contains(e.Message, tc.msg) {
+				t.Fatalf("want field %q with %q, got field %q: %s", tc.field, tc.msg, e.Field, e.Message)
+			}
+		})
+	}
+}
+
+func TestAllowedRanges(t *testing.T) {
+	r := validRoute()
+	r.Upstream.Targets[0].URL = "http://127.0.0.1:3000"
+	if err := r.Validate(devPolicy); err != nil {
+		t.Fatalf("127.0.0.0/8 allowed by the operator: %v", err)
+	}
+}
+
+func TestSlug(t *testing.T) {
+	for _, ok := range []string{"a", "acme", "acme-2", "0", strings.Repeat("a", 63)} {
+		if err := tenants.ValidateSlug(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for bad, msg := range map[string]string{
+		"": "required", "-a": "start or end", "a-": "start or end", "Acme": "lowercase",
+		"a.b": "lowercase", "a_b": "lowercase", strings.Repeat("a", 64): "63", "api": "reserved", "ümlaut": "lowercase",
+	} {
+		err := tenants.ValidateSlug(bad)
+		if err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%q: want error with %q, got %v", bad, msg, err)
+		}
+	}
+}
+
+func TestPlanAndConsumer(t *testing.T) {
+	for _, p := range []tenants.Plan{
+		{Name: ""}, {Name: "Gold"}, {Name: "gold", Quota: &tenants.Quota{Requests: 0}},
+		{Name: "gold", Concurrency: -1}, {Name: "gold", RateLimit: &tenants.RateLimit{RPS: 2_000_000}},
+	} {
+		if tenants.ErrorCode(p.Validate()) != tenants.EValidation {
+			t.Errorf("plan %+v accepted", p)
+		}
+	}
+	c := tenants.Consumer{Name: "mobile", Plan: "Gold!"}
+	if tenants.ErrorCode(c.Validate()) != tenants.EValidation {
+		t.Error("bad consumer plan accepted")
+	}
+}
+
+func TestDecodeEntryRefusesMisfiled(t *testing.T) {
+	route := &tenants.Route{ID: "r1", TenantID: "t1", Name: "x"}
+	v, _ := json.Marshal(tenants.Entry{Rev: 1, Route: route})
+	if _, _, err := tenants.DecodeEntry("t1.route.r1", v); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"t2.route.r1", "t1.route.r2", "t1.consumer.r1", "t1.tenant", "t1.route", "t1.route.r1.x", "t1"} {
+		if _, _, err := tenants.DecodeEntry(key, v); err == nil {
+			t.Errorf("%s: misfiled entry accepted", key)
+		}
+	}
+	two, _ := json.Marshal(tenants.Entry{Rev: 1, Route: route, Tenant: &tenants.Tenant{ID: "t1"}})
+	if _, _, err := tenants.DecodeEntry("t1.route.r1", two); err == nil {
+		t.Error("entry with two objects accepted")
+	}
+}
+
+func TestSecret(t *testing.T) {
+	plain, hash, display := tenants.NewSecret(tenants.KeyPrefix)
+	if !strings.HasPrefix(plain, "tg_") || len(plain) != 35 || hash != tenants.HashSecret(plain) || !strings.HasPrefix(plain, display) {
+		t.Fatalf("%s %s %s", plain, hash, display)
+	}
+}
+
+func TestCodesHaveStatuses(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range tenants.Codes {
+		if seen[c.Code] || c.Status < 400 || tenants.Status(c.Code) != c.Status {
+			t.Errorf("code %s", c.Code)
+		}
+		seen[c.Code] = true
+	}
+	if tenants.Status("nope") != 500 {
+		t.Error("unknown code is not 500")
+	}
+}
