@@ -1,0 +1,212 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"tollgate/tenants"
+)
+
+// change is one KV entry a write transaction changes: put entry under key, or delete key
+// when entry is nil.
+type change struct {
+	tenantID string
+	key      string
+	entry    *tenants.Entry
+}
+
+func put(tenantID, key string, e *tenants.Entry) change {
+	return change{tenantID: tenantID, key: key, entry: e}
+}
+
+func del(tenantID, key string) change { return change{tenantID: tenantID, key: key} }
+
+// emit writes the outbox rows of changes, in order, and notifies the relay on commit.
+//
+// It must be the last statement of its transaction that takes row locks: a rev is drawn
+// from the sequence only once the rows it describes are locked, so two changes of one
+// object (or of objects that lock each other, like a consumer and its plan) get revs in
+// commit order, which the edges rely on to drop stale entries.
+func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	revs, err := nextRevs(ctx, tx, len(changes))
+	if err != nil {
+		return err
+	}
+	tenantIDs := make([]string, len(changes))
+	keys := make([]string, len(changes))
+	values := make([][]byte, len(changes))
+	for i, c := range changes {
+		tenantIDs[i], keys[i] = c.tenantID, c.key
+		if c.entry != nil {
+			c.entry.Rev = revs[i]
+			if values[i], err = json.Marshal(c.entry); err != nil {
+				return fmt.Errorf("encode entry %s: %w", c.key, err)
+			}
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO outbox (id, tenant_id, key, value)
+		SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::bytea[])`, revs, tenantIDs, keys, values)
+	b.Queue(`SELECT pg_notify($1, '')`, NotifyChannel)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// nextRevs draws n values from the outbox sequence, ascending.
+func nextRevs(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, n int) ([]int64, error) {
+	rows, err := q.Query(ctx, `SELECT nextval('outbox_id_seq') FROM generate_series(1, $1)`, n)
+	if err != nil {
+		return nil, err
+	}
+	revs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(revs)
+	return revs, nil
+}
+
+// OutboxPending counts the changes not yet published, for readiness and metrics.
+func (db *DB) OutboxPending(ctx context.Context) (int64, error) {
+	var n int64
+	err := db.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE sent_at IS NULL`).Scan(&n)
+	return n, err
+}
+
+// Entries calls fn with the current entry of every object of every tenant, each with a
+// fresh Rev, in Rev order: tenants first, then plans, consumers, keys and routes. It is
+// how the KV bucket is rebuilt from Postgres (see Relay.Resync).
+//
+// The entries are read from one snapshot taken while no write is in flight, and their revs
+// are reserved at that moment: every change committed before has a smaller rev and is
+// reflected in the entries, every change committed after has a larger one. firstRev is the
+// smallest rev handed out (or the next rev to come when there is no object), so outbox
+// rows below it are superseded by the entries.
+func (db *DB) Entries(ctx context.Context, fn func(tenants.Change) error) (firstRev int64, err error) {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	locked := false
+	defer func() {
+		if locked {
+			// A pooled connection must never go back holding the writer lock.
+			if _, err := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", writerLockID); err != nil {
+				conn.Conn().Close(context.Background())
+			}
+		}
+		conn.Release()
+	}()
+	// The session lock is taken before the transaction begins, so its snapshot (taken at
+	// its first statement) sees every writer that held the shared lock before us.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", writerLockID); err != nil {
+		return 0, fmt.Errorf("postgres: entries: %w", err)
+	}
+	locked = true
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: entries: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var n int64
+	if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM tenants) + (SELECT count(*) FROM plans)
+		+ (SELECT count(*) FROM consumers) + (SELECT count(*) FROM keys) + (SELECT count(*) FROM routes)`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("postgres: entries: %w", err)
+	}
+	// Reserve n revs. Only holders of the writer lock draw from the sequence, so the range
+	// is contiguous.
+	if err := tx.QueryRow(ctx, `SELECT nextval('outbox_id_seq')`).Scan(&firstRev); err != nil {
+		return 0, fmt.Errorf("postgres: entries: %w", err)
+	}
+	if n > 1 {
+		if _, err := tx.Exec(ctx, `SELECT setval('outbox_id_seq', $1)`, firstRev+n-1); err != nil {
+			return 0, fmt.Errorf("postgres: entries: %w", err)
+		}
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", writerLockID); err != nil {
+		return 0, fmt.Errorf("postgres: entries: %w", err)
+	}
+	locked = false
+
+	rev, last := firstRev, firstRev+n-1
+	emitEntry := func(tenantID, key string, e *tenants.Entry) error {
+		if rev > last {
+			return fmt.Errorf("more objects than counted in the snapshot")
+		}
+		e.Rev = rev
+		rev++
+		v, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		return fn(tenants.Change{Rev: e.Rev, Key: key, Value: v})
+	}
+	scans := []struct {
+		query string
+		each  func(pgx.Rows) error
+	}{
+		{`SELECT ` + tenantColumns + ` FROM tenants ORDER BY id`, func(rows pgx.Rows) error {
+			t, err := scanTenant(rows)
+			if err != nil {
+				return err
+			}
+			return emitEntry(t.ID, tenants.TenantKey(t.ID), &tenants.Entry{Tenant: t})
+		}},
+		{`SELECT ` + planColumns + ` FROM plans ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			p, err := scanPlan(rows)
+			if err != nil {
+				return err
+			}
+			return emitEntry(p.TenantID, tenants.ObjectKey(p.TenantID, tenants.KindPlan, p.ID), &tenants.Entry{Plan: p})
+		}},
+		{`SELECT ` + consumerColumns + ` FROM consumers ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			c, err := scanConsumer(rows)
+			if err != nil {
+				return err
+			}
+			return emitEntry(c.TenantID, tenants.ObjectKey(c.TenantID, tenants.KindConsumer, c.ID), &tenants.Entry{Consumer: c})
+		}},
+		{`SELECT ` + keyColumns + ` FROM keys ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			k, err := scanKey(rows)
+			if err != nil {
+				return err
+			}
+			return emitEntry(k.TenantID, tenants.ObjectKey(k.TenantID, tenants.KindKey, k.ID), &tenants.Entry{Key: keyEntry(k)})
+		}},
+		{`SELECT ` + routeColumns + ` FROM routes ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			r, err := scanRoute(rows)
+			if err != nil {
+				return err
+			}
+			return emitEntry(r.TenantID, tenants.ObjectKey(r.TenantID, tenants.KindRoute, r.ID), &tenants.Entry{Route: r})
+		}},
+	}
+	for _, s := range scans {
+		rows, err := tx.Query(ctx, s.query)
+		if err != nil {
+			return 0, fmt.Errorf("postgres: entries: %w", err)
+		}
+		for rows.Next() {
+			if err := s.each(rows); err != nil {
+				rows.Close()
+				return 0, fmt.Errorf("postgres: entries: %w", err)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return 0, fmt.Errorf("postgres: entries: %w", err)
+		}
+	}
+	if rev != last+1 {
+		return 0, fmt.Errorf("postgres: entries: read %d objects, counted %d", rev-firstRev, n)
+	}
+	return firstRev, tx.Commit(ctx)
+}

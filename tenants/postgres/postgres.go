@@ -1,0 +1,227 @@
+// Package postgres stores Tollgate's tenants, routes, consumers, keys, plans and
+// management tokens in PostgreSQL, and relays every config change to the edges through a
+// transactional outbox.
+//
+// Every write is one transaction that also inserts the outbox rows of the KV entries it
+// changes (see tenants.Entry), so a change and its fan-out are committed together or not
+// at all. The Relay publishes those rows in order and marks them sent; only one relay per
+// database is active at a time. Nothing outside the api process may import this package:
+// edges read the KV bucket, never Postgres.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"tollgate/tenants"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Advisory lock ids, in the database's own lock space (advisory locks are per database).
+const (
+	// relayLockID is held for its whole session by the one active relay.
+	relayLockID int64 = 0x546f6c6c_00000001
+	// writerLockID is taken shared by every write transaction and exclusive, briefly, by a
+	// resync snapshot, so the snapshot's revs are above every committed change and below
+	// every later one.
+	writerLockID int64 = 0x546f6c6c_00000002
+	// migrateLockID serializes migrations of replicas starting together.
+	migrateLockID int64 = 0x546f6c6c_00000003
+)
+
+// NotifyChannel is the LISTEN/NOTIFY channel a write transaction notifies on commit.
+const NotifyChannel = "tollgate_outbox"
+
+// Migrate creates the database named in databaseURL when it does not exist (connecting to
+// the server's "postgres" database to do so) and applies every pending migration.
+// Replicas may call it concurrently.
+func Migrate(ctx context.Context, databaseURL string) error {
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return fmt.Errorf("postgres: database url: %w", err)
+	}
+	if err := ensureDatabase(ctx, cfg); err != nil {
+		return err
+	}
+	sqlDB := stdlib.OpenDB(*cfg)
+	defer sqlDB.Close()
+	dir, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return err
+	}
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrateLockID), lock.WithLockTimeout(1, 300))
+	if err != nil {
+		return err
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, dir, goose.WithSessionLocker(locker))
+	if err != nil {
+		return fmt.Errorf("postgres: migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("postgres: migrate %s: %w", cfg.Database, err)
+	}
+	return nil
+}
+
+// ensureDatabase creates cfg.Database if connecting to it says it does not exist.
+func ensureDatabase(ctx context.Context, cfg *pgx.ConnConfig) error {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		return conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
+		return fmt.Errorf("postgres: connect to %s: %w", cfg.Database, err)
+	}
+	admin := cfg.Copy()
+	admin.Database = "postgres"
+	conn, err = pgx.ConnectConfig(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("postgres: database %s does not exist and the server's postgres database is not reachable to create it: %w", cfg.Database, err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{cfg.Database}.Sanitize())
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") {
+		return nil // created meanwhile by another replica
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: create database %s: %w", cfg.Database, err)
+	}
+	return nil
+}
+
+// DB is the Postgres store. It implements the tenants services; all its methods are safe
+// for concurrent use.
+type DB struct {
+	pool     *pgxpool.Pool
+	upstream *tenants.UpstreamPolicy
+}
+
+// Option configures a DB at Open.
+type Option func(*DB)
+
+// WithUpstreamPolicy sets the operator's rules that route upstreams are validated
+// against. Default: the zero policy, which refuses loopback, link-local and private
+// addresses.
+func WithUpstreamPolicy(p *tenants.UpstreamPolicy) Option {
+	return func(db *DB) { db.upstream = p }
+}
+
+// Open connects to a migrated database.
+func Open(ctx context.Context, databaseURL string, opts ...Option) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: database url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	db := &DB{pool: pool, upstream: &tenants.UpstreamPolicy{}}
+	for _, o := range opts {
+		o(db)
+	}
+	return db, nil
+}
+
+// Close closes every connection.
+func (db *DB) Close() { db.pool.Close() }
+
+// Ping checks that the database answers, for readiness probes.
+func (db *DB) Ping(ctx context.Context) error { return db.pool.Ping(ctx) }
+
+// write runs fn in one transaction that holds the writer lock shared, so a resync snapshot
+// never sees half of the writes in flight.
+func (db *DB) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", writerLockID); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
+// newID returns a UUIDv7, so ids sort in creation order.
+func newID() string { return uuid.Must(uuid.NewV7()).String() }
+
+// parseID reports whether s is a UUID. An id that is not one names no object.
+func parseID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil && len(s) == 36
+}
+
+// page normalizes a page request: the limit clamped, the cursor checked. The first page's
+// cursor is the nil UUID, below every id.
+func page(p tenants.Page) (limit int, cursor string, err error) {
+	limit = p.Limit
+	switch {
+	case limit <= 0:
+		limit = tenants.DefaultPageLimit
+	case limit > tenants.MaxPageLimit:
+		limit = tenants.MaxPageLimit
+	}
+	if p.Cursor == "" {
+		return limit, uuid.Nil.String(), nil
+	}
+	if !parseID(p.Cursor) {
+		return 0, "", tenants.Errorf(tenants.EInvalidRequest, "cursor %q is not one this list returned", p.Cursor)
+	}
+	return limit, p.Cursor, nil
+}
+
+// nextCursor trims a page queried with limit+1 rows and returns the cursor of the next
+// page, "" at the end.
+func nextCursor[T any](items []T, limit int, id func(T) string) ([]T, string) {
+	if len(items) <= limit {
+		return items, ""
+	}
+	items = items[:limit]
+	return items, id(items[limit-1])
+}
+
+func notFound(what string) *tenants.Error {
+	return tenants.Errorf(tenants.ENotFound, "%s not found", what)
+}
+
+// constraintError turns a violation of one of the named constraints into the domain error
+// given for it; any other error is returned wrapped as internal.
+func constraintError(err error, op string, byConstraint map[string]*tenants.Error) error {
+	if err == nil {
+		return nil
+	}
+	var te *tenants.Error
+	if errors.As(err, &te) {
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "23505" || pgErr.Code == "23503") {
+		if e, ok := byConstraint[pgErr.ConstraintName]; ok {
+			return e
+		}
+		if strings.HasSuffix(pgErr.ConstraintName, "_tenant_fkey") {
+			return notFound("tenant")
+		}
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+func utc(t time.Time) time.Time { return t.UTC() }

@@ -1,0 +1,435 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"tollgate/tenants"
+)
+
+// publisher puts config changes into the KV bucket, in the order given. tenants/nats
+// implements it.
+type publisher interface {
+	Publish(ctx context.Context, changes []tenants.Change) error
+}
+
+// Relay moves outbox rows to the KV bucket. Every api replica runs one; a Postgres
+// advisory lock makes exactly one of them active per database, and the others wait to
+// take over.
+//
+// The active relay publishes unsent rows in id order, a batch per Publish call, and marks
+// a batch sent in the transaction that selected it, after Publish returned. A failed
+// Publish (NATS down) is retried with backoff, so nothing is lost or reordered; a batch
+// whose mark did not commit (the relay died in between) is published again by the next
+// relay, which the edges tolerate because they ignore revs they already hold.
+//
+// Changes of one object, and of objects that lock each other (a consumer and its plan,
+// a key and its consumer, anything and its tenant), get revs in commit order, so they go
+// out in order. Independent changes committed concurrently may go out with revs out of
+// order, which the per-key rev check of the edges makes harmless.
+type Relay struct {
+	db  *DB
+	pub publisher
+	log *slog.Logger
+
+	batch      int           // rows per Publish
+	poll       time.Duration // wait for a notification at most this long
+	contend    time.Duration // retry the lock this often while another relay holds it
+	retryMin   time.Duration
+	retryMax   time.Duration
+	pruneEvery time.Duration
+	keep       time.Duration // sent rows are kept this long, for inspection
+
+	reqs chan *resyncRequest
+
+	mu      sync.Mutex
+	running bool
+	kicked  bool               // wake the next wait at once
+	wake    context.CancelFunc // ends the current wait
+	status  RelayStatus
+}
+
+// RelayStatus is what a relay reports for readiness and metrics.
+type RelayStatus struct {
+	// Active: this relay holds the lock and is publishing.
+	Active bool `json:"active"`
+	// LastRev is the highest rev this relay has published.
+	LastRev int64 `json:"last_rev"`
+	// LastPublish is when this relay last published a batch.
+	LastPublish time.Time `json:"last_publish"`
+	// Failing holds the last publish error while publishing is being retried.
+	Failing string `json:"failing,omitempty"`
+}
+
+// NewRelay returns a relay of db's outbox to pub. It does nothing until Run.
+func NewRelay(db *DB, pub publisher, log *slog.Logger) *Relay {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Relay{
+		db: db, pub: pub, log: log.With("component", "outbox-relay"),
+		batch: 1000, poll: time.Second, contend: time.Second,
+		retryMin: 50 * time.Millisecond, retryMax: 5 * time.Second,
+		pruneEvery: 10 * time.Minute, keep: 24 * time.Hour,
+		reqs: make(chan *resyncRequest, 1),
+	}
+}
+
+// Status reports the relay's state.
+func (r *Relay) Status() RelayStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}
+
+// Run relays until ctx ends, contending for the lock whenever it does not hold it (also
+// after losing its connection). It returns nil when ctx ends.
+func (r *Relay) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.running {
+		r.mu.Unlock()
+		return errors.New("postgres: relay is already running")
+	}
+	r.running = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.running = false
+		r.mu.Unlock()
+	}()
+	for {
+		err := r.session(ctx, r.serve)
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.log.Warn("outbox relay lost its database connection; contending again", "err", err)
+		if !sleep(ctx, r.contend) {
+			return nil
+		}
+	}
+}
+
+// session opens a dedicated connection, waits until it holds the relay lock and runs fn
+// with it. Closing the connection releases the lock, so a relay that dies, or whose
+// connection drops, hands over without anyone's help.
+func (r *Relay) session(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
+	conn, err := pgx.ConnectConfig(ctx, r.db.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for waiting := false; ; waiting = true {
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, relayLockID).Scan(&ok); err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		if !waiting {
+			r.log.Debug("another relay is active; standing by")
+		}
+		if !sleep(ctx, r.contend) {
+			return ctx.Err()
+		}
+	}
+	r.setActive(true)
+	defer r.setActive(false)
+	r.log.Info("outbox relay active")
+	return fn(ctx, conn)
+}
+
+func (r *Relay) setActive(active bool) {
+	r.mu.Lock()
+	r.status.Active = active
+	r.mu.Unlock()
+}
+
+// serve is the active relay's loop.
+func (r *Relay) serve(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, `LISTEN `+NotifyChannel); err != nil {
+		return err
+	}
+	var (
+		lastPrune time.Time
+		backoff   time.Duration
+	)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		select {
+		case req := <-r.reqs:
+			if req.ctx.Err() != nil {
+				continue // the caller gave up waiting
+			}
+			res, err := r.resync(ctx, conn, req.apply)
+			req.done <- resyncReply{res, err}
+			if conn.IsClosed() {
+				return err
+			}
+			continue
+		default:
+		}
+		if time.Since(lastPrune) >= r.pruneEvery {
+			if err := r.prune(ctx, conn); err != nil {
+				if conn.IsClosed() || ctx.Err() != nil {
+					return err
+				}
+				r.log.Warn("outbox relay: prune failed", "err", err)
+			}
+			lastPrune = time.Now()
+		}
+		n, err := r.publishBatch(ctx, conn)
+		if err != nil {
+			if conn.IsClosed() || ctx.Err() != nil {
+				return err
+			}
+			backoff = min(max(2*backoff, r.retryMin), r.retryMax)
+			r.mu.Lock()
+			r.status.Failing = err.Error()
+			r.mu.Unlock()
+			r.log.Warn("outbox relay: publishing failed; retrying", "err", err, "retry_in", backoff)
+			if !sleep(ctx, backoff) {
+				return ctx.Err()
+			}
+			continue
+		}
+		if backoff > 0 {
+			backoff = 0
+			r.log.Info("outbox relay: publishing again")
+		}
+		if n == r.batch {
+			continue // more may be waiting
+		}
+		if err := r.wait(ctx, conn); err != nil {
+			return err
+		}
+	}
+}
+
+// publishBatch publishes the oldest unsent rows and marks them sent. It returns how many
+// rows it published.
+func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	rows, err := tx.Query(ctx, `SELECT id, key, value FROM outbox WHERE sent_at IS NULL
+		ORDER BY id LIMIT $1 FOR UPDATE`, r.batch)
+	if err != nil {
+		return 0, err
+	}
+	changes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenants.Change, error) {
+		var c tenants.Change
+		err := row.Scan(&c.Rev, &c.Key, &c.Value)
+		return c, err
+	})
+	if err != nil || len(changes) == 0 {
+		return 0, err
+	}
+	if err := r.pub.Publish(ctx, changes); err != nil {
+		return 0, fmt.Errorf("publish revs %d..%d: %w", changes[0].Rev, changes[len(changes)-1].Rev, err)
+	}
+	// The batch is out: record that even if ctx has just ended, or the next relay would
+	// publish it again.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	revs := make([]int64, len(changes))
+	for i, c := range changes {
+		revs[i] = c.Rev
+	}
+	if _, err := tx.Exec(mctx, `UPDATE outbox SET sent_at = now() WHERE id = ANY($1)`, revs); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(mctx); err != nil {
+		return 0, err
+	}
+	r.published(revs[len(revs)-1])
+	return len(changes), nil
+}
+
+func (r *Relay) published(rev int64) {
+	r.mu.Lock()
+	r.status.LastRev = max(r.status.LastRev, rev)
+	r.status.LastPublish = time.Now()
+	r.status.Failing = ""
+	r.mu.Unlock()
+}
+
+// wait returns on a notification, after the poll interval (the safety net for a missed
+// notification), when kicked, or with an error when ctx ends or the connection is lost.
+func (r *Relay) wait(ctx context.Context, conn *pgx.Conn) error {
+	r.mu.Lock()
+	if r.kicked {
+		r.kicked = false
+		r.mu.Unlock()
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, r.poll)
+	r.wake = cancel
+	r.mu.Unlock()
+	_, err := conn.WaitForNotification(wctx)
+	r.mu.Lock()
+	r.wake, r.kicked = nil, false
+	r.mu.Unlock()
+	cancel()
+	if conn.IsClosed() || ctx.Err() != nil {
+		return cmp.Or(err, ctx.Err())
+	}
+	// One batch serves every notification that came in meanwhile: drop the buffered ones.
+	done, stop := context.WithCancel(ctx)
+	stop()
+	for {
+		if n, _ := conn.WaitForNotification(done); n == nil {
+			return nil
+		}
+	}
+}
+
+// kick makes the active relay look at its requests now rather than after its wait.
+func (r *Relay) kick() {
+	r.mu.Lock()
+	r.kicked = true
+	if r.wake != nil {
+		r.wake()
+	}
+	r.mu.Unlock()
+}
+
+// prune deletes rows sent longer ago than r.keep.
+func (r *Relay) prune(ctx context.Context, conn *pgx.Conn) error {
+	tag, err := conn.Exec(ctx, `DELETE FROM outbox WHERE sent_at < now() - make_interval(secs => $1)`, r.keep.Seconds())
+	if err == nil && tag.RowsAffected() > 0 {
+		r.log.Debug("outbox relay: pruned sent rows", "rows", tag.RowsAffected())
+	}
+	return err
+}
+
+// ResyncResult says what a resync did.
+type ResyncResult struct {
+	Entries    int   // entries published: every live object
+	FirstRev   int64 // the entries have revs FirstRev..FirstRev+Entries-1
+	Superseded int64 // unsent outbox rows marked sent because the entries replace them
+}
+
+type resyncRequest struct {
+	ctx   context.Context
+	apply func(context.Context, []tenants.Change) error
+	done  chan resyncReply
+}
+
+type resyncReply struct {
+	res ResyncResult
+	err error
+}
+
+// Resync rebuilds the KV bucket from Postgres. Holding the relay lock, so that no relay
+// publishes meanwhile, it reads the current entry of every object of every tenant with
+// fresh revs (see DB.Entries) and hands them all to apply, which must make the bucket hold
+// exactly those entries and no other key (tenants/nats.Resync does). Then it marks every
+// unsent outbox row the entries supersede as sent; later changes follow as usual.
+//
+// With a nil apply, Resync publishes the entries through the relay's publisher instead and
+// deletes nothing: stale keys stay, and pending deletes stay unsent and go out as usual.
+//
+// When Run is running in this process, the resync is done by its loop once it is active
+// (it may wait for another replica's relay to give up the lock: bound ctx). Otherwise
+// Resync takes the lock itself. A failed resync leaves the outbox as it was.
+func (r *Relay) Resync(ctx context.Context, apply func(ctx context.Context, live []tenants.Change) error) (ResyncResult, error) {
+	r.mu.Lock()
+	running := r.running
+	r.mu.Unlock()
+	if !running {
+		var res ResyncResult
+		err := r.session(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+			var err error
+			res, err = r.resync(ctx, conn, apply)
+			return err
+		})
+		return res, err
+	}
+	req := &resyncRequest{ctx: ctx, apply: apply, done: make(chan resyncReply, 1)}
+	select {
+	case r.reqs <- req:
+		r.kick()
+	case <-ctx.Done():
+		return ResyncResult{}, ctx.Err()
+	}
+	select {
+	case rep := <-req.done:
+		return rep.res, rep.err
+	case <-ctx.Done():
+		return ResyncResult{}, ctx.Err()
+	}
+}
+
+// resync runs while holding the relay lock on conn.
+func (r *Relay) resync(ctx context.Context, conn *pgx.Conn, apply func(context.Context, []tenants.Change) error) (ResyncResult, error) {
+	var (
+		all   []tenants.Change // every entry, for apply
+		batch []tenants.Change // the next batch to publish, without apply
+		n     int
+	)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := r.pub.Publish(ctx, batch)
+		batch = nil // the publisher may keep what it was given
+		return err
+	}
+	first, err := r.db.Entries(ctx, func(c tenants.Change) error {
+		n++
+		if apply != nil {
+			all = append(all, c)
+			return nil
+		}
+		batch = append(batch, c)
+		if len(batch) == r.batch {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		if apply != nil {
+			err = apply(ctx, all)
+		} else {
+			err = flush()
+		}
+	}
+	if err != nil {
+		return ResyncResult{}, fmt.Errorf("postgres: resync: %w", err)
+	}
+	tag, err := conn.Exec(ctx, `UPDATE outbox SET sent_at = now()
+		WHERE sent_at IS NULL AND id < $1 AND (value IS NOT NULL OR $2::bool)`, first, apply != nil)
+	if err != nil {
+		return ResyncResult{}, fmt.Errorf("postgres: resync: %w", err)
+	}
+	res := ResyncResult{Entries: n, FirstRev: first, Superseded: tag.RowsAffected()}
+	if n > 0 {
+		r.published(first + int64(n) - 1)
+	}
+	r.log.Info("outbox relay: resynced the KV bucket", "entries", res.Entries, "superseded", res.Superseded)
+	return res, nil
+}
+
+// sleep waits for d or until ctx ends, and reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

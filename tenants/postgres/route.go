@@ -1,0 +1,238 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"tollgate/tenants"
+)
+
+// routeSpec is the part of a route stored as one jsonb value: everything but its identity,
+// name, version and timestamps.
+type routeSpec struct {
+	Paths            []string           `json:"paths"`
+	Methods          []string           `json:"methods"`
+	Upstream         tenants.Upstream   `json:"upstream"`
+	Auth             string             `json:"auth"`
+	Policy           bool               `json:"policy"`
+	RateLimit        *tenants.RateLimit `json:"rate_limit,omitempty"`
+	StripPrefix      bool               `json:"strip_prefix"`
+	MaxBodyBytes     int64              `json:"max_body_bytes"`
+	ConnectTimeoutMS int                `json:"connect_timeout_ms"`
+	TimeoutMS        int                `json:"timeout_ms"`
+}
+
+func specOf(r *tenants.Route) routeSpec {
+	return routeSpec{
+		Paths: r.Paths, Methods: r.Methods, Upstream: r.Upstream, Auth: r.Auth, Policy: r.Policy,
+		RateLimit: r.RateLimit, StripPrefix: r.StripPrefix, MaxBodyBytes: r.MaxBodyBytes,
+		ConnectTimeoutMS: r.ConnectTimeoutMS, TimeoutMS: r.TimeoutMS,
+	}
+}
+
+const routeColumns = `tenant_id::text, id::text, name, spec, version, created_at, updated_at`
+
+func scanRoute(row pgx.Row) (*tenants.Route, error) {
+	var (
+		r tenants.Route
+		s routeSpec
+	)
+	if err := row.Scan(&r.TenantID, &r.ID, &r.Name, &s, &r.Version, &r.CreatedAt, &r.UpdatedAt); err != nil {
+		return nil, err
+	}
+	r.Paths, r.Methods, r.Upstream, r.Auth, r.Policy = s.Paths, s.Methods, s.Upstream, s.Auth, s.Policy
+	r.RateLimit, r.StripPrefix, r.MaxBodyBytes = s.RateLimit, s.StripPrefix, s.MaxBodyBytes
+	r.ConnectTimeoutMS, r.TimeoutMS = s.ConnectTimeoutMS, s.TimeoutMS
+	if r.Methods == nil {
+		r.Methods = []string{}
+	}
+	r.CreatedAt, r.UpdatedAt = utc(r.CreatedAt), utc(r.UpdatedAt)
+	return &r, nil
+}
+
+func routeChange(r *tenants.Route) change {
+	c := *r
+	return put(r.TenantID, tenants.ObjectKey(r.TenantID, tenants.KindRoute, r.ID), &tenants.Entry{Route: &c})
+}
+
+func routeConflicts(r *tenants.Route) map[string]*tenants.Error {
+	return map[string]*tenants.Error{
+		"routes_name_key": {Code: tenants.EConflict, Field: "name", Message: fmt.Sprintf("a route named %q already exists", r.Name)},
+	}
+}
+
+// CreateRoute validates r against the rules and the upstream policy, stores it with a new
+// id and version 1, and fills in r. EValidation, EConflict (name or path+method taken),
+// ENotFound (tenant).
+func (db *DB) CreateRoute(ctx context.Context, r *tenants.Route) error {
+	if !parseID(r.TenantID) {
+		return notFound("tenant")
+	}
+	if err := r.Validate(db.upstream); err != nil {
+		return err
+	}
+	id := newID()
+	err := db.write(ctx, func(tx pgx.Tx) error {
+		saved, err := scanRoute(tx.QueryRow(ctx, `INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
+			RETURNING `+routeColumns, r.TenantID, id, r.Name, specOf(r)))
+		if err != nil {
+			return err
+		}
+		if err := claimPaths(ctx, tx, saved); err != nil {
+			return err
+		}
+		*r = *saved
+		return emit(ctx, tx, routeChange(r))
+	})
+	return constraintError(err, "create route", routeConflicts(r))
+}
+
+// claimPaths records the path+method pairs r serves, or fails with EConflict naming the
+// route that already serves one of them.
+func claimPaths(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
+	methods := r.Methods
+	if len(methods) == 0 {
+		methods = []string{"*"}
+	}
+	var paths, ms []string
+	for _, p := range r.Paths {
+		for _, m := range methods {
+			paths, ms = append(paths, p), append(ms, m)
+		}
+	}
+	// ON CONFLICT DO NOTHING rather than a unique violation, so the conflicting pair can be
+	// named from within the same transaction.
+	rows, err := tx.Query(ctx, `INSERT INTO route_paths (tenant_id, route_id, path, method)
+		SELECT $1, $2, p, m FROM unnest($3::text[], $4::text[]) AS t (p, m)
+		ON CONFLICT ON CONSTRAINT route_paths_path_key DO NOTHING
+		RETURNING path, method`, r.TenantID, r.ID, paths, ms)
+	if err != nil {
+		return err
+	}
+	type pair struct{ path, method string }
+	claimed := map[pair]bool{}
+	var p pair
+	if _, err := pgx.ForEachRow(rows, []any{&p.path, &p.method}, func() error {
+		claimed[p] = true
+		return nil
+	}); err != nil {
+		return err
+	}
+	if len(claimed) == len(paths) {
+		return nil
+	}
+	for i := range paths {
+		p := pair{paths[i], ms[i]}
+		if claimed[p] {
+			continue
+		}
+		var other string
+		if err := tx.QueryRow(ctx, `SELECT r.name FROM route_paths p
+			JOIN routes r ON r.tenant_id = p.tenant_id AND r.id = p.route_id
+			WHERE p.tenant_id = $1 AND p.path = $2 AND p.method = $3`, r.TenantID, p.path, p.method).Scan(&other); err != nil {
+			return err
+		}
+		method := p.method
+		if method == "*" {
+			method = "all methods"
+		}
+		return &tenants.Error{
+			Code:    tenants.EConflict,
+			Field:   fmt.Sprintf("paths[%d]", i/len(methods)),
+			Message: fmt.Sprintf("path %s (%s) is already served by route %q", p.path, method, other),
+		}
+	}
+	return fmt.Errorf("route paths: %d of %d claimed, but none is taken", len(claimed), len(paths))
+}
+
+// FindRoute: ENotFound.
+func (db *DB) FindRoute(ctx context.Context, tenantID, id string) (*tenants.Route, error) {
+	if !parseID(tenantID) || !parseID(id) {
+		return nil, notFound("route")
+	}
+	r, err := scanRoute(db.pool.QueryRow(ctx, `SELECT `+routeColumns+` FROM routes WHERE tenant_id = $1 AND id = $2`, tenantID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("route")
+	}
+	return r, constraintError(err, "find route", nil)
+}
+
+// ListRoutes returns a page of the tenant's routes in creation order and the cursor of the
+// next page ("" after the last).
+func (db *DB) ListRoutes(ctx context.Context, tenantID string, p tenants.Page) ([]*tenants.Route, string, error) {
+	limit, cursor, err := page(p)
+	if err != nil {
+		return nil, "", err
+	}
+	if !parseID(tenantID) {
+		return []*tenants.Route{}, "", nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT `+routeColumns+` FROM routes
+		WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3`, tenantID, cursor, limit+1)
+	if err != nil {
+		return nil, "", constraintError(err, "list routes", nil)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.Route, error) { return scanRoute(r) })
+	if err != nil {
+		return nil, "", constraintError(err, "list routes", nil)
+	}
+	list, next := nextCursor(list, limit, func(r *tenants.Route) string { return r.ID })
+	return list, next, nil
+}
+
+// UpdateRoute replaces the route when r.Version is current and fills in r's new version
+// and timestamps: ENotFound, EVersionConflict, EConflict, EValidation.
+func (db *DB) UpdateRoute(ctx context.Context, r *tenants.Route) error {
+	if !parseID(r.TenantID) || !parseID(r.ID) {
+		return notFound("route")
+	}
+	if err := r.Validate(db.upstream); err != nil {
+		return err
+	}
+	err := db.write(ctx, func(tx pgx.Tx) error {
+		saved, err := scanRoute(tx.QueryRow(ctx, `UPDATE routes SET name = $4, spec = $5, version = version + 1, updated_at = now()
+			WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+routeColumns,
+			r.TenantID, r.ID, r.Version, r.Name, specOf(r)))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return versionOrNotFound(ctx, tx, "route", `SELECT version FROM routes WHERE tenant_id = $1 AND id = $2`, r.Version, r.TenantID, r.ID)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM route_paths WHERE tenant_id = $1 AND route_id = $2`, r.TenantID, r.ID); err != nil {
+			return err
+		}
+		if err := claimPaths(ctx, tx, saved); err != nil {
+			return err
+		}
+		*r = *saved
+		return emit(ctx, tx, routeChange(r))
+	})
+	return constraintError(err, "update route", routeConflicts(r))
+}
+
+// DeleteRoute: ENotFound.
+func (db *DB) DeleteRoute(ctx context.Context, tenantID, id string) error {
+	if !parseID(tenantID) || !parseID(id) {
+		return notFound("route")
+	}
+	err := db.write(ctx, func(tx pgx.Tx) error {
+		// The ids as stored, not as sent, build the key: "ABC…" and "abc…" are one UUID.
+		var tid, rid string
+		err := tx.QueryRow(ctx, `DELETE FROM routes WHERE tenant_id = $1 AND id = $2
+			RETURNING tenant_id::text, id::text`, tenantID, id).Scan(&tid, &rid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("route")
+		}
+		if err != nil {
+			return err
+		}
+		return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindRoute, rid)))
+	})
+	return constraintError(err, "delete route", nil)
+}
+
+var _ tenants.RouteService = (*DB)(nil)
