@@ -178,7 +178,7 @@ type RouteService interface {
 
 // ConsumerService manages a tenant's consumers and their keys.
 type ConsumerService interface {
-	// CreateConsumer: EValidation, EConflict (name taken), ENotFound (plan unknown).
+	// CreateConsumer: EValidation (also when plan names no plan of the tenant), EConflict.
 	CreateConsumer(ctx context.Context, c *Consumer) error
 	FindConsumer(ctx context.Context, tenantID, id string) (*Consumer, error)
 	ListConsumers(ctx context.Context, tenantID string, p Page) ([]*Consumer, string, error)

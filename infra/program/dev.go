@@ -1,0 +1,296 @@
+package program
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"tollgate/infra/config"
+	"tollgate/infra/natsserver"
+	"tollgate/tenants"
+)
+
+// Dev runs the whole stack in one process: an embedded NATS server (unless
+// TOLLGATE_NATS_URL is set), the api with its relay, one edge, and a demo tenant with a
+// demo upstream, a consumer and a key; then it prints the curl lines that call them.
+func Dev(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.LogLevel, "dev")
+	if cfg.AdminToken == "" {
+		cfg.AdminToken, _, _ = tenants.NewSecret("tgadm_")
+	}
+	if len(cfg.AllowCIDRs) == 0 {
+		// The demo upstream runs on loopback.
+		cfg.AllowCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	}
+
+	// Bind every port first, so a port already in use fails before anything starts.
+	apiLn, err := listen("TOLLGATE_API_ADDR", cfg.APIAddr)
+	if err != nil {
+		return err
+	}
+	edgeLn, err := listen("TOLLGATE_EDGE_ADDR", cfg.EdgeAddr)
+	if err != nil {
+		return err
+	}
+	adminLn, err := listen("TOLLGATE_EDGE_ADMIN_ADDR", cfg.EdgeAdmin)
+	if err != nil {
+		return err
+	}
+
+	natsURL := cfg.NATSURL
+	if natsURL == "" {
+		// A fresh store each run: the bucket is rebuilt from Postgres below, which is the
+		// source of truth, so nothing is lost by starting NATS empty.
+		dir, err := os.MkdirTemp("", "tollgate-nats-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		ns, err := natsserver.Start(natsserver.Options{StoreDir: dir})
+		if err != nil {
+			return err
+		}
+		defer ns.Shutdown()
+		natsURL = ns.ClientURL()
+	}
+
+	cp, err := openControlPlane(ctx, cfg, natsURL, log)
+	if err != nil {
+		return err
+	}
+	defer cp.close()
+	kv, err := cp.bucket(ctx, cfg.KVBucket())
+	if err != nil {
+		return err
+	}
+	if _, err := cp.resync(ctx, kv); err != nil {
+		return fmt.Errorf("rebuild config bucket: %w", err)
+	}
+
+	upstream, stopUpstream, err := startDemoUpstream()
+	if err != nil {
+		return err
+	}
+	defer stopUpstream()
+	key, err := seedDemo(ctx, cp, upstream)
+	if err != nil {
+		return fmt.Errorf("demo tenant: %w", err)
+	}
+
+	apiDone := make(chan error, 1)
+	go func() { apiDone <- runAPI(ctx, cfg, cp, apiLn, log) }()
+	edgeReady := make(chan struct{})
+	edgeDone := make(chan error, 1)
+	go func() {
+		edgeDone <- runEdge(ctx, cfg, natsURL, edgeLn, adminLn, log, func() { close(edgeReady) })
+	}()
+
+	edgePort := portOf(edgeLn)
+	if err := waitDemo(ctx, edgeReady, edgeLn.Addr().String(), key); err != nil {
+		log.Warn("demo route not served yet", "err", err)
+	}
+	printBanner(cfg, apiLn.Addr().String(), edgePort, adminLn.Addr().String(), natsURL, key)
+
+	var first error
+	select {
+	case first = <-apiDone:
+	case first = <-edgeDone:
+	case <-ctx.Done():
+	}
+	// Both stop on ctx; wait for them so the deferred closes run after.
+	<-ctx.Done()
+	for _, ch := range []chan error{apiDone, edgeDone} {
+		select {
+		case err := <-ch:
+			if first == nil {
+				first = err
+			}
+		case <-time.After(shutdownGrace):
+		}
+	}
+	return first
+}
+
+func listen(name, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%s: %w (set %s to another address)", name, addr, err, name)
+	}
+	return ln, nil
+}
+
+func portOf(ln net.Listener) string {
+	_, p, _ := net.SplitHostPort(ln.Addr().String())
+	return p
+}
+
+// Demo objects. The route is created or updated to point at this run's demo upstream;
+// the consumer's old keys are removed and a fresh key is made (plaintext is never stored,
+// so the previous run's key cannot be shown again).
+const (
+	demoSlug     = "demo"
+	demoRoute    = "hello"
+	demoConsumer = "demo-client"
+)
+
+func seedDemo(ctx context.Context, cp *controlPlane, upstreamAddr string) (string, error) {
+	db := cp.db
+	t, err := db.FindTenant(ctx, demoSlug)
+	if tenants.ErrorCode(err) == tenants.ENotFound {
+		t = &tenants.Tenant{Slug: demoSlug, Name: "Demo"}
+		err = db.CreateTenant(ctx, t)
+	}
+	if err != nil {
+		return "", err
+	}
+	want := tenants.Route{
+		TenantID: t.ID,
+		Name:     demoRoute,
+		Paths:    []string{"/hello"},
+		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "http://" + upstreamAddr, Weight: 1}}},
+		Auth:     tenants.AuthKey,
+	}
+	r, err := findByName(ctx, demoRoute, func(p tenants.Page) ([]*tenants.Route, string, error) { return db.ListRoutes(ctx, t.ID, p) },
+		func(r *tenants.Route) string { return r.Name })
+	if err != nil {
+		return "", err
+	}
+	if r == nil {
+		if err := db.CreateRoute(ctx, &want); err != nil {
+			return "", err
+		}
+	} else {
+		want.ID, want.Version = r.ID, r.Version
+		if err := db.UpdateRoute(ctx, &want); err != nil {
+			return "", err
+		}
+	}
+	c, err := findByName(ctx, demoConsumer, func(p tenants.Page) ([]*tenants.Consumer, string, error) { return db.ListConsumers(ctx, t.ID, p) },
+		func(c *tenants.Consumer) string { return c.Name })
+	if err != nil {
+		return "", err
+	}
+	if c == nil {
+		c = &tenants.Consumer{TenantID: t.ID, Name: demoConsumer}
+		if err := db.CreateConsumer(ctx, c); err != nil {
+			return "", err
+		}
+	}
+	old, _, err := db.ListKeys(ctx, t.ID, c.ID, tenants.Page{Limit: tenants.MaxPageLimit})
+	if err != nil {
+		return "", err
+	}
+	for _, k := range old {
+		if err := db.DeleteKey(ctx, t.ID, c.ID, k.ID); err != nil {
+			return "", err
+		}
+	}
+	plain, hash, prefix := tenants.NewSecret(tenants.KeyPrefix)
+	if err := db.CreateKey(ctx, &tenants.Key{TenantID: t.ID, ConsumerID: c.ID, Hash: hash, Prefix: prefix}); err != nil {
+		return "", err
+	}
+	return plain, nil
+}
+
+func findByName[T any](ctx context.Context, name string, list func(tenants.Page) ([]T, string, error), nameOf func(T) string) (T, error) {
+	var zero T
+	page := tenants.Page{Limit: tenants.MaxPageLimit}
+	for {
+		items, next, err := list(page)
+		if err != nil {
+			return zero, err
+		}
+		for _, it := range items {
+			if nameOf(it) == name {
+				return it, nil
+			}
+		}
+		if next == "" {
+			return zero, nil
+		}
+		page.Cursor = next
+	}
+}
+
+// waitDemo waits until the edge answers the demo route with the demo key, so the printed
+// curl lines work the moment they appear.
+func waitDemo(ctx context.Context, edgeReady <-chan struct{}, edgeAddr, key string) error {
+	select {
+	case <-edgeReady:
+	case <-time.After(30 * time.Second):
+		return errors.New("edge did not load its config within 30s")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+edgeAddr+"/hello", nil)
+		req.Host = demoSlug + ".localhost"
+		req.Header.Set("X-API-Key", key)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func printBanner(cfg *config.Config, apiAddr, edgePort, adminAddr, natsURL, key string) {
+	host := demoSlug + "." + cfg.EdgeDomain
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nTollgate dev stack is up.\n\n")
+	fmt.Fprintf(&b, "  management api   http://%s          (admin token below)\n", apiAddr)
+	fmt.Fprintf(&b, "  edge             http://%s:%s\n", host, edgePort)
+	fmt.Fprintf(&b, "  edge metrics     http://%s/metrics\n", adminAddr)
+	fmt.Fprintf(&b, "  nats             %s   bucket %s\n", natsURL, cfg.KVBucket())
+	fmt.Fprintf(&b, "  database         %s\n\n", redactURL(cfg.DatabaseURL))
+	fmt.Fprintf(&b, "Call the demo API through the edge (tenant %q, route /hello, key auth):\n\n", demoSlug)
+	fmt.Fprintf(&b, "  curl -i -H 'X-API-Key: %s' http://%s:%s/hello\n", key, host, edgePort)
+	fmt.Fprintf(&b, "  curl -i http://%s:%s/hello                # no key: 401 envelope\n\n", host, edgePort)
+	if cfg.EdgeDomain != "localhost" {
+		fmt.Fprintf(&b, "(if %s does not resolve here, add -H 'Host: %s' and call 127.0.0.1 instead)\n\n", host, host)
+	}
+	fmt.Fprintf(&b, "Manage it:\n\n")
+	fmt.Fprintf(&b, "  export TOLLGATE_ADMIN_TOKEN=%s\n", cfg.AdminToken)
+	fmt.Fprintf(&b, "  curl -s -H \"Authorization: Bearer $TOLLGATE_ADMIN_TOKEN\" http://%s/v1/tenants/demo/routes\n", apiAddr)
+	fmt.Fprintf(&b, "  curl -s -H \"Authorization: Bearer $TOLLGATE_ADMIN_TOKEN\" http://%s/v1/openapi.json\n\n", apiAddr)
+	fmt.Fprintf(&b, "Ctrl-C stops everything.\n")
+	fmt.Print(b.String())
+}
+
+func redactURL(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		if at := strings.Index(u[i+3:], "@"); at >= 0 {
+			creds := u[i+3 : i+3+at]
+			if c := strings.Index(creds, ":"); c >= 0 {
+				return u[:i+3] + creds[:c] + ":***" + u[i+3+at:]
+			}
+		}
+	}
+	return u
+}

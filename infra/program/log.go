@@ -1,0 +1,26 @@
+package program
+
+import (
+	"log/slog"
+	"os"
+	"strings"
+)
+
+// newLogger writes JSON lines to stderr at the configured level.
+func newLogger(level, component string) *slog.Logger {
+	var l slog.Level
+	switch strings.ToLower(level) {
+	case "debug":
+		l = slog.LevelDebug
+	case "warn", "warning":
+		l = slog.LevelWarn
+	case "error":
+		l = slog.LevelError
+	default:
+		l = slog.LevelInfo
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	// Libraries that log through slog.Default (the NATS connection) write the same way.
+	slog.SetDefault(log)
+	return log.With("process", component)
+}

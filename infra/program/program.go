@@ -1,0 +1,291 @@
+// Package program wires Tollgate's concrete parts into the subcommands main dispatches:
+// it is the only package that imports both the domain implementations (Postgres, NATS)
+// and the servers (api, edge). End-to-end tests start the built binary; the pieces here
+// are kept small so each subcommand reads top to bottom.
+package program
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"tollgate/api"
+	"tollgate/edge"
+	"tollgate/infra/config"
+	"tollgate/tenants"
+	tgnats "tollgate/tenants/nats"
+	"tollgate/tenants/postgres"
+)
+
+// shutdownGrace bounds draining in-flight requests on SIGTERM.
+const shutdownGrace = 25 * time.Second
+
+const defaultNATSURL = "nats://127.0.0.1:4222"
+
+func loadConfig() (*config.Config, error) { return config.FromEnv(os.Getenv) }
+
+// Migrate applies the database migrations, creating the database if needed.
+func Migrate(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	if err := postgres.Migrate(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	fmt.Println("database migrated")
+	return nil
+}
+
+// Billing is the usage consumer; it lands with the metering issue.
+func Billing(ctx context.Context, args []string) error {
+	return errors.New("billing is not built yet")
+}
+
+// controlPlane is the api's half of the stack: store, relay and the bucket it feeds.
+type controlPlane struct {
+	db    *postgres.DB
+	nc    *nats.Conn
+	kv    jetstream.KeyValue
+	relay *postgres.Relay
+}
+
+func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, log *slog.Logger) (*controlPlane, error) {
+	if err := postgres.Migrate(ctx, cfg.DatabaseURL); err != nil {
+		return nil, err
+	}
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamPolicy(cfg.UpstreamPolicy()))
+	if err != nil {
+		return nil, err
+	}
+	nc, err := tgnats.Connect(natsURL, "tollgate-api")
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	pub, err := tgnats.NewPublisher(nc, cfg.KVBucket(), 0)
+	if err != nil {
+		nc.Close()
+		db.Close()
+		return nil, err
+	}
+	cp := &controlPlane{db: db, nc: nc, relay: postgres.NewRelay(db, pub, log)}
+	return cp, nil
+}
+
+// bucket creates the KV bucket, retrying while NATS is unreachable (the api serves
+// meanwhile; the relay keeps the outbox until the bucket is there).
+func (cp *controlPlane) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(cp.nc)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		kv, err := tgnats.EnsureBucket(cctx, js, name)
+		cancel()
+		if err == nil {
+			return kv, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("nats: config bucket %s: %w", name, err)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// resync rebuilds the bucket from Postgres.
+func (cp *controlPlane) resync(ctx context.Context, kv jetstream.KeyValue) (postgres.ResyncResult, error) {
+	return cp.relay.Resync(ctx, func(ctx context.Context, live []tenants.Change) error {
+		return tgnats.Resync(ctx, kv, live)
+	})
+}
+
+func (cp *controlPlane) close() {
+	cp.nc.Close()
+	cp.db.Close()
+}
+
+func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server {
+	return api.New(api.Config{
+		Tenants:    cp.db,
+		Routes:     cp.db,
+		Consumers:  cp.db,
+		Plans:      cp.db,
+		Tokens:     cp.db,
+		AdminToken: cfg.AdminToken,
+		Upstreams:  cfg.UpstreamPolicy(),
+		Logger:     log,
+		Ready: func(ctx context.Context) error {
+			if err := cp.db.Ping(ctx); err != nil {
+				return fmt.Errorf("postgres: %w", err)
+			}
+			return nil
+		},
+	})
+}
+
+// API serves the management API and runs the outbox relay. With --resync it rebuilds the
+// KV bucket from Postgres and exits.
+func API(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("api", flag.ContinueOnError)
+	resync := fs.Bool("resync", false, "rebuild the KV bucket from Postgres, then exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.LogLevel, "api")
+	if cfg.AdminToken == "" {
+		return errors.New("TOLLGATE_ADMIN_TOKEN must be set (the operator's token for the management API)")
+	}
+	natsURL := cfg.NATSURL
+	if natsURL == "" {
+		natsURL = defaultNATSURL
+	}
+	cp, err := openControlPlane(ctx, cfg, natsURL, log)
+	if err != nil {
+		return err
+	}
+	defer cp.close()
+	if *resync {
+		kv, err := cp.bucket(ctx, cfg.KVBucket())
+		if err != nil {
+			return err
+		}
+		res, err := cp.resync(ctx, kv)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("bucket %s rebuilt: %d entries (revs %d..%d), %d pending outbox rows superseded\n",
+			cfg.KVBucket(), res.Entries, res.FirstRev, res.FirstRev+int64(res.Entries)-1, res.Superseded)
+		return nil
+	}
+	ln, err := net.Listen("tcp", cfg.APIAddr)
+	if err != nil {
+		return fmt.Errorf("api listen: %w", err)
+	}
+	return runAPI(ctx, cfg, cp, ln, log)
+}
+
+// runAPI serves until ctx ends, with the relay beside it once the bucket exists.
+func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Listener, log *slog.Logger) error {
+	srv := cp.server(cfg, log)
+	relayDone := make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		if _, err := cp.bucket(ctx, cfg.KVBucket()); err != nil {
+			return
+		}
+		if err := cp.relay.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("relay stopped", "err", err)
+		}
+	}()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("api listening", "addr", ln.Addr().String(), "bucket", cfg.KVBucket())
+	select {
+	case err := <-serveErr:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	<-relayDone
+	return err
+}
+
+// Edge serves tenant traffic from the KV bucket.
+func Edge(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.LogLevel, "edge")
+	natsURL := cfg.NATSURL
+	if natsURL == "" {
+		natsURL = defaultNATSURL
+	}
+	pub, err := net.Listen("tcp", cfg.EdgeAddr)
+	if err != nil {
+		return fmt.Errorf("edge listen: %w", err)
+	}
+	adm, err := net.Listen("tcp", cfg.EdgeAdmin)
+	if err != nil {
+		pub.Close()
+		return fmt.Errorf("edge admin listen: %w", err)
+	}
+	return runEdge(ctx, cfg, natsURL, pub, adm, log, nil)
+}
+
+// runEdge watches the bucket into a new edge and serves until ctx ends. ready, if not
+// nil, is called once the initial load is in.
+func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net.Listener, log *slog.Logger, ready func()) error {
+	e, err := edge.New(edge.Config{
+		Domain:         cfg.EdgeDomain,
+		Policy:         cfg.UpstreamPolicy(),
+		TrustedProxies: cfg.TrustedProxy,
+		Logger:         log,
+		AccessLog:      cfg.AccessLog,
+		EdgeID:         cfg.EdgeID,
+		Pprof:          cfg.Pprof,
+	})
+	if err != nil {
+		return err
+	}
+	nc, err := tgnats.Connect(natsURL, "tollgate-edge-"+cfg.EdgeID)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	w, err := tgnats.Watch(ctx, js, cfg.KVBucket(), tgnats.WatchConfig{
+		OnUpdate: func(u tgnats.Update) { e.Apply(u.Key, u.Value, u.Revision) },
+		OnReady: func() {
+			e.Loaded()
+			log.Info("edge config loaded", "bucket", cfg.KVBucket())
+			if ready != nil {
+				ready()
+			}
+		},
+		OnError: func(err error) { log.Warn("config watch", "err", err) },
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- e.Serve(pub, adm) }()
+	log.Info("edge listening", "addr", pub.Addr().String(), "admin", adm.Addr().String(), "domain", cfg.EdgeDomain)
+	select {
+	case err := <-serveErr:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	return e.Shutdown(sctx)
+}

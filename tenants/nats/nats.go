@@ -1,0 +1,113 @@
+// Package nats is the JetStream side of config fan-out: the KV bucket of config entries
+// (see tenants.Entry for its key layout), the Publisher the api's outbox relay hands
+// changes to, Resync to rebuild the bucket from Postgres, and the Watcher an edge boots
+// from and follows.
+//
+// It speaks only the KV's wire format (subjects $KV.<bucket>.<key>, a KV-Operation header
+// for deletes), so entries it writes are ordinary KV entries that `nats kv` and
+// jetstream.KeyValue read as usual. It never decodes entries beyond their Rev: validating
+// and applying them is the edge's job (tenants.DecodeEntry).
+//
+// Everything here works against NATS 2.9 (the machine's server) as well as 2.10+.
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// MaxValueSize is the largest config entry the bucket accepts.
+const MaxValueSize = 1 << 20
+
+// Connect dials url with the options both the api and the edge want: reconnect forever,
+// one second apart (jittered), buffer up to 8 MB while reconnecting, and notice a dead
+// server within about 20 s. It returns at once when the server cannot be reached at
+// start, with the connection retrying in the background, so an api started during a NATS
+// outage comes up and its outbox catches up later, and an edge started during one becomes
+// ready when NATS returns. name identifies the process in the server's connection list.
+// opts are applied last and override these defaults.
+func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	log := slog.Default().With("nats", url, "conn", name)
+	o := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(time.Second),
+		nats.ReconnectJitter(250*time.Millisecond, time.Second),
+		nats.ReconnectBufSize(8 << 20),
+		nats.Timeout(2 * time.Second),
+		nats.PingInterval(5 * time.Second),
+		nats.MaxPingsOutstanding(3),
+		nats.ConnectHandler(func(*nats.Conn) { log.Info("nats connected") }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { log.Info("nats reconnected") }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Warn("nats async error", "subject", sub.Subject, "err", err)
+			} else {
+				log.Warn("nats async error", "err", err)
+			}
+		}),
+	}
+	nc, err := nats.Connect(url, append(o, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("nats connect %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// EnsureBucket creates the config bucket or brings an existing one to the settings below:
+// history 1 (an edge needs the latest value only, and JetStream then indexes one message
+// per key), file storage, values up to MaxValueSize. Nothing it sets needs NATS 2.10.
+func EnsureBucket(ctx context.Context, js jetstream.JetStream, name string) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:       name,
+		Description:  "Tollgate config entries, one per tenant object (<tenant_id>.<kind>[.<id>]); written by the api's outbox relay, watched by edges",
+		History:      1,
+		Storage:      jetstream.FileStorage,
+		MaxValueSize: MaxValueSize,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure kv bucket %s: %w", name, err)
+	}
+	return kv, nil
+}
+
+// The KV's own wire format, as jetstream.KeyValue writes and reads it.
+const (
+	kvOperation   = "KV-Operation"
+	kvDelete      = "DEL"
+	kvPurge       = "PURGE"
+	markerReason  = "Nats-Marker-Reason" // 2.11+: server-made markers (TTL expiry, removal)
+	kvStreamPre   = "KV_"
+	kvSubjectsPre = "$KV."
+)
+
+func streamName(bucket string) string    { return kvStreamPre + bucket }
+func subjectPrefix(bucket string) string { return kvSubjectsPre + bucket + "." }
+func subject(bucket, key string) string  { return kvSubjectsPre + bucket + "." + key }
+func validKey(key string) bool {
+	return validKeyRe.MatchString(key) && key[0] != '.' && key[len(key)-1] != '.'
+}
+func validFilter(filter string) bool         { return validFilterRe.MatchString(filter) }
+func isDelete(op string, marker string) bool { return op == kvDelete || op == kvPurge || marker != "" }
+
+// Key rules of jetstream.KeyValue, so the bucket never holds a key the KV API would refuse.
+var (
+	validKeyRe    = regexp.MustCompile(`^[-/_=\.a-zA-Z0-9]+$`)
+	validFilterRe = regexp.MustCompile(`^[-/_=\.a-zA-Z0-9*]*[>]?$`)
+)
+
+// errNotConnected is what Publish returns at once while the connection is down.
+var errNotConnected = errors.New("nats: not connected")

@@ -1,0 +1,225 @@
+package nats
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Update is one change of the bucket as a Watcher delivers it.
+type Update struct {
+	Key      string
+	Value    []byte // nil: the key was deleted (or purged); never nil for a put
+	Revision uint64 // the KV revision (stream sequence); rises strictly along one Watcher
+	// Pending is how many more updates the server had queued behind this one when it sent
+	// it. An edge applying a burst (the initial load, a resync) can defer the expensive
+	// part, such as recompiling a tenant, until an update with Pending 0.
+	Pending uint64
+}
+
+// WatchConfig says what to watch and where to deliver it.
+type WatchConfig struct {
+	// Filter limits the watch to the keys it matches, e.g. tenants.TenantFilter(id).
+	// Default: every key.
+	Filter string
+	// OnUpdate receives every update, one at a time, in revision order. Required.
+	OnUpdate func(Update)
+	// OnReady is called once, after OnUpdate has returned for the last entry of the initial
+	// load; at once for an empty bucket. Optional: Ready() says the same.
+	OnReady func()
+	// OnError hears of the errors the Watcher recovers from by itself: the server being
+	// unreachable, missed heartbeats, its consumer being lost. For logs and metrics.
+	// Optional.
+	OnError func(error)
+	// BatchSize is how many messages the client asks for at once. Default: 1000.
+	BatchSize int
+}
+
+// Watcher loads the bucket (or the part its filter selects) and then follows it, through
+// outages of NATS, until stopped.
+//
+// What it guarantees. Updates arrive one at a time in revision order, and along one
+// Watcher a revision is never delivered twice: when the connection or the server comes
+// back, the Watcher recreates its consumer at the revision after the last one it
+// delivered. It misses no key's latest state: an update made while it was cut off
+// arrives when it resumes, but a key changed several times meanwhile arrives once, with
+// its latest value (the bucket keeps one revision per key), and a deleted key arrives as
+// a delete. Two limits: delete markers removed from the bucket (PurgeDeletes) while a
+// Watcher is cut off cannot be seen by it, and a bucket deleted and recreated restarts
+// revisions, which a running Watcher does not notice; rebuild the bucket with Resync
+// instead. A new Watcher (a restarted edge) starts over with a full load, so what it
+// delivers repeats what an earlier one did: de-duplicate by the entry's Rev.
+type Watcher struct {
+	js     jetstream.JetStream
+	stream string
+	prefix string
+	cfg    WatchConfig
+
+	ready    chan struct{}
+	stop     chan struct{}
+	done     chan struct{} // closed when run has returned and no callback runs any more
+	stopOnce sync.Once
+
+	// Used by the consume callback only, which runs on one goroutine at a time.
+	initDone    bool
+	initPending uint64
+	received    uint64
+}
+
+// Watch starts watching bucket and returns at once. It does not fail when NATS or the
+// bucket is not there yet: it keeps trying (reporting each failure to OnError) until it
+// gets the initial load, so an edge booted during an outage becomes ready when NATS
+// returns. It stops when ctx ends or Stop is called.
+func Watch(ctx context.Context, js jetstream.JetStream, bucket string, cfg WatchConfig) (*Watcher, error) {
+	if cfg.OnUpdate == nil {
+		return nil, fmt.Errorf("watch %s: OnUpdate is required", bucket)
+	}
+	if cfg.Filter == "" {
+		cfg.Filter = ">"
+	}
+	if !validFilter(cfg.Filter) {
+		return nil, fmt.Errorf("watch %s: %q is not a valid key filter", bucket, cfg.Filter)
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 1000
+	}
+	w := &Watcher{
+		js:     js,
+		stream: streamName(bucket),
+		prefix: subjectPrefix(bucket),
+		cfg:    cfg,
+		ready:  make(chan struct{}),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	go w.run(ctx)
+	return w, nil
+}
+
+// Ready is closed once the initial load has been delivered (after OnReady returned).
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
+
+// Stop ends the watch and returns when no callback runs any more. Do not call it from a
+// callback.
+func (w *Watcher) Stop() {
+	w.stopOnce.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+func (w *Watcher) run(ctx context.Context) {
+	defer close(w.done)
+	cons := w.start(ctx)
+	if cons == nil {
+		return
+	}
+	cc, err := cons.Consume(w.handle,
+		jetstream.PullMaxMessages(w.cfg.BatchSize),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { w.report(err) }),
+	)
+	if err != nil {
+		// Consume only fails on bad options; the consumer itself was created above.
+		w.report(fmt.Errorf("watch %s: %w", w.stream, err))
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-w.stop:
+	case <-cc.Closed(): // the connection was closed for good
+	}
+	cc.Stop()
+	<-cc.Closed()
+	// The server drops an idle consumer by itself (after 5 minutes); don't wait for that.
+	if info := cons.CachedInfo(); info != nil {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = w.js.DeleteConsumer(dctx, w.stream, info.Name)
+		cancel()
+	}
+}
+
+// start creates the ordered consumer, retrying until it succeeds or the watch is stopped,
+// and signals readiness at once when there is nothing to load. While the connection is
+// down it waits for it instead of sending requests that can only time out.
+func (w *Watcher) start(ctx context.Context) jetstream.Consumer {
+	// A request sent just as the server went away is lost without an answer, so the
+	// first attempts time out quickly; later ones allow a slow server more.
+	const minBackoff, minTimeout = 250 * time.Millisecond, time.Second
+	backoff, timeout := minBackoff, minTimeout
+	for {
+		wait := 100 * time.Millisecond
+		if w.js.Conn().IsConnected() {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			cons, err := w.js.OrderedConsumer(cctx, w.stream, jetstream.OrderedConsumerConfig{
+				FilterSubjects: []string{w.prefix + w.cfg.Filter}, // one filter: NATS 2.9 takes no list
+				DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+			})
+			cancel()
+			if err == nil {
+				w.initPending = cons.CachedInfo().NumPending
+				if w.initPending == 0 {
+					w.markReady()
+				}
+				return cons
+			}
+			w.report(fmt.Errorf("watch %s: %w", w.stream, err))
+			wait, backoff = backoff, min(2*backoff, 5*time.Second)
+			timeout = min(2*timeout, 10*time.Second)
+		} else {
+			backoff, timeout = minBackoff, minTimeout
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.stop:
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// handle turns one stream message into an Update.
+func (w *Watcher) handle(m jetstream.Msg) {
+	meta, err := m.Metadata()
+	if err != nil {
+		w.report(fmt.Errorf("watch %s: %w", w.stream, err))
+		return
+	}
+	u := Update{
+		Key:      strings.TrimPrefix(m.Subject(), w.prefix),
+		Revision: meta.Sequence.Stream,
+		Pending:  meta.NumPending,
+	}
+	h := m.Headers()
+	if !isDelete(h.Get(kvOperation), h.Get(markerReason)) {
+		u.Value = m.Data()
+		if u.Value == nil {
+			u.Value = []byte{}
+		}
+	}
+	w.cfg.OnUpdate(u)
+	if !w.initDone {
+		w.received++
+		// Writes during the load can keep Pending above 0; the count taken when the
+		// consumer was created bounds the load regardless.
+		if meta.NumPending == 0 || w.received >= w.initPending {
+			w.markReady()
+		}
+	}
+}
+
+func (w *Watcher) markReady() {
+	w.initDone = true
+	if w.cfg.OnReady != nil {
+		w.cfg.OnReady()
+	}
+	close(w.ready)
+}
+
+func (w *Watcher) report(err error) {
+	if w.cfg.OnError != nil {
+		w.cfg.OnError(err)
+	}
+}
