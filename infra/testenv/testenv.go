@@ -8,10 +8,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
+	"net"
 	"net/url"
 	"os"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,32 +72,45 @@ func Postgres(tb testing.TB) string {
 	return u.String()
 }
 
+// natsServers remembers where each test server listens and stores, since a server that
+// has been shut down no longer reports either.
+var natsServers sync.Map // *server.Server → natsInfo
+
+type natsInfo struct {
+	port int
+	dir  string
+}
+
 // NATS starts an in-process NATS server with JetStream on a free port, storing in a
 // directory of the test's, and shuts it down when the test ends. Restart it on the same
 // port and directory with RestartNATS to simulate an outage.
 func NATS(tb testing.TB) *server.Server {
 	tb.Helper()
-	s, err := natsserver.Start(natsserver.Options{StoreDir: tb.TempDir()})
+	dir := tb.TempDir()
+	s, err := natsserver.Start(natsserver.Options{StoreDir: dir})
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
 	tb.Cleanup(s.Shutdown)
+	natsServers.Store(s, natsInfo{port: s.Addr().(*net.TCPAddr).Port, dir: dir})
 	return s
 }
 
 // RestartNATS starts a server like s (same port, same store) after s was shut down.
 func RestartNATS(tb testing.TB, s *server.Server) *server.Server {
 	tb.Helper()
-	addr := s.Addr().String()
-	port := 0
-	fmt.Sscanf(addr[strings.LastIndex(addr, ":")+1:], "%d", &port)
+	v, ok := natsServers.Load(s)
+	if !ok {
+		tb.Fatalf("testenv: RestartNATS of a server not started by testenv.NATS")
+	}
+	info := v.(natsInfo)
 	var (
 		ns  *server.Server
 		err error
 	)
 	// The old listener may take a moment to release the port.
 	for i := 0; i < 50; i++ {
-		ns, err = natsserver.Start(natsserver.Options{Port: port, StoreDir: s.StoreDir()})
+		ns, err = natsserver.Start(natsserver.Options{Port: info.port, StoreDir: info.dir})
 		if err == nil {
 			break
 		}
@@ -107,6 +120,7 @@ func RestartNATS(tb testing.TB, s *server.Server) *server.Server {
 		tb.Fatalf("testenv: restart nats: %v", err)
 	}
 	tb.Cleanup(ns.Shutdown)
+	natsServers.Store(ns, info)
 	return ns
 }
 

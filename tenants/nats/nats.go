@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -97,13 +98,19 @@ const (
 func streamName(bucket string) string    { return kvStreamPre + bucket }
 func subjectPrefix(bucket string) string { return kvSubjectsPre + bucket + "." }
 func subject(bucket, key string) string  { return kvSubjectsPre + bucket + "." + key }
-func validKey(key string) bool {
-	return validKeyRe.MatchString(key) && key[0] != '.' && key[len(key)-1] != '.'
-}
-func validFilter(filter string) bool         { return validFilterRe.MatchString(filter) }
-func isDelete(op string, marker string) bool { return op == kvDelete || op == kvPurge || marker != "" }
 
-// Key rules of jetstream.KeyValue, so the bucket never holds a key the KV API would refuse.
+// isDelete says whether a message's KV-Operation and Nats-Marker-Reason headers make it
+// a delete rather than a value.
+func isDelete(op, marker string) bool { return op == kvDelete || op == kvPurge || marker != "" }
+
+// validKey follows jetstream.KeyValue's key rules, so the bucket never holds a key the
+// KV API would refuse, and also refuses an empty token ("a..b"), which is no subject.
+func validKey(key string) bool {
+	return validKeyRe.MatchString(key) && key[0] != '.' && key[len(key)-1] != '.' && !strings.Contains(key, "..")
+}
+
+func validFilter(filter string) bool { return validFilterRe.MatchString(filter) }
+
 var (
 	validKeyRe    = regexp.MustCompile(`^[-/_=\.a-zA-Z0-9]+$`)
 	validFilterRe = regexp.MustCompile(`^[-/_=\.a-zA-Z0-9*]*[>]?$`)

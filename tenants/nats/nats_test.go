@@ -247,6 +247,8 @@ func TestPublishRefusesBadBatch(t *testing.T) {
 	for _, bad := range []tenants.Change{
 		{Rev: 2, Key: "t1.route.a b", Value: []byte("{}")},
 		{Rev: 2, Key: "t1.route.", Value: []byte("{}")},
+		{Rev: 2, Key: "t1..x", Value: []byte("{}")},
+		{Rev: 2, Key: "t1.route.*", Value: []byte("{}")},
 		{Rev: 2, Key: "", Value: []byte("{}")},
 		{Rev: 2, Key: "t1.route.x", Value: make([]byte, tgnats.MaxValueSize+1)},
 	} {
@@ -434,6 +436,12 @@ func (r *recorder) get(k string) (string, bool) {
 	defer r.mu.Unlock()
 	v, ok := r.state[k]
 	return v, ok
+}
+
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.state)
 }
 
 func (r *recorder) check(t testing.TB) {

@@ -15,7 +15,7 @@ import (
 
 // TestMachineServer runs the whole cycle against the machine's NATS server (2.9 here),
 // which has fewer features than the embedded one, in a bucket of its own that it deletes
-// afterwards. TOLLGATE_TEST_NATS_URL overrides the address; an unreachable server skips.
+// afterwards. TOLLGATE_TEST_NATS_URL overrides the address; .ci/services starts the server.
 func TestMachineServer(t *testing.T) {
 	t.Parallel()
 	url := os.Getenv("TOLLGATE_TEST_NATS_URL")
@@ -23,7 +23,7 @@ func TestMachineServer(t *testing.T) {
 		url = "nats://127.0.0.1:4222"
 	}
 	if c, err := net.DialTimeout("tcp", url[len("nats://"):], 500*time.Millisecond); err != nil {
-		t.Skipf("no NATS server at %s: %v", url, err)
+		t.Fatalf("no NATS server at %s (start it: bash .ci/services): %v", url, err)
 	} else {
 		c.Close()
 	}
@@ -59,8 +59,8 @@ func TestMachineServer(t *testing.T) {
 	w1 := watch(t, js, bucket, r1.config(tenants.TenantFilter("t1")))
 	waitReady(t, w)
 	waitReady(t, w1)
-	if len(r.state) != 199 || len(r1.state) != 100 {
-		t.Errorf("loaded %d keys (want 199) and, for t1, %d (want 100)", len(r.state), len(r1.state))
+	if n, n1 := r.len(), r1.len(); n != 199 || n1 != 100 {
+		t.Errorf("loaded %d keys (want 199) and, for t1, %d (want 100)", n, n1)
 	}
 	if err := p.Publish(ctx, []tenants.Change{put(202, key("t1", 1), "v2"), del(203, key("t1", 3))}); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 // Update is one change of the bucket as a Watcher delivers it.
 type Update struct {
 	Key      string
-	Value    []byte // nil: the key was deleted (or purged); never nil for a put
+	Value    []byte // nil: the key was deleted (or purged); never nil for a put. The caller's to keep.
 	Revision uint64 // the KV revision (stream sequence); rises strictly along one Watcher
 	// Pending is how many more updates the server had queued behind this one when it sent
 	// it. An edge applying a burst (the initial load, a resync) can defer the expensive
@@ -52,7 +52,9 @@ type WatchConfig struct {
 // Watcher is cut off cannot be seen by it, and a bucket deleted and recreated restarts
 // revisions, which a running Watcher does not notice; rebuild the bucket with Resync
 // instead. A new Watcher (a restarted edge) starts over with a full load, so what it
-// delivers repeats what an earlier one did: de-duplicate by the entry's Rev.
+// delivers repeats what an earlier one did: de-duplicate by the entry's Rev. The initial
+// load includes the delete markers the bucket still holds, so a delete may name a key
+// the caller never had.
 type Watcher struct {
 	js     jetstream.JetStream
 	stream string
