@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"tollgate/tenants"
+)
+
+// latStats summarizes latencies. neg counts samples where the entry was in the bucket
+// before the 201 reached the client (the relay beat the HTTP response); they count as 0.
+type latStats struct {
+	n             int
+	p50, p99, max time.Duration
+	neg           int
+}
+
+func summarize(ds []time.Duration) latStats {
+	s := latStats{n: len(ds)}
+	if len(ds) == 0 {
+		return s
+	}
+	c := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		if d < 0 {
+			s.neg++
+			d = 0
+		}
+		c[i] = d
+	}
+	slices.Sort(c)
+	pct := func(p float64) time.Duration { return c[min(len(c)-1, int(p*float64(len(c))))] }
+	s.p50, s.p99, s.max = pct(0.50), pct(0.99), c[len(c)-1]
+	return s
+}
+
+// configResult is the config scenario: how long after the api's 201 a change is in the
+// KV bucket (and served by an edge).
+type configResult struct {
+	seqBucket, seqEdge latStats
+	burstN             int
+	burstWorkers       int
+	burstBucket        latStats
+	burstAPI           time.Duration // first POST sent → last 201
+	burstTotal         time.Duration // first POST sent → last entry in the bucket
+	burstEdgeLast      time.Duration // first POST sent → edge serves the route whose entry came last
+}
+
+// bucketWatch records when each key of a filter first changes in the KV bucket.
+type bucketWatch struct {
+	mu      sync.Mutex
+	seen    map[string]time.Time
+	waiters map[string]chan struct{}
+}
+
+func (w *bucketWatch) mark(key string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.seen[key]; ok {
+		return
+	}
+	w.seen[key] = at
+	if ch, ok := w.waiters[key]; ok {
+		close(ch)
+		delete(w.waiters, key)
+	}
+}
+
+func (w *bucketWatch) wait(ctx context.Context, key string, timeout time.Duration) (time.Time, error) {
+	w.mu.Lock()
+	if t, ok := w.seen[key]; ok {
+		w.mu.Unlock()
+		return t, nil
+	}
+	ch, ok := w.waiters[key]
+	if !ok {
+		ch = make(chan struct{})
+		w.waiters[key] = ch
+	}
+	w.mu.Unlock()
+	select {
+	case <-ch:
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.seen[key], nil
+	case <-time.After(timeout):
+		return time.Time{}, fmt.Errorf("entry %s did not appear in the KV bucket within %s", key, timeout)
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	}
+}
+
+// watchBucket watches keys matching filter in bucket, new changes only.
+func watchBucket(ctx context.Context, b *bench, bucket, filter string) (*bucketWatch, func(), error) {
+	nc, err := nats.Connect(b.natsURL, nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, nil, fmt.Errorf("NATS at %s: %v", b.natsURL, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	var kv jetstream.KeyValue
+	err = waitFor(ctx, "KV bucket "+bucket, b.readyTimeout, 100*time.Millisecond, nil, func() error {
+		kv, err = js.KeyValue(ctx, bucket)
+		return err
+	})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	kw, err := kv.Watch(wctx, filter, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		cancel()
+		nc.Close()
+		return nil, nil, fmt.Errorf("watch %s %s: %v", bucket, filter, err)
+	}
+	w := &bucketWatch{seen: map[string]time.Time{}, waiters: map[string]chan struct{}{}}
+	go func() {
+		for e := range kw.Updates() {
+			if e != nil {
+				w.mark(e.Key(), time.Now())
+			}
+		}
+	}()
+	return w, func() { _ = kw.Stop(); cancel(); nc.Close() }, nil
+}
+
+// configLatency measures commit-to-bucket latency on a stack of its own: sequential single
+// changes, then a concurrent burst.
+func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
+	upPort, err := b.upstream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	upURL := fmt.Sprintf("http://127.0.0.1:%d", upPort)
+	s, err := b.newStack(ctx, "config", "")
+	if err != nil {
+		return nil, err
+	}
+	if b.edgeInConfig {
+		if err := s.startEdge(ctx, 0, ""); err != nil {
+			return nil, err
+		}
+	}
+	const slug = "cfg"
+	tid, err := s.client.createTenant(ctx, slug)
+	if err != nil {
+		return nil, err
+	}
+	w, stop, err := watchBucket(ctx, b, s.prefix+"_config", tenants.ObjectKey(tid, tenants.KindRoute, "*"))
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	res := &configResult{burstN: b.burst, burstWorkers: b.workers}
+	host, edgeBase := slug+".localhost", "http://"+s.edgeAddr
+	// A fresh client per run so polling the edge never waits behind the api's connections.
+	poll := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+
+	var bucketLat, edgeLat []time.Duration
+	for i := range b.cfgN {
+		path := fmt.Sprintf("/cfg-seq-%d", i)
+		var r created
+		if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody(fmt.Sprintf("seq-%d", i), path, upURL, "none", false), &r); err != nil {
+			return res, err
+		}
+		t201 := time.Now()
+		seen, err := w.wait(ctx, tenants.ObjectKey(tid, tenants.KindRoute, r.ID), 30*time.Second)
+		if err != nil {
+			return res, err
+		}
+		bucketLat = append(bucketLat, seen.Sub(t201))
+		if b.edgeInConfig {
+			err := waitFor(ctx, "edge to serve "+path, 30*time.Second, time.Millisecond, s.edge, func() error {
+				code, err := edgeStatus(ctx, poll, edgeBase, host, path, nil)
+				if err == nil && code != http.StatusOK {
+					err = fmt.Errorf("status %d", code)
+				}
+				return err
+			})
+			if err != nil {
+				return res, err
+			}
+			edgeLat = append(edgeLat, time.Since(t201))
+		}
+	}
+	res.seqBucket, res.seqEdge = summarize(bucketLat), summarize(edgeLat)
+	fmt.Fprintf(os.Stderr, "bench: config: %d sequential changes: 201→bucket p50 %s p99 %s\n",
+		b.cfgN, fmtDur(res.seqBucket.p50), fmtDur(res.seqBucket.p99))
+
+	// The burst: every creation at once from many clients.
+	type done struct {
+		key, path string
+		at        time.Time
+	}
+	dones := make([]done, b.burst)
+	start := time.Now()
+	err = s.client.createRoutes(ctx, slug, b.burst, b.workers, func(i int) map[string]any {
+		return routeBody(fmt.Sprintf("burst-%d", i), fmt.Sprintf("/cfg-burst-%d", i), upURL, "none", false)
+	}, func(i int, id string, at time.Time) {
+		dones[i] = done{key: tenants.ObjectKey(tid, tenants.KindRoute, id), path: fmt.Sprintf("/cfg-burst-%d", i), at: at}
+	})
+	if err != nil {
+		return res, err
+	}
+	var lastAPI, lastSeen time.Time
+	lastPath := ""
+	lat := make([]time.Duration, 0, b.burst)
+	for _, d := range dones {
+		seen, err := w.wait(ctx, d.key, b.readyTimeout)
+		if err != nil {
+			return res, err
+		}
+		lat = append(lat, seen.Sub(d.at))
+		if d.at.After(lastAPI) {
+			lastAPI = d.at
+		}
+		if seen.After(lastSeen) {
+			lastSeen, lastPath = seen, d.path
+		}
+	}
+	res.burstBucket = summarize(lat)
+	res.burstAPI, res.burstTotal = lastAPI.Sub(start), lastSeen.Sub(start)
+	if b.edgeInConfig {
+		err := waitFor(ctx, "edge to serve "+lastPath, b.readyTimeout, time.Millisecond, s.edge, func() error {
+			code, err := edgeStatus(ctx, poll, edgeBase, host, lastPath, nil)
+			if err == nil && code != http.StatusOK {
+				err = fmt.Errorf("status %d", code)
+			}
+			return err
+		})
+		if err != nil {
+			return res, err
+		}
+		res.burstEdgeLast = time.Since(start)
+	}
+	fmt.Fprintf(os.Stderr, "bench: config: burst of %d: 201→bucket p50 %s p99 %s max %s, all in bucket after %s\n",
+		b.burst, fmtDur(res.burstBucket.p50), fmtDur(res.burstBucket.p99), fmtDur(res.burstBucket.max), fmtDur(res.burstTotal))
+	return res, nil
+}
+
+// rssResult is the edge's resident memory idle with one route, then with many.
+type rssResult struct {
+	routes          int
+	base, loaded    int64 // KB
+	create, applied time.Duration
+}
+
+// rssRoutesRun creates b.rssRoutes routes on a stack of its own and reads the idle edge's
+// RSS once every route is served.
+func (b *bench) rssRoutesRun(ctx context.Context) (*rssResult, error) {
+	upPort, err := b.upstream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	upURL := fmt.Sprintf("http://127.0.0.1:%d", upPort)
+	s, err := b.newStack(ctx, "rss", "")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startEdge(ctx, 0, ""); err != nil {
+		return nil, err
+	}
+	const slug = "rss"
+	host, base := slug+".localhost", "http://"+s.edgeAddr
+	if _, err := s.client.createTenant(ctx, slug); err != nil {
+		return nil, err
+	}
+	if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("first", "/first", upURL, "none", false), nil); err != nil {
+		return nil, err
+	}
+	if err := waitServed(ctx, b, s.edge, base, host, []string{"/first"}, nil); err != nil {
+		return nil, err
+	}
+	time.Sleep(time.Second)
+	res := &rssResult{routes: b.rssRoutes, base: rssKB(s.edge.pid())}
+
+	paths := make([]string, b.rssRoutes)
+	for i := range paths {
+		paths[i] = routePath(i)
+	}
+	start := time.Now()
+	err = s.client.createRoutes(ctx, slug, len(paths), b.workers, func(i int) map[string]any {
+		return routeBody(fmt.Sprintf("route-%d", i), paths[i], upURL, "none", false)
+	}, nil)
+	if err != nil {
+		return res, err
+	}
+	res.create = time.Since(start)
+	if err := waitServed(ctx, b, s.edge, base, host, paths, nil); err != nil {
+		return res, err
+	}
+	res.applied = time.Since(start)
+	time.Sleep(2 * time.Second)
+	res.loaded = rssKB(s.edge.pid())
+	fmt.Fprintf(os.Stderr, "bench: rss10k: edge RSS %s with 1 route, %s with %d\n", fmtKB(res.base), fmtKB(res.loaded), b.rssRoutes+1)
+	return res, nil
+}

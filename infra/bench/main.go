@@ -1,0 +1,271 @@
+// Command bench measures Tollgate against nginx on the seeds' scenarios (DESIGN.md,
+// "Performance"): the primary figure is the gateway process's CPU time per request, with
+// QPS and p50/p99 beside it, each run pinned with taskset (gateway on CPU 0, wrk and the
+// upstream on CPU 1) at GOMAXPROCS / nginx workers 1 and 2, and Tollgate's config fan-out
+// latency and idle RSS with many routes.
+//
+//	go run ./infra/bench [-scenarios S1,S2,S4r,config,rss10k] [-duration 10s] [-cores 1,2] [-out bench-results.md]
+//	go tool task bench -- -duration 3s -scenarios S1
+//
+// It is a command, not a test: it needs the machine's Postgres and NATS, installs nginx and
+// wrk from Debian's packages when they are missing, and leaves nothing behind — every
+// process it starts is killed with its process group, its database is dropped, its NATS
+// streams deleted and its temp directory removed, on success, failure or Ctrl-C.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+)
+
+// bench holds the settings and shared state of one sweep.
+type bench struct {
+	root, dir    string // repository root; the run's temp directory
+	clean        *cleanups
+	http         *http.Client
+	tick         int64 // clock ticks per second, the unit of /proc/PID/stat times
+	gateways     []string
+	cores        []int
+	loadCPUs     string
+	threads      int
+	conns        int
+	warmup       time.Duration
+	duration     time.Duration
+	routes       int // S4r
+	rssRoutes    int // rss10k
+	cfgN         int // config: sequential changes
+	burst        int // config: concurrent changes
+	workers      int // concurrent management API clients
+	readyTimeout time.Duration
+	natsURL      string
+	pgAdmin      string
+	redisURL     string
+	s2Limit      bool
+	bin          string
+	edgeInConfig bool
+	upPort       int // the shared upstream, once started
+}
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	b := &bench{clean: &cleanups{}}
+	var (
+		scenarios = flag.String("scenarios", "S1,S2,S4r,config,rss10k", "comma-separated: S1 (1 route), S2 (key auth), S4r (many routes, hit one), config (commit-to-bucket latency), rss10k (edge RSS with many routes)")
+		gateways  = flag.String("gateways", "nginx,tollgate", "gateways to measure: nginx, tollgate")
+		cores     = flag.String("cores", "1,2", "GOMAXPROCS / nginx workers per run; the gateway gets CPUs 0..n-1")
+		out       = flag.String("out", "bench-results.md", "also write the markdown report here (empty: stdout only)")
+		keep      = flag.Bool("keep", false, "keep the temp directory (configs, logs) for inspection")
+	)
+	flag.DurationVar(&b.duration, "duration", 10*time.Second, "measured window per run")
+	flag.DurationVar(&b.warmup, "warmup", 2*time.Second, "warmup before each measured window")
+	flag.StringVar(&b.loadCPUs, "load-cpus", "1", "CPUs for wrk and the upstream")
+	flag.IntVar(&b.threads, "threads", 2, "wrk threads")
+	flag.IntVar(&b.conns, "conns", 64, "wrk connections")
+	flag.IntVar(&b.routes, "routes", 5000, "routes of S4r")
+	flag.IntVar(&b.rssRoutes, "rss-routes", 10000, "routes of rss10k")
+	flag.IntVar(&b.cfgN, "config-n", 200, "config: sequential route creations")
+	flag.IntVar(&b.burst, "burst", 5000, "config: route creations fired concurrently")
+	flag.IntVar(&b.workers, "workers", 32, "concurrent management API clients for bulk creation")
+	flag.BoolVar(&b.edgeInConfig, "config-edge", true, "config: also time until the edge serves each new route")
+	flag.DurationVar(&b.readyTimeout, "ready-timeout", 2*time.Minute, "how long to wait for a process or config to be ready")
+	flag.StringVar(&b.natsURL, "nats", "nats://127.0.0.1:4222", "NATS (JetStream) the stacks use")
+	flag.StringVar(&b.pgAdmin, "pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres to create the run's databases on")
+	flag.StringVar(&b.redisURL, "redis", "", "TOLLGATE_REDIS_URL for the edges (empty: local limits only)")
+	flag.BoolVar(&b.s2Limit, "s2-ratelimit", false, "S2: add a rate limit that is never reached (rps=burst=1e6) to the route, and limit_req to nginx")
+	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() { <-ctx.Done(); stop() }() // a second Ctrl-C kills at once
+
+	b.gateways = splitList(*gateways)
+	for _, g := range b.gateways {
+		if g != "nginx" && g != "tollgate" {
+			return fail(fmt.Errorf("-gateways: unknown gateway %q (nginx, tollgate)", g))
+		}
+	}
+	for _, c := range splitList(*cores) {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 1 || n > runtime.NumCPU() {
+			return fail(fmt.Errorf("-cores: %q is not between 1 and %d", c, runtime.NumCPU()))
+		}
+		b.cores = append(b.cores, n)
+	}
+	scs := splitList(*scenarios)
+	for _, s := range scs {
+		if !slices.Contains([]string{"S1", "S2", "S4r", "config", "rss10k"}, s) {
+			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
+		}
+	}
+	if b.routes < 1 || b.rssRoutes < 1 || b.cfgN < 1 || b.burst < 1 || b.workers < 1 {
+		return fail(fmt.Errorf("-routes, -rss-routes, -config-n, -burst and -workers must be at least 1"))
+	}
+	if runtime.NumCPU() < 2 {
+		fmt.Fprintln(os.Stderr, "bench: only one CPU: gateway and load share it, figures are not comparable")
+		b.loadCPUs = "0"
+	}
+
+	var err error
+	if b.root, err = repoRoot(); err != nil {
+		return fail(err)
+	}
+	if b.dir, err = os.MkdirTemp("", "tollgate-bench-"); err != nil {
+		return fail(err)
+	}
+	if *keep {
+		fmt.Fprintf(os.Stderr, "bench: keeping %s\n", b.dir)
+	} else {
+		b.clean.add(func() { os.RemoveAll(b.dir) })
+	}
+	defer b.clean.run()
+	b.tick = clockTicks()
+	b.http = &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 30 * time.Second},
+	}
+
+	rep, err := b.sweep(ctx, scs)
+	if rep != nil {
+		md := rep.markdown()
+		fmt.Print(md)
+		if *out != "" {
+			if werr := os.WriteFile(*out, []byte(md), 0o644); werr != nil {
+				fmt.Fprintf(os.Stderr, "bench: writing %s: %v\n", *out, werr)
+			} else {
+				fmt.Fprintf(os.Stderr, "bench: report written to %s\n", *out)
+			}
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+func fail(err error) int {
+	fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	return 1
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %v", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("run the bench inside the tollgate module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// gatewayCPUs is the CPU list a gateway with n procs is pinned to: 0..n-1.
+func gatewayCPUs(n int) string {
+	if n == 1 {
+		return "0"
+	}
+	return fmt.Sprintf("0-%d", n-1)
+}
+
+func (b *bench) has(gw string) bool { return slices.Contains(b.gateways, gw) }
+
+// sweep runs everything asked for and returns the report, partial when an error stopped it.
+func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
+	rep := newReport(b)
+	if err := ensureTools(); err != nil {
+		return nil, err
+	}
+	rep.describeTools()
+	needTollgate := b.has("tollgate")
+	if !needTollgate {
+		for _, s := range scs {
+			if !isPerf(s) {
+				fmt.Fprintf(os.Stderr, "bench: %s needs -gateways tollgate; skipped\n", s)
+			}
+		}
+	}
+	if needTollgate {
+		if err := checkServices(ctx, b); err != nil {
+			return nil, err
+		}
+		if err := b.buildTollgate(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	var perf []string
+	for _, s := range scs {
+		if isPerf(s) {
+			perf = append(perf, s)
+		}
+	}
+	if len(perf) > 0 {
+		if err := b.perfSweep(ctx, perf, rep); err != nil {
+			return rep, err
+		}
+	}
+	if needTollgate && slices.Contains(scs, "config") {
+		r, err := b.configLatency(ctx)
+		rep.config = r
+		if err != nil {
+			return rep, fmt.Errorf("config: %w", err)
+		}
+	}
+	if needTollgate && slices.Contains(scs, "rss10k") {
+		r, err := b.rssRoutesRun(ctx)
+		rep.rss = r
+		if err != nil {
+			return rep, fmt.Errorf("rss10k: %w", err)
+		}
+	}
+	return rep, nil
+}
+
+func isPerf(s string) bool { return s == "S1" || s == "S2" || s == "S4r" }
+
+// checkServices fails early, with the remedy, when Postgres or NATS is not there.
+func checkServices(ctx context.Context, b *bench) error {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, b.pgAdmin)
+	if err != nil {
+		return fmt.Errorf("postgres at %s is not reachable (bash .ci/services starts it): %v", b.pgAdmin, err)
+	}
+	conn.Close(cctx)
+	nc, err := nats.Connect(b.natsURL, nats.Timeout(3*time.Second))
+	if err != nil {
+		return fmt.Errorf("NATS at %s is not reachable (bash .ci/services starts it): %v", b.natsURL, err)
+	}
+	defer nc.Close()
+	if _, err := nc.JetStream(); err != nil {
+		return fmt.Errorf("NATS at %s: JetStream: %v", b.natsURL, err)
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// cleanups runs registered undo steps in reverse order, once, whatever happened before:
+// every process started, database created and bucket made is registered here as soon as
+// it exists.
+type cleanups struct {
+	mu  sync.Mutex
+	fns []func()
+}
+
+func (c *cleanups) add(f func()) {
+	c.mu.Lock()
+	c.fns = append(c.fns, f)
+	c.mu.Unlock()
+}
+
+func (c *cleanups) run() {
+	c.mu.Lock()
+	fns := c.fns
+	c.fns = nil
+	c.mu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
+}
+
+// proc is a process the bench started, leader of its own process group so that it and
+// everything it forks (nginx's workers) are measured and killed together.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+	once sync.Once
+}
+
+// startProc starts argv in its own process group, pinned to cpus (taskset -c, exec'd, so
+// the pid is the program's own) unless cpus is empty, with stdout and stderr in logPath.
+func startProc(name, logPath, cpus string, env []string, argv ...string) (*proc, error) {
+	if cpus != "" {
+		argv = append([]string{"taskset", "-c", cpus}, argv...)
+	}
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop ends the whole process group: SIGTERM, then SIGKILL after a grace period.
+func (p *proc) stop() {
+	p.once.Do(func() {
+		pg := p.pid()
+		_ = syscall.Kill(-pg, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+		}
+		// The leader may be gone while forked members linger; the group id outlives it.
+		_ = syscall.Kill(-pg, syscall.SIGKILL)
+		select {
+		case <-p.done:
+		case <-time.After(3 * time.Second):
+		}
+	})
+}
+
+// failure describes a process that died or did not come up, with the end of its log.
+func (p *proc) failure(what string) error {
+	state := "still running"
+	if p.exited() {
+		state = fmt.Sprintf("exited: %v", p.err)
+	}
+	return fmt.Errorf("%s: %s (%s); last lines of %s:\n%s", p.name, what, state, p.log, tail(p.log, 25))
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "  (no log: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+// usage is what /proc says about a process group at one instant.
+type usage struct {
+	ticks int64 // utime+stime of every member, in clock ticks
+	rssKB int64 // VmRSS summed over members
+	procs int
+}
+
+// groupUsage sums CPU time and RSS over every process whose process group is pgid.
+func groupUsage(pgid int) (usage, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return usage{}, err
+	}
+	var u usage
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// The command name is in parentheses and may hold spaces: fields start after the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		// f[0] state, f[2] pgrp, f[11] utime, f[12] stime (fields 3, 5, 14, 15 of proc(5)).
+		if len(f) < 13 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		u.ticks += ut + st
+		u.rssKB += rssKB(pid)
+		u.procs++
+	}
+	if u.procs == 0 {
+		return u, fmt.Errorf("no process in group %d", pgid)
+	}
+	return u, nil
+}
+
+func rssKB(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// clockTicks is USER_HZ, the unit of utime and stime.
+func clockTicks() int64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 100
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitFor polls check every interval until it returns nil, the process dies, or timeout
+// passes; the error says what was awaited and the last reason it was not ready.
+func waitFor(ctx context.Context, what string, timeout, interval time.Duration, p *proc, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		if last = check(); last == nil {
+			return nil
+		}
+		if p != nil && p.exited() {
+			return p.failure(what + ": " + last.Error())
+		}
+		if time.Now().After(deadline) {
+			err := fmt.Errorf("timed out after %s waiting for %s: %v", timeout, what, last)
+			if p != nil {
+				return p.failure(err.Error())
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), fmt.Errorf("waiting for %s", what))
+		case <-time.After(interval):
+		}
+	}
+}

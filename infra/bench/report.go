@@ -1,0 +1,184 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// report gathers a sweep's results and renders them as markdown.
+type report struct {
+	b      *bench
+	start  time.Time
+	tools  []string
+	perf   []perfResult
+	config *configResult
+	rss    *rssResult
+}
+
+func newReport(b *bench) *report { return &report{b: b, start: time.Now()} }
+
+func firstLine(argv ...string) string {
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil && len(out) == 0 {
+		return argv[0] + ": " + err.Error()
+	}
+	return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+}
+
+func (r *report) describeTools() {
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	r.tools = []string{
+		fmt.Sprintf("%d CPUs, Linux %s, %s", runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version()),
+		firstLine(nginxBin(), "-v"),
+		firstLine("wrk", "-v"),
+	}
+}
+
+func fmtUS(us float64) string {
+	switch {
+	case us <= 0:
+		return "-"
+	case us < 1000:
+		return fmt.Sprintf("%.0fµs", us)
+	case us < 1e6:
+		return fmt.Sprintf("%.2fms", us/1000)
+	default:
+		return fmt.Sprintf("%.2fs", us/1e6)
+	}
+}
+
+func fmtDur(d time.Duration) string { return fmtUS(float64(d) / float64(time.Microsecond)) }
+
+func fmtKB(kb int64) string {
+	if kb <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f MiB", float64(kb)/1024)
+}
+
+func ratio(a, b float64) string {
+	if a <= 0 || b <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func (r *report) find(scenario, gateway string, procs int) *perfResult {
+	for i := range r.perf {
+		p := &r.perf[i]
+		if p.scenario == scenario && p.gateway == gateway && p.procs == procs {
+			return p
+		}
+	}
+	return nil
+}
+
+func (r *report) markdown() string {
+	var s strings.Builder
+	fmt.Fprintf(&s, "# Tollgate bench, %s\n\n", r.start.Format("2006-01-02 15:04 MST"))
+	for _, t := range r.tools {
+		fmt.Fprintf(&s, "- %s\n", t)
+	}
+	if len(r.perf) == 0 {
+		s.WriteString("\n")
+	} else {
+		r.perfNotes(&s)
+		s.WriteString("## Proxy scenarios\n\n")
+		s.WriteString("procs = GOMAXPROCS for Tollgate, worker processes for nginx. Ratios are to nginx in the same sweep (µs/req: lower is better); ")
+		s.WriteString("\"vs S1\" is the same gateway's µs/req over its S1 (the plugin tax).\n\n")
+		s.WriteString("| scenario | gateway | procs | QPS | p50 | p99 | CPU µs/req | busy | µs/req vs nginx | QPS vs nginx | µs/req vs S1 | RSS | non-2xx | socket errors |\n")
+		s.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, p := range r.perf {
+			usN, qpsN, vsS1 := "-", "-", "-"
+			if p.gateway != "nginx" {
+				if n := r.find(p.scenario, "nginx", p.procs); n != nil {
+					usN, qpsN = ratio(p.usPerReq, n.usPerReq), ratio(p.load.qps(), n.load.qps())
+				}
+			}
+			if p.scenario != "S1" {
+				if s1 := r.find("S1", p.gateway, p.procs); s1 != nil {
+					vsS1 = ratio(p.usPerReq, s1.usPerReq)
+				}
+			}
+			fmt.Fprintf(&s, "| %s | %s | %d | %.0f | %s | %s | %.2f | %.2f | %s | %s | %s | %s | %d | %d |\n",
+				p.scenario, p.gateway, p.procs, p.load.qps(), fmtUS(p.load.P50), fmtUS(p.load.P99), p.usPerReq, p.busy,
+				usN, qpsN, vsS1, fmtKB(p.rssKB), p.load.Status, p.load.socketErrors())
+		}
+		s.WriteString("\n")
+		r.scaling(&s)
+	}
+	if c := r.config; c != nil {
+		s.WriteString("## Config fan-out (commit to KV bucket)\n\n")
+		s.WriteString("From the api's 201 reaching the client to the entry arriving at a JetStream KV watcher of the bucket ")
+		s.WriteString("(\"edge\": to the edge answering 200 on the new route, polled every 1 ms).\n\n")
+		s.WriteString("| changes | n | p50 | p99 | max | notes |\n|---|---:|---:|---:|---:|---|\n")
+		row := func(name string, l latStats, note string) {
+			if l.n == 0 {
+				return
+			}
+			if l.neg > 0 {
+				note = strings.TrimPrefix(note+fmt.Sprintf("; %d in the bucket before the 201 arrived (counted as 0)", l.neg), "; ")
+			}
+			fmt.Fprintf(&s, "| %s | %d | %s | %s | %s | %s |\n", name, l.n, fmtDur(l.p50), fmtDur(l.p99), fmtDur(l.max), note)
+		}
+		row("sequential, 201 → bucket", c.seqBucket, "")
+		row("sequential, 201 → edge serves", c.seqEdge, "")
+		note := fmt.Sprintf("%d clients; all 201s after %s; all in bucket after %s", c.burstWorkers, fmtDur(c.burstAPI), fmtDur(c.burstTotal))
+		if c.burstEdgeLast > 0 {
+			note += fmt.Sprintf("; edge serves the last after %s", fmtDur(c.burstEdgeLast))
+		}
+		row(fmt.Sprintf("burst of %d, 201 → bucket", c.burstN), c.burstBucket, note)
+		s.WriteString("\n")
+	}
+	if x := r.rss; x != nil && x.loaded > 0 {
+		s.WriteString("## Edge RSS with many routes\n\n")
+		fmt.Fprintf(&s, "| routes | RSS | RSS with 1 route | per route | created in | all served after |\n|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(&s, "| %d | %s | %s | %.2f KiB | %s | %s |\n\n", x.routes+1, fmtKB(x.loaded), fmtKB(x.base),
+			float64(x.loaded-x.base)/float64(x.routes), x.create.Round(time.Millisecond), x.applied.Round(time.Millisecond))
+	}
+	return s.String()
+}
+
+// scaling is the 1 → 2 core figure, projected from CPU per request: the load side
+// saturates near 60k req/s on this machine, so measured QPS cannot show it.
+func (r *report) scaling(s *strings.Builder) {
+	if len(r.b.cores) < 2 {
+		return
+	}
+	lo, hi := r.b.cores[0], r.b.cores[len(r.b.cores)-1]
+	if lo == hi {
+		return
+	}
+	fmt.Fprintf(s, "## Scaling, %d → %d cores (projected from CPU µs/req)\n\n", lo, hi)
+	fmt.Fprintf(s, "Projected max QPS = cores × 10⁶ ÷ µs/req, i.e. what the gateway would serve with its cores saturated, "+
+		"from the measured CPU per request; measured QPS cannot separate gateways here because wrk and the upstream on CPU %s "+
+		"saturate first. The %d-proc µs/req is measured with the gateway sharing CPU %s with the load side. "+
+		"Efficiency = µs/req at %d ÷ µs/req at %d (1.00 = linear).\n\n", r.b.loadCPUs, hi, r.b.loadCPUs, lo, hi)
+	fmt.Fprintf(s, "| scenario | gateway | µs/req %d | µs/req %d | projected QPS %d core(s) | projected QPS %d cores | efficiency |\n", lo, hi, lo, hi)
+	s.WriteString("|---|---|---:|---:|---:|---:|---:|\n")
+	for _, p := range r.perf {
+		if p.procs != lo {
+			continue
+		}
+		q := r.find(p.scenario, p.gateway, hi)
+		if q == nil || p.usPerReq <= 0 || q.usPerReq <= 0 {
+			continue
+		}
+		fmt.Fprintf(s, "| %s | %s | %.2f | %.2f | %.0f | %.0f | %.2f |\n", p.scenario, p.gateway, p.usPerReq, q.usPerReq,
+			float64(lo)*1e6/p.usPerReq, float64(hi)*1e6/q.usPerReq, p.usPerReq/q.usPerReq)
+	}
+	s.WriteString("\n")
+}
+
+func (r *report) perfNotes(s *strings.Builder) {
+	fmt.Fprintf(s, "- wrk -t%d -c%d, %s measured after %s warmup, with the upstream (nginx, 1 worker, `return 200 \"ok\"`) on CPU %s; "+
+		"the gateway on CPU 0 (1 proc) or CPUs 0-%d; nginx proxy: upstream keepalive 64, HTTP/1.1, access_log off\n",
+		r.b.threads, r.b.conns, r.b.duration, r.b.warmup, r.b.loadCPUs, runtime.NumCPU()-1)
+	fmt.Fprintf(s, "- CPU µs/req: utime+stime of the gateway's process group from /proc/PID/stat (CLK_TCK %d) over the window ÷ requests wrk completed; "+
+		"busy = CPU seconds ÷ wall seconds\n", r.b.tick)
+	s.WriteString("- every gateway holds the config of all the sweep's scenarios at once (S4r's routes live in their own tenant/virtual host)\n\n")
+}
