@@ -1,0 +1,176 @@
+// Package api is Tollgate's management API: the JSON/HTTP face of the tenants services,
+// on Fiber. It authenticates callers (the operator's admin token, or a token scoped to one
+// tenant), decodes and validates bodies strictly, maps every failure to the one error
+// envelope {"error":{"code","message","request_id","field"}} and serves its own OpenAPI
+// document, built from the same endpoint table that registers the routes.
+//
+// Rules a client can rely on:
+//   - Credentials: the admin token may do everything. A tenant token (tgt_..., created
+//     by POST /v1/tenants/{slug}/tokens by the admin or another token of that tenant)
+//     acts only on its own tenant; any other slug is 404 not_found, the same answer as a
+//     slug that does not exist. Creating, listing and deleting tenants, and changing a
+//     tenant's plan, need the admin token (403 forbidden otherwise).
+//   - Updates: PUT replaces the object (omitted optional fields take their defaults);
+//     PATCH /v1/tenants/{slug} changes only the fields sent. Both are conditional: the
+//     version comes from If-Match ("<version>", as sent in ETag) or a "version" field, and
+//     a stale one is 409 version_conflict. Sending neither is 400 validation_failed on
+//     "version", so a blind overwrite is never an accident; If-Match: * asks for one.
+//   - Lists take ?limit= (1–500, default 50) and ?cursor= and answer
+//     {"items":[...],"next_cursor":""}; next_cursor is empty on the last page.
+//   - Plaintext keys and tokens appear once, in the 201 of their creation (no-store).
+//
+// It must not reach past the tenants service interfaces: no SQL, no NATS, no knowledge of
+// which store is behind them. Tenant isolation is enforced twice: here (a tenant token
+// never sees another tenant's slug) and in the store (every call is scoped by tenant id).
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"tollgate/tenants"
+)
+
+// Config is what New needs. The services are usually one store value passed five times.
+type Config struct {
+	Tenants   tenants.TenantService
+	Routes    tenants.RouteService
+	Consumers tenants.ConsumerService
+	Plans     tenants.PlanService
+	Tokens    tenants.TokenService
+
+	// AdminToken may do everything. Empty disables it (only tenant tokens work then).
+	AdminToken string
+
+	// Upstreams is the operator's rule on where route targets may point, applied when a
+	// route is saved. Default: the zero policy (loopback, private, link-local refused).
+	Upstreams *tenants.UpstreamPolicy
+
+	// Logger receives internal errors (with the request id) and, at debug level, one line
+	// per request. Default: a logger that discards everything.
+	Logger *slog.Logger
+
+	// Ready reports whether the dependencies answer; /readyz calls it. Default: always ready.
+	Ready func(ctx context.Context) error
+
+	// BodyLimit caps request bodies in bytes. Default: 1 MB.
+	BodyLimit int
+	// ReadTimeout, WriteTimeout and IdleTimeout bound the connection phases.
+	// Defaults: 10s, 15s, 60s.
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	IdleTimeout  time.Duration
+	// RequestTimeout bounds the service calls of one request. Default: 10s.
+	RequestTimeout time.Duration
+}
+
+// Defaults of Config.
+const (
+	DefaultBodyLimit      = 1 << 20
+	DefaultReadTimeout    = 10 * time.Second
+	DefaultWriteTimeout   = 15 * time.Second
+	DefaultIdleTimeout    = 60 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
+)
+
+// Server is the management API. Create it with New.
+type Server struct {
+	cfg       Config
+	app       *fiber.App
+	log       *slog.Logger
+	adminHash []byte // SHA-256 of the admin token; nil when disabled
+	endpoints []endpoint
+	openapi   []byte // the OpenAPI document, rendered once
+	draining  atomic.Bool
+}
+
+// New builds the server and registers every endpoint. It panics when a service is
+// missing: that is a wiring bug, not a runtime condition.
+func New(cfg Config) *Server {
+	if cfg.Tenants == nil || cfg.Routes == nil || cfg.Consumers == nil || cfg.Plans == nil || cfg.Tokens == nil {
+		panic("api.New: Config needs Tenants, Routes, Consumers, Plans and Tokens")
+	}
+	if cfg.Upstreams == nil {
+		cfg.Upstreams = &tenants.UpstreamPolicy{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Ready == nil {
+		cfg.Ready = func(context.Context) error { return nil }
+	}
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = DefaultBodyLimit
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	if cfg.AdminToken != "" {
+		h := sha256.Sum256([]byte(cfg.AdminToken))
+		s.adminHash = h[:]
+	}
+	s.app = fiber.New(fiber.Config{
+		AppName:               "tollgate-api",
+		DisableStartupMessage: true,
+		ErrorHandler:          s.errorHandler,
+		ReadTimeout:           cfg.ReadTimeout,
+		WriteTimeout:          cfg.WriteTimeout,
+		IdleTimeout:           cfg.IdleTimeout,
+		BodyLimit:             cfg.BodyLimit,
+		CaseSensitive:         true,
+		// Values from the context stay valid after the handler: this is the control
+		// plane, where safety beats the allocations Immutable costs.
+		Immutable: true,
+	})
+	s.endpoints = s.table()
+	s.app.Use(s.frame)
+	for i := range s.endpoints {
+		ep := &s.endpoints[i]
+		h := s.wrap(ep)
+		if ep.method == fiber.MethodGet {
+			s.app.Add(fiber.MethodHead, ep.path, h) // as app.Get does
+		}
+		s.app.Add(ep.method, ep.path, h)
+	}
+	doc, err := json.Marshal(s.document())
+	if err != nil {
+		panic("api: render OpenAPI document: " + err.Error())
+	}
+	s.openapi = doc
+	s.guardMethods()
+	return s
+}
+
+// App is the Fiber application, for app.Test in tests and for mounting.
+func (s *Server) App() *fiber.App { return s.app }
+
+// Listen serves on addr until Shutdown.
+func (s *Server) Listen(addr string) error { return s.app.Listen(addr) }
+
+// Serve serves on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
+
+// Shutdown makes /readyz fail at once, then stops accepting connections and waits for
+// in-flight requests until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	return s.app.ShutdownWithContext(ctx)
+}

@@ -1,0 +1,134 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"tollgate/tenants"
+)
+
+// Who may call an endpoint.
+type access int
+
+const (
+	// public endpoints take no credential (health, readiness, the OpenAPI document).
+	public access = iota
+	// adminOnly endpoints take the admin token; a tenant token gets 403.
+	adminOnly
+	// tenantScoped endpoints carry :slug and take the admin token or a token of that tenant;
+	// any other tenant's token gets 404, exactly as if the tenant did not exist.
+	tenantScoped
+)
+
+// principal is the authenticated caller: the operator, or a token of one tenant.
+type principal struct {
+	admin bool
+	token *tenants.Token
+}
+
+// request is what a handler gets besides the Fiber context.
+type request struct {
+	ctx    context.Context
+	who    principal
+	tenant *tenants.Tenant // the :slug tenant, resolved and authorized; nil if not scoped
+}
+
+type handlerFunc func(c *fiber.Ctx, r *request) error
+
+// maxCredential bounds what is hashed and looked up: real tokens are 36 bytes.
+const maxCredential = 256
+
+// wrap turns an endpoint into a Fiber handler: request context with a deadline,
+// authentication, tenant resolution and scope check, then the endpoint's handler.
+func (s *Server) wrap(ep *endpoint) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.RequestTimeout)
+		defer cancel()
+		r := &request{ctx: ctx}
+		if ep.access != public {
+			who, err := s.authenticate(ctx, c)
+			if err != nil {
+				return err
+			}
+			r.who = who
+		}
+		switch ep.access {
+		case adminOnly:
+			if !r.who.admin {
+				return tenants.Errorf(tenants.EForbidden, "%s %s needs the admin token", ep.method, ep.path)
+			}
+		case tenantScoped:
+			t, err := s.scope(ctx, c.Params("slug"), r.who)
+			if err != nil {
+				return err
+			}
+			r.tenant = t
+		}
+		// Probes and the document ignore query strings; everything else is strict.
+		if ep.access != public {
+			if err := checkQuery(c, ep.query()); err != nil {
+				return err
+			}
+		}
+		return ep.handle(c, r)
+	}
+}
+
+// authenticate reads "Authorization: Bearer <token>" and says who is calling.
+func (s *Server) authenticate(ctx context.Context, c *fiber.Ctx) (principal, error) {
+	h := c.Get(fiber.HeaderAuthorization)
+	if h == "" {
+		return principal{}, tenants.Errorf(tenants.EUnauthenticated, "send a token: Authorization: Bearer <token>")
+	}
+	scheme, tok, ok := strings.Cut(h, " ")
+	tok = strings.TrimSpace(tok)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return principal{}, tenants.Errorf(tenants.EUnauthenticated, "the Authorization header must be \"Bearer <token>\"")
+	}
+	if len(tok) > maxCredential {
+		return principal{}, tenants.Errorf(tenants.EInvalidCredential, "the token is not valid")
+	}
+	if s.adminHash != nil {
+		// Compare digests, so neither the length nor the content of the admin token leaks
+		// through timing.
+		sum := sha256.Sum256([]byte(tok))
+		if subtle.ConstantTimeCompare(sum[:], s.adminHash) == 1 {
+			return principal{admin: true}, nil
+		}
+	}
+	if !strings.HasPrefix(tok, tenants.TokenPrefix) {
+		return principal{}, tenants.Errorf(tenants.EInvalidCredential, "the token is not valid")
+	}
+	t, err := s.cfg.Tokens.FindTokenByHash(ctx, tenants.HashSecret(tok))
+	if tenants.ErrorCode(err) == tenants.ENotFound {
+		return principal{}, tenants.Errorf(tenants.EInvalidCredential, "the token is not valid")
+	}
+	if err != nil {
+		return principal{}, err
+	}
+	return principal{token: t}, nil
+}
+
+// scope resolves :slug and checks the caller may see it. A tenant that does not exist and
+// one the caller may not see get the same answer, so slugs cannot be probed.
+func (s *Server) scope(ctx context.Context, slug string, who principal) (*tenants.Tenant, error) {
+	notFound := tenants.Errorf(tenants.ENotFound, "tenant %q not found", slug)
+	if tenants.ValidateSlug(slug) != nil {
+		return nil, tenants.Errorf(tenants.ENotFound, "tenant not found")
+	}
+	t, err := s.cfg.Tenants.FindTenant(ctx, slug)
+	if tenants.ErrorCode(err) == tenants.ENotFound {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !who.admin && (who.token == nil || who.token.TenantID != t.ID) {
+		return nil, notFound
+	}
+	return t, nil
+}
