@@ -168,7 +168,10 @@ func API(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		res, err := cp.resync(ctx, kv)
+		// When an api is running, its relay does the work; give it time, not forever.
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		res, err := cp.resync(rctx, kv)
 		if err != nil {
 			return err
 		}
@@ -189,9 +192,14 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 	relayDone := make(chan struct{})
 	go func() {
 		defer close(relayDone)
-		if _, err := cp.bucket(ctx, cfg.KVBucket()); err != nil {
+		kv, err := cp.bucket(ctx, cfg.KVBucket())
+		if err != nil {
 			return
 		}
+		// `tollgate api --resync` run beside this api asks this relay to do it.
+		cp.relay.SetResyncApply(func(ctx context.Context, live []tenants.Change) error {
+			return tgnats.Resync(ctx, kv, live)
+		})
 		if err := cp.relay.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("relay stopped", "err", err)
 		}

@@ -30,10 +30,15 @@ func del(tenantID, key string) change { return change{tenantID: tenantID, key: k
 // It must be the last statement of its transaction that takes row locks: a rev is drawn
 // from the sequence only once the rows it describes are locked, so two changes of one
 // object (or of objects that lock each other, like a consumer and its plan) get revs in
-// commit order, which the edges rely on to drop stale entries.
+// commit order, which the edges rely on to drop stale entries. The rev lock extends that
+// to unrelated changes: held from drawing the revs to commit, it serializes only that
+// short tail of each transaction, and makes the bucket's revs rise in publish order.
 func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 	if len(changes) == 0 {
 		return nil
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", revLockID); err != nil {
+		return err
 	}
 	revs, err := nextRevs(ctx, tx, len(changes))
 	if err != nil {

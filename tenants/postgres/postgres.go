@@ -40,6 +40,10 @@ const (
 	// resync snapshot, so the snapshot's revs are above every committed change and below
 	// every later one.
 	writerLockID int64 = 0x546f6c6c_00000002
+	// revLockID is taken exclusively by a write transaction when it draws its revs, and
+	// held until it commits, so revs are handed out in commit order: the relay, reading
+	// unsent rows by id, then never publishes a later rev before an earlier one.
+	revLockID int64 = 0x546f6c6c_00000004
 	// migrateLockID serializes migrations of replicas starting together.
 	migrateLockID int64 = 0x546f6c6c_00000003
 )

@@ -3,6 +3,9 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,10 +33,8 @@ type publisher interface {
 // whose mark did not commit (the relay died in between) is published again by the next
 // relay, which the edges tolerate because they ignore revs they already hold.
 //
-// Changes of one object, and of objects that lock each other (a consumer and its plan,
-// a key and its consumer, anything and its tenant), get revs in commit order, so they go
-// out in order. Independent changes committed concurrently may go out with revs out of
-// order, which the per-key rev check of the edges makes harmless.
+// Write transactions draw their revs under an exclusive lock held until commit (see
+// emit), so revs are handed out in commit order and the bucket receives them rising.
 type Relay struct {
 	db  *DB
 	pub publisher
@@ -47,7 +48,8 @@ type Relay struct {
 	pruneEvery time.Duration
 	keep       time.Duration // sent rows are kept this long, for inspection
 
-	reqs chan *resyncRequest
+	reqs        chan *resyncRequest
+	remoteApply func(context.Context, []tenants.Change) error // for other processes' requests
 
 	mu      sync.Mutex
 	running bool
@@ -126,8 +128,8 @@ func (r *Relay) session(ctx context.Context, fn func(context.Context, *pgx.Conn)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	for waiting := false; ; waiting = true {
-		var ok bool
-		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, relayLockID).Scan(&ok); err != nil {
+		ok, err := tryLock(ctx, conn)
+		if err != nil {
 			return err
 		}
 		if ok {
@@ -146,6 +148,12 @@ func (r *Relay) session(ctx context.Context, fn func(context.Context, *pgx.Conn)
 	return fn(ctx, conn)
 }
 
+func tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var ok bool
+	err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, relayLockID).Scan(&ok)
+	return ok, err
+}
+
 func (r *Relay) setActive(active bool) {
 	r.mu.Lock()
 	r.status.Active = active
@@ -154,12 +162,14 @@ func (r *Relay) setActive(active bool) {
 
 // serve is the active relay's loop.
 func (r *Relay) serve(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, `LISTEN `+NotifyChannel); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN `+NotifyChannel+`; LISTEN `+resyncChannel); err != nil {
 		return err
 	}
 	var (
 		lastPrune time.Time
 		backoff   time.Duration
+		remote    []string            // resync requests of other processes, by request id
+		served    = map[string]bool{} // a requester repeats its id while it waits
 	)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -177,6 +187,21 @@ func (r *Relay) serve(ctx context.Context, conn *pgx.Conn) error {
 			}
 			continue
 		default:
+		}
+		if len(remote) > 0 {
+			id := remote[0]
+			remote = remote[1:]
+			if served[id] {
+				continue
+			}
+			if len(served) > 1000 {
+				clear(served)
+			}
+			served[id] = true
+			if err := r.serveRemoteResync(ctx, conn, id); err != nil && (conn.IsClosed() || ctx.Err() != nil) {
+				return err
+			}
+			continue
 		}
 		if time.Since(lastPrune) >= r.pruneEvery {
 			if err := r.prune(ctx, conn); err != nil {
@@ -209,9 +234,11 @@ func (r *Relay) serve(ctx context.Context, conn *pgx.Conn) error {
 		if n == r.batch {
 			continue // more may be waiting
 		}
-		if err := r.wait(ctx, conn); err != nil {
+		ids, err := r.wait(ctx, conn)
+		if err != nil {
 			return err
 		}
+		remote = append(remote, ids...)
 	}
 }
 
@@ -267,32 +294,36 @@ func (r *Relay) published(rev int64) {
 
 // wait returns on a notification, after the poll interval (the safety net for a missed
 // notification), when kicked, or with an error when ctx ends or the connection is lost.
-func (r *Relay) wait(ctx context.Context, conn *pgx.Conn) error {
+// It returns the ids of the resync requests that came in.
+func (r *Relay) wait(ctx context.Context, conn *pgx.Conn) ([]string, error) {
 	r.mu.Lock()
 	if r.kicked {
 		r.kicked = false
 		r.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.poll)
 	r.wake = cancel
 	r.mu.Unlock()
-	_, err := conn.WaitForNotification(wctx)
+	n, err := conn.WaitForNotification(wctx)
 	r.mu.Lock()
 	r.wake, r.kicked = nil, false
 	r.mu.Unlock()
 	cancel()
 	if conn.IsClosed() || ctx.Err() != nil {
-		return cmp.Or(err, ctx.Err())
+		return nil, cmp.Or(err, ctx.Err())
 	}
-	// One batch serves every notification that came in meanwhile: drop the buffered ones.
+	var ids []string
+	// One batch serves every outbox notification that came in meanwhile: drain the
+	// buffered ones, keeping resync requests.
 	done, stop := context.WithCancel(ctx)
 	stop()
-	for {
-		if n, _ := conn.WaitForNotification(done); n == nil {
-			return nil
+	for ; n != nil; n, _ = conn.WaitForNotification(done) {
+		if n.Channel == resyncChannel && n.Payload != "" {
+			ids = append(ids, n.Payload)
 		}
 	}
+	return ids, nil
 }
 
 // kick makes the active relay look at its requests now rather than after its wait.
@@ -343,19 +374,15 @@ type resyncReply struct {
 //
 // When Run is running in this process, the resync is done by its loop once it is active
 // (it may wait for another replica's relay to give up the lock: bound ctx). Otherwise
-// Resync takes the lock itself. A failed resync leaves the outbox as it was.
+// Resync takes the lock itself when it is free, and when another process's relay holds
+// it, asks that relay to resync (with the apply given to its SetResyncApply) and waits
+// for its answer. A failed resync leaves the outbox as it was.
 func (r *Relay) Resync(ctx context.Context, apply func(ctx context.Context, live []tenants.Change) error) (ResyncResult, error) {
 	r.mu.Lock()
 	running := r.running
 	r.mu.Unlock()
 	if !running {
-		var res ResyncResult
-		err := r.session(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-			var err error
-			res, err = r.resync(ctx, conn, apply)
-			return err
-		})
-		return res, err
+		return r.resyncElsewhere(ctx, apply)
 	}
 	req := &resyncRequest{ctx: ctx, apply: apply, done: make(chan resyncReply, 1)}
 	select {
@@ -369,6 +396,104 @@ func (r *Relay) Resync(ctx context.Context, apply func(ctx context.Context, live
 		return rep.res, rep.err
 	case <-ctx.Done():
 		return ResyncResult{}, ctx.Err()
+	}
+}
+
+// Channels of resync requests to the active relay of another process and of its answers.
+const (
+	resyncChannel     = "tollgate_resync"
+	resyncDoneChannel = "tollgate_resync_done"
+)
+
+// SetResyncApply sets the apply an active relay uses for resync requests from other
+// processes (`tollgate api --resync` while the api runs). Without one it refuses them.
+func (r *Relay) SetResyncApply(apply func(ctx context.Context, live []tenants.Change) error) {
+	r.mu.Lock()
+	r.remoteApply = apply
+	r.mu.Unlock()
+}
+
+type resyncAnswer struct {
+	ID         string `json:"id"`
+	Entries    int    `json:"entries"`
+	FirstRev   int64  `json:"first_rev"`
+	Superseded int64  `json:"superseded"`
+	Error      string `json:"error,omitempty"`
+}
+
+// serveRemoteResync resyncs for another process and notifies it of the outcome.
+func (r *Relay) serveRemoteResync(ctx context.Context, conn *pgx.Conn, id string) error {
+	r.mu.Lock()
+	apply := r.remoteApply
+	r.mu.Unlock()
+	ans := resyncAnswer{ID: id}
+	if apply == nil {
+		ans.Error = "the active relay has no bucket to resync"
+	} else if res, err := r.resync(ctx, conn, apply); err != nil {
+		ans.Error = err.Error()
+	} else {
+		ans.Entries, ans.FirstRev, ans.Superseded = res.Entries, res.FirstRev, res.Superseded
+	}
+	payload, _ := json.Marshal(ans)
+	_, err := conn.Exec(ctx, `SELECT pg_notify($1, $2)`, resyncDoneChannel, string(payload))
+	return err
+}
+
+// resyncElsewhere resyncs holding the relay lock when it is free, or has the relay that
+// holds it do so.
+func (r *Relay) resyncElsewhere(ctx context.Context, apply func(context.Context, []tenants.Change) error) (ResyncResult, error) {
+	conn, err := pgx.ConnectConfig(ctx, r.db.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return ResyncResult{}, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `LISTEN `+resyncDoneChannel); err != nil {
+		return ResyncResult{}, err
+	}
+	var idb [12]byte
+	rand.Read(idb[:])
+	id := hex.EncodeToString(idb[:])
+	asked := false
+	for {
+		ok, err := tryLock(ctx, conn)
+		if err != nil {
+			return ResyncResult{}, err
+		}
+		if ok {
+			r.setActive(true)
+			defer r.setActive(false)
+			return r.resync(ctx, conn, apply)
+		}
+		if !asked {
+			r.log.Info("another process's relay is active; asking it to resync")
+			if _, err := conn.Exec(ctx, `SELECT pg_notify($1, $2)`, resyncChannel, id); err != nil {
+				return ResyncResult{}, err
+			}
+			asked = true
+		}
+		// Wait for the answer; look at the lock again now and then in case that relay
+		// went away before it saw the request.
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ResyncResult{}, ctx.Err()
+		}
+		if conn.IsClosed() {
+			return ResyncResult{}, err
+		}
+		if n == nil {
+			asked = false // ask again: a request sent while no relay listened is lost
+			continue
+		}
+		var ans resyncAnswer
+		if json.Unmarshal([]byte(n.Payload), &ans) != nil || ans.ID != id {
+			continue
+		}
+		if ans.Error != "" {
+			return ResyncResult{}, fmt.Errorf("postgres: resync by the active relay: %s", ans.Error)
+		}
+		return ResyncResult{Entries: ans.Entries, FirstRev: ans.FirstRev, Superseded: ans.Superseded}, nil
 	}
 }
 
