@@ -1,0 +1,238 @@
+package limit
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strings"
+	"time"
+
+	"tollgate/tenants"
+)
+
+// Mode says where a limit is counted. It is a plan setting.
+type Mode uint8
+
+const (
+	// ModeLocal: each edge enforces its share of the limit (the limit ÷ live edges) in
+	// process, with no Redis traffic per request. Accurate when the load balancer spreads
+	// a key's traffic evenly over the edges. Without Redis there is one edge: the whole
+	// limit.
+	ModeLocal Mode = iota
+	// ModeExact: one atomic check-and-commit in Redis per request (one EVALSHA for all of
+	// the request's exact limits). The limit holds across any number of edges.
+	ModeExact
+	// ModeApproximate: admitted locally against the last shared state read from Redis;
+	// local counts are pushed and the shared state read back every sync interval, one
+	// pipelined round trip for all keys. See the package comment for the error bound.
+	ModeApproximate
+)
+
+var modeNames = [...]string{ModeLocal: "local", ModeExact: "exact", ModeApproximate: "approximate"}
+
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return fmt.Sprintf("Mode(%d)", m)
+}
+
+// ParseMode reads a plan's mode: "local", "exact" or "approximate"; "" is def.
+func ParseMode(s string, def Mode) (Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "":
+		return def, nil
+	case "local":
+		return ModeLocal, nil
+	case "exact":
+		return ModeExact, nil
+	case "approximate", "approx":
+		return ModeApproximate, nil
+	}
+	return def, fmt.Errorf("limit: mode must be local, exact or approximate, got %q", s)
+}
+
+type kind uint8
+
+const (
+	kindRate kind = iota + 1
+	kindQuota
+	kindConcurrency
+)
+
+// Rate is a token bucket: Limit requests per Per on average, bursts of up to Burst at
+// once (GCRA). Burst 0 means Burst = Limit.
+type Rate struct {
+	Limit int64
+	Per   time.Duration
+	Burst int64
+}
+
+// RateOf converts the domain's per-second limit.
+func RateOf(rl *tenants.RateLimit) Rate {
+	return Rate{Limit: int64(rl.RPS), Per: time.Second, Burst: int64(rl.Burst)}
+}
+
+// Scope names one limit: the tenant it belongs to and the limit within the tenant.
+// Limits with the same scope share their state, in process and in Redis, across config
+// recompiles and edges, so a scope names what is limited, not a config version:
+// "tenant" (the tenant's plan), "consumer" (each consumer's plan, keyed by consumer id),
+// "route:<route id>" (a route's own limit), "route-ip:<route id>" (per client IP).
+type Scope struct {
+	Tenant string // tenant id: the Redis hash tag of all the tenant's keys
+	Name   string
+	Mode   Mode
+}
+
+// Policy is one compiled limit: a rate, a monthly quota or a concurrency cap, with its
+// mode. Policies are built when config compiles and only read afterwards; any number of
+// requests use one concurrently.
+type Policy struct {
+	kind   kind
+	mode   Mode
+	tenant string
+	name   string
+	id     uint64 // hash of kind, tenant and name: the in-process state key
+
+	// rate
+	rate     Rate
+	interval int64 // emission interval T, ns
+	tol      int64 // delay variation tolerance T·Burst, ns
+
+	limit int64 // quota requests per month, or the concurrency cap
+
+	keyBase string // Redis key after the limiter's prefix, before the request's key
+}
+
+// maxEdges bounds the divisor of local shares (and so keeps T·edges from overflowing).
+const maxEdges = 1024
+
+// NewRate compiles a rate limit.
+func NewRate(s Scope, r Rate) (*Policy, error) {
+	if r.Burst == 0 {
+		r.Burst = r.Limit
+	}
+	if r.Limit < 1 || r.Burst < 1 {
+		return nil, fmt.Errorf("limit: %s: rate and burst must be at least 1, got %d and %d", s.Name, r.Limit, r.Burst)
+	}
+	if r.Per < time.Millisecond || r.Per > 24*time.Hour {
+		return nil, fmt.Errorf("limit: %s: period must be between 1ms and 24h, got %s", s.Name, r.Per)
+	}
+	t := int64(r.Per) / r.Limit
+	if t < 1 {
+		return nil, fmt.Errorf("limit: %s: %d per %s is finer than a nanosecond", s.Name, r.Limit, r.Per)
+	}
+	if r.Burst > (math.MaxInt64/4)/t/maxEdges-maxEdges {
+		return nil, fmt.Errorf("limit: %s: burst %d of %d per %s is too large", s.Name, r.Burst, r.Limit, r.Per)
+	}
+	p, err := newPolicy(kindRate, s)
+	if err != nil {
+		return nil, err
+	}
+	p.rate, p.interval, p.tol = r, t, t*r.Burst
+	p.keyBase = "rl:{" + s.Tenant + "}:" + s.Name + ":"
+	return p, nil
+}
+
+// NewQuota compiles a quota of requests per calendar month (UTC).
+func NewQuota(s Scope, requests int64) (*Policy, error) {
+	if requests < 1 {
+		return nil, fmt.Errorf("limit: %s: quota must be at least 1, got %d", s.Name, requests)
+	}
+	p, err := newPolicy(kindQuota, s)
+	if err != nil {
+		return nil, err
+	}
+	p.limit = requests
+	p.keyBase = "q:{" + s.Tenant + "}:" + s.Name + ":"
+	return p, nil
+}
+
+// NewConcurrency compiles a cap on requests in flight. The cap is enforced per edge, at
+// the edge's share (max ÷ live edges, at least 1); the mode is not used.
+func NewConcurrency(s Scope, max int64) (*Policy, error) {
+	if max < 1 {
+		return nil, fmt.Errorf("limit: %s: concurrency must be at least 1, got %d", s.Name, max)
+	}
+	p, err := newPolicy(kindConcurrency, s)
+	if err != nil {
+		return nil, err
+	}
+	p.limit = max
+	return p, nil
+}
+
+// PlanPolicies compiles a plan into its rate, quota and concurrency policies, each nil
+// when the plan sets none. The three share the scope's name (they count different
+// things, so their state is kept apart).
+func PlanPolicies(s Scope, p *tenants.Plan) (rate, quota, concurrency *Policy, err error) {
+	if p == nil {
+		return nil, nil, nil, nil
+	}
+	if p.RateLimit != nil {
+		if rate, err = NewRate(s, RateOf(p.RateLimit)); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if p.Quota != nil {
+		if quota, err = NewQuota(s, p.Quota.Requests); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if p.Concurrency > 0 {
+		if concurrency, err = NewConcurrency(s, int64(p.Concurrency)); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return rate, quota, concurrency, nil
+}
+
+func newPolicy(k kind, s Scope) (*Policy, error) {
+	if s.Name == "" {
+		return nil, errors.New("limit: a policy needs a scope name")
+	}
+	if int(s.Mode) >= len(modeNames) {
+		return nil, fmt.Errorf("limit: %s: unknown mode %d", s.Name, s.Mode)
+	}
+	h := fnv.New64a()
+	h.Write([]byte{byte(k)})
+	h.Write([]byte(s.Tenant))
+	h.Write([]byte{0})
+	h.Write([]byte(s.Name))
+	return &Policy{kind: k, mode: s.Mode, tenant: s.Tenant, name: s.Name, id: h.Sum64()}, nil
+}
+
+// Mode is where the policy counts.
+func (p *Policy) Mode() Mode { return p.mode }
+
+// Name is the scope name the policy was built with.
+func (p *Policy) Name() string { return p.name }
+
+// Tenant is the tenant id the policy was built with.
+func (p *Policy) Tenant() string { return p.tenant }
+
+func (p *Policy) String() string {
+	switch p.kind {
+	case kindRate:
+		return fmt.Sprintf("%s/%s: %d per %s, burst %d (%s)", p.tenant, p.name, p.rate.Limit, p.rate.Per, p.rate.Burst, p.mode)
+	case kindQuota:
+		return fmt.Sprintf("%s/%s: %d per month (%s)", p.tenant, p.name, p.limit, p.mode)
+	default:
+		return fmt.Sprintf("%s/%s: %d in flight", p.tenant, p.name, p.limit)
+	}
+}
+
+// share is a rate policy's GCRA parameters for one of n edges: T·n, and a burst of
+// ⌈burst/n⌉ (at least 1).
+func (p *Policy) share(n int64) (t, tol, burst int64) {
+	if n <= 1 {
+		return p.interval, p.tol, p.rate.Burst
+	}
+	if n > maxEdges {
+		n = maxEdges
+	}
+	t = p.interval * n
+	burst = (p.rate.Burst + n - 1) / n
+	return t, t * burst, burst
+}
