@@ -1,0 +1,174 @@
+package edge
+
+import (
+	"crypto/sha256"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"tollgate/tenants"
+)
+
+// Internals the external tests (edge_test) exercise directly: the parsers that take
+// untrusted input and the route table.
+
+// NormalizePath is normalizePath.
+func NormalizePath(dst, raw []byte) ([]byte, error) { return normalizePath(dst, raw) }
+
+// SplitTarget is splitTarget.
+func SplitTarget(target []byte) (path, query, authority []byte) { return splitTarget(target) }
+
+// TenantSlug is tenantSlug with its own buffer.
+func TenantSlug(host []byte, domain string) []byte {
+	var buf [maxHostLen]byte
+	s := tenantSlug(&buf, host, domain)
+	if s == nil {
+		return nil
+	}
+	return append([]byte(nil), s...)
+}
+
+// TestRouteTable is a RouteTable whose routes are named by their ids.
+type TestRouteTable struct{ t RouteTable }
+
+// NewTestRouteTable files the routes' paths and methods (they must be valid).
+func NewTestRouteTable(routes []*tenants.Route) *TestRouteTable {
+	t := &TestRouteTable{}
+	for _, r := range routes {
+		rt := &route{id: r.ID, name: r.Name}
+		for _, p := range r.Paths {
+			t.t.add(p, r.Methods, rt)
+		}
+	}
+	return t
+}
+
+// Lookup returns the matched route's id ("" for none) and the strip length.
+func (t *TestRouteTable) Lookup(method, path []byte) (string, int) {
+	r, n := t.t.lookup(method, path)
+	if r == nil {
+		return "", 0
+	}
+	return r.id, n
+}
+
+// ScanHeaders runs the request header classification on one header name.
+func ClassifyHeader(k []byte) int { return classify(k) }
+
+// Header classes for tests.
+const (
+	ClsOther = clsOther
+	ClsHop   = clsHop
+)
+
+// ConnectionTokens lists the header names a Connection value makes the edge delete.
+func ConnectionTokens(v []byte) []string {
+	var out []string
+	delConnectionTokens(v, func(b []byte) { out = append(out, string(b)) })
+	return out
+}
+
+// KeyLookup looks a plaintext key up in a tenant's snapshot; it returns the consumer id.
+func (s *Snapshot) KeyLookup(sum *[32]byte) string {
+	if c := s.consumerByKey(sum); c != nil {
+		return c.ID
+	}
+	return ""
+}
+
+// PrepareHeaders runs the request-header steps of a proxied request (scan, identity,
+// forwarding) on ctx's request, as for a route that matched the consumer (none when
+// consumerID is empty) and consumed the key when hideKey.
+func (e *Edge) PrepareHeaders(ctx *fasthttp.RequestCtx, consumerID, consumerName string, hideKey bool) {
+	x := exchangePool.Get().(*exchange)
+	x.ctx, x.e = ctx, e
+	x.scanRequestHeaders(ctx.Request.Header.RawHeaders())
+	if x.hs.reqID != nil && validRequestID(x.hs.reqID) {
+		x.reqID = x.hs.reqID
+		x.hs.clientReqID = true
+	} else {
+		x.newRequestID()
+	}
+	x.host = ctx.Request.Header.Host()
+	if consumerID != "" {
+		x.consumer = &Consumer{ID: consumerID, Name: consumerName, id: []byte(consumerID), name: []byte(consumerName)}
+	}
+	x.hideKey = hideKey
+	e.forwardHeaders(x)
+	x.reset()
+	exchangePool.Put(x)
+}
+
+// ServePreProxy runs everything a request goes through before the upstream exchange —
+// header scan, request id, host → tenant, path normalization, route lookup, key auth,
+// upstream pick and the upstream request's URI and headers — and returns the status the
+// edge would answer with (200 when it would proxy). It mirrors handle and the route
+// chain without the network, for benchmarks.
+func (e *Edge) ServePreProxy(ctx *fasthttp.RequestCtx) int {
+	x := exchangePool.Get().(*exchange)
+	defer func() { x.reset(); exchangePool.Put(x) }()
+	x.ctx, x.e = ctx, e
+	req := &ctx.Request
+	x.scanRequestHeaders(req.Header.RawHeaders())
+	if x.hs.reqID != nil && validRequestID(x.hs.reqID) {
+		x.reqID = x.hs.reqID
+		x.hs.clientReqID = true
+	} else {
+		x.newRequestID()
+	}
+	rawPath, query, authority := splitTarget(req.Header.RequestURI())
+	x.host = authority
+	if x.host == nil {
+		x.host = req.Header.Host()
+	}
+	var slot *tenantSlot
+	if slug := tenantSlug(&x.hostBuf, x.host, e.domain); slug != nil {
+		slot = (*e.hosts.Load())[string(slug)]
+	}
+	if slot == nil {
+		return 404
+	}
+	snap := slot.snap.Load()
+	var err error
+	if x.path, err = normalizePath(x.path, rawPath); err != nil {
+		return 400
+	}
+	x.query = query
+	rt, n := snap.routes.lookup(req.Header.Method(), x.path)
+	if rt == nil {
+		return 404
+	}
+	x.route, x.rm, x.stripLen = rt, rt.metrics, n
+	if rt.auth == tenants.AuthKey {
+		if len(x.hs.apiKey) == 0 {
+			return 401
+		}
+		sum := sha256.Sum256(x.hs.apiKey)
+		c := snap.consumerByKey(&sum)
+		if c == nil {
+			return 401
+		}
+		x.consumer, x.hideKey = c, true
+	}
+	t := rt.upstream.pick()
+	uri := append(x.uri[:0], t.base...)
+	uri = append(uri, x.path...)
+	if x.query != nil {
+		uri = append(uri, '?')
+		uri = append(uri, x.query...)
+	}
+	x.uri = uri
+	e.forwardHeaders(x)
+	return 200
+}
+
+// Coalesce reports whether moving a deadline from cur to t is skipped.
+func Coalesce(cur, t time.Time) bool { return coalesce(cur, t) }
+
+// RecompileForTest compiles a tenant now, as the compiler goroutine would.
+func (e *Edge) RecompileForTest(tenantID string) {
+	e.mu.Lock()
+	e.dirty[tenantID] = time.Now()
+	e.mu.Unlock()
+	e.compileDirty()
+}

@@ -1,0 +1,309 @@
+package edge
+
+import (
+	"bytes"
+)
+
+// Header handling.
+//
+// Towards the upstream the edge removes, whatever route the request takes:
+//   - hop-by-hop headers: Connection, Keep-Alive, Proxy-Authenticate, Proxy-Authorization,
+//     TE, Trailer, Transfer-Encoding, Upgrade, and every header the Connection header
+//     names (except Host and Content-Length, which frame the request the edge sends);
+//   - Expect (the edge has already answered "100-continue" and read the body);
+//   - identity headers only the edge may set: X-Consumer-Id, X-Consumer-Name and any
+//     X-Tollgate-*;
+//   - X-API-Key on routes that authenticated with it (the upstream gets X-Consumer-Id);
+//   - from a peer outside TrustedProxies: X-Forwarded-For, -Proto, -Host, Forwarded and
+//     X-Real-Ip. From a trusted peer the X-Forwarded-* values are kept and the peer's
+//     address is appended to X-Forwarded-For.
+//
+// It then sets X-Forwarded-For (the peer address, appended for trusted peers),
+// X-Forwarded-Proto ("http"/"https" of the edge listener), X-Forwarded-Host (the Host the
+// tenant was found by), X-Request-Id (the client's when it is 1–128 of [A-Za-z0-9._:-],
+// else a fresh one), X-Consumer-Id and X-Consumer-Name (when a key matched), and Host
+// (the target's host).
+//
+// Towards the client it removes the hop-by-hop headers of the upstream's response (and
+// those its Connection header names) and sets X-Request-Id.
+//
+// The request side works from fasthttp's immutable copy of the raw header block, so one
+// scan finds everything and deletions never disturb the iteration; a request carrying
+// none of these headers costs that scan and no deletion.
+
+var (
+	hdrConnection   = []byte("Connection")
+	hdrXAPIKey      = []byte("X-Api-Key")
+	hdrConsumerID   = []byte("X-Consumer-Id")
+	hdrConsumerName = []byte("X-Consumer-Name")
+	hdrXFF          = []byte("X-Forwarded-For")
+	hdrXFP          = []byte("X-Forwarded-Proto")
+	hdrXFH          = []byte("X-Forwarded-Host")
+	hdrForwarded    = []byte("Forwarded")
+	hdrXRealIP      = []byte("X-Real-Ip")
+	hdrRequestID    = []byte("X-Request-Id")
+)
+
+// Flags of headers found in a request.
+const (
+	hXAPIKey uint32 = 1 << iota
+	hXFF
+	hXFP
+	hXFH
+	hForwarded
+	hXRealIP
+	hXRequestID
+)
+
+type headerScan struct {
+	has         uint32
+	apiKey      []byte
+	reqID       []byte
+	clientReqID bool // reqID is the client's own and valid, so it is passed on as is
+}
+
+// Header classes.
+const (
+	clsOther      = iota
+	clsHop        // remove
+	clsConnection // remove, with the headers it names
+	clsIdentity   // remove: only the edge sets it
+	clsAPIKey
+	clsXFF
+	clsXFP
+	clsXFH
+	clsForwarded
+	clsXRealIP
+	clsRequestID
+)
+
+const tollgatePrefix = "x-tollgate-"
+
+// classify names the class of a header key (any case) without allocating.
+func classify(k []byte) int {
+	switch len(k) {
+	case 2:
+		if asciiEqualFold(k, "te") {
+			return clsHop
+		}
+	case 6:
+		if asciiEqualFold(k, "expect") {
+			return clsHop
+		}
+	case 7:
+		if asciiEqualFold(k, "upgrade") || asciiEqualFold(k, "trailer") {
+			return clsHop
+		}
+	case 9:
+		if asciiEqualFold(k, "x-api-key") {
+			return clsAPIKey
+		}
+		if asciiEqualFold(k, "forwarded") {
+			return clsForwarded
+		}
+		if asciiEqualFold(k, "x-real-ip") {
+			return clsXRealIP
+		}
+	case 10:
+		if asciiEqualFold(k, "connection") {
+			return clsConnection
+		}
+		if asciiEqualFold(k, "keep-alive") {
+			return clsHop
+		}
+	case 12:
+		if asciiEqualFold(k, "x-request-id") {
+			return clsRequestID
+		}
+	case 13:
+		if asciiEqualFold(k, "x-consumer-id") {
+			return clsIdentity
+		}
+	case 15:
+		if asciiEqualFold(k, "x-forwarded-for") {
+			return clsXFF
+		}
+		if asciiEqualFold(k, "x-consumer-name") {
+			return clsIdentity
+		}
+	case 16:
+		if asciiEqualFold(k, "x-forwarded-host") {
+			return clsXFH
+		}
+	case 17:
+		if asciiEqualFold(k, "x-forwarded-proto") {
+			return clsXFP
+		}
+		if asciiEqualFold(k, "transfer-encoding") {
+			return clsHop
+		}
+	case 18:
+		if asciiEqualFold(k, "proxy-authenticate") {
+			return clsHop
+		}
+	case 19:
+		if asciiEqualFold(k, "proxy-authorization") {
+			return clsHop
+		}
+	}
+	if len(k) >= len(tollgatePrefix) && asciiEqualFold(k[:len(tollgatePrefix)], tollgatePrefix) {
+		return clsIdentity
+	}
+	return clsOther
+}
+
+// nextHeader takes the first "Key: value" line off a raw header block.
+func nextHeader(raw []byte) (key, value, rest []byte) {
+	line := raw
+	if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+		line, rest = raw[:i], raw[i+1:]
+	}
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	i := bytes.IndexByte(line, ':')
+	if i <= 0 {
+		return nil, nil, rest
+	}
+	key, value = line[:i], line[i+1:]
+	for len(value) > 0 && (value[0] == ' ' || value[0] == '\t') {
+		value = value[1:]
+	}
+	for len(value) > 0 && (value[len(value)-1] == ' ' || value[len(value)-1] == '\t') {
+		value = value[:len(value)-1]
+	}
+	return key, value, rest
+}
+
+// scanRequestHeaders reads the raw request header block once: it removes the hop-by-hop
+// and identity headers from the request that will go upstream and notes the values the
+// later steps need (API key, request id, X-Forwarded-For chain).
+func (x *exchange) scanRequestHeaders(raw []byte) {
+	h := &x.ctx.Request.Header
+	hs := &x.hs
+	for len(raw) > 0 {
+		var k, v []byte
+		k, v, raw = nextHeader(raw)
+		if k == nil {
+			continue
+		}
+		switch classify(k) {
+		case clsOther:
+		case clsHop, clsIdentity:
+			h.DelBytes(k)
+		case clsConnection:
+			delConnectionTokens(v, h.DelBytes)
+			h.DelBytes(hdrConnection)
+		case clsAPIKey:
+			if hs.has&hXAPIKey == 0 {
+				hs.apiKey = v
+			}
+			hs.has |= hXAPIKey
+		case clsXFF:
+			if hs.has&hXFF != 0 {
+				x.xff = append(x.xff, ", "...)
+			}
+			x.xff = append(x.xff, v...)
+			hs.has |= hXFF
+		case clsXFP:
+			hs.has |= hXFP
+		case clsXFH:
+			hs.has |= hXFH
+		case clsForwarded:
+			hs.has |= hForwarded
+		case clsXRealIP:
+			hs.has |= hXRealIP
+		case clsRequestID:
+			if hs.has&hXRequestID == 0 {
+				hs.reqID = v
+			} else {
+				hs.reqID = nil // two ids: trust neither
+			}
+			hs.has |= hXRequestID
+		}
+	}
+}
+
+// delConnectionTokens deletes each header a Connection value names, except the ones
+// that frame the message the edge sends.
+func delConnectionTokens(v []byte, del func([]byte)) {
+	for len(v) > 0 {
+		var tok []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			tok, v = v[:i], v[i+1:]
+		} else {
+			tok, v = v, nil
+		}
+		tok = bytes.TrimSpace(tok)
+		if len(tok) == 0 || asciiEqualFold(tok, "host") || asciiEqualFold(tok, "content-length") ||
+			asciiEqualFold(tok, "close") || asciiEqualFold(tok, "keep-alive") {
+			// close/keep-alive are options, not header names (and Keep-Alive goes anyway).
+			continue
+		}
+		del(tok)
+	}
+}
+
+// cleanResponseHeaders removes the upstream response's hop-by-hop headers. fasthttp keeps
+// "Connection: close" as a flag; it is the upstream's business, not the client's (the
+// server still closes the client connection when the client asked or on shutdown).
+// Response header names keep the upstream's spelling, so the names a Connection header
+// lists are matched without case in a second pass, which only such a response needs.
+func (x *exchange) cleanResponseHeaders() {
+	h := &x.ctx.Response.Header
+	h.ResetConnectionClose()
+	// Collect first (copied into scratch), delete after: deleting while iterating is
+	// undefined. ends[i] delimits the i-th name in scratch.
+	s := x.scratch[:0]
+	var ends [16]int
+	n, tokens := 0, 0
+	add := func(k []byte) {
+		if n < len(ends) {
+			s = append(s, k...)
+			ends[n] = len(s)
+			n++
+		}
+	}
+	for k, v := range h.All() {
+		switch classifyResponse(k) {
+		case clsHop:
+			add(k)
+		case clsConnection:
+			add(k)
+			delConnectionTokens(v, func(tok []byte) { tokens++; add(tok) })
+		}
+	}
+	if tokens > 0 {
+		named := n
+		for k := range h.All() {
+			start := 0
+			for i := 0; i < named; i++ {
+				if bytes.EqualFold(k, s[start:ends[i]]) && !bytes.Equal(k, s[start:ends[i]]) {
+					add(k)
+					break
+				}
+				start = ends[i]
+			}
+		}
+	}
+	start := 0
+	for i := 0; i < n; i++ {
+		h.DelBytes(s[start:ends[i]])
+		start = ends[i]
+	}
+	x.scratch = s
+}
+
+// classifyResponse is classify for response headers: only hop-by-hop ones matter.
+// Transfer-Encoding is left to fasthttp, which frames the body it relays itself.
+func classifyResponse(k []byte) int {
+	switch len(k) {
+	case 2, 7, 18, 19:
+		if c := classify(k); c == clsHop {
+			return c
+		}
+	case 10:
+		return classify(k)
+	}
+	return clsOther
+}

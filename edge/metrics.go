@@ -1,0 +1,283 @@
+package edge
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics.
+//
+// http_requests_total and http_request_duration_seconds carry the labels gateway
+// ("tollgate"), tenant (the slug), route (the route's name) and status — the status
+// *class* ("2xx", "4xx"…), not the code, so a route has at most five series per metric.
+//
+// Label cardinality is bounded: the first Config.MaxTenantLabels tenants (default 500)
+// to compile get their own tenant value, later ones share "other"; within a labelled
+// tenant the first Config.MaxRouteLabels routes (default 100) get their own route value,
+// later ones share "other", and no more than Config.MaxRouteLabelsTotal (default 5,000)
+// routes are labelled across all tenants. Requests that match no tenant count under
+// tenant "none"; requests of a tenant that match no route under route "none". A deleted
+// tenant or route frees its slot and its series are removed.
+//
+// Nothing on the request path calls WithLabelValues per request: each route holds its
+// routeMetrics, whose per-class children are resolved once on first use and then read
+// with one atomic load.
+
+const (
+	labelOther = "other"
+	labelNone  = "none"
+	gateway    = "tollgate"
+)
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+
+	configApplied  prometheus.Counter
+	configIgnored  prometheus.Counter
+	configRejected *prometheus.CounterVec
+	compiles       prometheus.Counter
+	compileSeconds prometheus.Histogram
+	applyDelay     prometheus.Histogram
+	kvRevision     prometheus.Gauge
+	tenants        prometheus.Gauge
+	routes         prometheus.Gauge
+	ready          prometheus.Gauge
+	upstreamErrors *prometheus.CounterVec
+	logDropped     prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	var constLabels prometheus.Labels
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "http_requests_total", Help: "Requests served by the edge, by tenant, route and status class.",
+			ConstLabels: constLabels,
+		}, []string{"gateway", "tenant", "route", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "http_request_duration_seconds", Help: "Time from request received to response ready, by tenant, route and status class.",
+			ConstLabels: constLabels,
+			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"gateway", "tenant", "route", "status"}),
+		configApplied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_edge_config_applied_total", Help: "Config entries (puts and deletes) applied.", ConstLabels: constLabels,
+		}),
+		configIgnored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_edge_config_ignored_total", Help: "Config entries ignored because their rev was not newer than the one held (replays, late publishes).", ConstLabels: constLabels,
+		}),
+		configRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_edge_config_rejected_total", Help: "Config entries rejected as invalid; the tenant keeps its last good config.", ConstLabels: constLabels,
+		}, []string{"kind"}),
+		compiles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_edge_compiles_total", Help: "Tenant snapshots compiled.", ConstLabels: constLabels,
+		}),
+		compileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tollgate_edge_compile_duration_seconds", Help: "Time to compile one tenant snapshot.", ConstLabels: constLabels,
+			Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
+		}),
+		applyDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tollgate_edge_config_apply_delay_seconds", Help: "Time from a config entry's arrival to the snapshot that contains it serving requests.", ConstLabels: constLabels,
+			Buckets: prometheus.ExponentialBuckets(0.0005, 3, 10),
+		}),
+		kvRevision: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_edge_config_kv_revision", Help: "KV revision of the last config entry received.", ConstLabels: constLabels,
+		}),
+		tenants: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_edge_tenants", Help: "Tenants served.", ConstLabels: constLabels,
+		}),
+		routes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_edge_routes", Help: "Routes served, over all tenants.", ConstLabels: constLabels,
+		}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_edge_ready", Help: "1 when the initial config is loaded and the edge is not shutting down.", ConstLabels: constLabels,
+		}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_edge_upstream_errors_total", Help: "Upstream exchanges that failed, by kind (policy, connect, connect_timeout, timeout, overloaded, bad_response).", ConstLabels: constLabels,
+		}, []string{"kind"}),
+		logDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_edge_access_log_dropped_total", Help: "Access log lines dropped because the log writer fell behind.", ConstLabels: constLabels,
+		}),
+	}
+	for _, c := range []prometheus.Collector{
+		m.requests, m.duration, m.configApplied, m.configIgnored, m.configRejected, m.compiles,
+		m.compileSeconds, m.applyDelay, m.kvRevision, m.tenants, m.routes, m.ready, m.upstreamErrors, m.logDropped,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// statusClasses are the status label values, indexed by status/100 (0 for anything
+// outside 1xx–5xx).
+var statusClasses = [6]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// routeMetrics are the metric children of one (tenant, route) label pair.
+type routeMetrics struct {
+	m             *metrics
+	tenant, route string
+	class         [6]atomic.Pointer[classMetrics]
+}
+
+type classMetrics struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+func (rm *routeMetrics) observe(status int, d time.Duration) {
+	c := status / 100
+	if c < 1 || c > 5 {
+		c = 0
+	}
+	cm := rm.class[c].Load()
+	if cm == nil {
+		cm = rm.resolve(c)
+	}
+	cm.requests.Inc()
+	cm.duration.Observe(d.Seconds())
+}
+
+func (rm *routeMetrics) resolve(c int) *classMetrics {
+	cm := &classMetrics{
+		requests: rm.m.requests.WithLabelValues(gateway, rm.tenant, rm.route, statusClasses[c]),
+		duration: rm.m.duration.WithLabelValues(gateway, rm.tenant, rm.route, statusClasses[c]),
+	}
+	if !rm.class[c].CompareAndSwap(nil, cm) {
+		return rm.class[c].Load()
+	}
+	return cm
+}
+
+func (rm *routeMetrics) delete() {
+	l := prometheus.Labels{"tenant": rm.tenant, "route": rm.route}
+	rm.m.requests.DeletePartialMatch(l)
+	rm.m.duration.DeletePartialMatch(l)
+}
+
+// labeler hands out label values within the bounds described above. It belongs to the
+// config plane; compiles take its lock, requests never do.
+type labeler struct {
+	mu                              sync.Mutex
+	m                               *metrics
+	maxTenants, maxRoutes, maxTotal int
+	ownTenants, ownRoutes           int
+	tenants                         map[string]*tenantLabels // by tenant id
+	other                           *tenantLabels
+	noTenant                        *routeMetrics
+}
+
+type tenantLabels struct {
+	value  string // the tenant label: its slug, or "other"
+	own    bool
+	none   *routeMetrics // requests of the tenant that match no route
+	other  *routeMetrics // its routes past the bound
+	routes map[string]*routeLabel
+}
+
+type routeLabel struct {
+	name string
+	rm   *routeMetrics
+}
+
+func newLabeler(m *metrics, maxTenants, maxRoutes, maxTotal int) *labeler {
+	l := &labeler{m: m, maxTenants: maxTenants, maxRoutes: maxRoutes, maxTotal: maxTotal, tenants: map[string]*tenantLabels{}}
+	l.other = l.newTenantLabels(labelOther, false)
+	l.noTenant = &routeMetrics{m: m, tenant: labelNone, route: labelNone}
+	return l
+}
+
+func (l *labeler) newTenantLabels(value string, own bool) *tenantLabels {
+	return &tenantLabels{
+		value: value, own: own,
+		none:   &routeMetrics{m: l.m, tenant: value, route: labelNone},
+		other:  &routeMetrics{m: l.m, tenant: value, route: labelOther},
+		routes: map[string]*routeLabel{},
+	}
+}
+
+// tenant returns the labels of a tenant, giving it its own value while there is room.
+func (l *labeler) tenant(id, slug string) *tenantLabels {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if tl := l.tenants[id]; tl != nil {
+		if tl.value == slug {
+			return tl
+		}
+		l.dropLocked(id) // the slug changed: start over under the new value
+	}
+	if l.ownTenants >= l.maxTenants {
+		return l.other
+	}
+	tl := l.newTenantLabels(slug, true)
+	l.tenants[id] = tl
+	l.ownTenants++
+	return tl
+}
+
+// routes assigns the route metrics of a tenant's current routes (ids → names), in the
+// order given, and frees the labels of routes no longer present.
+func (l *labeler) routes(tl *tenantLabels, ids, names []string) []*routeMetrics {
+	out := make([]*routeMetrics, len(ids))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !tl.own {
+		for i := range out {
+			out[i] = tl.other
+		}
+		return out
+	}
+	live := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		live[id] = true
+	}
+	for id, rl := range tl.routes {
+		if !live[id] {
+			rl.rm.delete()
+			delete(tl.routes, id)
+			l.ownRoutes--
+		}
+	}
+	for i, id := range ids {
+		rl := tl.routes[id]
+		if rl != nil && rl.name != names[i] {
+			rl.rm.delete()
+			rl.rm = &routeMetrics{m: l.m, tenant: tl.value, route: names[i]}
+			rl.name = names[i]
+		}
+		if rl == nil {
+			if len(tl.routes) >= l.maxRoutes || l.ownRoutes >= l.maxTotal {
+				out[i] = tl.other
+				continue
+			}
+			rl = &routeLabel{name: names[i], rm: &routeMetrics{m: l.m, tenant: tl.value, route: names[i]}}
+			tl.routes[id] = rl
+			l.ownRoutes++
+		}
+		out[i] = rl.rm
+	}
+	return out
+}
+
+// drop frees a deleted tenant's labels and removes its series.
+func (l *labeler) drop(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropLocked(id)
+}
+
+func (l *labeler) dropLocked(id string) {
+	tl := l.tenants[id]
+	if tl == nil {
+		return
+	}
+	delete(l.tenants, id)
+	l.ownTenants--
+	l.ownRoutes -= len(tl.routes)
+	p := prometheus.Labels{"tenant": tl.value}
+	l.m.requests.DeletePartialMatch(p)
+	l.m.duration.DeletePartialMatch(p)
+}

@@ -1,0 +1,254 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"tollgate/tenants"
+)
+
+// upstream is a route's set of targets and the weighted round-robin schedule over them.
+//
+// The schedule is nginx's smooth weighted round-robin, computed once at compile time for
+// one full cycle (sum of weights / their gcd picks): at request time a pick is one atomic
+// add on the route's counter and an index, with no lock. The counter starts at a random
+// point so frequent recompiles do not favour the start of the cycle.
+type upstream struct {
+	targets []*target
+	seq     []uint8  // indexes into targets, one cycle
+	pools   []string // keys of the pools the targets use
+	next    atomic.Uint32
+}
+
+func (u *upstream) pick() *target {
+	if len(u.seq) == 1 {
+		return u.targets[u.seq[0]]
+	}
+	i := u.next.Add(1)
+	return u.targets[u.seq[i%uint32(len(u.seq))]]
+}
+
+// target is one upstream server of a route.
+type target struct {
+	url    string
+	client *fasthttp.HostClient
+	tls    bool
+	host   []byte // the Host header sent upstream: the target URL's host[:port]
+	base   []byte // the target URL's path, prepended to the request path ("" or "/v1")
+}
+
+// smoothWRR returns one cycle of the smooth weighted round-robin order over weights
+// (each ≤ tenants.MaxWeight, at most tenants.MaxTargets of them); weight 0 is never
+// picked. All-zero weights share equally.
+func smoothWRR(weights []int) []uint8 {
+	g, total := 0, 0
+	for _, w := range weights {
+		g = gcd(g, w)
+		total += w
+	}
+	if total == 0 {
+		w := make([]int, len(weights))
+		for i := range w {
+			w[i] = 1
+		}
+		return smoothWRR(w)
+	}
+	w := make([]int, len(weights))
+	for i := range weights {
+		w[i] = weights[i] / g
+	}
+	total /= g
+	cur := make([]int, len(w))
+	seq := make([]uint8, 0, total)
+	for range total {
+		best := -1
+		for i := range w {
+			if w[i] == 0 {
+				continue
+			}
+			cur[i] += w[i]
+			if best < 0 || cur[i] > cur[best] {
+				best = i
+			}
+		}
+		cur[best] -= total
+		seq = append(seq, uint8(best))
+	}
+	return seq
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// dialError is a failed connect to an upstream: refused by the operator's policy, timed
+// out, or failed otherwise. The request path turns it into 502 or 504.
+type dialError struct {
+	addr    string
+	policy  bool
+	timeout bool
+	err     error
+}
+
+func (e *dialError) Error() string { return fmt.Sprintf("dial %s: %v", e.addr, e.err) }
+func (e *dialError) Unwrap() error { return e.err }
+func (e *dialError) Timeout() bool { return e.timeout }
+
+// dialer connects to upstreams. It resolves the target's name itself and checks every
+// address with UpstreamPolicy.CheckAddr before connecting, and then connects to the
+// checked address, so a name that resolves somewhere refused (or is rebound between check
+// and connect) never reaches it.
+type dialer struct {
+	policy   *tenants.UpstreamPolicy
+	resolver *net.Resolver
+}
+
+// dial returns a fasthttp dial function bounded by connectTimeout (and by the request's
+// remaining time, when fasthttp passes one).
+func (d *dialer) dial(connectTimeout time.Duration) fasthttp.DialFuncWithTimeout {
+	return func(addr string, timeout time.Duration) (net.Conn, error) {
+		if timeout <= 0 || timeout > connectTimeout {
+			timeout = connectTimeout
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		host, portStr, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, &dialError{addr: addr, err: err}
+		}
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			return nil, &dialError{addr: addr, err: err}
+		}
+		var addrs []netip.Addr
+		if a, err := netip.ParseAddr(host); err == nil {
+			addrs = []netip.Addr{a}
+		} else {
+			addrs, err = d.resolver.LookupNetIP(ctx, "ip", host)
+			if err != nil {
+				return nil, &dialError{addr: addr, timeout: ctx.Err() != nil, err: err}
+			}
+		}
+		for _, a := range addrs {
+			if err := d.policy.CheckAddr(a, port); err != nil {
+				return nil, &dialError{addr: addr, policy: true, err: err}
+			}
+		}
+		var nd net.Dialer
+		for _, a := range addrs {
+			c, err := nd.DialContext(ctx, "tcp", netip.AddrPortFrom(a.Unmap(), uint16(port)).String())
+			if err == nil {
+				if tc, ok := c.(*net.TCPConn); ok {
+					_ = tc.SetNoDelay(true)
+				}
+				return c, nil
+			}
+			if ctx.Err() != nil {
+				return nil, &dialError{addr: addr, timeout: true, err: err}
+			}
+			if len(addrs) == 1 {
+				return nil, &dialError{addr: addr, err: err}
+			}
+		}
+		return nil, &dialError{addr: addr, err: errors.New("no address of the host accepted a connection")}
+	}
+}
+
+// poolKey names a connection pool: one per scheme, host:port and connect timeout within
+// a tenant. Pools outlive snapshots so a recompile keeps the warm connections.
+func poolKey(tls bool, hostport string, connectTimeout time.Duration) string {
+	s := "http://"
+	if tls {
+		s = "https://"
+	}
+	return s + hostport + "|" + connectTimeout.String()
+}
+
+// parseTarget splits a validated target URL into what the proxy needs.
+func parseTarget(raw string) (tlsOn bool, hostport string, hostHeader, base string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false, "", "", "", err
+	}
+	tlsOn = u.Scheme == "https"
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if tlsOn {
+			port = "443"
+		}
+	}
+	return tlsOn, net.JoinHostPort(u.Hostname(), port), u.Host, strings.TrimSuffix(u.EscapedPath(), "/"), nil
+}
+
+// newHostClient is the keep-alive pool of one upstream server.
+func (e *Edge) newHostClient(tlsOn bool, hostport string, connectTimeout time.Duration) *fasthttp.HostClient {
+	hc := &fasthttp.HostClient{
+		Addr:                      hostport,
+		IsTLS:                     tlsOn,
+		DialTimeout:               e.dialer.dial(connectTimeout),
+		MaxConns:                  e.cfg.MaxConnsPerTarget,
+		MaxIdleConnDuration:       e.cfg.MaxIdleConnDuration,
+		MaxConnWaitTimeout:        e.cfg.MaxConnWait,
+		MaxIdemponentCallAttempts: 2, // one retry of an idempotent request on a stale pooled connection
+		ReadBufferSize:            e.cfg.ReadBufferSize,
+		NoDefaultUserAgentHeader:  true,
+		// The path sent is the normalized one the router matched; fasthttp must not
+		// re-normalize (or decode) it.
+		DisablePathNormalizing: true,
+		// Response header names are passed through as the upstream wrote them.
+		DisableHeaderNamesNormalizing: true,
+		ConnPoolStrategy:              fasthttp.LIFO,
+		SecureErrorLogMessage:         true,
+		// Stream bodies from the upstream to the client instead of buffering them whole
+		// (S5: 1 MB responses must not cost 1 MB of memory per request in flight).
+		// fasthttp returns the connection to the pool once the body has been relayed.
+		StreamResponseBody: !e.cfg.BufferResponses,
+	}
+	if tlsOn {
+		hc.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
+	}
+	return hc
+}
+
+// newUpstream builds a route's upstream from its validated targets, taking pools from
+// (and adding them to) the tenant's pool set.
+func (e *Edge) newUpstream(r *tenants.Route, pools map[string]*fasthttp.HostClient, used map[string]bool) (*upstream, error) {
+	ct := time.Duration(r.ConnectTimeoutMS) * time.Millisecond
+	u := &upstream{}
+	weights := make([]int, len(r.Upstream.Targets))
+	for i, t := range r.Upstream.Targets {
+		tlsOn, hostport, hostHeader, base, err := parseTarget(t.URL)
+		if err != nil {
+			return nil, fmt.Errorf("upstream.targets[%d]: %v", i, err)
+		}
+		key := poolKey(tlsOn, hostport, ct)
+		hc := pools[key]
+		if hc == nil {
+			hc = e.newHostClient(tlsOn, hostport, ct)
+			pools[key] = hc
+		}
+		used[key] = true
+		u.pools = append(u.pools, key)
+		u.targets = append(u.targets, &target{url: t.URL, client: hc, tls: tlsOn, host: []byte(hostHeader), base: []byte(base)})
+		weights[i] = t.Weight
+	}
+	u.seq = smoothWRR(weights)
+	u.next.Store(rand.Uint32())
+	return u, nil
+}
