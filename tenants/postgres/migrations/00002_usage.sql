@@ -36,8 +36,8 @@ CREATE TABLE usage_hourly (
 -- Exports and reconciliation scan one month of every tenant.
 CREATE INDEX usage_hourly_hour_idx ON usage_hourly (hour);
 
--- Platform plan prices: the tenant's `plan` string names a row here. A tenant whose plan
--- has no row is priced as 'free' (see billing.FallbackPlan).
+-- Prices of the platform plans (a tenant's `plan`; their limits are in platform_plans,
+-- 00003). A tenant whose plan has no price here is priced as 'free' (billing.FallbackPlan).
 --   amount = ceil(max(0, billable - included_requests) * unit_price / unit_requests)
 -- in integer minor units of currency (cents for usd). With per_consumer the allowance and
 -- the amount are per consumer of the tenant, and the export has one row per consumer.
@@ -51,9 +51,9 @@ CREATE TABLE billing_prices (
     updated_at        timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO billing_prices (plan, currency, included_requests, unit_price, unit_requests, per_consumer) VALUES
-    ('free',       'usd',     10000,  0, 1000, false), -- allowance only; the quota stops use beyond it
-    ('pro',        'usd',   1000000, 20, 1000, false), -- $0.20 per 1,000 requests over 1M
-    ('enterprise', 'usd',   5000000, 10, 1000, true);  -- $0.10 per 1,000 over 5M, per consumer
+    ('free',       'usd',   10000,  0, 1000, false), -- allowance only; the quota stops use beyond it
+    ('pro',        'usd', 1000000, 20, 1000, false), -- $0.20 per 1,000 billable requests over 1M
+    ('enterprise', 'usd',       0, 10, 1000, true);  -- $0.10 per 1,000, every request, per consumer
 
 -- A tenant billed through Stripe: created when billing is enabled for it.
 CREATE TABLE billing_customers (

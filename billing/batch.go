@@ -1,0 +1,138 @@
+package billing
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"tollgate/tenants"
+)
+
+// UsageBatch is what an edge's meter publishes about once a second: the requests it
+// counted since its previous batch, per tenant, UTC hour, route, consumer and status
+// class. Its ID — edge id, boot id, sequence — is also its Nats-Msg-Id, so JetStream drops
+// a republished copy within the stream's duplicate window, and billing records it under a
+// unique key, so a copy arriving at any later time folds nothing.
+type UsageBatch struct {
+	ID      string        `json:"id"`
+	EdgeID  string        `json:"edge_id"`
+	BootID  string        `json:"boot_id"`
+	Seq     uint64        `json:"seq"`
+	Created time.Time     `json:"created"` // when the edge cut the batch
+	Records []UsageRecord `json:"records"`
+}
+
+// UsageRecord is one cell of a batch. Billable is already decided (see Billable); billing
+// adds the counts to the rollup row of the same dimensions.
+type UsageRecord struct {
+	TenantID   string    `json:"tenant_id"`
+	Hour       time.Time `json:"hour"`
+	RouteID    string    `json:"route_id,omitempty"`
+	ConsumerID string    `json:"consumer_id,omitempty"`
+	Class      int       `json:"class"` // StatusClass
+	Counts
+}
+
+// BatchID is the id of an edge's seq-th batch since boot.
+func BatchID(edgeID, bootID string, seq uint64) string {
+	return edgeID + "." + bootID + "." + strconv.FormatUint(seq, 10)
+}
+
+// Limits of a batch, checked when one is decoded.
+const (
+	MaxBatchRecords = 1 << 20
+	maxIDLen        = 256
+)
+
+// EncodeBatch is the batch's wire form (JSON).
+func EncodeBatch(b *UsageBatch) ([]byte, error) { return json.Marshal(b) }
+
+// DecodeBatch parses and validates a batch's wire form. An error means the message can
+// never fold (EInvalidRequest): the consumer terminates it instead of retrying.
+func DecodeBatch(data []byte) (*UsageBatch, error) {
+	var b UsageBatch
+	if err := json.Unmarshal(data, &b); err != nil {
+		return nil, tenants.Errorf(tenants.EInvalidRequest, "usage batch: %v", err)
+	}
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// Validate checks what folding relies on: an id, tenant ids that are UUIDs, whole UTC
+// hours, known status classes and counts that are not negative, with billable ≤ requests.
+func (b *UsageBatch) Validate() error {
+	bad := func(format string, args ...any) error {
+		return tenants.Errorf(tenants.EInvalidRequest, "usage batch %q: %s", b.ID, fmt.Sprintf(format, args...))
+	}
+	if b.ID == "" || len(b.ID) > maxIDLen {
+		return bad("id must be 1–%d characters", maxIDLen)
+	}
+	if b.EdgeID == "" || len(b.EdgeID) > maxIDLen {
+		return bad("edge_id must be 1–%d characters", maxIDLen)
+	}
+	if len(b.Records) > MaxBatchRecords {
+		return bad("%d records, over the limit of %d", len(b.Records), MaxBatchRecords)
+	}
+	for i := range b.Records {
+		r := &b.Records[i]
+		if _, err := uuid.Parse(r.TenantID); err != nil || len(r.TenantID) != 36 {
+			return bad("records[%d].tenant_id %q is not a UUID", i, r.TenantID)
+		}
+		if r.Hour.IsZero() || !r.Hour.Equal(Hour(r.Hour)) {
+			return bad("records[%d].hour %s is not a whole UTC hour", i, r.Hour.Format(time.RFC3339Nano))
+		}
+		r.Hour = r.Hour.UTC()
+		if r.Class < 0 || r.Class > 5 {
+			return bad("records[%d].class %d is not a status class", i, r.Class)
+		}
+		if len(r.RouteID) > maxIDLen || len(r.ConsumerID) > maxIDLen {
+			return bad("records[%d]: route_id and consumer_id are at most %d characters", i, maxIDLen)
+		}
+		if r.Requests < 0 || r.Billable < 0 || r.BytesIn < 0 || r.BytesOut < 0 || r.Billable > r.Requests {
+			return bad("records[%d]: counts must be ≥ 0 with billable ≤ requests", i)
+		}
+	}
+	return nil
+}
+
+// Requests is the batch's request count.
+func (b *UsageBatch) Requests() int64 {
+	var n int64
+	for i := range b.Records {
+		n += b.Records[i].Requests
+	}
+	return n
+}
+
+// EdgeTotal is an edge's own running count for one tenant and hour since it booted:
+// every request it recorded (whether its batch was published, is still spooled, or was
+// dropped) and, in Dropped, the requests it had to give up on (spool full, or recorded
+// after the meter closed). Edges publish these to the TotalsBucket under TotalsKey, so
+// reconciliation can compare them with what billing folded.
+type EdgeTotal struct {
+	EdgeID   string    `json:"edge_id"`
+	BootID   string    `json:"boot_id"`
+	TenantID string    `json:"tenant_id"`
+	Hour     time.Time `json:"hour"`
+	Requests int64     `json:"requests"`
+	Billable int64     `json:"billable"`
+	Dropped  int64     `json:"dropped"`
+	// DroppedBillable is the billable part of Dropped.
+	DroppedBillable int64 `json:"dropped_billable"`
+}
+
+// TotalsKey is t's key in the TotalsBucket: "<YYYYMM>.<tenant>.<edge>.<boot>.<DDHH>", so
+// one period's totals are listed with the filter TotalsFilter(period).
+func TotalsKey(t *EdgeTotal) string {
+	h := t.Hour.UTC()
+	return fmt.Sprintf("%04d%02d.%s.%s.%s.%02d%02d", h.Year(), int(h.Month()), Token(t.TenantID),
+		Token(t.EdgeID), Token(t.BootID), h.Day(), h.Hour())
+}
+
+// TotalsFilter is the key filter of one period's totals.
+func TotalsFilter(p Period) string { return fmt.Sprintf("%04d%02d.>", p.Year, int(p.Month)) }

@@ -1,0 +1,334 @@
+// Package billing is Tollgate's usage and billing domain: the usage batch edges publish
+// (UsageBatch, the one billable rule), the hourly rollups billing folds them into, the
+// usage report and monthly export the api serves (with ready-to-mount Fiber handlers),
+// prices, and the reconciliation of what edges counted with what was folded and pushed
+// to Stripe.
+//
+// It does no I/O of its own: billing/postgres stores rollups, prices and pushes,
+// billing/nats carries batches and edge totals over JetStream, billing/stripe pushes
+// usage to Stripe, and billing/cli wires them into `tollgate billing`. The edge's meter
+// (edge/meter) imports only this package, for the batch format and the billable rule.
+package billing
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"tollgate/tenants"
+)
+
+// Origin says who produced a response: the tenant's upstream, or the edge itself.
+type Origin uint8
+
+const (
+	// OriginEdge: the gateway answered on its own (401, 403, 404, 413, 429, 502, 503, 504…).
+	OriginEdge Origin = iota
+	// OriginUpstream: the upstream's response was relayed, whatever its status.
+	OriginUpstream
+)
+
+// StatusClass is the hundreds digit of an HTTP status: 1 for 1xx … 5 for 5xx, 0 for a
+// status outside 100–599.
+func StatusClass(status int) int {
+	if status < 100 || status > 599 {
+		return 0
+	}
+	return status / 100
+}
+
+// ClassLabel is "2xx" for class 2, "other" for 0.
+func ClassLabel(class int) string {
+	if class < 1 || class > 5 {
+		return "other"
+	}
+	return string(rune('0'+class)) + "xx"
+}
+
+// Billable is the billing rule, applied in this one place (the meter calls it when it
+// builds a batch; nothing downstream second-guesses it):
+//
+//   - a response the upstream produced is billable, whatever its status: 2xx to 5xx,
+//     including the upstream's own 5xx, since the gateway did all of its work (auth,
+//     policy, limits, proxying) and the upstream is the tenant's;
+//   - a response the edge produced itself is counted but never billed: rejections (401,
+//     403, 404, 413, 429), shedding and not-ready (503), and the edge's answers for an
+//     upstream that failed or timed out (502, 504);
+//   - a status outside 100–599 is not billable.
+func Billable(class int, origin Origin) bool {
+	return origin == OriginUpstream && class >= 1 && class <= 5
+}
+
+// Names of the JetStream objects, all under the stack's prefix (TOLLGATE_NATS_PREFIX).
+
+// UsageStream is the stream of usage batches: "<prefix>_usage".
+func UsageStream(prefix string) string { return prefix + "_usage" }
+
+// UsageSubjects is the stream's subject filter: "<prefix>.usage.>".
+func UsageSubjects(prefix string) string { return prefix + ".usage.>" }
+
+// UsageSubject is the subject an edge publishes its batches on: "<prefix>.usage.<edge>",
+// the edge id made a single subject token (see Token).
+func UsageSubject(prefix, edgeID string) string { return prefix + ".usage." + Token(edgeID) }
+
+// TotalsBucket is the KV bucket of the edges' running totals: "<prefix>_meter_totals".
+func TotalsBucket(prefix string) string { return prefix + "_meter_totals" }
+
+// Token makes s usable as one NATS subject token or KV key token: every character
+// outside [A-Za-z0-9_-] becomes '_' (so "web-1.eu" is "web-1_eu"); empty becomes "_".
+func Token(s string) string {
+	if s == "" {
+		return "_"
+	}
+	ok := true
+	for i := 0; i < len(s); i++ {
+		if !tokenChar(s[i]) {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if !tokenChar(c) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func tokenChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+}
+
+// Period is a calendar month in UTC, the unit of export and reconciliation.
+type Period struct {
+	Year  int
+	Month time.Month
+}
+
+// ParsePeriod reads "YYYY-MM": EInvalidRequest when it is anything else.
+func ParsePeriod(s string) (Period, error) {
+	t, err := time.Parse("2006-01", s)
+	if err != nil || len(s) != 7 {
+		return Period{}, tenants.Errorf(tenants.EInvalidRequest, "period %q must be a month as YYYY-MM", s)
+	}
+	return Period{Year: t.Year(), Month: t.Month()}, nil
+}
+
+// PeriodOf is the period holding t.
+func PeriodOf(t time.Time) Period {
+	t = t.UTC()
+	return Period{Year: t.Year(), Month: t.Month()}
+}
+
+// Start is the first instant of the period (00:00:00 UTC on the 1st).
+func (p Period) Start() time.Time { return time.Date(p.Year, p.Month, 1, 0, 0, 0, 0, time.UTC) }
+
+// End is the first instant after the period.
+func (p Period) End() time.Time { return p.Start().AddDate(0, 1, 0) }
+
+func (p Period) String() string { return fmt.Sprintf("%04d-%02d", p.Year, int(p.Month)) }
+
+// Hour truncates t to its UTC hour, the grain of every rollup.
+func Hour(t time.Time) time.Time { return t.UTC().Truncate(time.Hour) }
+
+// Price is what a platform plan costs: an allowance of billable requests included each
+// period, then UnitPrice minor units of Currency per UnitRequests billable requests over
+// it (rounded up to a whole minor unit). With PerConsumer the allowance and the amount
+// apply to each consumer of the tenant separately.
+type Price struct {
+	Plan             string `json:"plan"`
+	Currency         string `json:"currency"` // ISO 4217, lowercase ("usd")
+	IncludedRequests int64  `json:"included_requests"`
+	UnitPrice        int64  `json:"unit_price"` // minor units (cents) per UnitRequests
+	UnitRequests     int64  `json:"unit_requests"`
+	PerConsumer      bool   `json:"per_consumer"`
+}
+
+// FallbackPlan prices a tenant whose plan has no price of its own.
+const FallbackPlan = "free"
+
+// Charge is the overage over the price's allowance and its amount in minor units.
+func (p *Price) Charge(billable int64) (overage, amount int64) {
+	overage = billable - p.IncludedRequests
+	if overage <= 0 {
+		return 0, 0
+	}
+	unit := p.UnitRequests
+	if unit <= 0 {
+		unit = 1
+	}
+	return overage, (overage*p.UnitPrice + unit - 1) / unit
+}
+
+// UsageService answers the questions the api and finance ask of the rollups.
+type UsageService interface {
+	// Usage reports a tenant's usage for a query: EInvalidRequest for a bad range.
+	Usage(ctx context.Context, q UsageQuery) (*UsageReport, error)
+	// Export is every tenant's bill for a period, in ExportRow order.
+	Export(ctx context.Context, p Period) ([]ExportRow, error)
+}
+
+// Counts are the four counters of usage.
+type Counts struct {
+	Requests int64 `json:"requests"`
+	Billable int64 `json:"billable"`
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
+}
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	c.Requests += o.Requests
+	c.Billable += o.Billable
+	c.BytesIn += o.BytesIn
+	c.BytesOut += o.BytesOut
+}
+
+// Granularity of a usage report.
+const (
+	GranularityHour = "hour"
+	GranularityDay  = "day"
+)
+
+// Dimensions a usage report can be grouped by besides time.
+const (
+	GroupRoute    = "route"
+	GroupConsumer = "consumer"
+	GroupStatus   = "status"
+)
+
+// UsageQuery asks for one tenant's usage over [From, To), both on whole UTC hours,
+// bucketed by Granularity (UTC hours or UTC days; a day bucket is clipped to the range)
+// and optionally grouped by route, consumer and status class.
+type UsageQuery struct {
+	TenantID    string
+	From, To    time.Time
+	Granularity string
+	ByRoute     bool
+	ByConsumer  bool
+	ByStatus    bool
+}
+
+// UsageReport is the answer to a UsageQuery: the range's total and one item per bucket
+// and group that saw traffic, ordered by start, route, consumer, status.
+type UsageReport struct {
+	From        time.Time   `json:"from"`
+	To          time.Time   `json:"to"`
+	Granularity string      `json:"granularity"`
+	Total       Counts      `json:"total"`
+	Items       []UsageItem `json:"items"`
+}
+
+// UsageItem is the usage of one time bucket (and group). RouteID, ConsumerID and Status
+// are present only when the report is grouped by them; an empty ConsumerID is traffic
+// without an authenticated consumer, an empty RouteID traffic that matched no route.
+type UsageItem struct {
+	Start      time.Time `json:"start"`
+	RouteID    *string   `json:"route_id,omitempty"`
+	ConsumerID *string   `json:"consumer_id,omitempty"`
+	Status     string    `json:"status,omitempty"`
+	Counts
+}
+
+// Query bounds.
+const (
+	MaxHourlyRange = 31 * 24 * time.Hour
+	MaxDailyRange  = 366 * 24 * time.Hour
+)
+
+// Validate checks the range and fills defaults (granularity hour).
+func (q *UsageQuery) Validate() error {
+	if q.Granularity == "" {
+		q.Granularity = GranularityHour
+	}
+	if q.Granularity != GranularityHour && q.Granularity != GranularityDay {
+		return tenants.Errorf(tenants.EInvalidRequest, "granularity must be %q or %q", GranularityHour, GranularityDay)
+	}
+	q.From, q.To = q.From.UTC(), q.To.UTC()
+	if !q.From.Equal(Hour(q.From)) || !q.To.Equal(Hour(q.To)) {
+		return tenants.Errorf(tenants.EInvalidRequest, "from and to must be whole UTC hours (usage is kept per hour)")
+	}
+	if !q.To.After(q.From) {
+		return tenants.Errorf(tenants.EInvalidRequest, "to must be after from")
+	}
+	max := MaxHourlyRange
+	if q.Granularity == GranularityDay {
+		max = MaxDailyRange
+	}
+	if q.To.Sub(q.From) > max {
+		return tenants.Errorf(tenants.EInvalidRequest, "a %s-granularity range may span at most %d days", q.Granularity, int(max/(24*time.Hour)))
+	}
+	return nil
+}
+
+// ParseGroupBy reads a comma-separated group_by list into q.
+func (q *UsageQuery) ParseGroupBy(s string) error {
+	if s == "" {
+		return nil
+	}
+	for _, g := range strings.Split(s, ",") {
+		switch strings.TrimSpace(g) {
+		case GroupRoute:
+			q.ByRoute = true
+		case GroupConsumer:
+			q.ByConsumer = true
+		case GroupStatus:
+			q.ByStatus = true
+		default:
+			return tenants.Errorf(tenants.EInvalidRequest, "group_by %q: must be a comma-separated list of route, consumer, status", g)
+		}
+	}
+	return nil
+}
+
+// ExportRow is one line of a period's bill: a tenant, or one consumer of a tenant whose
+// plan is priced per consumer. Rows are ordered by tenant slug, tenant id, consumer id.
+type ExportRow struct {
+	Period       string `json:"period"`
+	Tenant       string `json:"tenant"` // the slug; empty when the tenant was deleted
+	TenantID     string `json:"tenant_id"`
+	ConsumerID   string `json:"consumer_id"` // only on per-consumer plans
+	Plan         string `json:"plan"`
+	Requests     int64  `json:"requests"`
+	Billable     int64  `json:"billable"`
+	Included     int64  `json:"included"`
+	Overage      int64  `json:"overage"`
+	UnitPrice    int64  `json:"unit_price"`
+	UnitRequests int64  `json:"unit_requests"`
+	Amount       int64  `json:"amount"` // minor units of Currency
+	Currency     string `json:"currency"`
+}
+
+// Push is one Billing Meter event for Stripe: a tenant's billable requests of one hour,
+// or (revision 2 and later) those that folded into the hour after it was first pushed.
+type Push struct {
+	TenantID   string
+	Hour       time.Time
+	Revision   int
+	Identifier string // PushIdentifier(TenantID, Hour, Revision)
+	CustomerID string // Stripe customer
+	Quantity   int64
+	Status     string // PushPending, PushPushed, PushFailed
+	Attempts   int
+	LastError  string
+}
+
+// Push states.
+const (
+	PushPending = "pending"
+	PushPushed  = "pushed"
+	PushFailed  = "failed"
+)
+
+// PushIdentifier is the meter event identifier of a tenant's hour at a revision:
+// deterministic, so every retry of the same push carries the same identifier and Stripe
+// counts it once ("tollgate-<tenant id>-<YYYYMMDDHH>-r<revision>", under Stripe's 100
+// characters).
+func PushIdentifier(tenantID string, hour time.Time, revision int) string {
+	return fmt.Sprintf("tollgate-%s-%s-r%d", tenantID, hour.UTC().Format("2006010215"), revision)
+}

@@ -1,0 +1,91 @@
+package billing_test
+
+import (
+	"testing"
+	"time"
+
+	"tollgate/billing"
+	"tollgate/tenants"
+)
+
+func TestParsePeriod(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		ok    bool
+		start string
+	}{
+		{"2024-01", true, "2024-01-01T00:00:00Z"},
+		{"2024-12", true, "2024-12-01T00:00:00Z"},
+		{"2024-13", false, ""}, {"2024-1", false, ""}, {"24-01", false, ""}, {"", false, ""},
+		{"2024-01-01", false, ""}, {"2024/01", false, ""},
+	} {
+		p, err := billing.ParsePeriod(c.in)
+		if (err == nil) != c.ok {
+			t.Errorf("%q: %v", c.in, err)
+			continue
+		}
+		if err != nil {
+			if tenants.ErrorCode(err) != tenants.EInvalidRequest {
+				t.Errorf("%q: code %s", c.in, tenants.ErrorCode(err))
+			}
+			continue
+		}
+		if p.Start().Format(time.RFC3339) != c.start || p.String() != c.in || !p.End().Equal(p.Start().AddDate(0, 1, 0)) {
+			t.Errorf("%q: %v %v", c.in, p.Start(), p.End())
+		}
+	}
+	if got := billing.PeriodOf(time.Date(2024, 2, 1, 0, 0, 0, 0, time.FixedZone("CET", 3600))); got.String() != "2024-01" {
+		t.Errorf("PeriodOf 2024-02-01T00:00+01:00 = %s, want 2024-01 (UTC)", got)
+	}
+}
+
+func TestCharge(t *testing.T) {
+	p := billing.Price{IncludedRequests: 1000, UnitPrice: 20, UnitRequests: 1000}
+	for _, c := range []struct{ billable, overage, amount int64 }{
+		{0, 0, 0}, {1000, 0, 0}, {1001, 1, 1}, {2000, 1000, 20}, {2001, 1001, 21}, {1_001_000, 1_000_000, 20_000},
+	} {
+		o, a := p.Charge(c.billable)
+		if o != c.overage || a != c.amount {
+			t.Errorf("Charge(%d) = %d, %d; want %d, %d", c.billable, o, a, c.overage, c.amount)
+		}
+	}
+}
+
+func TestToken(t *testing.T) {
+	for in, want := range map[string]string{"edge-1": "edge-1", "web.eu-1": "web_eu-1", "": "_", "a b*>": "a_b__"} {
+		if got := billing.Token(in); got != want {
+			t.Errorf("Token(%q) = %q, want %q", in, got, want)
+		}
+	}
+	k := billing.TotalsKey(&billing.EdgeTotal{EdgeID: "web.eu", BootID: "b1", TenantID: "t-1", Hour: time.Date(2024, 3, 9, 7, 0, 0, 0, time.UTC)})
+	if k != "202403.t-1.web_eu.b1.0907" {
+		t.Errorf("TotalsKey = %s", k)
+	}
+}
+
+// FuzzDecodeBatch: whatever arrives on the usage stream, DecodeBatch either rejects it
+// or returns a batch Fold can take.
+func FuzzDecodeBatch(f *testing.F) {
+	f.Add([]byte(`{"id":"e.b.1","edge_id":"e","boot_id":"b","seq":1,"records":[{"tenant_id":"0190a000-0000-7000-8000-00000000000a","hour":"2024-01-01T05:00:00Z","route_id":"r","class":2,"requests":3,"billable":3}]}`))
+	f.Add([]byte(`{"id":"e.b.1","edge_id":"e","records":[{"tenant_id":"0190a000-0000-7000-8000-00000000000a","hour":"2024-01-01T05:30:00Z","class":2,"requests":1}]}`))
+	f.Add([]byte(`{"id":"x","edge_id":"x","records":[{"tenant_id":"{0190a000-0000-7000-8000-00000000000a}","hour":"2024-01-01T05:00:00+01:00","class":9,"requests":-1,"billable":2}]}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := billing.DecodeBatch(data)
+		if err != nil {
+			if tenants.ErrorCode(err) != tenants.EInvalidRequest {
+				t.Fatalf("error %v is not invalid_request", err)
+			}
+			return
+		}
+		if b.ID == "" || b.EdgeID == "" {
+			t.Fatal("batch without ids")
+		}
+		for _, r := range b.Records {
+			if len(r.TenantID) != 36 || !r.Hour.Equal(billing.Hour(r.Hour)) || r.Hour.Location() != time.UTC ||
+				r.Class < 0 || r.Class > 5 || r.Requests < 0 || r.Billable < 0 || r.Billable > r.Requests || r.BytesIn < 0 || r.BytesOut < 0 {
+				t.Fatalf("accepted a bad record %+v", r)
+			}
+		}
+	})
+}

@@ -1,0 +1,326 @@
+// Package cli is `tollgate billing`: it wires billing's Postgres store, the JetStream
+// usage consumer and (when a Stripe key is set) the Stripe pusher into a process, and
+// provides the finance subcommands. infra/program calls Main; `tollgate dev` may call Run
+// to run billing inside its own process.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"tollgate/billing"
+	billingnats "tollgate/billing/nats"
+	billingpg "tollgate/billing/postgres"
+	billingstripe "tollgate/billing/stripe"
+	"tollgate/infra/config"
+	tgnats "tollgate/tenants/nats"
+	"tollgate/tenants/postgres"
+)
+
+const usage = `usage: tollgate billing [command] [flags]
+
+commands:
+  (none)      run the usage consumer (and the Stripe push when TOLLGATE_STRIPE_KEY is set)
+  reconcile   --period YYYY-MM [--json]: compare edge totals, rollups and Stripe pushes;
+              exits 1 when they disagree
+  export      --period YYYY-MM [--format csv|json]: the period's bill on stdout
+  enable      --tenant SLUG: make the tenant a Stripe customer (needs TOLLGATE_STRIPE_KEY)
+  push        push settled usage to Stripe once and exit
+
+environment: the TOLLGATE_* variables of README.md, plus
+  TOLLGATE_STRIPE_KEY        Stripe secret key [unset: no Stripe push]
+  TOLLGATE_STRIPE_URL        Stripe API base URL [Stripe's; e.g. a stripe-mock]
+  TOLLGATE_STRIPE_EVENT      meter event name [tollgate_requests]
+`
+
+// Options are what billing needs to run.
+type Options struct {
+	DatabaseURL string
+	NATSURL     string
+	NATSPrefix  string
+	StripeKey   string // empty: no Stripe push
+	StripeURL   string
+	StripeEvent string
+	// PushInterval is how often settled usage is pushed to Stripe. Default: 1m.
+	PushInterval time.Duration
+	Logger       *slog.Logger
+	Stdout       io.Writer
+}
+
+// OptionsFromEnv reads the TOLLGATE_* environment.
+func OptionsFromEnv(getenv func(string) string) (Options, *config.Config, error) {
+	cfg, err := config.FromEnv(getenv)
+	if err != nil {
+		return Options{}, nil, err
+	}
+	o := Options{
+		DatabaseURL: cfg.DatabaseURL,
+		NATSURL:     cfg.NATSURL,
+		NATSPrefix:  cfg.NATSPrefix,
+		StripeKey:   getenv("TOLLGATE_STRIPE_KEY"),
+		StripeURL:   getenv("TOLLGATE_STRIPE_URL"),
+		StripeEvent: getenv("TOLLGATE_STRIPE_EVENT"),
+	}
+	if o.NATSURL == "" {
+		o.NATSURL = "nats://127.0.0.1:4222"
+	}
+	return o, cfg, nil
+}
+
+// Main is `tollgate billing [command]`, configured from the environment.
+func Main(ctx context.Context, args []string) error {
+	o, cfg, err := OptionsFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	o.Logger = newLogger(cfg.LogLevel)
+	o.Stdout = os.Stdout
+	if err := postgres.Migrate(ctx, o.DatabaseURL); err != nil {
+		return err
+	}
+	cmd := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "":
+		fs := flag.NewFlagSet("billing", flag.ContinueOnError)
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		return Run(ctx, o)
+	case "reconcile":
+		return reconcileCmd(ctx, o, args)
+	case "export":
+		return exportCmd(ctx, o, args)
+	case "enable":
+		return enableCmd(ctx, o, args)
+	case "push":
+		return pushCmd(ctx, o)
+	case "help", "-h", "--help":
+		fmt.Fprint(o.Stdout, usage)
+		return nil
+	}
+	return fmt.Errorf("unknown billing command %q\n\n%s", cmd, usage)
+}
+
+// Run is the billing process: the durable usage consumer folding into Postgres and, with
+// a Stripe key, the Stripe push every PushInterval, until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	log := o.logger()
+	store, err := billingpg.Open(ctx, o.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	nc, err := tgnats.Connect(o.NATSURL, "tollgate-billing")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	if o.StripeKey != "" {
+		p, err := o.pusher(store)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.Run(ctx, o.PushInterval)
+		}()
+	} else {
+		log.Info("billing: TOLLGATE_STRIPE_KEY not set; usage is not pushed to Stripe")
+	}
+	c := billingnats.NewConsumer(js, store, billingnats.ConsumerConfig{Prefix: o.NATSPrefix, Logger: log})
+	log.Info("billing: consuming usage", "stream", billing.UsageStream(o.NATSPrefix))
+	err = c.Run(ctx)
+	wg.Wait()
+	return err
+}
+
+func (o Options) logger() *slog.Logger {
+	if o.Logger != nil {
+		return o.Logger
+	}
+	return slog.Default()
+}
+
+func (o Options) stdout() io.Writer {
+	if o.Stdout != nil {
+		return o.Stdout
+	}
+	return os.Stdout
+}
+
+func (o Options) pusher(store *billingpg.Store) (*billingstripe.Pusher, error) {
+	if o.StripeKey == "" {
+		return nil, errors.New("TOLLGATE_STRIPE_KEY is not set")
+	}
+	return billingstripe.New(billingstripe.Config{
+		Key: o.StripeKey, URL: o.StripeURL, EventName: o.StripeEvent, Store: store, Logger: o.logger(),
+	})
+}
+
+// Reconcile compares, for a period, the edges' totals in NATS with the rollups and the
+// Stripe pushes in Postgres.
+func Reconcile(ctx context.Context, o Options, p billing.Period) (*billing.Reconciliation, error) {
+	store, err := billingpg.Open(ctx, o.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	nc, err := tgnats.Connect(o.NATSURL, "tollgate-billing-reconcile")
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return billing.Reconcile(cctx, p, billing.ReconcileSources{
+		Edges:  billingnats.NewTotals(js, o.NATSPrefix),
+		Folded: store,
+		Stripe: store,
+	})
+}
+
+// ErrDiscrepancies is returned by `billing reconcile` when the views disagree.
+var ErrDiscrepancies = errors.New("reconciliation found discrepancies")
+
+func reconcileCmd(ctx context.Context, o Options, args []string) error {
+	fs := flag.NewFlagSet("billing reconcile", flag.ContinueOnError)
+	period := fs.String("period", "", "the month to reconcile, YYYY-MM (UTC)")
+	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	p, err := billing.ParsePeriod(*period)
+	if err != nil {
+		return err
+	}
+	r, err := Reconcile(ctx, o, p)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(o.stdout())
+		enc.SetIndent("", "  ")
+		err = enc.Encode(r)
+	} else {
+		err = r.WriteText(o.stdout())
+	}
+	if err != nil {
+		return err
+	}
+	if !r.OK() {
+		return fmt.Errorf("%w (%d)", ErrDiscrepancies, len(r.Discrepancies))
+	}
+	return nil
+}
+
+func exportCmd(ctx context.Context, o Options, args []string) error {
+	fs := flag.NewFlagSet("billing export", flag.ContinueOnError)
+	period := fs.String("period", "", "the month to export, YYYY-MM (UTC)")
+	format := fs.String("format", "csv", "csv or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	p, err := billing.ParsePeriod(*period)
+	if err != nil {
+		return err
+	}
+	store, err := billingpg.Open(ctx, o.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	rows, err := store.Export(ctx, p)
+	if err != nil {
+		return err
+	}
+	switch *format {
+	case "csv":
+		return billing.WriteCSV(o.stdout(), rows)
+	case "json":
+		return billing.WriteJSON(o.stdout(), p, rows)
+	}
+	return fmt.Errorf("--format must be csv or json")
+}
+
+func enableCmd(ctx context.Context, o Options, args []string) error {
+	fs := flag.NewFlagSet("billing enable", flag.ContinueOnError)
+	slug := fs.String("tenant", "", "the tenant's slug")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	store, err := billingpg.Open(ctx, o.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	p, err := o.pusher(store)
+	if err != nil {
+		return err
+	}
+	id, name, err := store.TenantBySlug(ctx, *slug)
+	if err != nil {
+		return err
+	}
+	cus, err := p.EnableTenant(ctx, id, *slug, name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.stdout(), "tenant %s is Stripe customer %s\n", *slug, cus)
+	return nil
+}
+
+func pushCmd(ctx context.Context, o Options) error {
+	store, err := billingpg.Open(ctx, o.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	p, err := o.pusher(store)
+	if err != nil {
+		return err
+	}
+	n, err := p.PushDue(ctx)
+	fmt.Fprintf(o.stdout(), "%d meter events pushed\n", n)
+	return err
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	switch strings.ToLower(level) {
+	case "debug":
+		l = slog.LevelDebug
+	case "warn", "warning":
+		l = slog.LevelWarn
+	case "error":
+		l = slog.LevelError
+	default:
+		l = slog.LevelInfo
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	slog.SetDefault(log)
+	return log.With("process", "billing")
+}

@@ -1,0 +1,416 @@
+// Package postgres stores billing's data in PostgreSQL (tables of migration
+// tenants/postgres/migrations/00002_usage.sql): hourly usage rollups folded exactly once
+// per batch, plan prices, Stripe customers and the record of every usage push.
+//
+// It reads the tenants table (slug and plan, for exports) but never writes tenant
+// config: that is the api's, through tenants/postgres and its outbox.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"tollgate/billing"
+	"tollgate/tenants"
+)
+
+// Store is billing's Postgres store. Its methods are safe for concurrent use, and folds
+// may run in several processes at once.
+type Store struct {
+	pool *pgxpool.Pool
+	own  bool
+}
+
+// Open connects to the database at url (migrated by tenants/postgres.Migrate).
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("billing postgres: database url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("billing postgres: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("billing postgres: %w", err)
+	}
+	return &Store{pool: pool, own: true}, nil
+}
+
+// New uses a pool the caller owns (and closes).
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+// Close closes the pool if Open made it.
+func (s *Store) Close() {
+	if s.own {
+		s.pool.Close()
+	}
+}
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+type rollupKey struct {
+	tenant, route, consumer string
+	hour                    int64
+	class                   int
+}
+
+// Fold adds a batch to the rollups, once: in one transaction it records the batch id in
+// usage_batches (ON CONFLICT DO NOTHING) and, only if that inserted a row, adds every
+// record to its usage_hourly row (ON CONFLICT DO UPDATE … + EXCLUDED). folded is false
+// when the batch had been folded before; then nothing changed. Rows are upserted in
+// primary-key order so that concurrent folds never deadlock.
+func (s *Store) Fold(ctx context.Context, b *billing.UsageBatch) (folded bool, err error) {
+	merged := map[rollupKey]*billing.Counts{}
+	for i := range b.Records {
+		r := &b.Records[i]
+		k := rollupKey{strings.ToLower(r.TenantID), r.RouteID, r.ConsumerID, r.Hour.Unix(), r.Class}
+		c := merged[k]
+		if c == nil {
+			c = &billing.Counts{}
+			merged[k] = c
+		}
+		c.Add(r.Counts)
+	}
+	keys := make([]rollupKey, 0, len(merged))
+	for k := range merged {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		switch {
+		case a.tenant != b.tenant:
+			return a.tenant < b.tenant
+		case a.hour != b.hour:
+			return a.hour < b.hour
+		case a.route != b.route:
+			return a.route < b.route
+		case a.consumer != b.consumer:
+			return a.consumer < b.consumer
+		}
+		return a.class < b.class
+	})
+	n := len(keys)
+	var (
+		tenantIDs = make([]string, n)
+		hours     = make([]time.Time, n)
+		routes    = make([]string, n)
+		consumers = make([]string, n)
+		classes   = make([]int16, n)
+		requests  = make([]int64, n)
+		billable  = make([]int64, n)
+		bytesIn   = make([]int64, n)
+		bytesOut  = make([]int64, n)
+	)
+	for i, k := range keys {
+		c := merged[k]
+		tenantIDs[i], hours[i], routes[i], consumers[i], classes[i] = k.tenant, time.Unix(k.hour, 0).UTC(), k.route, k.consumer, int16(k.class)
+		requests[i], billable[i], bytesIn[i], bytesOut[i] = c.Requests, c.Billable, c.BytesIn, c.BytesOut
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO usage_batches (batch_id, edge_id, records, requests)
+			VALUES ($1, $2, $3, $4) ON CONFLICT (batch_id) DO NOTHING`,
+			b.ID, b.EdgeID, len(b.Records), b.Requests())
+		if err != nil {
+			return fmt.Errorf("record batch: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return nil // folded before
+		}
+		folded = true
+		if n == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO usage_hourly
+				(tenant_id, hour, route_id, consumer_id, status_class, requests, billable, bytes_in, bytes_out)
+			SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::smallint[],
+				$6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[])
+			ON CONFLICT (tenant_id, hour, route_id, consumer_id, status_class) DO UPDATE SET
+				requests  = usage_hourly.requests  + EXCLUDED.requests,
+				billable  = usage_hourly.billable  + EXCLUDED.billable,
+				bytes_in  = usage_hourly.bytes_in  + EXCLUDED.bytes_in,
+				bytes_out = usage_hourly.bytes_out + EXCLUDED.bytes_out`,
+			tenantIDs, hours, routes, consumers, classes, requests, billable, bytesIn, bytesOut)
+		if err != nil {
+			return fmt.Errorf("upsert rollups: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("fold batch %s: %w", b.ID, err)
+	}
+	return folded, nil
+}
+
+// Usage answers a usage query from the rollups.
+func (s *Store) Usage(ctx context.Context, q billing.UsageQuery) (*billing.UsageReport, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	cols := []string{fmt.Sprintf("date_trunc('%s', hour AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'", q.Granularity)}
+	for _, g := range []struct {
+		on  bool
+		col string
+	}{{q.ByRoute, "route_id"}, {q.ByConsumer, "consumer_id"}, {q.ByStatus, "status_class"}} {
+		if g.on {
+			cols = append(cols, g.col)
+		}
+	}
+	groups := make([]string, len(cols))
+	for i := range cols {
+		groups[i] = fmt.Sprint(i + 1)
+	}
+	sql := fmt.Sprintf(`SELECT %s, sum(requests), sum(billable), sum(bytes_in), sum(bytes_out)
+		FROM usage_hourly WHERE tenant_id = $1 AND hour >= $2 AND hour < $3
+		GROUP BY %s ORDER BY %s`, strings.Join(cols, ", "), strings.Join(groups, ", "), strings.Join(groups, ", "))
+	if !validUUID(q.TenantID) {
+		return nil, tenants.Errorf(tenants.ENotFound, "no tenant %q", q.TenantID)
+	}
+	rows, err := s.pool.Query(ctx, sql, q.TenantID, q.From, q.To)
+	if err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
+	}
+	defer rows.Close()
+	rep := &billing.UsageReport{From: q.From, To: q.To, Granularity: q.Granularity, Items: []billing.UsageItem{}}
+	for rows.Next() {
+		var (
+			it              billing.UsageItem
+			route, consumer string
+			class           int16
+		)
+		dst := []any{&it.Start}
+		if q.ByRoute {
+			dst = append(dst, &route)
+		}
+		if q.ByConsumer {
+			dst = append(dst, &consumer)
+		}
+		if q.ByStatus {
+			dst = append(dst, &class)
+		}
+		dst = append(dst, &it.Requests, &it.Billable, &it.BytesIn, &it.BytesOut)
+		if err := rows.Scan(dst...); err != nil {
+			return nil, fmt.Errorf("usage: %w", err)
+		}
+		it.Start = it.Start.UTC()
+		if q.ByRoute {
+			it.RouteID = &route
+		}
+		if q.ByConsumer {
+			it.ConsumerID = &consumer
+		}
+		if q.ByStatus {
+			it.Status = billing.ClassLabel(int(class))
+		}
+		rep.Total.Add(it.Counts)
+		rep.Items = append(rep.Items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("usage: %w", err)
+	}
+	return rep, nil
+}
+
+// Prices returns every plan price, by plan name.
+func (s *Store) Prices(ctx context.Context) (map[string]billing.Price, error) {
+	rows, err := s.pool.Query(ctx, `SELECT plan, currency, included_requests, unit_price, unit_requests, per_consumer FROM billing_prices`)
+	if err != nil {
+		return nil, fmt.Errorf("prices: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]billing.Price{}
+	for rows.Next() {
+		var p billing.Price
+		if err := rows.Scan(&p.Plan, &p.Currency, &p.IncludedRequests, &p.UnitPrice, &p.UnitRequests, &p.PerConsumer); err != nil {
+			return nil, err
+		}
+		out[p.Plan] = p
+	}
+	return out, rows.Err()
+}
+
+// SetPrice creates or replaces a plan's price: EValidation for a bad one.
+func (s *Store) SetPrice(ctx context.Context, p billing.Price) error {
+	switch {
+	case tenants.ValidatePlanName(p.Plan) != nil:
+		return tenants.Invalid("plan", "%v", tenants.ValidatePlanName(p.Plan))
+	case len(p.Currency) != 3 || strings.ToLower(p.Currency) != p.Currency:
+		return tenants.Invalid("currency", "must be a lowercase ISO 4217 code such as usd")
+	case p.IncludedRequests < 0:
+		return tenants.Invalid("included_requests", "must be ≥ 0")
+	case p.UnitPrice < 0:
+		return tenants.Invalid("unit_price", "must be ≥ 0")
+	case p.UnitRequests <= 0:
+		return tenants.Invalid("unit_requests", "must be > 0")
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO billing_prices (plan, currency, included_requests, unit_price, unit_requests, per_consumer)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (plan) DO UPDATE SET currency = EXCLUDED.currency, included_requests = EXCLUDED.included_requests,
+			unit_price = EXCLUDED.unit_price, unit_requests = EXCLUDED.unit_requests,
+			per_consumer = EXCLUDED.per_consumer, updated_at = now()`,
+		p.Plan, p.Currency, p.IncludedRequests, p.UnitPrice, p.UnitRequests, p.PerConsumer)
+	return err
+}
+
+// Export is every tenant's bill for period p: the period's rollups summed per tenant (per
+// consumer on per-consumer plans) and priced by the tenant's current plan (the
+// FallbackPlan's price when the plan has none, as for a tenant deleted since). Tenants
+// without usage in the period have no row.
+func (s *Store) Export(ctx context.Context, p billing.Period) ([]billing.ExportRow, error) {
+	prices, err := s.Prices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `
+		WITH u AS (
+			SELECT tenant_id, consumer_id, sum(requests) AS requests, sum(billable) AS billable
+			FROM usage_hourly WHERE hour >= $1 AND hour < $2
+			GROUP BY tenant_id, consumer_id
+		)
+		SELECT u.tenant_id::text, coalesce(t.slug, ''), coalesce(t.plan, ''), u.consumer_id, u.requests, u.billable
+		FROM u LEFT JOIN tenants t ON t.id = u.tenant_id
+		ORDER BY u.tenant_id, u.consumer_id`, p.Start(), p.End())
+	if err != nil {
+		return nil, fmt.Errorf("export: %w", err)
+	}
+	defer rows.Close()
+	type tenantUsage struct {
+		slug, plan string
+		consumers  []billing.ExportRow
+	}
+	var order []string
+	byTenant := map[string]*tenantUsage{}
+	for rows.Next() {
+		var (
+			id, slug, plan, consumer string
+			requests, billable       int64
+		)
+		if err := rows.Scan(&id, &slug, &plan, &consumer, &requests, &billable); err != nil {
+			return nil, fmt.Errorf("export: %w", err)
+		}
+		t := byTenant[id]
+		if t == nil {
+			t = &tenantUsage{slug: slug, plan: plan}
+			byTenant[id] = t
+			order = append(order, id)
+		}
+		t.consumers = append(t.consumers, billing.ExportRow{ConsumerID: consumer, Requests: requests, Billable: billable})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("export: %w", err)
+	}
+	out := []billing.ExportRow{}
+	for _, id := range order {
+		t := byTenant[id]
+		price, ok := prices[t.plan]
+		if !ok {
+			price = prices[billing.FallbackPlan]
+			if price.Currency == "" {
+				price = billing.Price{Plan: billing.FallbackPlan, Currency: "usd", UnitRequests: 1}
+			}
+		}
+		row := func(consumer string, requests, billable int64) billing.ExportRow {
+			overage, amount := price.Charge(billable)
+			return billing.ExportRow{
+				Period: p.String(), Tenant: t.slug, TenantID: id, ConsumerID: consumer, Plan: t.plan,
+				Requests: requests, Billable: billable, Included: price.IncludedRequests, Overage: overage,
+				UnitPrice: price.UnitPrice, UnitRequests: price.UnitRequests, Amount: amount, Currency: price.Currency,
+			}
+		}
+		if price.PerConsumer {
+			for _, c := range t.consumers {
+				out = append(out, row(c.ConsumerID, c.Requests, c.Billable))
+			}
+			continue
+		}
+		var req, bill int64
+		for _, c := range t.consumers {
+			req += c.Requests
+			bill += c.Billable
+		}
+		out = append(out, row("", req, bill))
+	}
+	billing.SortExport(out)
+	return out, nil
+}
+
+// FoldedTotals sums the rollups per tenant and hour of period p.
+func (s *Store) FoldedTotals(ctx context.Context, p billing.Period) ([]billing.HourTotal, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant_id::text, hour, sum(requests), sum(billable)
+		FROM usage_hourly WHERE hour >= $1 AND hour < $2 GROUP BY 1, 2 ORDER BY 1, 2`, p.Start(), p.End())
+	if err != nil {
+		return nil, fmt.Errorf("folded totals: %w", err)
+	}
+	defer rows.Close()
+	var out []billing.HourTotal
+	for rows.Next() {
+		var t billing.HourTotal
+		if err := rows.Scan(&t.TenantID, &t.Hour, &t.Requests, &t.Billable); err != nil {
+			return nil, err
+		}
+		t.Hour = t.Hour.UTC()
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// Sum adds up every rollup, for tests and operators.
+func (s *Store) Sum(ctx context.Context) (billing.Counts, error) {
+	var c billing.Counts
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(requests), 0), coalesce(sum(billable), 0),
+		coalesce(sum(bytes_in), 0), coalesce(sum(bytes_out), 0) FROM usage_hourly`).
+		Scan(&c.Requests, &c.Billable, &c.BytesIn, &c.BytesOut)
+	return c, err
+}
+
+// Batches is the number of batches folded, for tests and operators.
+func (s *Store) Batches(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM usage_batches`).Scan(&n)
+	return n, err
+}
+
+// TenantBySlug returns a tenant's id and name: ENotFound.
+func (s *Store) TenantBySlug(ctx context.Context, slug string) (id, name string, err error) {
+	err = s.pool.QueryRow(ctx, `SELECT id::text, name FROM tenants WHERE slug = $1`, slug).Scan(&id, &name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", tenants.Errorf(tenants.ENotFound, "no tenant %q", slug)
+	}
+	return id, name, err
+}
+
+func validUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// Interface guards.
+var (
+	_ billing.UsageService = (*Store)(nil)
+	_ billing.FoldedSource = (*Store)(nil)
+	_ billing.StripeSource = (*Store)(nil)
+)

@@ -1,0 +1,342 @@
+package stripe_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"tollgate/billing"
+	"tollgate/billing/billingtest"
+	billingstripe "tollgate/billing/stripe"
+)
+
+// StripeMockVersion is the stripe-mock the tests run: the first release whose OpenAPI
+// spec serves /v1/billing/meter_events (v0.162.0 does not).
+const StripeMockVersion = "v0.203.0"
+
+// mockURL is the stripe-mock TestMain started.
+var mockURL string
+
+// TestMain builds stripe-mock once (go install of the pinned version into the user cache
+// directory, reused by later runs) and runs it on a free port for the package's tests.
+// TOLLGATE_STRIPE_MOCK names a prebuilt binary instead.
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	bin := os.Getenv("TOLLGATE_STRIPE_MOCK")
+	if bin == "" {
+		var err error
+		if bin, err = buildStripeMock(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "-http-port", fmt.Sprint(port))
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(os.Stderr, "starting stripe-mock: %v\n", err)
+		return 1
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	mockURL = fmt.Sprintf("http://127.0.0.1:%d", port)
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintln(os.Stderr, "stripe-mock did not start listening")
+			return 1
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return m.Run()
+}
+
+// buildStripeMock installs stripe-mock at StripeMockVersion into the user cache
+// directory (once per version; a later run reuses the binary).
+func buildStripeMock() (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "tollgate", "stripe-mock-"+StripeMockVersion)
+	bin := filepath.Join(dir, "stripe-mock")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "install", "github.com/stripe/stripe-mock@"+StripeMockVersion)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building stripe-mock %s: %v\n%s", StripeMockVersion, err, out)
+	}
+	return bin, nil
+}
+
+// stripeProxy sits in front of stripe-mock: it records every request and can fail one,
+// either before Stripe sees it (fail) or after (lose: Stripe has it, the answer is lost).
+type stripeProxy struct {
+	*httptest.Server
+	mu       sync.Mutex
+	calls    []call
+	fail     atomic.Int32
+	lose     atomic.Int32
+	badInput atomic.Int32
+}
+
+type call struct {
+	path       string
+	form       url.Values
+	idempotent string
+}
+
+func newProxy(t *testing.T) *stripeProxy {
+	target, _ := url.Parse(mockURL)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	p := &stripeProxy{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		form, _ := url.ParseQuery(string(body))
+		p.mu.Lock()
+		p.calls = append(p.calls, call{path: r.URL.Path, form: form, idempotent: r.Header.Get("Idempotency-Key")})
+		p.mu.Unlock()
+		stripeErr := func(status int, typ string) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"error":{"type":%q,"message":"injected by the test"}}`, typ)
+		}
+		if p.fail.Add(-1) >= 0 {
+			stripeErr(500, "api_error")
+			return
+		}
+		if p.badInput.Add(-1) >= 0 {
+			stripeErr(400, "invalid_request_error")
+			return
+		}
+		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		r.ContentLength = int64(len(body))
+		if p.lose.Add(-1) >= 0 {
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+			stripeErr(502, "api_error")
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *stripeProxy) meterEvents() []call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []call
+	for _, c := range p.calls {
+		if c.path == "/v1/billing/meter_events" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (p *stripeProxy) count(path string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.calls {
+		if c.path == path {
+			n++
+		}
+	}
+	return n
+}
+
+// clock is the real time plus an offset the test moves.
+type clock struct{ off atomic.Int64 }
+
+func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *clock) advance(d time.Duration) { c.off.Add(int64(d)) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func newPusher(t *testing.T, db *billingtest.DB, p *stripeProxy, clk *clock) *billingstripe.Pusher {
+	t.Helper()
+	ps, err := billingstripe.New(billingstripe.Config{Key: "sk_test_123", URL: p.URL, Store: db.Store, Now: clk.now, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+func TestEnableTenantCreatesOneCustomer(t *testing.T) {
+	db := billingtest.Open(t)
+	tn := db.Tenant(t, "acme", "pro")
+	proxy := newProxy(t)
+	ps := newPusher(t, db, proxy, &clock{})
+	ctx := context.Background()
+	proxy.fail.Store(1) // the first attempt fails; nothing is recorded
+	if _, err := ps.EnableTenant(ctx, tn.ID, tn.Slug, tn.Name); err == nil {
+		t.Fatal("a failed create succeeded")
+	}
+	id1, err := ps.EnableTenant(ctx, tn.ID, tn.Slug, tn.Name)
+	if err != nil || !strings.HasPrefix(id1, "cus_") {
+		t.Fatalf("customer %q: %v", id1, err)
+	}
+	id2, err := ps.EnableTenant(ctx, tn.ID, tn.Slug, tn.Name)
+	if err != nil || id2 != id1 {
+		t.Fatalf("second enable: %q %v", id2, err)
+	}
+	if n := proxy.count("/v1/customers"); n != 2 {
+		t.Fatalf("%d customer creates, want 2 (one failed, one made)", n)
+	}
+	for _, c := range proxy.calls {
+		if c.idempotent != "tollgate-customer-"+tn.ID || c.form.Get("metadata[tollgate_tenant_id]") != tn.ID {
+			t.Fatalf("create without the tenant's idempotency key or metadata: %+v", c)
+		}
+	}
+}
+
+// Usage goes to Stripe once per settled hour under a deterministic identifier; failures
+// are retried with the same identifier after a backoff, pushed hours are never pushed
+// again, and usage folded late goes out as a new revision of its difference.
+func TestPushUsageExactlyOnce(t *testing.T) {
+	db := billingtest.Open(t)
+	tn := db.Tenant(t, "acme", "pro")
+	free := db.Tenant(t, "freeloader", "free") // not enabled: never pushed
+	proxy := newProxy(t)
+	clk := &clock{}
+	ps := newPusher(t, db, proxy, clk)
+	ctx := context.Background()
+	cus, err := ps.EnableTenant(ctx, tn.ID, tn.Slug, tn.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	h1, h2 := billing.Hour(now.Add(-3*time.Hour)), billing.Hour(now.Add(-2*time.Hour))
+	db.Fold(t, billingtest.Batch(1,
+		billingtest.Record(tn.ID, h1, "r", "", 200, true, 3),
+		billingtest.Record(tn.ID, h1, "r", "", 429, false, 9), // not billable
+		billingtest.Record(tn.ID, h2, "r", "c", 200, true, 5),
+		billingtest.Record(tn.ID, now, "r", "", 200, true, 100), // this hour: not settled
+		billingtest.Record(free.ID, h1, "r", "", 200, true, 50),
+	))
+
+	proxy.fail.Store(1) // h1's first attempt (oldest first) fails
+	n, err := ps.PushDue(ctx)
+	if err != nil || n != 1 {
+		pushes, _ := db.Store.Pushes(ctx, tn.ID)
+		t.Fatalf("first run pushed %d: %v; pushes %+v; calls %+v", n, err, pushes, proxy.meterEvents())
+	}
+	pushes, _ := db.Store.Pushes(ctx, tn.ID)
+	if len(pushes) != 2 || pushes[0].Status != billing.PushPending || pushes[0].Attempts != 1 || pushes[0].LastError == "" ||
+		pushes[1].Status != billing.PushPushed || pushes[1].Quantity != 5 {
+		t.Fatalf("after the first run: %+v", pushes)
+	}
+	// Not due yet: nothing is sent.
+	if n, _ := ps.PushDue(ctx); n != 0 || len(proxy.meterEvents()) != 2 {
+		t.Fatalf("pushed %d before the backoff ended (%d calls)", n, len(proxy.meterEvents()))
+	}
+	clk.advance(time.Minute)
+	if n, err := ps.PushDue(ctx); n != 1 || err != nil {
+		t.Fatalf("retry pushed %d: %v", n, err)
+	}
+	// Done: more runs send nothing.
+	for i := 0; i < 2; i++ {
+		clk.advance(time.Minute)
+		if n, _ := ps.PushDue(ctx); n != 0 {
+			t.Fatalf("a pushed hour was pushed again")
+		}
+	}
+	// A late batch for h2, and Stripe's answer to its push is lost: the retry carries the
+	// same identifier (Stripe counts it once) and only the difference.
+	db.Fold(t, billingtest.Batch(2, billingtest.Record(tn.ID, h2, "r", "c", 200, true, 4)))
+	proxy.lose.Store(1)
+	ps.PushDue(ctx)
+	clk.advance(2 * time.Minute)
+	ps.PushDue(ctx)
+
+	events := proxy.meterEvents()
+	var ids []string
+	for _, e := range events {
+		ids = append(ids, e.form.Get("identifier"))
+		if e.form.Get("payload[stripe_customer_id]") != cus || e.form.Get("event_name") != "tollgate_requests" || e.idempotent != e.form.Get("identifier") {
+			t.Fatalf("event %+v", e)
+		}
+	}
+	id := func(h time.Time, rev int) string { return billing.PushIdentifier(tn.ID, h, rev) }
+	want := []string{id(h1, 1), id(h2, 1), id(h1, 1), id(h2, 2), id(h2, 2)}
+	if strings.Join(ids, " ") != strings.Join(want, " ") {
+		t.Fatalf("identifiers sent:\n%v\nwant\n%v", ids, want)
+	}
+	if v := events[0].form.Get("payload[value]"); v != "3" {
+		t.Fatalf("h1 value %s", v)
+	}
+	if v := events[3].form.Get("payload[value]"); v != "4" {
+		t.Fatalf("h2 revision 2 value %s", v)
+	}
+	if ts := events[0].form.Get("timestamp"); ts != fmt.Sprint(h1.Unix()) {
+		t.Fatalf("timestamp %s, want %d", ts, h1.Unix())
+	}
+	pushes, _ = db.Store.Pushes(ctx, tn.ID)
+	var pushed int64
+	for _, p := range pushes {
+		if p.Status != billing.PushPushed {
+			t.Fatalf("push %+v", p)
+		}
+		pushed += p.Quantity
+	}
+	if pushed != 3+5+4 {
+		t.Fatalf("pushed %d billable requests, want 12", pushed)
+	}
+	if other, _ := db.Store.Pushes(ctx, free.ID); len(other) != 0 {
+		t.Fatalf("a tenant without billing was pushed: %+v", other)
+	}
+}
+
+func TestPermanentFailureIsNotRetried(t *testing.T) {
+	db := billingtest.Open(t)
+	tn := db.Tenant(t, "acme", "pro")
+	proxy := newProxy(t)
+	clk := &clock{}
+	ps := newPusher(t, db, proxy, clk)
+	ctx := context.Background()
+	if _, err := ps.EnableTenant(ctx, tn.ID, tn.Slug, tn.Name); err != nil {
+		t.Fatal(err)
+	}
+	db.Fold(t, billingtest.Batch(1, billingtest.Record(tn.ID, time.Now().Add(-2*time.Hour), "r", "", 200, true, 1)))
+	proxy.badInput.Store(1)
+	ps.PushDue(ctx)
+	clk.advance(24 * time.Hour)
+	ps.PushDue(ctx)
+	pushes, _ := db.Store.Pushes(ctx, tn.ID)
+	if len(pushes) != 1 || pushes[0].Status != billing.PushFailed || len(proxy.meterEvents()) != 1 {
+		t.Fatalf("pushes %+v after %d calls", pushes, len(proxy.meterEvents()))
+	}
+}

@@ -1,0 +1,890 @@
+// Package meter counts the edge's requests for billing: per tenant, route, consumer,
+// UTC hour and status class, with bytes in and out, in memory; and about once a second
+// cuts the counts into a billing.UsageBatch and hands it to a Sink (JetStream, see
+// billing/nats), spooling it to local disk whenever the sink cannot take it and
+// replaying the spool, in order and with the original ids, once it can.
+//
+// # The hot path
+//
+// Record takes no lock shared by all cores and, in steady state, allocates nothing.
+// Counts live in shards (a few per core), each a small map under its own mutex; a
+// request picks a shard by a hash of its goroutine's stack address (see shardHint), so
+// cores rarely meet on one mutex, and the same cell may be counted in several shards (the flush adds
+// them up). The edge resolves a *Route handle per (tenant, route) and a *Consumer handle
+// per consumer when it compiles a snapshot, so the per-request key is 24 bytes of plain
+// memory — the two handles, and the hour, status class and origin packed in a word —
+// hashed and compared without touching a string. Nothing is published, encoded or
+// logged per request.
+//
+// # Exactly once
+//
+// Each batch has a deterministic id — edge id, boot id, sequence — used as its
+// Nats-Msg-Id and as billing's batch key. A batch whose publish timed out (and may have
+// been stored) is spooled and published again later with the same id: JetStream drops it
+// within its duplicate window, billing's usage_batches key after it. So a batch is
+// folded once however many times it is published.
+//
+// # When the spool is full: drop the oldest
+//
+// The spool is bounded (Config.SpoolMaxBytes). When a new batch does not fit, the oldest
+// spooled segments are deleted to make room, and every request they held is counted as
+// dropped: in tollgate_meter_dropped_requests_total{reason="spool_full"} and in the
+// edge's totals (EdgeTotal.Dropped, per tenant and hour), which reconciliation reads. The
+// edge never stops counting or serving: after an outage longer than the spool holds, the
+// most recent usage is kept and the loss is at the start of the outage, bounded and
+// accounted for per tenant-hour. (The alternative, refusing new batches, would lose the
+// end of the outage instead with no better accounting, and leave the edge unable to
+// meter until NATS returned.)
+//
+// Requests recorded after Close are not metered and are counted under
+// reason="closed"; the edge should Close the meter after its listeners have drained.
+//
+// # Running totals
+//
+// The meter keeps, per tenant and hour, everything it counted since boot (published,
+// spooled or dropped) and publishes those totals through the Sink after each flush that
+// reaches it; Totals returns them. Reconciliation compares them with what billing folded.
+// Totals still unpublished at Close (NATS down) are saved in the spool directory and
+// published by the next run.
+package meter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tollgate/billing"
+)
+
+// Sink is where batches and totals go: billing/nats.Publisher in production.
+type Sink interface {
+	// Publish stores one encoded batch under msgID (its Nats-Msg-Id) and returns nil
+	// only once it is durably accepted; a duplicate of a stored id is success. It should
+	// fail fast while the transport is down.
+	Publish(ctx context.Context, msgID string, data []byte) error
+	// PutTotals records running totals; each replaces the previous value of its key
+	// (billing.TotalsKey).
+	PutTotals(ctx context.Context, totals []billing.EdgeTotal) error
+}
+
+// Config configures a Meter. Zero fields take the default in their comment.
+type Config struct {
+	// EdgeID names the edge in batch ids and totals. Required.
+	EdgeID string
+	// Sink receives batches and totals. Required.
+	Sink Sink
+	// SpoolDir holds batches the sink could not take, one directory per edge. Required.
+	SpoolDir string
+	// SpoolMaxBytes bounds the spool; when full the oldest batches are dropped (see the
+	// package doc). Default: 256 MiB.
+	SpoolMaxBytes int64
+	// SpoolSegmentBytes is the size of one spool file, the unit that is dropped when the
+	// spool is full. Default: SpoolMaxBytes/16, at least 64 KiB.
+	SpoolSegmentBytes int64
+	// FlushInterval is how often counts are cut into a batch. Default: 1s.
+	FlushInterval time.Duration
+	// PublishTimeout bounds one publish. Default: 5s.
+	PublishTimeout time.Duration
+	// TotalsRetention is how long running totals of a past hour are kept in memory once
+	// published. Default: 72h.
+	TotalsRetention time.Duration
+	// Shards is the number of count shards, rounded up to a power of two.
+	// Default: 4 × GOMAXPROCS, at least 8.
+	Shards int
+	// BootID tells this run of the edge from earlier ones in batch ids. Default: random.
+	BootID string
+	// Registry receives the meter's metrics. Default: none.
+	Registry prometheus.Registerer
+	// Logger. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Meter counts requests and ships them as usage batches. Its methods are safe for
+// concurrent use.
+type Meter struct {
+	cfg    Config
+	log    *slog.Logger
+	shards []shard
+	mask   uint32
+
+	routesMu  sync.Mutex
+	routes    map[routeKey]*Route
+	consumers map[routeKey]*Consumer
+	lookup    sync.Map // routeKey → *Route, for Meter.Record
+	lookupC   sync.Map // routeKey → *Consumer, for Meter.Record
+
+	// Flusher state, guarded by cycleMu.
+	cycleMu sync.Mutex
+	spool   *spool
+	closed  bool // the spool is released
+	seq     uint64
+	acc     map[aggKey]*billing.Counts
+	// inherited: totals earlier runs saved at Close and could not publish.
+	inherited      []billing.EdgeTotal
+	inheritedFiles []string
+
+	totalsMu sync.Mutex
+	totals   map[totalKey]*total
+
+	late   atomic.Int64
+	stop   chan struct{}
+	done   chan struct{}
+	runCtx context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+
+	m metrics
+}
+
+// Route is the meter's handle for one route of a tenant (or, with an empty route id, for
+// the tenant's requests that matched no route). Get it once per compiled route with
+// Meter.Route and call Record per request.
+type Route struct {
+	m        *Meter
+	tenantID string
+	routeID  string
+}
+
+// Consumer is the meter's handle for one consumer of a tenant. Get it once per compiled
+// consumer with Meter.Consumer; a nil *Consumer stands for traffic without one.
+type Consumer struct {
+	tenantID string
+	id       string
+}
+
+type routeKey struct{ tenant, route string }
+
+// cellKey is 24 bytes of plain memory, so the shard maps hash it with one memhash: the
+// handles stand for the strings, and meta packs hour<<8 | class<<1 | upstream.
+type cellKey struct {
+	route    *Route
+	consumer *Consumer
+	meta     int64
+}
+
+type cell struct {
+	requests, bytesIn, bytesOut int64
+	idle                        uint8 // flushes without traffic
+}
+
+type shard struct {
+	mu     sync.Mutex
+	closed bool
+	cells  map[cellKey]*cell
+	_      [128 - 24]byte // keep shards on their own cache lines
+}
+
+type aggKey struct {
+	tenant, route, consumer string
+	hour                    int64
+	class                   uint8
+}
+
+type totalKey struct {
+	tenant string
+	hour   int64
+}
+
+type total struct {
+	requests, billable, dropped, droppedBillable int64
+	dirty                                        bool
+}
+
+// New starts a meter: it opens (and locks) the spool, replays what a previous run left
+// in it on the first flush, and flushes every FlushInterval until Close.
+func New(cfg Config) (*Meter, error) {
+	if cfg.EdgeID == "" || cfg.Sink == nil || cfg.SpoolDir == "" {
+		return nil, errors.New("meter: Config needs EdgeID, Sink and SpoolDir")
+	}
+	if cfg.SpoolMaxBytes <= 0 {
+		cfg.SpoolMaxBytes = 256 << 20
+	}
+	if cfg.SpoolSegmentBytes <= 0 {
+		cfg.SpoolSegmentBytes = max(cfg.SpoolMaxBytes/16, 64<<10)
+	}
+	cfg.SpoolSegmentBytes = min(cfg.SpoolSegmentBytes, cfg.SpoolMaxBytes)
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = time.Second
+	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = 5 * time.Second
+	}
+	if cfg.TotalsRetention <= 0 {
+		cfg.TotalsRetention = 72 * time.Hour
+	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = max(4*runtime.GOMAXPROCS(0), 8)
+	}
+	n := 1
+	for n < cfg.Shards && n < 1024 {
+		n <<= 1
+	}
+	if cfg.BootID == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		cfg.BootID = hex.EncodeToString(b[:])
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Meter{
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", "meter", "edge_id", cfg.EdgeID, "boot_id", cfg.BootID),
+		shards:    make([]shard, n),
+		mask:      uint32(n - 1),
+		routes:    map[routeKey]*Route{},
+		consumers: map[routeKey]*Consumer{},
+		acc:       map[aggKey]*billing.Counts{},
+		totals:    map[totalKey]*total{},
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		m:         newMetrics(),
+	}
+	for i := range m.shards {
+		m.shards[i].cells = map[cellKey]*cell{}
+	}
+	if cfg.Registry != nil {
+		if err := m.m.register(cfg.Registry); err != nil {
+			return nil, err
+		}
+	}
+	sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, cfg.SpoolSegmentBytes, m.log)
+	if err != nil {
+		return nil, err
+	}
+	m.spool = sp
+	m.loadTotals()
+	m.m.spoolBytes.Set(float64(sp.Bytes()))
+	if k := sp.Len(); k > 0 {
+		m.log.Info("meter: spool holds batches of an earlier run; replaying them when the sink takes them", "batches", k, "bytes", sp.Bytes())
+	}
+	m.runCtx, m.cancel = context.WithCancel(context.Background())
+	go m.run()
+	return m, nil
+}
+
+// EdgeID and BootID identify the meter's batches.
+func (m *Meter) EdgeID() string { return m.cfg.EdgeID }
+func (m *Meter) BootID() string { return m.cfg.BootID }
+
+// Route returns the handle of a tenant's route (routeID "" for requests of the tenant
+// that matched no route). The same ids give the same handle. Call it when compiling, not
+// per request.
+func (m *Meter) Route(tenantID, routeID string) *Route {
+	k := routeKey{tenantID, routeID}
+	m.routesMu.Lock()
+	defer m.routesMu.Unlock()
+	r := m.routes[k]
+	if r == nil {
+		r = &Route{m: m, tenantID: strings.Clone(tenantID), routeID: strings.Clone(routeID)}
+		m.routes[k] = r
+		m.lookup.Store(k, r)
+	}
+	return r
+}
+
+// NewConsumer makes a handle for a tenant's consumer. Handles are not interned: two
+// handles of the same consumer count in separate cells that the flush adds up, so the
+// edge may make one per compiled consumer, or per cached verified token of a JWT caller
+// ("<iss>|<claim>"), without any shared map growing with the callers it has seen. The
+// handle is garbage once the edge drops it and its cells have been flushed.
+func NewConsumer(tenantID, consumerID string) *Consumer {
+	return &Consumer{tenantID: strings.Clone(tenantID), id: strings.Clone(consumerID)}
+}
+
+// Consumer returns an interned handle of a tenant's consumer: the same ids give the same
+// handle, for the life of the meter (Meter.Record uses it; an edge with handles of its
+// own should prefer NewConsumer).
+func (m *Meter) Consumer(tenantID, consumerID string) *Consumer {
+	if v, ok := m.lookupC.Load(routeKey{tenantID, consumerID}); ok {
+		return v.(*Consumer)
+	}
+	k := routeKey{tenantID, consumerID}
+	m.routesMu.Lock()
+	defer m.routesMu.Unlock()
+	c := m.consumers[k]
+	if c == nil {
+		c = NewConsumer(tenantID, consumerID)
+		m.consumers[k] = c
+		m.lookupC.Store(k, c)
+	}
+	return c
+}
+
+// Record counts one request when the caller has no handles at hand (consumerID "" for
+// none); it costs two map lookups more than Route.Record.
+func (m *Meter) Record(tenantID, routeID, consumerID string, status int, upstream bool, bytesIn, bytesOut int64, at time.Time) {
+	var r *Route
+	if v, ok := m.lookup.Load(routeKey{tenantID, routeID}); ok {
+		r = v.(*Route)
+	} else {
+		r = m.Route(tenantID, routeID)
+	}
+	var c *Consumer
+	if consumerID != "" {
+		c = m.Consumer(tenantID, consumerID)
+	}
+	r.Record(c, status, upstream, bytesIn, bytesOut, at)
+}
+
+// Record counts one request of the route: consumer is the authenticated consumer's handle
+// (nil for none; it must be of the route's tenant), status the response's HTTP status,
+// upstream whether the upstream produced the response (false for the edge's own answers,
+// see billing.Billable), bytesIn and bytesOut the request and response body sizes, at the
+// time the request arrived (it decides the hour; zero means now).
+func (r *Route) Record(consumer *Consumer, status int, upstream bool, bytesIn, bytesOut int64, at time.Time) {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	u := at.Unix()
+	h := u / 3600
+	if u < 0 && u%3600 != 0 {
+		h--
+	}
+	meta := h<<8 | int64(billing.StatusClass(status))<<1
+	if upstream {
+		meta |= 1
+	}
+	k := cellKey{route: r, consumer: consumer, meta: meta}
+	m := r.m
+	s := &m.shards[shardHint()&m.mask]
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		m.late.Add(1)
+		m.m.droppedClosed.Inc()
+		return
+	}
+	c := s.cells[k]
+	if c == nil {
+		c = &cell{}
+		s.cells[k] = c
+	}
+	c.requests++
+	c.bytesIn += bytesIn
+	c.bytesOut += bytesOut
+	s.mu.Unlock()
+}
+
+// shardHint picks a shard for the calling goroutine from the address of its stack: two
+// goroutines running at once on different cores have different stacks and so, mostly,
+// different shards, at the cost of a multiply (the runtime's random generator costs
+// several times more, and there is no cheap way to ask which core we are on). A stack
+// that moves when it grows just moves to another shard; a collision only means two
+// goroutines share a mutex.
+func shardHint() uint32 {
+	var x byte
+	a := uint64(uintptr(unsafe.Pointer(&x))) >> 10 // stack frames differ below 1 KiB
+	return uint32((a * 0x9e3779b97f4a7c15) >> 40)
+}
+
+func (m *Meter) run() {
+	defer close(m.done)
+	t := time.NewTicker(m.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.cycle(m.runCtx)
+		}
+	}
+}
+
+// Flush cuts the counts so far into a batch and delivers it now (and the spool before it),
+// spooling what the sink does not take. It returns an error only when a batch could be
+// neither published nor spooled (and was dropped).
+func (m *Meter) Flush(ctx context.Context) error { return m.cycle(ctx) }
+
+// Close stops counting (later Records are dropped and counted as such), flushes the last
+// counts and delivers the spool while ctx allows, spooling whatever the sink does not
+// take by then, publishes the totals, and releases the spool. Nothing counted is lost
+// unless it errors. It may be called more than once.
+func (m *Meter) Close(ctx context.Context) error {
+	var err error
+	m.once.Do(func() {
+		for i := range m.shards {
+			s := &m.shards[i]
+			s.mu.Lock()
+			s.closed = true
+			s.mu.Unlock()
+		}
+		m.cancel() // abort a publish in progress: its batch is spooled
+		close(m.stop)
+		<-m.done
+		err = m.cycle(ctx)
+		m.cycleMu.Lock()
+		if serr := m.saveTotals(); serr != nil && err == nil {
+			err = serr
+		}
+		m.spool.close()
+		m.closed = true
+		m.cycleMu.Unlock()
+		if n := m.late.Load(); n > 0 {
+			m.log.Warn("meter: requests recorded after Close were not metered", "requests", n)
+		}
+	})
+	return err
+}
+
+// cycle is one flush: collect, replay the spool, publish the new batch, publish totals.
+func (m *Meter) cycle(ctx context.Context) error {
+	m.cycleMu.Lock()
+	defer m.cycleMu.Unlock()
+	if m.closed {
+		return errors.New("meter: closed")
+	}
+	now := time.Now().UTC()
+	type encoded struct {
+		b    *billing.UsageBatch
+		data []byte
+	}
+	var out []encoded
+	var firstErr error
+	var cut func(recs []billing.UsageRecord)
+	cut = func(recs []billing.UsageRecord) {
+		m.seq++
+		b := &billing.UsageBatch{
+			ID:     billing.BatchID(m.cfg.EdgeID, m.cfg.BootID, m.seq),
+			EdgeID: m.cfg.EdgeID, BootID: m.cfg.BootID, Seq: m.seq,
+			Created: now, Records: recs,
+		}
+		data, err := billing.EncodeBatch(b)
+		if err == nil && len(data) > maxBatchBytes && len(recs) > 1 {
+			// Too big for one NATS message: split (the unused sequence number is a gap
+			// billing does not mind).
+			cut(recs[:len(recs)/2])
+			cut(recs[len(recs)/2:])
+			return
+		}
+		if err == nil && len(data) > maxBatchBytes {
+			err = fmt.Errorf("one record encodes to %d bytes", len(data))
+		}
+		if err != nil {
+			// Cannot happen with the ids the edge has; count it rather than lose it silently.
+			m.dropBatch(b, "encode")
+			if firstErr == nil {
+				firstErr = fmt.Errorf("meter: encode batch %s: %w", b.ID, err)
+			}
+			return
+		}
+		out = append(out, encoded{b, data})
+	}
+	recs := m.collect(now)
+	for len(recs) > 0 {
+		n := min(len(recs), maxBatchRecords)
+		cut(recs[:n:n])
+		recs = recs[n:]
+	}
+	up := m.replay(ctx)
+	for _, e := range out {
+		if up {
+			if err := m.publish(ctx, e.b.ID, e.data); err != nil {
+				up = false
+			} else {
+				m.m.batches.WithLabelValues("published").Inc()
+			}
+		}
+		if !up {
+			if err := m.spoolAppend(e.b.ID, e.data, e.b); err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	if up {
+		m.putTotals(ctx, now)
+	}
+	return firstErr
+}
+
+// Bounds of one batch, well under NATS's default 1 MB message limit.
+const (
+	maxBatchRecords = 2000
+	maxBatchBytes   = 512 << 10
+)
+
+// replay publishes spooled batches in order; false when the sink refused one (the rest
+// stay spooled).
+func (m *Meter) replay(ctx context.Context) bool {
+	for {
+		id, data, ok, err := m.spool.peek()
+		if err != nil {
+			m.m.dropped.WithLabelValues("spool_corrupt").Inc()
+			continue
+		}
+		if !ok {
+			m.m.spoolBytes.Set(float64(m.spool.Bytes()))
+			return true
+		}
+		if err := m.publish(ctx, id, data); err != nil {
+			return false
+		}
+		m.spool.advance()
+		m.m.batches.WithLabelValues("replayed").Inc()
+		m.m.spoolBytes.Set(float64(m.spool.Bytes()))
+		if m.spool.Len() == 0 {
+			m.log.Info("meter: spool replayed")
+		}
+	}
+}
+
+func (m *Meter) publish(ctx context.Context, id string, data []byte) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	pctx, cancel := context.WithTimeout(ctx, m.cfg.PublishTimeout)
+	defer cancel()
+	err := m.cfg.Sink.Publish(pctx, id, data)
+	if err != nil {
+		m.m.publishErrors.Inc()
+		m.log.Debug("meter: publish failed", "batch", id, "err", err)
+	}
+	return err
+}
+
+// spoolAppend spools a batch, counting as dropped whatever the spool gives up for it.
+func (m *Meter) spoolAppend(id string, data []byte, b *billing.UsageBatch) error {
+	first := m.spool.Len() == 0
+	dropped, err := m.spool.append(id, data)
+	for _, d := range dropped {
+		db, derr := billing.DecodeBatch(d)
+		if derr != nil {
+			m.m.dropped.WithLabelValues("spool_corrupt").Inc()
+			continue
+		}
+		m.dropBatch(db, "spool_full")
+	}
+	if len(dropped) > 0 {
+		m.log.Warn("meter: spool full, dropped its oldest batches", "batches", len(dropped), "max_bytes", m.cfg.SpoolMaxBytes)
+	}
+	m.m.spoolBytes.Set(float64(m.spool.Bytes()))
+	if err != nil {
+		m.dropBatch(b, "spool_error")
+		m.log.Error("meter: batch could not be spooled and is lost", "batch", id, "requests", b.Requests(), "err", err)
+		return err
+	}
+	m.m.batches.WithLabelValues("spooled").Inc()
+	if first {
+		m.log.Warn("meter: sink unreachable, spooling usage batches", "dir", m.cfg.SpoolDir)
+	}
+	return nil
+}
+
+// dropBatch accounts for a batch that will never be published.
+func (m *Meter) dropBatch(b *billing.UsageBatch, reason string) {
+	m.m.batches.WithLabelValues("dropped").Inc()
+	var n int64
+	m.totalsMu.Lock()
+	for i := range b.Records {
+		r := &b.Records[i]
+		n += r.Requests
+		t := m.totalAt(totalKey{r.TenantID, r.Hour.Unix() / 3600})
+		t.dropped += r.Requests
+		t.droppedBillable += r.Billable
+		t.dirty = true
+	}
+	m.totalsMu.Unlock()
+	m.m.dropped.WithLabelValues(reason).Add(float64(n))
+}
+
+func (m *Meter) totalAt(k totalKey) *total {
+	t := m.totals[k]
+	if t == nil {
+		t = &total{}
+		m.totals[k] = t
+	}
+	return t
+}
+
+// collect empties every shard into records, merged by dimensions and ordered, and adds
+// them to the running totals. Cells idle for a few flushes, or of past hours, are freed.
+func (m *Meter) collect(now time.Time) []billing.UsageRecord {
+	cur := now.Unix() / 3600
+	acc := m.acc
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		for k, c := range s.cells {
+			hour, class, upstream := k.meta>>8, uint8(k.meta>>1&0x7f), k.meta&1 == 1
+			if c.requests == 0 {
+				c.idle++
+				if c.idle > 3 || hour < cur {
+					delete(s.cells, k)
+				}
+				continue
+			}
+			ak := aggKey{tenant: k.route.tenantID, route: k.route.routeID, hour: hour, class: class}
+			if k.consumer != nil {
+				ak.consumer = k.consumer.id
+			}
+			a := acc[ak]
+			if a == nil {
+				a = &billing.Counts{}
+				acc[ak] = a
+			}
+			a.Requests += c.requests
+			origin := billing.OriginEdge
+			if upstream {
+				origin = billing.OriginUpstream
+			}
+			if billing.Billable(int(class), origin) {
+				a.Billable += c.requests
+			}
+			a.BytesIn += c.bytesIn
+			a.BytesOut += c.bytesOut
+			*c = cell{}
+		}
+		s.mu.Unlock()
+	}
+	if len(acc) == 0 {
+		return nil
+	}
+	recs := make([]billing.UsageRecord, 0, len(acc))
+	var n int64
+	m.totalsMu.Lock()
+	for k, a := range acc {
+		recs = append(recs, billing.UsageRecord{
+			TenantID: k.tenant, Hour: time.Unix(k.hour*3600, 0).UTC(), RouteID: k.route,
+			ConsumerID: k.consumer, Class: int(k.class), Counts: *a,
+		})
+		t := m.totalAt(totalKey{k.tenant, k.hour})
+		t.requests += a.Requests
+		t.billable += a.Billable
+		t.dirty = true
+		n += a.Requests
+	}
+	m.totalsMu.Unlock()
+	clear(acc)
+	m.m.requests.Add(float64(n))
+	sort.Slice(recs, func(i, j int) bool {
+		a, b := &recs[i], &recs[j]
+		switch {
+		case a.TenantID != b.TenantID:
+			return a.TenantID < b.TenantID
+		case !a.Hour.Equal(b.Hour):
+			return a.Hour.Before(b.Hour)
+		case a.RouteID != b.RouteID:
+			return a.RouteID < b.RouteID
+		case a.ConsumerID != b.ConsumerID:
+			return a.ConsumerID < b.ConsumerID
+		}
+		return a.Class < b.Class
+	})
+	return recs
+}
+
+// putTotals publishes the totals that changed, and forgets published ones past retention.
+func (m *Meter) putTotals(ctx context.Context, now time.Time) {
+	if len(m.inherited) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, m.cfg.PublishTimeout)
+		err := m.cfg.Sink.PutTotals(pctx, m.inherited)
+		cancel()
+		if err != nil {
+			return
+		}
+		for _, f := range m.inheritedFiles {
+			os.Remove(f)
+		}
+		m.inherited, m.inheritedFiles = nil, nil
+	}
+	m.totalsMu.Lock()
+	var dirty []billing.EdgeTotal
+	var keys []totalKey
+	for k, t := range m.totals {
+		if t.dirty {
+			dirty = append(dirty, m.edgeTotal(k, t))
+			keys = append(keys, k)
+		}
+	}
+	m.totalsMu.Unlock()
+	if len(dirty) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, m.cfg.PublishTimeout)
+		err := m.cfg.Sink.PutTotals(pctx, dirty)
+		cancel()
+		if err != nil {
+			m.log.Debug("meter: totals not published; retrying next flush", "err", err)
+			return
+		}
+	}
+	oldest := now.Add(-m.cfg.TotalsRetention).Unix() / 3600
+	m.totalsMu.Lock()
+	for i, k := range keys {
+		// Clean only if unchanged since it was read.
+		if t := m.totals[k]; t != nil && t.requests == dirty[i].Requests && t.dropped == dirty[i].Dropped {
+			t.dirty = false
+		}
+	}
+	for k, t := range m.totals {
+		if !t.dirty && k.hour < oldest {
+			delete(m.totals, k)
+		}
+	}
+	m.totalsMu.Unlock()
+}
+
+// Totals a run could not publish before it closed are saved beside the spool, and the
+// next run publishes them (before, or with, the batches it replays from that run), so an
+// edge that shut down during an outage still reports everything it counted.
+const totalsFilePrefix = "totals-"
+
+// saveTotals writes the totals not yet published, if any, to the spool directory.
+func (m *Meter) saveTotals() error {
+	m.totalsMu.Lock()
+	var dirty []billing.EdgeTotal
+	for k, t := range m.totals {
+		if t.dirty {
+			dirty = append(dirty, m.edgeTotal(k, t))
+		}
+	}
+	m.totalsMu.Unlock()
+	dirty = append(dirty, m.inherited...)
+	if len(dirty) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(dirty)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+billing.Token(m.cfg.BootID)+".json")
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
+	if err != nil {
+		return fmt.Errorf("meter: save totals: %w", err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("meter: save totals: %w", err)
+	}
+	for _, f := range m.inheritedFiles {
+		if f != path {
+			os.Remove(f)
+		}
+	}
+	m.spool.syncDir()
+	m.log.Info("meter: totals saved for the next run to publish", "file", path, "entries", len(dirty))
+	return nil
+}
+
+// loadTotals reads the totals earlier runs saved.
+func (m *Meter) loadTotals() {
+	files, _ := filepath.Glob(filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+"*.json"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		var ts []billing.EdgeTotal
+		if err == nil {
+			err = json.Unmarshal(data, &ts)
+		}
+		if err != nil {
+			m.log.Warn("meter: unreadable saved totals ignored", "file", f, "err", err)
+			continue
+		}
+		m.inherited = append(m.inherited, ts...)
+		m.inheritedFiles = append(m.inheritedFiles, f)
+	}
+}
+
+func (m *Meter) edgeTotal(k totalKey, t *total) billing.EdgeTotal {
+	return billing.EdgeTotal{
+		EdgeID: m.cfg.EdgeID, BootID: m.cfg.BootID, TenantID: k.tenant,
+		Hour:     time.Unix(k.hour*3600, 0).UTC(),
+		Requests: t.requests, Billable: t.billable, Dropped: t.dropped, DroppedBillable: t.droppedBillable,
+	}
+}
+
+// Totals is what this edge counted since boot, per tenant and hour (for the hours still
+// kept, see Config.TotalsRetention), ordered by tenant and hour. Counts still in the
+// shards, not yet cut into a batch, are not included.
+func (m *Meter) Totals() []billing.EdgeTotal {
+	m.totalsMu.Lock()
+	out := make([]billing.EdgeTotal, 0, len(m.totals))
+	for k, t := range m.totals {
+		out = append(out, m.edgeTotal(k, t))
+	}
+	m.totalsMu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].TenantID != out[j].TenantID {
+			return out[i].TenantID < out[j].TenantID
+		}
+		return out[i].Hour.Before(out[j].Hour)
+	})
+	return out
+}
+
+// Spooled is the number of batches waiting in the spool.
+func (m *Meter) Spooled() int {
+	m.cycleMu.Lock()
+	defer m.cycleMu.Unlock()
+	if m.closed {
+		return 0
+	}
+	return m.spool.Len()
+}
+
+type metrics struct {
+	requests      prometheus.Counter
+	batches       *prometheus.CounterVec
+	dropped       *prometheus.CounterVec
+	droppedClosed prometheus.Counter
+	publishErrors prometheus.Counter
+	spoolBytes    prometheus.Gauge
+}
+
+func newMetrics() metrics {
+	m := metrics{
+		requests: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_meter_requests_total", Help: "Requests metered (counted at each flush).",
+		}),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_meter_batches_total", Help: "Usage batches by outcome: published, spooled (sink unreachable), replayed (from the spool), dropped (never to be published).",
+		}, []string{"result"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_meter_dropped_requests_total", Help: "Metered requests given up on, by reason: spool_full (oldest spooled batches deleted to make room), spool_error (disk), spool_corrupt, closed (recorded after Close), encode.",
+		}, []string{"reason"}),
+		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_meter_publish_errors_total", Help: "Failed attempts to publish a usage batch.",
+		}),
+		spoolBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_meter_spool_bytes", Help: "Bytes of usage batches waiting in the local spool.",
+		}),
+	}
+	for _, r := range []string{"published", "spooled", "replayed", "dropped"} {
+		m.batches.WithLabelValues(r)
+	}
+	for _, r := range []string{"spool_full", "spool_error", "spool_corrupt", "closed"} {
+		m.dropped.WithLabelValues(r)
+	}
+	m.droppedClosed = m.dropped.WithLabelValues("closed")
+	return m
+}
+
+func (m *metrics) register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{m.requests, m.batches, m.dropped, m.publishErrors, m.spoolBytes} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("meter: register metrics: %w", err)
+		}
+	}
+	return nil
+}
