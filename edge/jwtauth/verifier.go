@@ -83,6 +83,10 @@ type Identity struct {
 	Consumer string   // the consumer claim's value
 	Roles    []string // the roles claim's values, in token order; nil when absent
 	Issuer   string   // the issuer (the token's "iss")
+	// ID is Issuer + "|" + Consumer: who the caller is across the tenant's issuers, what
+	// flow control and metering count by. Made once per verification (cached tokens
+	// return it as is).
+	ID string
 }
 
 // Options configure NewVerifier.
@@ -138,13 +142,13 @@ func NewVerifier(tenantID string, issuers []Issuer, opts Options) (*Verifier, er
 		cfg := issuers[i]
 		cfg.Audiences = append([]string(nil), cfg.Audiences...)
 		cfg.Algorithms = append([]string(nil), cfg.Algorithms...)
-		if err := cfg.validate(opts.JWKS != nil && opts.JWKS.cfg.AllowHTTPLoopback); err != nil {
+		if err := cfg.ValidateWithLoopback(opts.JWKS != nil && opts.JWKS.cfg.AllowHTTPLoopback); err != nil {
 			return nil, fmt.Errorf("jwtauth: issuer %d (%s): %w", i, cfg.Issuer, err)
 		}
 		if _, dup := v.issuers[cfg.Issuer]; dup {
 			return nil, fmt.Errorf("jwtauth: issuer %q is configured twice", cfg.Issuer)
 		}
-		is := &issuer{cfg: cfg, algs: make(map[string]bool), rsaAlg: cfg.soleRSAAlg()}
+		is := &issuer{cfg: cfg, algs: make(map[string]bool), rsaAlg: cfg.SoleRSAAlg()}
 		for _, a := range cfg.Algorithms {
 			is.algs[a] = true
 			if !containsStr(methods, a) {
@@ -168,7 +172,7 @@ func NewVerifier(tenantID string, issuers []Issuer, opts Options) (*Verifier, er
 			if opts.JWKS == nil {
 				return nil, fmt.Errorf("jwtauth: issuer %q has a jwks_url but the verifier has no JWKS cache", cfg.Issuer)
 			}
-			if err := checkJWKSURL(cfg.JWKSURL, opts.JWKS.cfg.AllowHTTPLoopback); err != nil {
+			if err := tenants.CheckJWKSURL(cfg.JWKSURL, opts.JWKS.cfg.AllowHTTPLoopback); err != nil {
 				return nil, fmt.Errorf("jwtauth: issuer %q jwks_url %v", cfg.Issuer, err)
 			}
 			is.src = opts.JWKS.source(tenantID, cfg.JWKSURL)
@@ -253,6 +257,7 @@ func (v *Verifier) Verify(token []byte, now time.Time) (Identity, error) {
 		return Identity{}, fmt.Errorf("%w: consumer claim %q missing or not a printable string of at most %d bytes", ErrClaims, is.cfg.ConsumerClaim, MaxConsumerLen)
 	}
 	id.Consumer = c
+	id.ID = is.cfg.Issuer + "|" + c
 	if id.Roles, err = rolesOf(lookupClaim(claims, is.cfg.RolesClaim, is.roles)); err != nil {
 		return Identity{}, fmt.Errorf("%w: roles claim %q: %v", ErrClaims, is.cfg.RolesClaim, err)
 	}

@@ -1,0 +1,71 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"tollgate/edge/policy"
+	"tollgate/tenants"
+)
+
+// The tenant's policy: one per tenant, replaced whole by PUT. It is validated by
+// compiling it with the engine the edges run (edge/policy), so what the api accepts the
+// edges can enforce, and its errors name the rule at fault ("rules[2][1]").
+
+type policyBody struct {
+	Rules [][]string `json:"rules" required:"true" doc:"Up to 1000 rules [subject, path pattern, action] or [subject, path pattern, action, \"allow\"|\"deny\"]. subject: a consumer id or name, a role, or * (any authenticated caller). path pattern: a normalized path where a whole segment may be :param, and the last may be * (see the README). action: GET, GET|POST or * (any)."`
+	Roles [][]string `json:"roles" doc:"Up to 10000 links [member, role]: a consumer (id or name) or role holds the role. Roles may inherit roles, up to 10 deep, without cycles."`
+	// Version makes the replacement conditional; without it (and without If-Match) PUT
+	// replaces whatever is current.
+	Version *int64 `json:"version" doc:"Replace only at this version; or send If-Match. Optional: without either, PUT replaces whatever is current."`
+}
+
+func decodePolicy(ct string, body []byte, limit int) (*tenants.Policy, *int64, error) {
+	var b policyBody
+	if err := decodeBody(ct, body, limit, &b, false); err != nil {
+		return nil, nil, err
+	}
+	if b.Rules == nil {
+		return nil, nil, tenants.Invalid("rules", "is required: a list of rules, [] for none (then every call to a policy route is denied)")
+	}
+	if _, err := policy.Compile(b.Rules, b.Roles); err != nil {
+		return nil, nil, err
+	}
+	roles := b.Roles
+	if roles == nil {
+		roles = [][]string{}
+	}
+	return &tenants.Policy{Rules: b.Rules, Roles: roles}, b.Version, nil
+}
+
+func (s *Server) getPolicy(c *fiber.Ctx, r *request) error {
+	p, err := s.cfg.Policies.FindPolicy(r.ctx, r.tenant.ID)
+	if err != nil {
+		return err
+	}
+	return reply(c, http.StatusOK, p, p.Version)
+}
+
+func (s *Server) putPolicy(c *fiber.Ctx, r *request) error {
+	p, bodyVersion, err := decodePolicy(contentType(c), c.Body(), s.cfg.BodyLimit)
+	if err != nil {
+		return err
+	}
+	var v int64
+	if bodyVersion != nil || strings.TrimSpace(c.Get(fiber.HeaderIfMatch)) != "" {
+		n, any, err := version(c, bodyVersion)
+		if err != nil {
+			return err
+		}
+		if !any {
+			v = n
+		}
+	}
+	p.TenantID, p.Version = r.tenant.ID, v
+	if err := s.cfg.Policies.PutPolicy(r.ctx, p); err != nil {
+		return err
+	}
+	return reply(c, http.StatusOK, p, p.Version)
+}

@@ -1,0 +1,210 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"tollgate/tenants"
+)
+
+// issuerSpec is the part of an issuer stored as one jsonb value: everything but its
+// identity, "issuer", version and timestamps. It holds the HS256 secret, which the edges
+// need to verify with; only the api keeps it from clients.
+type issuerSpec struct {
+	Audiences     []string      `json:"audiences"`
+	Algorithms    []string      `json:"algorithms"`
+	JWKSURL       string        `json:"jwks_url,omitempty"`
+	Keys          []tenants.JWK `json:"keys,omitempty"`
+	HS256Secret   string        `json:"hs256_secret,omitempty"`
+	ConsumerClaim string        `json:"consumer_claim"`
+	RolesClaim    string        `json:"roles_claim"`
+	LeewaySeconds *int          `json:"leeway_seconds,omitempty"`
+}
+
+func issuerSpecOf(is *tenants.Issuer) issuerSpec {
+	return issuerSpec{
+		Audiences: is.Audiences, Algorithms: is.Algorithms, JWKSURL: is.JWKSURL, Keys: is.Keys,
+		HS256Secret: is.HS256Secret, ConsumerClaim: is.ConsumerClaim, RolesClaim: is.RolesClaim,
+		LeewaySeconds: is.LeewaySeconds,
+	}
+}
+
+const issuerColumns = `tenant_id::text, id::text, issuer, spec, version, created_at, updated_at`
+
+func scanIssuer(row pgx.Row) (*tenants.Issuer, error) {
+	var (
+		is tenants.Issuer
+		s  issuerSpec
+	)
+	if err := row.Scan(&is.TenantID, &is.ID, &is.Issuer, &s, &is.Version, &is.CreatedAt, &is.UpdatedAt); err != nil {
+		return nil, err
+	}
+	is.Audiences, is.Algorithms, is.JWKSURL, is.Keys = s.Audiences, s.Algorithms, s.JWKSURL, s.Keys
+	is.HS256Secret, is.ConsumerClaim, is.RolesClaim, is.LeewaySeconds = s.HS256Secret, s.ConsumerClaim, s.RolesClaim, s.LeewaySeconds
+	is.CreatedAt, is.UpdatedAt = utc(is.CreatedAt), utc(is.UpdatedAt)
+	return &is, nil
+}
+
+func issuerChange(is *tenants.Issuer) change {
+	c := *is
+	return put(is.TenantID, tenants.ObjectKey(is.TenantID, tenants.KindJWTIssuer, is.ID), &tenants.Entry{JWTIssuer: &c})
+}
+
+func issuerConflicts(is *tenants.Issuer) map[string]*tenants.Error {
+	return map[string]*tenants.Error{
+		"jwt_issuers_issuer_key": {Code: tenants.EConflict, Field: "issuer", Message: fmt.Sprintf("the tenant already has issuer %q", is.Issuer)},
+	}
+}
+
+// validateIssuer applies the issuer rules and the upstream policy to a jwks_url host.
+func (db *DB) validateIssuer(is *tenants.Issuer) error {
+	if err := is.Validate(); err != nil {
+		return err
+	}
+	return is.CheckJWKSHost(db.upstream)
+}
+
+// CreateJWTIssuer validates is, stores it with a new id and version 1, and fills in is.
+// EValidation (also when the tenant has MaxIssuersPerTenant already), EConflict (issuer
+// taken), ENotFound (tenant).
+func (db *DB) CreateJWTIssuer(ctx context.Context, is *tenants.Issuer) error {
+	if !parseID(is.TenantID) {
+		return notFound("tenant")
+	}
+	if err := db.validateIssuer(is); err != nil {
+		return err
+	}
+	id := newID()
+	err := db.write(ctx, func(tx pgx.Tx) error {
+		// The tenant row lock serializes the tenant's issuer creations, so the count
+		// below stays true until commit. NO KEY UPDATE does not block other objects'
+		// foreign key checks.
+		var tid string
+		err := tx.QueryRow(ctx, `SELECT id::text FROM tenants WHERE id = $1 FOR NO KEY UPDATE`, is.TenantID).Scan(&tid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("tenant")
+		}
+		if err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM jwt_issuers WHERE tenant_id = $1`, tid).Scan(&n); err != nil {
+			return err
+		}
+		if n >= tenants.MaxIssuersPerTenant {
+			return tenants.Invalid("issuer", "the tenant has %d issuers, the most it may have", n)
+		}
+		saved, err := scanIssuer(tx.QueryRow(ctx, `INSERT INTO jwt_issuers (tenant_id, id, issuer, spec) VALUES ($1, $2, $3, $4)
+			RETURNING `+issuerColumns, tid, id, is.Issuer, issuerSpecOf(is)))
+		if err != nil {
+			return err
+		}
+		*is = *saved
+		return emit(ctx, tx, issuerChange(is))
+	})
+	return constraintError(err, "create jwt issuer", issuerConflicts(is))
+}
+
+// FindJWTIssuer returns the issuer with its HS256 secret: ENotFound.
+func (db *DB) FindJWTIssuer(ctx context.Context, tenantID, id string) (*tenants.Issuer, error) {
+	if !parseID(tenantID) || !parseID(id) {
+		return nil, notFound("jwt issuer")
+	}
+	is, err := scanIssuer(db.pool.QueryRow(ctx, `SELECT `+issuerColumns+` FROM jwt_issuers WHERE tenant_id = $1 AND id = $2`, tenantID, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("jwt issuer")
+	}
+	return is, constraintError(err, "find jwt issuer", nil)
+}
+
+// ListJWTIssuers returns a page of the tenant's issuers in creation order and the cursor
+// of the next page ("" after the last).
+func (db *DB) ListJWTIssuers(ctx context.Context, tenantID string, p tenants.Page) ([]*tenants.Issuer, string, error) {
+	limit, cursor, err := page(p)
+	if err != nil {
+		return nil, "", err
+	}
+	if !parseID(tenantID) {
+		return []*tenants.Issuer{}, "", nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT `+issuerColumns+` FROM jwt_issuers
+		WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3`, tenantID, cursor, limit+1)
+	if err != nil {
+		return nil, "", constraintError(err, "list jwt issuers", nil)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.Issuer, error) { return scanIssuer(r) })
+	if err != nil {
+		return nil, "", constraintError(err, "list jwt issuers", nil)
+	}
+	list, next := nextCursor(list, limit, func(is *tenants.Issuer) string { return is.ID })
+	return list, next, nil
+}
+
+// UpdateJWTIssuer replaces the issuer when is.Version is current and fills in is. When
+// is names no key source, a stored HS256 secret is kept (clients cannot read it back to
+// resend it). ENotFound, EVersionConflict, EConflict, EValidation.
+func (db *DB) UpdateJWTIssuer(ctx context.Context, is *tenants.Issuer) error {
+	if !parseID(is.TenantID) || !parseID(is.ID) {
+		return notFound("jwt issuer")
+	}
+	keepSecret := is.JWKSURL == "" && is.Keys == nil && is.HS256Secret == ""
+	if !keepSecret {
+		if err := db.validateIssuer(is); err != nil {
+			return err
+		}
+	}
+	err := db.write(ctx, func(tx pgx.Tx) error {
+		if keepSecret {
+			cur, err := scanIssuer(tx.QueryRow(ctx, `SELECT `+issuerColumns+` FROM jwt_issuers
+				WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, is.TenantID, is.ID))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return notFound("jwt issuer")
+			}
+			if err != nil {
+				return err
+			}
+			is.HS256Secret = cur.HS256Secret
+			if err := db.validateIssuer(is); err != nil {
+				return err
+			}
+		}
+		saved, err := scanIssuer(tx.QueryRow(ctx, `UPDATE jwt_issuers SET issuer = $4, spec = $5, version = version + 1, updated_at = now()
+			WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+issuerColumns,
+			is.TenantID, is.ID, is.Version, is.Issuer, issuerSpecOf(is)))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return versionOrNotFound(ctx, tx, "jwt issuer", `SELECT version FROM jwt_issuers WHERE tenant_id = $1 AND id = $2`, is.Version, is.TenantID, is.ID)
+		}
+		if err != nil {
+			return err
+		}
+		*is = *saved
+		return emit(ctx, tx, issuerChange(is))
+	})
+	return constraintError(err, "update jwt issuer", issuerConflicts(is))
+}
+
+// DeleteJWTIssuer: ENotFound.
+func (db *DB) DeleteJWTIssuer(ctx context.Context, tenantID, id string) error {
+	if !parseID(tenantID) || !parseID(id) {
+		return notFound("jwt issuer")
+	}
+	err := db.write(ctx, func(tx pgx.Tx) error {
+		// The ids as stored, not as sent, build the key.
+		var tid, iid string
+		err := tx.QueryRow(ctx, `DELETE FROM jwt_issuers WHERE tenant_id = $1 AND id = $2
+			RETURNING tenant_id::text, id::text`, tenantID, id).Scan(&tid, &iid)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("jwt issuer")
+		}
+		if err != nil {
+			return err
+		}
+		return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindJWTIssuer, iid)))
+	})
+	return constraintError(err, "delete jwt issuer", nil)
+}
+
+var _ tenants.JWTIssuerService = (*DB)(nil)

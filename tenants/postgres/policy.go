@@ -1,0 +1,96 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"tollgate/tenants"
+)
+
+// policySpec is the jsonb column of a policy.
+type policySpec struct {
+	Rules [][]string `json:"rules"`
+	Roles [][]string `json:"roles"`
+}
+
+const policyColumns = `tenant_id::text, spec, version, created_at, updated_at`
+
+func scanPolicy(row pgx.Row) (*tenants.Policy, error) {
+	var (
+		p tenants.Policy
+		s policySpec
+	)
+	if err := row.Scan(&p.TenantID, &s, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
+		return nil, err
+	}
+	p.Rules, p.Roles = s.Rules, s.Roles
+	if p.Rules == nil {
+		p.Rules = [][]string{}
+	}
+	if p.Roles == nil {
+		p.Roles = [][]string{}
+	}
+	p.CreatedAt, p.UpdatedAt = utc(p.CreatedAt), utc(p.UpdatedAt)
+	return &p, nil
+}
+
+func policyChange(p *tenants.Policy) change {
+	c := *p
+	return put(p.TenantID, tenants.PolicyKey(p.TenantID), &tenants.Entry{Policy: &c})
+}
+
+// FindPolicy: ENotFound when the tenant has no policy.
+func (db *DB) FindPolicy(ctx context.Context, tenantID string) (*tenants.Policy, error) {
+	if !parseID(tenantID) {
+		return nil, notFound("policy")
+	}
+	p, err := scanPolicy(db.pool.QueryRow(ctx, `SELECT `+policyColumns+` FROM policies WHERE tenant_id = $1`, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("policy")
+	}
+	return p, constraintError(err, "find policy", nil)
+}
+
+// PutPolicy creates the tenant's policy or replaces it (version + 1), and fills in p.
+// When p.Version is not 0 the replacement happens only at that version. The caller has
+// validated p (edge/policy.Compile). ENotFound (tenant, or no policy to replace),
+// EVersionConflict.
+func (db *DB) PutPolicy(ctx context.Context, p *tenants.Policy) error {
+	if !parseID(p.TenantID) {
+		return notFound("tenant")
+	}
+	spec := policySpec{Rules: p.Rules, Roles: p.Roles}
+	if spec.Rules == nil {
+		spec.Rules = [][]string{}
+	}
+	if spec.Roles == nil {
+		spec.Roles = [][]string{}
+	}
+	err := db.write(ctx, func(tx pgx.Tx) error {
+		var (
+			saved *tenants.Policy
+			err   error
+		)
+		if p.Version == 0 {
+			saved, err = scanPolicy(tx.QueryRow(ctx, `INSERT INTO policies (tenant_id, spec) VALUES ($1, $2)
+				ON CONFLICT (tenant_id) DO UPDATE SET spec = EXCLUDED.spec, version = policies.version + 1, updated_at = now()
+				RETURNING `+policyColumns, p.TenantID, spec))
+		} else {
+			saved, err = scanPolicy(tx.QueryRow(ctx, `UPDATE policies SET spec = $3, version = version + 1, updated_at = now()
+				WHERE tenant_id = $1 AND version = $2 RETURNING `+policyColumns, p.TenantID, p.Version, spec))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return versionOrNotFound(ctx, tx, "policy", `SELECT version FROM policies WHERE tenant_id = $1`, p.Version, p.TenantID)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		*p = *saved
+		return emit(ctx, tx, policyChange(p))
+	})
+	return constraintError(err, "put policy", nil)
+}
+
+var _ tenants.PolicyService = (*DB)(nil)
