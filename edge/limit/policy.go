@@ -69,8 +69,11 @@ type Rate struct {
 	Burst int64
 }
 
-// RateOf converts the domain's per-second limit.
+// RateOf converts the domain's limit: RPS per second, or RPM per minute.
 func RateOf(rl *tenants.RateLimit) Rate {
+	if rl.RPS == 0 && rl.RPM > 0 {
+		return Rate{Limit: int64(rl.RPM), Per: time.Minute, Burst: int64(rl.Burst)}
+	}
 	return Rate{Limit: int64(rl.RPS), Per: time.Second, Burst: int64(rl.Burst)}
 }
 

@@ -1,0 +1,92 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/gofiber/fiber/v2"
+
+	"tollgate/tenants"
+)
+
+// Platform plans: the operator's plans a tenant's "plan" names. Every token may read
+// them (a tenant chooses among them); only the admin token may change one, which
+// re-publishes the config of every tenant on it.
+
+// platformPlanBody is the body of PUT /v1/platform/plans/{name}.
+type platformPlanBody struct {
+	RateLimit   *planRateBody `json:"rate_limit" doc:"The rate of the whole tenant, all its consumers and routes together. Default: none."`
+	Quota       *quotaBody    `json:"quota" doc:"The tenant's requests per calendar month (UTC). Default: none."`
+	Concurrency int           `json:"concurrency" doc:"The tenant's requests in flight at once (each edge enforces its share; over it: 503 overloaded); 0 = no cap."`
+	Mode        string        `json:"mode" enum:"local,exact,approximate" doc:"Where the rate and quota are counted across edges. Default: approximate, or exact when burst < rate × 0.1 s + 1."`
+	Version     *int64        `json:"version" doc:"The version the change is based on; or send If-Match (* creates the plan or overwrites it)."`
+}
+
+func decodePlatformPlan(ct string, body []byte, limit int, name string) (*tenants.PlatformPlan, *int64, error) {
+	var b platformPlanBody
+	if err := decodeBody(ct, body, limit, &b, false); err != nil {
+		return nil, nil, err
+	}
+	p := &tenants.PlatformPlan{Name: name, RateLimit: b.RateLimit.domain(), Concurrency: b.Concurrency, Mode: b.Mode}
+	if b.Quota != nil {
+		p.Quota = &tenants.Quota{Requests: b.Quota.Requests}
+	}
+	if err := p.Validate(); err != nil {
+		return nil, nil, err
+	}
+	return p, b.Version, nil
+}
+
+// planNameParam reads a platform plan name from the path; a malformed one is not found.
+func planNameParam(c *fiber.Ctx) (string, error) {
+	name := c.Params("name")
+	if tenants.ValidatePlanName(name) != nil {
+		return "", tenants.Errorf(tenants.ENotFound, "platform plan not found")
+	}
+	return name, nil
+}
+
+func (s *Server) listPlatformPlans(c *fiber.Ctx, r *request) error {
+	items, err := s.cfg.PlatformPlans.ListPlatformPlans(r.ctx)
+	if err != nil {
+		return err
+	}
+	return replyList(c, items, "")
+}
+
+func (s *Server) getPlatformPlan(c *fiber.Ctx, r *request) error {
+	name, err := planNameParam(c)
+	if err != nil {
+		return err
+	}
+	p, err := s.cfg.PlatformPlans.FindPlatformPlan(r.ctx, name)
+	if err != nil {
+		return err
+	}
+	return reply(c, http.StatusOK, p, p.Version)
+}
+
+func (s *Server) putPlatformPlan(c *fiber.Ctx, r *request) error {
+	name, err := planNameParam(c)
+	if err != nil {
+		// A new plan's name breaks the rules: say which, rather than "not found".
+		if verr := tenants.ValidatePlanName(c.Params("name")); verr != nil {
+			return tenants.Invalid("name", "%v", verr)
+		}
+		return err
+	}
+	p, bodyVersion, err := decodePlatformPlan(contentType(c), c.Body(), s.cfg.BodyLimit, name)
+	if err != nil {
+		return err
+	}
+	v, any, err := version(c, bodyVersion)
+	if err != nil {
+		return err
+	}
+	if !any {
+		p.Version = v
+	}
+	if err := s.cfg.PlatformPlans.PutPlatformPlan(r.ctx, p); err != nil {
+		return err
+	}
+	return reply(c, http.StatusOK, p, p.Version)
+}

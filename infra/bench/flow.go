@@ -1,0 +1,526 @@
+package main
+
+// Flow-control scenarios.
+//
+//   - S2l, S2x, S2a: S2 (key auth) with a rate limit on the route that is never reached,
+//     counted locally (S2l), exactly in Redis (S2x: one EVALSHA per request) or
+//     approximately (S2a: Redis sees one command per key per 100 ms). Measured with wrk
+//     like the other proxy scenarios, against S1 ("the plugin tax") and nginx with
+//     limit_req; the report adds the Redis commands per request, from the edge's
+//     tollgate_limit_redis_commands_total. S2x and S2a need Redis (-redis, default the
+//     machine's 127.0.0.1:6379 when they are asked for).
+//   - S7: a burst of 10× the base rate for 1 s, on a route whose limit (2× base, bucket
+//     of 10× base) admits it all: p99 before, during and after the burst, and every
+//     answer must be 200.
+//   - noisy: tenant B at a steady rate alone, then while tenant A (its platform plan: a
+//     rate of -noisy-limit, concurrency 64) is flooded at 10× its limit; B's p99 alone vs
+//     with the neighbour.
+//
+// S7 and noisy need fixed-rate load, which wrk cannot do: the bench runs itself as the
+// load generator (TOLLGATE_BENCH_LOADGEN=1, a spec on stdin, results on stdout), pinned
+// to the load CPUs, an open loop that sends on schedule whatever the answers do.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+)
+
+// flowModes maps the S2 limiter scenarios to their route's mode.
+var flowModes = map[string]string{"S2l": "local", "S2x": "exact", "S2a": "approximate"}
+
+func isFlowPerf(s string) bool { _, ok := flowModes[s]; return ok }
+
+func needsRedis(scs []string) bool {
+	return slices.Contains(scs, "S2x") || slices.Contains(scs, "S2a")
+}
+
+// flowPerfScenario is S2 with the limiter on in one mode, on a path of its own.
+func flowPerfScenario(id string) *perfScenario {
+	mode := flowModes[id]
+	key := "bench-" + randomHex(16) // replaced by the key Tollgate issues
+	path := "/keyed-" + mode
+	return &perfScenario{id: id, desc: "key auth + rate limit, " + mode + " (never reached)",
+		host: "bench.localhost", hit: path, paths: []string{path},
+		key: key, headers: map[string]string{"X-API-Key": key}, limit: true, mode: mode}
+}
+
+// configureFlowScenario creates the consumer, key and limited route of an S2l/x/a.
+func (b *bench) configureFlowScenario(ctx context.Context, s *stack, slug, upURL string, sc *perfScenario) error {
+	var c, k created
+	if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers", map[string]any{"name": "bench-" + sc.id}, &c); err != nil {
+		return err
+	}
+	if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+c.ID+"/keys", nil, &k); err != nil {
+		return err
+	}
+	sc.key = k.Key
+	sc.headers = map[string]string{"X-API-Key": k.Key}
+	r := routeBody("keyed-"+sc.mode, sc.hit, upURL, "key", false)
+	// A limit the bench never reaches: only its bookkeeping (and Redis round trips) count.
+	r["rate_limit"] = map[string]any{"rps": 1_000_000, "burst": 1_000_000, "mode": sc.mode}
+	return s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil)
+}
+
+// putPlatformPlan creates or overwrites a platform plan (If-Match: *).
+func (c *apiClient) putPlatformPlan(ctx context.Context, name string, body map[string]any) error {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, "PUT", c.base+"/v1/platform/plans/"+name, bytes.NewReader(raw))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("If-Match", "*")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("PUT /v1/platform/plans/%s: %v", name, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("PUT /v1/platform/plans/%s: status %d: %s", name, resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
+// redisCommands reads the edge's tollgate_limit_redis_commands_total (0 when absent).
+func (b *bench) redisCommands(admin string) float64 {
+	resp, err := b.http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "tollgate_limit_redis_commands_total "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
+}
+
+// deleteRedisPrefix removes the keys a stack's edges made under prefix.
+func deleteRedisPrefix(redisURL, prefix string) error {
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 500)
+		if err := rdb.Del(ctx, keys[:n]...).Err(); err != nil {
+			return err
+		}
+		keys = keys[n:]
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------------------
+// The load generator
+
+// lgSpec is what the load generator runs: phases one after the other, each with streams
+// sent concurrently at fixed rates to the edge at Addr.
+type lgSpec struct {
+	Addr   string    `json:"addr"`
+	Phases []lgPhase `json:"phases"`
+}
+
+type lgPhase struct {
+	Name     string        `json:"name"`
+	Duration time.Duration `json:"duration"`
+	Streams  []lgStream    `json:"streams"`
+}
+
+type lgStream struct {
+	Name    string            `json:"name"`
+	Host    string            `json:"host"`
+	Path    string            `json:"path"`
+	Headers map[string]string `json:"headers"`
+	Rate    int               `json:"rate"` // requests per second
+}
+
+// lgResult is one stream's outcome in one phase. Latencies in µs, from the request's
+// send to its answer; late counts requests sent 5 ms or more behind schedule (the
+// generator fell behind: its figures are then suspect).
+type lgResult struct {
+	Phase, Stream                      string
+	Rate                               int
+	Sent, OK, Limited, Overloaded, Bad int64
+	Errors, Late                       int64
+	P50, P90, P99, Max                 float64
+	StatusSamples                      map[int]int64 `json:",omitempty"`
+	Seconds                            float64
+}
+
+// runLoadgen is the load generator's main: the spec on stdin, results on stdout.
+func runLoadgen() int {
+	var spec lgSpec
+	if err := json.NewDecoder(os.Stdin).Decode(&spec); err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen: spec:", err)
+		return 2
+	}
+	hc := &fasthttp.HostClient{Addr: spec.Addr, MaxConns: 8192, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		MaxIdleConnDuration: time.Minute}
+	var out []lgResult
+	for _, ph := range spec.Phases {
+		var wg sync.WaitGroup
+		res := make([]lgResult, len(ph.Streams))
+		start := time.Now().Add(5 * time.Millisecond)
+		for i, st := range ph.Streams {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res[i] = runStream(hc, spec.Addr, ph, st, start)
+			}()
+		}
+		wg.Wait()
+		out = append(out, res...)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func runStream(hc *fasthttp.HostClient, addr string, ph lgPhase, st lgStream, start time.Time) lgResult {
+	r := lgResult{Phase: ph.Name, Stream: st.Name, Rate: st.Rate, Seconds: ph.Duration.Seconds()}
+	n := int(float64(st.Rate) * ph.Duration.Seconds())
+	if n <= 0 {
+		return r
+	}
+	lat := make([]float64, n)
+	status := make([]int, n)
+	var late atomic.Int64
+	var wg sync.WaitGroup
+	due := func(i int) time.Time {
+		return start.Add(time.Duration(float64(i) / float64(st.Rate) * float64(time.Second)))
+	}
+	// A pool of workers takes the requests as they fall due: enough of them that the
+	// loop stays open (a slow answer does not delay the next send) without a goroutine
+	// per request.
+	jobs := make(chan int, n)
+	for range min(1024, st.Rate/20+32) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.SetRequestURI("http://" + addr + st.Path)
+			req.UseHostHeader = true
+			req.Header.SetHost(st.Host)
+			for k, v := range st.Headers {
+				req.Header.Set(k, v)
+			}
+			for i := range jobs {
+				t0 := time.Now()
+				if t0.Sub(due(i)) > 5*time.Millisecond {
+					late.Add(1) // the generator (or its workers) fell behind
+				}
+				err := hc.DoTimeout(req, resp, 10*time.Second)
+				lat[i] = float64(time.Since(t0)) / float64(time.Microsecond)
+				if err != nil {
+					status[i] = -1
+					continue
+				}
+				status[i] = resp.StatusCode()
+				resp.Reset()
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if d := time.Until(due(i)); d > time.Millisecond {
+			time.Sleep(d)
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	r.Sent, r.Late = int64(n), late.Load()
+	r.StatusSamples = map[int]int64{}
+	for _, s := range status {
+		switch {
+		case s == 200:
+			r.OK++
+		case s == 429:
+			r.Limited++
+		case s == 503:
+			r.Overloaded++
+		case s < 0:
+			r.Errors++
+		default:
+			r.Bad++
+		}
+		if s != 200 {
+			r.StatusSamples[s]++
+		}
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	r.P50, r.P90, r.P99, r.Max = pct(0.50), pct(0.90), pct(0.99), lat[len(lat)-1]
+	return r
+}
+
+// loadgen runs the spec in a pinned child process and returns its results.
+func (b *bench) loadgen(ctx context.Context, spec lgSpec, tag string) ([]lgResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	in, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	var total time.Duration
+	for _, ph := range spec.Phases {
+		total += ph.Duration
+	}
+	ctx, cancel := context.WithTimeout(ctx, total+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "taskset", "-c", b.loadCPUs, self)
+	cmd.Env = append(os.Environ(), "TOLLGATE_BENCH_LOADGEN=1")
+	cmd.Stdin = bytes.NewReader(in)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("load generator (%s): %v\n%s", tag, err, stderr.String())
+	}
+	_ = os.WriteFile(filepath.Join(b.dir, "loadgen-"+tag+".json"), stdout.Bytes(), 0o644)
+	var out []lgResult
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		return nil, fmt.Errorf("load generator (%s) output: %v", tag, err)
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------------------------------
+// S7 and noisy
+
+// flowResult holds S7's and the noisy neighbour's results for the report.
+type flowResult struct {
+	procs      int
+	redis      string
+	s7         []lgResult
+	s7Base     int
+	noisy      []lgResult
+	noisyLimit int
+	noisyRate  int
+}
+
+func (r *flowResult) find(rs []lgResult, phase, stream string) *lgResult {
+	for i := range rs {
+		if rs[i].Phase == phase && rs[i].Stream == stream {
+			return &rs[i]
+		}
+	}
+	return nil
+}
+
+// flowScenarios runs S7 and noisy on a stack of their own, the edge at the first -cores
+// value pinned to the gateway CPUs.
+func (b *bench) flowScenarios(ctx context.Context, scs []string) (*flowResult, error) {
+	upPort, err := b.upstream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	upURL := fmt.Sprintf("http://127.0.0.1:%d", upPort)
+	s, err := b.newStack(ctx, "flow", b.loadCPUs)
+	if err != nil {
+		return nil, err
+	}
+	procs := b.cores[0]
+	res := &flowResult{procs: procs, redis: b.redisURL, s7Base: b.s7Rate, noisyLimit: b.noisyLimit, noisyRate: b.noisyRate}
+	host := func(slug string) string { return slug + ".localhost" }
+
+	if slices.Contains(scs, "S7") {
+		if _, err := s.client.createTenant(ctx, "burst"); err != nil {
+			return res, err
+		}
+		r := routeBody("burst", "/burst", upURL, "none", false)
+		// The burst stays below the limit: 10× base for 1 s fits a bucket of 10× base
+		// (plus what refills at 2× base), so every answer must be 200.
+		r["rate_limit"] = map[string]any{"rps": 2 * b.s7Rate, "burst": 10 * b.s7Rate}
+		if err := s.client.call(ctx, "POST", "/v1/tenants/burst/routes", r, nil); err != nil {
+			return res, err
+		}
+	}
+	if slices.Contains(scs, "noisy") {
+		plan := map[string]any{"rate_limit": map[string]any{"rps": b.noisyLimit, "burst": b.noisyLimit}, "concurrency": 64}
+		if err := s.client.putPlatformPlan(ctx, "bench-noisy", plan); err != nil {
+			return res, err
+		}
+		if err := s.client.call(ctx, "POST", "/v1/tenants", map[string]any{"slug": "noisy", "name": "noisy", "plan": "bench-noisy"}, nil); err != nil {
+			return res, err
+		}
+		if _, err := s.client.createTenant(ctx, "quiet"); err != nil {
+			return res, err
+		}
+		for _, slug := range []string{"noisy", "quiet"} {
+			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("api", "/api", upURL, "none", false), nil); err != nil {
+				return res, err
+			}
+		}
+	}
+	if err := s.startEdge(ctx, procs, gatewayCPUs(procs)); err != nil {
+		return res, err
+	}
+	defer s.stopEdge()
+	base := "http://" + s.edgeAddr
+	if slices.Contains(scs, "S7") {
+		if err := waitServed(ctx, b, s.edge, base, host("burst"), []string{"/burst"}, nil); err != nil {
+			return res, err
+		}
+		st := func(rate int) []lgStream {
+			return []lgStream{{Name: "burst", Host: host("burst"), Path: "/burst", Rate: rate}}
+		}
+		spec := lgSpec{Addr: s.edgeAddr, Phases: []lgPhase{
+			{Name: "warmup", Duration: b.warmup, Streams: st(b.s7Rate)},
+			{Name: "before", Duration: 3 * time.Second, Streams: st(b.s7Rate)},
+			{Name: "burst", Duration: time.Second, Streams: st(10 * b.s7Rate)},
+			{Name: "after", Duration: 2 * time.Second, Streams: st(b.s7Rate)},
+		}}
+		// Let the bucket refill from the warm-up before the measured phases? It never
+		// empties: the warm-up runs at base, below the 2× base rate.
+		if res.s7, err = b.loadgen(ctx, spec, "S7"); err != nil {
+			return res, err
+		}
+		for _, ph := range []string{"before", "burst", "after"} {
+			if x := res.find(res.s7, ph, "burst"); x != nil {
+				fmt.Fprintf(os.Stderr, "bench: S7 %-6s %6d req/s  p50 %s  p99 %s  max %s  non-2xx %d  errors %d  late %d\n",
+					ph, x.Rate, fmtUS(x.P50), fmtUS(x.P99), fmtUS(x.Max), x.Sent-x.OK-x.Errors, x.Errors, x.Late)
+			}
+		}
+	}
+	if slices.Contains(scs, "noisy") {
+		if err := waitServed(ctx, b, s.edge, base, host("quiet"), []string{"/api"}, nil); err != nil {
+			return res, err
+		}
+		if err := waitServed(ctx, b, s.edge, base, host("noisy"), []string{"/api"}, nil); err != nil {
+			return res, err
+		}
+		quiet := lgStream{Name: "B", Host: host("quiet"), Path: "/api", Rate: b.noisyRate}
+		noisy := lgStream{Name: "A", Host: host("noisy"), Path: "/api", Rate: 10 * b.noisyLimit}
+		d := max(b.duration/2, 3*time.Second)
+		spec := lgSpec{Addr: s.edgeAddr, Phases: []lgPhase{
+			{Name: "warmup", Duration: b.warmup, Streams: []lgStream{quiet}},
+			{Name: "alone", Duration: d, Streams: []lgStream{quiet}},
+			{Name: "neighbour", Duration: d, Streams: []lgStream{quiet, noisy}},
+			{Name: "alone again", Duration: d, Streams: []lgStream{quiet}},
+		}}
+		if res.noisy, err = b.loadgen(ctx, spec, "noisy"); err != nil {
+			return res, err
+		}
+		for _, x := range res.noisy {
+			if x.Phase == "warmup" {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "bench: noisy %-11s %s %6d req/s  200 %d  429 %d  503 %d  p50 %s  p99 %s  late %d\n",
+				x.Phase, x.Stream, x.Rate, x.OK, x.Limited, x.Overloaded, fmtUS(x.P50), fmtUS(x.P99), x.Late)
+		}
+	}
+	return res, nil
+}
+
+// flowMarkdown renders the flow-control sections: the limiter's tax in each mode with
+// Redis commands per request, S7 and the noisy neighbour.
+func (r *report) flowMarkdown(s *strings.Builder) {
+	var rows []perfResult
+	for _, p := range r.perf {
+		if isFlowPerf(p.scenario) && p.gateway == "tollgate" {
+			rows = append(rows, p)
+		}
+	}
+	if len(rows) > 0 {
+		s.WriteString("## Flow control: the limiter's cost (S2 + a rate limit never reached)\n\n")
+		s.WriteString("S2l/S2x/S2a: key auth plus a route limit counted locally, exactly in Redis (one EVALSHA per request) or ")
+		s.WriteString("approximately (one pipelined round trip per 100 ms). Redis commands per request from the edge's ")
+		s.WriteString("tollgate_limit_redis_commands_total over the measured window (heartbeats included).\n\n")
+		s.WriteString("| scenario | procs | QPS | p99 | CPU µs/req | µs/req vs S1 | µs/req vs S2 | Redis cmd/req | non-2xx |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, p := range rows {
+			vs1, vs2 := "-", "-"
+			if x := r.find("S1", p.gateway, p.procs); x != nil {
+				vs1 = ratio(p.usPerReq, x.usPerReq)
+			}
+			if x := r.find("S2", p.gateway, p.procs); x != nil {
+				vs2 = ratio(p.usPerReq, x.usPerReq)
+			}
+			fmt.Fprintf(s, "| %s (%s) | %d | %.0f | %s | %.2f | %s | %s | %.3f | %d |\n", p.scenario, flowModes[p.scenario], p.procs,
+				p.load.qps(), fmtUS(p.load.P99), p.usPerReq, vs1, vs2, p.redisPerReq, p.load.Status)
+		}
+		s.WriteString("\n")
+	}
+	f := r.flow
+	if f == nil {
+		return
+	}
+	redisNote := "local limits (no Redis)"
+	if f.redis != "" {
+		redisNote = "limits in Redis " + f.redis
+	}
+	if len(f.s7) > 0 {
+		fmt.Fprintf(s, "## S7: burst of 10× for 1 s\n\nOne route limited to %d/s with a bucket of %d (the burst stays below the limit); "+
+			"fixed-rate open-loop load (the bench's own generator on CPU %s), edge GOMAXPROCS=%d, %s. Latency from send to answer.\n\n",
+			2*f.s7Base, 10*f.s7Base, r.b.loadCPUs, f.procs, redisNote)
+		s.WriteString("| phase | req/s | requests | p50 | p90 | p99 | max | non-2xx | errors | sent late |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, ph := range []string{"before", "burst", "after"} {
+			if x := f.find(f.s7, ph, "burst"); x != nil {
+				fmt.Fprintf(s, "| %s | %d | %d | %s | %s | %s | %s | %d | %d | %d |\n", ph, x.Rate, x.Sent, fmtUS(x.P50), fmtUS(x.P90),
+					fmtUS(x.P99), fmtUS(x.Max), x.Sent-x.OK-x.Errors, x.Errors, x.Late)
+			}
+		}
+		if b, a := f.find(f.s7, "burst", "burst"), f.find(f.s7, "before", "burst"); b != nil && a != nil {
+			fmt.Fprintf(s, "\np99 during the burst ÷ p99 before: %s\n", ratio(b.P99, a.P99))
+		}
+		s.WriteString("\n")
+	}
+	if len(f.noisy) > 0 {
+		fmt.Fprintf(s, "## Noisy neighbour\n\nTenant B (no limits) at %d/s; tenant A on a platform plan of %d/s (concurrency 64) flooded at %d/s "+
+			"in the middle phase. Edge GOMAXPROCS=%d, %s.\n\n", f.noisyRate, f.noisyLimit, 10*f.noisyLimit, f.procs, redisNote)
+		s.WriteString("| phase | tenant | req/s | 200 | 429 | 503 | other | p50 | p99 | max | sent late |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, x := range f.noisy {
+			if x.Phase == "warmup" {
+				continue
+			}
+			fmt.Fprintf(s, "| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %d |\n", x.Phase, x.Stream, x.Rate, x.OK, x.Limited,
+				x.Overloaded, x.Bad+x.Errors, fmtUS(x.P50), fmtUS(x.P99), fmtUS(x.Max), x.Late)
+		}
+		if a, n := f.find(f.noisy, "alone", "B"), f.find(f.noisy, "neighbour", "B"); a != nil && n != nil {
+			fmt.Fprintf(s, "\nB's p99 with the flooding neighbour ÷ alone: %s (the issue's bar: ≤ 1.10×)\n", ratio(n.P99, a.P99))
+		}
+		s.WriteString("\n")
+	}
+}

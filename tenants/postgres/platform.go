@@ -1,0 +1,130 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"tollgate/tenants"
+)
+
+// platformPlanOfTenant is the select-list expression of a tenant's platform plan as the
+// JSON of a tenants.PlatformPlan (NULL when the plan names none), for tenantColumns. It
+// refers to the tenants row by its table name, so it works after SELECT … FROM tenants
+// and in RETURNING of INSERT and UPDATE.
+const platformPlanOfTenant = `(SELECT jsonb_build_object('name', pp.name, 'version', pp.version,
+	'created_at', pp.created_at, 'updated_at', pp.updated_at) || pp.limits
+	FROM platform_plans pp WHERE pp.name = tenants.plan)`
+
+const platformPlanColumns = `name, limits, version, created_at, updated_at`
+
+func scanPlatformPlan(row pgx.Row) (*tenants.PlatformPlan, error) {
+	var (
+		p tenants.PlatformPlan
+		l planLimits
+	)
+	if err := row.Scan(&p.Name, &l, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
+		return nil, err
+	}
+	p.RateLimit, p.Quota, p.Concurrency, p.Mode = l.RateLimit, l.Quota, l.Concurrency, l.Mode
+	normalizePlatformPlan(&p)
+	return &p, nil
+}
+
+// normalizePlatformPlan fills the defaults a stored plan may lack (seeded rows) and puts
+// its times in UTC.
+func normalizePlatformPlan(p *tenants.PlatformPlan) {
+	if p == nil {
+		return
+	}
+	p.CreatedAt, p.UpdatedAt = utc(p.CreatedAt), utc(p.UpdatedAt)
+	_ = p.Validate() // stored plans were validated; this only fills defaults
+}
+
+func noPlatformPlan(name string) *tenants.Error {
+	return tenants.Invalid("plan", "there is no platform plan named %q (GET /v1/platform/plans lists them)", name)
+}
+
+// lockPlatformPlan checks that the platform plan name exists and locks it shared until the
+// transaction ends. A tenant write takes it before it touches the tenant row, as
+// PutPlatformPlan takes the plan before the tenant rows: the two never deadlock, and a
+// tenant entry written after a plan change carries the changed limits.
+func lockPlatformPlan(ctx context.Context, tx pgx.Tx, name string) error {
+	err := tx.QueryRow(ctx, `SELECT name FROM platform_plans WHERE name = $1 FOR SHARE`, name).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return noPlatformPlan(name)
+	}
+	return err
+}
+
+// ListPlatformPlans returns every platform plan, by name.
+func (db *DB) ListPlatformPlans(ctx context.Context) ([]*tenants.PlatformPlan, error) {
+	rows, err := db.pool.Query(ctx, `SELECT `+platformPlanColumns+` FROM platform_plans ORDER BY name`)
+	if err != nil {
+		return nil, constraintError(err, "list platform plans", nil)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.PlatformPlan, error) { return scanPlatformPlan(r) })
+	if err != nil {
+		return nil, constraintError(err, "list platform plans", nil)
+	}
+	return list, nil
+}
+
+// FindPlatformPlan: ENotFound.
+func (db *DB) FindPlatformPlan(ctx context.Context, name string) (*tenants.PlatformPlan, error) {
+	p, err := scanPlatformPlan(db.pool.QueryRow(ctx, `SELECT `+platformPlanColumns+` FROM platform_plans WHERE name = $1`, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, tenants.Errorf(tenants.ENotFound, "no platform plan %q", name)
+	}
+	return p, constraintError(err, "find platform plan", nil)
+}
+
+// PutPlatformPlan creates or replaces the platform plan p.Name (only at version
+// p.Version when that is not 0), fills in p, and re-emits the config entry of every
+// tenant on the plan in the same transaction, so the edges apply the new limits.
+// EValidation, ENotFound, EVersionConflict.
+func (db *DB) PutPlatformPlan(ctx context.Context, p *tenants.PlatformPlan) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	l := planLimits{RateLimit: p.RateLimit, Quota: p.Quota, Concurrency: p.Concurrency, Mode: p.Mode}
+	err := db.write(ctx, func(tx pgx.Tx) error {
+		var row pgx.Row
+		if p.Version == 0 {
+			row = tx.QueryRow(ctx, `INSERT INTO platform_plans (name, limits) VALUES ($1, $2)
+				ON CONFLICT (name) DO UPDATE SET limits = EXCLUDED.limits,
+					version = platform_plans.version + 1, updated_at = now()
+				RETURNING `+platformPlanColumns, p.Name, l)
+		} else {
+			row = tx.QueryRow(ctx, `UPDATE platform_plans SET limits = $3, version = version + 1, updated_at = now()
+				WHERE name = $1 AND version = $2 RETURNING `+platformPlanColumns, p.Name, p.Version, l)
+		}
+		saved, err := scanPlatformPlan(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return versionOrNotFound(ctx, tx, "platform plan", `SELECT version FROM platform_plans WHERE name = $1`, p.Version, p.Name)
+		}
+		if err != nil {
+			return err
+		}
+		*p = *saved
+		// The plan row is locked by the write above; now the tenants on it, in id order.
+		rows, err := tx.Query(ctx, `SELECT `+tenantColumns+` FROM tenants WHERE plan = $1 ORDER BY id FOR UPDATE OF tenants`, p.Name)
+		if err != nil {
+			return err
+		}
+		ts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.Tenant, error) { return scanTenant(r) })
+		if err != nil {
+			return fmt.Errorf("tenants on plan %s: %w", p.Name, err)
+		}
+		changes := make([]change, len(ts))
+		for i, t := range ts {
+			changes[i] = tenantChange(t)
+		}
+		return emit(ctx, tx, changes...)
+	})
+	return constraintError(err, "put platform plan", nil)
+}
+
+var _ tenants.PlatformPlanService = (*DB)(nil)
