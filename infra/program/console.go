@@ -1,0 +1,30 @@
+package program
+
+import (
+	"log/slog"
+
+	"tollgate/api"
+	billingpg "tollgate/billing/postgres"
+	"tollgate/infra/config"
+	"tollgate/tenants"
+	"tollgate/web"
+)
+
+// mountConsole serves the web console under /console/ on the api's app, over the same
+// store, upstream rules and policy as the API. Usage comes from billing's rollups in the
+// same database (empty until the edges' meter and `tollgate billing` feed them).
+func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *slog.Logger) {
+	_, port := tenants.SplitHostPort(cfg.EdgeAddr)
+	web.New(web.Config{
+		Tenants:    cp.db,
+		Routes:     cp.db,
+		Consumers:  cp.db,
+		People:     cp.db,
+		Audit:      cp.db,
+		Usage:      billingpg.New(cp.db.Pool()),
+		Upstreams:  cfg.UpstreamPolicy(),
+		EdgeDomain: cfg.EdgeDomain,
+		EdgePort:   port,
+		Logger:     log,
+	}).Mount(srv.App())
+}

@@ -1,0 +1,178 @@
+// Package web is Tollgate's console: server-rendered pages (html/template, one CSS file,
+// a little vanilla JavaScript, all embedded) that let people sign up, sign in and run
+// their tenant's APIs — routes, consumers and keys, usage, the audit log, members.
+//
+// It is mounted on the management API's Fiber app under /console/ and calls the same
+// tenants services, validations and policy (tenants/rbac) as the API, so a form shows the
+// API's own messages next to the field and a role may do in the browser exactly what it
+// may do with a token. It must not reach past those interfaces (no SQL), load anything
+// from another origin, or show raw JSON or stack traces to people.
+package web
+
+import (
+	"context"
+	"embed"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"tollgate/billing"
+	"tollgate/tenants"
+	"tollgate/tenants/rbac"
+)
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFiles embed.FS
+
+// Prefix is where the console is mounted.
+const Prefix = "/console"
+
+// Defaults of Config.
+const (
+	DefaultSessionTTL = 12 * time.Hour
+)
+
+// Config is what New needs.
+type Config struct {
+	Tenants   tenants.TenantService
+	Routes    tenants.RouteService
+	Consumers tenants.ConsumerService
+	People    tenants.PeopleService
+	Audit     tenants.AuditService
+	// Usage draws the usage page. Nil: the page says usage is not collected here.
+	Usage billing.UsageService
+	// Policy decides what each role may do. Default: rbac.Must().
+	Policy *rbac.Policy
+	// Upstreams is the operator's rule on route targets (as the API's). Default: zero policy.
+	Upstreams *tenants.UpstreamPolicy
+	// EdgeDomain and EdgePort make the example URLs: http://{slug}.{EdgeDomain}:{EdgePort}/.
+	// Defaults: "localhost", "8000".
+	EdgeDomain string
+	EdgePort   string
+	// SessionTTL bounds a session. Default: DefaultSessionTTL.
+	SessionTTL time.Duration
+	// Limiter throttles sign-in attempts. Default: NewLoginLimiter(LoginLimits{}).
+	Limiter *LoginLimiter
+	// Logger receives internal errors. Default: discard.
+	Logger *slog.Logger
+	// Now is the clock. Default: time.Now.
+	Now func() time.Time
+}
+
+// Console serves the pages. Create it with New and Mount it.
+type Console struct {
+	cfg   Config
+	log   *slog.Logger
+	pages map[string]*template.Template
+}
+
+// New parses the templates; it panics on a template error (a build bug).
+func New(cfg Config) *Console {
+	if cfg.Tenants == nil || cfg.Routes == nil || cfg.Consumers == nil || cfg.People == nil || cfg.Audit == nil {
+		panic("web.New: Config needs Tenants, Routes, Consumers, People and Audit")
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = rbac.Must()
+	}
+	if cfg.Upstreams == nil {
+		cfg.Upstreams = &tenants.UpstreamPolicy{}
+	}
+	if cfg.EdgeDomain == "" {
+		cfg.EdgeDomain = "localhost"
+	}
+	if cfg.EdgePort == "" {
+		cfg.EdgePort = "8000"
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.Limiter == nil {
+		cfg.Limiter = NewLoginLimiter(LoginLimits{})
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &Console{cfg: cfg, log: cfg.Logger, pages: map[string]*template.Template{}}
+	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html"))
+	names, _ := fs.Glob(templateFiles, "templates/*.html")
+	for _, n := range names {
+		base := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
+		if base == "layout" {
+			continue
+		}
+		c.pages[base] = template.Must(template.Must(layout.Clone()).ParseFS(templateFiles, n))
+	}
+	return c
+}
+
+// Mount registers the console's routes on app under Prefix.
+func (c *Console) Mount(app *fiber.App) {
+	static, _ := fs.Sub(staticFiles, "static")
+	app.Get(Prefix+"/static/:file", func(ctx *fiber.Ctx) error {
+		name := ctx.Params("file")
+		b, err := fs.ReadFile(static, name)
+		if err != nil || strings.Contains(name, "/") {
+			return c.notFound(ctx, nil)
+		}
+		switch {
+		case strings.HasSuffix(name, ".css"):
+			ctx.Set(fiber.HeaderContentType, "text/css; charset=utf-8")
+		case strings.HasSuffix(name, ".js"):
+			ctx.Set(fiber.HeaderContentType, "text/javascript; charset=utf-8")
+		case strings.HasSuffix(name, ".svg"):
+			ctx.Set(fiber.HeaderContentType, "image/svg+xml")
+		}
+		ctx.Set(fiber.HeaderCacheControl, "public, max-age=3600")
+		return ctx.Send(b)
+	})
+	g := app.Group(Prefix, c.headers, c.csrf)
+	g.Get("/", c.home)
+	g.Get("/signup", c.signupPage)
+	g.Post("/signup", c.signup)
+	g.Get("/login", c.loginPage)
+	g.Post("/login", c.login)
+	g.Post("/logout", c.logout)
+
+	t := g.Group("/t/:slug", c.tenantScope)
+	t.Get("/", func(ctx *fiber.Ctx) error { return ctx.Redirect(c.tenantURL(ctx, "/routes"), http.StatusSeeOther) })
+	t.Get("/routes", c.routesPage)
+	t.Get("/routes/new", c.routeNewPage)
+	t.Post("/routes/new", c.routeCreate)
+	t.Get("/routes/:id", c.routeEditPage)
+	t.Post("/routes/:id", c.routeUpdate)
+	t.Post("/routes/:id/delete", c.routeDelete)
+	t.Get("/consumers", c.consumersPage)
+	t.Post("/consumers", c.consumerCreate)
+	t.Get("/consumers/:id", c.consumerPage)
+	t.Post("/consumers/:id/keys", c.keyCreate)
+	t.Post("/consumers/:id/keys/:key_id/delete", c.keyDelete)
+	t.Post("/consumers/:id/delete", c.consumerDelete)
+	t.Get("/usage", c.usagePage)
+	t.Get("/audit", c.auditPage)
+	t.Get("/members", c.membersPage)
+	t.Post("/members", c.memberAdd)
+	g.All("/*", func(ctx *fiber.Ctx) error { return c.notFound(ctx, nil) })
+}
+
+// headers sets the console's security headers: no framing, no sniffing, same-origin
+// everything (no CDN: every asset is embedded), no caching of pages.
+func (c *Console) headers(ctx *fiber.Ctx) error {
+	ctx.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	ctx.Set("X-Content-Type-Options", "nosniff")
+	ctx.Set("Referrer-Policy", "same-origin")
+	ctx.Set(fiber.HeaderCacheControl, "no-store")
+	return ctx.Next()
+}
+
+func (c *Console) ctx(ctx *fiber.Ctx) context.Context { return ctx.UserContext() }

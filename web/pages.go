@@ -1,0 +1,351 @@
+package web
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+
+	"tollgate/tenants"
+	"tollgate/tenants/rbac"
+)
+
+// ---- routes
+
+// routeForm is a route as the form shows it: lists as lines of text.
+type routeForm struct {
+	ID, Version           string
+	Name, Paths, Upstream string
+	Methods               []string
+	Auth                  string
+	RPS, Burst            string
+	StripPrefix           bool
+	Errors                map[string]string
+}
+
+var allMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+func formOf(r *tenants.Route) routeForm {
+	f := routeForm{ID: r.ID, Version: strconv.FormatInt(r.Version, 10), Name: r.Name, Paths: strings.Join(r.Paths, "\n"),
+		Methods: r.Methods, Auth: r.Auth, StripPrefix: r.StripPrefix, Errors: map[string]string{}}
+	var lines []string
+	for _, t := range r.Upstream.Targets {
+		line := t.URL
+		if t.Weight != 1 {
+			line += " " + strconv.Itoa(t.Weight)
+		}
+		lines = append(lines, line)
+	}
+	f.Upstream = strings.Join(lines, "\n")
+	if r.RateLimit != nil && r.RateLimit.RPS > 0 {
+		f.RPS, f.Burst = strconv.Itoa(r.RateLimit.RPS), strconv.Itoa(r.RateLimit.Burst)
+	}
+	return f
+}
+
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(strings.ReplaceAll(s, ",", "\n"), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// readRouteForm reads the form into f and onto r (a new route, or a copy of the stored
+// one, so settings the form does not show are kept). Problems the form itself can see
+// (a weight or a number that is not one) go into f.Errors.
+func readRouteForm(ctx *fiber.Ctx, r *tenants.Route) routeForm {
+	f := routeForm{ID: r.ID, Version: ctx.FormValue("version"), Name: strings.TrimSpace(ctx.FormValue("name")), Paths: ctx.FormValue("paths"),
+		Upstream: ctx.FormValue("upstream"), Auth: ctx.FormValue("auth"), RPS: strings.TrimSpace(ctx.FormValue("rps")),
+		Burst: strings.TrimSpace(ctx.FormValue("burst")), StripPrefix: ctx.FormValue("strip_prefix") == "on", Errors: map[string]string{}}
+	for _, m := range allMethods {
+		if ctx.FormValue("method_"+m) == "on" {
+			f.Methods = append(f.Methods, m)
+		}
+	}
+	r.Name, r.Paths, r.Methods, r.Auth, r.StripPrefix = f.Name, lines(f.Paths), f.Methods, f.Auth, f.StripPrefix
+	r.Upstream.Targets = nil
+	for i, l := range strings.Split(f.Upstream, "\n") {
+		parts := strings.Fields(l)
+		if len(parts) == 0 {
+			continue
+		}
+		t := tenants.Target{URL: parts[0], Weight: 1}
+		if len(parts) > 1 {
+			w, err := strconv.Atoi(parts[1])
+			if err != nil || len(parts) > 2 {
+				f.Errors["upstream"] = "Line " + strconv.Itoa(i+1) + ": write a URL, then optionally a weight (a whole number)"
+			}
+			t.Weight = w
+		}
+		r.Upstream.Targets = append(r.Upstream.Targets, t)
+	}
+	r.RateLimit = nil
+	if f.RPS != "" || f.Burst != "" {
+		rps, err1 := strconv.Atoi(f.RPS)
+		burst, err2 := strconv.Atoi(f.Burst)
+		if err1 != nil || err2 != nil {
+			f.Errors["rate_limit"] = "Requests per second and burst must both be whole numbers (or both empty for no limit)"
+		}
+		r.RateLimit = &tenants.RateLimit{RPS: rps, Burst: burst}
+	}
+	return f
+}
+
+var routeAlias = map[string]string{"upstream": "upstream", "rate_limit": "rate_limit"}
+
+func (c *Console) routesPage(ctx *fiber.Ctx) error {
+	tv := tenantOf(ctx)
+	items, _, err := c.cfg.Routes.ListRoutes(c.ctx(ctx), tv.ID, tenants.Page{Limit: tenants.MaxPageLimit})
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	return c.render(ctx, http.StatusOK, "routes", page{Title: "Routes", Nav: "routes", Data: items})
+}
+
+func (c *Console) routeNewPage(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.Write); !ok {
+		return err
+	}
+	f := routeForm{Auth: tenants.AuthKey, Paths: "/hello", Errors: map[string]string{}}
+	return c.render(ctx, http.StatusOK, "route", page{Title: "New route", Nav: "routes", Form: f})
+}
+
+func (c *Console) routeCreate(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.Write); !ok {
+		return err
+	}
+	tv := tenantOf(ctx)
+	r := &tenants.Route{TenantID: tv.ID}
+	f := readRouteForm(ctx, r)
+	if len(f.Errors) == 0 {
+		err := r.Validate(c.cfg.Upstreams)
+		if err == nil {
+			err = c.cfg.Routes.CreateRoute(c.ctx(ctx), r)
+		}
+		if err == nil {
+			c.record(ctx, user(ctx), tv.ID, "routes.create", r.ID)
+			return ctx.Redirect(c.tenantURL(ctx, "/routes?done=route-created"), http.StatusSeeOther)
+		}
+		if !fieldError(err, f.Errors, routeAlias) {
+			return c.internal(ctx, err)
+		}
+	}
+	return c.render(ctx, http.StatusUnprocessableEntity, "route", page{Title: "New route", Nav: "routes", Form: f})
+}
+
+func (c *Console) findRoute(ctx *fiber.Ctx) (*tenants.Route, error) {
+	return c.cfg.Routes.FindRoute(c.ctx(ctx), tenantOf(ctx).ID, ctx.Params("id"))
+}
+
+func (c *Console) routeEditPage(ctx *fiber.Ctx) error {
+	r, err := c.findRoute(ctx)
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	return c.render(ctx, http.StatusOK, "route", page{Title: "Route " + r.Name, Nav: "routes", Form: formOf(r)})
+}
+
+func (c *Console) routeUpdate(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.Write); !ok {
+		return err
+	}
+	r, err := c.findRoute(ctx)
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	f := readRouteForm(ctx, r)
+	if v, err := strconv.ParseInt(f.Version, 10, 64); err == nil {
+		r.Version = v
+	}
+	if len(f.Errors) == 0 {
+		err := r.Validate(c.cfg.Upstreams)
+		if err == nil {
+			err = c.cfg.Routes.UpdateRoute(c.ctx(ctx), r)
+		}
+		if err == nil {
+			c.record(ctx, user(ctx), r.TenantID, "routes.update", r.ID)
+			return ctx.Redirect(c.tenantURL(ctx, "/routes?done=route-updated"), http.StatusSeeOther)
+		}
+		if tenants.ErrorCode(err) == tenants.EVersionConflict {
+			f.Errors["form"] = "Someone changed this route since you opened it. Reload the page to see their change, then edit again."
+		} else if !fieldError(err, f.Errors, routeAlias) {
+			return c.internal(ctx, err)
+		}
+	}
+	return c.render(ctx, http.StatusUnprocessableEntity, "route", page{Title: "Route " + f.Name, Nav: "routes", Form: f})
+}
+
+func (c *Console) routeDelete(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.Write); !ok {
+		return err
+	}
+	tv := tenantOf(ctx)
+	if err := c.cfg.Routes.DeleteRoute(c.ctx(ctx), tv.ID, ctx.Params("id")); err != nil {
+		return c.internal(ctx, err)
+	}
+	c.record(ctx, user(ctx), tv.ID, "routes.delete", ctx.Params("id"))
+	return ctx.Redirect(c.tenantURL(ctx, "/routes?done=route-deleted"), http.StatusSeeOther)
+}
+
+// ---- consumers and keys
+
+type consumerForm struct {
+	Name   string
+	Errors map[string]string
+}
+
+func (c *Console) consumersPage(ctx *fiber.Ctx) error {
+	return c.consumers(ctx, http.StatusOK, consumerForm{Errors: map[string]string{}})
+}
+
+func (c *Console) consumers(ctx *fiber.Ctx, status int, f consumerForm) error {
+	items, _, err := c.cfg.Consumers.ListConsumers(c.ctx(ctx), tenantOf(ctx).ID, tenants.Page{Limit: tenants.MaxPageLimit})
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	return c.render(ctx, status, "consumers", page{Title: "Consumers", Nav: "consumers", Data: items, Form: f})
+}
+
+func (c *Console) consumerCreate(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.Write); !ok {
+		return err
+	}
+	tv := tenantOf(ctx)
+	f := consumerForm{Name: strings.TrimSpace(ctx.FormValue("name")), Errors: map[string]string{}}
+	cs := &tenants.Consumer{TenantID: tv.ID, Name: f.Name}
+	err := c.cfg.Consumers.CreateConsumer(c.ctx(ctx), cs)
+	if err == nil {
+		c.record(ctx, user(ctx), tv.ID, "consumers.create", cs.ID)
+		return ctx.Redirect(c.tenantURL(ctx, "/consumers/"+cs.ID+"?done=consumer-created"), http.StatusSeeOther)
+	}
+	if !fieldError(err, f.Errors, nil) {
+		return c.internal(ctx, err)
+	}
+	return c.consumers(ctx, http.StatusUnprocessableEntity, f)
+}
+
+type consumerData struct {
+	Consumer *tenants.Consumer
+	Keys     []*tenants.Key
+	NewKey   string // the plaintext of a key just created: shown once
+	Route    string // a key-auth route's first path, for the example
+}
+
+func (c *Console) consumerPage(ctx *fiber.Ctx) error { return c.consumer(ctx, "") }
+
+func (c *Console) consumer(ctx *fiber.Ctx, newKey string) error {
+	tv := tenantOf(ctx)
+	cs, err := c.cfg.Consumers.FindConsumer(c.ctx(ctx), tv.ID, ctx.Params("id"))
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	keys, _, err := c.cfg.Consumers.ListKeys(c.ctx(ctx), tv.ID, cs.ID, tenants.Page{Limit: tenants.MaxPageLimit})
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	d := consumerData{Consumer: cs, Keys: keys, NewKey: newKey, Route: "/hello"}
+	if routes, _, err := c.cfg.Routes.ListRoutes(c.ctx(ctx), tv.ID, tenants.Page{Limit: 50}); err == nil {
+		for _, r := range routes {
+			if r.Auth == tenants.AuthKey || r.Auth == tenants.AuthKeyOrJWT {
+				d.Route = strings.TrimPrefix(r.Paths[0], "=")
+				break
+			}
+		}
+	}
+	status := http.StatusOK
+	if newKey != "" {
+		status = http.StatusCreated
+	}
+	return c.render(ctx, status, "consumer", page{Title: "Consumer " + cs.Name, Nav: "consumers", Data: d})
+}
+
+func (c *Console) keyCreate(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.Keys); !ok {
+		return err
+	}
+	tv := tenantOf(ctx)
+	plain, hash, display := tenants.NewSecret(tenants.KeyPrefix)
+	k := &tenants.Key{TenantID: tv.ID, ConsumerID: ctx.Params("id"), Prefix: display, Hash: hash}
+	if err := c.cfg.Consumers.CreateKey(c.ctx(ctx), k); err != nil {
+		return c.internal(ctx, err)
+	}
+	c.record(ctx, user(ctx), tv.ID, "keys.create", k.ID)
+	return c.consumer(ctx, plain)
+}
+
+func (c *Console) keyDelete(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.Keys); !ok {
+		return err
+	}
+	tv := tenantOf(ctx)
+	if err := c.cfg.Consumers.DeleteKey(c.ctx(ctx), tv.ID, ctx.Params("id"), ctx.Params("key_id")); err != nil {
+		return c.internal(ctx, err)
+	}
+	c.record(ctx, user(ctx), tv.ID, "keys.delete", ctx.Params("key_id"))
+	return ctx.Redirect(c.tenantURL(ctx, "/consumers/"+ctx.Params("id")+"?done=key-revoked"), http.StatusSeeOther)
+}
+
+func (c *Console) consumerDelete(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.Write); !ok {
+		return err
+	}
+	tv := tenantOf(ctx)
+	if err := c.cfg.Consumers.DeleteConsumer(c.ctx(ctx), tv.ID, ctx.Params("id")); err != nil {
+		return c.internal(ctx, err)
+	}
+	c.record(ctx, user(ctx), tv.ID, "consumers.delete", ctx.Params("id"))
+	return ctx.Redirect(c.tenantURL(ctx, "/consumers?done=consumer-deleted"), http.StatusSeeOther)
+}
+
+// ---- audit and members
+
+func (c *Console) auditPage(ctx *fiber.Ctx) error {
+	items, next, err := c.cfg.Audit.ListAudit(c.ctx(ctx), tenantOf(ctx).ID, tenants.Page{Limit: 100, Cursor: ctx.Query("cursor")})
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	return c.render(ctx, http.StatusOK, "audit", page{Title: "Audit log", Nav: "audit", Data: map[string]any{"Items": items, "Next": next}})
+}
+
+type memberForm struct {
+	Email, Role string
+	Errors      map[string]string
+}
+
+func (c *Console) membersPage(ctx *fiber.Ctx) error {
+	return c.members(ctx, http.StatusOK, memberForm{Role: tenants.RoleViewer, Errors: map[string]string{}})
+}
+
+func (c *Console) members(ctx *fiber.Ctx, status int, f memberForm) error {
+	items, err := c.cfg.People.ListMembers(c.ctx(ctx), tenantOf(ctx).ID)
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	return c.render(ctx, status, "members", page{Title: "Members", Nav: "members", Data: items, Form: f})
+}
+
+func (c *Console) memberAdd(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.TenantAdmin); !ok {
+		return err
+	}
+	tv := tenantOf(ctx)
+	f := memberForm{Email: strings.TrimSpace(ctx.FormValue("email")), Role: ctx.FormValue("role"), Errors: map[string]string{}}
+	if f.Role == tenants.RoleOwner && tv.Role != tenants.RoleOwner {
+		f.Errors["role"] = "Only an owner may make another owner"
+		return c.members(ctx, http.StatusForbidden, f)
+	}
+	m := &tenants.Membership{TenantID: tv.ID, Email: f.Email, Role: f.Role}
+	err := c.cfg.People.AddMember(c.ctx(ctx), m)
+	if err == nil {
+		c.record(ctx, user(ctx), tv.ID, "members.create", m.UserID)
+		return ctx.Redirect(c.tenantURL(ctx, "/members?done=member-added"), http.StatusSeeOther)
+	}
+	if !fieldError(err, f.Errors, nil) {
+		return c.internal(ctx, err)
+	}
+	return c.members(ctx, http.StatusUnprocessableEntity, f)
+}

@@ -1,0 +1,179 @@
+package web
+
+import (
+	"bytes"
+	"errors"
+	"html/template"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"tollgate/tenants"
+)
+
+// page is what every template gets.
+type page struct {
+	Title   string
+	User    *tenants.User
+	Tenant  *tenantView
+	Tenants []*tenants.Membership // the user's tenants, for the switcher
+	Nav     string                // the section the page belongs to
+	CSRF    string
+	Flash   string
+	Message string // error pages
+	Status  int
+	Form    any
+	Data    any
+	EdgeURL string // http://{slug}.{domain}:{port}
+}
+
+var funcs = template.FuncMap{
+	"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") },
+	"join": strings.Join,
+	"has": func(list []string, s string) bool {
+		for _, x := range list {
+			if x == s {
+				return true
+			}
+		}
+		return false
+	},
+	"first": func(list []string) string {
+		if len(list) == 0 {
+			return "/"
+		}
+		return strings.TrimPrefix(list[0], "=")
+	},
+	"num":     func(n int64) string { return groupDigits(n) },
+	"methods": func() []string { return allMethods },
+	"roles":   func() []string { return tenants.MemberRoles },
+}
+
+func groupDigits(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func (c *Console) render(ctx *fiber.Ctx, status int, name string, p page) error {
+	t := c.pages[name]
+	if t == nil {
+		return c.internal(ctx, errors.New("no template "+name))
+	}
+	p.User = user(ctx)
+	p.Tenant = tenantOf(ctx)
+	p.CSRF = csrfToken(ctx)
+	p.Status = status
+	if p.Tenant != nil {
+		p.EdgeURL = "http://" + p.Tenant.Slug + "." + c.cfg.EdgeDomain + ":" + c.cfg.EdgePort
+	}
+	if p.User != nil && p.Tenants == nil {
+		p.Tenants, _ = c.cfg.People.ListMemberships(c.ctx(ctx), p.User.ID)
+	}
+	if p.Flash == "" {
+		p.Flash = flashOf(ctx.Query("done"))
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout.html", p); err != nil {
+		c.log.Error("console: render", "page", name, "err", err)
+		ctx.Status(http.StatusInternalServerError)
+		ctx.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
+		return ctx.SendString("Something went wrong on our side. Reload the page; if it keeps happening, contact support.")
+	}
+	ctx.Status(status)
+	ctx.Set(fiber.HeaderContentType, fiber.MIMETextHTMLCharsetUTF8)
+	return ctx.Send(buf.Bytes())
+}
+
+// flashOf turns the ?done= marker of a redirect after a write into a sentence.
+func flashOf(done string) string {
+	return map[string]string{
+		"route-created":    "Route created. The edges apply it within moments.",
+		"route-updated":    "Route saved.",
+		"route-deleted":    "Route deleted.",
+		"consumer-created": "Consumer created. Give it a key below.",
+		"consumer-deleted": "Consumer deleted, with its keys.",
+		"key-revoked":      "Key revoked.",
+		"member-added":     "Member saved.",
+	}[done]
+}
+
+func (c *Console) errorPage(ctx *fiber.Ctx, status int, title, msg string) error {
+	return c.render(ctx, status, "error", page{Title: title, Message: msg})
+}
+
+func (c *Console) notFound(ctx *fiber.Ctx, _ *tenants.User) error {
+	return c.errorPage(ctx, http.StatusNotFound, "Not found", "There is nothing here, or you have no access to it.")
+}
+
+// internal logs err and shows a page without its details.
+func (c *Console) internal(ctx *fiber.Ctx, err error) error {
+	var te *tenants.Error
+	if errors.As(err, &te) && te.Code != tenants.EInternal {
+		status := tenants.Status(te.Code)
+		if te.Code == tenants.ENotFound {
+			return c.notFound(ctx, user(ctx))
+		}
+		return c.errorPage(ctx, status, http.StatusText(status), te.Message)
+	}
+	id := ctx.GetRespHeader(fiber.HeaderXRequestID)
+	c.log.Error("console: internal error", "request_id", id, "path", ctx.Path(), "err", err)
+	return c.errorPage(ctx, http.StatusInternalServerError, "Something went wrong",
+		"Something failed on our side. Try again in a moment; if it keeps happening, contact support with request id "+id+".")
+}
+
+var indexRE = regexp.MustCompile(`\[(\d+)\]`)
+
+// fieldError puts a *tenants.Error on the form field it names (through alias: the first
+// segment of the error's field → the form's field; unlisted fields keep their first
+// segment) and reports whether err was one. A message about one line of a list field
+// says which line.
+func fieldError(err error, into map[string]string, alias map[string]string) bool {
+	var te *tenants.Error
+	if !errors.As(err, &te) || te.Code == tenants.EInternal {
+		return false
+	}
+	field := te.Field
+	if field == "" {
+		into["form"] = te.Message
+		return true
+	}
+	head := field
+	if i := strings.IndexAny(head, ".["); i >= 0 {
+		head = head[:i]
+	}
+	if a, ok := alias[head]; ok {
+		head = a
+	}
+	msg := te.Message
+	if m := indexRE.FindStringSubmatch(field); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		sub := strings.TrimPrefix(field[strings.Index(field, "]")+1:], ".")
+		prefix := "Line " + strconv.Itoa(n+1)
+		if sub != "" && sub != "url" {
+			prefix += " (" + sub + ")"
+		}
+		msg = prefix + ": " + msg
+	} else if strings.Contains(field, ".") {
+		msg = field[strings.Index(field, ".")+1:] + ": " + msg
+	}
+	if _, dup := into[head]; !dup {
+		into[head] = msg
+	}
+	return true
+}

@@ -1,0 +1,287 @@
+package web
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"tollgate/tenants"
+	"tollgate/tenants/rbac"
+)
+
+// Sessions: the cookie holds a random id; Postgres holds its SHA-256, the user, the expiry
+// and the session's CSRF token. The cookie is HttpOnly, SameSite=Lax, and Secure when the
+// console is reached over TLS.
+//
+// CSRF: every POST carries a token in the _csrf field. Signed in, it is the session's
+// synchronizer token; signed out (the sign-in and sign-up forms), it is a double-submit
+// token that must match the pre-session cookie tollgate_csrf. Anything else is a 403 page.
+
+const (
+	csrfField  = "_csrf"
+	preCookie  = "tollgate_csrf"
+	localUser  = "web.user"
+	localSess  = "web.session"
+	localPage  = "web.page"
+	csrfFailed = "This form was not sent from a page of this console, or it has expired. Reload the page and try again."
+)
+
+func randomToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func secure(ctx *fiber.Ctx) bool { return ctx.Protocol() == "https" }
+
+// csrf loads the session (if any) and rejects a POST whose token does not match.
+func (c *Console) csrf(ctx *fiber.Ctx) error {
+	if raw := ctx.Cookies(tenants.SessionCookie); raw != "" && len(raw) < 256 {
+		s, err := c.cfg.People.FindSession(c.ctx(ctx), tenants.HashSecret(raw))
+		switch {
+		case err == nil:
+			u, err := c.cfg.People.FindUser(c.ctx(ctx), s.UserID)
+			if err == nil {
+				ctx.Locals(localSess, s)
+				ctx.Locals(localUser, u)
+			} else if tenants.ErrorCode(err) != tenants.ENotFound {
+				return c.internal(ctx, err)
+			}
+		case tenants.ErrorCode(err) != tenants.ENotFound:
+			return c.internal(ctx, err)
+		}
+	}
+	if ctx.Method() != fiber.MethodPost {
+		return ctx.Next()
+	}
+	got := ctx.FormValue(csrfField)
+	want := ""
+	if s := session(ctx); s != nil {
+		want = s.CSRF
+	} else {
+		want = ctx.Cookies(preCookie)
+	}
+	if got == "" || want == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+		return c.errorPage(ctx, http.StatusForbidden, "Request refused", csrfFailed)
+	}
+	return ctx.Next()
+}
+
+func session(ctx *fiber.Ctx) *tenants.Session {
+	s, _ := ctx.Locals(localSess).(*tenants.Session)
+	return s
+}
+
+func user(ctx *fiber.Ctx) *tenants.User {
+	u, _ := ctx.Locals(localUser).(*tenants.User)
+	return u
+}
+
+// csrfToken is the token forms of this response carry, setting the pre-session cookie
+// when there is no session.
+func csrfToken(ctx *fiber.Ctx) string {
+	if s := session(ctx); s != nil {
+		return s.CSRF
+	}
+	if v := ctx.Cookies(preCookie); len(v) == 43 {
+		return v
+	}
+	if v, ok := ctx.Locals(preCookie).(string); ok {
+		return v
+	}
+	v := randomToken()
+	ctx.Locals(preCookie, v)
+	ctx.Cookie(&fiber.Cookie{Name: preCookie, Value: v, Path: Prefix, HTTPOnly: true, Secure: secure(ctx), SameSite: fiber.CookieSameSiteStrictMode})
+	return v
+}
+
+func (c *Console) home(ctx *fiber.Ctx) error {
+	u := user(ctx)
+	if u == nil {
+		return ctx.Redirect(Prefix+"/login", http.StatusSeeOther)
+	}
+	ms, err := c.cfg.People.ListMemberships(c.ctx(ctx), u.ID)
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	if len(ms) == 0 {
+		return c.render(ctx, http.StatusOK, "notenant", page{Title: "No tenant yet"})
+	}
+	return ctx.Redirect(Prefix+"/t/"+ms[0].TenantSlug+"/routes", http.StatusSeeOther)
+}
+
+type authForm struct {
+	Email, Slug, Name string
+	Errors            map[string]string
+	Next              string
+}
+
+func (c *Console) signupPage(ctx *fiber.Ctx) error {
+	return c.render(ctx, http.StatusOK, "signup", page{Title: "Create your account", Form: authForm{}})
+}
+
+func (c *Console) signup(ctx *fiber.Ctx) error {
+	f := authForm{Email: strings.TrimSpace(ctx.FormValue("email")), Slug: strings.TrimSpace(ctx.FormValue("slug")), Name: strings.TrimSpace(ctx.FormValue("name")), Errors: map[string]string{}}
+	pw := ctx.FormValue("password")
+	hash, err := tenants.HashPassword(pw)
+	if err != nil {
+		if !fieldError(err, f.Errors, nil) {
+			return c.internal(ctx, err)
+		}
+	}
+	if _, err := tenants.NormalizeEmail(f.Email); err != nil {
+		fieldError(err, f.Errors, nil)
+	}
+	if len(f.Errors) == 0 {
+		u := &tenants.User{Email: f.Email, PasswordHash: hash}
+		t := &tenants.Tenant{Slug: f.Slug, Name: f.Name}
+		err = c.cfg.People.SignUp(c.ctx(ctx), u, t)
+		if err == nil {
+			c.record(ctx, u, t.ID, "tenant.create", t.ID)
+			return c.startSession(ctx, u, Prefix+"/t/"+t.Slug+"/routes")
+		}
+		if !fieldError(err, f.Errors, map[string]string{"slug": "slug", "name": "name", "plan": "slug"}) {
+			return c.internal(ctx, err)
+		}
+	}
+	return c.render(ctx, http.StatusUnprocessableEntity, "signup", page{Title: "Create your account", Form: f})
+}
+
+func (c *Console) loginPage(ctx *fiber.Ctx) error {
+	if user(ctx) != nil {
+		return ctx.Redirect(Prefix+"/", http.StatusSeeOther)
+	}
+	return c.render(ctx, http.StatusOK, "login", page{Title: "Sign in", Form: authForm{}})
+}
+
+func (c *Console) login(ctx *fiber.Ctx) error {
+	f := authForm{Email: strings.TrimSpace(ctx.FormValue("email")), Errors: map[string]string{}}
+	pw := ctx.FormValue("password")
+	email, _ := tenants.NormalizeEmail(f.Email)
+	if wait := c.cfg.Limiter.Allow(ctx.IP(), email); wait > 0 {
+		ctx.Set(fiber.HeaderRetryAfter, itoa(int(wait.Seconds()+1)))
+		f.Errors["form"] = "Too many sign-in attempts. Wait " + humanWait(wait) + " and try again."
+		return c.render(ctx, http.StatusTooManyRequests, "login", page{Title: "Sign in", Form: f})
+	}
+	u, err := c.cfg.People.FindUserByEmail(c.ctx(ctx), f.Email)
+	switch {
+	case tenants.ErrorCode(err) == tenants.ENotFound:
+		tenants.SpendPasswordCheck(pw)
+	case err != nil:
+		return c.internal(ctx, err)
+	case tenants.CheckPassword(u.PasswordHash, pw):
+		c.cfg.Limiter.Succeeded(email)
+		return c.startSession(ctx, u, Prefix+"/")
+	}
+	c.cfg.Limiter.Failed(email)
+	f.Errors["form"] = "The email or the password is not right."
+	return c.render(ctx, http.StatusUnauthorized, "login", page{Title: "Sign in", Form: f})
+}
+
+func (c *Console) startSession(ctx *fiber.Ctx, u *tenants.User, next string) error {
+	raw := randomToken()
+	s := &tenants.Session{Hash: tenants.HashSecret(raw), UserID: u.ID, CSRF: randomToken(), ExpiresAt: c.cfg.Now().Add(c.cfg.SessionTTL)}
+	if err := c.cfg.People.CreateSession(c.ctx(ctx), s); err != nil {
+		return c.internal(ctx, err)
+	}
+	ctx.Cookie(&fiber.Cookie{Name: tenants.SessionCookie, Value: raw, Path: "/", Expires: s.ExpiresAt,
+		HTTPOnly: true, Secure: secure(ctx), SameSite: fiber.CookieSameSiteLaxMode})
+	ctx.ClearCookie(preCookie)
+	return ctx.Redirect(next, http.StatusSeeOther)
+}
+
+func (c *Console) logout(ctx *fiber.Ctx) error {
+	if raw := ctx.Cookies(tenants.SessionCookie); raw != "" {
+		if err := c.cfg.People.DeleteSession(c.ctx(ctx), tenants.HashSecret(raw)); err != nil {
+			return c.internal(ctx, err)
+		}
+	}
+	ctx.Cookie(&fiber.Cookie{Name: tenants.SessionCookie, Value: "", Path: "/", Expires: time.Unix(1, 0),
+		HTTPOnly: true, Secure: secure(ctx), SameSite: fiber.CookieSameSiteLaxMode})
+	return ctx.Redirect(Prefix+"/login", http.StatusSeeOther)
+}
+
+// tenantView is the tenant a page is about, and what the user may do in it.
+type tenantView struct {
+	*tenants.Tenant
+	Role                        string
+	CanWrite, CanKeys, CanAdmin bool
+}
+
+// tenantScope resolves :slug for the signed-in user. A tenant the user has no role in is
+// a 404, exactly like one that does not exist.
+func (c *Console) tenantScope(ctx *fiber.Ctx) error {
+	u := user(ctx)
+	if u == nil {
+		if ctx.Method() == fiber.MethodGet {
+			return ctx.Redirect(Prefix+"/login", http.StatusSeeOther)
+		}
+		return c.errorPage(ctx, http.StatusUnauthorized, "Signed out", "Your session has ended. Sign in again.")
+	}
+	slug := ctx.Params("slug")
+	if tenants.ValidateSlug(slug) != nil {
+		return c.notFound(ctx, u)
+	}
+	t, err := c.cfg.Tenants.FindTenant(c.ctx(ctx), slug)
+	if tenants.ErrorCode(err) == tenants.ENotFound {
+		return c.notFound(ctx, u)
+	}
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	role := u.PlatformRole
+	m, err := c.cfg.People.FindMembership(c.ctx(ctx), t.ID, u.ID)
+	switch {
+	case err == nil:
+		role = m.Role
+	case tenants.ErrorCode(err) != tenants.ENotFound:
+		return c.internal(ctx, err)
+	}
+	p := c.cfg.Policy
+	if !p.Allow(role, t.ID, rbac.Read) {
+		return c.notFound(ctx, u)
+	}
+	ctx.Locals(localPage, &tenantView{Tenant: t, Role: role,
+		CanWrite: p.Allow(role, t.ID, rbac.Write), CanKeys: p.Allow(role, t.ID, rbac.Keys), CanAdmin: p.Allow(role, t.ID, rbac.TenantAdmin)})
+	return ctx.Next()
+}
+
+func tenantOf(ctx *fiber.Ctx) *tenantView {
+	v, _ := ctx.Locals(localPage).(*tenantView)
+	return v
+}
+
+// may checks a write's class; false means the 403 page has been rendered.
+func (c *Console) may(ctx *fiber.Ctx, class rbac.Class) (bool, error) {
+	tv := tenantOf(ctx)
+	if c.cfg.Policy.Allow(tv.Role, tv.ID, class) {
+		return true, nil
+	}
+	return false, c.errorPage(ctx, http.StatusForbidden, "Not allowed",
+		"Your role in this tenant ("+tv.Role+") may not do this. Ask an owner or admin of "+tv.Slug+".")
+}
+
+func (c *Console) tenantURL(ctx *fiber.Ctx, path string) string {
+	return Prefix + "/t/" + ctx.Params("slug") + path
+}
+
+// record writes the audit entry of a console write; a failure is logged, since the change
+// itself is committed.
+func (c *Console) record(ctx *fiber.Ctx, u *tenants.User, tenantID, action, object string) {
+	e := &tenants.AuditEntry{TenantID: tenantID, Actor: u.Email, Action: action, Object: object}
+	if err := c.cfg.Audit.RecordAudit(c.ctx(ctx), e); err != nil {
+		c.log.Error("console: audit", "action", action, "err", err)
+	}
+}
+
+func humanWait(d time.Duration) string {
+	if d < time.Minute {
+		return itoa(int(d.Seconds()+1)) + " seconds"
+	}
+	return itoa(int(d.Minutes()+1)) + " minutes"
+}
