@@ -14,6 +14,8 @@ import (
 //	<tenant_id>.consumer.<consumer_id>
 //	<tenant_id>.key.<key_id>
 //	<tenant_id>.plan.<plan_id>
+//	<tenant_id>.jwt-issuer.<issuer_id>
+//	<tenant_id>.policy
 //
 // Why one entry per object rather than one per tenant: a change to one route of a tenant
 // with 10,000 routes publishes one small value instead of rewriting megabytes (over NATS's
@@ -33,6 +35,9 @@ type Entry struct {
 	Consumer *Consumer `json:"consumer,omitempty"`
 	Key      *KeyEntry `json:"key,omitempty"`
 	Plan     *Plan     `json:"plan,omitempty"`
+	// JWTIssuer carries its HS256Secret, if any: the edges verify with it.
+	JWTIssuer *Issuer `json:"jwt_issuer,omitempty"`
+	Policy    *Policy `json:"policy,omitempty"`
 }
 
 // KeyEntry is what the edge needs of a key: the hash to look the request's key up by.
@@ -50,10 +55,15 @@ const (
 	KindConsumer = "consumer"
 	KindKey      = "key"
 	KindPlan     = "plan"
+	// KindJWTIssuer entries are keyed by issuer id; KindPolicy, one per tenant, like
+	// KindTenant by the tenant alone.
+	KindJWTIssuer = "jwt-issuer"
+	KindPolicy    = "policy"
 )
 
 // TenantKey and ObjectKey build entry keys.
 func TenantKey(tenantID string) string           { return tenantID + "." + KindTenant }
+func PolicyKey(tenantID string) string           { return tenantID + "." + KindPolicy }
 func ObjectKey(tenantID, kind, id string) string { return tenantID + "." + kind + "." + id }
 
 // TenantFilter is the KV key filter matching every entry of a tenant.
@@ -72,6 +82,10 @@ func (e *Entry) EntryKey() (string, error) {
 		return ObjectKey(e.Key.TenantID, KindKey, e.Key.ID), nil
 	case e.Plan != nil:
 		return ObjectKey(e.Plan.TenantID, KindPlan, e.Plan.ID), nil
+	case e.JWTIssuer != nil:
+		return ObjectKey(e.JWTIssuer.TenantID, KindJWTIssuer, e.JWTIssuer.ID), nil
+	case e.Policy != nil:
+		return PolicyKey(e.Policy.TenantID), nil
 	}
 	return "", fmt.Errorf("entry holds no object")
 }
@@ -80,7 +94,7 @@ func (e *Entry) EntryKey() (string, error) {
 type ParsedKey struct {
 	TenantID string
 	Kind     string
-	ID       string // empty for KindTenant
+	ID       string // empty for KindTenant and KindPolicy
 }
 
 // ParseKey takes an entry key apart, refusing anything not of the layout above.
@@ -89,13 +103,15 @@ func ParseKey(key string) (ParsedKey, error) {
 	switch {
 	case len(parts) == 2 && parts[1] == KindTenant && parts[0] != "":
 		return ParsedKey{TenantID: parts[0], Kind: KindTenant}, nil
+	case len(parts) == 2 && parts[1] == KindPolicy && parts[0] != "":
+		return ParsedKey{TenantID: parts[0], Kind: KindPolicy}, nil
 	case len(parts) == 3 && parts[0] != "" && parts[2] != "":
 		switch parts[1] {
-		case KindRoute, KindConsumer, KindKey, KindPlan:
+		case KindRoute, KindConsumer, KindKey, KindPlan, KindJWTIssuer:
 			return ParsedKey{TenantID: parts[0], Kind: parts[1], ID: parts[2]}, nil
 		}
 	}
-	return ParsedKey{}, fmt.Errorf("config key %q is not <tenant>.tenant or <tenant>.<route|consumer|key|plan>.<id>", key)
+	return ParsedKey{}, fmt.Errorf("config key %q is not <tenant>.tenant, <tenant>.policy or <tenant>.<route|consumer|key|plan|jwt-issuer>.<id>", key)
 }
 
 // DecodeEntry parses a KV value stored under key and checks that it holds exactly the
@@ -110,7 +126,7 @@ func DecodeEntry(key string, value []byte) (ParsedKey, *Entry, error) {
 		return pk, nil, fmt.Errorf("config entry %s: %v", key, err)
 	}
 	n := 0
-	for _, set := range []bool{e.Tenant != nil, e.Route != nil, e.Consumer != nil, e.Key != nil, e.Plan != nil} {
+	for _, set := range []bool{e.Tenant != nil, e.Route != nil, e.Consumer != nil, e.Key != nil, e.Plan != nil, e.JWTIssuer != nil, e.Policy != nil} {
 		if set {
 			n++
 		}
@@ -130,6 +146,10 @@ func DecodeEntry(key string, value []byte) (ParsedKey, *Entry, error) {
 		tenantID, id, kind = e.Key.TenantID, e.Key.ID, KindKey
 	case e.Plan != nil:
 		tenantID, id, kind = e.Plan.TenantID, e.Plan.ID, KindPlan
+	case e.JWTIssuer != nil:
+		tenantID, id, kind = e.JWTIssuer.TenantID, e.JWTIssuer.ID, KindJWTIssuer
+	case e.Policy != nil:
+		tenantID, id, kind = e.Policy.TenantID, "", KindPolicy
 	}
 	if tenantID != pk.TenantID || id != pk.ID || kind != pk.Kind {
 		return pk, nil, fmt.Errorf("config entry %s holds %s %s of tenant %s", key, kind, id, tenantID)

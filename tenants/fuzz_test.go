@@ -48,6 +48,8 @@ func FuzzSlugAndPath(f *testing.F) {
 func FuzzDecodeEntry(f *testing.F) {
 	f.Add("t.route.r", []byte(`{"rev":1,"route":{"id":"r","tenant_id":"t"}}`))
 	f.Add("t.tenant", []byte(`{"rev":1,"tenant":{"id":"t"}}`))
+	f.Add("t.jwt-issuer.i", []byte(`{"rev":1,"jwt_issuer":{"id":"i","tenant_id":"t","issuer":"x"}}`))
+	f.Add("t.policy", []byte(`{"rev":1,"policy":{"tenant_id":"t","rules":[["a","/x","GET"]]}}`))
 	f.Fuzz(func(t *testing.T, key string, value []byte) {
 		pk, e, err := tenants.DecodeEntry(key, value)
 		if err != nil {

@@ -8,13 +8,18 @@ import (
 // Tenant is a customer of the service: it owns routes, consumers, keys and plans, and is
 // reached at the edge as {slug}.{edge domain}. Slug is immutable once created.
 type Tenant struct {
-	ID        string    `json:"id"`
-	Slug      string    `json:"slug"`
-	Name      string    `json:"name"`
-	Plan      string    `json:"plan"` // the platform plan that caps the whole tenant
-	Version   int64     `json:"version"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID   string `json:"id"`
+	Slug string `json:"slug"`
+	Name string `json:"name"`
+	Plan string `json:"plan"` // the platform plan that caps the whole tenant
+	// Limits is the platform plan Plan names, as the store resolved it when it read or
+	// wrote the tenant: it travels in the tenant's config entry so the edge can enforce it
+	// (a change of the platform plan re-emits the entries of its tenants). Read-only in
+	// the API; nil when the plan names no platform plan.
+	Limits    *PlatformPlan `json:"limits,omitempty"`
+	Version   int64         `json:"version"`
+	CreatedAt time.Time     `json:"created_at"`
+	UpdatedAt time.Time     `json:"updated_at"`
 }
 
 // Route maps method + path at the edge to an upstream, with the checks to apply first.
@@ -78,10 +83,20 @@ type Target struct {
 	Weight int    `json:"weight"`
 }
 
-// RateLimit is a token bucket: RPS requests per second on average, bursts up to Burst.
+// RateLimit is a token bucket: RPS requests per second (or RPM per minute: exactly one
+// of the two is set) on average, bursts up to Burst. Per and Mode are route settings; a
+// plan's mode is the plan's.
 type RateLimit struct {
-	RPS   int `json:"rps"`
+	RPS   int `json:"rps,omitempty"`
+	RPM   int `json:"rpm,omitempty"`
 	Burst int `json:"burst"`
+	// Per says what a route's limit counts: PerRoute (all its traffic together), PerIP
+	// (each client address) or PerConsumer (each authenticated consumer). Default: PerRoute.
+	Per string `json:"per,omitempty"`
+	// Mode is where a route's limit is counted: ModeLocal, ModeExact or ModeApproximate.
+	// Default: ModeLocal for PerIP, else ModeApproximate (ModeExact when the burst is too
+	// small for approximate counting, see ValidateRateLimit).
+	Mode string `json:"mode,omitempty"`
 }
 
 // Quota bounds the requests of a calendar month (UTC).
@@ -97,9 +112,13 @@ type Plan struct {
 	RateLimit   *RateLimit `json:"rate_limit,omitempty"`
 	Quota       *Quota     `json:"quota,omitempty"`
 	Concurrency int        `json:"concurrency"` // 0 = no cap
-	Version     int64      `json:"version"`
-	CreatedAt   time.Time  `json:"created_at"`
-	UpdatedAt   time.Time  `json:"updated_at"`
+	// Mode is where the plan's rate and quota are counted across the edges: ModeLocal,
+	// ModeExact or ModeApproximate. Default: ModeApproximate (ModeExact when the burst is
+	// too small for approximate counting).
+	Mode      string    `json:"mode,omitempty"`
+	Version   int64     `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Consumer is a client of a tenant's APIs; it authenticates with its keys.
@@ -153,12 +172,14 @@ const (
 
 // TenantService manages tenants.
 type TenantService interface {
-	// CreateTenant: EValidation, EConflict (slug taken).
+	// CreateTenant: EValidation (also when Plan names no platform plan), EConflict (slug
+	// taken). t.Limits is filled in from the platform plan.
 	CreateTenant(ctx context.Context, t *Tenant) error
 	// FindTenant looks a tenant up by slug: ENotFound.
 	FindTenant(ctx context.Context, slug string) (*Tenant, error)
 	ListTenants(ctx context.Context, p Page) ([]*Tenant, string, error)
-	// UpdateTenant changes name and plan when t.Version is current: ENotFound, EVersionConflict.
+	// UpdateTenant changes name and plan when t.Version is current: ENotFound,
+	// EVersionConflict, EValidation (also when Plan names no platform plan).
 	UpdateTenant(ctx context.Context, t *Tenant) error
 	// DeleteTenant removes the tenant and everything it owns: ENotFound.
 	DeleteTenant(ctx context.Context, tenantID string) error
@@ -210,4 +231,31 @@ type TokenService interface {
 	FindTokenByHash(ctx context.Context, hash string) (*Token, error)
 	ListTokens(ctx context.Context, tenantID string, p Page) ([]*Token, string, error)
 	DeleteToken(ctx context.Context, tenantID, id string) error
+}
+
+// JWTIssuerService manages the identity providers whose tokens a tenant's "jwt" routes
+// accept.
+type JWTIssuerService interface {
+	// CreateJWTIssuer: EValidation (also past MaxIssuersPerTenant, and for a jwks_url
+	// host the upstream policy refuses), EConflict (issuer taken), ENotFound (tenant).
+	CreateJWTIssuer(ctx context.Context, is *Issuer) error
+	FindJWTIssuer(ctx context.Context, tenantID, id string) (*Issuer, error)
+	ListJWTIssuers(ctx context.Context, tenantID string, p Page) ([]*Issuer, string, error)
+	// UpdateJWTIssuer replaces the issuer when is.Version is current. An update that
+	// names no key source (no jwks_url, keys or hs256_secret) keeps a stored
+	// hs256_secret, which clients cannot read back. ENotFound, EVersionConflict,
+	// EConflict, EValidation.
+	UpdateJWTIssuer(ctx context.Context, is *Issuer) error
+	DeleteJWTIssuer(ctx context.Context, tenantID, id string) error
+}
+
+// PolicyService manages a tenant's policy. Validating a policy is the compiler's job
+// (edge/policy.Compile); callers validate before PutPolicy.
+type PolicyService interface {
+	// FindPolicy: ENotFound when the tenant has none.
+	FindPolicy(ctx context.Context, tenantID string) (*Policy, error)
+	// PutPolicy creates or replaces the tenant's policy; when p.Version is not 0 only if
+	// it is current. ENotFound (tenant, or no policy to update at that version),
+	// EVersionConflict.
+	PutPolicy(ctx context.Context, p *Policy) error
 }

@@ -286,21 +286,113 @@ func ValidatePath(p string) error {
 	return nil
 }
 
-// ValidateRateLimit checks a limit and defaults Burst to RPS.
+// ValidateRateLimit checks a limit's rate and burst and defaults Burst to the rate.
+// Exactly one of RPS and RPM is set. Per and Mode are judged by the route or plan.
 func ValidateRateLimit(field string, rl *RateLimit) error {
 	if rl == nil {
 		return nil
 	}
-	if rl.RPS < 1 || rl.RPS > MaxRate {
-		return Invalid(field+".rps", "must be between 1 and %d, got %d", MaxRate, rl.RPS)
+	rate := rl.RPS
+	switch {
+	case rl.RPS != 0 && rl.RPM != 0:
+		return Invalid(field+".rpm", "cannot be set together with rps: give the rate per second (rps) or per minute (rpm), not both")
+	case rl.RPM != 0:
+		if rl.RPM < 1 || rl.RPM > MaxRate {
+			return Invalid(field+".rpm", "must be between 1 and %d, got %d", MaxRate, rl.RPM)
+		}
+		rate = rl.RPM
+	case rl.RPS < 1 || rl.RPS > MaxRate:
+		return Invalid(field+".rps", "must be between 1 and %d (or set rpm, requests per minute, instead), got %d", MaxRate, rl.RPS)
 	}
 	if rl.Burst == 0 {
-		rl.Burst = rl.RPS
+		rl.Burst = rate
 	}
 	if rl.Burst < 1 || rl.Burst > MaxRate {
 		return Invalid(field+".burst", "must be between 1 and %d, got %d", MaxRate, rl.Burst)
 	}
 	return nil
+}
+
+// MinApproximateBurst is the smallest burst ModeApproximate accepts for rl's rate:
+// rate × 0.1 s + 1, rounded up. Approximate counting charges a batch of admissions at
+// its sync (every 100 ms), so a smaller bucket would refuse steady traffic below the rate.
+func MinApproximateBurst(rl *RateLimit) int {
+	if rl.RPM > 0 {
+		return (rl.RPM+599)/600 + 1
+	}
+	return (rl.RPS+9)/10 + 1
+}
+
+// validateMode checks a limit's mode and fills the default: def, except that a default
+// of ModeApproximate becomes ModeExact when rl's burst is below MinApproximateBurst.
+func validateMode(field string, mode *string, rl *RateLimit, rateField, def string) error {
+	tooSmall := rl != nil && rl.Burst < MinApproximateBurst(rl)
+	switch *mode {
+	case "":
+		*mode = def
+		if def == ModeApproximate && tooSmall {
+			*mode = ModeExact
+		}
+	case ModeLocal, ModeExact:
+	case ModeApproximate:
+		if tooSmall {
+			return Invalid(rateField+".burst", "must be at least %d for mode approximate, got %d: the rate × 0.1 s + 1, or approximate counting refuses steady traffic below the rate; raise the burst or use mode exact",
+				MinApproximateBurst(rl), rl.Burst)
+		}
+	default:
+		return Invalid(field, "must be one of local, exact, approximate; got %q", *mode)
+	}
+	return nil
+}
+
+// validateLimits checks the limits of a plan (a tenant's or a platform plan) and fills
+// their defaults.
+func validateLimits(rl *RateLimit, q *Quota, concurrency int, mode *string) error {
+	if err := ValidateRateLimit("rate_limit", rl); err != nil {
+		return err
+	}
+	if rl != nil && rl.Per != "" {
+		return Invalid("rate_limit.per", "is a route setting: a plan's rate applies to each consumer on it (a platform plan's to the whole tenant)")
+	}
+	if rl != nil && rl.Mode != "" {
+		return Invalid("rate_limit.mode", "is a route setting: a plan has one mode, set \"mode\" on the plan")
+	}
+	if q != nil && (q.Requests < 1 || q.Requests > MaxQuota) {
+		return Invalid("quota.requests", "must be between 1 and %d", MaxQuota)
+	}
+	if concurrency < 0 || concurrency > MaxRate {
+		return Invalid("concurrency", "must be between 0 (no cap) and %d", MaxRate)
+	}
+	return validateMode("mode", mode, rl, "rate_limit", ModeApproximate)
+}
+
+// validateRouteLimit checks a route's rate_limit (with the route's auth already
+// defaulted) and fills Per and Mode.
+func validateRouteLimit(rl *RateLimit, auth string) error {
+	if rl == nil {
+		return nil
+	}
+	if err := ValidateRateLimit("rate_limit", rl); err != nil {
+		return err
+	}
+	switch rl.Per {
+	case "":
+		rl.Per = PerRoute
+	case PerRoute, PerIP:
+	case PerConsumer:
+		if auth == AuthNone {
+			return Invalid("rate_limit.per", "%q needs an authenticated route (auth key, jwt or key_or_jwt); this route has auth none", PerConsumer)
+		}
+	default:
+		return Invalid("rate_limit.per", "must be one of route, ip, consumer; got %q", rl.Per)
+	}
+	def := ModeApproximate
+	if rl.Per == PerIP {
+		// Client addresses are many and short-lived: counting them in Redis would cost a
+		// synced entry per address for little gain.
+		def = ModeLocal
+	}
+	return validateMode("rate_limit.mode", &rl.Mode, rl, "rate_limit", def)
 }
 
 // Validate checks t and fills defaults. Plan defaults to "free".
@@ -319,6 +411,14 @@ func (t *Tenant) Validate() error {
 	}
 	if err := ValidatePlanName(t.Plan); err != nil {
 		return Invalid("plan", "%v", err)
+	}
+	if t.Limits != nil {
+		if err := t.Limits.Validate(); err != nil {
+			if e, ok := err.(*Error); ok && e.Field != "" {
+				e.Field = "limits." + e.Field
+			}
+			return err
+		}
 	}
 	return nil
 }
@@ -396,7 +496,7 @@ func (r *Route) Validate(p *UpstreamPolicy) error {
 	default:
 		return Invalid("auth", "must be one of none, key, jwt, key_or_jwt; got %q", r.Auth)
 	}
-	if err := ValidateRateLimit("rate_limit", r.RateLimit); err != nil {
+	if err := validateRouteLimit(r.RateLimit, r.Auth); err != nil {
 		return err
 	}
 	switch {
@@ -438,19 +538,10 @@ func (p *Plan) Validate() error {
 	if err := ValidatePlanName(p.Name); err != nil {
 		return Invalid("name", "%v", err)
 	}
-	if err := ValidateRateLimit("rate_limit", p.RateLimit); err != nil {
-		return err
-	}
-	if p.Quota != nil && (p.Quota.Requests < 1 || p.Quota.Requests > 1<<40) {
-		return Invalid("quota.requests", "must be between 1 and %d", int64(1)<<40)
-	}
-	if p.Concurrency < 0 || p.Concurrency > MaxRate {
-		return Invalid("concurrency", "must be between 0 (no cap) and %d", MaxRate)
-	}
-	return nil
+	return validateLimits(p.RateLimit, p.Quota, p.Concurrency, &p.Mode)
 }
 
-// Token roles. Issue 7 widens them; for now a token may do everything within its tenant.
+// RoleAdmin is the default role of a token; TokenRoles (people.go) lists the others.
 const (
 	RoleAdmin = "admin"
 )
@@ -463,8 +554,8 @@ func (t *Token) Validate() error {
 	if t.Role == "" {
 		t.Role = RoleAdmin
 	}
-	if t.Role != RoleAdmin {
-		return Invalid("role", "must be %q", RoleAdmin)
+	if t.Role != RoleAdmin && t.Role != RoleDeveloper && t.Role != RoleViewer {
+		return Invalid("role", "must be one of admin, developer, viewer")
 	}
 	return nil
 }

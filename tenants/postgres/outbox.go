@@ -87,7 +87,8 @@ func (db *DB) OutboxPending(ctx context.Context) (int64, error) {
 }
 
 // Entries calls fn with the current entry of every object of every tenant, each with a
-// fresh Rev, in Rev order: tenants first, then plans, consumers, keys and routes. It is
+// fresh Rev, in Rev order: tenants first, then plans, consumers, keys, routes, JWT issuers
+// and policies. It is
 // how the KV bucket is rebuilt from Postgres (see Relay.Resync).
 //
 // The entries are read from one snapshot taken while no write is in flight, and their revs
@@ -123,7 +124,8 @@ func (db *DB) Entries(ctx context.Context, fn func(tenants.Change) error) (first
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	var n int64
 	if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM tenants) + (SELECT count(*) FROM plans)
-		+ (SELECT count(*) FROM consumers) + (SELECT count(*) FROM keys) + (SELECT count(*) FROM routes)`).Scan(&n); err != nil {
+		+ (SELECT count(*) FROM consumers) + (SELECT count(*) FROM keys) + (SELECT count(*) FROM routes)
+		+ (SELECT count(*) FROM jwt_issuers) + (SELECT count(*) FROM policies)`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("postgres: entries: %w", err)
 	}
 	// Reserve n revs. Only holders of the writer lock draw from the sequence, so the range
@@ -192,6 +194,20 @@ func (db *DB) Entries(ctx context.Context, fn func(tenants.Change) error) (first
 				return err
 			}
 			return emitEntry(r.TenantID, tenants.ObjectKey(r.TenantID, tenants.KindRoute, r.ID), &tenants.Entry{Route: r})
+		}},
+		{`SELECT ` + issuerColumns + ` FROM jwt_issuers ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			is, err := scanIssuer(rows)
+			if err != nil {
+				return err
+			}
+			return emitEntry(is.TenantID, tenants.ObjectKey(is.TenantID, tenants.KindJWTIssuer, is.ID), &tenants.Entry{JWTIssuer: is})
+		}},
+		{`SELECT ` + policyColumns + ` FROM policies ORDER BY tenant_id`, func(rows pgx.Rows) error {
+			p, err := scanPolicy(rows)
+			if err != nil {
+				return err
+			}
+			return emitEntry(p.TenantID, tenants.PolicyKey(p.TenantID), &tenants.Entry{Policy: p})
 		}},
 	}
 	for _, s := range scans {

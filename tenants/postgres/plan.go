@@ -15,10 +15,11 @@ type planLimits struct {
 	RateLimit   *tenants.RateLimit `json:"rate_limit,omitempty"`
 	Quota       *tenants.Quota     `json:"quota,omitempty"`
 	Concurrency int                `json:"concurrency"`
+	Mode        string             `json:"mode,omitempty"`
 }
 
 func limitsOf(p *tenants.Plan) planLimits {
-	return planLimits{RateLimit: p.RateLimit, Quota: p.Quota, Concurrency: p.Concurrency}
+	return planLimits{RateLimit: p.RateLimit, Quota: p.Quota, Concurrency: p.Concurrency, Mode: p.Mode}
 }
 
 const planColumns = `tenant_id::text, id::text, name, limits, version, created_at, updated_at`
@@ -31,7 +32,7 @@ func scanPlan(row pgx.Row) (*tenants.Plan, error) {
 	if err := row.Scan(&p.TenantID, &p.ID, &p.Name, &l, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
 		return nil, err
 	}
-	p.RateLimit, p.Quota, p.Concurrency = l.RateLimit, l.Quota, l.Concurrency
+	p.RateLimit, p.Quota, p.Concurrency, p.Mode = l.RateLimit, l.Quota, l.Concurrency, l.Mode
 	p.CreatedAt, p.UpdatedAt = utc(p.CreatedAt), utc(p.UpdatedAt)
 	return &p, nil
 }

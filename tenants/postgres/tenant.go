@@ -9,14 +9,18 @@ import (
 	"tollgate/tenants"
 )
 
-const tenantColumns = `id::text, slug, name, plan, version, created_at, updated_at`
+// tenantColumns ends with the tenant's platform plan (Tenant.Limits), so every read and
+// every entry carries the limits the edges enforce. It may follow INSERT or UPDATE of
+// tenants as RETURNING.
+const tenantColumns = `id::text, slug, name, plan, version, created_at, updated_at, ` + platformPlanOfTenant
 
 func scanTenant(row pgx.Row) (*tenants.Tenant, error) {
 	var t tenants.Tenant
-	if err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.Plan, &t.Version, &t.CreatedAt, &t.UpdatedAt); err != nil {
+	if err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.Plan, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.Limits); err != nil {
 		return nil, err
 	}
 	t.CreatedAt, t.UpdatedAt = utc(t.CreatedAt), utc(t.UpdatedAt)
+	normalizePlatformPlan(t.Limits)
 	return &t, nil
 }
 
@@ -33,6 +37,9 @@ func (db *DB) CreateTenant(ctx context.Context, t *tenants.Tenant) error {
 	}
 	id := newID()
 	err := db.write(ctx, func(tx pgx.Tx) error {
+		if err := lockPlatformPlan(ctx, tx, t.Plan); err != nil {
+			return err
+		}
 		row := tx.QueryRow(ctx, `INSERT INTO tenants (id, slug, name, plan) VALUES ($1, $2, $3, $4)
 			RETURNING `+tenantColumns, id, t.Slug, t.Name, t.Plan)
 		saved, err := scanTenant(row)
@@ -43,7 +50,8 @@ func (db *DB) CreateTenant(ctx context.Context, t *tenants.Tenant) error {
 		return emit(ctx, tx, tenantChange(t))
 	})
 	return constraintError(err, "create tenant", map[string]*tenants.Error{
-		"tenants_slug_key": {Code: tenants.EConflict, Field: "slug", Message: `slug "` + t.Slug + `" is taken`},
+		"tenants_slug_key":  {Code: tenants.EConflict, Field: "slug", Message: `slug "` + t.Slug + `" is taken`},
+		"tenants_plan_fkey": noPlatformPlan(t.Plan),
 	})
 }
 
@@ -104,6 +112,9 @@ func (db *DB) UpdateTenant(ctx context.Context, t *tenants.Tenant) error {
 		return err
 	}
 	err = db.write(ctx, func(tx pgx.Tx) error {
+		if err := lockPlatformPlan(ctx, tx, t.Plan); err != nil {
+			return err
+		}
 		row := tx.QueryRow(ctx, `UPDATE tenants SET name = $3, plan = $4, version = version + 1, updated_at = now()
 			WHERE id = $1 AND version = $2 RETURNING `+tenantColumns, t.ID, t.Version, t.Name, t.Plan)
 		saved, err := scanTenant(row)
@@ -116,7 +127,7 @@ func (db *DB) UpdateTenant(ctx context.Context, t *tenants.Tenant) error {
 		*t = *saved
 		return emit(ctx, tx, tenantChange(t))
 	})
-	return constraintError(err, "update tenant", nil)
+	return constraintError(err, "update tenant", map[string]*tenants.Error{"tenants_plan_fkey": noPlatformPlan(t.Plan)})
 }
 
 // DeleteTenant removes the tenant and everything it owns, and deletes every one of its
@@ -139,7 +150,9 @@ func (db *DB) DeleteTenant(ctx context.Context, tenantID string) error {
 			SELECT 'plan', id::text FROM plans WHERE tenant_id = $1
 			UNION ALL SELECT 'consumer', id::text FROM consumers WHERE tenant_id = $1
 			UNION ALL SELECT 'key', id::text FROM keys WHERE tenant_id = $1
-			UNION ALL SELECT 'route', id::text FROM routes WHERE tenant_id = $1`, tenantID)
+			UNION ALL SELECT 'route', id::text FROM routes WHERE tenant_id = $1
+			UNION ALL SELECT 'jwt-issuer', id::text FROM jwt_issuers WHERE tenant_id = $1
+			UNION ALL SELECT 'policy', '' FROM policies WHERE tenant_id = $1`, tenantID)
 		if err != nil {
 			return err
 		}
@@ -148,7 +161,11 @@ func (db *DB) DeleteTenant(ctx context.Context, tenantID string) error {
 		changes := []change{del(tenantID, tenants.TenantKey(tenantID))}
 		var kind, id string
 		_, err = pgx.ForEachRow(rows, []any{&kind, &id}, func() error {
-			changes = append(changes, del(tenantID, tenants.ObjectKey(tenantID, kind, id)))
+			key := tenants.ObjectKey(tenantID, kind, id)
+			if kind == tenants.KindPolicy {
+				key = tenants.PolicyKey(tenantID)
+			}
+			changes = append(changes, del(tenantID, key))
 			return nil
 		})
 		if err != nil {
