@@ -36,7 +36,9 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
+	"tollgate/billing"
 	"tollgate/tenants"
+	"tollgate/tenants/rbac"
 )
 
 // Config is what New needs. The services are usually one store value passed five times.
@@ -46,6 +48,24 @@ type Config struct {
 	Consumers tenants.ConsumerService
 	Plans     tenants.PlanService
 	Tokens    tenants.TokenService
+	// JWTIssuers and Policies serve /v1/tenants/{slug}/jwt-issuers and .../policy.
+	JWTIssuers tenants.JWTIssuerService
+	Policies   tenants.PolicyService
+	// PlatformPlans serves /v1/platform/plans. Default: Tenants, when it implements
+	// tenants.PlatformPlanService (the Postgres store does).
+	PlatformPlans tenants.PlatformPlanService
+
+	// People enables console users: the session cookie is accepted in place of a token,
+	// and a user acts in a tenant with its membership's role (or its platform role).
+	// Audit records every successful write to a tenant. Access is the policy that
+	// decides each tenant-scoped request. Defaults: nil, nil, rbac.Must().
+	People tenants.PeopleService
+	Audit  tenants.AuditService
+	Access *rbac.Policy
+
+	// Usage serves GET /v1/tenants/{slug}/usage and GET /v1/billing/export (issue 6; see
+	// usage.go): billing/postgres in production. Nil: both answer 404 not_found.
+	Usage billing.UsageService
 
 	// AdminToken may do everything. Empty disables it (only tenant tokens work then).
 	AdminToken string
@@ -98,8 +118,21 @@ func New(cfg Config) *Server {
 	if cfg.Tenants == nil || cfg.Routes == nil || cfg.Consumers == nil || cfg.Plans == nil || cfg.Tokens == nil {
 		panic("api.New: Config needs Tenants, Routes, Consumers, Plans and Tokens")
 	}
+	if cfg.JWTIssuers == nil || cfg.Policies == nil {
+		panic("api.New: Config needs JWTIssuers and Policies")
+	}
+	if cfg.PlatformPlans == nil {
+		pp, ok := cfg.Tenants.(tenants.PlatformPlanService)
+		if !ok {
+			panic("api.New: Config needs PlatformPlans (Tenants does not implement it)")
+		}
+		cfg.PlatformPlans = pp
+	}
 	if cfg.Upstreams == nil {
 		cfg.Upstreams = &tenants.UpstreamPolicy{}
+	}
+	if cfg.Access == nil {
+		cfg.Access = rbac.Must()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -22,12 +22,17 @@ const (
 	// tenantScoped endpoints carry :slug and take the admin token or a token of that tenant;
 	// any other tenant's token gets 404, exactly as if the tenant did not exist.
 	tenantScoped
+	// anyToken endpoints take any valid token: what they show is the same for everyone
+	// (the platform plans).
+	anyToken
 )
 
-// principal is the authenticated caller: the operator, or a token of one tenant.
+// principal is the authenticated caller: the operator, a token of one tenant, or a console
+// user signed in with a session cookie.
 type principal struct {
 	admin bool
 	token *tenants.Token
+	user  *tenants.User
 }
 
 // request is what a handler gets besides the Fiber context.
@@ -35,6 +40,7 @@ type request struct {
 	ctx    context.Context
 	who    principal
 	tenant *tenants.Tenant // the :slug tenant, resolved and authorized; nil if not scoped
+	role   string          // the caller's role in tenant ("" for the admin token)
 }
 
 type handlerFunc func(c *fiber.Ctx, r *request) error
@@ -62,11 +68,14 @@ func (s *Server) wrap(ep *endpoint) fiber.Handler {
 				return tenants.Errorf(tenants.EForbidden, "%s %s needs the admin token", ep.method, ep.path)
 			}
 		case tenantScoped:
-			t, err := s.scope(ctx, c.Params("slug"), r.who)
+			t, role, err := s.scope(ctx, c.Params("slug"), r.who)
 			if err != nil {
 				return err
 			}
-			r.tenant = t
+			r.tenant, r.role = t, role
+			if err := s.authorize(ep, r); err != nil {
+				return err
+			}
 		}
 		// Probes and the document ignore query strings; everything else is strict.
 		if ep.access != public {
@@ -74,7 +83,11 @@ func (s *Server) wrap(ep *endpoint) fiber.Handler {
 				return err
 			}
 		}
-		return ep.handle(c, r)
+		if err := ep.handle(c, r); err != nil {
+			return err
+		}
+		s.audit(c, ep, r)
+		return nil
 	}
 }
 
@@ -82,6 +95,9 @@ func (s *Server) wrap(ep *endpoint) fiber.Handler {
 func (s *Server) authenticate(ctx context.Context, c *fiber.Ctx) (principal, error) {
 	h := c.Get(fiber.HeaderAuthorization)
 	if h == "" {
+		if who, ok, err := s.sessionPrincipal(ctx, c); ok {
+			return who, err
+		}
 		return principal{}, tenants.Errorf(tenants.EUnauthenticated, "send a token: Authorization: Bearer <token>")
 	}
 	scheme, tok, ok := strings.Cut(h, " ")
@@ -115,20 +131,28 @@ func (s *Server) authenticate(ctx context.Context, c *fiber.Ctx) (principal, err
 
 // scope resolves :slug and checks the caller may see it. A tenant that does not exist and
 // one the caller may not see get the same answer, so slugs cannot be probed.
-func (s *Server) scope(ctx context.Context, slug string, who principal) (*tenants.Tenant, error) {
+// It returns the caller's role in the tenant ("" for the admin token).
+func (s *Server) scope(ctx context.Context, slug string, who principal) (*tenants.Tenant, string, error) {
 	notFound := tenants.Errorf(tenants.ENotFound, "tenant %q not found", slug)
 	if tenants.ValidateSlug(slug) != nil {
-		return nil, tenants.Errorf(tenants.ENotFound, "tenant not found")
+		return nil, "", tenants.Errorf(tenants.ENotFound, "tenant not found")
 	}
 	t, err := s.cfg.Tenants.FindTenant(ctx, slug)
 	if tenants.ErrorCode(err) == tenants.ENotFound {
-		return nil, notFound
+		return nil, "", notFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	if !who.admin && (who.token == nil || who.token.TenantID != t.ID) {
-		return nil, notFound
+	if who.admin {
+		return t, "", nil
 	}
-	return t, nil
+	role, err := s.roleIn(ctx, who, t)
+	if err != nil {
+		return nil, "", err
+	}
+	if role == "" {
+		return nil, "", notFound
+	}
+	return t, role, nil
 }

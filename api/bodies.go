@@ -10,7 +10,7 @@ import "tollgate/tenants"
 type tenantCreate struct {
 	Slug string `json:"slug" required:"true" doc:"DNS label (a–z, 0–9, '-', at most 63), the first label of the tenant's edge host. Immutable."`
 	Name string `json:"name" doc:"Display name, 1–100 printable characters. Default: the slug."`
-	Plan string `json:"plan" doc:"Platform plan that caps the whole tenant. Default: free."`
+	Plan string `json:"plan" doc:"Platform plan that caps the whole tenant: a name GET /v1/platform/plans lists (free, pro, enterprise, unlimited, or the operator's own). Default: free."`
 }
 
 // tenantPatch changes only the fields it carries.
@@ -30,8 +30,19 @@ type upstreamBody struct {
 }
 
 type rateLimitBody struct {
-	RPS   int `json:"rps" required:"true" doc:"Requests per second on average, 1–1000000."`
-	Burst int `json:"burst" doc:"Largest burst. Default: rps."`
+	RPS   int    `json:"rps" doc:"Requests per second on average, 1–1000000. Set rps or rpm, not both."`
+	RPM   int    `json:"rpm" doc:"Requests per minute on average, 1–1000000, instead of rps."`
+	Burst int    `json:"burst" doc:"Largest burst (the bucket size). Default: the rate (rps or rpm)."`
+	Per   string `json:"per" enum:"route,ip,consumer" doc:"What is counted: route (all its traffic together), ip (each client address; X-Forwarded-For only from trusted proxies) or consumer (each authenticated consumer; not with auth none). Default: route."`
+	Mode  string `json:"mode" enum:"local,exact,approximate" doc:"Where it is counted across edges (see the README for each mode's error bound). Default: local for per ip; else approximate, or exact when burst < rate × 0.1 s + 1 (approximate with such a burst is refused)."`
+}
+
+// planRateBody is a plan's rate: a plan has one mode, and its rate applies per consumer
+// (per tenant for a platform plan).
+type planRateBody struct {
+	RPS   int `json:"rps" doc:"Requests per second on average, 1–1000000. Set rps or rpm, not both."`
+	RPM   int `json:"rpm" doc:"Requests per minute on average, 1–1000000, instead of rps."`
+	Burst int `json:"burst" doc:"Largest burst (the bucket size). Default: the rate (rps or rpm)."`
 }
 
 type quotaBody struct {
@@ -68,10 +79,11 @@ type consumerUpdate struct {
 }
 
 type planBody struct {
-	Name        string         `json:"name" required:"true" doc:"Unique within the tenant: lowercase letters, digits, '-' and '_'."`
-	RateLimit   *rateLimitBody `json:"rate_limit" doc:"Per-consumer rate. Default: none."`
-	Quota       *quotaBody     `json:"quota" doc:"Per-consumer monthly quota. Default: none."`
-	Concurrency int            `json:"concurrency" doc:"Concurrent requests per consumer; 0 = no cap."`
+	Name        string        `json:"name" required:"true" doc:"Unique within the tenant: lowercase letters, digits, '-' and '_'."`
+	RateLimit   *planRateBody `json:"rate_limit" doc:"Per-consumer rate. Default: none."`
+	Quota       *quotaBody    `json:"quota" doc:"Per-consumer monthly quota. Default: none."`
+	Concurrency int           `json:"concurrency" doc:"Concurrent requests per consumer; 0 = no cap."`
+	Mode        string        `json:"mode" enum:"local,exact,approximate" doc:"Where the rate and quota are counted across edges (see the README for each mode's error bound). Default: approximate, or exact when burst < rate × 0.1 s + 1 (approximate with such a burst is refused)."`
 }
 
 type planUpdate struct {
@@ -81,7 +93,7 @@ type planUpdate struct {
 
 type tokenBody struct {
 	Name string `json:"name" required:"true" doc:"What the token is for."`
-	Role string `json:"role" enum:"admin" doc:"Default: admin (everything within the tenant)."`
+	Role string `json:"role" enum:"admin,developer,viewer" doc:"Default: admin (everything within the tenant but deleting it). developer: read and change config, no keys or tokens. viewer: read only."`
 }
 
 // keyBody is the optional body of a key creation: nothing yet, but an object is accepted
@@ -177,7 +189,14 @@ func (b *rateLimitBody) domain() *tenants.RateLimit {
 	if b == nil {
 		return nil
 	}
-	return &tenants.RateLimit{RPS: b.RPS, Burst: b.Burst}
+	return &tenants.RateLimit{RPS: b.RPS, RPM: b.RPM, Burst: b.Burst, Per: b.Per, Mode: b.Mode}
+}
+
+func (b *planRateBody) domain() *tenants.RateLimit {
+	if b == nil {
+		return nil
+	}
+	return &tenants.RateLimit{RPS: b.RPS, RPM: b.RPM, Burst: b.Burst}
 }
 
 func decodeRoute(ct string, body []byte, limit int, p *tenants.UpstreamPolicy) (*tenants.Route, error) {
@@ -233,7 +252,7 @@ func decodeConsumerUpdate(ct string, body []byte, limit int) (*tenants.Consumer,
 }
 
 func (b *planBody) plan() *tenants.Plan {
-	p := &tenants.Plan{Name: b.Name, Concurrency: b.Concurrency, RateLimit: b.RateLimit.domain()}
+	p := &tenants.Plan{Name: b.Name, Concurrency: b.Concurrency, RateLimit: b.RateLimit.domain(), Mode: b.Mode}
 	if b.Quota != nil {
 		p.Quota = &tenants.Quota{Requests: b.Quota.Requests}
 	}

@@ -3,7 +3,9 @@ package api
 import (
 	"net/http"
 
+	"tollgate/billing"
 	"tollgate/tenants"
+	"tollgate/tenants/rbac"
 )
 
 // endpoint is one method+path of the API: how it is served and how it is documented.
@@ -13,26 +15,29 @@ type endpoint struct {
 	method  string
 	path    string // Fiber syntax: /v1/tenants/:slug
 	access  access
+	class   rbac.Class // what the policy decides on; "" = rbac.TenantAdmin (owners and admins)
 	handle  handlerFunc
 	tag     string
 	summary string
 	desc    string
 
-	body         any  // zero value of the request body struct; nil: no body
-	bodyOptional bool // an empty body is accepted
-	status       int  // success status
-	result       any  // success body; nil: none
-	list         bool // takes ?limit=&cursor=
-	etag         bool // the success response carries ETag
-	ifMatch      bool // takes If-Match (and "version" in the body)
-	secret       bool // the response holds a plaintext secret shown once
+	body         any      // zero value of the request body struct; nil: no body
+	bodyOptional bool     // an empty body is accepted
+	status       int      // success status
+	result       any      // success body; nil: none
+	list         bool     // takes ?limit=&cursor=
+	etag         bool     // the success response carries ETag
+	ifMatch      bool     // takes If-Match (and "version" in the body)
+	secret       bool     // the response holds a plaintext secret shown once
+	params       []string // query parameters it takes besides limit and cursor (documented as strings)
+	csv          bool     // the success response may also be text/csv (?format=csv)
 }
 
 func (ep *endpoint) query() []string {
 	if ep.list {
-		return []string{"limit", "cursor"}
+		return append([]string{"limit", "cursor"}, ep.params...)
 	}
-	return nil
+	return ep.params
 }
 
 const (
@@ -43,6 +48,15 @@ const (
 	tagKeys      = "keys"
 	tagPlans     = "plans"
 	tagTokens    = "tokens"
+	// JWT auth and policy (issue 5).
+	tagJWTIssuers = "jwt-issuers"
+	tagPolicy     = "policy"
+	tagPlatform   = "platform"
+	// People and audit (issue 7).
+	tagAudit   = "audit"
+	tagMembers = "members"
+	// Usage and billing (issue 6).
+	tagUsage = "usage"
 )
 
 const (
@@ -63,66 +77,121 @@ func (s *Server) table() []endpoint {
 			summary: "Create a tenant", desc: "Admin token only.", body: tenantCreate{}, status: 201, result: tenants.Tenant{}, etag: true},
 		{method: http.MethodGet, path: "/v1/tenants", access: adminOnly, handle: s.listTenants, tag: tagTenants,
 			summary: "List tenants", desc: "Admin token only.", status: 200, result: list[tenants.Tenant]{}, list: true},
-		{method: http.MethodGet, path: "/v1/tenants/:slug", access: tenantScoped, handle: s.getTenant, tag: tagTenants,
+		{method: http.MethodGet, path: "/v1/tenants/:slug", access: tenantScoped, class: rbac.Read, handle: s.getTenant, tag: tagTenants,
 			summary: "Get a tenant", desc: scopedDoc, status: 200, result: tenants.Tenant{}, etag: true},
-		{method: http.MethodPatch, path: "/v1/tenants/:slug", access: tenantScoped, handle: s.patchTenant, tag: tagTenants,
+		{method: http.MethodPatch, path: "/v1/tenants/:slug", access: tenantScoped, class: rbac.TenantAdmin, handle: s.patchTenant, tag: tagTenants,
 			summary: "Change a tenant's name or plan",
 			desc:    "Only the fields sent change; the slug is immutable. Only the admin token may change the plan (403 forbidden)." + scopedDoc + ifMatchDoc,
 			body:    tenantPatch{}, status: 200, result: tenants.Tenant{}, etag: true, ifMatch: true},
-		{method: http.MethodDelete, path: "/v1/tenants/:slug", access: tenantScoped, handle: s.deleteTenant, tag: tagTenants,
+		{method: http.MethodDelete, path: "/v1/tenants/:slug", access: tenantScoped, class: rbac.TenantAdmin, handle: s.deleteTenant, tag: tagTenants,
 			summary: "Delete a tenant and everything it owns", desc: "Admin token only (a tenant token gets 403).", status: 204},
 
-		{method: http.MethodPost, path: "/v1/tenants/:slug/routes", access: tenantScoped, handle: s.createRoute, tag: tagRoutes,
+		{method: http.MethodPost, path: "/v1/tenants/:slug/routes", access: tenantScoped, class: rbac.Write, handle: s.createRoute, tag: tagRoutes,
 			summary: "Create a route", desc: scopedDoc, body: routeBody{}, status: 201, result: tenants.Route{}, etag: true},
-		{method: http.MethodGet, path: "/v1/tenants/:slug/routes", access: tenantScoped, handle: s.listRoutes, tag: tagRoutes,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/routes", access: tenantScoped, class: rbac.Read, handle: s.listRoutes, tag: tagRoutes,
 			summary: "List routes", desc: scopedDoc, status: 200, result: list[tenants.Route]{}, list: true},
-		{method: http.MethodGet, path: "/v1/tenants/:slug/routes/:id", access: tenantScoped, handle: s.getRoute, tag: tagRoutes,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/routes/:id", access: tenantScoped, class: rbac.Read, handle: s.getRoute, tag: tagRoutes,
 			summary: "Get a route", desc: scopedDoc, status: 200, result: tenants.Route{}, etag: true},
-		{method: http.MethodPut, path: "/v1/tenants/:slug/routes/:id", access: tenantScoped, handle: s.putRoute, tag: tagRoutes,
+		{method: http.MethodPut, path: "/v1/tenants/:slug/routes/:id", access: tenantScoped, class: rbac.Write, handle: s.putRoute, tag: tagRoutes,
 			summary: "Replace a route", desc: "Full replacement: omitted optional fields take their defaults." + scopedDoc + ifMatchDoc,
 			body: routeUpdate{}, status: 200, result: tenants.Route{}, etag: true, ifMatch: true},
-		{method: http.MethodDelete, path: "/v1/tenants/:slug/routes/:id", access: tenantScoped, handle: s.deleteRoute, tag: tagRoutes,
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/routes/:id", access: tenantScoped, class: rbac.Write, handle: s.deleteRoute, tag: tagRoutes,
 			summary: "Delete a route", desc: scopedDoc, status: 204},
 
-		{method: http.MethodPost, path: "/v1/tenants/:slug/consumers", access: tenantScoped, handle: s.createConsumer, tag: tagConsumers,
+		{method: http.MethodPost, path: "/v1/tenants/:slug/consumers", access: tenantScoped, class: rbac.Write, handle: s.createConsumer, tag: tagConsumers,
 			summary: "Create a consumer", desc: scopedDoc, body: consumerBody{}, status: 201, result: tenants.Consumer{}, etag: true},
-		{method: http.MethodGet, path: "/v1/tenants/:slug/consumers", access: tenantScoped, handle: s.listConsumers, tag: tagConsumers,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/consumers", access: tenantScoped, class: rbac.Read, handle: s.listConsumers, tag: tagConsumers,
 			summary: "List consumers", desc: scopedDoc, status: 200, result: list[tenants.Consumer]{}, list: true},
-		{method: http.MethodGet, path: "/v1/tenants/:slug/consumers/:id", access: tenantScoped, handle: s.getConsumer, tag: tagConsumers,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/consumers/:id", access: tenantScoped, class: rbac.Read, handle: s.getConsumer, tag: tagConsumers,
 			summary: "Get a consumer", desc: scopedDoc, status: 200, result: tenants.Consumer{}, etag: true},
-		{method: http.MethodPut, path: "/v1/tenants/:slug/consumers/:id", access: tenantScoped, handle: s.putConsumer, tag: tagConsumers,
+		{method: http.MethodPut, path: "/v1/tenants/:slug/consumers/:id", access: tenantScoped, class: rbac.Write, handle: s.putConsumer, tag: tagConsumers,
 			summary: "Replace a consumer", desc: "Full replacement: an omitted plan removes the consumer's plan." + scopedDoc + ifMatchDoc,
 			body: consumerUpdate{}, status: 200, result: tenants.Consumer{}, etag: true, ifMatch: true},
-		{method: http.MethodDelete, path: "/v1/tenants/:slug/consumers/:id", access: tenantScoped, handle: s.deleteConsumer, tag: tagConsumers,
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/consumers/:id", access: tenantScoped, class: rbac.Write, handle: s.deleteConsumer, tag: tagConsumers,
 			summary: "Delete a consumer and its keys", desc: scopedDoc, status: 204},
 
-		{method: http.MethodPost, path: "/v1/tenants/:slug/consumers/:id/keys", access: tenantScoped, handle: s.createKey, tag: tagKeys,
+		{method: http.MethodPost, path: "/v1/tenants/:slug/consumers/:id/keys", access: tenantScoped, class: rbac.Keys, handle: s.createKey, tag: tagKeys,
 			summary: "Create an API key", desc: "The plaintext key is in this response only; only its hash is stored. The body may be empty or {}." + scopedDoc,
 			body: keyBody{}, bodyOptional: true, status: 201, result: createdKey{}, secret: true},
-		{method: http.MethodGet, path: "/v1/tenants/:slug/consumers/:id/keys", access: tenantScoped, handle: s.listKeys, tag: tagKeys,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/consumers/:id/keys", access: tenantScoped, class: rbac.Read, handle: s.listKeys, tag: tagKeys,
 			summary: "List a consumer's keys", desc: "Without plaintext: the prefix tells keys apart." + scopedDoc, status: 200, result: list[tenants.Key]{}, list: true},
-		{method: http.MethodDelete, path: "/v1/tenants/:slug/consumers/:id/keys/:key_id", access: tenantScoped, handle: s.deleteKey, tag: tagKeys,
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/consumers/:id/keys/:key_id", access: tenantScoped, class: rbac.Keys, handle: s.deleteKey, tag: tagKeys,
 			summary: "Revoke a key", desc: scopedDoc, status: 204},
 
-		{method: http.MethodPost, path: "/v1/tenants/:slug/plans", access: tenantScoped, handle: s.createPlan, tag: tagPlans,
+		{method: http.MethodPost, path: "/v1/tenants/:slug/plans", access: tenantScoped, class: rbac.Write, handle: s.createPlan, tag: tagPlans,
 			summary: "Create a plan", desc: scopedDoc, body: planBody{}, status: 201, result: tenants.Plan{}, etag: true},
-		{method: http.MethodGet, path: "/v1/tenants/:slug/plans", access: tenantScoped, handle: s.listPlans, tag: tagPlans,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/plans", access: tenantScoped, class: rbac.Read, handle: s.listPlans, tag: tagPlans,
 			summary: "List plans", desc: scopedDoc, status: 200, result: list[tenants.Plan]{}, list: true},
-		{method: http.MethodGet, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, handle: s.getPlan, tag: tagPlans,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, class: rbac.Read, handle: s.getPlan, tag: tagPlans,
 			summary: "Get a plan", desc: scopedDoc, status: 200, result: tenants.Plan{}, etag: true},
-		{method: http.MethodPut, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, handle: s.putPlan, tag: tagPlans,
+		{method: http.MethodPut, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, class: rbac.Write, handle: s.putPlan, tag: tagPlans,
 			summary: "Replace a plan", desc: "Full replacement: omitted limits are removed." + scopedDoc + ifMatchDoc,
 			body: planUpdate{}, status: 200, result: tenants.Plan{}, etag: true, ifMatch: true},
-		{method: http.MethodDelete, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, handle: s.deletePlan, tag: tagPlans,
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, class: rbac.Write, handle: s.deletePlan, tag: tagPlans,
 			summary: "Delete a plan", desc: "409 conflict while a consumer uses it." + scopedDoc, status: 204},
 
-		{method: http.MethodPost, path: "/v1/tenants/:slug/tokens", access: tenantScoped, handle: s.createToken, tag: tagTokens,
+		{method: http.MethodPost, path: "/v1/tenants/:slug/jwt-issuers", access: tenantScoped, class: rbac.Write, handle: s.createJWTIssuer, tag: tagJWTIssuers,
+			summary: "Add a JWT issuer", desc: "Tokens the issuer signs authenticate callers of the tenant's jwt and key_or_jwt routes. hs256_secret is write-only." + scopedDoc,
+			body: jwtIssuerBody{}, status: 201, result: tenants.Issuer{}, etag: true},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/jwt-issuers", access: tenantScoped, class: rbac.Read, handle: s.listJWTIssuers, tag: tagJWTIssuers,
+			summary: "List JWT issuers", desc: "Without secrets." + scopedDoc, status: 200, result: list[tenants.Issuer]{}, list: true},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/jwt-issuers/:id", access: tenantScoped, class: rbac.Read, handle: s.getJWTIssuer, tag: tagJWTIssuers,
+			summary: "Get a JWT issuer", desc: "Without its secret." + scopedDoc, status: 200, result: tenants.Issuer{}, etag: true},
+		{method: http.MethodPut, path: "/v1/tenants/:slug/jwt-issuers/:id", access: tenantScoped, class: rbac.Write, handle: s.putJWTIssuer, tag: tagJWTIssuers,
+			summary: "Replace a JWT issuer", desc: "Full replacement: omitted optional fields take their defaults, except that a body with no key source (jwks_url, keys, hs256_secret) keeps the stored hs256_secret." + scopedDoc + ifMatchDoc,
+			body: jwtIssuerUpdate{}, status: 200, result: tenants.Issuer{}, etag: true, ifMatch: true},
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/jwt-issuers/:id", access: tenantScoped, class: rbac.Write, handle: s.deleteJWTIssuer, tag: tagJWTIssuers,
+			summary: "Remove a JWT issuer", desc: "Its tokens stop working at the edges within moments." + scopedDoc, status: 204},
+
+		{method: http.MethodGet, path: "/v1/tenants/:slug/policy", access: tenantScoped, class: rbac.Read, handle: s.getPolicy, tag: tagPolicy,
+			summary: "Get the tenant's policy", desc: "404 not_found until one is put." + scopedDoc, status: 200, result: tenants.Policy{}, etag: true},
+		{method: http.MethodPut, path: "/v1/tenants/:slug/policy", access: tenantScoped, class: rbac.Write, handle: s.putPolicy, tag: tagPolicy,
+			summary: "Create or replace the tenant's policy",
+			desc: "Routes with \"policy\": true are checked against it at the edge; without a policy they deny every call. Validated by compiling it: a bad rule is 400 validation_failed with field naming it (\"rules[2][1]\")." + scopedDoc +
+				` Optionally conditional: send If-Match with the ETag you read (or "version" in the body); a stale version gets 409 version_conflict. Without either, PUT replaces whatever is current.`,
+			body: policyBody{}, status: 200, result: tenants.Policy{}, etag: true, ifMatch: true},
+
+		{method: http.MethodPost, path: "/v1/tenants/:slug/tokens", access: tenantScoped, class: rbac.TenantAdmin, handle: s.createToken, tag: tagTokens,
 			summary: "Create a management token for the tenant",
 			desc:    "The token may do everything within this tenant and nothing outside it. The plaintext is in this response only." + scopedDoc,
 			body:    tokenBody{}, status: 201, result: createdToken{}, secret: true},
-		{method: http.MethodGet, path: "/v1/tenants/:slug/tokens", access: tenantScoped, handle: s.listTokens, tag: tagTokens,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/tokens", access: tenantScoped, class: rbac.TenantAdmin, handle: s.listTokens, tag: tagTokens,
 			summary: "List the tenant's tokens", desc: "Without plaintext." + scopedDoc, status: 200, result: list[tenants.Token]{}, list: true},
-		{method: http.MethodDelete, path: "/v1/tenants/:slug/tokens/:id", access: tenantScoped, handle: s.deleteToken, tag: tagTokens,
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/tokens/:id", access: tenantScoped, class: rbac.TenantAdmin, handle: s.deleteToken, tag: tagTokens,
 			summary: "Revoke a token", desc: scopedDoc, status: 204},
+
+		{method: http.MethodGet, path: "/v1/platform/plans", access: anyToken, handle: s.listPlatformPlans, tag: tagPlatform,
+			summary: "List the platform plans", desc: "The plans a tenant's \"plan\" may name, with the limits they put on the whole tenant. Any token; one page holds them all.",
+			status: 200, result: list[tenants.PlatformPlan]{}},
+		{method: http.MethodGet, path: "/v1/platform/plans/:name", access: anyToken, handle: s.getPlatformPlan, tag: tagPlatform,
+			summary: "Get a platform plan", desc: "Any token.", status: 200, result: tenants.PlatformPlan{}, etag: true},
+		{method: http.MethodPut, path: "/v1/platform/plans/:name", access: adminOnly, handle: s.putPlatformPlan, tag: tagPlatform,
+			summary: "Create or replace a platform plan",
+			desc:    "Admin token only. Full replacement: omitted limits are removed. The config of every tenant on the plan is re-published in the same transaction, so the edges apply the new limits within moments." + ifMatchDoc,
+			body:    platformPlanBody{}, status: 200, result: tenants.PlatformPlan{}, etag: true, ifMatch: true},
+
+		// Usage and billing (issue 6): see usage.go.
+		{method: http.MethodGet, path: "/v1/tenants/:slug/usage", access: tenantScoped, class: rbac.Read, handle: s.tenantUsage, tag: tagUsage,
+			summary: "The tenant's metered usage",
+			desc:    "Requests, billable requests and bytes from the edges' meters, folded hourly. ?from= and ?to= (RFC 3339 or YYYY-MM-DD, whole UTC hours, to exclusive; default: the current UTC month so far), ?granularity=hour|day, ?group_by= a comma-separated subset of route, consumer, status." + scopedDoc,
+			params:  billing.UsageParams, status: 200, result: billing.UsageReport{}},
+		{method: http.MethodGet, path: "/v1/billing/export", access: anyToken, handle: s.billingExport, tag: tagUsage,
+			summary: "Every tenant's bill for a month",
+			desc:    "?period=YYYY-MM (a calendar month in UTC), ?format=csv|json (default csv). Per tenant (and per consumer on per-consumer plans): requests, billable, included, overage, amount in integer minor units of the currency. The same period exported twice gives the same bytes. The admin token, or a user with the finance platform role (403 otherwise).",
+			params:  billing.ExportParams, csv: true, status: 200, result: billing.ExportDocument{}},
+
+		// People and audit (issue 7).
+		{method: http.MethodGet, path: "/v1/tenants/:slug/audit", access: tenantScoped, class: rbac.Read, handle: s.listAudit, tag: tagAudit,
+			summary: "The tenant's audit log", desc: "Every successful write to the tenant, newest first: who (a user's email, token:<name> or admin), what (<kind>.<create|update|delete>), which object, when." + scopedDoc,
+			status: 200, result: list[tenants.AuditEntry]{}, list: true},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/members", access: tenantScoped, class: rbac.Read, handle: s.listMembers, tag: tagMembers,
+			summary: "List the tenant's console users and their roles", desc: scopedDoc, status: 200, result: list[tenants.Membership]{}},
+		{method: http.MethodPost, path: "/v1/tenants/:slug/members", access: tenantScoped, class: rbac.TenantAdmin, handle: s.addMember, tag: tagMembers,
+			summary: "Give a user a role in the tenant",
+			desc:    "The user must have signed up; an existing role is replaced. Only an owner (or the admin token) may make an owner." + scopedDoc,
+			body:    memberBody{}, status: 201, result: tenants.Membership{}},
+		{method: http.MethodPut, path: "/v1/platform/roles", access: adminOnly, handle: s.putPlatformRole, tag: tagPlatform,
+			summary: "Set a user's platform role", desc: "Admin token only. operator acts as an admin in every tenant; finance reads every tenant and exports the bill; empty removes the role.",
+			body: platformRoleBody{}, status: 200, result: tenants.User{}},
 	}
 }

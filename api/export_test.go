@@ -38,6 +38,14 @@ func Decode(kind, contentType string, body []byte) error {
 		_, err = decodeToken(contentType, body, limit)
 	case "key":
 		err = decodeKey(contentType, body, limit)
+	case "platform_plan":
+		_, _, err = decodePlatformPlan(contentType, body, limit, "gold")
+	case "jwt_issuer":
+		_, err = decodeJWTIssuer(contentType, body, limit)
+	case "jwt_issuer_update":
+		_, _, err = decodeJWTIssuerUpdate(contentType, body, limit)
+	case "policy":
+		_, _, err = decodePolicy(contentType, body, limit)
 	default:
 		panic("api.Decode: unknown kind " + kind)
 	}
@@ -45,4 +53,4 @@ func Decode(kind, contentType string, body []byte) error {
 }
 
 // BodyKinds are the kinds Decode takes: every request body of the API.
-var BodyKinds = []string{"tenant", "tenant_patch", "route", "route_update", "consumer", "consumer_update", "plan", "plan_update", "token", "key"}
+var BodyKinds = []string{"tenant", "tenant_patch", "route", "route_update", "consumer", "consumer_update", "plan", "plan_update", "token", "key", "platform_plan", "jwt_issuer", "jwt_issuer_update", "policy"}

@@ -38,17 +38,21 @@ func fuzzDecode(f *testing.F, kinds ...string) {
 	})
 }
 
-func FuzzDecodeTenant(f *testing.F)   { fuzzDecode(f, "tenant", "tenant_patch") }
-func FuzzDecodeRoute(f *testing.F)    { fuzzDecode(f, "route", "route_update") }
-func FuzzDecodeConsumer(f *testing.F) { fuzzDecode(f, "consumer", "consumer_update") }
-func FuzzDecodePlan(f *testing.F)     { fuzzDecode(f, "plan", "plan_update") }
-func FuzzDecodeToken(f *testing.F)    { fuzzDecode(f, "token") }
-func FuzzDecodeKey(f *testing.F)      { fuzzDecode(f, "key") }
+func FuzzDecodeTenant(f *testing.F)       { fuzzDecode(f, "tenant", "tenant_patch") }
+func FuzzDecodeRoute(f *testing.F)        { fuzzDecode(f, "route", "route_update") }
+func FuzzDecodeConsumer(f *testing.F)     { fuzzDecode(f, "consumer", "consumer_update") }
+func FuzzDecodePlan(f *testing.F)         { fuzzDecode(f, "plan", "plan_update") }
+func FuzzDecodeToken(f *testing.F)        { fuzzDecode(f, "token") }
+func FuzzDecodeKey(f *testing.F)          { fuzzDecode(f, "key") }
+func FuzzDecodePlatformPlan(f *testing.F) { fuzzDecode(f, "platform_plan") }
+func FuzzDecodeJWTIssuer(f *testing.F)    { fuzzDecode(f, "jwt_issuer", "jwt_issuer_update") }
+func FuzzDecodePolicy(f *testing.F)       { fuzzDecode(f, "policy") }
 
 // TestDecodeKindsCovered keeps the fuzz targets honest: every body kind is fuzzed.
 func TestDecodeKindsCovered(t *testing.T) {
 	fuzzed := map[string]bool{"tenant": true, "tenant_patch": true, "route": true, "route_update": true,
-		"consumer": true, "consumer_update": true, "plan": true, "plan_update": true, "token": true, "key": true}
+		"consumer": true, "consumer_update": true, "plan": true, "plan_update": true, "token": true, "key": true, "platform_plan": true,
+		"jwt_issuer": true, "jwt_issuer_update": true, "policy": true}
 	for _, k := range api.BodyKinds {
 		if !fuzzed[k] {
 			t.Errorf("body kind %s has no fuzz target", k)

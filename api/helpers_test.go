@@ -72,6 +72,7 @@ func newEnv(t *testing.T, edit ...func(*api.Config)) *env {
 	logs := &syncBuffer{}
 	cfg := api.Config{
 		Tenants: db, Routes: db, Consumers: db, Plans: db, Tokens: db,
+		JWTIssuers: db, Policies: db,
 		AdminToken: adminToken,
 		Upstreams:  policy,
 		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -20,25 +20,31 @@ type obj = map[string]any
 
 // schemaNames gives the API's own types their public names; domain types keep theirs.
 var schemaNames = map[reflect.Type]string{
-	reflect.TypeFor[tenantCreate]():   "TenantCreate",
-	reflect.TypeFor[tenantPatch]():    "TenantPatch",
-	reflect.TypeFor[routeBody]():      "RouteCreate",
-	reflect.TypeFor[routeUpdate]():    "RouteUpdate",
-	reflect.TypeFor[upstreamBody]():   "UpstreamInput",
-	reflect.TypeFor[targetBody]():     "TargetInput",
-	reflect.TypeFor[rateLimitBody]():  "RateLimitInput",
-	reflect.TypeFor[quotaBody]():      "QuotaInput",
-	reflect.TypeFor[consumerBody]():   "ConsumerCreate",
-	reflect.TypeFor[consumerUpdate](): "ConsumerUpdate",
-	reflect.TypeFor[planBody]():       "PlanCreate",
-	reflect.TypeFor[planUpdate]():     "PlanUpdate",
-	reflect.TypeFor[tokenBody]():      "TokenCreate",
-	reflect.TypeFor[keyBody]():        "KeyCreate",
-	reflect.TypeFor[createdKey]():     "CreatedKey",
-	reflect.TypeFor[createdToken]():   "CreatedToken",
-	reflect.TypeFor[status]():         "Status",
-	reflect.TypeFor[errorBody]():      "Error",
-	reflect.TypeFor[errorDetail]():    "ErrorDetail",
+	reflect.TypeFor[tenantCreate]():     "TenantCreate",
+	reflect.TypeFor[tenantPatch]():      "TenantPatch",
+	reflect.TypeFor[routeBody]():        "RouteCreate",
+	reflect.TypeFor[routeUpdate]():      "RouteUpdate",
+	reflect.TypeFor[upstreamBody]():     "UpstreamInput",
+	reflect.TypeFor[targetBody]():       "TargetInput",
+	reflect.TypeFor[rateLimitBody]():    "RateLimitInput",
+	reflect.TypeFor[planRateBody]():     "PlanRateLimitInput",
+	reflect.TypeFor[platformPlanBody](): "PlatformPlanPut",
+	reflect.TypeFor[quotaBody]():        "QuotaInput",
+	reflect.TypeFor[consumerBody]():     "ConsumerCreate",
+	reflect.TypeFor[consumerUpdate]():   "ConsumerUpdate",
+	reflect.TypeFor[planBody]():         "PlanCreate",
+	reflect.TypeFor[planUpdate]():       "PlanUpdate",
+	reflect.TypeFor[tokenBody]():        "TokenCreate",
+	reflect.TypeFor[keyBody]():          "KeyCreate",
+	reflect.TypeFor[createdKey]():       "CreatedKey",
+	reflect.TypeFor[createdToken]():     "CreatedToken",
+	reflect.TypeFor[jwtIssuerBody]():    "JWTIssuerCreate",
+	reflect.TypeFor[jwtIssuerUpdate]():  "JWTIssuerUpdate",
+	reflect.TypeFor[tenants.Issuer]():   "JWTIssuer",
+	reflect.TypeFor[policyBody]():       "PolicyPut",
+	reflect.TypeFor[status]():           "Status",
+	reflect.TypeFor[errorBody]():        "Error",
+	reflect.TypeFor[errorDetail]():      "ErrorDetail",
 }
 
 var (
@@ -48,17 +54,22 @@ var (
 
 // outputFields adds keywords to fields of the domain types in responses.
 var outputFields = map[string]obj{
-	"Tenant.version":   {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
-	"Route.version":    {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
-	"Consumer.version": {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
-	"Plan.version":     {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
-	"Tenant.plan":      {"description": "Platform plan capping the whole tenant."},
-	"Route.auth":       {"enum": []string{tenants.AuthNone, tenants.AuthKey, tenants.AuthJWT, tenants.AuthKeyOrJWT}},
-	"Route.methods":    {"description": "Empty: every method."},
-	"Key.prefix":       {"description": "The key's first characters, to tell keys apart."},
-	"Token.prefix":     {"description": "The token's first characters, to tell tokens apart."},
-	"Token.role":       {"enum": []string{tenants.RoleAdmin}},
-	"Consumer.plan":    {"description": "Absent when the consumer has no plan."},
+	"Tenant.version":       {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
+	"Route.version":        {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
+	"Consumer.version":     {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
+	"Plan.version":         {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
+	"Tenant.plan":          {"description": "Platform plan capping the whole tenant."},
+	"Route.auth":           {"enum": []string{tenants.AuthNone, tenants.AuthKey, tenants.AuthJWT, tenants.AuthKeyOrJWT}},
+	"Route.methods":        {"description": "Empty: every method."},
+	"Key.prefix":           {"description": "The key's first characters, to tell keys apart."},
+	"Token.prefix":         {"description": "The token's first characters, to tell tokens apart."},
+	"Token.role":           {"enum": tenants.TokenRoles},
+	"Issuer.version":       {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
+	"Issuer.hs256_secret":  {"description": "Never present in responses: the secret is write-only."},
+	"Policy.version":       {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
+	"Consumer.plan":        {"description": "Absent when the consumer has no plan."},
+	"Tenant.limits":        {"description": "The platform plan the tenant is on, with its limits (read-only: change the tenant's plan, or the plan)."},
+	"PlatformPlan.version": {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
 }
 
 // schemas builds component schemas by reflection.
@@ -220,10 +231,10 @@ func (ep *endpoint) errorStatuses() []int {
 	if ep.access != public {
 		set[400], set[401] = true, true
 	}
-	if ep.access == adminOnly || ep.path == "/v1/tenants/:slug" && ep.method != http.MethodGet {
+	if ep.access == adminOnly || ep.path == "/v1/tenants/:slug" && ep.method != http.MethodGet || ep.path == "/v1/billing/export" {
 		set[403] = true
 	}
-	if ep.access == tenantScoped {
+	if ep.access == tenantScoped || strings.HasSuffix(ep.path, "/platform/plans/:name") {
 		set[404] = true
 	}
 	if ep.body != nil {
@@ -293,7 +304,7 @@ func (s *Server) document() obj {
 		"security": []obj{{"bearer": []string{}}},
 		"tags": []obj{
 			{"name": tagTenants}, {"name": tagRoutes}, {"name": tagConsumers}, {"name": tagKeys},
-			{"name": tagPlans}, {"name": tagTokens}, {"name": tagHealth},
+			{"name": tagPlans}, {"name": tagTokens}, {"name": tagJWTIssuers}, {"name": tagPolicy}, {"name": tagPlatform}, {"name": tagHealth},
 		},
 		"paths": paths,
 		"components": obj{
@@ -346,10 +357,17 @@ func (s *Server) operation(g *schemas, ep *endpoint) obj {
 			schema = obj{"type": "string", "pattern": "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"}
 			desc = "The tenant's slug."
 		}
+		if name == "name" {
+			schema = obj{"type": "string", "pattern": "^[a-z0-9_-]{1,63}$"}
+			desc = "The plan's name."
+		}
 		params = append(params, obj{"name": name, "in": "path", "required": true, "description": desc, "schema": schema})
 	}
 	if ep.list {
 		params = append(params, obj{"$ref": "#/components/parameters/limit"}, obj{"$ref": "#/components/parameters/cursor"})
+	}
+	for _, q := range ep.params {
+		params = append(params, obj{"name": q, "in": "query", "schema": obj{"type": "string"}})
 	}
 	if ep.ifMatch {
 		params = append(params, obj{"$ref": "#/components/parameters/If-Match"})
@@ -372,6 +390,9 @@ func (s *Server) operation(g *schemas, ep *endpoint) obj {
 	ok := obj{"description": http.StatusText(ep.status), "headers": headers}
 	if ep.result != nil {
 		ok["content"] = obj{"application/json": obj{"schema": g.ref(reflect.TypeOf(ep.result), false)}}
+		if ep.csv {
+			ok["content"].(obj)["text/csv"] = obj{"schema": obj{"type": "string"}}
+		}
 	}
 	if ep.secret {
 		ok["description"] = "Created. The plaintext secret is in this response only (Cache-Control: no-store)."

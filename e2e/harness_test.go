@@ -354,8 +354,10 @@ func (s *stack) startEdge(extra ...string) (*proc, *edgeClient) {
 	t := s.t
 	t.Helper()
 	for attempt := 1; ; attempt++ {
+		// A meter spool of the test's own (extra may name another, to keep one across restarts).
+		spool := "TOLLGATE_METER_SPOOL_DIR=" + t.TempDir()
 		p := startProc(t, fmt.Sprintf("edge@%s", s.edgeAddr), []string{"edge"},
-			s.env(extra...))
+			s.env(append([]string{spool}, extra...)...))
 		err := p.waitReady("http://"+s.edgeAdm+"/readyz", readyTimeout)
 		if err == nil {
 			p.addr, p.adminAddr = s.edgeAddr, s.edgeAdm
@@ -445,9 +447,11 @@ func (c *apiClient) must(want int, method, path string, body any, header ...stri
 
 // Shorthands for the objects the tests make.
 
+// createTenant creates a tenant on the platform plan "unlimited", so the tests that are
+// not about flow control are not limited by the default plan (free: 10 requests/s).
 func (c *apiClient) createTenant(slug string) map[string]any {
 	c.t.Helper()
-	return c.must(201, "POST", "/v1/tenants", map[string]any{"slug": slug, "name": "E2E " + slug})
+	return c.must(201, "POST", "/v1/tenants", map[string]any{"slug": slug, "name": "E2E " + slug, "plan": "unlimited"})
 }
 
 // routeSpec is a route body: paths, one upstream target, auth, and extra fields.

@@ -4,7 +4,7 @@
 // upstream on CPU 1) at GOMAXPROCS / nginx workers 1 and 2, and Tollgate's config fan-out
 // latency and idle RSS with many routes.
 //
-//	go run ./infra/bench [-scenarios S1,S2,S4r,config,rss10k] [-duration 10s] [-cores 1,2] [-out bench-results.md]
+//	go run ./infra/bench [-scenarios S1,S2,S2j,S4r,config,rss10k] [-duration 10s] [-cores 1,2] [-out bench-results.md]
 //	go tool task bench -- -duration 3s -scenarios S1
 //
 // It is a command, not a test: it needs the machine's Postgres and NATS, installs nginx and
@@ -56,17 +56,27 @@ type bench struct {
 	pgAdmin      string
 	redisURL     string
 	s2Limit      bool
+	meterOff     bool   // the edges run with TOLLGATE_METER=off (metering's cost: compare with a run without)
+	s7Rate       int    // S7: the base rate (the burst is 10×)
+	noisyLimit   int    // noisy: tenant A's rate limit (flooded at 10×)
+	noisyRate    int    // noisy: tenant B's rate
+	perfAdmin    string // the perf edge's admin address (its /metrics)
 	bin          string
 	edgeInConfig bool
 	upPort       int // the shared upstream, once started
 }
 
-func main() { os.Exit(run()) }
+func main() {
+	if os.Getenv("TOLLGATE_BENCH_LOADGEN") == "1" {
+		os.Exit(runLoadgen()) // the bench as its own fixed-rate load generator (flow.go)
+	}
+	os.Exit(run())
+}
 
 func run() int {
 	b := &bench{clean: &cleanups{}}
 	var (
-		scenarios = flag.String("scenarios", "S1,S2,S4r,config,rss10k", "comma-separated: S1 (1 route), S2 (key auth), S4r (many routes, hit one), config (commit-to-bucket latency), rss10k (edge RSS with many routes)")
+		scenarios = flag.String("scenarios", "S1,S2,S2j,S4r,config,rss10k", "comma-separated: S1 (1 route), S2 (key auth), S2j (JWT RS256 + policy + rate limit), S2l/S2x/S2a (key auth + a never-reached limit: local, exact, approximate), S4r (many routes, hit one), S7 (burst 10× for 1 s), noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with many routes)")
 		gateways  = flag.String("gateways", "nginx,tollgate", "gateways to measure: nginx, tollgate")
 		cores     = flag.String("cores", "1,2", "GOMAXPROCS / nginx workers per run; the gateway gets CPUs 0..n-1")
 		out       = flag.String("out", "bench-results.md", "also write the markdown report here (empty: stdout only)")
@@ -87,7 +97,11 @@ func run() int {
 	flag.StringVar(&b.natsURL, "nats", "nats://127.0.0.1:4222", "NATS (JetStream) the stacks use")
 	flag.StringVar(&b.pgAdmin, "pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres to create the run's databases on")
 	flag.StringVar(&b.redisURL, "redis", "", "TOLLGATE_REDIS_URL for the edges (empty: local limits only)")
+	flag.BoolVar(&b.meterOff, "meter-off", false, "start the edges with TOLLGATE_METER=off (no usage metering); metering's cost is S1/S2 of a run without it minus a run with it")
 	flag.BoolVar(&b.s2Limit, "s2-ratelimit", false, "S2: add a rate limit that is never reached (rps=burst=1e6) to the route, and limit_req to nginx")
+	flag.IntVar(&b.s7Rate, "s7-rate", 1000, "S7: base request rate; the burst is 10× it for 1 s")
+	flag.IntVar(&b.noisyLimit, "noisy-limit", 500, "noisy: tenant A's platform-plan rate limit (it is flooded at 10×)")
+	flag.IntVar(&b.noisyRate, "noisy-rate", 1000, "noisy: tenant B's request rate")
 	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root)")
 	flag.Parse()
 
@@ -110,12 +124,19 @@ func run() int {
 	}
 	scs := splitList(*scenarios)
 	for _, s := range scs {
-		if !slices.Contains([]string{"S1", "S2", "S4r", "config", "rss10k"}, s) {
+		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S4r", "S7", "noisy", "config", "rss10k"}, s) {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
 	if b.routes < 1 || b.rssRoutes < 1 || b.cfgN < 1 || b.burst < 1 || b.workers < 1 {
 		return fail(fmt.Errorf("-routes, -rss-routes, -config-n, -burst and -workers must be at least 1"))
+	}
+	if needsRedis(scs) && b.redisURL == "" {
+		b.redisURL = "redis://127.0.0.1:6379"
+		fmt.Fprintf(os.Stderr, "bench: S2x/S2a count in Redis: the edges use %s (-redis to choose)\n", b.redisURL)
+	}
+	if b.s7Rate < 1 || b.noisyLimit < 1 || b.noisyRate < 1 {
+		return fail(fmt.Errorf("-s7-rate, -noisy-limit and -noisy-rate must be at least 1"))
 	}
 	if runtime.NumCPU() < 2 {
 		fmt.Fprintln(os.Stderr, "bench: only one CPU: gateway and load share it, figures are not comparable")
@@ -245,10 +266,19 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 			return rep, fmt.Errorf("rss10k: %w", err)
 		}
 	}
+	if needTollgate && (slices.Contains(scs, "S7") || slices.Contains(scs, "noisy")) {
+		r, err := b.flowScenarios(ctx, scs)
+		rep.flow = r
+		if err != nil {
+			return rep, fmt.Errorf("S7/noisy: %w", err)
+		}
+	}
 	return rep, nil
 }
 
-func isPerf(s string) bool { return s == "S1" || s == "S2" || s == "S4r" }
+func isPerf(s string) bool {
+	return s == "S1" || s == "S2" || s == "S2j" || s == "S4r" || isFlowPerf(s)
+}
 
 // checkServices fails early, with the remedy, when Postgres or NATS is not there.
 func checkServices(ctx context.Context, b *bench) error {

@@ -65,6 +65,7 @@ type proxyLoc struct {
 	path  string
 	key   string // when set, X-API-Key must equal it (S2's key auth)
 	limit bool   // S2's never-triggered rate limit
+	authz string // when set, Authorization must equal it (S2j's stand-in for JWT auth)
 }
 
 // startProxy starts the nginx proxy under test: workers workers pinned to cpus, an upstream
@@ -98,6 +99,9 @@ func startProxy(ctx context.Context, b *bench, port, upPort, workers int, cpus s
 			fmt.Fprintf(&s, "\t\tlocation %s {\n", l.path)
 			if l.key != "" {
 				fmt.Fprintf(&s, "\t\t\tif ($http_x_api_key != %q) { return 401; }\n", l.key)
+			}
+			if l.authz != "" {
+				fmt.Fprintf(&s, "\t\t\tif ($http_authorization != %q) { return 401; }\n", l.authz)
 			}
 			if l.limit {
 				s.WriteString("\t\t\tlimit_req zone=bench_limit burst=1000000 nodelay;\n")

@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
 	"fmt"
+	"math/big"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // perfScenario is one proxy scenario, configured the same way on every gateway.
@@ -17,6 +23,51 @@ type perfScenario struct {
 	headers  map[string]string
 	key      string // S2: the API key nginx checks and Tollgate issued
 	limit    bool   // S2: the never-reached rate limit
+	mode     string // S2l/S2x/S2a: the limit's mode (flow.go)
+	jwt      *jwtSetup
+}
+
+// jwtSetup is S2j's identity provider: an RSA key whose public half is the tenant's
+// inline JWK, and one RS256 token signed with it (clients reuse their token, so the
+// edge verifies its signature once and then answers from its verified-token cache).
+type jwtSetup struct {
+	key    *rsa.PrivateKey
+	token  string
+	issuer string
+}
+
+const (
+	s2jIssuer   = "https://idp.bench.example"
+	s2jAudience = "bench-api"
+	s2jConsumer = "bench-client"
+)
+
+func newJWTSetup() (*jwtSetup, error) {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{
+		"iss": s2jIssuer, "aud": s2jAudience, "sub": s2jConsumer, "roles": []string{"reader"},
+		"iat": now.Unix(), "exp": now.Add(24 * time.Hour).Unix(),
+	})
+	tok.Header["kid"] = "bench-1"
+	signed, err := tok.SignedString(k)
+	if err != nil {
+		return nil, err
+	}
+	return &jwtSetup{key: k, token: signed, issuer: s2jIssuer}, nil
+}
+
+// issuerBody is the tenant's issuer: the key inline, RS256.
+func (j *jwtSetup) issuerBody() map[string]any {
+	enc := base64.RawURLEncoding.EncodeToString
+	return map[string]any{
+		"issuer": j.issuer, "audiences": []string{s2jAudience}, "algorithms": []string{"RS256"},
+		"keys": []any{map[string]any{"kty": "RSA", "kid": "bench-1", "alg": "RS256", "use": "sig",
+			"n": enc(j.key.N.Bytes()), "e": enc(big.NewInt(int64(j.key.E)).Bytes())}},
+	}
 }
 
 // perfResult is one measured window of one gateway.
@@ -27,6 +78,7 @@ type perfResult struct {
 	cpuSec            float64 // gateway CPU (user+system) during the window
 	usPerReq          float64
 	busy              float64 // cpuSec / wall seconds: cores the gateway kept busy
+	redisPerReq       float64 // Tollgate: limiter Redis commands per request (flow.go)
 	rssKB             int64
 }
 
@@ -46,6 +98,18 @@ func buildPerfScenarios(b *bench, ids []string) []*perfScenario {
 			out = append(out, &perfScenario{id: "S2", desc: desc,
 				host: "bench.localhost", hit: "/keyed", paths: []string{"/keyed"},
 				key: key, headers: map[string]string{"X-API-Key": key}, limit: b.s2Limit})
+		case "S2j":
+			// Built here, not at configuration, so an nginx-only run checks the same token.
+			j, err := newJWTSetup()
+			if err != nil {
+				panic(err) // crypto/rand does not fail on Linux
+			}
+			out = append(out, &perfScenario{id: "S2j",
+				desc: "JWT RS256 + policy + rate limit (never reached); nginx: exact Authorization match + limit_req",
+				host: "jwt.localhost", hit: "/orders/1", paths: []string{"/orders/1"},
+				headers: map[string]string{"Authorization": "Bearer " + j.token}, limit: true, jwt: j})
+		case "S2l", "S2x", "S2a":
+			out = append(out, flowPerfScenario(id))
 		case "S4r":
 			sc := &perfScenario{id: "S4r", desc: fmt.Sprintf("%d routes, hit one", b.routes), host: "routes.localhost"}
 			for i := range b.routes {
@@ -73,7 +137,11 @@ func proxySites(scs []*perfScenario) []proxySite {
 			sites = append(sites, proxySite{host: sc.host})
 		}
 		for _, p := range sc.paths {
-			sites[i].locs = append(sites[i].locs, proxyLoc{path: p, key: sc.key, limit: sc.limit})
+			loc := proxyLoc{path: p, key: sc.key, limit: sc.limit}
+			if sc.jwt != nil {
+				loc.authz = "Bearer " + sc.jwt.token
+			}
+			sites[i].locs = append(sites[i].locs, loc)
 		}
 	}
 	return sites
@@ -86,7 +154,13 @@ func (b *bench) configureTollgate(ctx context.Context, s *stack, upURL string, s
 	for _, sc := range scs {
 		slug := strings.TrimSuffix(sc.host, ".localhost")
 		if !tenants[slug] {
-			if _, err := s.client.createTenant(ctx, slug); err != nil {
+			if sc.id == "S2j" {
+				// Its own tenant on the platform plan without limits: only the route's
+				// never-reached limit is counted, as nginx's limit_req.
+				if err := s.client.call(ctx, "POST", "/v1/tenants", map[string]any{"slug": slug, "name": slug, "plan": "unlimited"}, nil); err != nil {
+					return err
+				}
+			} else if _, err := s.client.createTenant(ctx, slug); err != nil {
 				return err
 			}
 			tenants[slug] = true
@@ -110,6 +184,26 @@ func (b *bench) configureTollgate(ctx context.Context, s *stack, upURL string, s
 			sc.key = k.Key
 			sc.headers = map[string]string{"X-API-Key": k.Key}
 			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("keyed", sc.hit, upURL, "key", sc.limit), nil); err != nil {
+				return err
+			}
+		case "S2j":
+			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/jwt-issuers", sc.jwt.issuerBody(), nil); err != nil {
+				return err
+			}
+			policy := map[string]any{
+				"rules": [][]string{{"reader", "/orders/:id", "GET"}, {"*", "/orders/admin/*", "*", "deny"}},
+				"roles": [][]string{{"ops", "reader"}},
+			}
+			if err := s.client.call(ctx, "PUT", "/v1/tenants/"+slug+"/policy", policy, nil); err != nil {
+				return err
+			}
+			r := routeBody("orders", "/orders", upURL, "jwt", sc.limit)
+			r["policy"] = true
+			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
+				return err
+			}
+		case "S2l", "S2x", "S2a":
+			if err := b.configureFlowScenario(ctx, s, slug, upURL, sc); err != nil {
 				return err
 			}
 		case "S4r":
@@ -170,6 +264,7 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 				return err
 			}
 			targets["tollgate"], bases["tollgate"] = st.edge, "http://"+st.edgeAddr
+			b.perfAdmin = st.edgeAdmin
 		}
 		for _, gw := range b.gateways {
 			for _, sc := range scs {
@@ -210,6 +305,10 @@ func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScena
 			return perfResult{}, err
 		}
 	}
+	redis0 := 0.0
+	if gw == "tollgate" {
+		redis0 = b.redisCommands(b.perfAdmin)
+	}
 	u0, err := groupUsage(p.pid())
 	if err != nil {
 		return perfResult{}, p.failure(err.Error())
@@ -225,6 +324,9 @@ func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScena
 		return perfResult{}, p.failure(err.Error())
 	}
 	r := perfResult{scenario: sc.id, gateway: gw, procs: procs, load: lr, rssKB: u1.rssKB}
+	if gw == "tollgate" && lr.Requests > 0 {
+		r.redisPerReq = (b.redisCommands(b.perfAdmin) - redis0) / float64(lr.Requests)
+	}
 	r.cpuSec = float64(u1.ticks-u0.ticks) / float64(b.tick)
 	if lr.Requests > 0 {
 		r.usPerReq = r.cpuSec * 1e6 / float64(lr.Requests)

@@ -17,6 +17,7 @@ type report struct {
 	perf   []perfResult
 	config *configResult
 	rss    *rssResult
+	flow   *flowResult
 }
 
 func newReport(b *bench) *report { return &report{b: b, start: time.Now()} }
@@ -35,6 +36,9 @@ func (r *report) describeTools() {
 		fmt.Sprintf("%d CPUs, Linux %s, %s", runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version()),
 		firstLine(nginxBin(), "-v"),
 		firstLine("wrk", "-v"),
+	}
+	if r.b.meterOff {
+		r.tools = append(r.tools, "Tollgate edges with TOLLGATE_METER=off: usage metering disabled (issue 6's cost comparison)")
 	}
 }
 
@@ -111,6 +115,7 @@ func (r *report) markdown() string {
 		s.WriteString("\n")
 		r.scaling(&s)
 	}
+	r.flowMarkdown(&s)
 	if c := r.config; c != nil {
 		s.WriteString("## Config fan-out (commit to KV bucket)\n\n")
 		s.WriteString("From the api's 201 reaching the client to the entry arriving at a JetStream KV watcher of the bucket ")

@@ -95,6 +95,13 @@ func (b *bench) newStack(ctx context.Context, name, apiCPUs string) (*stack, err
 			fmt.Fprintf(os.Stderr, "bench: cleanup NATS %s: %v\n", s.prefix, err)
 		}
 	})
+	if b.redisURL != "" {
+		b.clean.add(func() {
+			if err := deleteRedisPrefix(b.redisURL, s.prefix); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: cleanup Redis %s:*: %v\n", s.prefix, err)
+			}
+		})
+	}
 
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -177,8 +184,13 @@ func (s *stack) env(extra ...string) []string {
 // startEdge starts an edge with GOMAXPROCS=procs pinned to cpus (empty: anywhere) and waits
 // until its admin port reports ready.
 func (s *stack) startEdge(ctx context.Context, procs int, cpus string) error {
-	var extra []string
+	// Metering is on unless -meter-off; its spool is the run's, removed with it.
+	extra := []string{"TOLLGATE_METER_SPOOL_DIR=" + filepath.Join(s.dir, fmt.Sprintf("meter-spool-%d", procs))}
 	name := "tollgate edge"
+	if s.b.meterOff {
+		extra = append(extra, "TOLLGATE_METER=off")
+		name += " (metering off)"
+	}
 	if procs > 0 {
 		extra = append(extra, fmt.Sprintf("GOMAXPROCS=%d", procs))
 		name += fmt.Sprintf(" (GOMAXPROCS=%d)", procs)
@@ -298,7 +310,8 @@ type created struct {
 
 func (c *apiClient) createTenant(ctx context.Context, slug string) (string, error) {
 	var t created
-	err := c.call(ctx, "POST", "/v1/tenants", map[string]any{"slug": slug, "name": slug}, &t)
+	// The platform plan without limits: the scenarios set the limits they measure.
+	err := c.call(ctx, "POST", "/v1/tenants", map[string]any{"slug": slug, "name": slug, "plan": "unlimited"}, &t)
 	return t.ID, err
 }
 

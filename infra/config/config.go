@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"tollgate/tenants"
 )
@@ -31,10 +33,17 @@ type Config struct {
 	RedisPrefix  string // TOLLGATE_REDIS_PREFIX [tollgate]
 	AllowCIDRs   []netip.Prefix
 	TrustedProxy []netip.Prefix // TOLLGATE_TRUSTED_PROXIES [empty: X-Forwarded-* from clients ignored]
+	RedisTimeout time.Duration  // TOLLGATE_REDIS_TIMEOUT [50ms: a slower Redis call counts as failed]
 	EdgeID       string         // TOLLGATE_EDGE_ID [hostname]
 	Pprof        bool           // TOLLGATE_PPROF [false: /debug/pprof on the edge admin port]
 	LogLevel     string         // TOLLGATE_LOG_LEVEL [info]
 	AccessLog    bool           // TOLLGATE_ACCESS_LOG [false]
+	// Metering and billing (issue 6).
+	Meter         bool   // TOLLGATE_METER [on; off: the edge meters nothing, for benchmarks only]
+	MeterSpoolDir string // TOLLGATE_METER_SPOOL_DIR [$XDG_STATE_HOME (else os.TempDir())/tollgate-meter-<edge id>-<edge port>]
+	StripeKey     string // TOLLGATE_STRIPE_KEY [unset: billing pushes nothing to Stripe]
+	StripeURL     string // TOLLGATE_STRIPE_URL [Stripe's API; e.g. a stripe-mock]
+	StripeEvent   string // TOLLGATE_STRIPE_EVENT [tollgate_requests: the Billing Meter's event name]
 }
 
 // FromEnv reads the environment. getenv is os.Getenv in production, a map in tests.
@@ -61,6 +70,19 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		RedisPrefix: get("TOLLGATE_REDIS_PREFIX", "tollgate"),
 		EdgeID:      getenv("TOLLGATE_EDGE_ID"),
 		LogLevel:    get("TOLLGATE_LOG_LEVEL", "info"),
+
+		Meter:         true,
+		MeterSpoolDir: getenv("TOLLGATE_METER_SPOOL_DIR"),
+		StripeKey:     getenv("TOLLGATE_STRIPE_KEY"),
+		StripeURL:     getenv("TOLLGATE_STRIPE_URL"),
+		StripeEvent:   get("TOLLGATE_STRIPE_EVENT", "tollgate_requests"),
+	}
+	switch v := strings.ToLower(getenv("TOLLGATE_METER")); v {
+	case "", "on", "true", "1":
+	case "off", "false", "0":
+		c.Meter = false
+	default:
+		return nil, fmt.Errorf("TOLLGATE_METER: %q is not on or off", v)
 	}
 	var err error
 	if c.AllowCIDRs, err = tenants.ParseCIDRs(getenv("TOLLGATE_UPSTREAM_ALLOW_CIDRS")); err != nil {
@@ -90,8 +112,22 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 			return nil, fmt.Errorf("%s: %q is not host:port", a.name, a.v)
 		}
 	}
+	if v := getenv("TOLLGATE_REDIS_TIMEOUT"); v != "" {
+		if c.RedisTimeout, err = time.ParseDuration(v); err != nil || c.RedisTimeout <= 0 || c.RedisTimeout > 10*time.Second {
+			return nil, fmt.Errorf("TOLLGATE_REDIS_TIMEOUT: %q is not a duration between 1ms and 10s (like 50ms)", v)
+		}
+	}
 	if c.EdgeID == "" {
 		c.EdgeID, _ = os.Hostname()
+	}
+	if c.MeterSpoolDir == "" {
+		base := getenv("XDG_STATE_HOME")
+		if base == "" {
+			base = os.TempDir()
+		}
+		// The edge's port too: edges sharing a host (and its name) need a spool each.
+		_, port, _ := net.SplitHostPort(c.EdgeAddr)
+		c.MeterSpoolDir = filepath.Join(base, "tollgate-meter-"+c.EdgeID+"-"+port)
 	}
 	return c, nil
 }

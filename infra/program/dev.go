@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	billingcli "tollgate/billing/cli"
 	"tollgate/infra/config"
 	"tollgate/infra/natsserver"
 	"tollgate/tenants"
@@ -100,6 +101,19 @@ func Dev(ctx context.Context, args []string) error {
 		edgeDone <- runEdge(ctx, cfg, natsURL, edgeLn, adminLn, log, func() { close(edgeReady) })
 	}()
 
+	// Billing folds the edge's usage, so the dev stack's usage and export count. It stops
+	// after the edge has drained its meter.
+	billingCtx, stopBilling := context.WithCancel(context.Background())
+	defer stopBilling()
+	billingDone := make(chan error, 1)
+	go func() {
+		billingDone <- billingcli.Run(billingCtx, billingcli.Options{
+			DatabaseURL: cfg.DatabaseURL, NATSURL: natsURL, NATSPrefix: cfg.NATSPrefix,
+			StripeKey: cfg.StripeKey, StripeURL: cfg.StripeURL, StripeEvent: cfg.StripeEvent,
+			Logger: log.With("component", "billing"),
+		})
+	}()
+
 	edgePort := portOf(edgeLn)
 	if err := waitDemo(ctx, edgeReady, edgeLn.Addr().String(), key); err != nil {
 		log.Warn("demo route not served yet", "err", err)
@@ -122,6 +136,14 @@ func Dev(ctx context.Context, args []string) error {
 			}
 		case <-time.After(shutdownGrace):
 		}
+	}
+	stopBilling()
+	select {
+	case err := <-billingDone:
+		if first == nil && err != nil && !errors.Is(err, context.Canceled) {
+			first = err
+		}
+	case <-time.After(shutdownGrace):
 	}
 	return first
 }
@@ -152,7 +174,7 @@ func seedDemo(ctx context.Context, cp *controlPlane, upstreamAddr string) (strin
 	db := cp.db
 	t, err := db.FindTenant(ctx, demoSlug)
 	if tenants.ErrorCode(err) == tenants.ENotFound {
-		t = &tenants.Tenant{Slug: demoSlug, Name: "Demo"}
+		t = &tenants.Tenant{Slug: demoSlug, Name: "Demo", Plan: tenants.PlatformUnlimited}
 		err = db.CreateTenant(ctx, t)
 	}
 	if err != nil {
@@ -164,6 +186,8 @@ func seedDemo(ctx context.Context, cp *controlPlane, upstreamAddr string) (strin
 		Paths:    []string{"/hello"},
 		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "http://" + upstreamAddr, Weight: 1}}},
 		Auth:     tenants.AuthKey,
+		// Shows the RateLimit-* headers without getting in the way of trying things.
+		RateLimit: &tenants.RateLimit{RPS: 100, Burst: 200},
 	}
 	r, err := findByName(ctx, demoRoute, func(p tenants.Page) ([]*tenants.Route, string, error) { return db.ListRoutes(ctx, t.ID, p) },
 		func(r *tenants.Route) string { return r.Name })
@@ -268,7 +292,12 @@ func printBanner(cfg *config.Config, apiAddr, edgePort, adminAddr, natsURL, key 
 	fmt.Fprintf(&b, "  edge             http://%s:%s\n", host, edgePort)
 	fmt.Fprintf(&b, "  edge metrics     http://%s/metrics\n", adminAddr)
 	fmt.Fprintf(&b, "  nats             %s   bucket %s\n", natsURL, cfg.KVBucket())
-	fmt.Fprintf(&b, "  database         %s\n\n", redactURL(cfg.DatabaseURL))
+	fmt.Fprintf(&b, "  database         %s\n", redactURL(cfg.DatabaseURL))
+	if cfg.RedisURL != "" {
+		fmt.Fprintf(&b, "  flow control     cluster-wide in Redis %s (prefix %s)\n\n", redactURL(cfg.RedisURL), cfg.RedisPrefix)
+	} else {
+		fmt.Fprintf(&b, "  flow control     local to the edge (set TOLLGATE_REDIS_URL for cluster-wide limits)\n\n")
+	}
 	fmt.Fprintf(&b, "Call the demo API through the edge (tenant %q, route /hello, key auth):\n\n", demoSlug)
 	fmt.Fprintf(&b, "  curl -i -H 'X-API-Key: %s' http://%s:%s/hello\n", key, host, edgePort)
 	fmt.Fprintf(&b, "  curl -i http://%s:%s/hello                # no key: 401 envelope\n\n", host, edgePort)

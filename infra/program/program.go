@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"tollgate/api"
+	billingcli "tollgate/billing/cli"
+	billingpg "tollgate/billing/postgres"
 	"tollgate/edge"
 	"tollgate/infra/config"
 	"tollgate/tenants"
@@ -49,9 +51,10 @@ func Migrate(ctx context.Context, args []string) error {
 	return nil
 }
 
-// Billing is the usage consumer; it lands with the metering issue.
+// Billing is `tollgate billing`: the usage consumer, and the finance subcommands
+// (reconcile, export, enable, push). See billing/cli.
 func Billing(ctx context.Context, args []string) error {
-	return errors.New("billing is not built yet")
+	return billingcli.Main(ctx, args)
 }
 
 // controlPlane is the api's half of the stack: store, relay and the bucket it feeds.
@@ -120,12 +123,17 @@ func (cp *controlPlane) close() {
 }
 
 func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server {
-	return api.New(api.Config{
+	srv := api.New(api.Config{
+		People:     cp.db,
+		Audit:      cp.db,
 		Tenants:    cp.db,
 		Routes:     cp.db,
 		Consumers:  cp.db,
 		Plans:      cp.db,
 		Tokens:     cp.db,
+		JWTIssuers: cp.db,
+		Policies:   cp.db,
+		Usage:      billingpg.New(cp.db.Pool()), // rollups folded by `tollgate billing`, same database
 		AdminToken: cfg.AdminToken,
 		Upstreams:  cfg.UpstreamPolicy(),
 		Logger:     log,
@@ -136,6 +144,8 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 			return nil
 		},
 	})
+	mountConsole(srv, cp, cfg, log)
+	return srv
 }
 
 // API serves the management API and runs the outbox relay. With --resync it rebuilds the
@@ -249,7 +259,27 @@ func Edge(ctx context.Context, args []string) error {
 // runEdge watches the bucket into a new edge and serves until ctx ends. ready, if not
 // nil, is called once the initial load is in.
 func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net.Listener, log *slog.Logger, ready func()) error {
+	fc, err := openLimiter(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer fc.close() // after the edge has drained: the deferred calls below run first
+	nc, err := tgnats.Connect(natsURL, "tollgate-edge-"+cfg.EdgeID)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	m, err := openMeter(cfg, nc, fc.reg, log)
+	if err != nil {
+		return err
+	}
+	// Deferred after nc.Close, so it runs first: after the edge has drained (below), the
+	// meter flushes its last counts and the spool while NATS is still connected.
+	defer closeMeter(m, log)
 	e, err := edge.New(edge.Config{
+		Meter:          m,
+		Registry:       fc.reg,
+		Limiter:        fc.lim,
 		Domain:         cfg.EdgeDomain,
 		Policy:         cfg.UpstreamPolicy(),
 		TrustedProxies: cfg.TrustedProxy,
@@ -261,11 +291,6 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 	if err != nil {
 		return err
 	}
-	nc, err := tgnats.Connect(natsURL, "tollgate-edge-"+cfg.EdgeID)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err

@@ -1,0 +1,51 @@
+package program
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	billingnats "tollgate/billing/nats"
+	"tollgate/edge/meter"
+	"tollgate/infra/config"
+)
+
+// meterDrain bounds how long a stopping edge waits for NATS to take its last usage
+// batches; what it does not take by then stays in the spool for the next run.
+const meterDrain = 10 * time.Second
+
+// openMeter starts the edge's usage meter, publishing to JetStream under the stack's
+// prefix and spooling to cfg.MeterSpoolDir while NATS is away. Nil (no metering) when
+// TOLLGATE_METER=off.
+func openMeter(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, log *slog.Logger) (*meter.Meter, error) {
+	if !cfg.Meter {
+		log.Warn("metering is off (TOLLGATE_METER=off): this edge's traffic is not billed")
+		return nil, nil
+	}
+	pub, err := billingnats.NewPublisher(nc, cfg.NATSPrefix, cfg.EdgeID)
+	if err != nil {
+		return nil, err
+	}
+	return meter.New(meter.Config{
+		EdgeID:   cfg.EdgeID,
+		Sink:     pub,
+		SpoolDir: cfg.MeterSpoolDir,
+		Registry: reg,
+		Logger:   log,
+	})
+}
+
+// closeMeter drains the meter: its last counts and the spool go to NATS, or stay spooled.
+func closeMeter(m *meter.Meter, log *slog.Logger) {
+	if m == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), meterDrain)
+	defer cancel()
+	if err := m.Close(ctx); err != nil {
+		log.Error("meter close", "err", err, "spooled", m.Spooled())
+	}
+}
