@@ -36,6 +36,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/jwtauth"
+	"tollgate/edge/limit"
+	"tollgate/edge/meter"
 	"tollgate/tenants"
 )
 
@@ -97,6 +100,20 @@ type Config struct {
 	// false, responses stream to the client, so memory does not grow with body size;
 	// streaming costs four small allocations per request, buffering none.
 	BufferResponses bool
+
+	// Limiter enforces the tenants' rate limits, quotas and concurrency caps (see
+	// flow.go); the caller closes it after Shutdown. Default: a limiter of the edge's own
+	// with local limits only (no Redis), closed by Shutdown.
+	Limiter *limit.Limiter
+
+	// Meter counts every request of a known tenant for billing (see metering.go); the
+	// caller closes it after Shutdown. Default: nil, nothing is metered.
+	Meter *meter.Meter
+
+	// JWKS configures the fetching of the key sets of jwks_url issuers (one cache for
+	// the process). Defaults: jwtauth's, with CheckAddr = Policy.CheckAddr (a key set URL
+	// can reach no address an upstream may not) and Logger = Logger.
+	JWKS jwtauth.JWKSConfig
 }
 
 func (c *Config) setDefaults() error {
@@ -172,6 +189,12 @@ type Edge struct {
 
 	upstreamErrs [numUpstreamErrKinds]prometheus.Counter
 
+	lim    *limit.Limiter
+	ownLim bool // lim is the edge's own: Shutdown closes it
+	flow   *flowMetrics
+	jwks   *jwtauth.JWKSCache // key sets of every tenant's jwks_url issuers (auth.go)
+	auth   *authMetrics
+
 	// Read by every request.
 	hosts    atomic.Pointer[map[string]*tenantSlot]
 	ready    atomic.Bool
@@ -214,6 +237,8 @@ type tenantState struct {
 	consumers map[string]*tenants.Consumer
 	keys      map[string]keyEntry
 	plans     map[string]*tenants.Plan
+	issuers   map[string]*tenants.Issuer
+	policy    *tenants.Policy
 	slot      *tenantSlot
 
 	// compiler
@@ -227,6 +252,7 @@ func newTenantState(id string) *tenantState {
 		id: id, revs: map[string]int64{},
 		routes: map[string]*tenants.Route{}, consumers: map[string]*tenants.Consumer{},
 		keys: map[string]keyEntry{}, plans: map[string]*tenants.Plan{},
+		issuers:  map[string]*tenants.Issuer{},
 		slot:     &tenantSlot{},
 		compiled: compiled{pools: map[string]*fasthttp.HostClient{}},
 	}
@@ -263,6 +289,12 @@ func New(cfg Config) (*Edge, error) {
 		shutDown: make(chan struct{}),
 	}
 	e.debug = e.log.Enabled(context.Background(), slog.LevelDebug)
+	if err := e.initLimits(); err != nil {
+		return nil, fmt.Errorf("edge: limiter: %w", err)
+	}
+	if err := e.initAuth(); err != nil {
+		return nil, fmt.Errorf("edge: auth: %w", err)
+	}
 	for i, k := range upstreamErrKinds {
 		e.upstreamErrs[i] = m.upstreamErrors.WithLabelValues(k)
 	}
@@ -339,7 +371,7 @@ func (e *Edge) serveParseError(ctx *fasthttp.RequestCtx, err error) {
 func (e *Edge) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if e.ready.Load() {
-		_, _ = w.Write([]byte(`{"status":"ready"}`))
+		_, _ = w.Write(e.readyBody())
 		return
 	}
 	w.WriteHeader(http.StatusServiceUnavailable)
@@ -407,6 +439,10 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 		ts.keys[pk.ID] = keyEntry{id: ent.Key.ID, consumerID: ent.Key.ConsumerID, sum: sum}
 	case tenants.KindPlan:
 		ts.plans[pk.ID] = ent.Plan
+	case tenants.KindJWTIssuer:
+		ts.issuers[pk.ID] = ent.JWTIssuer
+	case tenants.KindPolicy:
+		ts.policy = ent.Policy
 	}
 	e.m.configApplied.Inc()
 	e.markDirtyLocked(pk.TenantID)
@@ -444,6 +480,10 @@ func (e *Edge) applyDelete(key string) {
 		delete(ts.keys, pk.ID)
 	case tenants.KindPlan:
 		delete(ts.plans, pk.ID)
+	case tenants.KindJWTIssuer:
+		delete(ts.issuers, pk.ID)
+	case tenants.KindPolicy:
+		ts.policy = nil
 	}
 	e.m.configApplied.Inc()
 	e.markDirtyLocked(pk.TenantID)
@@ -488,6 +528,18 @@ func validateEntry(pk tenants.ParsedKey, ent *tenants.Entry) error {
 			return err
 		}
 		ent.Plan = &p
+	case tenants.KindJWTIssuer:
+		// The issuer's shape. Whether its jwks_url may be http:// (a test setting) is
+		// judged when the tenant compiles, which leaves out an issuer it cannot use.
+		is := *ent.JWTIssuer
+		if err := is.ValidateWithLoopback(true); err != nil {
+			return err
+		}
+		ent.JWTIssuer = &is
+	case tenants.KindPolicy:
+		// Compiled, and so checked, when the tenant compiles: a policy that does not
+		// compile denies every call of the policy routes, rather than an older one
+		// staying in force.
 	}
 	return nil
 }
@@ -656,6 +708,11 @@ func (ts *tenantState) viewLocked() *tenantView {
 	for _, p := range ts.plans {
 		v.plans = append(v.plans, p)
 	}
+	v.issuers = make([]*tenants.Issuer, 0, len(ts.issuers))
+	for _, is := range ts.issuers {
+		v.issuers = append(v.issuers, is)
+	}
+	v.policy = ts.policy
 	return v
 }
 
@@ -757,6 +814,9 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 		<-e.stopped
 		if e.access != nil {
 			e.access.close()
+		}
+		if e.ownLim {
+			_ = e.lim.Close()
 		}
 		e.compileMu.Lock()
 		e.mu.Lock()

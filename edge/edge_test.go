@@ -195,8 +195,9 @@ func TestKeyAuth(t *testing.T) {
 		check(t, h.get(host, "/either"), 401, tenants.EUnauthenticated)
 		check(t, h.get(host, "/either", "X-API-Key: "+k1), 200, "")
 	})
-	t.Run("jwt answers 401 until JWT lands", func(t *testing.T) {
-		check(t, h.get(host, "/jwt", "X-API-Key: "+k1, "Authorization: Bearer x.y.z"), 401, tenants.EUnauthenticated)
+	t.Run("jwt without issuers refuses every token, and ignores keys", func(t *testing.T) {
+		check(t, h.get(host, "/jwt", "X-API-Key: "+k1, "Authorization: Bearer x.y.z"), 401, tenants.EInvalidCredential)
+		check(t, h.get(host, "/jwt", "X-API-Key: "+k1), 401, tenants.EUnauthenticated)
 	})
 	t.Run("open route passes headers but not identity", func(t *testing.T) {
 		r := h.get(host, "/open", "X-API-Key: whatever", "X-Consumer-Id: spoofed")

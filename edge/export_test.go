@@ -172,3 +172,6 @@ func (e *Edge) RecompileForTest(tenantID string) {
 	e.mu.Unlock()
 	e.compileDirty()
 }
+
+// Bearer is bearer: the token of an Authorization header value, or nil.
+func Bearer(h []byte) []byte { return bearer(h) }

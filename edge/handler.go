@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"tollgate/edge/limit"
 )
 
 // exchange is the state of one request on the edge. Exchanges are pooled and their
@@ -39,6 +41,11 @@ type exchange struct {
 	scratch  []byte
 	body     []byte
 	hs       headerScan
+	jwt      Consumer // the caller a bearer token named (auth.go); x.consumer points here
+
+	checks  [limit.MaxChecks]limit.Check // the request's limits (flow.go)
+	nchecks int
+	ipKey   [16]byte
 }
 
 var exchangePool = sync.Pool{New: func() any {
@@ -55,6 +62,8 @@ func (x *exchange) reset() {
 	}
 	x.stripLen = 0
 	x.hs = headerScan{}
+	clear(x.checks[:x.nchecks]) // do not keep old snapshots' policies alive in the pool
+	x.nchecks = 0
 }
 
 // Request ids: a random per-process prefix and a counter, hex; 24 characters.
@@ -178,6 +187,9 @@ func (e *Edge) finish(x *exchange) {
 	status := resp.StatusCode()
 	d := time.Since(x.ctx.Time())
 	x.rm.observe(status, d)
+	if x.snap != nil {
+		e.meterRecord(x, status)
+	}
 	if e.access != nil {
 		e.access.record(x, status, d)
 	}
@@ -205,10 +217,6 @@ func keyAuthStep(rt *route, next func(*exchange)) func(*exchange) {
 		next(x)
 	}
 }
-
-// jwtPendingStep answers every request of a "jwt" route with 401 until JWT verification
-// lands (a later issue); letting them through unchecked would be worse than refusing.
-func jwtPendingStep(x *exchange) { x.fail(replyNoJWT) }
 
 // bodyLimitStep enforces the route's MaxBodyBytes. A declared Content-Length over the
 // limit is refused before any of the body is read. A chunked body is read up to the

@@ -119,6 +119,10 @@ func (h *harness) putRev(obj any, rev int64) {
 		e.Key = o
 	case *tenants.Plan:
 		e.Plan = o
+	case *tenants.Issuer:
+		e.JWTIssuer = o
+	case *tenants.Policy:
+		e.Policy = o
 	default:
 		h.t.Fatalf("put: %T is not a config object", obj)
 	}

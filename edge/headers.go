@@ -225,8 +225,9 @@ func (x *exchange) scanRequestHeaders(raw []byte) {
 }
 
 // delConnectionTokens deletes each header a Connection value names, except the ones
-// that frame the message the edge sends.
-func delConnectionTokens(v []byte, del func([]byte)) {
+// that frame the message the edge sends, and returns how many it named.
+func delConnectionTokens(v []byte, del func([]byte)) int {
+	n := 0
 	for len(v) > 0 {
 		var tok []byte
 		if i := bytes.IndexByte(v, ','); i >= 0 {
@@ -241,7 +242,9 @@ func delConnectionTokens(v []byte, del func([]byte)) {
 			continue
 		}
 		del(tok)
+		n++
 	}
+	return n
 }
 
 // cleanResponseHeaders removes the upstream response's hop-by-hop headers. fasthttp keeps
@@ -253,45 +256,60 @@ func (x *exchange) cleanResponseHeaders() {
 	h := &x.ctx.Response.Header
 	h.ResetConnectionClose()
 	// Collect first (copied into scratch), delete after: deleting while iterating is
-	// undefined. ends[i] delimits the i-th name in scratch.
-	s := x.scratch[:0]
-	var ends [16]int
-	n, tokens := 0, 0
-	add := func(k []byte) {
-		if n < len(ends) {
-			s = append(s, k...)
-			ends[n] = len(s)
-			n++
-		}
-	}
+	// undefined.
+	d := hopNames{s: x.scratch[:0]}
+	tokens := false
 	for k, v := range h.All() {
 		switch classifyResponse(k) {
 		case clsHop:
-			add(k)
+			d.add(k)
 		case clsConnection:
-			add(k)
-			delConnectionTokens(v, func(tok []byte) { tokens++; add(tok) })
+			d.add(k)
+			if !connectionOptionsOnly(v) && delConnectionTokens(v, d.add) > 0 {
+				tokens = true
+			}
 		}
 	}
-	if tokens > 0 {
-		named := n
+	if tokens {
+		named := d.n
 		for k := range h.All() {
 			start := 0
 			for i := 0; i < named; i++ {
-				if bytes.EqualFold(k, s[start:ends[i]]) && !bytes.Equal(k, s[start:ends[i]]) {
-					add(k)
+				if bytes.EqualFold(k, d.s[start:d.ends[i]]) && !bytes.Equal(k, d.s[start:d.ends[i]]) {
+					d.add(k)
 					break
 				}
-				start = ends[i]
+				start = d.ends[i]
 			}
 		}
 	}
 	start := 0
-	for i := 0; i < n; i++ {
-		h.DelBytes(s[start:ends[i]])
-		start = ends[i]
+	for i := 0; i < d.n; i++ {
+		h.DelBytes(d.s[start:d.ends[i]])
+		start = d.ends[i]
 	}
-	x.scratch = s
+	x.scratch = d.s
+}
+
+// hopNames collects up to 16 header names to delete: ends[i] delimits the i-th in s.
+type hopNames struct {
+	s    []byte
+	ends [16]int
+	n    int
+}
+
+func (d *hopNames) add(k []byte) {
+	if d.n < len(d.ends) {
+		d.s = append(d.s, k...)
+		d.ends[d.n] = len(d.s)
+		d.n++
+	}
+}
+
+// connectionOptionsOnly reports a Connection value that names no header: "keep-alive"
+// or "close", what nearly every upstream sends.
+func connectionOptionsOnly(v []byte) bool {
+	return asciiEqualFold(v, "keep-alive") || asciiEqualFold(v, "close")
 }
 
 // classifyResponse is classify for response headers: only hop-by-hop ones matter.

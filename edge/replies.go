@@ -39,18 +39,15 @@ var (
 	replyHeaderTooLarge = newReply(tenants.EInvalidRequest, "the request headers are too large")
 	replyNoKey          = newReply(tenants.EUnauthenticated, "this API needs a key in the X-API-Key header")
 	replyBadKey         = newReply(tenants.EInvalidCredential, "the API key is not valid for this API")
-	// JWT verification arrives with its own issue; until then a "jwt" route refuses
-	// every request rather than letting one through unchecked.
-	replyNoJWT         = newReply(tenants.EUnauthenticated, "this API needs a JWT, which this edge cannot verify yet")
-	replyBodyTooLarge  = newReply(tenants.EBodyTooLarge, "the request body is over this API's size limit")
-	replyBodyRead      = newReply(tenants.EInvalidRequest, "the request body could not be read")
-	replyUpstreamPol   = newReply(tenants.EUpstreamFailed, "the upstream address is refused by the operator's policy")
-	replyUpstreamConn  = newReply(tenants.EUpstreamFailed, "the upstream could not be reached")
-	replyUpstreamBad   = newReply(tenants.EUpstreamFailed, "the upstream failed to answer")
-	replyConnTimeout   = newReply(tenants.EUpstreamTimeout, "the upstream did not accept a connection in time")
-	replyUpstreamSlow  = newReply(tenants.EUpstreamTimeout, "the upstream did not answer in time")
-	replyOverloaded    = newReply(tenants.EOverloaded, "all connections to the upstream are busy; retry shortly")
-	replyInternalError = newReply(tenants.EInternal, "internal error")
+	replyBodyTooLarge   = newReply(tenants.EBodyTooLarge, "the request body is over this API's size limit")
+	replyBodyRead       = newReply(tenants.EInvalidRequest, "the request body could not be read")
+	replyUpstreamPol    = newReply(tenants.EUpstreamFailed, "the upstream address is refused by the operator's policy")
+	replyUpstreamConn   = newReply(tenants.EUpstreamFailed, "the upstream could not be reached")
+	replyUpstreamBad    = newReply(tenants.EUpstreamFailed, "the upstream failed to answer")
+	replyConnTimeout    = newReply(tenants.EUpstreamTimeout, "the upstream did not accept a connection in time")
+	replyUpstreamSlow   = newReply(tenants.EUpstreamTimeout, "the upstream did not answer in time")
+	replyOverloaded     = newReply(tenants.EOverloaded, "all connections to the upstream are busy; retry shortly")
+	replyInternalError  = newReply(tenants.EInternal, "internal error")
 )
 
 // pathReplies maps each path refusal to its answer.

@@ -8,6 +8,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/jwtauth"
+	"tollgate/edge/meter"
+	"tollgate/edge/policy"
 	"tollgate/tenants"
 )
 
@@ -26,6 +29,14 @@ type Snapshot struct {
 	consumers map[string]*Consumer   // by id
 	plans     map[string]*tenants.Plan
 	labels    *tenantLabels
+	jwt       *jwtauth.Verifier // nil: no usable issuer (jwt routes refuse every token)
+	policy    *policy.Enforcer  // nil: no policy (policy routes deny every call)
+	// limits is the tenant's platform plan, compiled; consumerLimits: some consumer
+	// has a plan with limits (see flow.go).
+	limits         planPolicies
+	consumerLimits bool
+	// meter counts the tenant's requests that matched no route (metering.go); nil: off.
+	meter *meter.Route
 }
 
 // Consumer is a tenant's client as the edge knows it once its key matched.
@@ -34,21 +45,27 @@ type Consumer struct {
 	Name string
 	Plan *tenants.Plan // nil when the consumer has no plan (or names an unknown one)
 
-	id, name []byte // header values, made once
+	id, name []byte          // header values, made once
+	subjects []string        // who the policy sees: id and name (a JWT caller: <iss>|<claim>, the claim, its roles)
+	limits   planPolicies    // Plan, compiled
+	meter    *meter.Consumer // nil: metering off, or a JWT caller (metering.go)
 }
 
 // route is one compiled route: its settings in the form the request path uses, and the
 // handler chain built for it.
 type route struct {
-	id, name string
-	auth     string
-	strip    bool
-	maxBody  int
-	timeout  time.Duration
-	upstream *upstream
-	metrics  *routeMetrics
-	serve    func(x *exchange)
-	snapshot *Snapshot
+	id, name  string
+	auth      string
+	strip     bool
+	maxBody   int
+	timeout   time.Duration
+	upstream  *upstream
+	metrics   *routeMetrics
+	serve     func(x *exchange)
+	snapshot  *Snapshot
+	rateLimit *tenants.RateLimit
+	policy    bool         // check the tenant's policy
+	meter     *meter.Route // nil: metering off
 }
 
 // Routes is the number of (path, route) entries of the snapshot's route table.
@@ -66,6 +83,8 @@ type tenantView struct {
 	consumers []*tenants.Consumer
 	keys      []keyEntry
 	plans     []*tenants.Plan
+	issuers   []*tenants.Issuer
+	policy    *tenants.Policy
 }
 
 // keyEntry is a key entry with its hash decoded at apply time.
@@ -92,6 +111,7 @@ func decodeKeyHash(h string) ([32]byte, error) {
 type compiled struct {
 	pools     map[string]*fasthttp.HostClient
 	upstreams map[*tenants.Route]*upstream
+	auth      compiledAuth
 }
 
 // compile builds a tenant's snapshot. The pools the snapshot no longer uses are removed
@@ -105,6 +125,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 		consumers: make(map[string]*Consumer, len(v.consumers)),
 		plans:     make(map[string]*tenants.Plan, len(v.plans)),
 		labels:    labels,
+		meter:     e.meterRoute(v.tenant.ID, ""),
 	}
 	plansByName := make(map[string]*tenants.Plan, len(v.plans))
 	for _, p := range v.plans {
@@ -112,13 +133,16 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 		plansByName[p.Name] = p
 	}
 	for _, c := range v.consumers {
-		s.consumers[c.ID] = &Consumer{ID: c.ID, Name: c.Name, Plan: plansByName[c.Plan], id: []byte(c.ID), name: []byte(c.Name)}
+		s.consumers[c.ID] = &Consumer{ID: c.ID, Name: c.Name, Plan: plansByName[c.Plan], id: []byte(c.ID), name: []byte(c.Name),
+			subjects: []string{c.ID, c.Name}, meter: e.meterConsumer(v.tenant.ID, c.ID)}
 	}
 	for _, k := range v.keys {
 		if c := s.consumers[k.consumerID]; c != nil {
 			s.keys[k.sum] = c
 		}
 	}
+	e.compileLimits(s, v.tenant)
+	e.compileAuth(s, v, &c.auth)
 
 	// Routes in id order, so which of two conflicting routes wins does not depend on
 	// the order entries arrived in.
@@ -149,11 +173,14 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 		upstreams[r] = up
 		rt := &route{
 			id: r.ID, name: r.Name, auth: r.Auth, strip: r.StripPrefix,
-			maxBody:  int(r.MaxBodyBytes),
-			timeout:  time.Duration(r.TimeoutMS) * time.Millisecond,
-			upstream: up,
-			metrics:  rms[i],
-			snapshot: s,
+			maxBody:   int(r.MaxBodyBytes),
+			timeout:   time.Duration(r.TimeoutMS) * time.Millisecond,
+			upstream:  up,
+			metrics:   rms[i],
+			snapshot:  s,
+			rateLimit: r.RateLimit,
+			policy:    r.Policy,
+			meter:     e.meterRoute(v.tenant.ID, r.ID),
 		}
 		rt.serve = e.chain(rt)
 		for _, p := range r.Paths {
@@ -180,12 +207,17 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 func (e *Edge) chain(rt *route) func(*exchange) {
 	next := e.proxyStep(rt)
 	next = bodyLimitStep(rt, next)
+	next = e.limitStep(rt, next)
+	if rt.policy {
+		next = e.policyStep(rt, next)
+	}
 	switch rt.auth {
-	case tenants.AuthKey, tenants.AuthKeyOrJWT:
-		// key_or_jwt accepts a key for now; the JWT half lands with JWT support.
+	case tenants.AuthKey:
 		next = keyAuthStep(rt, next)
 	case tenants.AuthJWT:
-		next = jwtPendingStep
+		next = e.jwtStep(rt, replyNoBearer, next)
+	case tenants.AuthKeyOrJWT:
+		next = e.keyOrJWTStep(rt, next)
 	}
 	return next
 }

@@ -43,7 +43,7 @@ func (u *upstream) pick() *target {
 // target is one upstream server of a route.
 type target struct {
 	url    string
-	client *fasthttp.HostClient
+	client upstreamClient // the target's pool, with the edge's own exchange (perf_roundtrip.go)
 	tls    bool
 	host   []byte // the Host header sent upstream: the target URL's host[:port]
 	base   []byte // the target URL's path, prepended to the request path ("" or "/v1")
@@ -155,6 +155,7 @@ func (d *dialer) dial(connectTimeout time.Duration) fasthttp.DialFuncWithTimeout
 			if err == nil {
 				if tc, ok := c.(*net.TCPConn); ok {
 					_ = tc.SetNoDelay(true)
+					return &upstreamConn{TCPConn: tc}, nil
 				}
 				return c, nil
 			}
@@ -216,8 +217,10 @@ func (e *Edge) newHostClient(tlsOn bool, hostport string, connectTimeout time.Du
 		ConnPoolStrategy:              fasthttp.LIFO,
 		SecureErrorLogMessage:         true,
 		// Stream bodies from the upstream to the client instead of buffering them whole
-		// (S5: 1 MB responses must not cost 1 MB of memory per request in flight).
-		// fasthttp returns the connection to the pool once the body has been relayed.
+		// (S5: 1 MB responses must not cost 1 MB of memory per request in flight). The
+		// edge's exchange (upstreamClient.DoTimeout) streams bodies over maxBufferedBody
+		// or of unknown length, reads smaller ones whole, and returns the connection to
+		// the pool once the body has been relayed.
 		StreamResponseBody: !e.cfg.BufferResponses,
 	}
 	if tlsOn {
@@ -245,7 +248,7 @@ func (e *Edge) newUpstream(r *tenants.Route, pools map[string]*fasthttp.HostClie
 		}
 		used[key] = true
 		u.pools = append(u.pools, key)
-		u.targets = append(u.targets, &target{url: t.URL, client: hc, tls: tlsOn, host: []byte(hostHeader), base: []byte(base)})
+		u.targets = append(u.targets, &target{url: t.URL, client: upstreamClient{hc}, tls: tlsOn, host: []byte(hostHeader), base: []byte(base)})
 		weights[i] = t.Weight
 	}
 	u.seq = smoothWRR(weights)

@@ -1,0 +1,438 @@
+package edge
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The edge's exchange with an upstream.
+//
+// fasthttp's HostClient.Do serves every kind of client, and a proxy pays on each request
+// for parts it does not need: it parses the request URI the edge has just built (to
+// check its scheme), reads the clock about eight times, moves both deadlines of the
+// connection (a runtime timer update each) and, when it streams responses, allocates a
+// stream wrapper and three closures for every response however small. DoTimeout below is
+// the same exchange over the same pool (HostClient's AcquireConn, readers, writers,
+// ReleaseConn and CloseConn, so limits, waiting for a free connection, dialing, TLS and
+// idle cleanup are fasthttp's), with these differences:
+//
+//   - the request is written as the edge built it: request line, Host and headers (the
+//     target's Host also for a target whose scheme is not the listener's, which fasthttp's
+//     client replaced by the client's Host);
+//   - the clock is read once; the connection's deadlines move only when they must
+//     (upstreamConn.bound in deadline.go);
+//   - after writing the request it yields before reading the answer (deadline.go);
+//   - a response whose Content-Length is at most maxBufferedBody is read whole and its
+//     connection goes back to the pool at once, without allocating; a larger body, a
+//     chunked one or one delimited by the upstream closing streams through upstreamBody,
+//     which hands the connection back once the body has been relayed. A request in
+//     flight holds at most maxBufferedBody of response body in memory (S5: a 1 MB or a
+//     100 MB response streams).
+//
+// Retries are fasthttp's: a request that failed on its connection (typically a pooled
+// one the upstream had closed) is sent once more when it is idempotent and its body is
+// not a stream, within the same timeout.
+
+// maxBufferedBody is the largest response body read whole before answering.
+const maxBufferedBody = 64 << 10
+
+// upstreamClient is a target's connection pool. Its DoTimeout is the edge's exchange
+// and stands in for HostClient.DoTimeout; the pool's other methods are HostClient's.
+type upstreamClient struct{ *fasthttp.HostClient }
+
+// DoTimeout sends req over a pooled connection and reads the answer into resp, both
+// within timeout (the route's): an error when no connection could be had, the
+// connection failed, or the upstream took longer (then fasthttp.ErrTimeout or a net.Error
+// whose Timeout is true). The timeout also bounds the relay of a streamed body.
+func (c upstreamClient) DoTimeout(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
+	if timeout <= 0 {
+		return fasthttp.ErrTimeout
+	}
+	// Request.Write takes the request line and Host from the parsed URI once the URI has
+	// been parsed, which proxyStep does to switch the scheme for a target whose scheme is
+	// not the listener's; with fasthttp's client that sent the client's Host to such
+	// targets. Marking the URI unparsed makes Write send the request as the edge built it.
+	req.SetRequestURIBytes(req.Header.RequestURI())
+	now := monoNow()
+	deadline := now + int64(timeout)
+	slack := min(int64(timeout)/deadlineSlackDivisor, int64(deadlineSlack))
+	attempts := c.MaxIdemponentCallAttempts
+	if attempts <= 0 {
+		attempts = fasthttp.DefaultMaxIdemponentCallAttempts
+	}
+	var err error
+	for n := 1; ; n++ {
+		var retry bool
+		if retry, err = c.roundTrip(req, resp, now, deadline, slack); err == nil || !retry {
+			break
+		}
+		if n >= attempts || req.IsBodyStream() || !isIdempotent(&req.Header) {
+			break
+		}
+		if now = monoNow(); now >= deadline {
+			err = fasthttp.ErrTimeout
+			break
+		}
+	}
+	if err == io.EOF {
+		err = fasthttp.ErrConnectionClosed
+	}
+	return err
+}
+
+func isIdempotent(h *fasthttp.RequestHeader) bool {
+	return h.IsGet() || h.IsHead() || h.IsPut() || h.IsQuery()
+}
+
+// roundTrip is one attempt; retry reports whether the request may be sent again.
+func (c upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now, deadline, slack int64) (retry bool, err error) {
+	hc := c.HostClient
+	cc, err := hc.AcquireConn(time.Duration(deadline-now), req.ConnectionClose())
+	if err != nil {
+		return false, err
+	}
+	conn := cc.Conn()
+	if err = setUpstreamDeadlines(conn, deadline, slack); err != nil {
+		hc.CloseConn(cc)
+		return true, err
+	}
+
+	bw := hc.AcquireWriter(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err != nil {
+		if t, ok := err.(interface{ Timeout() bool }); ok && t.Timeout() {
+			err = fasthttp.ErrTimeout
+		}
+		hc.CloseConn(cc)
+		return true, err
+	}
+
+	// The upstream has not answered yet: let other connections' work go first.
+	runtime.Gosched()
+
+	if req.Header.IsHead() {
+		resp.SkipBody = true
+	}
+	if hc.DisableHeaderNamesNormalizing {
+		resp.Header.DisableNormalizing()
+	}
+	resp.ResetBody()
+	br := hc.AcquireReader(conn)
+	if err = readResponseHeader(&resp.Header, br); err != nil {
+		hc.ReleaseReader(br)
+		hc.CloseConn(cc)
+		return true, err
+	}
+	closeConn := req.ConnectionClose() || resp.ConnectionClose()
+	cl := resp.Header.ContentLength()
+	skip := resp.SkipBody || noBody(resp.Header.StatusCode())
+	if !skip && hc.StreamResponseBody && (cl < 0 || cl > maxBufferedBody) {
+		resp.SetBodyStream(newUpstreamBody(hc, cc, (*fasthttp.HostClient).ReleaseConn, (*fasthttp.HostClient).CloseConn,
+			br, &resp.Header, cl, closeConn), cl)
+		return false, nil
+	}
+	if !skip {
+		resp.StreamBody = false
+		err = resp.ReadBody(br, hc.MaxResponseBodySize)
+		if err == nil && resp.Header.ContentLength() == -1 {
+			if err = resp.Header.ReadTrailer(br); err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+		}
+		if err != nil {
+			hc.ReleaseReader(br)
+			hc.CloseConn(cc)
+			return err != fasthttp.ErrBodyTooLarge, err
+		}
+	}
+	hc.ReleaseReader(br)
+	if closeConn {
+		hc.CloseConn(cc)
+	} else {
+		hc.ReleaseConn(cc)
+	}
+	return false, nil
+}
+
+// maxInterimResponses bounds the 1xx responses read before the final one.
+const maxInterimResponses = 100
+
+var errTooManyInterim = errors.New("upstream sent too many 1xx informational responses")
+
+// readResponseHeader reads the final response header, skipping interim (1xx) ones but
+// 101 Switching Protocols.
+func readResponseHeader(h *fasthttp.ResponseHeader, br *bufio.Reader) error {
+	for n := 0; ; n++ {
+		if err := h.Read(br); err != nil {
+			return err
+		}
+		if s := h.StatusCode(); s < 100 || s > 199 || s == fasthttp.StatusSwitchingProtocols {
+			return nil
+		}
+		if n >= maxInterimResponses {
+			return errTooManyInterim
+		}
+	}
+}
+
+// noBody reports a status whose response has no body: 1xx, 204 and 304.
+func noBody(status int) bool {
+	if status < 100 || status == fasthttp.StatusOK {
+		return false
+	}
+	return status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified
+}
+
+// setUpstreamDeadlines bounds the exchange on conn by deadline (monoNow's clock).
+func setUpstreamDeadlines(conn net.Conn, deadline, slack int64) error {
+	uc, ok := conn.(*upstreamConn)
+	if !ok {
+		if tc, isTLS := conn.(*tls.Conn); isTLS {
+			// tls.Conn passes deadlines to the connection below it.
+			uc, ok = tc.NetConn().(*upstreamConn)
+		}
+	}
+	if ok {
+		return uc.bound(deadline, slack)
+	}
+	t := monoTime(deadline)
+	if err := conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return conn.SetReadDeadline(t)
+}
+
+// upstreamBody is a response body relayed while it is read from the upstream
+// connection: Content-Length framed (length ≥ 0), chunked (-1; the trailer is read into
+// the response header, from which the server writes it) or delimited by the upstream
+// closing the connection (-2). The server reads it and then closes it with
+// CloseWithError (fasthttp.ReadCloserWithError), always from the connection's goroutine;
+// the connection goes back to the pool when the body was read to its end, and is closed
+// otherwise. C is fasthttp's (unexported) pooled connection type.
+type upstreamBody[C any] struct {
+	hc        *fasthttp.HostClient
+	cc        C
+	release   func(*fasthttp.HostClient, C) // HostClient.ReleaseConn
+	closeConn func(*fasthttp.HostClient, C) // HostClient.CloseConn
+	br        *bufio.Reader
+	h         *fasthttp.ResponseHeader
+	length    int
+	left      int   // bytes left of the body (length ≥ 0) or of the current chunk (-1)
+	done      bool  // the body ended where its framing said
+	close     bool  // the connection may not be reused after the body
+	closed    bool  // CloseWithError was called: the body is back in the pool
+	err       error // the error that stopped the body
+}
+
+var upstreamBodyPool sync.Pool
+
+func newUpstreamBody[C any](hc *fasthttp.HostClient, cc C, release, closeConn func(*fasthttp.HostClient, C),
+	br *bufio.Reader, h *fasthttp.ResponseHeader, length int, closeAfter bool) *upstreamBody[C] {
+	b, _ := upstreamBodyPool.Get().(*upstreamBody[C])
+	if b == nil {
+		b = new(upstreamBody[C])
+	}
+	*b = upstreamBody[C]{hc: hc, cc: cc, release: release, closeConn: closeConn, br: br, h: h, length: length, close: closeAfter}
+	if length >= 0 {
+		b.left = length
+	}
+	return b
+}
+
+func (b *upstreamBody[C]) Read(p []byte) (int, error) {
+	switch {
+	case b.closed:
+		return 0, io.ErrClosedPipe
+	case b.done:
+		return 0, io.EOF
+	case b.err != nil:
+		return 0, b.err
+	}
+	n, err := b.read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+func (b *upstreamBody[C]) read(p []byte) (int, error) {
+	switch {
+	case b.length >= 0:
+		if b.left == 0 {
+			b.done = true
+			return 0, io.EOF
+		}
+		if len(p) > b.left {
+			p = p[:b.left]
+		}
+		n, err := b.br.Read(p)
+		b.left -= n
+		if b.left == 0 {
+			b.done = true
+			return n, io.EOF
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return n, err
+	case b.length == -1:
+		if b.left == 0 {
+			size, err := readChunkSize(b.br)
+			if err != nil {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return 0, err
+			}
+			if size == 0 {
+				if err := b.h.ReadTrailer(b.br); err != nil {
+					if err == io.EOF {
+						err = io.ErrUnexpectedEOF
+					}
+					return 0, err
+				}
+				b.done = true
+				return 0, io.EOF
+			}
+			b.left = size
+		}
+		if len(p) > b.left {
+			p = p[:b.left]
+		}
+		n, err := b.br.Read(p)
+		b.left -= n
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err == nil && b.left == 0 {
+			err = readCRLF(b.br)
+		}
+		return n, err
+	default:
+		n, err := b.br.Read(p)
+		if err == io.EOF {
+			b.done, b.close = true, true // the upstream closed the connection
+		}
+		return n, err
+	}
+}
+
+// CloseWithError ends the relay: the connection goes back to the pool when the body was
+// read to its end without error, and is closed otherwise.
+func (b *upstreamBody[C]) CloseWithError(err error) error {
+	if b.closed {
+		return nil
+	}
+	hc, cc := b.hc, b.cc
+	hc.ReleaseReader(b.br)
+	if err != nil || !b.done || b.err != nil || b.close {
+		b.closeConn(hc, cc)
+	} else {
+		b.release(hc, cc)
+	}
+	*b = upstreamBody[C]{closed: true}
+	upstreamBodyPool.Put(b)
+	return nil
+}
+
+// Chunked framing errors.
+var (
+	errChunkSize = errors.New("upstream sent a malformed chunk size")
+	errChunkEnd  = errors.New("upstream chunk not followed by CRLF")
+)
+
+// maxChunkSizeDigits bounds a chunk size to what an int holds.
+const maxChunkSizeDigits = 15
+
+// readChunkSize reads a chunk-size line: hex digits, optional whitespace or a chunk
+// extension (";…", ignored), CRLF. It is as strict as fasthttp's parser of request
+// bodies: no bare LF, no extension after whitespace.
+func readChunkSize(br *bufio.Reader) (int, error) {
+	n, digits := 0, 0
+	for {
+		c, err := br.ReadByte()
+		if err != nil {
+			if digits > 0 && err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+		k := hexValue(c)
+		if k < 0 {
+			if digits == 0 {
+				return 0, errChunkSize
+			}
+			_ = br.UnreadByte()
+			break
+		}
+		if digits == maxChunkSizeDigits {
+			return 0, errChunkSize
+		}
+		n = n<<4 | k
+		digits++
+	}
+	inExt, ows := false, false
+	for {
+		c, err := br.ReadByte()
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+		switch {
+		case c == '\r':
+			_ = br.UnreadByte()
+			return n, readCRLF(br)
+		case c == '\n':
+			return 0, errChunkSize
+		case inExt:
+		case c == ' ' || c == '\t':
+			ows = true
+		case c == ';' && !ows:
+			inExt = true
+		default:
+			return 0, errChunkSize
+		}
+	}
+}
+
+func hexValue(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+func readCRLF(br *bufio.Reader) error {
+	for _, want := range [2]byte{'\r', '\n'} {
+		c, err := br.ReadByte()
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		if c != want {
+			return errChunkEnd
+		}
+	}
+	return nil
+}
