@@ -212,10 +212,21 @@ func (s *Server) addMember(c *fiber.Ctx, r *request) error {
 		e.Field = "role"
 		return e
 	}
+	if r.role != tenants.RoleOwner && !r.who.admin {
+		// Only an owner changes an owner's role, as only an owner makes one.
+		if u, err := s.cfg.People.FindUserByEmail(r.ctx, b.Email); err == nil {
+			if cur, err := s.cfg.People.FindMembership(r.ctx, r.tenant.ID, u.ID); err == nil && cur.Role == tenants.RoleOwner {
+				e := tenants.Errorf(tenants.EForbidden, "only an owner may change an owner's role")
+				e.Field = "role"
+				return e
+			}
+		}
+	}
 	m := &tenants.Membership{TenantID: r.tenant.ID, Email: b.Email, Role: b.Role}
 	if err := s.cfg.People.AddMember(r.ctx, m); err != nil {
 		return err
 	}
+	c.Location("/v1/tenants/" + r.tenant.Slug + "/members")
 	return reply(c, http.StatusCreated, m, 0)
 }
 

@@ -55,6 +55,16 @@ type Membership struct {
 	CreatedAt  time.Time `json:"created_at"`
 }
 
+// Invite is a pending invitation of an email that has no account yet to a tenant. SignUp
+// turns every pending invite of the new user's email into a membership.
+type Invite struct {
+	TenantID  string    `json:"tenant_id"`
+	Email     string    `json:"email"`
+	Role      string    `json:"role"`
+	InvitedBy string    `json:"invited_by"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
 // Session is a signed-in browser. Its id lives only in the user's cookie; the store keeps
 // its SHA-256 (Hash). CSRF is the synchronizer token every form of the session carries.
 type Session struct {
@@ -79,7 +89,8 @@ type AuditEntry struct {
 // PeopleService stores users, memberships and sessions.
 type PeopleService interface {
 	// SignUp creates u (PasswordHash set by the caller), tenant t and u's owner membership
-	// in one transaction: EValidation, EConflict (email or slug taken; Field says which).
+	// in one transaction, and turns the pending invites of u's email into memberships:
+	// EValidation, EConflict (email or slug taken; Field says which).
 	SignUp(ctx context.Context, u *User, t *Tenant) error
 	// FindUserByEmail and FindUser: ENotFound.
 	FindUserByEmail(ctx context.Context, email string) (*User, error)
@@ -97,6 +108,21 @@ type PeopleService interface {
 	ListMemberships(ctx context.Context, userID string) ([]*Membership, error)
 	// ListMembers lists a tenant's members, by email.
 	ListMembers(ctx context.Context, tenantID string) ([]*Membership, error)
+	// SetMemberRole changes a member's role: EValidation, ENotFound, EConflict (it would
+	// leave the tenant without an owner).
+	SetMemberRole(ctx context.Context, tenantID, userID, role string) (*Membership, error)
+	// RemoveMember ends a membership: ENotFound, EConflict (the tenant's last owner).
+	RemoveMember(ctx context.Context, tenantID, userID string) error
+
+	// Invite adds the user with inv.Email to the tenant with inv.Role when there is one
+	// (then it returns that membership), and otherwise keeps inv pending until that email
+	// signs up (then it returns nil): EValidation, ENotFound (tenant). Inviting an email
+	// again replaces the pending role.
+	Invite(ctx context.Context, inv *Invite) (*Membership, error)
+	// ListInvites lists a tenant's pending invites, by email.
+	ListInvites(ctx context.Context, tenantID string) ([]*Invite, error)
+	// DeleteInvite withdraws a pending invite: ENotFound.
+	DeleteInvite(ctx context.Context, tenantID, email string) error
 
 	CreateSession(ctx context.Context, s *Session) error
 	// FindSession returns a session that has not expired: ENotFound otherwise.

@@ -1,6 +1,7 @@
 // Package web is Tollgate's console: server-rendered pages (html/template, one CSS file,
 // a little vanilla JavaScript, all embedded) that let people sign up, sign in and run
-// their tenant's APIs — routes, consumers and keys, usage, the audit log, members.
+// their tenant's APIs — routes, consumers and keys, plans, JWT issuers, the policy, usage,
+// the audit log, members — and lets the finance role export the bill.
 //
 // It is mounted on the management API's Fiber app under /console/ and calls the same
 // tenants services, validations and policy (tenants/rbac) as the API, so a form shows the
@@ -47,6 +48,11 @@ type Config struct {
 	Consumers tenants.ConsumerService
 	People    tenants.PeopleService
 	Audit     tenants.AuditService
+	// Plans, JWTIssuers and Policies serve the plans, JWT issuers and policy pages. Nil:
+	// the page says the setting is not managed here.
+	Plans      tenants.PlanService
+	JWTIssuers tenants.JWTIssuerService
+	Policies   tenants.PolicyService
 	// Usage draws the usage page. Nil: the page says usage is not collected here.
 	Usage billing.UsageService
 	// Policy decides what each role may do. Default: rbac.Must().
@@ -162,6 +168,24 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Get("/audit", c.auditPage)
 	t.Get("/members", c.membersPage)
 	t.Post("/members", c.memberAdd)
+	t.Post("/members/:user_id/role", c.memberRole)
+	t.Post("/members/:user_id/delete", c.memberRemove)
+	t.Post("/invites/delete", c.inviteDelete)
+	t.Get("/plans", c.plansPage)
+	t.Get("/plans/new", c.planNewPage)
+	t.Post("/plans/new", c.planCreate)
+	t.Get("/plans/:id", c.planEditPage)
+	t.Post("/plans/:id", c.planUpdate)
+	t.Post("/plans/:id/delete", c.planDelete)
+	t.Get("/jwt-issuers", c.issuersPage)
+	t.Get("/jwt-issuers/new", c.issuerNewPage)
+	t.Post("/jwt-issuers/new", c.issuerCreate)
+	t.Get("/jwt-issuers/:id", c.issuerEditPage)
+	t.Post("/jwt-issuers/:id", c.issuerUpdate)
+	t.Post("/jwt-issuers/:id/delete", c.issuerDelete)
+	t.Get("/policy", c.policyPage)
+	t.Post("/policy", c.policySave)
+	g.Get("/finance", c.financePage)
 	g.All("/*", func(ctx *fiber.Ctx) error { return c.notFound(ctx, nil) })
 }
 

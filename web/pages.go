@@ -316,18 +316,38 @@ type memberForm struct {
 	Errors      map[string]string
 }
 
+type membersData struct {
+	Members []*tenants.Membership
+	Invites []*tenants.Invite
+	Owners  int
+	Me      string // the signed-in user's id
+}
+
 func (c *Console) membersPage(ctx *fiber.Ctx) error {
 	return c.members(ctx, http.StatusOK, memberForm{Role: tenants.RoleViewer, Errors: map[string]string{}})
 }
 
 func (c *Console) members(ctx *fiber.Ctx, status int, f memberForm) error {
-	items, err := c.cfg.People.ListMembers(c.ctx(ctx), tenantOf(ctx).ID)
+	tv := tenantOf(ctx)
+	items, err := c.cfg.People.ListMembers(c.ctx(ctx), tv.ID)
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	return c.render(ctx, status, "members", page{Title: "Members", Nav: "members", Data: items, Form: f})
+	invites, err := c.cfg.People.ListInvites(c.ctx(ctx), tv.ID)
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	d := membersData{Members: items, Invites: invites, Me: user(ctx).ID}
+	for _, m := range items {
+		if m.Role == tenants.RoleOwner {
+			d.Owners++
+		}
+	}
+	return c.render(ctx, status, "members", page{Title: "Members", Nav: "members", Data: d, Form: f})
 }
 
+// memberAdd gives a user who has signed up a role at once, and invites an email that has
+// no account yet: the invite is applied when that email signs up.
 func (c *Console) memberAdd(ctx *fiber.Ctx) error {
 	if ok, err := c.may(ctx, rbac.TenantAdmin); !ok {
 		return err
@@ -338,14 +358,90 @@ func (c *Console) memberAdd(ctx *fiber.Ctx) error {
 		f.Errors["role"] = "Only an owner may make another owner"
 		return c.members(ctx, http.StatusForbidden, f)
 	}
-	m := &tenants.Membership{TenantID: tv.ID, Email: f.Email, Role: f.Role}
-	err := c.cfg.People.AddMember(c.ctx(ctx), m)
+	if existing, err := c.cfg.People.FindUserByEmail(c.ctx(ctx), f.Email); err == nil {
+		if m, err := c.cfg.People.FindMembership(c.ctx(ctx), tv.ID, existing.ID); err == nil && m.Role == tenants.RoleOwner && tv.Role != tenants.RoleOwner {
+			f.Errors["role"] = "Only an owner may change an owner's role"
+			return c.members(ctx, http.StatusForbidden, f)
+		}
+	}
+	inv := &tenants.Invite{TenantID: tv.ID, Email: f.Email, Role: f.Role, InvitedBy: user(ctx).Email}
+	m, err := c.cfg.People.Invite(c.ctx(ctx), inv)
 	if err == nil {
-		c.record(ctx, user(ctx), tv.ID, "members.create", m.UserID)
-		return ctx.Redirect(c.tenantURL(ctx, "/members?done=member-added"), http.StatusSeeOther)
+		if m != nil {
+			c.record(ctx, user(ctx), tv.ID, "members.create", m.UserID)
+			return ctx.Redirect(c.tenantURL(ctx, "/members?done=member-added"), http.StatusSeeOther)
+		}
+		c.record(ctx, user(ctx), tv.ID, "invites.create", inv.Email)
+		return ctx.Redirect(c.tenantURL(ctx, "/members?done=member-invited"), http.StatusSeeOther)
 	}
 	if !fieldError(err, f.Errors, nil) {
 		return c.internal(ctx, err)
 	}
 	return c.members(ctx, http.StatusUnprocessableEntity, f)
+}
+
+// ownerGuard refuses a change to an owner's membership by someone who is not an owner.
+func (c *Console) ownerGuard(ctx *fiber.Ctx, userID, newRole string) (bool, error) {
+	tv := tenantOf(ctx)
+	m, err := c.cfg.People.FindMembership(c.ctx(ctx), tv.ID, userID)
+	if err != nil {
+		return false, c.internal(ctx, err)
+	}
+	if tv.Role != tenants.RoleOwner && (m.Role == tenants.RoleOwner || newRole == tenants.RoleOwner) {
+		return false, c.errorPage(ctx, http.StatusForbidden, "Not allowed", "Only an owner may make an owner or change an owner's membership.")
+	}
+	return true, nil
+}
+
+func (c *Console) memberRole(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.TenantAdmin); !ok {
+		return err
+	}
+	tv, id, role := tenantOf(ctx), ctx.Params("user_id"), ctx.FormValue("role")
+	if ok, err := c.ownerGuard(ctx, id, role); !ok {
+		return err
+	}
+	if _, err := c.cfg.People.SetMemberRole(c.ctx(ctx), tv.ID, id, role); err != nil {
+		if tenants.ErrorCode(err) == tenants.EConflict || tenants.ErrorCode(err) == tenants.EValidation {
+			f := memberForm{Role: tenants.RoleViewer, Errors: map[string]string{"members": tenants.ErrorMessage(err)}}
+			return c.members(ctx, tenants.Status(tenants.ErrorCode(err)), f)
+		}
+		return c.internal(ctx, err)
+	}
+	c.record(ctx, user(ctx), tv.ID, "members.update", id)
+	return ctx.Redirect(c.tenantURL(ctx, "/members?done=member-updated"), http.StatusSeeOther)
+}
+
+func (c *Console) memberRemove(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.TenantAdmin); !ok {
+		return err
+	}
+	tv, id := tenantOf(ctx), ctx.Params("user_id")
+	if ok, err := c.ownerGuard(ctx, id, ""); !ok {
+		return err
+	}
+	if err := c.cfg.People.RemoveMember(c.ctx(ctx), tv.ID, id); err != nil {
+		if tenants.ErrorCode(err) == tenants.EConflict {
+			f := memberForm{Role: tenants.RoleViewer, Errors: map[string]string{"members": tenants.ErrorMessage(err)}}
+			return c.members(ctx, http.StatusConflict, f)
+		}
+		return c.internal(ctx, err)
+	}
+	c.record(ctx, user(ctx), tv.ID, "members.delete", id)
+	if id == user(ctx).ID {
+		return ctx.Redirect(Prefix+"/", http.StatusSeeOther)
+	}
+	return ctx.Redirect(c.tenantURL(ctx, "/members?done=member-removed"), http.StatusSeeOther)
+}
+
+func (c *Console) inviteDelete(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.TenantAdmin); !ok {
+		return err
+	}
+	tv, email := tenantOf(ctx), ctx.FormValue("email")
+	if err := c.cfg.People.DeleteInvite(c.ctx(ctx), tv.ID, email); err != nil {
+		return c.internal(ctx, err)
+	}
+	c.record(ctx, user(ctx), tv.ID, "invites.delete", email)
+	return ctx.Redirect(c.tenantURL(ctx, "/members?done=invite-withdrawn"), http.StatusSeeOther)
 }

@@ -29,6 +29,7 @@ type page struct {
 	Form    any
 	Data    any
 	EdgeURL string // http://{slug}.{domain}:{port}
+	Finance bool   // the user may export the bill: the header links the export page
 }
 
 var funcs = template.FuncMap{
@@ -51,6 +52,9 @@ var funcs = template.FuncMap{
 	"num":     func(n int64) string { return groupDigits(n) },
 	"methods": func() []string { return allMethods },
 	"roles":   func() []string { return tenants.MemberRoles },
+	"modes":   func() []string { return planModes },
+	"money":   money,
+	"dec":     func(n int) int { return n - 1 },
 }
 
 func groupDigits(n int64) string {
@@ -79,6 +83,7 @@ func (c *Console) render(ctx *fiber.Ctx, status int, name string, p page) error 
 	p.Tenant = tenantOf(ctx)
 	p.CSRF = csrfToken(ctx)
 	p.Status = status
+	p.Finance = c.mayExport(ctx)
 	if p.Tenant != nil {
 		p.EdgeURL = "http://" + p.Tenant.Slug + "." + c.cfg.EdgeDomain + ":" + c.cfg.EdgePort
 	}
@@ -110,6 +115,17 @@ func flashOf(done string) string {
 		"consumer-deleted": "Consumer deleted, with its keys.",
 		"key-revoked":      "Key revoked.",
 		"member-added":     "Member saved.",
+		"member-invited":   "Invitation saved. It applies as soon as that email signs up.",
+		"member-updated":   "Role changed.",
+		"member-removed":   "Member removed.",
+		"invite-withdrawn": "Invitation withdrawn.",
+		"plan-created":     "Plan created. Consumers on it get its limits within moments.",
+		"plan-updated":     "Plan saved. The edges apply it within moments.",
+		"plan-deleted":     "Plan deleted.",
+		"issuer-created":   "JWT issuer added. Routes with JWT authentication accept its tokens within moments.",
+		"issuer-updated":   "JWT issuer saved.",
+		"issuer-deleted":   "JWT issuer deleted.",
+		"policy-saved":     "Policy saved. The edges apply it within moments.",
 	}[done]
 }
 

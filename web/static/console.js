@@ -30,3 +30,15 @@ document.addEventListener("submit", function (ev) {
   var msg = ev.target.getAttribute("data-confirm");
   if (msg && !window.confirm(msg)) ev.preventDefault();
 });
+// The JWT issuer form shows the panel of the chosen key source only.
+function showSource() {
+  var checked = document.querySelector("input[name=source]:checked");
+  if (!checked) return;
+  document.querySelectorAll(".source-panel").forEach(function (p) {
+    p.hidden = p.getAttribute("data-source") !== checked.value;
+  });
+}
+document.addEventListener("change", function (ev) {
+  if (ev.target.name === "source") showSource();
+});
+document.addEventListener("DOMContentLoaded", showSource);
