@@ -288,6 +288,7 @@ func printBanner(cfg *config.Config, apiAddr, edgePort, adminAddr, natsURL, key 
 	host := demoSlug + "." + cfg.EdgeDomain
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nTollgate dev stack is up.\n\n")
+	fmt.Fprintf(&b, "  console          http://%s/console/  (sign up to create your own tenant)\n", apiAddr)
 	fmt.Fprintf(&b, "  management api   http://%s          (admin token below)\n", apiAddr)
 	fmt.Fprintf(&b, "  edge             http://%s:%s\n", host, edgePort)
 	fmt.Fprintf(&b, "  edge metrics     http://%s/metrics\n", adminAddr)
