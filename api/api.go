@@ -67,6 +67,12 @@ type Config struct {
 	// usage.go): billing/postgres in production. Nil: both answer 404 not_found.
 	Usage billing.UsageService
 
+	// Domains serves /v1/tenants/{slug}/domains, the tenants' custom domains and their
+	// certificates (issue 8). Nil: those endpoints answer 404 not_found. EdgeDomain is
+	// the edge domain, under which no custom domain may be. Default: none checked.
+	Domains    tenants.DomainService
+	EdgeDomain string
+
 	// AdminToken may do everything. Empty disables it (only tenant tokens work then).
 	AdminToken string
 

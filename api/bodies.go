@@ -61,6 +61,7 @@ type routeBody struct {
 	MaxBodyBytes     int64          `json:"max_body_bytes" doc:"Request body cap, 1–1073741824. Default: 10485760."`
 	ConnectTimeoutMS int            `json:"connect_timeout_ms" doc:"Dial timeout, 1–300000 ms. Default: 2000."`
 	TimeoutMS        int            `json:"timeout_ms" doc:"Whole upstream exchange, 1–300000 ms. Default: 30000."`
+	WebSocket        bool           `json:"websocket" doc:"Let WebSocket upgrades through (auth, policy and limits apply at the upgrade); the tunnel closes after 10 idle minutes or 24 hours. Default: false."`
 }
 
 type routeUpdate struct {
@@ -176,6 +177,7 @@ func (b *routeBody) route() *tenants.Route {
 		MaxBodyBytes:     b.MaxBodyBytes,
 		ConnectTimeoutMS: b.ConnectTimeoutMS,
 		TimeoutMS:        b.TimeoutMS,
+		WebSocket:        b.WebSocket,
 	}
 	r.Upstream.Targets = make([]tenants.Target, len(b.Upstream.Targets))
 	for i, t := range b.Upstream.Targets {

@@ -57,6 +57,8 @@ const (
 	tagMembers = "members"
 	// Usage and billing (issue 6).
 	tagUsage = "usage"
+	// Custom domains and their certificates (issue 8).
+	tagDomains = "domains"
 )
 
 const (
@@ -169,6 +171,22 @@ func (s *Server) table() []endpoint {
 			summary: "Create or replace a platform plan",
 			desc:    "Admin token only. Full replacement: omitted limits are removed. The config of every tenant on the plan is re-published in the same transaction, so the edges apply the new limits within moments." + ifMatchDoc,
 			body:    platformPlanBody{}, status: 200, result: tenants.PlatformPlan{}, etag: true, ifMatch: true},
+
+		// Custom domains (issue 8): see domain.go.
+		{method: http.MethodPost, path: "/v1/tenants/:slug/domains", access: tenantScoped, class: rbac.Write, handle: s.createDomain, tag: tagDomains,
+			summary: "Add a custom domain with its certificate",
+			desc:    "The edges serve the tenant on hostname too (plain and TLS; on TLS the certificate is chosen by SNI) within moments. 400 validation_failed when the PEMs do not parse, the key does not match, the certificate does not cover hostname or is expired; 409 conflict when any tenant has hostname already. private_key_pem is write-only." + scopedDoc,
+			body:    domainBody{}, status: 201, result: tenants.Domain{}, etag: true},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/domains", access: tenantScoped, class: rbac.Read, handle: s.listDomains, tag: tagDomains,
+			summary: "List custom domains", desc: "Without private keys." + scopedDoc, status: 200, result: list[tenants.Domain]{}, list: true},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Read, handle: s.getDomain, tag: tagDomains,
+			summary: "Get a custom domain", desc: "Without its private key." + scopedDoc, status: 200, result: tenants.Domain{}, etag: true},
+		{method: http.MethodPut, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Write, handle: s.putDomain, tag: tagDomains,
+			summary: "Replace a custom domain (renew its certificate)",
+			desc:    "Full replacement, validated as on POST; the edges present the new certificate from their next handshake on, without a gap." + scopedDoc + ifMatchDoc,
+			body:    domainUpdate{}, status: 200, result: tenants.Domain{}, etag: true, ifMatch: true},
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Write, handle: s.deleteDomain, tag: tagDomains,
+			summary: "Remove a custom domain", desc: "The edges stop serving it and its certificate within moments." + scopedDoc, status: 204},
 
 		// Usage and billing (issue 6): see usage.go.
 		{method: http.MethodGet, path: "/v1/tenants/:slug/usage", access: tenantScoped, class: rbac.Read, handle: s.tenantUsage, tag: tagUsage,

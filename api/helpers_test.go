@@ -73,6 +73,7 @@ func newEnv(t *testing.T, edit ...func(*api.Config)) *env {
 	cfg := api.Config{
 		Tenants: db, Routes: db, Consumers: db, Plans: db, Tokens: db,
 		JWTIssuers: db, Policies: db,
+		Domains: db, EdgeDomain: "edge.test",
 		AdminToken: adminToken,
 		Upstreams:  policy,
 		Logger:     slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

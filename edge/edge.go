@@ -16,6 +16,7 @@ package edge
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -114,6 +115,17 @@ type Config struct {
 	// the process). Defaults: jwtauth's, with CheckAddr = Policy.CheckAddr (a key set URL
 	// can reach no address an upstream may not) and Logger = Logger.
 	JWKS jwtauth.JWKSConfig
+
+	// TLSCertificate is the edge domain's wildcard certificate (*.{Domain}), which the
+	// TLS listener (ServeTLS) presents to every handshake whose SNI names no tenant's
+	// custom domain (tls.go). Default: nil, only custom domains' handshakes succeed.
+	TLSCertificate *tls.Certificate
+
+	// WebSocket tunnels of routes with "websocket": true (websocket.go) close after
+	// WebSocketIdleTimeout without a byte either way, and after WebSocketMaxLifetime in
+	// any case. Defaults: 10 minutes, 24 hours.
+	WebSocketIdleTimeout time.Duration
+	WebSocketMaxLifetime time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -172,6 +184,8 @@ func (c *Config) setDefaults() error {
 	defT(&c.WriteTimeout, 60*time.Second)
 	defT(&c.IdleTimeout, c.ReadTimeout)
 	def(&c.MaxInMemoryBody, 64<<10)
+	defD(&c.WebSocketIdleTimeout, 10*time.Minute)
+	defD(&c.WebSocketMaxLifetime, 24*time.Hour)
 	return nil
 }
 
@@ -197,6 +211,7 @@ type Edge struct {
 
 	// Read by every request.
 	hosts    atomic.Pointer[map[string]*tenantSlot]
+	custom   atomic.Pointer[customHosts] // custom domains (tls.go)
 	ready    atomic.Bool
 	draining atomic.Bool
 
@@ -219,6 +234,7 @@ type Edge struct {
 
 	public *fasthttp.Server
 	admin  *http.Server
+	ws     wsSet // open WebSocket tunnels (websocket.go)
 }
 
 // tenantSlot is a tenant's place in the host map: the map changes only when tenants come
@@ -239,7 +255,10 @@ type tenantState struct {
 	plans     map[string]*tenants.Plan
 	issuers   map[string]*tenants.Issuer
 	policy    *tenants.Policy
-	slot      *tenantSlot
+	domains   map[string]domainEntry // custom domains (tls.go), by id
+	// domainsDirty: domains changed since the host maps were last rebuilt.
+	domainsDirty bool
+	slot         *tenantSlot
 
 	// compiler
 	compiled  compiled
@@ -253,6 +272,7 @@ func newTenantState(id string) *tenantState {
 		routes: map[string]*tenants.Route{}, consumers: map[string]*tenants.Consumer{},
 		keys: map[string]keyEntry{}, plans: map[string]*tenants.Plan{},
 		issuers:  map[string]*tenants.Issuer{},
+		domains:  map[string]domainEntry{},
 		slot:     &tenantSlot{},
 		compiled: compiled{pools: map[string]*fasthttp.HostClient{}},
 	}
@@ -300,6 +320,7 @@ func New(cfg Config) (*Edge, error) {
 	}
 	empty := map[string]*tenantSlot{}
 	e.hosts.Store(&empty)
+	e.custom.Store(emptyCustomHosts)
 	if cfg.AccessLog {
 		e.access = newAccessLog(e.log, m.logDropped)
 	}
@@ -404,6 +425,10 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	if err == nil {
 		err = validateEntry(pk, ent)
 	}
+	var dom domainEntry
+	if err == nil && pk.Kind == tenants.KindDomain {
+		dom, err = parseDomain(ent.Domain) // outside the lock: parsing a key takes a while
+	}
 	if err != nil {
 		e.reject(key, pk.Kind, err)
 		return
@@ -443,6 +468,9 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 		ts.issuers[pk.ID] = ent.JWTIssuer
 	case tenants.KindPolicy:
 		ts.policy = ent.Policy
+	case tenants.KindDomain:
+		ts.domains[pk.ID] = dom
+		ts.domainsDirty = true
 	}
 	e.m.configApplied.Inc()
 	e.markDirtyLocked(pk.TenantID)
@@ -484,6 +512,9 @@ func (e *Edge) applyDelete(key string) {
 		delete(ts.issuers, pk.ID)
 	case tenants.KindPolicy:
 		ts.policy = nil
+	case tenants.KindDomain:
+		delete(ts.domains, pk.ID)
+		ts.domainsDirty = true
 	}
 	e.m.configApplied.Inc()
 	e.markDirtyLocked(pk.TenantID)
@@ -638,10 +669,15 @@ func (e *Edge) compileDirty() int {
 	e.mu.Lock()
 	loaded := e.loaded
 	jobs := make([]job, 0, len(e.dirty))
+	hostsChanged := false
 	for id, since := range e.dirty {
 		ts := e.state[id]
 		if ts == nil {
 			continue
+		}
+		if ts.domainsDirty {
+			ts.domainsDirty = false
+			hostsChanged = true
 		}
 		jobs = append(jobs, job{ts: ts, view: ts.viewLocked(), since: since})
 	}
@@ -650,7 +686,6 @@ func (e *Edge) compileDirty() int {
 	e.removed = nil
 	e.mu.Unlock()
 
-	hostsChanged := false
 	for _, ts := range removed {
 		if ts.published != "" {
 			hostsChanged = true
@@ -749,8 +784,10 @@ func (e *Edge) rebuildHosts() {
 		owner[ts.published] = id
 		routes += snap.routes.Len()
 	}
+	custom := e.buildCustomHostsLocked(hosts)
 	e.mu.Unlock()
 	e.hosts.Store(&hosts)
+	e.custom.Store(custom)
 	e.m.tenants.Set(float64(len(hosts)))
 	e.m.routes.Set(float64(routes))
 }
@@ -806,6 +843,9 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	e.ready.Store(false)
 	e.m.ready.Set(0)
 	err := e.public.ShutdownWithContext(ctx)
+	if werr := e.ws.shutdown(ctx); err == nil {
+		err = werr
+	}
 	if aerr := e.admin.Shutdown(ctx); err == nil && !errors.Is(aerr, http.ErrServerClosed) {
 		err = aerr
 	}

@@ -135,9 +135,11 @@ func (e *Edge) handle(x *exchange) {
 	if x.host == nil {
 		x.host = req.Header.Host()
 	}
-	var slot *tenantSlot
-	if slug := tenantSlug(&x.hostBuf, x.host, e.domain); slug != nil {
-		slot = (*e.hosts.Load())[string(slug)]
+	slot := e.hostSlot(&x.hostBuf, x.host) // {slug}.{domain} or a custom domain (tls.go)
+	if !x.sniAgrees(slot) {
+		x.rm = e.labels.noTenant
+		x.fail(replyMisdirected)
+		return
 	}
 	var snap *Snapshot
 	if slot != nil {

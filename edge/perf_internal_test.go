@@ -2,8 +2,15 @@ package edge
 
 import (
 	"bufio"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -100,5 +107,112 @@ func BenchmarkScanRequestHeaders(b *testing.B) {
 		req.CopyTo(&ctx.Request)
 		x.hs = headerScan{}
 		x.scanRequestHeaders(ctx.Request.Header.RawHeaders())
+	}
+}
+
+func TestReadChunkSize(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		size int
+		ok   bool
+	}{
+		{"0\r\n", 0, true},
+		{"1a\r\n", 26, true},
+		{"FF\r\n", 255, true},
+		{"5;name=value\r\n", 5, true},
+		{"5 \r\n", 5, true},
+		{"5\t\r\n", 5, true},
+		{"5;a\"b\r\n", 5, true},
+		{"\r\n", 0, false},
+		{"g\r\n", 0, false},
+		{"5\n", 0, false},
+		{"5;ext\n\r\n", 0, false},
+		{"5 ;ext\r\n", 0, false},
+		{"5 6\r\n", 0, false},
+		{"5\rx", 0, false},
+		{"5", 0, false},
+		{"1000000000000000\r\n", 0, false}, // 16 hex digits
+		{"fffffffffffffff\r\n", 0xfffffffffffffff, true},
+	} {
+		n, err := readChunkSize(bufio.NewReader(strings.NewReader(c.line)))
+		if ok := err == nil; ok != c.ok || ok && n != c.size {
+			t.Errorf("%q: %d, %v; want %d, ok=%v", c.line, n, err, c.size, c.ok)
+		}
+	}
+}
+
+func TestUpstreamDeadlineBounds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c)
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	uc := &upstreamConn{TCPConn: c.(*net.TCPConn)}
+	const ms = int64(time.Millisecond)
+	now := monoNow()
+	steps := []struct {
+		deadline, slack int64
+		moved           bool
+	}{
+		{now + 1000*ms, 62 * ms, true},     // no deadline yet
+		{now + 1010*ms, 62 * ms, false},    // later by less than the slack: kept
+		{now + 1062*ms, 62 * ms, false},    // exactly at the bound set
+		{now + 1063*ms, 62 * ms, true},     // past it
+		{now + 500*ms, 31 * ms, true},      // a shorter timeout: earlier, so moved
+		{now + 30000*ms, 1000 * ms, true},  // a longer one: later by more than its slack
+		{now + 30500*ms, 1000 * ms, false}, // later, within the slack of the bound set: kept
+		{now + 29999*ms, 1000 * ms, true},  // the bound set is past this one's slack
+	}
+	for i, s := range steps {
+		rd, wd := uc.rd, uc.wd
+		if err := uc.bound(s.deadline, s.slack); err != nil {
+			t.Fatal(err)
+		}
+		if moved := uc.rd != rd || uc.wd != wd; moved != s.moved {
+			t.Errorf("step %d: moved=%v, want %v", i, moved, s.moved)
+		}
+		if uc.rd < s.deadline || uc.rd > s.deadline+s.slack || uc.wd != uc.rd {
+			t.Errorf("step %d: deadlines %d/%d outside [%d, %d]", i, uc.rd, uc.wd, s.deadline, s.deadline+s.slack)
+		}
+	}
+	if err := uc.SetDeadline(time.Time{}); err != nil || uc.rd != noDeadline || uc.wd != noDeadline {
+		t.Errorf("cleared: %d/%d, %v", uc.rd, uc.wd, err)
+	}
+}
+
+// TestTLSTargetHost: a target whose scheme is not the listener's gets its own Host and
+// the path as the edge built it (fasthttp's client sent the client's Host there).
+func TestTLSTargetHost(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Host + " " + r.RequestURI)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "https://")
+	hc := &fasthttp.HostClient{Addr: addr, IsTLS: true, TLSConfig: &tls.Config{InsecureSkipVerify: true},
+		DisablePathNormalizing: true, DisableHeaderNamesNormalizing: true}
+	c := upstreamClient{hc}
+	var req fasthttp.Request
+	var resp fasthttp.Response
+	req.Header.SetHost("acme.edge.test") // the client's
+	req.SetRequestURI("/a%20b/../c?x=%2F")
+	req.URI().SetScheme("https") // what proxyStep does for a TLS target behind a plain listener
+	req.Header.SetHost(addr)
+	if err := c.DoTimeout(&req, &resp, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if want := addr + " /a%20b/../c?x=%2F"; got.Load() != want {
+		t.Errorf("upstream saw %q, want %q", got.Load(), want)
 	}
 }

@@ -29,13 +29,18 @@ import (
 //     client replaced by the client's Host);
 //   - the clock is read once; the connection's deadlines move only when they must
 //     (upstreamConn.bound in deadline.go);
-//   - after writing the request it yields before reading the answer (deadline.go);
+//   - with GOMAXPROCS=1 it yields between writing the request and reading the answer
+//     (yieldReads in deadline.go);
 //   - a response whose Content-Length is at most maxBufferedBody is read whole and its
 //     connection goes back to the pool at once, without allocating; a larger body, a
 //     chunked one or one delimited by the upstream closing streams through upstreamBody,
 //     which hands the connection back once the body has been relayed. A request in
 //     flight holds at most maxBufferedBody of response body in memory (S5: a 1 MB or a
-//     100 MB response streams).
+//     100 MB response streams). Reading a small body whole also means a small body
+//     that ends early fails the exchange (502, after fasthttp's retry of an idempotent
+//     request) instead of reaching the client as a cut-off 200;
+//   - a connection that relayed a streamed body to its end goes back to the pool even
+//     when the client's connection closes after the response (fasthttp's closed it).
 //
 // Retries are fasthttp's: a request that failed on its connection (typically a pooled
 // one the upstream had closed) is sent once more when it is idempotent and its body is
@@ -100,7 +105,13 @@ func (c upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response
 		return false, err
 	}
 	conn := cc.Conn()
-	if err = setUpstreamDeadlines(conn, deadline, slack); err != nil {
+	uc := upstreamConnOf(conn)
+	if uc != nil {
+		err = uc.bound(deadline, slack)
+	} else {
+		err = setDeadlines(conn, deadline)
+	}
+	if err != nil {
 		hc.CloseConn(cc)
 		return true, err
 	}
@@ -119,8 +130,10 @@ func (c upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response
 		return true, err
 	}
 
-	// The upstream has not answered yet: let other connections' work go first.
-	runtime.Gosched()
+	if uc != nil && uc.yield {
+		// The upstream cannot have answered yet: let other connections' work go first.
+		runtime.Gosched()
+	}
 
 	if req.Header.IsHead() {
 		resp.SkipBody = true
@@ -195,18 +208,18 @@ func noBody(status int) bool {
 	return status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified
 }
 
-// setUpstreamDeadlines bounds the exchange on conn by deadline (monoNow's clock).
-func setUpstreamDeadlines(conn net.Conn, deadline, slack int64) error {
-	uc, ok := conn.(*upstreamConn)
-	if !ok {
-		if tc, isTLS := conn.(*tls.Conn); isTLS {
-			// tls.Conn passes deadlines to the connection below it.
-			uc, ok = tc.NetConn().(*upstreamConn)
-		}
+// upstreamConnOf returns the dialer's connection under conn (also under TLS), or nil.
+func upstreamConnOf(conn net.Conn) *upstreamConn {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn() // tls.Conn passes deadlines to the connection below it
 	}
-	if ok {
-		return uc.bound(deadline, slack)
-	}
+	uc, _ := conn.(*upstreamConn)
+	return uc
+}
+
+// setDeadlines bounds the exchange on a connection the dialer did not make (none
+// today) by deadline, on monoNow's clock.
+func setDeadlines(conn net.Conn, deadline int64) error {
 	t := monoTime(deadline)
 	if err := conn.SetWriteDeadline(t); err != nil {
 		return err

@@ -54,18 +54,21 @@ type Consumer struct {
 // route is one compiled route: its settings in the form the request path uses, and the
 // handler chain built for it.
 type route struct {
-	id, name  string
-	auth      string
-	strip     bool
-	maxBody   int
-	timeout   time.Duration
-	upstream  *upstream
-	metrics   *routeMetrics
-	serve     func(x *exchange)
-	snapshot  *Snapshot
-	rateLimit *tenants.RateLimit
-	policy    bool         // check the tenant's policy
-	meter     *meter.Route // nil: metering off
+	id, name string
+	auth     string
+	strip    bool
+	maxBody  int
+	timeout  time.Duration
+	// connectTimeout bounds dialing a WebSocket route's target (websocket.go).
+	connectTimeout time.Duration
+	websocket      bool
+	upstream       *upstream
+	metrics        *routeMetrics
+	serve          func(x *exchange)
+	snapshot       *Snapshot
+	rateLimit      *tenants.RateLimit
+	policy         bool         // check the tenant's policy
+	meter          *meter.Route // nil: metering off
 }
 
 // Routes is the number of (path, route) entries of the snapshot's route table.
@@ -173,14 +176,16 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 		upstreams[r] = up
 		rt := &route{
 			id: r.ID, name: r.Name, auth: r.Auth, strip: r.StripPrefix,
-			maxBody:   int(r.MaxBodyBytes),
-			timeout:   time.Duration(r.TimeoutMS) * time.Millisecond,
-			upstream:  up,
-			metrics:   rms[i],
-			snapshot:  s,
-			rateLimit: r.RateLimit,
-			policy:    r.Policy,
-			meter:     e.meterRoute(v.tenant.ID, r.ID),
+			maxBody:        int(r.MaxBodyBytes),
+			timeout:        time.Duration(r.TimeoutMS) * time.Millisecond,
+			connectTimeout: time.Duration(r.ConnectTimeoutMS) * time.Millisecond,
+			websocket:      r.WebSocket,
+			upstream:       up,
+			metrics:        rms[i],
+			snapshot:       s,
+			rateLimit:      r.RateLimit,
+			policy:         r.Policy,
+			meter:          e.meterRoute(v.tenant.ID, r.ID),
 		}
 		rt.serve = e.chain(rt)
 		for _, p := range r.Paths {
@@ -206,6 +211,9 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 // work now rather than per request.
 func (e *Edge) chain(rt *route) func(*exchange) {
 	next := e.proxyStep(rt)
+	if rt.websocket {
+		next = e.wsStep(rt, next)
+	}
 	next = bodyLimitStep(rt, next)
 	next = e.limitStep(rt, next)
 	if rt.policy {

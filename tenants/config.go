@@ -16,6 +16,7 @@ import (
 //	<tenant_id>.plan.<plan_id>
 //	<tenant_id>.jwt-issuer.<issuer_id>
 //	<tenant_id>.policy
+//	<tenant_id>.domain.<domain_id>
 //
 // Why one entry per object rather than one per tenant: a change to one route of a tenant
 // with 10,000 routes publishes one small value instead of rewriting megabytes (over NATS's
@@ -38,6 +39,8 @@ type Entry struct {
 	// JWTIssuer carries its HS256Secret, if any: the edges verify with it.
 	JWTIssuer *Issuer `json:"jwt_issuer,omitempty"`
 	Policy    *Policy `json:"policy,omitempty"`
+	// Domain carries the certificate's private key: the edges terminate TLS with it.
+	Domain *Domain `json:"domain,omitempty"`
 }
 
 // KeyEntry is what the edge needs of a key: the hash to look the request's key up by.
@@ -59,6 +62,7 @@ const (
 	// KindTenant by the tenant alone.
 	KindJWTIssuer = "jwt-issuer"
 	KindPolicy    = "policy"
+	KindDomain    = "domain"
 )
 
 // TenantKey and ObjectKey build entry keys.
@@ -86,6 +90,8 @@ func (e *Entry) EntryKey() (string, error) {
 		return ObjectKey(e.JWTIssuer.TenantID, KindJWTIssuer, e.JWTIssuer.ID), nil
 	case e.Policy != nil:
 		return PolicyKey(e.Policy.TenantID), nil
+	case e.Domain != nil:
+		return ObjectKey(e.Domain.TenantID, KindDomain, e.Domain.ID), nil
 	}
 	return "", fmt.Errorf("entry holds no object")
 }
@@ -107,11 +113,11 @@ func ParseKey(key string) (ParsedKey, error) {
 		return ParsedKey{TenantID: parts[0], Kind: KindPolicy}, nil
 	case len(parts) == 3 && parts[0] != "" && parts[2] != "":
 		switch parts[1] {
-		case KindRoute, KindConsumer, KindKey, KindPlan, KindJWTIssuer:
+		case KindRoute, KindConsumer, KindKey, KindPlan, KindJWTIssuer, KindDomain:
 			return ParsedKey{TenantID: parts[0], Kind: parts[1], ID: parts[2]}, nil
 		}
 	}
-	return ParsedKey{}, fmt.Errorf("config key %q is not <tenant>.tenant, <tenant>.policy or <tenant>.<route|consumer|key|plan|jwt-issuer>.<id>", key)
+	return ParsedKey{}, fmt.Errorf("config key %q is not <tenant>.tenant, <tenant>.policy or <tenant>.<route|consumer|key|plan|jwt-issuer|domain>.<id>", key)
 }
 
 // DecodeEntry parses a KV value stored under key and checks that it holds exactly the
@@ -126,7 +132,7 @@ func DecodeEntry(key string, value []byte) (ParsedKey, *Entry, error) {
 		return pk, nil, fmt.Errorf("config entry %s: %v", key, err)
 	}
 	n := 0
-	for _, set := range []bool{e.Tenant != nil, e.Route != nil, e.Consumer != nil, e.Key != nil, e.Plan != nil, e.JWTIssuer != nil, e.Policy != nil} {
+	for _, set := range []bool{e.Tenant != nil, e.Route != nil, e.Consumer != nil, e.Key != nil, e.Plan != nil, e.JWTIssuer != nil, e.Policy != nil, e.Domain != nil} {
 		if set {
 			n++
 		}
@@ -150,6 +156,8 @@ func DecodeEntry(key string, value []byte) (ParsedKey, *Entry, error) {
 		tenantID, id, kind = e.JWTIssuer.TenantID, e.JWTIssuer.ID, KindJWTIssuer
 	case e.Policy != nil:
 		tenantID, id, kind = e.Policy.TenantID, "", KindPolicy
+	case e.Domain != nil:
+		tenantID, id, kind = e.Domain.TenantID, e.Domain.ID, KindDomain
 	}
 	if tenantID != pk.TenantID || id != pk.ID || kind != pk.Kind {
 		return pk, nil, fmt.Errorf("config entry %s holds %s %s of tenant %s", key, kind, id, tenantID)

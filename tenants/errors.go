@@ -16,19 +16,20 @@ import (
 // ({"error":{"code","message","request_id"}}); clients match on them, so a code once
 // published never changes meaning. The README's error-code table is generated from Codes.
 const (
-	EInvalidRequest    = "invalid_request"    // body is not the JSON the endpoint takes
-	EValidation        = "validation_failed"  // a field breaks a rule; Field names it
-	EUnauthenticated   = "unauthenticated"    // no credential was sent
-	EInvalidCredential = "invalid_credential" // a credential was sent and is not valid here
-	EForbidden         = "forbidden"          // authenticated, but not allowed to do this
-	EPolicyDenied      = "policy_denied"      // the tenant's policy denies this call (edge)
-	ENotFound          = "not_found"          // no such object (or not visible to the caller)
-	ETenantNotFound    = "tenant_not_found"   // edge: the Host names no tenant
-	ERouteNotFound     = "route_not_found"    // edge: no route matches method and path
-	EMethodNotAllowed  = "method_not_allowed" // api: the path exists, the method does not
-	EConflict          = "conflict"           // a unique name or path is already taken
-	EVersionConflict   = "version_conflict"   // optimistic concurrency: the object changed
-	EBodyTooLarge      = "body_too_large"     // request body over the limit
+	EInvalidRequest    = "invalid_request"     // body is not the JSON the endpoint takes
+	EValidation        = "validation_failed"   // a field breaks a rule; Field names it
+	EUnauthenticated   = "unauthenticated"     // no credential was sent
+	EInvalidCredential = "invalid_credential"  // a credential was sent and is not valid here
+	EForbidden         = "forbidden"           // authenticated, but not allowed to do this
+	EPolicyDenied      = "policy_denied"       // the tenant's policy denies this call (edge)
+	ENotFound          = "not_found"           // no such object (or not visible to the caller)
+	ETenantNotFound    = "tenant_not_found"    // edge: the Host names no tenant
+	ERouteNotFound     = "route_not_found"     // edge: no route matches method and path
+	EMisdirected       = "misdirected_request" // edge: the TLS SNI names another tenant than the Host
+	EMethodNotAllowed  = "method_not_allowed"  // api: the path exists, the method does not
+	EConflict          = "conflict"            // a unique name or path is already taken
+	EVersionConflict   = "version_conflict"    // optimistic concurrency: the object changed
+	EBodyTooLarge      = "body_too_large"      // request body over the limit
 	EUnsupportedMedia  = "unsupported_media_type"
 	ERateLimited       = "rate_limited"     // a rate limit was hit; Retry-After says when
 	EQuotaExceeded     = "quota_exceeded"   // the period's quota is used up
@@ -58,6 +59,7 @@ var Codes = []CodeInfo{
 	{ENotFound, http.StatusNotFound, "api", "no such object, or it belongs to another tenant"},
 	{ETenantNotFound, http.StatusNotFound, "edge", "the Host header names no tenant"},
 	{ERouteNotFound, http.StatusNotFound, "edge", "no route of the tenant matches the method and path"},
+	{EMisdirected, http.StatusMisdirectedRequest, "edge", "the TLS server name (SNI) and the Host header name different tenants"},
 	{EMethodNotAllowed, http.StatusMethodNotAllowed, "api", "the path exists but not with this method"},
 	{EConflict, http.StatusConflict, "api", "a unique value (slug, name, path) is already taken"},
 	{EVersionConflict, http.StatusConflict, "api", "the object changed since you read it: re-read and retry"},

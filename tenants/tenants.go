@@ -40,6 +40,8 @@ type Route struct {
 	RateLimit *RateLimit `json:"rate_limit,omitempty"`
 	// StripPrefix removes the matched path prefix before proxying.
 	StripPrefix bool `json:"strip_prefix"`
+	// WebSocket lets upgrade requests through to the upstream as WebSocket tunnels.
+	WebSocket bool `json:"websocket"`
 	// MaxBodyBytes caps the request body. Default: DefaultMaxBodyBytes.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
 	// ConnectTimeoutMS and TimeoutMS bound dialing the upstream and the whole upstream

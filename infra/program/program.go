@@ -6,6 +6,7 @@ package program
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -133,6 +134,8 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		Tokens:     cp.db,
 		JWTIssuers: cp.db,
 		Policies:   cp.db,
+		Domains:    cp.db,
+		EdgeDomain: cfg.EdgeDomain,
 		Usage:      billingpg.New(cp.db.Pool()), // rollups folded by `tollgate billing`, same database
 		AdminToken: cfg.AdminToken,
 		Upstreams:  cfg.UpstreamPolicy(),
@@ -276,7 +279,25 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 	// Deferred after nc.Close, so it runs first: after the edge has drained (below), the
 	// meter flushes its last counts and the spool while NATS is still connected.
 	defer closeMeter(m, log)
+	var wildcard *tls.Certificate
+	if cfg.EdgeTLSCert != "" || cfg.EdgeTLSKey != "" {
+		c, err := tls.LoadX509KeyPair(cfg.EdgeTLSCert, cfg.EdgeTLSKey)
+		if err != nil {
+			return fmt.Errorf("TOLLGATE_EDGE_TLS_CERT / TOLLGATE_EDGE_TLS_KEY: %w", err)
+		}
+		wildcard = &c
+	}
+	var tlsLn net.Listener
+	if cfg.EdgeTLSAddr != "" {
+		if wildcard == nil {
+			log.Warn("edge: TLS listener without TOLLGATE_EDGE_TLS_CERT/KEY: only custom domains will complete a handshake")
+		}
+		if tlsLn, err = net.Listen("tcp", cfg.EdgeTLSAddr); err != nil {
+			return fmt.Errorf("TOLLGATE_EDGE_TLS_ADDR: %w", err)
+		}
+	}
 	e, err := edge.New(edge.Config{
+		TLSCertificate: wildcard,
 		Meter:          m,
 		Registry:       fc.reg,
 		Limiter:        fc.lim,
@@ -289,6 +310,9 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		Pprof:          cfg.Pprof,
 	})
 	if err != nil {
+		if tlsLn != nil {
+			_ = tlsLn.Close()
+		}
 		return err
 	}
 	js, err := jetstream.New(nc)
@@ -310,8 +334,16 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		return err
 	}
 	defer w.Stop()
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- e.Serve(pub, adm) }()
+	if tlsLn != nil {
+		go func() {
+			if err := e.ServeTLS(tlsLn); err != nil {
+				serveErr <- err
+			}
+		}()
+		log.Info("edge listening for TLS", "addr", tlsLn.Addr().String())
+	}
 	log.Info("edge listening", "addr", pub.Addr().String(), "admin", adm.Addr().String(), "domain", cfg.EdgeDomain)
 	select {
 	case err := <-serveErr:

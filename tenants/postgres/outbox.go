@@ -125,7 +125,8 @@ func (db *DB) Entries(ctx context.Context, fn func(tenants.Change) error) (first
 	var n int64
 	if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM tenants) + (SELECT count(*) FROM plans)
 		+ (SELECT count(*) FROM consumers) + (SELECT count(*) FROM keys) + (SELECT count(*) FROM routes)
-		+ (SELECT count(*) FROM jwt_issuers) + (SELECT count(*) FROM policies)`).Scan(&n); err != nil {
+		+ (SELECT count(*) FROM jwt_issuers) + (SELECT count(*) FROM policies)
+		+ (SELECT count(*) FROM domains)`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("postgres: entries: %w", err)
 	}
 	// Reserve n revs. Only holders of the writer lock draw from the sequence, so the range
@@ -208,6 +209,13 @@ func (db *DB) Entries(ctx context.Context, fn func(tenants.Change) error) (first
 				return err
 			}
 			return emitEntry(p.TenantID, tenants.PolicyKey(p.TenantID), &tenants.Entry{Policy: p})
+		}},
+		{`SELECT ` + domainColumns + ` FROM domains ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			d, err := scanDomain(rows)
+			if err != nil {
+				return err
+			}
+			return emitEntry(d.TenantID, tenants.ObjectKey(d.TenantID, tenants.KindDomain, d.ID), &tenants.Entry{Domain: d})
 		}},
 	}
 	for _, s := range scans {

@@ -23,13 +23,14 @@ type routeSpec struct {
 	MaxBodyBytes     int64              `json:"max_body_bytes"`
 	ConnectTimeoutMS int                `json:"connect_timeout_ms"`
 	TimeoutMS        int                `json:"timeout_ms"`
+	WebSocket        bool               `json:"websocket,omitempty"`
 }
 
 func specOf(r *tenants.Route) routeSpec {
 	return routeSpec{
 		Paths: r.Paths, Methods: r.Methods, Upstream: r.Upstream, Auth: r.Auth, Policy: r.Policy,
 		RateLimit: r.RateLimit, StripPrefix: r.StripPrefix, MaxBodyBytes: r.MaxBodyBytes,
-		ConnectTimeoutMS: r.ConnectTimeoutMS, TimeoutMS: r.TimeoutMS,
+		ConnectTimeoutMS: r.ConnectTimeoutMS, TimeoutMS: r.TimeoutMS, WebSocket: r.WebSocket,
 	}
 }
 
@@ -45,7 +46,7 @@ func scanRoute(row pgx.Row) (*tenants.Route, error) {
 	}
 	r.Paths, r.Methods, r.Upstream, r.Auth, r.Policy = s.Paths, s.Methods, s.Upstream, s.Auth, s.Policy
 	r.RateLimit, r.StripPrefix, r.MaxBodyBytes = s.RateLimit, s.StripPrefix, s.MaxBodyBytes
-	r.ConnectTimeoutMS, r.TimeoutMS = s.ConnectTimeoutMS, s.TimeoutMS
+	r.ConnectTimeoutMS, r.TimeoutMS, r.WebSocket = s.ConnectTimeoutMS, s.TimeoutMS, s.WebSocket
 	if r.Methods == nil {
 		r.Methods = []string{}
 	}

@@ -152,7 +152,8 @@ func (db *DB) DeleteTenant(ctx context.Context, tenantID string) error {
 			UNION ALL SELECT 'key', id::text FROM keys WHERE tenant_id = $1
 			UNION ALL SELECT 'route', id::text FROM routes WHERE tenant_id = $1
 			UNION ALL SELECT 'jwt-issuer', id::text FROM jwt_issuers WHERE tenant_id = $1
-			UNION ALL SELECT 'policy', '' FROM policies WHERE tenant_id = $1`, tenantID)
+			UNION ALL SELECT 'policy', '' FROM policies WHERE tenant_id = $1
+			UNION ALL SELECT 'domain', id::text FROM domains WHERE tenant_id = $1`, tenantID)
 		if err != nil {
 			return err
 		}

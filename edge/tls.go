@@ -1,0 +1,181 @@
+package edge
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"strings"
+
+	"tollgate/tenants"
+)
+
+// TLS termination (issue 8). The TLS listener serves the same handler as the public one;
+// what differs is the handshake and one check per request:
+//
+//   - GetCertificate picks the certificate by SNI: a tenant's custom domain gets the
+//     certificate uploaded with it, every other name the edge domain's wildcard
+//     certificate (Config.TLSCertificate). The map it reads is rebuilt with the host map
+//     whenever a tenant's domains change, and swapped with one atomic store, so a new
+//     certificate is served from the next handshake on, without a restart.
+//   - A request's Host must name the tenant its connection's SNI named (RFC 9110 15.5.20):
+//     a connection set up for one tenant's certificate cannot carry another tenant's
+//     requests (connection reuse across names that share a certificate, or a client
+//     lying in Host). Otherwise 421 misdirected_request. A handshake without SNI (a
+//     client dialing an IP) claims no name and is not checked.
+//
+// Custom domains route on the plain listener too: a Host that is not {slug}.{domain} is
+// looked up in the custom host map.
+
+// domainEntry is a custom domain as the edge holds it: parsed once, when its entry
+// arrives.
+type domainEntry struct {
+	host string
+	cert *tls.Certificate
+}
+
+// customHosts is what rebuildHosts publishes for custom domains: host name → tenant slot
+// (for routing) and → certificate (for the handshake).
+type customHosts struct {
+	slots map[string]*tenantSlot
+	certs map[string]*tls.Certificate
+}
+
+var emptyCustomHosts = &customHosts{slots: map[string]*tenantSlot{}, certs: map[string]*tls.Certificate{}}
+
+// parseDomain checks a domain entry and parses its key pair.
+func parseDomain(d *tenants.Domain) (domainEntry, error) {
+	h := strings.TrimSuffix(strings.ToLower(d.Hostname), ".")
+	if h == "" {
+		return domainEntry{}, errors.New("domain entry has no hostname")
+	}
+	c, err := d.KeyPair()
+	if err != nil {
+		return domainEntry{}, err
+	}
+	return domainEntry{host: h, cert: c}, nil
+}
+
+// buildCustomHostsLocked collects the custom domains of published tenants (e.mu held).
+// Two tenants claiming one host name (only possible with inconsistent config) resolve to
+// the smaller tenant id, as slugs do.
+func (e *Edge) buildCustomHostsLocked(published map[string]*tenantSlot) *customHosts {
+	ch := &customHosts{slots: map[string]*tenantSlot{}, certs: map[string]*tls.Certificate{}}
+	owner := map[string]string{}
+	for id, ts := range e.state {
+		if len(ts.domains) == 0 || ts.published == "" || published[ts.published] != ts.slot {
+			continue
+		}
+		for _, d := range ts.domains {
+			if prev, ok := owner[d.host]; ok {
+				e.log.Warn("edge: two tenants claim one custom domain", "host", d.host, "tenants", []string{prev, id})
+				if prev < id {
+					continue
+				}
+			}
+			owner[d.host] = id
+			ch.slots[d.host] = ts.slot
+			ch.certs[d.host] = d.cert
+		}
+	}
+	return ch
+}
+
+// hostName lower-cases a Host header value or server name into buf, without a port or
+// a trailing dot; nil when it cannot be a DNS name.
+func hostName(buf *[maxHostLen]byte, host []byte) []byte {
+	if len(host) == 0 || len(host) > maxHostLen || host[0] == '[' {
+		return nil
+	}
+	n := 0
+	for _, c := range host {
+		if c == ':' {
+			break
+		}
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[n] = c
+		n++
+	}
+	if n > 0 && buf[n-1] == '.' {
+		n--
+	}
+	if n == 0 {
+		return nil
+	}
+	return buf[:n]
+}
+
+// customSlot is the slot of the tenant a custom domain Host belongs to, or nil.
+func (e *Edge) customSlot(buf *[maxHostLen]byte, host []byte) *tenantSlot {
+	ch := e.custom.Load()
+	if len(ch.slots) == 0 {
+		return nil
+	}
+	h := hostName(buf, host)
+	if h == nil {
+		return nil
+	}
+	return ch.slots[string(h)]
+}
+
+// hostSlot finds the tenant slot a host name (Host header or SNI) names.
+func (e *Edge) hostSlot(buf *[maxHostLen]byte, host []byte) *tenantSlot {
+	if slug := tenantSlug(buf, host, e.domain); slug != nil {
+		return (*e.hosts.Load())[string(slug)]
+	}
+	return e.customSlot(buf, host)
+}
+
+// sniAgrees reports whether the request's connection is not TLS, has no SNI, or has an
+// SNI naming the same tenant (slot) as the Host header did.
+func (x *exchange) sniAgrees(slot *tenantSlot) bool {
+	tc, ok := x.ctx.Conn().(*tls.Conn)
+	if !ok {
+		return true
+	}
+	sni := tc.ConnectionState().ServerName
+	if sni == "" {
+		return true
+	}
+	var buf [maxHostLen]byte
+	return x.e.hostSlot(&buf, []byte(sni)) == slot
+}
+
+// getCertificate is the TLS listener's tls.Config.GetCertificate.
+func (e *Edge) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if hello.ServerName != "" {
+		var buf [maxHostLen]byte
+		if h := hostName(&buf, []byte(hello.ServerName)); h != nil {
+			if c := e.custom.Load().certs[string(h)]; c != nil {
+				return c, nil
+			}
+		}
+	}
+	if e.cfg.TLSCertificate != nil {
+		return e.cfg.TLSCertificate, nil
+	}
+	return nil, errors.New("edge: no certificate for this server name")
+}
+
+// tlsConfig is the TLS listener's configuration: TLS 1.2 and 1.3, HTTP/1.1.
+func (e *Edge) tlsConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: e.getCertificate,
+		NextProtos:     []string{"http/1.1"},
+	}
+}
+
+// ServeTLS serves tenant traffic over TLS on ln (see the comment at the top of tls.go)
+// until Shutdown, which also closes ln. It returns nil after Shutdown, and the listener's
+// error otherwise.
+func (e *Edge) ServeTLS(ln net.Listener) error {
+	err := e.public.Serve(tls.NewListener(ln, e.tlsConfig()))
+	if e.draining.Load() {
+		return nil
+	}
+	return err
+}
+
+var replyMisdirected = newReply(tenants.EMisdirected, "the TLS server name (SNI) names another API than the Host header; open a new connection for this host")

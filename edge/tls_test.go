@@ -1,0 +1,271 @@
+package edge_test
+
+import (
+	"bufio"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"tollgate/edge"
+	"tollgate/infra/testcert"
+	"tollgate/tenants"
+)
+
+// tlsHarness is a harness with a TLS listener and the wildcard certificate of the edge
+// domain, issued by a CA of the test's own.
+type tlsHarness struct {
+	*harness
+	ca  *testcert.CA
+	tls string // host:port of the TLS listener
+}
+
+func newTLSHarness(t *testing.T) *tlsHarness {
+	ca := testcert.NewCA(t)
+	wild := ca.Issue(t, []string{"*." + domain}, time.Time{}, time.Time{})
+	h := newHarness(t, func(c *edge.Config) { c.TLSCertificate = &wild.TLS })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if err := h.e.ServeTLS(ln); err != nil {
+			t.Errorf("ServeTLS: %v", err)
+		}
+	}()
+	return &tlsHarness{harness: h, ca: ca, tls: ln.Addr().String()}
+}
+
+// putDomain applies a custom domain entry.
+func (h *tlsHarness) putDomain(d *tenants.Domain) {
+	h.t.Helper()
+	b, err := json.Marshal(&tenants.Entry{Rev: h.rev.Add(1), Domain: d})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.e.Apply(tenants.ObjectKey(d.TenantID, tenants.KindDomain, d.ID), b, h.kvRev.Add(1))
+}
+
+// tlsGet sends one request over a new TLS 1.3 connection with the SNI and Host given,
+// and returns the response and the certificate the edge presented.
+func (h *tlsHarness) tlsGet(sni, host, target string) (result, *tls.ConnectionState) {
+	h.t.Helper()
+	c, err := tls.Dial("tcp", h.tls, &tls.Config{ServerName: sni, RootCAs: h.ca.Pool, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		h.t.Fatalf("handshake with SNI %q: %v", sni, err)
+	}
+	defer c.Close()
+	st := c.ConnectionState()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", target, host)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		h.t.Fatalf("read response: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return result{status: resp.StatusCode, header: resp.Header, body: string(b)}, &st
+}
+
+func TestTLSSNISelectsCertificate(t *testing.T) {
+	h := newTLSHarness(t)
+	up := newUpstream(t, "up")
+	acme := h.tenant("acme")
+	h.route(acme, "r", []string{"/hello"}, nil, "", up.URL)
+	other := h.tenant("other")
+	h.route(other, "o", []string{"/hello"}, nil, "", up.URL)
+	leaf := h.ca.Issue(t, []string{"api.acme.example"}, time.Time{}, time.Time{})
+	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "api.acme.example", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: leaf.KeyPEM})
+	h.e.Loaded()
+
+	// The custom domain: its own certificate, over TLS 1.3, routed to its tenant.
+	r, st := h.tlsGet("api.acme.example", "api.acme.example", "/hello")
+	if st.Version != tls.VersionTLS13 {
+		t.Errorf("TLS version %x, want 1.3", st.Version)
+	}
+	if got := st.PeerCertificates[0]; !got.Equal(leaf.Cert) {
+		t.Errorf("SNI api.acme.example got certificate %v, want the tenant's", got.DNSNames)
+	}
+	if r.status != 200 {
+		t.Fatalf("custom domain over TLS: %v", r)
+	}
+	// The edge domain: the wildcard certificate.
+	r, st = h.tlsGet("acme."+domain, "acme."+domain, "/hello")
+	if names := st.PeerCertificates[0].DNSNames; len(names) != 1 || names[0] != "*."+domain {
+		t.Errorf("SNI acme.%s got certificate for %v, want the wildcard", domain, names)
+	}
+	if r.status != 200 {
+		t.Fatalf("edge domain over TLS: %v", r)
+	}
+	// TLS 1.2 is accepted too.
+	c, err := tls.Dial("tcp", h.tls, &tls.Config{ServerName: "api.acme.example", RootCAs: h.ca.Pool, MaxVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatalf("TLS 1.2: %v", err)
+	}
+	c.Close()
+	// And the custom domain routes on the plain listener too (Host with a port, any case).
+	if r := h.get("API.acme.example:8000", "/hello"); r.status != 200 {
+		t.Errorf("custom domain on the plain listener: %v", r)
+	}
+	if r := h.get("api.nobody.example", "/hello"); r.status != 404 || r.errCode() != tenants.ETenantNotFound {
+		t.Errorf("unknown host: %v", r)
+	}
+}
+
+func TestTLSSNIHostMismatch(t *testing.T) {
+	h := newTLSHarness(t)
+	up := newUpstream(t, "up")
+	acme := h.tenant("acme")
+	h.route(acme, "r", []string{"/hello"}, nil, "", up.URL)
+	other := h.tenant("other")
+	h.route(other, "o", []string{"/hello"}, nil, "", up.URL)
+	leaf := h.ca.Issue(t, []string{"api.acme.example"}, time.Time{}, time.Time{})
+	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "api.acme.example", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: leaf.KeyPEM})
+	h.e.Loaded()
+
+	cases := []struct {
+		sni, host string
+		status    int
+		code      string
+	}{
+		{"acme." + domain, "acme." + domain, 200, ""},
+		{"acme." + domain, "api.acme.example", 200, ""}, // both name acme
+		{"api.acme.example", "acme." + domain, 200, ""},
+		{"acme." + domain, "other." + domain, 421, tenants.EMisdirected},
+		{"other." + domain, "api.acme.example", 421, tenants.EMisdirected},
+		{"api.acme.example", "other." + domain, 421, tenants.EMisdirected},
+		{"nobody." + domain, "acme." + domain, 421, tenants.EMisdirected},
+	}
+	for _, c := range cases {
+		r, _ := h.tlsGet(c.sni, c.host, "/hello")
+		if r.status != c.status || r.errCode() != c.code {
+			t.Errorf("SNI %s, Host %s: got %v, want %d %s", c.sni, c.host, r, c.status, c.code)
+		}
+		if c.status == 421 && !strings.Contains(r.body, `"request_id":"`) {
+			t.Errorf("421 without the error envelope: %s", r.body)
+		}
+	}
+}
+
+func TestTLSDomainHotSwap(t *testing.T) {
+	h := newTLSHarness(t)
+	up := newUpstream(t, "up")
+	acme := h.tenant("acme")
+	h.route(acme, "r", []string{"/hello"}, nil, "", up.URL)
+	h.e.Loaded()
+
+	dial := func() (*tls.Conn, error) {
+		return tls.Dial("tcp", h.tls, &tls.Config{ServerName: "shop.acme.example", RootCAs: h.ca.Pool})
+	}
+	// Before the upload: the wildcard certificate, which does not cover the name.
+	if c, err := dial(); err == nil {
+		c.Close()
+		t.Fatal("handshake for a domain not uploaded yet verified")
+	}
+	first := h.ca.Issue(t, []string{"shop.acme.example"}, time.Time{}, time.Time{})
+	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "shop.acme.example", CertificatePEM: first.CertPEM, PrivateKeyPEM: first.KeyPEM})
+	waitFor(t, 2*time.Second, func() string {
+		c, err := dial()
+		if err != nil {
+			return err.Error()
+		}
+		defer c.Close()
+		if !c.ConnectionState().PeerCertificates[0].Equal(first.Cert) {
+			return "not the uploaded certificate"
+		}
+		return ""
+	})
+	// A renewed certificate replaces it without a restart.
+	second := h.ca.Issue(t, []string{"shop.acme.example", "www.shop.acme.example"}, time.Time{}, time.Time{})
+	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "shop.acme.example", CertificatePEM: second.CertPEM, PrivateKeyPEM: second.KeyPEM})
+	waitFor(t, 2*time.Second, func() string {
+		c, err := dial()
+		if err != nil {
+			return err.Error()
+		}
+		defer c.Close()
+		if !c.ConnectionState().PeerCertificates[0].Equal(second.Cert) {
+			return "still the old certificate"
+		}
+		return ""
+	})
+	if r, _ := h.tlsGet("shop.acme.example", "shop.acme.example", "/hello"); r.status != 200 {
+		t.Errorf("after the swap: %v", r)
+	}
+	// Deleted: the name falls back to the wildcard, and Host routing stops.
+	h.del(tenants.ObjectKey(acme, tenants.KindDomain, "d1"))
+	waitFor(t, 2*time.Second, func() string {
+		if r := h.get("shop.acme.example", "/hello"); r.status != 404 {
+			return fmt.Sprintf("still routed after delete: %d", r.status)
+		}
+		return ""
+	})
+	if c, err := dial(); err == nil {
+		c.Close()
+		t.Error("deleted domain's certificate still served")
+	}
+}
+
+func TestTLSBadDomainEntryRejected(t *testing.T) {
+	h := newTLSHarness(t)
+	acme := h.tenant("acme")
+	h.e.Loaded()
+	leaf := h.ca.Issue(t, []string{"x.acme.example"}, time.Time{}, time.Time{})
+	other := h.ca.Issue(t, []string{"x.acme.example"}, time.Time{}, time.Time{})
+	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "x.acme.example", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: other.KeyPEM})
+	if n := h.metric("tollgate_edge_config_rejected_total", map[string]string{"kind": tenants.KindDomain}); n != 1 {
+		t.Errorf("rejected entries: %v, want 1", n)
+	}
+}
+
+// TestUpstreamTLSVerified: an https upstream whose certificate no trusted CA signed is
+// refused (502), not silently accepted.
+func TestUpstreamTLSVerified(t *testing.T) {
+	h := newHarness(t)
+	up := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "reached")
+	}))
+	defer up.Close()
+	acme := h.tenant("acme")
+	h.route(acme, "r", []string{"/hello"}, nil, "", up.URL)
+	h.e.Loaded()
+	r := h.get("acme."+domain, "/hello")
+	if r.status != 502 || r.errCode() != tenants.EUpstreamFailed || strings.Contains(r.body, "reached") {
+		t.Errorf("self-signed https upstream: %v, want 502 upstream_failed", r)
+	}
+}
+
+// TestTLSWebSocket: a WebSocket tunnel through the TLS listener.
+func TestTLSWebSocket(t *testing.T) {
+	h := newTLSHarness(t)
+	up := newWSUpstream(t, false)
+	acme := h.tenant("acme")
+	h.put(&tenants.Route{ID: "ws", TenantID: acme, Name: "ws", Paths: []string{"/ws"}, WebSocket: true,
+		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.url, Weight: 1}}}})
+	h.e.Loaded()
+	c, err := tls.Dial("tcp", h.tls, &tls.Config{ServerName: "acme." + domain, RootCAs: h.ca.Pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: acme.%s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", domain)
+	br := bufio.NewReader(c)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade over TLS: %v %v", resp, err)
+	}
+	echoOnce(t, c, br, "over tls")
+	shutdownEdge(t, h.harness)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, _ := io.ReadAll(br)
+	if string(b) != "\x88\x02\x03\xe9" {
+		t.Errorf("shutdown over TLS: got %x, want a 1001 close frame", b)
+	}
+}

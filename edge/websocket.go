@@ -1,0 +1,361 @@
+package edge
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"tollgate/tenants"
+)
+
+// WebSocket (issue 8). A route with "websocket": true passes an upgrade request
+// (GET with Connection: upgrade and Upgrade: websocket) through the same chain as any
+// other request — auth, policy, limits and the body limit run before this step, so they
+// apply at the upgrade — and then, instead of the pooled proxy, dials the target on a
+// connection of its own, forwards the upgrade and, when the target answers 101, hijacks
+// the client connection and copies bytes both ways until either side closes.
+//
+// The edge does not parse frames: it relays bytes. A tunnel closes when it has carried no
+// byte either way for WebSocketIdleTimeout, when it has lived WebSocketMaxLifetime, and
+// on Shutdown; the edge then sends the client a close frame (1001 going away) and closes
+// both connections. (The close frame is sent between two relayed writes; should the
+// upstream be in the middle of a frame at that moment the client sees a protocol error
+// rather than 1001, which ends the connection just the same.)
+//
+// A request for a websocket route that is not an upgrade is proxied as usual. Limits
+// count the upgrade as one request; the concurrency cap does not hold for the tunnel's
+// lifetime.
+
+var (
+	hdrUpgrade       = []byte("Upgrade")
+	tokWebSocket     = []byte("websocket")
+	tokUpgrade       = []byte("upgrade")
+	wsUpgradeHeaders = []byte("Connection: Upgrade\r\nUpgrade: websocket\r\n")
+	ws101            = []byte("HTTP/1.1 101 Switching Protocols\r\n")
+	// wsGoingAway is a server close frame (unmasked) with code 1001.
+	wsGoingAway = []byte{0x88, 0x02, 0x03, 0xe9}
+)
+
+var replyWSFailed = newReply(tenants.EUpstreamFailed, "the upstream did not accept the WebSocket upgrade")
+
+// isWebSocketUpgrade looks for Upgrade: websocket and a Connection naming upgrade in the
+// raw header block (the parsed header has lost both: they are hop-by-hop).
+func isWebSocketUpgrade(raw []byte) bool {
+	var up, conn bool
+	for len(raw) > 0 {
+		var k, v []byte
+		k, v, raw = nextHeader(raw)
+		switch {
+		case k == nil:
+		case bytes.EqualFold(k, hdrUpgrade):
+			up = up || hasToken(v, tokWebSocket)
+		case bytes.EqualFold(k, hdrConnection):
+			conn = conn || hasToken(v, tokUpgrade)
+		}
+	}
+	return up && conn
+}
+
+// hasToken reports whether a comma-separated header value holds tok (case-insensitive).
+func hasToken(v, tok []byte) bool {
+	for len(v) > 0 {
+		var t []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			t, v = v[:i], v[i+1:]
+		} else {
+			t, v = v, nil
+		}
+		if bytes.EqualFold(bytes.TrimSpace(t), tok) {
+			return true
+		}
+	}
+	return false
+}
+
+// wsStep handles the upgrades of a websocket route; everything else goes to next.
+func (e *Edge) wsStep(rt *route, next func(*exchange)) func(*exchange) {
+	connectTimeout := rt.connectTimeout
+	return func(x *exchange) {
+		ctx := x.ctx
+		req := &ctx.Request
+		if !req.Header.IsGet() || !isWebSocketUpgrade(req.Header.RawHeaders()) {
+			next(x)
+			return
+		}
+		if e.draining.Load() {
+			x.fail(replyDraining)
+			return
+		}
+		t := rt.upstream.pick()
+		x.target = t
+		p := x.path
+		if rt.strip {
+			p = p[x.stripLen:]
+			if len(p) == 0 {
+				p = slashOnly
+			}
+		}
+		uri := append(x.uri[:0], t.base...)
+		uri = append(uri, p...)
+		if x.query != nil {
+			uri = append(uri, '?')
+			uri = append(uri, x.query...)
+		}
+		x.uri = uri
+		req.SetRequestURIBytes(uri)
+		req.Header.SetProtocolBytes(strHTTP11)
+		e.forwardHeaders(x)
+		req.Header.SetHostBytes(t.host)
+		req.Header.ResetConnectionClose()
+
+		deadline := time.Now().Add(connectTimeout + rt.timeout)
+		up, err := e.dialer.dial(connectTimeout)(t.client.Addr, connectTimeout)
+		if err != nil {
+			e.upstreamFailed(x, err)
+			return
+		}
+		if uc, ok := up.(*upstreamConn); ok {
+			up = uc.TCPConn // the tunnel reads and writes it from two goroutines
+		}
+		if t.tls {
+			host, _, _ := net.SplitHostPort(t.client.Addr)
+			tc := tls.Client(up, &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
+			_ = tc.SetDeadline(deadline)
+			if err := tc.Handshake(); err != nil {
+				_ = up.Close()
+				e.upstreamFailed(x, err)
+				return
+			}
+			up = tc
+		}
+		_ = up.SetDeadline(deadline)
+		head := req.Header.Header() // ends with the blank line
+		out := make([]byte, 0, len(head)+len(wsUpgradeHeaders))
+		out = append(out, head[:len(head)-2]...)
+		out = append(out, wsUpgradeHeaders...)
+		out = append(out, "\r\n"...)
+		if _, err := up.Write(out); err != nil {
+			_ = up.Close()
+			e.upstreamFailed(x, err)
+			return
+		}
+		br := bufio.NewReaderSize(up, 4<<10)
+		resp := &ctx.Response
+		if err := resp.ReadLimitBody(br, 1<<20); err != nil {
+			_ = up.Close()
+			e.upstreamFailed(x, err)
+			return
+		}
+		if resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
+			// Refused (or not understood): the client gets the upstream's answer.
+			_ = up.Close()
+			x.cleanResponseHeaders()
+			return
+		}
+		_ = up.SetDeadline(time.Time{})
+		// The 101 goes to the client as the upstream sent it, minus its hop-by-hop
+		// headers (Connection and Upgrade are set again), plus the request id.
+		ack := append([]byte(nil), ws101...)
+		resp.Header.VisitAll(func(k, v []byte) {
+			switch classifyResponse(k) {
+			case clsOther:
+				ack = append(ack, k...)
+				ack = append(ack, ": "...)
+				ack = append(ack, v...)
+				ack = append(ack, "\r\n"...)
+			}
+		})
+		ack = append(ack, wsUpgradeHeaders...)
+		ack = append(ack, hdrRequestID...)
+		ack = append(ack, ": "...)
+		ack = append(ack, x.reqID...)
+		ack = append(ack, "\r\n\r\n"...)
+		if n := br.Buffered(); n > 0 {
+			b, _ := br.Peek(n)
+			ack = append(ack, b...)
+		}
+		// Writes, deadlines and close go to the connection itself, not through fasthttp's
+		// hijacked wrapper (whose Close does nothing until the handler returns) nor the
+		// deadline-coalescing wrapper (meant for one goroutine); reads go through the
+		// hijacked wrapper, which first returns what fasthttp had buffered.
+		direct := ctx.Conn()
+		if cc, ok := direct.(*coalescingConn); ok {
+			direct = cc.TCPConn
+		}
+		ws := &wsConn{e: e, up: up, ack: ack, direct: direct}
+		if !e.ws.add(ws) {
+			_ = up.Close()
+			x.fail(replyDraining)
+			return
+		}
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(ws.run)
+	}
+}
+
+// wsConn is one relayed WebSocket connection.
+type wsConn struct {
+	e      *Edge
+	up     net.Conn
+	direct net.Conn // the client connection, for writes, deadlines and close
+	ack    []byte   // the 101 head and any bytes the upstream sent after it
+
+	last      atomic.Int64 // unix nanos of the last byte relayed either way
+	wmu       sync.Mutex   // client writes
+	closed    bool         // under wmu
+	closeOnce sync.Once
+}
+
+var wsBufPool = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+
+// run is the hijack handler: it owns the client connection until the tunnel ends.
+func (w *wsConn) run(client net.Conn) {
+	defer w.e.ws.done(w)
+	w.wmu.Lock()
+	closed := w.closed
+	if !closed {
+		_, err := w.direct.Write(w.ack)
+		closed = err != nil
+	}
+	w.ack = nil
+	w.wmu.Unlock()
+	if closed {
+		w.close(false)
+		return
+	}
+	w.last.Store(time.Now().UnixNano())
+	idle, life := w.e.cfg.WebSocketIdleTimeout, w.e.cfg.WebSocketMaxLifetime
+	var idleTimer *time.Timer
+	idleTimer = time.AfterFunc(idle, func() {
+		since := time.Since(time.Unix(0, w.last.Load()))
+		if since >= idle {
+			w.close(true)
+			return
+		}
+		idleTimer.Reset(idle - since)
+	})
+	lifeTimer := time.AfterFunc(life, func() { w.close(true) })
+	defer idleTimer.Stop()
+	defer lifeTimer.Stop()
+
+	upDone := make(chan struct{})
+	go func() {
+		defer close(upDone)
+		w.relay(w.up, func(b []byte) error {
+			w.wmu.Lock()
+			defer w.wmu.Unlock()
+			if w.closed {
+				return net.ErrClosed
+			}
+			_, err := w.direct.Write(b)
+			return err
+		})
+		w.close(false)
+	}()
+	w.relay(client, func(b []byte) error {
+		_, err := w.up.Write(b)
+		return err
+	})
+	w.close(false)
+	<-upDone
+}
+
+// relay copies from src through write until either fails.
+func (w *wsConn) relay(src io.Reader, write func([]byte) error) {
+	bp := wsBufPool.Get().(*[]byte)
+	defer wsBufPool.Put(bp)
+	buf := *bp
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			w.last.Store(time.Now().UnixNano())
+			if werr := write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// close ends the tunnel once: with goingAway, the client first gets a 1001 close frame.
+func (w *wsConn) close(goingAway bool) {
+	w.closeOnce.Do(func() {
+		w.wmu.Lock()
+		w.closed = true
+		if goingAway {
+			_ = w.direct.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = w.direct.Write(wsGoingAway)
+		}
+		_ = w.direct.Close()
+		w.wmu.Unlock()
+		_ = w.up.Close()
+	})
+}
+
+// wsSet is the edge's open WebSocket tunnels, for Shutdown.
+type wsSet struct {
+	mu       sync.Mutex
+	conns    map[*wsConn]struct{}
+	draining bool
+	wg       sync.WaitGroup
+	open     atomic.Int64
+}
+
+func (s *wsSet) add(w *wsConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	if s.conns == nil {
+		s.conns = map[*wsConn]struct{}{}
+	}
+	s.conns[w] = struct{}{}
+	s.wg.Add(1)
+	s.open.Add(1)
+	return true
+}
+
+func (s *wsSet) done(w *wsConn) {
+	s.mu.Lock()
+	delete(s.conns, w)
+	s.mu.Unlock()
+	s.open.Add(-1)
+	s.wg.Done()
+}
+
+// shutdown sends every tunnel's client a close frame, closes both ends and waits for the
+// relays to finish, or for ctx.
+func (s *wsSet) shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	conns := make([]*wsConn, 0, len(s.conns))
+	for w := range s.conns {
+		conns = append(conns, w)
+	}
+	s.mu.Unlock()
+	for _, w := range conns {
+		w.close(true)
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// WebSockets is the number of open WebSocket tunnels.
+func (e *Edge) WebSockets() int { return int(e.ws.open.Load()) }
