@@ -62,6 +62,9 @@ type routeBody struct {
 	ConnectTimeoutMS int            `json:"connect_timeout_ms" doc:"Dial timeout, 1–300000 ms. Default: 2000."`
 	TimeoutMS        int            `json:"timeout_ms" doc:"Whole upstream exchange, 1–300000 ms. Default: 30000."`
 	WebSocket        bool           `json:"websocket" doc:"Let WebSocket upgrades through (auth, policy and limits apply at the upgrade); the tunnel closes after 10 idle minutes or 24 hours. Default: false."`
+
+	Transform *tenants.Transform `json:"transform" doc:"Request header, JSON body and path rewrites, response header rewrites. Default: none."`
+	Cache     *tenants.Cache     `json:"cache" doc:"Keep GET answers in the edge's memory for ttl_ms. Default: none."`
 }
 
 type routeUpdate struct {
@@ -178,6 +181,8 @@ func (b *routeBody) route() *tenants.Route {
 		ConnectTimeoutMS: b.ConnectTimeoutMS,
 		TimeoutMS:        b.TimeoutMS,
 		WebSocket:        b.WebSocket,
+		Transform:        b.Transform,
+		Cache:            b.Cache,
 	}
 	r.Upstream.Targets = make([]tenants.Target, len(b.Upstream.Targets))
 	for i, t := range b.Upstream.Targets {

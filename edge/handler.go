@@ -296,13 +296,7 @@ func (e *Edge) proxyStep(rt *route) func(*exchange) {
 		t := rt.upstream.pick()
 		x.target = t
 
-		p := x.path
-		if rt.strip {
-			p = p[x.stripLen:]
-			if len(p) == 0 {
-				p = slashOnly
-			}
-		}
+		p := x.upstreamPath(rt)
 		uri := append(x.uri[:0], t.base...)
 		uri = append(uri, p...)
 		if x.query != nil {

@@ -67,8 +67,10 @@ type route struct {
 	serve          func(x *exchange)
 	snapshot       *Snapshot
 	rateLimit      *tenants.RateLimit
-	policy         bool         // check the tenant's policy
-	meter          *meter.Route // nil: metering off
+	policy         bool           // check the tenant's policy
+	meter          *meter.Route   // nil: metering off
+	transform      *transform     // nil: none (transform.go)
+	cache          *responseCache // nil: none (cache.go)
 }
 
 // Routes is the number of (path, route) entries of the snapshot's route table.
@@ -115,6 +117,7 @@ type compiled struct {
 	pools     map[string]*fasthttp.HostClient
 	upstreams map[*tenants.Route]*upstream
 	auth      compiledAuth
+	caches    map[*tenants.Route]*responseCache // an unchanged route keeps its cached answers
 }
 
 // compile builds a tenant's snapshot. The pools the snapshot no longer uses are removed
@@ -159,6 +162,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 	rms := e.labels.routes(labels, ids, names)
 	used := make(map[string]bool)
 	upstreams := make(map[*tenants.Route]*upstream, len(routes))
+	caches := make(map[*tenants.Route]*responseCache)
 	for i, r := range routes {
 		up := c.upstreams[r]
 		if up != nil {
@@ -186,6 +190,13 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 			rateLimit:      r.RateLimit,
 			policy:         r.Policy,
 			meter:          e.meterRoute(v.tenant.ID, r.ID),
+			transform:      compileTransform(r.Transform),
+		}
+		if r.Cache != nil {
+			if rt.cache = c.caches[r]; rt.cache == nil {
+				rt.cache = newResponseCache(r.Cache, r.Auth)
+			}
+			caches[r] = rt.cache
 		}
 		rt.serve = e.chain(rt)
 		for _, p := range r.Paths {
@@ -196,6 +207,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 		}
 	}
 	c.upstreams = upstreams
+	c.caches = caches
 	var unused []*fasthttp.HostClient
 	for k, hc := range c.pools {
 		if !used[k] {
@@ -211,10 +223,19 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 // work now rather than per request.
 func (e *Edge) chain(rt *route) func(*exchange) {
 	next := e.proxyStep(rt)
+	if rt.transform != nil && rt.transform.respHeaders != nil {
+		next = responseTransformStep(rt, next)
+	}
 	if rt.websocket {
 		next = e.wsStep(rt, next)
 	}
+	if rt.transform != nil && (rt.transform.reqHeaders != nil || rt.transform.json != nil) {
+		next = requestTransformStep(rt, next)
+	}
 	next = bodyLimitStep(rt, next)
+	if rt.cache != nil {
+		next = cacheStep(rt, next)
+	}
 	next = e.limitStep(rt, next)
 	if rt.policy {
 		next = e.policyStep(rt, next)

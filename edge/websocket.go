@@ -96,13 +96,7 @@ func (e *Edge) wsStep(rt *route, next func(*exchange)) func(*exchange) {
 		}
 		t := rt.upstream.pick()
 		x.target = t
-		p := x.path
-		if rt.strip {
-			p = p[x.stripLen:]
-			if len(p) == 0 {
-				p = slashOnly
-			}
-		}
+		p := x.upstreamPath(rt)
 		uri := append(x.uri[:0], t.base...)
 		uri = append(uri, p...)
 		if x.query != nil {

@@ -42,6 +42,10 @@ type Route struct {
 	StripPrefix bool `json:"strip_prefix"`
 	// WebSocket lets upgrade requests through to the upstream as WebSocket tunnels.
 	WebSocket bool `json:"websocket"`
+	// Transform rewrites requests and responses passing through (transform.go).
+	Transform *Transform `json:"transform,omitempty"`
+	// Cache keeps the route's answers in the edge's memory (cache.go).
+	Cache *Cache `json:"cache,omitempty"`
 	// MaxBodyBytes caps the request body. Default: DefaultMaxBodyBytes.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
 	// ConnectTimeoutMS and TimeoutMS bound dialing the upstream and the whole upstream

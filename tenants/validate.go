@@ -517,7 +517,10 @@ func (r *Route) Validate(p *UpstreamPolicy) error {
 	if r.TimeoutMS < 1 || r.TimeoutMS > MaxTimeoutMS {
 		return Invalid("timeout_ms", "must be between 1 and %d", MaxTimeoutMS)
 	}
-	return nil
+	if err := r.Transform.Validate(); err != nil {
+		return err
+	}
+	return r.Cache.Validate()
 }
 
 // Validate checks c.

@@ -24,6 +24,8 @@ type routeSpec struct {
 	ConnectTimeoutMS int                `json:"connect_timeout_ms"`
 	TimeoutMS        int                `json:"timeout_ms"`
 	WebSocket        bool               `json:"websocket,omitempty"`
+	Transform        *tenants.Transform `json:"transform,omitempty"`
+	Cache            *tenants.Cache     `json:"cache,omitempty"`
 }
 
 func specOf(r *tenants.Route) routeSpec {
@@ -31,6 +33,7 @@ func specOf(r *tenants.Route) routeSpec {
 		Paths: r.Paths, Methods: r.Methods, Upstream: r.Upstream, Auth: r.Auth, Policy: r.Policy,
 		RateLimit: r.RateLimit, StripPrefix: r.StripPrefix, MaxBodyBytes: r.MaxBodyBytes,
 		ConnectTimeoutMS: r.ConnectTimeoutMS, TimeoutMS: r.TimeoutMS, WebSocket: r.WebSocket,
+		Transform: r.Transform, Cache: r.Cache,
 	}
 }
 
@@ -47,6 +50,7 @@ func scanRoute(row pgx.Row) (*tenants.Route, error) {
 	r.Paths, r.Methods, r.Upstream, r.Auth, r.Policy = s.Paths, s.Methods, s.Upstream, s.Auth, s.Policy
 	r.RateLimit, r.StripPrefix, r.MaxBodyBytes = s.RateLimit, s.StripPrefix, s.MaxBodyBytes
 	r.ConnectTimeoutMS, r.TimeoutMS, r.WebSocket = s.ConnectTimeoutMS, s.TimeoutMS, s.WebSocket
+	r.Transform, r.Cache = s.Transform, s.Cache
 	if r.Methods == nil {
 		r.Methods = []string{}
 	}
