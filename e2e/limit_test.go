@@ -348,57 +348,82 @@ func TestLimitClusterRate(t *testing.T) {
 	}{{"exact", 10}, {"approximate", 20}} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
-			const (
-				rate  = 100
-				load  = 300
-				edges = 2
-				w     = 10 * time.Second
-			)
 			// A generous Redis timeout: this test is about counting, and on a shared
 			// 2-core machine a Redis call may take longer than the default 50 ms, which
 			// would hand the decision to the local fallback (TestLimitRedisFault's part).
 			_, api, es := limitStack(t, "redis://"+redisAddr, "TOLLGATE_REDIS_TIMEOUT=1s")
 			up := echoUpstream(t, "up")
 			api.createTenant("rl")
-			api.createRoute("rl", routeSpec("limited", "/limited", up.URL, "none",
-				"rate_limit", map[string]any{"rps": rate, "burst": tc.burst, "mode": tc.mode}))
-			waitCluster(t, es...)
-			settle(t, es, "rl", "/limited", 500*time.Millisecond)
-
-			shots := pacedLoad(t, es, load, w, "rl", "/limited")
-			tl := count(shots, edges, 0, w)
-			t.Logf("%s, limit %d/s burst %d, %d/s for %s over %d edges: %s", tc.mode, rate, tc.burst, load, w, edges, tl)
-			for _, e := range es {
-				t.Logf("%s: %s", e.name, strings.ReplaceAll(grepLines(scrape(t, e.admin), "tollgate_limit_redis"), "\n", ", "))
-			}
-			if tl.serverErr+tl.other+tl.transport > 0 {
-				t.Fatalf("requests failed: %v", tl.examples)
-			}
-			want := rate * int(w/time.Second)
-			// What one perfect limiter admits of the load as it was actually sent: 1,005
-			// for an undisturbed run; less when the machine stalled the load generator
-			// for longer than a burst's worth (the edges cannot admit what was not sent).
-			ideal := gcraAdmits(shots, rate, tc.burst)
-			t.Logf("a single GCRA would admit %d of this load as sent", ideal)
-			lo, hi := want*98/100, want*102/100
-			if ideal < lo {
-				t.Logf("the load generator was stalled: judging against %d ± 2%% instead", ideal)
-				lo, hi = ideal-want*2/100, ideal+want*2/100
-			}
-			if late := gcraAdmitsLate(shots, rate, tc.burst); late+want*2/100 > hi {
-				t.Logf("requests were held in flight (max %s): a GCRA deciding on arrival of the answers admits %d", tl.maxLatency.Round(time.Millisecond), late)
-				hi = late + want*2/100
-			}
-			if tc.mode == "approximate" {
-				iPrime := 0.15
-				hi = want + tc.burst + (edges-1)*(tc.burst+int(2*rate*iPrime))
-				lo = min(want, ideal) * 95 / 100
-			}
-			if tl.ok < lo || tl.ok > hi {
-				t.Fatalf("%s mode admitted %d, want %d..%d", tc.mode, tl.ok, lo, hi)
+			// A run the machine visibly disturbed (answers held 100 ms or more) is
+			// measured once more on a fresh route; the second run is the verdict.
+			for attempt := 1; ; attempt++ {
+				path := fmt.Sprintf("/limited%d", attempt)
+				ok, tl, msg := measureClusterRate(t, api, es, up.URL, path, tc.mode, tc.burst)
+				if ok {
+					break
+				}
+				if attempt == 1 && tl.maxLatency >= 100*time.Millisecond {
+					t.Logf("attempt 1 disturbed (answers held up to %s): %s; measuring again", tl.maxLatency.Round(time.Millisecond), msg)
+					continue
+				}
+				t.Fatal(msg)
 			}
 		})
 	}
+}
+
+// measureClusterRate drives a fresh route limited to 100/s at 300/s for 10 s across the
+// edges and judges the count; it returns whether the count is within bounds.
+func measureClusterRate(t *testing.T, api *apiClient, es []*limitEdge, upURL, path, mode string, burst int) (bool, tally, string) {
+	t.Helper()
+	const (
+		rate  = 100
+		load  = 300
+		edges = 2
+		w     = 10 * time.Second
+	)
+	tc := struct {
+		mode  string
+		burst int
+	}{mode, burst}
+	api.createRoute("rl", routeSpec("limited"+path[len("/limited"):], path, upURL, "none",
+		"rate_limit", map[string]any{"rps": rate, "burst": tc.burst, "mode": tc.mode}))
+	waitCluster(t, es...)
+	settle(t, es, "rl", path, 500*time.Millisecond)
+
+	shots := pacedLoad(t, es, load, w, "rl", path)
+	tl := count(shots, edges, 0, w)
+	t.Logf("%s, limit %d/s burst %d, %d/s for %s over %d edges: %s", tc.mode, rate, tc.burst, load, w, edges, tl)
+	for _, e := range es {
+		t.Logf("%s: %s", e.name, strings.ReplaceAll(grepLines(scrape(t, e.admin), "tollgate_limit_redis"), "\n", ", "))
+	}
+	if tl.serverErr+tl.other+tl.transport > 0 {
+		t.Fatalf("requests failed: %v", tl.examples)
+	}
+	want := rate * int(w/time.Second)
+	// What one perfect limiter admits of the load as it was actually sent: 1,005
+	// for an undisturbed run; less when the machine stalled the load generator
+	// for longer than a burst's worth (the edges cannot admit what was not sent).
+	ideal := gcraAdmits(shots, rate, tc.burst)
+	t.Logf("a single GCRA would admit %d of this load as sent", ideal)
+	lo, hi := want*98/100, want*102/100
+	if ideal < lo {
+		t.Logf("the load generator was stalled: judging against %d ± 2%% instead", ideal)
+		lo, hi = ideal-want*2/100, ideal+want*2/100
+	}
+	if late := gcraAdmitsLate(shots, rate, tc.burst); late+want*2/100 > hi {
+		t.Logf("requests were held in flight (max %s): a GCRA deciding on arrival of the answers admits %d", tl.maxLatency.Round(time.Millisecond), late)
+		hi = late + want*2/100
+	}
+	if tc.mode == "approximate" {
+		iPrime := 0.15
+		hi = want + tc.burst + (edges-1)*(tc.burst+int(2*rate*iPrime))
+		lo = min(want, ideal) * 95 / 100
+	}
+	if tl.ok < lo || tl.ok > hi {
+		return false, tl, fmt.Sprintf("%s mode admitted %d, want %d..%d", tc.mode, tl.ok, lo, hi)
+	}
+	return true, tl, ""
 }
 
 // flakyProxy is a TCP proxy in front of Redis that the test can slow down or cut, so the
