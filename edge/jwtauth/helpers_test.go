@@ -174,6 +174,7 @@ type idp struct {
 	body         []byte
 	cacheControl string
 	delay        time.Duration
+	gate         chan struct{} // when set, requests wait for it to close before answering
 }
 
 func newIDP(t testing.TB, keys ...jwtauth.JWK) *idp {
@@ -182,8 +183,11 @@ func newIDP(t testing.TB, keys ...jwtauth.JWK) *idp {
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.hits.Add(1)
 		p.mu.Lock()
-		status, body, cc, delay := p.status, p.body, p.cacheControl, p.delay
+		status, body, cc, delay, gate := p.status, p.body, p.cacheControl, p.delay, p.gate
 		p.mu.Unlock()
+		if gate != nil {
+			<-gate
+		}
 		if delay > 0 {
 			time.Sleep(delay)
 		}
@@ -214,6 +218,23 @@ func (p *idp) set(status int, body []byte) {
 	p.mu.Unlock()
 }
 
+// hold makes requests wait (counted as hits) until release is called; the test's end
+// releases them too, so a failing test does not leave the server's Close waiting.
+func (p *idp) hold(t testing.TB) (release func()) {
+	gate := make(chan struct{})
+	p.mu.Lock()
+	p.gate = gate
+	p.mu.Unlock()
+	release = sync.OnceFunc(func() {
+		p.mu.Lock()
+		p.gate = nil
+		p.mu.Unlock()
+		close(gate)
+	})
+	t.Cleanup(release)
+	return release
+}
+
 func (p *idp) setCacheControl(v string) {
 	p.mu.Lock()
 	p.cacheControl = v
@@ -231,8 +252,12 @@ func attacker(t testing.TB) (*httptest.Server, *atomic.Int64) {
 	return s, &hits
 }
 
+// newCache is a cache on clock c for httptest providers. The fetch timeout is generous:
+// on a loaded CI machine a loopback fetch can take seconds, and one that times out is a
+// failed fetch, retried only after MinInterval on c, which a test never reaches by
+// waiting.
 func newCache(c *clock) *jwtauth.JWKSCache {
-	return jwtauth.NewJWKSCache(jwtauth.JWKSConfig{AllowHTTPLoopback: true, Now: c.Now, Timeout: 2 * time.Second})
+	return jwtauth.NewJWKSCache(jwtauth.JWKSConfig{AllowHTTPLoopback: true, Now: c.Now, Timeout: 15 * time.Second})
 }
 
 func mustVerifier(t testing.TB, tenant string, opts jwtauth.Options, issuers ...jwtauth.Issuer) *jwtauth.Verifier {
@@ -247,7 +272,7 @@ func mustVerifier(t testing.TB, tenant string, opts jwtauth.Options, issuers ...
 // waitFor polls fn until it is true or the deadline passes.
 func waitFor(t testing.TB, what string, fn func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second) // generous: CI shares two cores among many packages
 	for !fn() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

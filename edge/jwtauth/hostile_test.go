@@ -25,6 +25,7 @@ type hostileSetup struct {
 	v       *jwtauth.Verifier
 	clk     *clock
 	idp     *idp
+	cache   *jwtauth.JWKSCache
 	evil    string
 	evilHit func() int64
 }
@@ -35,13 +36,14 @@ func newHostile(t *testing.T) *hostileSetup {
 	clk := newClock()
 	p := newIDP(t, rsaJWK(rsaKey(2), "c1", "RS256"))
 	evil, hits := attacker(t)
-	v := mustVerifier(t, "tenant-a", jwtauth.Options{JWKS: newCache(clk), TokenCache: -1},
+	cache := newCache(clk)
+	v := mustVerifier(t, "tenant-a", jwtauth.Options{JWKS: cache, TokenCache: -1},
 		jwtauth.Issuer{Issuer: issA, Audiences: []string{audA}, Algorithms: []string{"RS256", "PS256", "ES256", "ES384"},
 			Keys: []jwtauth.JWK{rsaJWK(rsaKey(0), "a1", "RS256"), rsaJWK(rsaKey(1), "pss", "PS256"), ecJWK(p256Key(), "ec")}},
 		jwtauth.Issuer{Issuer: issB, Audiences: []string{audA}, HS256Secret: hsSecret},
 		jwtauth.Issuer{Issuer: issJWKS, Audiences: []string{audA}, JWKSURL: p.url()},
 	)
-	return &hostileSetup{v: v, clk: clk, idp: p, evil: evil.URL, evilHit: hits.Load}
+	return &hostileSetup{v: v, clk: clk, idp: p, cache: cache, evil: evil.URL, evilHit: hits.Load}
 }
 
 func pemOf(t *testing.T, pub crypto.PublicKey) []byte {
@@ -209,6 +211,9 @@ func TestUnknownKidWithProviderDown(t *testing.T) {
 	if _, err := s.v.Verify([]byte(known), now); err != nil {
 		t.Fatal(err)
 	}
+	// Let the initial fetch wind up before the clock moves on: one still running would
+	// be joined by the unknown kid's refetch instead of a new one starting.
+	waitFor(t, "the initial fetch to end", s.cache.Idle)
 	s.idp.set(503, []byte("down"))
 	s.clk.Advance(11 * time.Second)
 	now = s.clk.Now()

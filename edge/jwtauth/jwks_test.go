@@ -3,6 +3,7 @@ package jwtauth_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -51,9 +52,19 @@ func (e *jwksEnv) verify(i int, kid string) error {
 
 func (e *jwksEnv) hits() int64 { return e.idp.hits.Load() }
 
+// wantHits waits until the provider has been asked n times and the fetches have
+// ended, then checks no more arrive. The provider counts a hit when the request
+// arrives, before the cache has read the answer and stored the set (or the failure and
+// the next try's time), and a Verify can return while the fetch that stored the set it
+// used is still winding up: waiting for the fetch to end too is what lets the caller
+// rely on its outcome, and move the test clock on knowing the next touch starts a new
+// fetch rather than joining the one still running (which, on the test clock, may look
+// minutes old; in production a fetch is bounded by the JWKS timeout).
 func (e *jwksEnv) wantHits(n int64) {
 	e.t.Helper()
-	waitFor(e.t, "provider hits", func() bool { return e.hits() == n })
+	waitFor(e.t, fmt.Sprintf("provider hits to reach %d and the fetch to end", n), func() bool {
+		return e.hits() >= n && e.cache.Idle()
+	})
 	time.Sleep(10 * time.Millisecond) // and no more arrive
 	if got := e.hits(); got != n {
 		e.t.Fatalf("provider fetched %d times, want %d", got, n)
@@ -85,14 +96,25 @@ func TestJWKSRotation(t *testing.T) {
 	}
 	e.wantHits(2)
 
-	// The provider withdraws r1; the periodic refresh (5 min default) drops it.
+	// The provider withdraws r1; the periodic refresh (5 min default) drops it. The
+	// provider holds its answer until the test has verified with r1, so the refetch
+	// really is running in the background then (otherwise it may already have ended,
+	// and r1 rightly be gone).
 	e.idp.setKeys(rsaJWK(rsaKey(1), "r2", "RS256"))
+	release := e.idp.hold(t)
 	e.clk.Advance(5*time.Minute + time.Second)
 	if err := e.verify(0, "r1"); err != nil {
 		t.Fatalf("r1 while the refetch runs in the background: %v", err)
 	}
+	waitFor(t, "the refetch to reach the provider", func() bool { return e.hits() >= 3 })
+	if err := e.verify(0, "r1"); err != nil {
+		t.Fatalf("r1 while the provider answers the refetch: %v", err)
+	}
+	release()
 	e.wantHits(3)
-	waitFor(t, "r1 withdrawn", func() bool { return e.verify(0, "r1") != nil })
+	if err := e.verify(0, "r1"); err == nil {
+		t.Fatal("r1 still verifies after the refetch without it")
+	}
 	if err := e.verify(1, "r2"); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +126,7 @@ func TestJWKSUnknownKidStorm(t *testing.T) {
 	if err := e.verify(0, "r1"); err != nil {
 		t.Fatal(err)
 	}
+	e.wantHits(1) // the first fetch has ended, so the next touch starts one
 	e.clk.Advance(time.Minute)
 	e.idp.mu.Lock()
 	e.idp.delay = 50 * time.Millisecond
@@ -129,6 +152,7 @@ func TestJWKSProviderDown(t *testing.T) {
 	if err := e.verify(0, "r1"); err != nil {
 		t.Fatal(err)
 	}
+	e.wantHits(1) // the first fetch has ended, so the next touch starts one
 	e.idp.set(500, []byte("oops"))
 	e.clk.Advance(6 * time.Minute)
 	if err := e.verify(0, "r1"); err != nil {
@@ -202,6 +226,7 @@ func TestJWKSGarbageKeepsLastGoodSet(t *testing.T) {
 	if err := e.verify(0, "r1"); err != nil {
 		t.Fatal(err)
 	}
+	e.wantHits(1) // the first fetch has ended, so the next touch starts one
 	hits := e.hits()
 	for _, g := range garbage {
 		e.idp.set(g.status, []byte(g.body))
@@ -240,6 +265,7 @@ func TestJWKSEmptySetIsAuthoritative(t *testing.T) {
 	if err := e.verify(0, "r1"); err != nil {
 		t.Fatal(err)
 	}
+	e.wantHits(1) // the first fetch has ended, so the next touch starts one
 	e.idp.set(200, []byte(`{"keys":[]}`))
 	e.clk.Advance(6 * time.Minute)
 	_ = e.verify(0, "r1")
