@@ -31,15 +31,9 @@ func (s *Server) createConsumer(c *fiber.Ctx, r *request) error {
 }
 
 func (s *Server) listConsumers(c *fiber.Ctx, r *request) error {
-	p, err := pageOf(c)
-	if err != nil {
-		return err
-	}
-	items, next, err := s.cfg.Consumers.ListConsumers(r.ctx, r.tenant.ID, p)
-	if err != nil {
-		return err
-	}
-	return replyList(c, items, next)
+	return listPage(c, func(p tenants.Page) ([]*tenants.Consumer, string, error) {
+		return s.cfg.Consumers.ListConsumers(r.ctx, r.tenant.ID, p)
+	})
 }
 
 func (s *Server) getConsumer(c *fiber.Ctx, r *request) error {

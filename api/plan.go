@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/gofiber/fiber/v2"
+
+	"tollgate/tenants"
 )
 
 func (s *Server) createPlan(c *fiber.Ctx, r *request) error {
@@ -20,15 +22,9 @@ func (s *Server) createPlan(c *fiber.Ctx, r *request) error {
 }
 
 func (s *Server) listPlans(c *fiber.Ctx, r *request) error {
-	pg, err := pageOf(c)
-	if err != nil {
-		return err
-	}
-	items, next, err := s.cfg.Plans.ListPlans(r.ctx, r.tenant.ID, pg)
-	if err != nil {
-		return err
-	}
-	return replyList(c, items, next)
+	return listPage(c, func(p tenants.Page) ([]*tenants.Plan, string, error) {
+		return s.cfg.Plans.ListPlans(r.ctx, r.tenant.ID, p)
+	})
 }
 
 func (s *Server) getPlan(c *fiber.Ctx, r *request) error {

@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/gofiber/fiber/v2"
+
+	"tollgate/tenants"
 )
 
 func (s *Server) createRoute(c *fiber.Ctx, r *request) error {
@@ -20,15 +22,9 @@ func (s *Server) createRoute(c *fiber.Ctx, r *request) error {
 }
 
 func (s *Server) listRoutes(c *fiber.Ctx, r *request) error {
-	p, err := pageOf(c)
-	if err != nil {
-		return err
-	}
-	items, next, err := s.cfg.Routes.ListRoutes(r.ctx, r.tenant.ID, p)
-	if err != nil {
-		return err
-	}
-	return replyList(c, items, next)
+	return listPage(c, func(p tenants.Page) ([]*tenants.Route, string, error) {
+		return s.cfg.Routes.ListRoutes(r.ctx, r.tenant.ID, p)
+	})
 }
 
 func (s *Server) getRoute(c *fiber.Ctx, r *request) error {
