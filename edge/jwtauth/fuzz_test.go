@@ -16,8 +16,6 @@ import (
 	"fmt"
 	"math/big"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -220,23 +218,4 @@ func FuzzIssuerValidate(f *testing.F) {
 			t.Fatalf("valid issuer does not compile: %v", err)
 		}
 	})
-}
-
-// TestWriteFuzzCorpus regenerates testdata/fuzz/FuzzVerify from fuzzSeeds when
-// JWTAUTH_WRITE_CORPUS=1 (after the fuzz keys or the seed list change).
-func TestWriteFuzzCorpus(t *testing.T) {
-	if os.Getenv("JWTAUTH_WRITE_CORPUS") != "1" {
-		t.Skip("set JWTAUTH_WRITE_CORPUS=1 to rewrite the committed corpus")
-	}
-	_, k := fuzzVerifier(t)
-	dir := filepath.Join("testdata", "fuzz", "FuzzVerify")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for i, s := range fuzzSeeds(t, k) {
-		body := "go test fuzz v1\nstring(" + strconv.Quote(s) + ")\n"
-		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed%02d", i)), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
