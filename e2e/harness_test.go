@@ -263,17 +263,36 @@ func (p *proc) waitReady(url string, timeout time.Duration) error {
 	}
 }
 
-// freeAddr returns a 127.0.0.1 address whose port was free a moment ago. Another
-// listener may take it before the process binds; the start helpers retry then.
+// handedOut holds every port freeAddr has returned in this test binary. The kernel
+// hands a just-closed ephemeral port out again readily, so without it two processes of
+// one stack (an api and its edge's admin port, say) could be given the same port.
+var handedOut struct {
+	sync.Mutex
+	ports map[string]bool
+}
+
+// freeAddr returns a 127.0.0.1 address whose port was free a moment ago and that no
+// other caller in this binary was given. Another program may still take it before the
+// process binds; the start helpers retry then.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[string]bool{}
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if !handedOut.ports[portOf(addr)] {
+			handedOut.ports[portOf(addr)] = true
+			return addr
+		}
+	}
 }
 
 func portOf(addr string) string {
