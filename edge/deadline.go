@@ -15,16 +15,17 @@ import (
 // read is a wasted syscall: two per proxied request, a third of the edge's syscalls
 // under load. Yielding first (runtime.Gosched) lets the other runnable goroutines, the
 // other connections' work, go first: under load the answer has usually arrived by the
-// time the goroutine runs again and the read succeeds at once (measured: 4.0 → 2.1–2.7
-// reads per request, 26 → 22 µs of CPU per request on one core). nginx gets the same by
-// trusting epoll: it reads only a socket reported readable.
+// time the goroutine runs again and the read succeeds at once. nginx gets the same by
+// trusting epoll: it reads only a socket reported readable. Measured on one core under
+// wrk: 4.0 reads per request become 2.1–2.8, and a request costs about a quarter less
+// CPU (with the other changes of this file and perf_*.go).
 //
 // With a single P a yield with nothing else to run costs a trip through the scheduler
-// (a fraction of a microsecond). With more Ps it wakes an idle P's thread to run the
-// yielded goroutine, which costs more than the read it saves, unless every P is busy,
-// which the edge cannot see; measured with GOMAXPROCS=2 and a load the edge keeps up
-// with, yielding made a request cost 20–30% more CPU. So the edge yields only when
-// GOMAXPROCS is 1, as read when the connection was made.
+// (a fraction of a microsecond). With more Ps it also wakes an idle P's thread to run
+// the yielded goroutine, which costs more than the read it saves unless every P is busy,
+// which the edge cannot see: with GOMAXPROCS=2 and a load the edge keeps up with,
+// yielding cost 4–25% more CPU per request. So the edge yields only when GOMAXPROCS is 1,
+// as read when the connection was made.
 func yieldReads() bool { return runtime.GOMAXPROCS(0) == 1 }
 
 // Client connection deadlines.
@@ -49,14 +50,16 @@ func (l coalescingListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
-		return &coalescingConn{TCPConn: tc, yield: yieldReads()}, nil
+		return &coalescingConn{TCPConn: tc, raw: newRawIO(tc), yield: yieldReads()}, nil
 	}
 	return c, nil
 }
 
-// coalescingConn is used by one goroutine at a time (fasthttp's connection loop).
+// coalescingConn is used by one goroutine at a time (fasthttp's connection loop; a
+// hijacked WebSocket connection reads through it and writes to the TCPConn itself).
 type coalescingConn struct {
 	*net.TCPConn
+	raw    *rawIO // perf_rawio.go; nil: the TCPConn's own Read and Write
 	rd, wd time.Time
 	yield  bool // yieldReads when the connection was accepted
 	wrote  bool // a Write since the last Read
@@ -65,16 +68,24 @@ type coalescingConn struct {
 // Read reads the client's next request; right after a response it yields first
 // (yieldReads).
 func (c *coalescingConn) Read(b []byte) (int, error) {
-	if c.wrote && c.yield {
+	if c.wrote {
 		c.wrote = false
-		runtime.Gosched()
+		if c.yield {
+			runtime.Gosched()
+		}
 	}
-	return c.TCPConn.Read(b)
+	if c.raw == nil {
+		return c.TCPConn.Read(b)
+	}
+	return c.raw.read(b)
 }
 
 func (c *coalescingConn) Write(b []byte) (int, error) {
 	c.wrote = true
-	return c.TCPConn.Write(b)
+	if c.raw == nil {
+		return c.TCPConn.Write(b)
+	}
+	return c.raw.write(b)
 }
 
 func coalesce(cur, t time.Time) bool {
@@ -118,8 +129,27 @@ const deadlineSlackDivisor = 16
 // at a time (the pool hands it out), as fasthttp does with any connection.
 type upstreamConn struct {
 	*net.TCPConn
-	rd, wd int64 // the deadlines set, on monoNow's clock; noDeadline when none
-	yield  bool  // yield before reading the answer (yieldReads)
+	raw    *rawIO // perf_rawio.go; nil: the TCPConn's own Read and Write
+	rd, wd int64  // the deadlines set, on monoNow's clock; noDeadline when none
+	yield  bool   // yield before reading the answer (yieldReads)
+}
+
+func newUpstreamConn(tc *net.TCPConn) *upstreamConn {
+	return &upstreamConn{TCPConn: tc, raw: newRawIO(tc), yield: yieldReads()}
+}
+
+func (c *upstreamConn) Read(b []byte) (int, error) {
+	if c.raw == nil {
+		return c.TCPConn.Read(b)
+	}
+	return c.raw.read(b)
+}
+
+func (c *upstreamConn) Write(b []byte) (int, error) {
+	if c.raw == nil {
+		return c.TCPConn.Write(b)
+	}
+	return c.raw.write(b)
 }
 
 const noDeadline = int64(^uint64(0) >> 1)

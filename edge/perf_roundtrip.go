@@ -157,6 +157,8 @@ func (c upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response
 		return false, nil
 	}
 	if !skip {
+		// A body delimited by the upstream closing leaves nothing to reuse.
+		closeConn = closeConn || cl == -2
 		resp.StreamBody = false
 		err = resp.ReadBody(br, hc.MaxResponseBodySize)
 		if err == nil && resp.Header.ContentLength() == -1 {

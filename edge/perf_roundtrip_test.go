@@ -264,3 +264,63 @@ func TestHugeResponseStreams(t *testing.T) {
 		t.Fatalf("relayed %d bytes, want %d", n, size)
 	}
 }
+
+// TestOneProcYield runs requests of every kind with GOMAXPROCS=1, where the edge's
+// connections yield before reading an answer (deadline.go), many at a time.
+func TestOneProcYield(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	up := newUpstream(t, "up")
+	big := strings.Repeat("z", 200<<10)
+	raw := newRawUpstream(t, func(path string) (string, bool) {
+		if path == "/raw/big" {
+			return "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(big)) + "\r\n\r\n" + big, false
+		}
+		return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", false
+	})
+	h := newHarness(t)
+	acme := h.tenant("acme")
+	h.route(acme, "echo", []string{"/echo"}, nil, "", up.URL)
+	h.route(acme, "raw", []string{"/raw"}, nil, "", raw.url())
+	h.e.Loaded()
+
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+	errs := make(chan error, 16)
+	for g := 0; g < 16; g++ {
+		go func(g int) {
+			var err error
+			defer func() { errs <- err }()
+			for i := 0; i < 30 && err == nil; i++ {
+				var req *http.Request
+				var want string
+				switch i % 3 {
+				case 0:
+					body := fmt.Sprintf("body %d/%d", g, i)
+					req, _ = http.NewRequest("POST", "http://"+h.public+"/echo/x", strings.NewReader(body))
+					want = `"body":"` + body + `"`
+				case 1:
+					req, _ = http.NewRequest("GET", "http://"+h.public+"/raw/big", nil)
+					want = big
+				default:
+					req, _ = http.NewRequest("GET", "http://"+h.public+"/raw/chunked", nil)
+					want = "ok"
+				}
+				req.Host = "acme." + domain
+				resp, rerr := client.Do(req)
+				if rerr != nil {
+					err = rerr
+					return
+				}
+				b, rerr := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if rerr != nil || resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+					err = fmt.Errorf("%s %s: %d %.80q %v", req.Method, req.URL.Path, resp.StatusCode, b, rerr)
+				}
+			}
+		}(g)
+	}
+	for g := 0; g < 16; g++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -155,7 +155,7 @@ func (d *dialer) dial(connectTimeout time.Duration) fasthttp.DialFuncWithTimeout
 			if err == nil {
 				if tc, ok := c.(*net.TCPConn); ok {
 					_ = tc.SetNoDelay(true)
-					return &upstreamConn{TCPConn: tc, yield: yieldReads()}, nil
+					return newUpstreamConn(tc), nil
 				}
 				return c, nil
 			}

@@ -1,0 +1,135 @@
+package edge
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+// Socket reads and writes without the scheduler's syscall bookkeeping.
+//
+// A read or write through net.Conn is a syscall.Syscall: the runtime marks the goroutine
+// and its P as in a syscall around it, in case it blocks, and sysmon takes the P away
+// from a syscall it finds still running 20µs later (handing it to another thread, which
+// a futex wakes, while the first thread parks when its syscall returns). The edge's
+// sockets are non-blocking, so their reads and writes never block: they only take a few
+// microseconds in the kernel, longer when the machine is busy and the thread is
+// preempted, which is when those hand-offs pile up. rawIO makes the same reads and
+// writes through the poller (syscall.RawConn: the same fd locks, deadlines and waits
+// for readiness as net.Conn) with syscall.RawSyscall, which skips the bookkeeping: the
+// P stays with the goroutine, as it would in nginx's event loop.
+//
+// A read and a write may run at the same time (each has its own state), two reads or
+// two writes may not (nor do they through net.Conn: the fd's locks serialize them).
+type rawIO struct {
+	rc   syscall.RawConn
+	conn net.Conn // for the addresses in errors
+	r, w rawOp
+}
+
+// rawOp is a read or write in progress: its buffer and result, and the function
+// RawConn calls with the fd.
+type rawOp struct {
+	p     []byte
+	n     int
+	errno syscall.Errno
+	fn    func(fd uintptr) bool
+}
+
+// maxRW is the largest read or write made at once (as internal/poll).
+const maxRW = 1 << 30
+
+func newRawIO(tc *net.TCPConn) *rawIO {
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	r := &rawIO{rc: rc, conn: tc}
+	r.r.fn = r.r.syscall(syscall.SYS_READ)
+	r.w.fn = r.w.syscall(syscall.SYS_WRITE)
+	return r
+}
+
+// syscall returns the function that reads or writes o.p: false (wait until the socket
+// is ready, then call again) on EAGAIN.
+func (o *rawOp) syscall(trap uintptr) func(fd uintptr) bool {
+	return func(fd uintptr) bool {
+		for {
+			n, _, e := syscall.RawSyscall(trap, fd, uintptr(unsafe.Pointer(&o.p[0])), uintptr(len(o.p)))
+			switch e {
+			case syscall.EINTR:
+				continue
+			case syscall.EAGAIN:
+				return false
+			case 0:
+				o.n, o.errno = int(n), 0
+			default:
+				o.n, o.errno = 0, e
+			}
+			return true
+		}
+	}
+}
+
+// read is net.Conn.Read.
+func (r *rawIO) read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if len(b) > maxRW {
+		b = b[:maxRW]
+	}
+	o := &r.r
+	o.p = b
+	err := r.rc.Read(o.fn)
+	o.p = nil
+	switch {
+	case err != nil:
+		return 0, r.opError("read", err)
+	case o.errno != 0:
+		return 0, r.opError("read", os.NewSyscallError("read", o.errno))
+	case o.n == 0:
+		return 0, io.EOF
+	}
+	return o.n, nil
+}
+
+// write is net.Conn.Write: all of b, or an error.
+func (r *rawIO) write(b []byte) (int, error) {
+	o := &r.w
+	nn := 0
+	for nn < len(b) {
+		p := b[nn:]
+		if len(p) > maxRW {
+			p = p[:maxRW]
+		}
+		o.p = p
+		err := r.rc.Write(o.fn)
+		o.p = nil
+		switch {
+		case err != nil:
+			return nn, r.opError("write", err)
+		case o.errno != 0:
+			return nn, r.opError("write", os.NewSyscallError("write", o.errno))
+		case o.n == 0:
+			return nn, r.opError("write", io.ErrUnexpectedEOF)
+		case o.n > len(p):
+			panic("edge: write returned more than it was given")
+		}
+		nn += o.n
+	}
+	return nn, nil
+}
+
+// opError is the error net.Conn would return: a *net.OpError naming the operation
+// ("raw-read" and "raw-write" from RawConn become "read" and "write").
+func (r *rawIO) opError(op string, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		err = oe.Err
+	}
+	return &net.OpError{Op: op, Net: "tcp", Source: r.conn.LocalAddr(), Addr: r.conn.RemoteAddr(), Err: err}
+}
