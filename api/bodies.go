@@ -26,7 +26,29 @@ type targetBody struct {
 }
 
 type upstreamBody struct {
-	Targets []targetBody `json:"targets" required:"true" doc:"1–64 servers."`
+	Targets        []targetBody            `json:"targets" required:"true" doc:"1–64 servers."`
+	Balance        string                  `json:"balance" enum:"round_robin,least_conn,hash" doc:"How requests are spread: smooth weighted round-robin, fewest in flight relative to weight, or a consistent hash on hash_on. Default: round_robin."`
+	HashOn         string                  `json:"hash_on" doc:"With balance hash: consumer (the client address when anonymous), ip, or header:<Name>. Default: consumer."`
+	HealthCheck    *tenants.HealthCheck    `json:"health_check" doc:"Active check: GET path every interval_ms (default 5000, min 100), timeout_ms (default 1000); out after unhealthy_threshold failures in a row (default 3), back after healthy_threshold successes (default 2). Default: none."`
+	Passive        *tenants.PassiveHealth  `json:"passive_health" doc:"Outlier ejection: failures in a row (connect error, timeout, 502/503/504; default 5) eject a target for eject_ms (default 30000). Default: none."`
+	CircuitBreaker *tenants.CircuitBreaker `json:"circuit_breaker" doc:"Per target: open when error_percent (default 50) of at least min_requests (default 20) failed within window_ms (default 10000); stay open open_ms (default 30000), then let one trial through. Default: none."`
+	Retries        *tenants.Retries        `json:"retries" doc:"Retry on another target up to attempts times (1–5, default 1): idempotent methods after any failure, others only when no connection was made; at most budget_percent (default 20) extra requests plus min_per_second (default 3). Default: none."`
+}
+
+func (b *upstreamBody) domain() tenants.Upstream {
+	u := tenants.Upstream{
+		Targets:        make([]tenants.Target, len(b.Targets)),
+		Balance:        b.Balance,
+		HashOn:         b.HashOn,
+		HealthCheck:    b.HealthCheck,
+		Passive:        b.Passive,
+		CircuitBreaker: b.CircuitBreaker,
+		Retries:        b.Retries,
+	}
+	for i, t := range b.Targets {
+		u.Targets[i] = tenants.Target{URL: t.URL, Weight: t.Weight}
+	}
+	return u
 }
 
 type rateLimitBody struct {
@@ -65,6 +87,7 @@ type routeBody struct {
 
 	Transform *tenants.Transform `json:"transform" doc:"Request header, JSON body and path rewrites, response header rewrites. Default: none."`
 	Cache     *tenants.Cache     `json:"cache" doc:"Keep GET answers in the edge's memory for ttl_ms. Default: none."`
+	Canary    *tenants.Canary    `json:"canary" doc:"Send part of the traffic to upstream (same settings as the route's): requests matching match (a header, or a JWT claim; any of values, or any value when values is empty) always, others by weight percent (0–100; an exact schedule, or a hash of sticky_on when sticky: consumer, ip or header:<Name>). Default: none."`
 }
 
 type routeUpdate struct {
@@ -183,10 +206,8 @@ func (b *routeBody) route() *tenants.Route {
 		WebSocket:        b.WebSocket,
 		Transform:        b.Transform,
 		Cache:            b.Cache,
-	}
-	r.Upstream.Targets = make([]tenants.Target, len(b.Upstream.Targets))
-	for i, t := range b.Upstream.Targets {
-		r.Upstream.Targets[i] = tenants.Target{URL: t.URL, Weight: t.Weight}
+		Canary:           b.Canary,
+		Upstream:         b.Upstream.domain(),
 	}
 	r.RateLimit = b.RateLimit.domain()
 	return r

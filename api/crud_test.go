@@ -90,7 +90,7 @@ func TestRouteCRUD(t *testing.T) {
 	}
 	want := map[string]string{
 		"methods":            `["GET","POST"]`,
-		"upstream":           `{"targets":[{"url":"http://127.0.0.1:9/base","weight":3},{"url":"https://example.com","weight":0}]}`,
+		"upstream":           `{"balance":"round_robin","targets":[{"url":"http://127.0.0.1:9/base","weight":3},{"url":"https://example.com","weight":0}]}`,
 		"rate_limit":         `{"burst":100,"mode":"approximate","per":"route","rps":100}`,
 		"auth":               `"key_or_jwt"`,
 		"policy":             `true`,

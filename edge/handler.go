@@ -293,7 +293,7 @@ func (e *Edge) proxyStep(rt *route) func(*exchange) {
 	return func(x *exchange) {
 		ctx := x.ctx
 		req := &ctx.Request
-		t := rt.upstream.pick()
+		t := rt.pickUpstream(x).pick()
 		x.target = t
 
 		p := x.upstreamPath(rt)

@@ -63,6 +63,7 @@ type route struct {
 	connectTimeout time.Duration
 	websocket      bool
 	upstream       *upstream
+	canary         *canary // nil: none (canary.go)
 	metrics        *routeMetrics
 	serve          func(x *exchange)
 	snapshot       *Snapshot
@@ -116,6 +117,7 @@ func decodeKeyHash(h string) ([32]byte, error) {
 type compiled struct {
 	pools     map[string]*fasthttp.HostClient
 	upstreams map[*tenants.Route]*upstream
+	canaries  map[*tenants.Route]*canary
 	auth      compiledAuth
 	caches    map[*tenants.Route]*responseCache // an unchanged route keeps its cached answers
 }
@@ -163,21 +165,34 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 	used := make(map[string]bool)
 	upstreams := make(map[*tenants.Route]*upstream, len(routes))
 	caches := make(map[*tenants.Route]*responseCache)
+	canaries := make(map[*tenants.Route]*canary)
 	for i, r := range routes {
+		var err error
 		up := c.upstreams[r]
 		if up != nil {
 			for _, k := range up.pools {
 				used[k] = true
 			}
 		} else {
-			var err error
-			if up, err = e.newUpstream(r, c.pools, used); err != nil {
+			if up, err = e.newUpstream(&r.Upstream, time.Duration(r.ConnectTimeoutMS)*time.Millisecond, c.pools, used); err != nil {
 				// Validated at apply time; a failure here is a bug, not bad input.
 				e.log.Error("edge: route skipped", "tenant", s.Slug, "route", r.ID, "err", err)
 				continue
 			}
 		}
 		upstreams[r] = up
+		var cn *canary
+		if r.Canary != nil {
+			if cn = c.canaries[r]; cn != nil {
+				for _, k := range cn.upstream.pools {
+					used[k] = true
+				}
+			} else if cn, err = e.newCanary(r, c.pools, used); err != nil {
+				e.log.Error("edge: route skipped", "tenant", s.Slug, "route", r.ID, "err", err)
+				continue
+			}
+			canaries[r] = cn
+		}
 		rt := &route{
 			id: r.ID, name: r.Name, auth: r.Auth, strip: r.StripPrefix,
 			maxBody:        int(r.MaxBodyBytes),
@@ -185,6 +200,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 			connectTimeout: time.Duration(r.ConnectTimeoutMS) * time.Millisecond,
 			websocket:      r.WebSocket,
 			upstream:       up,
+			canary:         cn,
 			metrics:        rms[i],
 			snapshot:       s,
 			rateLimit:      r.RateLimit,
@@ -207,6 +223,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 		}
 	}
 	c.upstreams = upstreams
+	c.canaries = canaries
 	c.caches = caches
 	var unused []*fasthttp.HostClient
 	for k, hc := range c.pools {

@@ -229,13 +229,12 @@ func (e *Edge) newHostClient(tlsOn bool, hostport string, connectTimeout time.Du
 	return hc
 }
 
-// newUpstream builds a route's upstream from its validated targets, taking pools from
-// (and adding them to) the tenant's pool set.
-func (e *Edge) newUpstream(r *tenants.Route, pools map[string]*fasthttp.HostClient, used map[string]bool) (*upstream, error) {
-	ct := time.Duration(r.ConnectTimeoutMS) * time.Millisecond
+// newUpstream builds an upstream (a route's, or its canary's) from its validated
+// settings, taking pools from (and adding them to) the tenant's pool set.
+func (e *Edge) newUpstream(spec *tenants.Upstream, ct time.Duration, pools map[string]*fasthttp.HostClient, used map[string]bool) (*upstream, error) {
 	u := &upstream{}
-	weights := make([]int, len(r.Upstream.Targets))
-	for i, t := range r.Upstream.Targets {
+	weights := make([]int, len(spec.Targets))
+	for i, t := range spec.Targets {
 		tlsOn, hostport, hostHeader, base, err := parseTarget(t.URL)
 		if err != nil {
 			return nil, fmt.Errorf("upstream.targets[%d]: %v", i, err)

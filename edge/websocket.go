@@ -94,7 +94,7 @@ func (e *Edge) wsStep(rt *route, next func(*exchange)) func(*exchange) {
 			x.fail(replyDraining)
 			return
 		}
-		t := rt.upstream.pick()
+		t := rt.pickUpstream(x).pick()
 		x.target = t
 		p := x.upstreamPath(rt)
 		uri := append(x.uri[:0], t.base...)

@@ -46,6 +46,8 @@ type Route struct {
 	Transform *Transform `json:"transform,omitempty"`
 	// Cache keeps the route's answers in the edge's memory (cache.go).
 	Cache *Cache `json:"cache,omitempty"`
+	// Canary sends part of the traffic to another set of targets (upstream.go).
+	Canary *Canary `json:"canary,omitempty"`
 	// MaxBodyBytes caps the request body. Default: DefaultMaxBodyBytes.
 	MaxBodyBytes int64 `json:"max_body_bytes"`
 	// ConnectTimeoutMS and TimeoutMS bound dialing the upstream and the whole upstream
@@ -78,9 +80,19 @@ const (
 	MaxRate                 = 1_000_000
 )
 
-// Upstream is where a route's traffic goes.
+// Upstream is where a route's traffic goes: its targets, how requests are spread over
+// them, and how failing targets are found and avoided (upstream.go).
 type Upstream struct {
 	Targets []Target `json:"targets"`
+	// Balance is BalanceRoundRobin (default), BalanceLeastConn or BalanceHash.
+	Balance string `json:"balance,omitempty"`
+	// HashOn is what BalanceHash hashes: HashOnConsumer (default), HashOnIP or
+	// "header:<Name>".
+	HashOn         string          `json:"hash_on,omitempty"`
+	HealthCheck    *HealthCheck    `json:"health_check,omitempty"`
+	Passive        *PassiveHealth  `json:"passive_health,omitempty"`
+	CircuitBreaker *CircuitBreaker `json:"circuit_breaker,omitempty"`
+	Retries        *Retries        `json:"retries,omitempty"`
 }
 
 // Target is one upstream server; traffic is spread by weight (0 drains a target).

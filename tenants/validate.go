@@ -464,30 +464,11 @@ func (r *Route) Validate(p *UpstreamPolicy) error {
 	if r.Methods == nil {
 		r.Methods = []string{}
 	}
-	if len(r.Upstream.Targets) == 0 {
-		return Invalid("upstream.targets", "needs at least one target")
+	if err := validateTargets(&r.Upstream, "upstream", p); err != nil {
+		return err
 	}
-	if len(r.Upstream.Targets) > MaxTargets {
-		return Invalid("upstream.targets", "may have at most %d targets", MaxTargets)
-	}
-	total := 0
-	for i := range r.Upstream.Targets {
-		t := &r.Upstream.Targets[i]
-		u, err := p.ValidateTarget(t.URL)
-		if err != nil {
-			return Invalid(fmt.Sprintf("upstream.targets[%d].url", i), "%v", err)
-		}
-		t.URL = u
-		if t.Weight < 0 || t.Weight > MaxWeight {
-			return Invalid(fmt.Sprintf("upstream.targets[%d].weight", i), "must be between 0 and %d, got %d", MaxWeight, t.Weight)
-		}
-		total += t.Weight
-	}
-	if total == 0 {
-		// Omitted weights mean equal shares.
-		for i := range r.Upstream.Targets {
-			r.Upstream.Targets[i].Weight = 1
-		}
+	if err := r.Upstream.validate("upstream"); err != nil {
+		return err
 	}
 	switch r.Auth {
 	case "":
@@ -518,6 +499,9 @@ func (r *Route) Validate(p *UpstreamPolicy) error {
 		return Invalid("timeout_ms", "must be between 1 and %d", MaxTimeoutMS)
 	}
 	if err := r.Transform.Validate(); err != nil {
+		return err
+	}
+	if err := r.Canary.Validate(p, r.Auth); err != nil {
 		return err
 	}
 	return r.Cache.Validate()

@@ -26,6 +26,7 @@ type routeSpec struct {
 	WebSocket        bool               `json:"websocket,omitempty"`
 	Transform        *tenants.Transform `json:"transform,omitempty"`
 	Cache            *tenants.Cache     `json:"cache,omitempty"`
+	Canary           *tenants.Canary    `json:"canary,omitempty"`
 }
 
 func specOf(r *tenants.Route) routeSpec {
@@ -33,7 +34,7 @@ func specOf(r *tenants.Route) routeSpec {
 		Paths: r.Paths, Methods: r.Methods, Upstream: r.Upstream, Auth: r.Auth, Policy: r.Policy,
 		RateLimit: r.RateLimit, StripPrefix: r.StripPrefix, MaxBodyBytes: r.MaxBodyBytes,
 		ConnectTimeoutMS: r.ConnectTimeoutMS, TimeoutMS: r.TimeoutMS, WebSocket: r.WebSocket,
-		Transform: r.Transform, Cache: r.Cache,
+		Transform: r.Transform, Cache: r.Cache, Canary: r.Canary,
 	}
 }
 
@@ -50,7 +51,7 @@ func scanRoute(row pgx.Row) (*tenants.Route, error) {
 	r.Paths, r.Methods, r.Upstream, r.Auth, r.Policy = s.Paths, s.Methods, s.Upstream, s.Auth, s.Policy
 	r.RateLimit, r.StripPrefix, r.MaxBodyBytes = s.RateLimit, s.StripPrefix, s.MaxBodyBytes
 	r.ConnectTimeoutMS, r.TimeoutMS, r.WebSocket = s.ConnectTimeoutMS, s.TimeoutMS, s.WebSocket
-	r.Transform, r.Cache = s.Transform, s.Cache
+	r.Transform, r.Cache, r.Canary = s.Transform, s.Cache, s.Canary
 	if r.Methods == nil {
 		r.Methods = []string{}
 	}
