@@ -464,6 +464,21 @@ func TestConsole(t *testing.T) {
 	tenant := s.admin(t, "GET", "/v1/tenants/"+slugA)
 	routes := s.admin(t, "GET", "/v1/tenants/"+slugA+"/routes")
 	routeID := routes["items"].([]any)[0].(map[string]any)["id"].(string)
+
+	// Balancing and a canary from the route form: a bad share first, then a good one.
+	owner.open("/console/t/" + slugA + "/routes/" + routeID)
+	owner.fill(map[string]string{"#balance": "least_conn", "#canary": up.URL + "/next", `input[name=canary_weight]`: "150"})
+	owner.do(chromedp.Click(chromedp.CSS(`button[type=submit].primary`)), chromedp.WaitVisible(chromedp.CSS(`#canary-error`)))
+	if msg := owner.eval(`document.querySelector("#canary-error").innerText`); !strings.Contains(msg, "100") {
+		t.Errorf("canary error says %q, want the 0–100 rule", msg)
+	}
+	owner.fill(map[string]string{`input[name=canary_weight]`: "10"})
+	owner.do(chromedp.Click(chromedp.CSS(`button[type=submit].primary`)))
+	owner.waitPath("/console/t/" + slugA + "/routes?done=route-updated")
+	stored := s.admin(t, "GET", "/v1/tenants/"+slugA+"/routes/"+routeID)
+	if got := fmt.Sprint(stored["upstream"].(map[string]any)["balance"], stored["canary"]); !strings.Contains(got, "least_conn") || !strings.Contains(got, "weight:10") || !strings.Contains(got, "/next") {
+		t.Errorf("after saving the form the route's balance and canary are %s", got)
+	}
 	total := fmt.Sprint(ok + denied)
 	got := ""
 	for end := time.Now().Add(20 * time.Second); got != total && time.Now().Before(end); time.Sleep(500 * time.Millisecond) {

@@ -19,25 +19,24 @@ type routeForm struct {
 	Name, Paths, Upstream string
 	Methods               []string
 	Auth                  string
+	Balance               string
 	RPS, Burst            string
 	StripPrefix           bool
-	Errors                map[string]string
+	// Canary is the canary's targets as Upstream's lines, CanaryWeight its percentage;
+	// no lines: no canary.
+	Canary, CanaryWeight string
+	Errors               map[string]string
 }
 
 var allMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 func formOf(r *tenants.Route) routeForm {
 	f := routeForm{ID: r.ID, Version: strconv.FormatInt(r.Version, 10), Name: r.Name, Paths: strings.Join(r.Paths, "\n"),
-		Methods: r.Methods, Auth: r.Auth, StripPrefix: r.StripPrefix, Errors: map[string]string{}}
-	var lines []string
-	for _, t := range r.Upstream.Targets {
-		line := t.URL
-		if t.Weight != 1 {
-			line += " " + strconv.Itoa(t.Weight)
-		}
-		lines = append(lines, line)
+		Methods: r.Methods, Auth: r.Auth, Balance: r.Upstream.Balance, StripPrefix: r.StripPrefix, Errors: map[string]string{}}
+	f.Upstream = targetLines(r.Upstream.Targets)
+	if c := r.Canary; c != nil {
+		f.Canary, f.CanaryWeight = targetLines(c.Upstream.Targets), strconv.Itoa(c.Weight)
 	}
-	f.Upstream = strings.Join(lines, "\n")
 	if r.RateLimit != nil && r.RateLimit.RPS > 0 {
 		f.RPS, f.Burst = strconv.Itoa(r.RateLimit.RPS), strconv.Itoa(r.RateLimit.Burst)
 	}
@@ -67,21 +66,28 @@ func readRouteForm(ctx *fiber.Ctx, r *tenants.Route) routeForm {
 		}
 	}
 	r.Name, r.Paths, r.Methods, r.Auth, r.StripPrefix = f.Name, lines(f.Paths), f.Methods, f.Auth, f.StripPrefix
-	r.Upstream.Targets = nil
-	for i, l := range strings.Split(f.Upstream, "\n") {
-		parts := strings.Fields(l)
-		if len(parts) == 0 {
-			continue
+	r.Upstream.Targets = readTargets(f.Upstream, "upstream", f.Errors)
+	f.Balance = ctx.FormValue("balance")
+	r.Upstream.Balance = f.Balance
+	if f.Balance != tenants.BalanceHash {
+		r.Upstream.HashOn = "" // only hash has one; a stored one would make the change invalid
+	}
+	f.Canary, f.CanaryWeight = ctx.FormValue("canary"), strings.TrimSpace(ctx.FormValue("canary_weight"))
+	if targets := readTargets(f.Canary, "canary", f.Errors); len(targets) == 0 {
+		r.Canary = nil
+	} else {
+		// A copy: the match and stickiness set through the API are kept.
+		c := tenants.Canary{}
+		if r.Canary != nil {
+			c = *r.Canary
 		}
-		t := tenants.Target{URL: parts[0], Weight: 1}
-		if len(parts) > 1 {
-			w, err := strconv.Atoi(parts[1])
-			if err != nil || len(parts) > 2 {
-				f.Errors["upstream"] = "Line " + strconv.Itoa(i+1) + ": write a URL, then optionally a weight (a whole number)"
-			}
-			t.Weight = w
+		c.Upstream.Targets = targets
+		w, err := strconv.Atoi(f.CanaryWeight)
+		if err != nil && f.CanaryWeight != "" {
+			f.Errors["canary"] = "The canary's share must be a whole percentage (0–100)"
 		}
-		r.Upstream.Targets = append(r.Upstream.Targets, t)
+		c.Weight = w
+		r.Canary = &c
 	}
 	r.RateLimit = nil
 	if f.RPS != "" || f.Burst != "" {
@@ -95,7 +101,41 @@ func readRouteForm(ctx *fiber.Ctx, r *tenants.Route) routeForm {
 	return f
 }
 
-var routeAlias = map[string]string{"upstream": "upstream", "rate_limit": "rate_limit"}
+var routeAlias = map[string]string{"upstream": "upstream", "rate_limit": "rate_limit", "canary": "canary"}
+
+// targetLines shows targets as the form's lines: a URL, then its weight unless 1.
+func targetLines(targets []tenants.Target) string {
+	var lines []string
+	for _, t := range targets {
+		line := t.URL
+		if t.Weight != 1 {
+			line += " " + strconv.Itoa(t.Weight)
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// readTargets reads targetLines' form back; a line it cannot read sets errs[field].
+func readTargets(text, field string, errs map[string]string) []tenants.Target {
+	var targets []tenants.Target
+	for i, l := range strings.Split(text, "\n") {
+		parts := strings.Fields(l)
+		if len(parts) == 0 {
+			continue
+		}
+		t := tenants.Target{URL: parts[0], Weight: 1}
+		if len(parts) > 1 {
+			w, err := strconv.Atoi(parts[1])
+			if err != nil || len(parts) > 2 {
+				errs[field] = "Line " + strconv.Itoa(i+1) + ": write a URL, then optionally a weight (a whole number)"
+			}
+			t.Weight = w
+		}
+		targets = append(targets, t)
+	}
+	return targets
+}
 
 func (c *Console) routesPage(ctx *fiber.Ctx) error {
 	tv := tenantOf(ctx)
