@@ -1,8 +1,6 @@
 package api
 
 import (
-	"net/http"
-
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/tenants"
@@ -15,75 +13,6 @@ func planRef(err error, c *tenants.Consumer) error {
 		return tenants.Invalid("plan", "the tenant has no plan named %q", c.Plan)
 	}
 	return err
-}
-
-func (s *Server) createConsumer(c *fiber.Ctx, r *request) error {
-	cn, err := decodeConsumer(contentType(c), c.Body(), s.cfg.BodyLimit)
-	if err != nil {
-		return err
-	}
-	cn.TenantID = r.tenant.ID
-	if err := s.cfg.Consumers.CreateConsumer(r.ctx, cn); err != nil {
-		return planRef(err, cn)
-	}
-	c.Location("/v1/tenants/" + r.tenant.Slug + "/consumers/" + cn.ID)
-	return reply(c, http.StatusCreated, cn, cn.Version)
-}
-
-func (s *Server) listConsumers(c *fiber.Ctx, r *request) error {
-	return listPage(c, func(p tenants.Page) ([]*tenants.Consumer, string, error) {
-		return s.cfg.Consumers.ListConsumers(r.ctx, r.tenant.ID, p)
-	})
-}
-
-func (s *Server) getConsumer(c *fiber.Ctx, r *request) error {
-	id, err := idParam(c, "id", "consumer")
-	if err != nil {
-		return err
-	}
-	cn, err := s.cfg.Consumers.FindConsumer(r.ctx, r.tenant.ID, id)
-	if err != nil {
-		return err
-	}
-	return reply(c, http.StatusOK, cn, cn.Version)
-}
-
-func (s *Server) putConsumer(c *fiber.Ctx, r *request) error {
-	id, err := idParam(c, "id", "consumer")
-	if err != nil {
-		return err
-	}
-	cn, bodyVersion, err := decodeConsumerUpdate(contentType(c), c.Body(), s.cfg.BodyLimit)
-	if err != nil {
-		return err
-	}
-	v, current, err := version(c, bodyVersion)
-	if err != nil {
-		return err
-	}
-	if current {
-		cur, err := s.cfg.Consumers.FindConsumer(r.ctx, r.tenant.ID, id)
-		if err != nil {
-			return err
-		}
-		v = cur.Version
-	}
-	cn.ID, cn.TenantID, cn.Version = id, r.tenant.ID, v
-	if err := s.cfg.Consumers.UpdateConsumer(r.ctx, cn); err != nil {
-		return planRef(err, cn)
-	}
-	return reply(c, http.StatusOK, cn, cn.Version)
-}
-
-func (s *Server) deleteConsumer(c *fiber.Ctx, r *request) error {
-	id, err := idParam(c, "id", "consumer")
-	if err != nil {
-		return err
-	}
-	if err := s.cfg.Consumers.DeleteConsumer(r.ctx, r.tenant.ID, id); err != nil {
-		return err
-	}
-	return noContent(c)
 }
 
 func (s *Server) createKey(c *fiber.Ctx, r *request) error {

@@ -330,19 +330,6 @@ func checkQuery(c *fiber.Ctx, allowed []string) error {
 // maxCursor bounds the cursor a client may send back.
 const maxCursor = 512
 
-// listPage answers one page of a list, read with ?limit=&cursor= by fetch.
-func listPage[T any](c *fiber.Ctx, fetch func(tenants.Page) ([]*T, string, error)) error {
-	p, err := pageOf(c)
-	if err != nil {
-		return err
-	}
-	items, next, err := fetch(p)
-	if err != nil {
-		return err
-	}
-	return replyList(c, items, next)
-}
-
 // pageOf reads ?limit=&cursor=.
 func pageOf(c *fiber.Ctx) (tenants.Page, error) {
 	p := tenants.Page{Limit: tenants.DefaultPageLimit}

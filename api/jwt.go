@@ -1,10 +1,6 @@
 package api
 
 import (
-	"net/http"
-
-	"github.com/gofiber/fiber/v2"
-
 	"tollgate/tenants"
 )
 
@@ -70,82 +66,4 @@ func publicIssuer(is *tenants.Issuer) *tenants.Issuer {
 	c := *is
 	c.HS256Secret = ""
 	return &c
-}
-
-func (s *Server) createJWTIssuer(c *fiber.Ctx, r *request) error {
-	is, err := decodeJWTIssuer(contentType(c), c.Body(), s.cfg.BodyLimit)
-	if err != nil {
-		return err
-	}
-	is.TenantID = r.tenant.ID
-	if err := s.cfg.JWTIssuers.CreateJWTIssuer(r.ctx, is); err != nil {
-		return err
-	}
-	c.Location("/v1/tenants/" + r.tenant.Slug + "/jwt-issuers/" + is.ID)
-	return reply(c, http.StatusCreated, publicIssuer(is), is.Version)
-}
-
-func (s *Server) listJWTIssuers(c *fiber.Ctx, r *request) error {
-	p, err := pageOf(c)
-	if err != nil {
-		return err
-	}
-	items, next, err := s.cfg.JWTIssuers.ListJWTIssuers(r.ctx, r.tenant.ID, p)
-	if err != nil {
-		return err
-	}
-	for i, is := range items {
-		items[i] = publicIssuer(is)
-	}
-	return replyList(c, items, next)
-}
-
-func (s *Server) getJWTIssuer(c *fiber.Ctx, r *request) error {
-	id, err := idParam(c, "id", "jwt issuer")
-	if err != nil {
-		return err
-	}
-	is, err := s.cfg.JWTIssuers.FindJWTIssuer(r.ctx, r.tenant.ID, id)
-	if err != nil {
-		return err
-	}
-	return reply(c, http.StatusOK, publicIssuer(is), is.Version)
-}
-
-func (s *Server) putJWTIssuer(c *fiber.Ctx, r *request) error {
-	id, err := idParam(c, "id", "jwt issuer")
-	if err != nil {
-		return err
-	}
-	is, bodyVersion, err := decodeJWTIssuerUpdate(contentType(c), c.Body(), s.cfg.BodyLimit)
-	if err != nil {
-		return err
-	}
-	v, current, err := version(c, bodyVersion)
-	if err != nil {
-		return err
-	}
-	if current {
-		cur, err := s.cfg.JWTIssuers.FindJWTIssuer(r.ctx, r.tenant.ID, id)
-		if err != nil {
-			return err
-		}
-		v = cur.Version
-	}
-	is.ID, is.TenantID, is.Version = id, r.tenant.ID, v
-	if err := s.cfg.JWTIssuers.UpdateJWTIssuer(r.ctx, is); err != nil {
-		return err
-	}
-	return reply(c, http.StatusOK, publicIssuer(is), is.Version)
-}
-
-func (s *Server) deleteJWTIssuer(c *fiber.Ctx, r *request) error {
-	id, err := idParam(c, "id", "jwt issuer")
-	if err != nil {
-		return err
-	}
-	if err := s.cfg.JWTIssuers.DeleteJWTIssuer(r.ctx, r.tenant.ID, id); err != nil {
-		return err
-	}
-	return noContent(c)
 }
