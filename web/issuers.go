@@ -1,6 +1,8 @@
 package web
 
 import (
+	"context"
+
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -170,20 +172,27 @@ func (c *Console) issuerCreate(ctx *fiber.Ctx) error {
 	tv := tenantOf(ctx)
 	is := &tenants.Issuer{TenantID: tv.ID}
 	f := readIssuerForm(ctx, is, false)
-	if len(f.Errors) == 0 {
-		err := is.Validate()
-		if err == nil {
-			err = c.cfg.JWTIssuers.CreateJWTIssuer(c.ctx(ctx), is)
-		}
-		if err == nil {
-			c.record(ctx, user(ctx), tv.ID, "jwt_issuers.create", is.ID)
-			return ctx.Redirect(c.tenantURL(ctx, "/jwt-issuers?done=issuer-created"), http.StatusSeeOther)
-		}
-		if !issuerError(err, &f) {
-			return c.internal(ctx, err)
-		}
+	if sent, err := c.submit(ctx, c.issuerSave(ctx, is, &f, true, c.cfg.JWTIssuers.CreateJWTIssuer, "jwt_issuers.create", "/jwt-issuers?done=issuer-created")); sent {
+		return err
 	}
 	return c.render(ctx, http.StatusUnprocessableEntity, "issuer", page{Title: "New JWT issuer", Nav: "jwt", Form: f})
+}
+
+// issuerSave validates is (when validate) and stores it with store.
+func (c *Console) issuerSave(ctx *fiber.Ctx, is *tenants.Issuer, f *issuerForm, validate bool, store func(context.Context, *tenants.Issuer) error, audit, done string) formSave {
+	return formSave{
+		errs: f.Errors, noun: "issuer", audit: audit, done: done,
+		save: func() error {
+			if validate {
+				if err := is.Validate(); err != nil {
+					return err
+				}
+			}
+			return store(c.ctx(ctx), is)
+		},
+		field: func(err error) bool { return issuerError(err, f) },
+		id:    func() string { return is.ID },
+	}
 }
 
 func (c *Console) issuerEditPage(ctx *fiber.Ctx) error {
@@ -213,23 +222,10 @@ func (c *Console) issuerUpdate(ctx *fiber.Ctx) error {
 	if v, err := strconv.ParseInt(f.Version, 10, 64); err == nil {
 		is.Version = v
 	}
-	if len(f.Errors) == 0 {
-		var err error
-		if is.JWKSURL != "" || is.Keys != nil || is.HS256Secret != "" {
-			err = is.Validate()
-		}
-		if err == nil {
-			err = c.cfg.JWTIssuers.UpdateJWTIssuer(c.ctx(ctx), is)
-		}
-		if err == nil {
-			c.record(ctx, user(ctx), tv.ID, "jwt_issuers.update", is.ID)
-			return ctx.Redirect(c.tenantURL(ctx, "/jwt-issuers?done=issuer-updated"), http.StatusSeeOther)
-		}
-		if tenants.ErrorCode(err) == tenants.EVersionConflict {
-			f.Errors["form"] = "Someone changed this issuer since you opened it. Reload the page to see their change, then edit again."
-		} else if !issuerError(err, &f) {
-			return c.internal(ctx, err)
-		}
+	// Without a key source the stored secret completes the issuer: the store validates.
+	validate := is.JWKSURL != "" || is.Keys != nil || is.HS256Secret != ""
+	if sent, err := c.submit(ctx, c.issuerSave(ctx, is, &f, validate, c.cfg.JWTIssuers.UpdateJWTIssuer, "jwt_issuers.update", "/jwt-issuers?done=issuer-updated")); sent {
+		return err
 	}
 	return c.render(ctx, http.StatusUnprocessableEntity, "issuer", page{Title: "JWT issuer " + f.Issuer, Nav: "jwt", Form: f})
 }

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"context"
+
 	"net/http"
 	"strconv"
 	"strings"
@@ -161,20 +163,25 @@ func (c *Console) routeCreate(ctx *fiber.Ctx) error {
 	tv := tenantOf(ctx)
 	r := &tenants.Route{TenantID: tv.ID}
 	f := readRouteForm(ctx, r)
-	if len(f.Errors) == 0 {
-		err := r.Validate(c.cfg.Upstreams)
-		if err == nil {
-			err = c.cfg.Routes.CreateRoute(c.ctx(ctx), r)
-		}
-		if err == nil {
-			c.record(ctx, user(ctx), tv.ID, "routes.create", r.ID)
-			return ctx.Redirect(c.tenantURL(ctx, "/routes?done=route-created"), http.StatusSeeOther)
-		}
-		if !fieldError(err, f.Errors, routeAlias) {
-			return c.internal(ctx, err)
-		}
+	if sent, err := c.submit(ctx, c.routeSave(ctx, r, f.Errors, c.cfg.Routes.CreateRoute, "routes.create", "/routes?done=route-created")); sent {
+		return err
 	}
 	return c.render(ctx, http.StatusUnprocessableEntity, "route", page{Title: "New route", Nav: "routes", Form: f})
+}
+
+// routeSave validates r and stores it with store.
+func (c *Console) routeSave(ctx *fiber.Ctx, r *tenants.Route, errs map[string]string, store func(context.Context, *tenants.Route) error, audit, done string) formSave {
+	return formSave{
+		errs: errs, noun: "route", audit: audit, done: done,
+		save: func() error {
+			if err := r.Validate(c.cfg.Upstreams); err != nil {
+				return err
+			}
+			return store(c.ctx(ctx), r)
+		},
+		field: func(err error) bool { return fieldError(err, errs, routeAlias) },
+		id:    func() string { return r.ID },
+	}
 }
 
 func (c *Console) findRoute(ctx *fiber.Ctx) (*tenants.Route, error) {
@@ -201,20 +208,8 @@ func (c *Console) routeUpdate(ctx *fiber.Ctx) error {
 	if v, err := strconv.ParseInt(f.Version, 10, 64); err == nil {
 		r.Version = v
 	}
-	if len(f.Errors) == 0 {
-		err := r.Validate(c.cfg.Upstreams)
-		if err == nil {
-			err = c.cfg.Routes.UpdateRoute(c.ctx(ctx), r)
-		}
-		if err == nil {
-			c.record(ctx, user(ctx), r.TenantID, "routes.update", r.ID)
-			return ctx.Redirect(c.tenantURL(ctx, "/routes?done=route-updated"), http.StatusSeeOther)
-		}
-		if tenants.ErrorCode(err) == tenants.EVersionConflict {
-			f.Errors["form"] = "Someone changed this route since you opened it. Reload the page to see their change, then edit again."
-		} else if !fieldError(err, f.Errors, routeAlias) {
-			return c.internal(ctx, err)
-		}
+	if sent, err := c.submit(ctx, c.routeSave(ctx, r, f.Errors, c.cfg.Routes.UpdateRoute, "routes.update", "/routes?done=route-updated")); sent {
+		return err
 	}
 	return c.render(ctx, http.StatusUnprocessableEntity, "route", page{Title: "Route " + f.Name, Nav: "routes", Form: f})
 }

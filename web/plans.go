@@ -1,6 +1,8 @@
 package web
 
 import (
+	"context"
+
 	"net/http"
 	"strconv"
 	"strings"
@@ -141,20 +143,25 @@ func (c *Console) planCreate(ctx *fiber.Ctx) error {
 	tv := tenantOf(ctx)
 	p := &tenants.Plan{TenantID: tv.ID}
 	f := readPlanForm(ctx, p)
-	if len(f.Errors) == 0 {
-		err := p.Validate()
-		if err == nil {
-			err = c.cfg.Plans.CreatePlan(c.ctx(ctx), p)
-		}
-		if err == nil {
-			c.record(ctx, user(ctx), tv.ID, "plans.create", p.ID)
-			return ctx.Redirect(c.tenantURL(ctx, "/plans?done=plan-created"), http.StatusSeeOther)
-		}
-		if !fieldError(err, f.Errors, nil) {
-			return c.internal(ctx, err)
-		}
+	if sent, err := c.submit(ctx, c.planSave(ctx, p, f.Errors, c.cfg.Plans.CreatePlan, "plans.create", "/plans?done=plan-created")); sent {
+		return err
 	}
 	return c.render(ctx, http.StatusUnprocessableEntity, "plan", page{Title: "New plan", Nav: "plans", Form: f})
+}
+
+// planSave validates p and stores it with store.
+func (c *Console) planSave(ctx *fiber.Ctx, p *tenants.Plan, errs map[string]string, store func(context.Context, *tenants.Plan) error, audit, done string) formSave {
+	return formSave{
+		errs: errs, noun: "plan", audit: audit, done: done,
+		save: func() error {
+			if err := p.Validate(); err != nil {
+				return err
+			}
+			return store(c.ctx(ctx), p)
+		},
+		field: func(err error) bool { return fieldError(err, errs, nil) },
+		id:    func() string { return p.ID },
+	}
 }
 
 func (c *Console) planEditPage(ctx *fiber.Ctx) error {
@@ -184,20 +191,8 @@ func (c *Console) planUpdate(ctx *fiber.Ctx) error {
 	if v, err := strconv.ParseInt(f.Version, 10, 64); err == nil {
 		p.Version = v
 	}
-	if len(f.Errors) == 0 {
-		err := p.Validate()
-		if err == nil {
-			err = c.cfg.Plans.UpdatePlan(c.ctx(ctx), p)
-		}
-		if err == nil {
-			c.record(ctx, user(ctx), tv.ID, "plans.update", p.ID)
-			return ctx.Redirect(c.tenantURL(ctx, "/plans?done=plan-updated"), http.StatusSeeOther)
-		}
-		if tenants.ErrorCode(err) == tenants.EVersionConflict {
-			f.Errors["form"] = "Someone changed this plan since you opened it. Reload the page to see their change, then edit again."
-		} else if !fieldError(err, f.Errors, nil) {
-			return c.internal(ctx, err)
-		}
+	if sent, err := c.submit(ctx, c.planSave(ctx, p, f.Errors, c.cfg.Plans.UpdatePlan, "plans.update", "/plans?done=plan-updated")); sent {
+		return err
 	}
 	return c.render(ctx, http.StatusUnprocessableEntity, "plan", page{Title: "Plan " + f.Name, Nav: "plans", Form: f})
 }

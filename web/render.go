@@ -193,3 +193,36 @@ func fieldError(err error, into map[string]string, alias map[string]string) bool
 	}
 	return true
 }
+
+// formSave is one submission of an object's form (create or update).
+type formSave struct {
+	errs  map[string]string // the form's errors: those it found itself, and any store error
+	save  func() error      // validates and stores the object
+	field func(error) bool  // puts a validation error on its field; false: not one
+	noun  string            // "route", in the message of a version conflict
+	audit string            // the audit action, "routes.update"
+	id    func() string     // the object's id, once saved
+	done  string            // where the browser goes next, under the tenant
+}
+
+// submit saves the form's object unless the form found errors itself. Once saved it
+// records the change and redirects (sent: the response is written). A version conflict
+// or a validation error goes onto the form for the caller to render again; any other
+// error is answered as internal (sent).
+func (c *Console) submit(ctx *fiber.Ctx, s formSave) (sent bool, err error) {
+	if len(s.errs) > 0 {
+		return false, nil
+	}
+	err = s.save()
+	switch {
+	case err == nil:
+		c.record(ctx, user(ctx), tenantOf(ctx).ID, s.audit, s.id())
+		return true, ctx.Redirect(c.tenantURL(ctx, s.done), http.StatusSeeOther)
+	case tenants.ErrorCode(err) == tenants.EVersionConflict:
+		s.errs["form"] = "Someone changed this " + s.noun + " since you opened it. Reload the page to see their change, then edit again."
+		return false, nil
+	case s.field(err):
+		return false, nil
+	}
+	return true, c.internal(ctx, err)
+}
