@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -143,12 +144,31 @@ func (s *Server) audit(c *fiber.Ctx, ep *endpoint, r *request) {
 	if object == "" {
 		object = c.Params("id")
 	}
+	if object == "" {
+		object, _ = url.PathUnescape(c.Params("email"))
+	}
 	if object == "" && ep.method == http.MethodPost {
 		var created struct {
-			ID string `json:"id"`
+			ID     string `json:"id"`
+			UserID string `json:"user_id"` // a membership
+			Member *struct {
+				UserID string `json:"user_id"`
+			} `json:"member"`
+			Invite *struct {
+				Email string `json:"email"`
+			} `json:"invite"`
 		}
 		if json.Unmarshal(c.Response().Body(), &created) == nil {
-			object = created.ID
+			switch {
+			case created.ID != "":
+				object = created.ID
+			case created.UserID != "":
+				object = created.UserID
+			case created.Member != nil:
+				object = created.Member.UserID
+			case created.Invite != nil:
+				object = created.Invite.Email
+			}
 		}
 	}
 	e := &tenants.AuditEntry{TenantID: r.tenant.ID, Actor: r.who.actor(), Action: strings.ReplaceAll(tag, "-", "_") + "." + verb, Object: object}

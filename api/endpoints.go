@@ -55,6 +55,7 @@ const (
 	// People and audit (issue 7).
 	tagAudit   = "audit"
 	tagMembers = "members"
+	tagInvites = "invites"
 	// Usage and billing (issue 6).
 	tagUsage = "usage"
 	// Custom domains and their certificates (issue 8).
@@ -209,6 +210,20 @@ func (s *Server) table() []endpoint {
 			summary: "Give a user a role in the tenant",
 			desc:    "The user must have signed up; an existing role is replaced. Only an owner (or the admin token) may make an owner." + scopedDoc,
 			body:    memberBody{}, status: 201, result: tenants.Membership{}},
+		{method: http.MethodPut, path: "/v1/tenants/:slug/members/:id", access: tenantScoped, class: rbac.TenantAdmin, handle: s.putMember, tag: tagMembers,
+			summary: "Change a member's role",
+			desc:    "id is the member's user_id. Only an owner (or the admin token) may make an owner or change an owner's role; the last owner cannot step down (409 conflict)." + scopedDoc,
+			body:    memberRoleBody{}, status: 200, result: tenants.Membership{}},
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/members/:id", access: tenantScoped, class: rbac.TenantAdmin, handle: s.deleteMember, tag: tagMembers,
+			summary: "Remove a member", desc: "id is the member's user_id. Only an owner may remove an owner; the last owner cannot be removed (409 conflict)." + scopedDoc, status: 204},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/invites", access: tenantScoped, class: rbac.TenantAdmin, handle: s.listInvites, tag: tagInvites,
+			summary: "List pending invites", desc: "Emails invited that have not signed up yet." + scopedDoc, status: 200, result: list[tenants.Invite]{}},
+		{method: http.MethodPost, path: "/v1/tenants/:slug/invites", access: tenantScoped, class: rbac.TenantAdmin, handle: s.createInvite, tag: tagInvites,
+			summary: "Invite an email to the tenant",
+			desc:    "An email with an account becomes a member at once (member is set); another gets a pending invite applied when it signs up (invite is set). Only an owner may invite an owner." + scopedDoc,
+			body:    inviteBody{}, status: 201, result: inviteResult{}},
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/invites/:email", access: tenantScoped, class: rbac.TenantAdmin, handle: s.deleteInvite, tag: tagInvites,
+			summary: "Withdraw a pending invite", desc: "email is the invited address (URL-escaped)." + scopedDoc, status: 204},
 		{method: http.MethodPut, path: "/v1/platform/roles", access: adminOnly, handle: s.putPlatformRole, tag: tagPlatform,
 			summary: "Set a user's platform role", desc: "Admin token only. operator acts as an admin in every tenant; finance reads every tenant and exports the bill; empty removes the role.",
 			body: platformRoleBody{}, status: 200, result: tenants.User{}},
