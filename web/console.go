@@ -164,6 +164,7 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Post("/consumers/:id/keys", c.keyCreate)
 	t.Post("/consumers/:id/keys/:key_id/delete", c.keyDelete)
 	t.Post("/consumers/:id/delete", c.consumerDelete)
+	t.Post("/consumers/:id/plan", c.consumerPlan)
 	t.Get("/usage", c.usagePage)
 	t.Get("/audit", c.auditPage)
 	t.Get("/members", c.membersPage)

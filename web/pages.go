@@ -264,15 +264,27 @@ func (c *Console) consumerCreate(ctx *fiber.Ctx) error {
 }
 
 type consumerData struct {
-	Consumer *tenants.Consumer
-	Keys     []*tenants.Key
-	NewKey   string // the plaintext of a key just created: shown once
-	Route    string // a key-auth route's first path, for the example
+	Consumer  *tenants.Consumer
+	Keys      []*tenants.Key
+	NewKey    string          // the plaintext of a key just created: shown once
+	Route     string          // a key-auth route's first path, for the example
+	Plans     []*tenants.Plan // the tenant's plans, to put the consumer on one; nil: plans are off
+	PlanError string
 }
 
 func (c *Console) consumerPage(ctx *fiber.Ctx) error { return c.consumer(ctx, "") }
 
 func (c *Console) consumer(ctx *fiber.Ctx, newKey string) error {
+	status := http.StatusOK
+	if newKey != "" {
+		status = http.StatusCreated
+	}
+	return c.consumerView(ctx, status, consumerData{NewKey: newKey})
+}
+
+// consumerView renders a consumer's page with what d already holds (a new key, an
+// error) and the rest read now.
+func (c *Console) consumerView(ctx *fiber.Ctx, status int, d consumerData) error {
 	tv := tenantOf(ctx)
 	cs, err := c.cfg.Consumers.FindConsumer(c.ctx(ctx), tv.ID, ctx.Params("id"))
 	if err != nil {
@@ -282,7 +294,12 @@ func (c *Console) consumer(ctx *fiber.Ctx, newKey string) error {
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	d := consumerData{Consumer: cs, Keys: keys, NewKey: newKey, Route: "/hello"}
+	d.Consumer, d.Keys, d.Route = cs, keys, "/hello"
+	if c.cfg.Plans != nil {
+		if d.Plans, _, err = c.cfg.Plans.ListPlans(c.ctx(ctx), tv.ID, tenants.Page{Limit: tenants.MaxPageLimit}); err != nil {
+			return c.internal(ctx, err)
+		}
+	}
 	if routes, _, err := c.cfg.Routes.ListRoutes(c.ctx(ctx), tv.ID, tenants.Page{Limit: 50}); err == nil {
 		for _, r := range routes {
 			if r.Auth == tenants.AuthKey || r.Auth == tenants.AuthKeyOrJWT {
@@ -291,11 +308,38 @@ func (c *Console) consumer(ctx *fiber.Ctx, newKey string) error {
 			}
 		}
 	}
-	status := http.StatusOK
-	if newKey != "" {
-		status = http.StatusCreated
-	}
 	return c.render(ctx, status, "consumer", page{Title: "Consumer " + cs.Name, Nav: "consumers", Data: d})
+}
+
+// consumerPlan puts the consumer on one of the tenant's plans, or on none.
+func (c *Console) consumerPlan(ctx *fiber.Ctx) error {
+	if ok, err := c.may(ctx, rbac.Write); !ok {
+		return err
+	}
+	tv := tenantOf(ctx)
+	cs, err := c.cfg.Consumers.FindConsumer(c.ctx(ctx), tv.ID, ctx.Params("id"))
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	if v, err := strconv.ParseInt(ctx.FormValue("version"), 10, 64); err == nil {
+		cs.Version = v
+	}
+	cs.Plan = ctx.FormValue("plan")
+	err = cs.Validate()
+	if err == nil {
+		err = c.cfg.Consumers.UpdateConsumer(c.ctx(ctx), cs)
+	}
+	switch code := tenants.ErrorCode(err); {
+	case err == nil:
+		c.record(ctx, user(ctx), tv.ID, "consumers.update", cs.ID)
+		return ctx.Redirect(c.tenantURL(ctx, "/consumers/"+cs.ID+"?done=consumer-updated"), http.StatusSeeOther)
+	case code == tenants.EVersionConflict:
+		return c.consumerView(ctx, http.StatusConflict, consumerData{PlanError: "Someone changed this consumer since you opened it. Reload the page, then choose again."})
+	case code == tenants.ENotFound || code == tenants.EValidation:
+		// The plan was deleted since the page was drawn, or the name was not one.
+		return c.consumerView(ctx, http.StatusUnprocessableEntity, consumerData{PlanError: "There is no plan named " + strconv.Quote(cs.Plan) + " any more: choose another."})
+	}
+	return c.internal(ctx, err)
 }
 
 func (c *Console) keyCreate(ctx *fiber.Ctx) error {

@@ -113,6 +113,7 @@ func flashOf(done string) string {
 		"route-deleted":    "Route deleted.",
 		"consumer-created": "Consumer created. Give it a key below.",
 		"consumer-deleted": "Consumer deleted, with its keys.",
+		"consumer-updated": "Plan saved. The edges apply its limits within moments.",
 		"key-revoked":      "Key revoked.",
 		"member-added":     "Member saved.",
 		"member-invited":   "Invitation saved. It applies as soon as that email signs up.",

@@ -75,6 +75,21 @@ func TestConsoleSettings(t *testing.T) {
 	owner.contains("basic", "10/s", "100,000", "Plan created")
 	owner.screenshot("15-plans")
 
+	// A consumer put on the plan from its page.
+	owner.open(base + "/consumers")
+	owner.fill(map[string]string{"#name": "partner"})
+	owner.do(chromedp.Click(chromedp.CSS(`form.inline-form button[type=submit]`)))
+	owner.waitPath(base + "/consumers/")
+	consumerPath := strings.TrimPrefix(strings.SplitN(owner.location(), "?", 2)[0], s.api+"/console/t/"+slug)
+	owner.fill(map[string]string{"#plan": "basic"})
+	owner.do(chromedp.Click(chromedp.CSS(`form.plan-pick button[type=submit]`)))
+	owner.waitPath(base + consumerPath + "?done=consumer-updated")
+	owner.contains("Plan saved")
+	if got := s.admin(t, "GET", "/v1/tenants/"+slug+consumerPath)["plan"]; got != "basic" {
+		t.Errorf("after choosing a plan on the consumer's page, its plan is %v, want basic", got)
+	}
+	owner.screenshot("15b-consumer-plan")
+
 	// A JWT issuer with an HS256 secret; the secret is write-only.
 	const secret = "s3cret-shared-by-the-idp-0123456789abcdef"
 	owner.open(base + "/jwt-issuers")
