@@ -12,6 +12,7 @@ import (
 func FuzzRouteValidate(f *testing.F) {
 	f.Add([]byte(`{"name":"a","paths":["/a","=/b"],"methods":["get"],"upstream":{"targets":[{"url":"http://127.0.0.1:1/x","weight":2}]}}`))
 	f.Add([]byte(`{"name":"a","paths":["/%2e%2e"],"upstream":{"targets":[{"url":"http://[::ffff:169.254.169.254]"}]}}`))
+	f.Add([]byte(`{"name":"a","paths":["/a"],"auth":"jwt","upstream":{"targets":[{"url":"http://127.0.0.1:1"}],"balance":"hash","hash_on":"header:X-User","health_check":{"path":"/healthz","interval_ms":100},"passive_health":{},"circuit_breaker":{"error_percent":50},"retries":{"attempts":2}},"canary":{"weight":5,"sticky":true,"match":{"claim":"tier","values":["beta"]},"upstream":{"targets":[{"url":"http://127.0.0.1:2"}],"balance":"least_conn"}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r tenants.Route
 		if json.Unmarshal(data, &r) != nil {
