@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"net/netip"
 	"strings"
 
 	"tollgate/tenants"
@@ -135,11 +136,19 @@ func (x *exchange) sniAgrees(slot *tenantSlot) bool {
 		return true
 	}
 	sni := tc.ConnectionState().ServerName
-	if sni == "" {
+	if sni == "" || isIPLiteral(sni) {
 		return true
 	}
 	var buf [maxHostLen]byte
 	return x.e.hostSlot(&buf, []byte(sni)) == slot
+}
+
+// isIPLiteral reports whether an SNI is an IP address. RFC 6066 forbids them, yet
+// OpenSSL-based clients (curl -k https://127.0.0.1, wrk) send one when the URL names an
+// address: it names no tenant, so it counts as no SNI rather than a mismatch.
+func isIPLiteral(sni string) bool {
+	_, err := netip.ParseAddr(strings.Trim(sni, "[]"))
+	return err == nil
 }
 
 // getCertificate is the TLS listener's tls.Config.GetCertificate.
