@@ -1,6 +1,8 @@
 package edge
 
 import (
+	"crypto/tls"
+	"io"
 	"net"
 	"runtime"
 	"time"
@@ -63,6 +65,83 @@ type coalescingConn struct {
 	rd, wd time.Time
 	yield  bool // yieldReads when the connection was accepted
 	wrote  bool // a Write since the last Read
+	linger bool // close gracefully: the client may still be sending (lingerClose)
+}
+
+// Lingering close.
+//
+// When the edge answers before reading the whole request body (413 body_too_large, or an
+// error while a body streams in) it must close the connection, and closing a socket with
+// unread data makes the kernel send RST: a client still writing its body then fails with
+// "connection reset" and never reads the answer. Like nginx's lingering_close, the edge
+// instead shuts its side for writing (the answer and a FIN go out), reads and discards
+// what the client still sends for up to lingerTime or lingerBytes, and closes then.
+const (
+	lingerTime  = 5 * time.Second
+	lingerBytes = 64 << 20
+)
+
+// lingerClose asks for a graceful close of the client connection c (see above); it does
+// nothing for connections it does not know.
+func lingerClose(c net.Conn) {
+	switch c := c.(type) {
+	case *coalescingConn:
+		c.linger = true
+	case *tls.Conn:
+		if lc, ok := c.NetConn().(*lingerConn); ok {
+			lc.linger = true
+		}
+	}
+}
+
+func (c *coalescingConn) Close() error {
+	if !c.linger {
+		return c.TCPConn.Close()
+	}
+	c.linger = false
+	return closeLingering(c.TCPConn)
+}
+
+// closeLingering sends FIN after what was written, then discards what the peer still
+// sends for a while before closing.
+func closeLingering(tc *net.TCPConn) error {
+	if err := tc.CloseWrite(); err != nil {
+		return tc.Close()
+	}
+	go func() {
+		_ = tc.SetReadDeadline(time.Now().Add(lingerTime))
+		_, _ = io.CopyN(io.Discard, tc, lingerBytes)
+		_ = tc.Close()
+	}()
+	return nil
+}
+
+// lingerListener hands out the TCP connections under the TLS listener's, which only add
+// the lingering close (tls.Conn's Close sends close_notify, then closes this).
+type lingerListener struct{ net.Listener }
+
+func (l lingerListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		return &lingerConn{TCPConn: tc}, nil
+	}
+	return c, nil
+}
+
+type lingerConn struct {
+	*net.TCPConn
+	linger bool
+}
+
+func (c *lingerConn) Close() error {
+	if !c.linger {
+		return c.TCPConn.Close()
+	}
+	c.linger = false
+	return closeLingering(c.TCPConn)
 }
 
 // Read reads the client's next request; right after a response it yields first

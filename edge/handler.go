@@ -185,6 +185,11 @@ var contentTypeJSON = []byte("application/json")
 // access log.
 func (e *Edge) finish(x *exchange) {
 	resp := &x.ctx.Response
+	if x.reply != nil && x.ctx.Request.Header.ContentLength() != 0 {
+		// The edge answered itself, maybe before reading the body: should fasthttp close
+		// the connection with the body unread, it closes gracefully (deadline.go).
+		lingerClose(x.ctx.Conn())
+	}
 	resp.Header.SetCanonical(hdrRequestID, x.reqID)
 	status := resp.StatusCode()
 	d := time.Since(x.ctx.Time())
