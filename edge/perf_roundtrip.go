@@ -73,13 +73,16 @@ func (c upstreamClient) DoTimeout(req *fasthttp.Request, resp *fasthttp.Response
 	if attempts <= 0 {
 		attempts = fasthttp.DefaultMaxIdemponentCallAttempts
 	}
+	// Sending a streamed body uses the stream up (and clears IsBodyStream): such a request
+	// cannot be sent again, which must be known before the first attempt.
+	once := req.IsBodyStream() || !isIdempotent(&req.Header)
 	var err error
 	for n := 1; ; n++ {
 		var retry bool
 		if retry, err = c.roundTrip(req, resp, now, deadline, slack); err == nil || !retry {
 			break
 		}
-		if n >= attempts || req.IsBodyStream() || !isIdempotent(&req.Header) {
+		if n >= attempts || once {
 			break
 		}
 		if now = monoNow(); now >= deadline {
