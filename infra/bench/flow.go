@@ -154,9 +154,12 @@ func deleteRedisPrefix(redisURL, prefix string) error {
 
 // lgSpec is what the load generator runs: phases one after the other, each with streams
 // sent concurrently at fixed rates to the edge at Addr.
+// Closed (S9) or WS (S6), when set, replace the phases with that kind of run.
 type lgSpec struct {
-	Addr   string    `json:"addr"`
-	Phases []lgPhase `json:"phases"`
+	Addr   string      `json:"addr"`
+	Phases []lgPhase   `json:"phases"`
+	Closed *closedSpec `json:"closed,omitempty"`
+	WS     *wsSpec     `json:"ws,omitempty"`
 }
 
 type lgPhase struct {
@@ -189,9 +192,17 @@ type lgResult struct {
 // runLoadgen is the load generator's main: the spec on stdin, results on stdout.
 func runLoadgen() int {
 	var spec lgSpec
-	if err := json.NewDecoder(os.Stdin).Decode(&spec); err != nil {
+	dec := json.NewDecoder(os.Stdin)
+	if err := dec.Decode(&spec); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen: spec:", err)
 		return 2
+	}
+	switch {
+	case spec.Closed != nil:
+		return runClosedLoop(spec.Closed)
+	case spec.WS != nil:
+		// The bench's go-ahead may already sit in the decoder's buffer.
+		return runWSClient(spec.WS, io.MultiReader(dec.Buffered(), os.Stdin))
 	}
 	hc := &fasthttp.HostClient{Addr: spec.Addr, MaxConns: 8192, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
 		MaxIdleConnDuration: time.Minute}

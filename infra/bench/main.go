@@ -5,6 +5,7 @@
 // latency and idle RSS with many routes.
 //
 //	go run ./infra/bench [-scenarios S1,S2,S2j,S4r,config,rss10k] [-duration 10s] [-cores 1,2] [-out bench-results.md]
+//	go run ./infra/bench -scenarios S3,S4,S5,S6,S9 -cores 1 -duration 5s
 //	go tool task bench -- -duration 3s -scenarios S1
 //
 // It is a command, not a test: it needs the machine's Postgres and NATS, installs nginx and
@@ -64,11 +65,21 @@ type bench struct {
 	bin          string
 	edgeInConfig bool
 	upPort       int // the shared upstream, once started
+	canaryPort   int // S4's canary upstream, once started
+	wsPort       int // S6's WebSocket echo upstream, once started
+	wsConns      int // S6: tunnels held open
+	wsRate       int // S6: messages per second over all tunnels
+	tlsCert      string
+	tlsKey       string // S9: the run's certificate and key, once written
+	s3Seen       s3Seen
 }
 
 func main() {
 	if os.Getenv("TOLLGATE_BENCH_LOADGEN") == "1" {
-		os.Exit(runLoadgen()) // the bench as its own fixed-rate load generator (flow.go)
+		os.Exit(runLoadgen()) // the bench as its own load generator (flow.go, load.go, websocket.go)
+	}
+	if addr := os.Getenv("TOLLGATE_BENCH_WSECHO"); addr != "" {
+		os.Exit(runWSEcho(addr)) // S6's upstream (websocket.go)
 	}
 	os.Exit(run())
 }
@@ -76,11 +87,14 @@ func main() {
 func run() int {
 	b := &bench{clean: &cleanups{}}
 	var (
-		scenarios = flag.String("scenarios", "S1,S2,S2j,S4r,config,rss10k", "comma-separated: S1 (1 route), S2 (key auth), S2j (JWT RS256 + policy + rate limit), S2l/S2x/S2a (key auth + a never-reached limit: local, exact, approximate), S4r (many routes, hit one), S7 (burst 10× for 1 s), noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with many routes)")
-		gateways  = flag.String("gateways", "nginx,tollgate", "gateways to measure: nginx, tollgate")
-		cores     = flag.String("cores", "1,2", "GOMAXPROCS / nginx workers per run; the gateway gets CPUs 0..n-1")
-		out       = flag.String("out", "bench-results.md", "also write the markdown report here (empty: stdout only)")
-		keep      = flag.Bool("keep", false, "keep the temp directory (configs, logs) for inspection")
+		scenarios = flag.String("scenarios", "S1,S2,S2j,S4r,config,rss10k", "comma-separated: S1 (1 route), S2 (key auth), S2j (JWT RS256 + policy + rate limit), S2l/S2x/S2a (key auth + a never-reached limit: local, exact, approximate), "+
+			"S3 (1 KB JSON POST rewritten, with its plain-POST baseline S3b), S4 (5% canary: split counted at the upstreams), S4r (many routes, hit one), S5 (1 MiB responses: CPU and peak RSS), "+
+			"S6 (-ws-conns WebSocket tunnels: RSS per tunnel, CPU per message), S7 (burst 10× for 1 s), S9 (TLS 1.3: keep-alive and a handshake per request, with the plain baseline S9p), "+
+			"noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with many routes)")
+		gateways = flag.String("gateways", "nginx,tollgate", "gateways to measure: nginx, tollgate")
+		cores    = flag.String("cores", "1,2", "GOMAXPROCS / nginx workers per run; the gateway gets CPUs 0..n-1")
+		out      = flag.String("out", "bench-results.md", "also write the markdown report here (empty: stdout only)")
+		keep     = flag.Bool("keep", false, "keep the temp directory (configs, logs) for inspection")
 	)
 	flag.DurationVar(&b.duration, "duration", 10*time.Second, "measured window per run")
 	flag.DurationVar(&b.warmup, "warmup", 2*time.Second, "warmup before each measured window")
@@ -102,6 +116,8 @@ func run() int {
 	flag.IntVar(&b.s7Rate, "s7-rate", 1000, "S7: base request rate; the burst is 10× it for 1 s")
 	flag.IntVar(&b.noisyLimit, "noisy-limit", 500, "noisy: tenant A's platform-plan rate limit (it is flooded at 10×)")
 	flag.IntVar(&b.noisyRate, "noisy-rate", 1000, "noisy: tenant B's request rate")
+	flag.IntVar(&b.wsConns, "ws-conns", 2000, "S6: WebSocket tunnels held open through the gateway")
+	flag.IntVar(&b.wsRate, "ws-rate", 2000, "S6: messages per second, spread over all tunnels (each echoed back)")
 	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root)")
 	flag.Parse()
 
@@ -124,7 +140,7 @@ func run() int {
 	}
 	scs := splitList(*scenarios)
 	for _, s := range scs {
-		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S4r", "S7", "noisy", "config", "rss10k"}, s) {
+		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k"}, s) {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
@@ -135,8 +151,8 @@ func run() int {
 		b.redisURL = "redis://127.0.0.1:6379"
 		fmt.Fprintf(os.Stderr, "bench: S2x/S2a count in Redis: the edges use %s (-redis to choose)\n", b.redisURL)
 	}
-	if b.s7Rate < 1 || b.noisyLimit < 1 || b.noisyRate < 1 {
-		return fail(fmt.Errorf("-s7-rate, -noisy-limit and -noisy-rate must be at least 1"))
+	if b.s7Rate < 1 || b.noisyLimit < 1 || b.noisyRate < 1 || b.wsConns < 1 || b.wsRate < 1 {
+		return fail(fmt.Errorf("-s7-rate, -noisy-limit, -noisy-rate, -ws-conns and -ws-rate must be at least 1"))
 	}
 	if runtime.NumCPU() < 2 {
 		fmt.Fprintln(os.Stderr, "bench: only one CPU: gateway and load share it, figures are not comparable")
@@ -277,7 +293,7 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 }
 
 func isPerf(s string) bool {
-	return s == "S1" || s == "S2" || s == "S2j" || s == "S4r" || isFlowPerf(s)
+	return slices.Contains([]string{"S1", "S2", "S2j", "S3", "S4", "S4r", "S5", "S6", "S9"}, s) || isFlowPerf(s)
 }
 
 // checkServices fails early, with the remedy, when Postgres or NATS is not there.

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -36,9 +40,24 @@ events { worker_connections 8192; multi_accept on; }
 }
 
 // startUpstream starts the fast upstream every gateway proxies to: nginx, one worker,
-// answering 200 "ok" on every path, keep-alive without a request cap.
+// answering 200 "ok" on every path, keep-alive without a request cap. It also serves S5's
+// 1 MiB body from a file (sendfile: the upstream's cost stays small) and its request
+// count on /__bench_status (S4 counts each side of the split from it).
 func startUpstream(ctx context.Context, b *bench, port int) (*proc, error) {
-	dir := filepath.Join(b.dir, "upstream")
+	return startUpstreamNamed(ctx, b, "upstream nginx", "upstream", port, "ok")
+}
+
+// startUpstreamNamed is startUpstream with its own name, directory and answer (S4's
+// canary upstream answers "canary").
+func startUpstreamNamed(ctx context.Context, b *bench, name, dirName string, port int, answer string) (*proc, error) {
+	dir := filepath.Join(b.dir, dirName)
+	big := filepath.Join(dir, "www", strings.TrimPrefix(s5Path, "/"))
+	if err := os.MkdirAll(filepath.Dir(big), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(big, bytes.Repeat([]byte("0123456789abcdef"), s5Size/16), 0o644); err != nil {
+		return nil, err
+	}
 	conf := nginxMain(dir, 1) + fmt.Sprintf(`http {
 	access_log off;
 	keepalive_requests 1000000;
@@ -47,11 +66,48 @@ func startUpstream(ctx context.Context, b *bench, port int) (*proc, error) {
 	proxy_temp_path %[1]s/proxy;
 	server {
 		listen 127.0.0.1:%[2]d default_server backlog=4096;
-		location / { default_type text/plain; return 200 "ok"; }
+		location = %[3]s { stub_status; }
+		location = %[4]s { root %[1]s/www; default_type application/octet-stream; }
+		location / { default_type text/plain; return 200 %[5]q; }
 	}
 }
-`, dir, port)
-	return startNginx(ctx, b, "upstream nginx", dir, conf, b.loadCPUs, port)
+`, dir, port, upstreamStatusPath, s5Path, answer)
+	return startNginx(ctx, b, name, dir, conf, b.loadCPUs, port)
+}
+
+// upstreamStatusPath is where a bench upstream reports its request count.
+const upstreamStatusPath = "/__bench_status"
+
+// upstreamRequests is the number of requests the upstream nginx on port has answered,
+// not counting this one (stub_status counts the request that asks).
+func upstreamRequests(ctx context.Context, b *bench, port int) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("http://127.0.0.1:%d%s", port, upstreamStatusPath), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := b.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	// "Active connections: 1 \nserver accepts handled requests\n 5 5 42 \n..."
+	lines := strings.Split(string(body), "\n")
+	if len(lines) < 3 {
+		return 0, fmt.Errorf("stub_status on port %d: %q", port, body)
+	}
+	f := strings.Fields(lines[2])
+	if len(f) < 3 {
+		return 0, fmt.Errorf("stub_status on port %d: %q", port, body)
+	}
+	n, err := strconv.ParseInt(f[2], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stub_status on port %d: %q", port, body)
+	}
+	return n - 1, nil
 }
 
 // proxySite is one virtual host of the nginx proxy, mirroring a tenant's Tollgate routes.
@@ -62,16 +118,19 @@ type proxySite struct {
 
 // proxyLoc is one location of a site: a path prefix, proxied to the upstream.
 type proxyLoc struct {
-	path  string
-	key   string // when set, X-API-Key must equal it (S2's key auth)
-	limit bool   // S2's never-triggered rate limit
-	authz string // when set, Authorization must equal it (S2j's stand-in for JWT auth)
+	path     string
+	key      string // when set, X-API-Key must equal it (S2's key auth)
+	limit    bool   // S2's never-triggered rate limit
+	authz    string // when set, Authorization must equal it (S2j's stand-in for JWT auth)
+	upstream string // the upstream block; empty: bench_upstream (S4: bench_canary_split)
+	ws       bool   // S6: a WebSocket location, proxied to bench_ws with the upgrade headers
 }
 
 // startProxy starts the nginx proxy under test: workers workers pinned to cpus, an upstream
 // block with keepalive 64 and HTTP/1.1 with the Connection header cleared, as the nginx
-// docs recommend for upstream keep-alive.
-func startProxy(ctx context.Context, b *bench, port, upPort, workers int, cpus string, sites []proxySite) (*proc, error) {
+// docs recommend for upstream keep-alive. With tlsPort set every site is also served
+// over TLS 1.3 there (S9), with the certificate the edge gets.
+func startProxy(ctx context.Context, b *bench, port, tlsPort, upPort, workers int, cpus string, sites []proxySite) (*proc, error) {
 	dir := filepath.Join(b.dir, fmt.Sprintf("proxy-%dw", workers))
 	var s strings.Builder
 	s.WriteString(nginxMain(dir, workers))
@@ -88,15 +147,42 @@ func startProxy(ctx context.Context, b *bench, port, upPort, workers int, cpus s
 		keepalive_requests 1000000;
 	}
 	limit_req_zone $binary_remote_addr zone=bench_limit:1m rate=1000000r/s;
-	server {
-		listen 127.0.0.1:%[3]d default_server backlog=4096;
-		location / { default_type application/json; return 404 '{"error":{"code":"route_not_found"}}'; }
+`, dir, upPort)
+	if b.canaryPort != 0 {
+		// S4: smooth weighted round-robin, an exact 95/5 schedule like Tollgate's canary.
+		fmt.Fprintf(&s, `	upstream bench_canary_split {
+		server 127.0.0.1:%d weight=%d;
+		server 127.0.0.1:%d weight=%d;
+		keepalive 64;
+		keepalive_requests 1000000;
 	}
-`, dir, upPort, port)
+`, upPort, 100-s4Weight, b.canaryPort, s4Weight)
+	}
+	if b.wsPort != 0 {
+		fmt.Fprintf(&s, "\tupstream bench_ws { server 127.0.0.1:%d; }\n", b.wsPort)
+	}
+	tlsListen := ""
+	if tlsPort != 0 {
+		// Same certificate (ECDSA P-256) and protocol as the edge's TLS listener.
+		fmt.Fprintf(&s, "\tssl_certificate %s;\n\tssl_certificate_key %s;\n\tssl_protocols TLSv1.3;\n", b.tlsCert, b.tlsKey)
+		tlsListen = fmt.Sprintf("\t\tlisten 127.0.0.1:%d ssl;\n", tlsPort)
+	}
+	fmt.Fprintf(&s, `	server {
+		listen 127.0.0.1:%d default_server backlog=4096;
+%s		location / { default_type application/json; return 404 '{"error":{"code":"route_not_found"}}'; }
+	}
+`, port, strings.Replace(tlsListen, " ssl;", " ssl default_server backlog=4096;", 1))
 	for _, site := range sites {
-		fmt.Fprintf(&s, "\tserver {\n\t\tlisten 127.0.0.1:%d;\n\t\tserver_name %s;\n", port, site.host)
+		fmt.Fprintf(&s, "\tserver {\n\t\tlisten 127.0.0.1:%d;\n%s\t\tserver_name %s;\n", port, tlsListen, site.host)
 		for _, l := range site.locs {
 			fmt.Fprintf(&s, "\t\tlocation %s {\n", l.path)
+			if l.ws {
+				// The WebSocket proxy setup of nginx's docs; idle tunnels stay open for the run.
+				s.WriteString("\t\t\tproxy_pass http://bench_ws;\n\t\t\tproxy_http_version 1.1;\n" +
+					"\t\t\tproxy_set_header Upgrade $http_upgrade;\n\t\t\tproxy_set_header Connection \"upgrade\";\n" +
+					"\t\t\tproxy_read_timeout 1h;\n\t\t\tproxy_send_timeout 1h;\n\t\t}\n")
+				continue
+			}
 			if l.key != "" {
 				fmt.Fprintf(&s, "\t\t\tif ($http_x_api_key != %q) { return 401; }\n", l.key)
 			}
@@ -106,7 +192,11 @@ func startProxy(ctx context.Context, b *bench, port, upPort, workers int, cpus s
 			if l.limit {
 				s.WriteString("\t\t\tlimit_req zone=bench_limit burst=1000000 nodelay;\n")
 			}
-			s.WriteString("\t\t\tproxy_pass http://bench_upstream;\n\t\t\tproxy_http_version 1.1;\n\t\t\tproxy_set_header Connection \"\";\n\t\t}\n")
+			up := l.upstream
+			if up == "" {
+				up = "bench_upstream"
+			}
+			fmt.Fprintf(&s, "\t\t\tproxy_pass http://%s;\n\t\t\tproxy_http_version 1.1;\n\t\t\tproxy_set_header Connection \"\";\n\t\t}\n", up)
 		}
 		s.WriteString("\t}\n")
 	}

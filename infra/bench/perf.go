@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/big"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +26,14 @@ type perfScenario struct {
 	limit    bool   // S2: the never-reached rate limit
 	mode     string // S2l/S2x/S2a: the limit's mode (flow.go)
 	jwt      *jwtSetup
+	method   string // S3: POST, with body
+	body     string
+	upstream string // the nginx upstream block (S4's weighted split); empty: bench_upstream
+	loader   string // "" wrk; "go": the bench's own closed-loop client (S9, load.go)
+	tls      bool   // S9, S9h: over the gateways' TLS listeners
+	newConn  bool   // S9h: a new connection, and so a full TLS handshake, per request
+	ws       bool   // S6: WebSocket tunnels, measured by measureWS rather than as requests
+	half     bool   // S3b, S9p, S9h: measured over half the window (at least 2 s), so S3 and S9 stay well under a minute
 }
 
 // jwtSetup is S2j's identity provider: an RSA key whose public half is the tenant's
@@ -80,6 +89,9 @@ type perfResult struct {
 	busy              float64 // cpuSec / wall seconds: cores the gateway kept busy
 	redisPerReq       float64 // Tollgate: limiter Redis commands per request (flow.go)
 	rssKB             int64
+	rssPeakKB         int64 // the gateway's largest RSS sampled during the window (S5)
+	rssStartKB        int64 // its RSS as the window began
+	split             *splitCount
 }
 
 func buildPerfScenarios(b *bench, ids []string) []*perfScenario {
@@ -110,6 +122,34 @@ func buildPerfScenarios(b *bench, ids []string) []*perfScenario {
 				headers: map[string]string{"Authorization": "Bearer " + j.token}, limit: true, jwt: j})
 		case "S2l", "S2x", "S2a":
 			out = append(out, flowPerfScenario(id))
+		case "S3":
+			// The transform's baseline first: the same POST through a plain route.
+			out = append(out,
+				&perfScenario{id: "S3b", desc: "POST of a 1 KB JSON body, plain proxy (S3's baseline)",
+					host: "bench.localhost", hit: "/s3-plain", paths: []string{"/s3-plain"}, half: true,
+					method: "POST", body: s3Body, headers: map[string]string{"Content-Type": "application/json"}},
+				&perfScenario{id: "S3", desc: "POST of a 1 KB JSON body rewritten (set/remove/rename); nginx: plain proxy",
+					host: "bench.localhost", hit: "/s3", paths: []string{"/s3"},
+					method: "POST", body: s3Body, headers: map[string]string{"Content-Type": "application/json"}})
+		case "S4":
+			out = append(out, &perfScenario{id: "S4", desc: fmt.Sprintf("canary %d%% to a second upstream; nginx: weighted upstream %d/%d", s4Weight, 100-s4Weight, s4Weight),
+				host: "bench.localhost", hit: "/canary", paths: []string{"/canary"}, upstream: "bench_canary_split"})
+		case "S5":
+			out = append(out, &perfScenario{id: "S5", desc: "1 MiB responses",
+				host: "bench.localhost", hit: s5Path, paths: []string{s5Path}})
+		case "S6":
+			out = append(out, &perfScenario{id: "S6", desc: fmt.Sprintf("%d WebSocket tunnels, %d messages/s", b.wsConns, b.wsRate),
+				host: "bench.localhost", hit: "/ws", paths: []string{"/ws"}, ws: true})
+		case "S9":
+			// The same closed-loop client for all three, so the TLS tax is S9 ÷ S9p.
+			tlsSc := func(id, desc string, tls, newConn, half bool) *perfScenario {
+				return &perfScenario{id: id, desc: desc, host: "tls.localhost", hit: "/tls", paths: []string{"/tls"},
+					loader: "go", tls: tls, newConn: newConn, half: half}
+			}
+			out = append(out,
+				tlsSc("S9p", "plain HTTP, keep-alive, bench client (S9's baseline)", false, false, true),
+				tlsSc("S9", "TLS 1.3, keep-alive, bench client", true, false, false),
+				tlsSc("S9h", "TLS 1.3, a new connection (full handshake) per request, bench client", true, true, true))
 		case "S4r":
 			sc := &perfScenario{id: "S4r", desc: fmt.Sprintf("%d routes, hit one", b.routes), host: "routes.localhost"}
 			for i := range b.routes {
@@ -137,7 +177,10 @@ func proxySites(scs []*perfScenario) []proxySite {
 			sites = append(sites, proxySite{host: sc.host})
 		}
 		for _, p := range sc.paths {
-			loc := proxyLoc{path: p, key: sc.key, limit: sc.limit}
+			if slices.ContainsFunc(sites[i].locs, func(l proxyLoc) bool { return l.path == p }) {
+				continue // S9's three scenarios share one location
+			}
+			loc := proxyLoc{path: p, key: sc.key, limit: sc.limit, upstream: sc.upstream, ws: sc.ws}
 			if sc.jwt != nil {
 				loc.authz = "Bearer " + sc.jwt.token
 			}
@@ -206,6 +249,36 @@ func (b *bench) configureTollgate(ctx context.Context, s *stack, upURL string, s
 			if err := b.configureFlowScenario(ctx, s, slug, upURL, sc); err != nil {
 				return err
 			}
+		case "S3b":
+			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("s3-plain", sc.hit, upURL, "none", false), nil); err != nil {
+				return err
+			}
+		case "S3":
+			if err := b.configureS3(ctx, s, slug, upURL, sc); err != nil {
+				return err
+			}
+		case "S4":
+			r := routeBody("canary", sc.hit, upURL, "none", false)
+			r["canary"] = map[string]any{"weight": s4Weight,
+				"upstream": map[string]any{"targets": []map[string]any{{"url": fmt.Sprintf("http://127.0.0.1:%d", b.canaryPort)}}}}
+			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
+				return err
+			}
+		case "S5":
+			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("s5", sc.hit, upURL, "none", false), nil); err != nil {
+				return err
+			}
+		case "S6":
+			r := routeBody("ws", sc.hit, fmt.Sprintf("http://127.0.0.1:%d", b.wsPort), "none", false)
+			r["websocket"] = true
+			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
+				return err
+			}
+		case "S9p":
+			// One route serves S9p, S9 and S9h: plain and TLS listeners alike.
+			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("tls", sc.hit, upURL, "none", false), nil); err != nil {
+				return err
+			}
 		case "S4r":
 			start := time.Now()
 			err := s.client.createRoutes(ctx, slug, len(sc.paths), b.workers, func(i int) map[string]any {
@@ -232,6 +305,9 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 	}
 	upURL := fmt.Sprintf("http://127.0.0.1:%d", upPort)
 	scs := buildPerfScenarios(b, ids)
+	if err := b.scenarioServices(ctx, ids); err != nil {
+		return err
+	}
 
 	var st *stack
 	if b.has("tollgate") {
@@ -244,23 +320,42 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 		}
 	}
 
+	withTLS := slices.Contains(ids, "S9")
 	for _, procs := range b.cores {
 		cpus := gatewayCPUs(procs)
 		targets := map[string]*proc{}
 		bases := map[string]string{}
+		tlsAddrs := map[string]string{}
 		if b.has("nginx") {
 			port, err := freePort()
 			if err != nil {
 				return err
 			}
-			p, err := startProxy(ctx, b, port, upPort, procs, cpus, proxySites(scs))
+			tlsPort := 0
+			if withTLS {
+				if tlsPort, err = freePort(); err != nil {
+					return err
+				}
+				tlsAddrs["nginx"] = fmt.Sprintf("127.0.0.1:%d", tlsPort)
+			}
+			p, err := startProxy(ctx, b, port, tlsPort, upPort, procs, cpus, proxySites(scs))
 			if err != nil {
 				return err
 			}
 			targets["nginx"], bases["nginx"] = p, fmt.Sprintf("http://127.0.0.1:%d", port)
 		}
 		if st != nil {
-			if err := st.startEdge(ctx, procs, cpus); err != nil {
+			var extra []string
+			if withTLS {
+				port, err := freePort()
+				if err != nil {
+					return err
+				}
+				tlsAddrs["tollgate"] = fmt.Sprintf("127.0.0.1:%d", port)
+				extra = append(extra, "TOLLGATE_EDGE_TLS_ADDR="+tlsAddrs["tollgate"],
+					"TOLLGATE_EDGE_TLS_CERT="+b.tlsCert, "TOLLGATE_EDGE_TLS_KEY="+b.tlsKey)
+			}
+			if err := st.startEdge(ctx, procs, cpus, extra...); err != nil {
 				return err
 			}
 			targets["tollgate"], bases["tollgate"] = st.edge, "http://"+st.edgeAddr
@@ -271,18 +366,35 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 				if err := waitServed(ctx, b, targets[gw], bases[gw], sc.host, sc.paths, sc.headers); err != nil {
 					return fmt.Errorf("%s %s: %w", gw, sc.id, err)
 				}
+				if err := b.verify(ctx, gw, sc, bases[gw]); err != nil {
+					return fmt.Errorf("%s %s: %w", gw, sc.id, err)
+				}
 			}
 		}
 		for _, sc := range scs {
 			for _, gw := range b.gateways {
-				r, err := b.measure(ctx, gw, procs, sc, targets[gw], bases[gw])
+				if sc.ws {
+					w, err := b.measureWS(ctx, gw, procs, sc, targets[gw], bases[gw])
+					if err != nil {
+						return err
+					}
+					rep.ws = append(rep.ws, w)
+					fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  %d tunnels  RSS +%.1f KiB/tunnel  %.1f µs CPU/upgrade  %.2f µs CPU/message  p99 %s  lost %d\n",
+						sc.id, gw, procs, w.client.Opened, w.kibPerConn(), w.usPerUpgrade, w.usPerMsg, fmtUS(w.client.P99), w.client.Sent-w.client.Received)
+					continue
+				}
+				addr := bases[gw]
+				if sc.tls {
+					addr = tlsAddrs[gw]
+				}
+				r, err := b.measure(ctx, gw, procs, sc, targets[gw], addr)
 				if err != nil {
 					return err
 				}
 				rep.perf = append(rep.perf, r)
-				fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  %8.0f req/s  p50 %s  p99 %s  %6.2f µs/req  busy %.2f  rss %s  non-2xx %d  sock-err %d\n",
+				fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  %8.0f req/s  p50 %s  p99 %s  %6.2f µs/req  busy %.2f  rss %s (peak %s)  non-2xx %d  sock-err %d%s\n",
 					sc.id, gw, procs, r.load.qps(), fmtUS(r.load.P50), fmtUS(r.load.P99), r.usPerReq, r.busy,
-					fmtKB(r.rssKB), r.load.Status, r.load.socketErrors())
+					fmtKB(r.rssKB), fmtKB(r.rssPeakKB), r.load.Status, r.load.socketErrors(), r.split.String())
 			}
 		}
 		if p := targets["nginx"]; p != nil {
@@ -295,13 +407,26 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 	return nil
 }
 
-// measure warms up, then runs wrk for the window while reading the gateway's CPU time from
-// /proc before and after.
+// measure warms up, then runs the load (wrk, or the bench's own client for S9) for the
+// window while reading the gateway's CPU time from /proc before and after, and sampling
+// its RSS meanwhile. base is the gateway's URL, or its TLS address for a TLS scenario.
 func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScenario, p *proc, base string) (perfResult, error) {
-	t := loadTarget{url: base + sc.hit, host: sc.host, headers: sc.headers}
 	tag := fmt.Sprintf("%s-%s-%d", sc.id, gw, procs)
-	if b.warmup > 0 {
-		if _, err := runWrk(ctx, b, t, b.warmup, tag+"-warmup"); err != nil {
+	load := func(d time.Duration, tag string) (loadResult, error) {
+		if sc.loader == "go" {
+			return b.runClosed(ctx, closedSpec{Addr: strings.TrimPrefix(base, "http://"), TLS: sc.tls, Host: sc.host,
+				Path: sc.hit, Conns: b.conns, Duration: d, NewConn: sc.newConn}, tag)
+		}
+		return runWrk(ctx, b, loadTarget{url: base + sc.hit, host: sc.host, headers: sc.headers, method: sc.method, body: sc.body}, d, tag)
+	}
+	window := b.duration
+	if sc.half {
+		window = max(b.duration/2, 2*time.Second)
+	}
+	// S9h's client connections are new on every request anyway, and S9 just before it
+	// warmed the same route's upstream pool: a warm-up would only lengthen the run.
+	if b.warmup > 0 && !sc.newConn {
+		if _, err := load(b.warmup, tag+"-warmup"); err != nil {
 			return perfResult{}, err
 		}
 	}
@@ -309,13 +434,22 @@ func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScena
 	if gw == "tollgate" {
 		redis0 = b.redisCommands(b.perfAdmin)
 	}
+	var split0 splitCount
+	if sc.id == "S4" {
+		var err error
+		if split0, err = b.countSplit(ctx); err != nil {
+			return perfResult{}, err
+		}
+	}
 	u0, err := groupUsage(p.pid())
 	if err != nil {
 		return perfResult{}, p.failure(err.Error())
 	}
+	peak := sampleRSS(p.pid())
 	start := time.Now()
-	lr, err := runWrk(ctx, b, t, b.duration, tag)
+	lr, err := load(window, tag)
 	wall := time.Since(start)
+	peakKB := peak()
 	if err != nil {
 		return perfResult{}, err
 	}
@@ -323,7 +457,14 @@ func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScena
 	if err != nil {
 		return perfResult{}, p.failure(err.Error())
 	}
-	r := perfResult{scenario: sc.id, gateway: gw, procs: procs, load: lr, rssKB: u1.rssKB}
+	r := perfResult{scenario: sc.id, gateway: gw, procs: procs, load: lr, rssKB: u1.rssKB, rssPeakKB: max(peakKB, u1.rssKB), rssStartKB: u0.rssKB}
+	if sc.id == "S4" {
+		split1, err := b.countSplit(ctx)
+		if err != nil {
+			return r, err
+		}
+		r.split = &splitCount{main: split1.main - split0.main, canary: split1.canary - split0.canary}
+	}
 	if gw == "tollgate" && lr.Requests > 0 {
 		r.redisPerReq = (b.redisCommands(b.perfAdmin) - redis0) / float64(lr.Requests)
 	}
@@ -333,9 +474,34 @@ func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScena
 	}
 	r.busy = r.cpuSec / wall.Seconds()
 	if lr.Requests == 0 {
-		return r, fmt.Errorf("%s %s: wrk completed no request (see %s)", gw, sc.id, p.log)
+		return r, fmt.Errorf("%s %s: the load generator completed no request (see %s)", gw, sc.id, p.log)
 	}
 	return r, nil
+}
+
+// sampleRSS samples the process group's RSS every 100 ms until the returned function is
+// called, which returns the largest sample (KB). A 1 MiB response buffered per
+// connection shows here, not in the RSS read after the window.
+func sampleRSS(pgid int) func() int64 {
+	stop := make(chan struct{})
+	done := make(chan int64)
+	go func() {
+		var peak int64
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				done <- peak
+				return
+			case <-t.C:
+				if u, err := groupUsage(pgid); err == nil {
+					peak = max(peak, u.rssKB)
+				}
+			}
+		}
+	}()
+	return func() int64 { close(stop); return <-done }
 }
 
 // upstream starts the shared upstream on first use and returns its port.

@@ -18,6 +18,7 @@ type report struct {
 	config *configResult
 	rss    *rssResult
 	flow   *flowResult
+	ws     []wsResult
 }
 
 func newReport(b *bench) *report { return &report{b: b, start: time.Now()} }
@@ -113,8 +114,10 @@ func (r *report) markdown() string {
 				usN, qpsN, vsS1, fmtKB(p.rssKB), p.load.Status, p.load.socketErrors())
 		}
 		s.WriteString("\n")
+		r.scenarioMarkdown(&s)
 		r.scaling(&s)
 	}
+	r.wsMarkdown(&s)
 	r.flowMarkdown(&s)
 	if c := r.config; c != nil {
 		s.WriteString("## Config fan-out (commit to KV bucket)\n\n")
@@ -185,5 +188,111 @@ func (r *report) perfNotes(s *strings.Builder) {
 		r.b.threads, r.b.conns, r.b.duration, r.b.warmup, r.b.loadCPUs, runtime.NumCPU()-1)
 	fmt.Fprintf(s, "- CPU µs/req: utime+stime of the gateway's process group from /proc/PID/stat (CLK_TCK %d) over the window ÷ requests wrk completed; "+
 		"busy = CPU seconds ÷ wall seconds\n", r.b.tick)
-	s.WriteString("- every gateway holds the config of all the sweep's scenarios at once (S4r's routes live in their own tenant/virtual host)\n\n")
+	s.WriteString("- every gateway holds the config of all the sweep's scenarios at once (S4r's routes live in their own tenant/virtual host)\n")
+	if r.find("S9", "tollgate", r.b.cores[0]) != nil || r.find("S9", "nginx", r.b.cores[0]) != nil {
+		fmt.Fprintf(s, "- S9p/S9/S9h: the bench's own closed-loop client (Go, fasthttp, %d connections, SNI tls.localhost, TLS 1.3 with X25519 only) instead of wrk, "+
+			"which would send the IP it dials as SNI; so compare S9 with S9p (same client), not with S1 (wrk). S9p and S9h are measured over half the window "+
+			"(at least 2 s), S9h without warm-up (its connections are new on every request; S9 before it warmed the upstream pool)\n", r.b.conns)
+	}
+	s.WriteString("\n")
+}
+
+// scenarioMarkdown adds what the payload, canary and TLS scenarios measure beyond the
+// main table: S3's rewrite tax, S4's split, S5's throughput and memory, S9's TLS tax and
+// handshakes.
+func (r *report) scenarioMarkdown(s *strings.Builder) {
+	gws := r.b.gateways
+	var rows []string
+	for _, procs := range r.b.cores {
+		for _, gw := range gws {
+			if x, base := r.find("S3", gw, procs), r.find("S3b", gw, procs); x != nil && base != nil {
+				what := "rewrite (set, remove, rename) ÷ plain POST"
+				if gw == "nginx" {
+					what = "nginx proxies S3 unchanged (it has no JSON rewrite): its S3 is its plain POST again"
+				}
+				rows = append(rows, fmt.Sprintf("| S3 | %s | %d | %.2f µs/req vs %.2f (S3b) | %s | %s |", gw, procs, x.usPerReq, base.usPerReq,
+					ratio(x.usPerReq, base.usPerReq), what))
+			}
+		}
+		for _, gw := range gws {
+			if x := r.find("S4", gw, procs); x != nil && x.split != nil {
+				rows = append(rows, fmt.Sprintf("| S4 | %s | %d | main %d, canary %d (counted at the upstreams) | %.2f%% to the canary | want %d%% |",
+					gw, procs, x.split.main, x.split.canary, x.split.canaryPct(), s4Weight))
+			}
+		}
+		for _, gw := range gws {
+			if x := r.find("S5", gw, procs); x != nil {
+				mbs := x.load.qps() * s5Size / (1 << 20)
+				rows = append(rows, fmt.Sprintf("| S5 | %s | %d | %.0f MiB/s relayed, %.1f µs/req (%.2f µs/KiB) | peak RSS %s (+%.1f MiB over the window's start) | %s |", gw, procs, mbs,
+					x.usPerReq, x.usPerReq/1024, fmtKB(x.rssPeakKB), float64(x.rssPeakKB-x.rssStartKB)/1024,
+					strings.TrimPrefix(peerRatio(r, x, func(p *perfResult) float64 { return p.usPerReq }, "µs/req")+"; "+
+						peerRatio(r, x, func(p *perfResult) float64 { return float64(p.rssPeakKB) }, "peak RSS"), "; ")))
+			}
+		}
+		for _, gw := range gws {
+			p, k, h := r.find("S9p", gw, procs), r.find("S9", gw, procs), r.find("S9h", gw, procs)
+			if k != nil && p != nil {
+				rows = append(rows, fmt.Sprintf("| S9 | %s | %d | TLS keep-alive %.2f µs/req vs plain %.2f (S9p) | %s | %s |", gw, procs,
+					k.usPerReq, p.usPerReq, ratio(k.usPerReq, p.usPerReq), peerRatio(r, k, func(p *perfResult) float64 { return p.usPerReq }, "µs/req")))
+			}
+			if h != nil {
+				rows = append(rows, fmt.Sprintf("| S9h | %s | %d | %.0f handshakes/s, %.1f µs CPU per handshake + request | | %s |", gw, procs,
+					h.load.qps(), h.usPerReq, peerRatio(r, h, func(p *perfResult) float64 { return p.usPerReq }, "µs/handshake")))
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	s.WriteString("## S3, S4, S5, S9 in detail\n\n")
+	s.WriteString("S3: Tollgate's rewrite against its own plain POST of the same body (S3b, measured over half the window); nginx's row is only the reference for proxying the body. ")
+	s.WriteString("S4: requests each upstream answered in the window (nginx stub_status), whatever the gateway says. ")
+	s.WriteString("S5: peak RSS sampled every 100 ms during the window (nginx: master + workers, default proxy buffering). ")
+	s.WriteString("S9h: every request on a new connection with a full TLS 1.3 handshake (no resumption): µs/req there is the handshake's cost plus a request's.\n\n")
+	s.WriteString("| scenario | gateway | procs | figure | ratio or memory | vs nginx, or note |\n|---|---|---:|---|---|---|\n")
+	for _, row := range rows {
+		s.WriteString(row + "\n")
+	}
+	s.WriteString("\n")
+}
+
+// peerRatio is x's figure over nginx's in the same sweep, for a Tollgate row.
+func peerRatio(r *report, x *perfResult, f func(*perfResult) float64, what string) string {
+	if x.gateway == "nginx" {
+		return ""
+	}
+	n := r.find(x.scenario, "nginx", x.procs)
+	if n == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s nginx's %s", ratio(f(x), f(n)), what)
+}
+
+// wsMarkdown renders S6.
+func (r *report) wsMarkdown(s *strings.Builder) {
+	if len(r.ws) == 0 {
+		return
+	}
+	fmt.Fprintf(s, "## S6: WebSocket tunnels\n\n%d tunnels opened through the gateway (16 upgrades at a time) by the bench's client, "+
+		"then %d messages/s (32-byte text frames, round-robin over the tunnels) echoed by the bench's upstream for %s; both on CPU %s. "+
+		"RSS per tunnel = (gateway RSS with the tunnels open, 1 s after the last upgrade − before) ÷ tunnels; CPU per message = gateway CPU during the trickle ÷ "+
+		"messages echoed (a frame each way); CPU per upgrade = gateway CPU while opening ÷ tunnels. nginx: proxy_http_version 1.1 with Upgrade/Connection headers. "+
+		"Gateway CPU is read in clock ticks (%d/s): at small totals the per-message figure is ±1 tick.\n\n",
+		r.b.wsConns, r.b.wsRate, r.b.duration, r.b.loadCPUs, r.b.tick)
+	s.WriteString("| gateway | procs | tunnels | opened in | RSS before | RSS open | KiB/tunnel | CPU µs/upgrade | messages | CPU µs/message | p50 | p99 | lost | closed by gateway | KiB/tunnel vs nginx | µs/message vs nginx |\n")
+	s.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, w := range r.ws {
+		memN, cpuN := "-", "-"
+		if w.gateway != "nginx" {
+			for _, n := range r.ws {
+				if n.gateway == "nginx" && n.procs == w.procs {
+					memN, cpuN = ratio(w.kibPerConn(), n.kibPerConn()), ratio(w.usPerMsg, n.usPerMsg)
+				}
+			}
+		}
+		fmt.Fprintf(s, "| %s | %d | %d | %.2fs | %s | %s | %.1f | %.1f | %d | %.2f | %s | %s | %d | %d | %s | %s |\n",
+			w.gateway, w.procs, w.client.Opened, w.client.OpenSeconds, fmtKB(w.rss0), fmtKB(w.rss1), w.kibPerConn(), w.usPerUpgrade,
+			w.client.Received, w.usPerMsg, fmtUS(w.client.P50), fmtUS(w.client.P99), w.client.Sent-w.client.Received, w.client.ClosedByTheGateway, memN, cpuN)
+	}
+	s.WriteString("\n")
 }

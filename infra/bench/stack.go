@@ -181,11 +181,12 @@ func (s *stack) env(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// startEdge starts an edge with GOMAXPROCS=procs pinned to cpus (empty: anywhere) and waits
-// until its admin port reports ready.
-func (s *stack) startEdge(ctx context.Context, procs int, cpus string) error {
+// startEdge starts an edge with GOMAXPROCS=procs pinned to cpus (empty: anywhere), with
+// env added to its environment (S9's TLS listener), and waits until its admin port
+// reports ready.
+func (s *stack) startEdge(ctx context.Context, procs int, cpus string, env ...string) error {
 	// Metering is on unless -meter-off; its spool is the run's, removed with it.
-	extra := []string{"TOLLGATE_METER_SPOOL_DIR=" + filepath.Join(s.dir, fmt.Sprintf("meter-spool-%d", procs))}
+	extra := append([]string{"TOLLGATE_METER_SPOOL_DIR=" + filepath.Join(s.dir, fmt.Sprintf("meter-spool-%d", procs))}, env...)
 	name := "tollgate edge"
 	if s.b.meterOff {
 		extra = append(extra, "TOLLGATE_METER=off")
