@@ -182,6 +182,10 @@ func bearer(h []byte) []byte {
 func (e *Edge) jwtStep(rt *route, missing *reply, next func(*exchange)) func(*exchange) {
 	s := rt.snapshot
 	rejected := &e.auth.rejected
+	var claim *claimMatch // the route's canary matches on a claim (canary.go)
+	if rt.canary != nil {
+		claim = rt.canary.claim
+	}
 	return func(x *exchange) {
 		tok := bearer(x.ctx.Request.Header.PeekBytes(hdrAuthorization))
 		if len(tok) == 0 {
@@ -208,6 +212,9 @@ func (e *Edge) jwtStep(rt *route, missing *reply, next func(*exchange)) func(*ex
 			return
 		}
 		x.setJWTCaller(&id)
+		if claim != nil {
+			x.noteCanaryClaim(claim, tok)
+		}
 		next(x)
 	}
 }

@@ -167,7 +167,13 @@ func cacheStep(rt *route, next func(*exchange)) func(*exchange) {
 			next(x)
 			return
 		}
-		x.scratch = rc.key(x.scratch[:0], x)
+		k := x.scratch[:0]
+		if rt.canary != nil && rt.pickUpstream(x) != rt.upstream {
+			// The two sides may answer differently: each has its own entries (a primary
+			// key starts with the path's "/").
+			k = append(k, '!')
+		}
+		x.scratch = rc.key(k, x)
 		now := rc.now()
 		if e := rc.get(x.scratch, now); e != nil {
 			resp := &ctx.Response

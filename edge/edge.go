@@ -235,6 +235,8 @@ type Edge struct {
 	public *fasthttp.Server
 	admin  *http.Server
 	ws     wsSet // open WebSocket tunnels (websocket.go)
+
+	checkers healthCheckers // active health checks of upstreams (health.go)
 }
 
 // tenantSlot is a tenant's place in the host map: the map changes only when tenants come
@@ -755,6 +757,7 @@ func (ts *tenantState) viewLocked() *tenantView {
 // rebuilt, and its idle upstream connections close.
 func (e *Edge) unpublish(ts *tenantState) {
 	ts.slot.snap.Store(nil)
+	ts.compiled.closeUpstreams()
 	for _, hc := range ts.compiled.pools {
 		hc.CloseIdleConnections()
 	}
@@ -861,12 +864,16 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 		e.compileMu.Lock()
 		e.mu.Lock()
 		for _, ts := range e.state {
+			ts.compiled.closeUpstreams()
 			for _, hc := range ts.compiled.pools {
 				hc.CloseIdleConnections()
 			}
 		}
 		e.mu.Unlock()
 		e.compileMu.Unlock()
+		if werr := e.checkers.wait(ctx); err == nil {
+			err = werr
+		}
 		close(e.shutDown)
 	})
 	return err

@@ -27,6 +27,9 @@ type exchange struct {
 	rm       *routeMetrics
 	reply    *reply // the edge's own answer, when it gave one
 	hideKey  bool   // the route consumed X-API-Key: do not pass it upstream
+	// canaryClaim: the verified token's claim selects the route's canary (canary.go).
+	canaryClaim bool
+	up          *upstream // the side of a route with a canary, once chosen (pickUpstream)
 
 	host     []byte // the Host the tenant was found by
 	path     []byte // normalized request path
@@ -54,7 +57,7 @@ var exchangePool = sync.Pool{New: func() any {
 
 func (x *exchange) reset() {
 	x.ctx, x.snap, x.route, x.consumer, x.target, x.rm, x.reply = nil, nil, nil, nil, nil, nil, nil
-	x.hideKey = false
+	x.hideKey, x.canaryClaim, x.up = false, false, nil
 	x.host, x.query, x.reqID = nil, nil, nil
 	x.path, x.uri, x.xff = x.path[:0], x.uri[:0], x.xff[:0]
 	if cap(x.body) > 1<<20 {
@@ -293,12 +296,19 @@ var (
 )
 
 // proxyStep sends the request to one of the route's targets over a pooled keep-alive
-// connection and relays the answer.
+// connection and relays the answer. A plain upstream (round-robin, no health tracking,
+// no retries) is served here without a lock or an allocation; any other by
+// proxyResilient (retry.go).
 func (e *Edge) proxyStep(rt *route) func(*exchange) {
 	return func(x *exchange) {
+		u := rt.pickUpstream(x)
+		if !u.plain {
+			e.proxyResilient(x, rt, u)
+			return
+		}
 		ctx := x.ctx
 		req := &ctx.Request
-		t := rt.pickUpstream(x).pick()
+		t := u.pick()
 		x.target = t
 
 		p := x.upstreamPath(rt)
@@ -454,7 +464,8 @@ const (
 	upTimeout
 	upOverloaded
 	upBadResponse
+	upNoHealthy // no target in rotation: the request was not sent
 	numUpstreamErrKinds
 )
 
-var upstreamErrKinds = [numUpstreamErrKinds]string{"policy", "connect", "connect_timeout", "timeout", "overloaded", "bad_response"}
+var upstreamErrKinds = [numUpstreamErrKinds]string{"policy", "connect", "connect_timeout", "timeout", "overloaded", "bad_response", "no_healthy_upstream"}

@@ -48,6 +48,14 @@ type metrics struct {
 	ready          prometheus.Gauge
 	upstreamErrors *prometheus.CounterVec
 	logDropped     prometheus.Counter
+
+	// Upstream resilience events, by tenant and route (the route's request labels, so
+	// bounded the same way); rare, so resolved with WithLabelValues when they happen.
+	retries       *prometheus.CounterVec // + result
+	healthChanges *prometheus.CounterVec // + state
+	ejections     *prometheus.CounterVec
+	breakerOpens  *prometheus.CounterVec
+	canary        *prometheus.CounterVec // by tenant, route, side (canary.go)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -95,15 +103,31 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tollgate_edge_ready", Help: "1 when the initial config is loaded and the edge is not shutting down.", ConstLabels: constLabels,
 		}),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tollgate_edge_upstream_errors_total", Help: "Upstream exchanges that failed, by kind (policy, connect, connect_timeout, timeout, overloaded, bad_response).", ConstLabels: constLabels,
+			Name: "tollgate_edge_upstream_errors_total", Help: "Upstream exchanges that failed, by kind (policy, connect, connect_timeout, timeout, overloaded, bad_response, no_healthy_upstream).", ConstLabels: constLabels,
 		}, []string{"kind"}),
 		logDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_edge_access_log_dropped_total", Help: "Access log lines dropped because the log writer fell behind.", ConstLabels: constLabels,
 		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_edge_upstream_retries_total", Help: "Upstream retries, by tenant, route and result (success, failure, budget_exhausted: due but refused by the retry budget).", ConstLabels: constLabels,
+		}, []string{"tenant", "route", "result"}),
+		healthChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_edge_upstream_health_changes_total", Help: "Targets the active health check took out of rotation (state unhealthy) or put back (healthy), by tenant and route.", ConstLabels: constLabels,
+		}, []string{"tenant", "route", "state"}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_edge_upstream_ejections_total", Help: "Targets passive health ejected after consecutive failures, by tenant and route.", ConstLabels: constLabels,
+		}, []string{"tenant", "route"}),
+		breakerOpens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_edge_upstream_breaker_opens_total", Help: "Target circuits opened (from closed or after a failed half-open trial), by tenant and route.", ConstLabels: constLabels,
+		}, []string{"tenant", "route"}),
+		canary: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_edge_canary_requests_total", Help: "Requests of routes with a canary, by tenant, route and the side they were sent to (primary, canary).", ConstLabels: constLabels,
+		}, []string{"tenant", "route", "side"}),
 	}
 	for _, c := range []prometheus.Collector{
+		m.retries, m.healthChanges, m.ejections, m.breakerOpens,
 		m.requests, m.duration, m.configApplied, m.configIgnored, m.configRejected, m.compiles,
-		m.compileSeconds, m.applyDelay, m.kvRevision, m.tenants, m.routes, m.ready, m.upstreamErrors, m.logDropped,
+		m.compileSeconds, m.applyDelay, m.kvRevision, m.tenants, m.routes, m.ready, m.upstreamErrors, m.logDropped, m.canary,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -121,6 +145,7 @@ type routeMetrics struct {
 	m             *metrics
 	tenant, route string
 	class         [6]atomic.Pointer[classMetrics]
+	sides         [2]atomic.Pointer[sideCounter] // canary.go
 }
 
 type classMetrics struct {
@@ -156,6 +181,8 @@ func (rm *routeMetrics) delete() {
 	l := prometheus.Labels{"tenant": rm.tenant, "route": rm.route}
 	rm.m.requests.DeletePartialMatch(l)
 	rm.m.duration.DeletePartialMatch(l)
+	rm.m.deleteUpstreamSeries(l)
+	rm.m.canary.DeletePartialMatch(l)
 }
 
 // labeler hands out label values within the bounds described above. It belongs to the
@@ -280,4 +307,25 @@ func (l *labeler) dropLocked(id string) {
 	p := prometheus.Labels{"tenant": tl.value}
 	l.m.requests.DeletePartialMatch(p)
 	l.m.duration.DeletePartialMatch(p)
+	l.m.deleteUpstreamSeries(p)
+	l.m.canary.DeletePartialMatch(p)
+}
+
+func (m *metrics) deleteUpstreamSeries(l prometheus.Labels) {
+	m.retries.DeletePartialMatch(l)
+	m.healthChanges.DeletePartialMatch(l)
+	m.ejections.DeletePartialMatch(l)
+	m.breakerOpens.DeletePartialMatch(l)
+}
+
+// count counts one event of u on vec, labelled with u's route (and extra, the event's
+// own labels). Before its first bind (a checker starting with the compile), under none.
+func (u *upstream) count(vec *prometheus.CounterVec, extra ...string) {
+	tenant, route := labelNone, labelNone
+	if rm := u.rm.Load(); rm != nil {
+		tenant, route = rm.tenant, rm.route
+	}
+	lv := [3]string{tenant, route}
+	n := 2 + copy(lv[2:], extra)
+	vec.WithLabelValues(lv[:n]...).Inc()
 }

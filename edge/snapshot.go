@@ -180,6 +180,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 				continue
 			}
 		}
+		up.bind(rms[i])
 		upstreams[r] = up
 		var cn *canary
 		if r.Canary != nil {
@@ -191,6 +192,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 				e.log.Error("edge: route skipped", "tenant", s.Slug, "route", r.ID, "err", err)
 				continue
 			}
+			cn.upstream.bind(rms[i])
 			canaries[r] = cn
 		}
 		rt := &route{
@@ -222,6 +224,17 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 			}
 		}
 	}
+	// The upstreams of changed and removed routes are dropped: stop their checkers.
+	for r, up := range c.upstreams {
+		if upstreams[r] != up {
+			up.close()
+		}
+	}
+	for r, cn := range c.canaries {
+		if canaries[r] != cn {
+			cn.upstream.close()
+		}
+	}
 	c.upstreams = upstreams
 	c.canaries = canaries
 	c.caches = caches
@@ -233,6 +246,17 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 		}
 	}
 	return s, unused
+}
+
+// closeUpstreams stops the health checkers of every upstream c holds (its tenant is gone,
+// or the edge is shutting down).
+func (c *compiled) closeUpstreams() {
+	for _, up := range c.upstreams {
+		up.close()
+	}
+	for _, cn := range c.canaries {
+		cn.upstream.close()
+	}
 }
 
 // chain builds a route's handler: authentication, then the body limit, then the proxy.

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,19 +20,39 @@ import (
 	"tollgate/tenants"
 )
 
-// upstream is a route's set of targets and the weighted round-robin schedule over them.
+// upstream is a route's set of targets and how requests are spread over them.
 //
-// The schedule is nginx's smooth weighted round-robin, computed once at compile time for
+// Round-robin is nginx's smooth weighted round-robin, computed once at compile time for
 // one full cycle (sum of weights / their gcd picks): at request time a pick is one atomic
 // add on the route's counter and an index, with no lock. The counter starts at a random
-// point so frequent recompiles do not favour the start of the cycle.
+// point so frequent recompiles do not favour the start of the cycle. An upstream with no
+// other balancing and no resilience settings (plain) takes only that path; the others go
+// through choose (balance.go), which also skips targets out of rotation (health.go).
 type upstream struct {
 	targets []*target
 	seq     []uint8  // indexes into targets, one cycle
 	pools   []string // keys of the pools the targets use
 	next    atomic.Uint32
+
+	// plain: round-robin, targets never leave rotation, no retries (proxyStep's fast path).
+	plain      bool
+	balance    uint8 // balanceRoundRobin, balanceLeastConn or balanceHash
+	hashOn     uint8 // hashConsumer, hashIP or hashHeader
+	hashHeader []byte
+	ring       []ringNode // balanceHash: the consistent hash ring, by hash
+
+	check   *tenants.HealthCheck   // nil: no active checks
+	passive *tenants.PassiveHealth // nil: no outlier ejection
+	retries *tenants.Retries       // nil: no retries
+	budget  *retryBudget           // with retries
+	m       *metrics
+	rm      atomic.Pointer[routeMetrics] // labels of the route it serves (bind)
+
+	stop     chan struct{} // closed to stop the active checker
+	stopOnce sync.Once
 }
 
+// pick is the plain upstream's round-robin pick.
 func (u *upstream) pick() *target {
 	if len(u.seq) == 1 {
 		return u.targets[u.seq[0]]
@@ -40,6 +61,26 @@ func (u *upstream) pick() *target {
 	return u.targets[u.seq[i%uint32(len(u.seq))]]
 }
 
+// pickFor picks a target for a request that does not report its outcome (a WebSocket
+// upgrade): as choose, but never a half-open circuit's trial. nil: none in rotation.
+func (u *upstream) pickFor(x *exchange) *target {
+	if u.plain {
+		return u.pick()
+	}
+	var key uint64
+	var hasKey bool
+	if u.balance == balanceHash {
+		key, hasKey = u.hashKey(x)
+	}
+	t, _ := u.choose(monoNow(), 0, key, hasKey, false)
+	return t
+}
+
+// bind labels u's events (ejections, breaker opens, retries) with its route's metrics
+// labels; a kept upstream is bound again by each compile, as its route's labels may
+// have changed.
+func (u *upstream) bind(rm *routeMetrics) { u.rm.Store(rm) }
+
 // target is one upstream server of a route.
 type target struct {
 	url    string
@@ -47,6 +88,11 @@ type target struct {
 	tls    bool
 	host   []byte // the Host header sent upstream: the target URL's host[:port]
 	base   []byte // the target URL's path, prepended to the request path ("" or "/v1")
+	weight int
+	index  uint8 // in its upstream's targets (≤ MaxTargets = 64: a bit of a uint64)
+
+	inflight atomic.Int32 // requests in flight (least_conn)
+	health   targetHealth
 }
 
 // smoothWRR returns one cycle of the smooth weighted round-robin order over weights
@@ -247,10 +293,27 @@ func (e *Edge) newUpstream(spec *tenants.Upstream, ct time.Duration, pools map[s
 		}
 		used[key] = true
 		u.pools = append(u.pools, key)
-		u.targets = append(u.targets, &target{url: t.URL, client: upstreamClient{hc}, tls: tlsOn, host: []byte(hostHeader), base: []byte(base)})
+		u.targets = append(u.targets, &target{url: t.URL, client: upstreamClient{hc}, tls: tlsOn, host: []byte(hostHeader), base: []byte(base),
+			weight: t.Weight, index: uint8(i)})
 		weights[i] = t.Weight
 	}
 	u.seq = smoothWRR(weights)
 	u.next.Store(rand.Uint32())
+	u.m = e.m
+	u.compileBalance(spec)
+	u.check, u.passive, u.retries = spec.HealthCheck, spec.Passive, spec.Retries
+	if u.retries != nil {
+		u.budget = newRetryBudget(u.retries)
+	}
+	if b := spec.CircuitBreaker; b != nil {
+		for _, t := range u.targets {
+			t.health.br = newBreaker(b.ErrorPercent, b.MinRequests, b.WindowMS, b.OpenMS)
+		}
+	}
+	u.plain = u.balance == balanceRoundRobin && u.check == nil && u.passive == nil &&
+		spec.CircuitBreaker == nil && u.retries == nil
+	if u.check != nil {
+		e.startChecks(u)
+	}
 	return u, nil
 }

@@ -94,7 +94,12 @@ func (e *Edge) wsStep(rt *route, next func(*exchange)) func(*exchange) {
 			x.fail(replyDraining)
 			return
 		}
-		t := rt.pickUpstream(x).pick()
+		t := rt.pickUpstream(x).pickFor(x)
+		if t == nil {
+			e.upstreamErrs[upNoHealthy].Inc()
+			x.fail(replyNoHealthy)
+			return
+		}
 		x.target = t
 		p := x.upstreamPath(rt)
 		uri := append(x.uri[:0], t.base...)

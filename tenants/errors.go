@@ -31,13 +31,14 @@ const (
 	EVersionConflict   = "version_conflict"    // optimistic concurrency: the object changed
 	EBodyTooLarge      = "body_too_large"      // request body over the limit
 	EUnsupportedMedia  = "unsupported_media_type"
-	ERateLimited       = "rate_limited"     // a rate limit was hit; Retry-After says when
-	EQuotaExceeded     = "quota_exceeded"   // the period's quota is used up
-	EInternal          = "internal"         // a bug or an outage on our side; details are logged
-	EUpstreamFailed    = "upstream_failed"  // the upstream refused, reset or sent garbage
-	ENotReady          = "not_ready"        // still loading config, or shutting down
-	EOverloaded        = "overloaded"       // shedding load
-	EUpstreamTimeout   = "upstream_timeout" // the upstream did not answer in time
+	ERateLimited       = "rate_limited"        // a rate limit was hit; Retry-After says when
+	EQuotaExceeded     = "quota_exceeded"      // the period's quota is used up
+	EInternal          = "internal"            // a bug or an outage on our side; details are logged
+	EUpstreamFailed    = "upstream_failed"     // the upstream refused, reset or sent garbage
+	ENotReady          = "not_ready"           // still loading config, or shutting down
+	EOverloaded        = "overloaded"          // shedding load
+	EUpstreamTimeout   = "upstream_timeout"    // the upstream did not answer in time
+	ENoHealthyUpstream = "no_healthy_upstream" // edge: every target of the route is out of rotation
 )
 
 // CodeInfo describes one error code for the documentation and the status mapping.
@@ -71,6 +72,7 @@ var Codes = []CodeInfo{
 	{EUpstreamFailed, http.StatusBadGateway, "edge", "the upstream could not be reached or answered badly"},
 	{ENotReady, http.StatusServiceUnavailable, "both", "not ready: config still loading, or shutting down"},
 	{EOverloaded, http.StatusServiceUnavailable, "edge", "shedding load to protect other tenants"},
+	{ENoHealthyUpstream, http.StatusServiceUnavailable, "edge", "every target of the route is out of rotation: failing health checks, ejected or circuit open"},
 	{EUpstreamTimeout, http.StatusGatewayTimeout, "edge", "the upstream did not answer within the route's timeout"},
 }
 

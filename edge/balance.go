@@ -1,0 +1,276 @@
+package edge
+
+import (
+	"slices"
+	"strconv"
+
+	"tollgate/tenants"
+)
+
+// Balancing over the targets that are in rotation.
+//
+// A target is out of rotation while its active check says unhealthy, while passive health
+// has it ejected, or while its circuit is open (and, half-open, while its one trial
+// request is in flight). Every method skips such targets and spreads over the rest as it
+// would over a smaller set: round-robin skips their slots of the weighted cycle (the
+// others keep their weights' proportions), least_conn compares only the targets in
+// rotation, and hash walks the ring on to the next virtual node of a target in rotation,
+// so only the keys of the targets out move, and they come back when their target does.
+// With none left the request gets 503 no_healthy_upstream.
+
+// Balancing methods, compiled.
+const (
+	balanceRoundRobin = iota
+	balanceLeastConn
+	balanceHash
+)
+
+// What a hash upstream hashes, compiled.
+const (
+	hashConsumer = iota
+	hashIP
+	hashHeader
+)
+
+// vnodesPerTarget is the ring's size per target of average weight: enough virtual nodes
+// that targets of equal weight get shares within a few percent of each other.
+const vnodesPerTarget = 160
+
+// ringNode is a virtual node of the consistent hash ring.
+type ringNode struct {
+	hash   uint64
+	target uint8
+}
+
+// buildRing places weight-proportional virtual nodes of each target on the ring: target
+// i gets about weight_i / mean weight × vnodesPerTarget of them (at least one unless its
+// weight is 0). A node's place depends only on its target's URL and its number, so every
+// edge builds the same ring and a target added or removed moves only its own keys.
+func buildRing(targets []*target) []ringNode {
+	total := 0
+	for _, t := range targets {
+		total += t.weight
+	}
+	if total == 0 {
+		return nil
+	}
+	var ring []ringNode
+	var buf []byte
+	for i, t := range targets {
+		if t.weight == 0 {
+			continue
+		}
+		n := max(1, t.weight*vnodesPerTarget*len(targets)/total)
+		for v := range n {
+			buf = append(buf[:0], t.url...)
+			buf = append(buf, '#')
+			buf = strconv.AppendInt(buf, int64(v), 10)
+			ring = append(ring, ringNode{hash: mix64(fnv1a(buf)), target: uint8(i)})
+		}
+	}
+	slices.SortFunc(ring, func(a, b ringNode) int {
+		switch {
+		case a.hash < b.hash:
+			return -1
+		case a.hash > b.hash:
+			return 1
+		}
+		return int(a.target) - int(b.target)
+	})
+	return ring
+}
+
+// fnv1a is FNV-1a 64 of b: the same on every edge (unlike maphash) and allocation-free.
+func fnv1a(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// mix64 spreads FNV's output over the whole range (a murmur3 finalizer), so short keys
+// that differ in a byte land far apart on the ring.
+func mix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// hashKey is the ring position of x's request for a hash upstream; ok is false when the
+// request has no key (hash on a header it does not carry), and it is then balanced
+// round-robin. It must run before forwardHeaders, whose rewrite of X-Forwarded-For
+// clientIP reads.
+func (u *upstream) hashKey(x *exchange) (h uint64, ok bool) {
+	switch u.hashOn {
+	case hashConsumer:
+		if c := x.consumer; c != nil {
+			return mix64(fnv1a(c.id)), true
+		}
+		return mix64(fnv1a(x.clientIP())), true
+	case hashIP:
+		return mix64(fnv1a(x.clientIP())), true
+	default:
+		v := x.ctx.Request.Header.PeekBytes(u.hashHeader)
+		if v == nil {
+			return 0, false
+		}
+		return mix64(fnv1a(v)), true
+	}
+}
+
+// compileBalance sets u's balancing from its validated settings.
+func (u *upstream) compileBalance(spec *tenants.Upstream) {
+	switch spec.Balance {
+	case tenants.BalanceLeastConn:
+		u.balance = balanceLeastConn
+	case tenants.BalanceHash:
+		u.balance = balanceHash
+		u.ring = buildRing(u.targets)
+		switch spec.HashOn {
+		case tenants.HashOnIP:
+			u.hashOn = hashIP
+		case tenants.HashOnConsumer, "":
+			u.hashOn = hashConsumer
+		default:
+			u.hashOn = hashHeader
+			u.hashHeader = []byte(spec.HashOn[len(tenants.HashOnHeader):])
+		}
+	default:
+		u.balance = balanceRoundRobin
+	}
+}
+
+// choose picks a target in rotation for one attempt of a request, avoiding the targets
+// in tried (a bit per target index); key is the request's hash key when hasKey. With
+// trial, a target whose circuit is half-open may be chosen for its one trial request
+// (isTrial; the caller must then report the outcome); without, such targets are
+// skipped. It returns nil when no target outside tried is in rotation.
+func (u *upstream) choose(now int64, tried uint64, key uint64, hasKey, trial bool) (t *target, isTrial bool) {
+	// A target that loses the race for its half-open trial is skipped and the pick made
+	// again without it; each round excludes one more target, so this ends.
+	for range len(u.targets) + 1 {
+		switch {
+		case u.balance == balanceLeastConn:
+			t = u.leastConn(now, tried)
+		case u.balance == balanceHash && hasKey:
+			t = u.onRing(now, tried, key)
+		default:
+			t = u.roundRobin(now, tried)
+		}
+		if t == nil {
+			return nil, false
+		}
+		if ok, isTrial := t.admit(now, trial); ok {
+			return t, isTrial
+		}
+		tried |= 1 << t.index
+	}
+	return nil, false
+}
+
+// roundRobin takes the weighted cycle's next slot whose target is in rotation. A slot
+// of a target out of rotation is skipped by taking the next slot of the shared counter,
+// so over a cycle each target in rotation still gets exactly its weight's slots (walking
+// on from the skipped slot instead would hand all its turns to the target after it).
+// After a few skips (most targets out, or concurrent picks taking the slots this one
+// could have had) it takes any target in rotation, as a cycle may be 64,000 slots long.
+// A retry (tried not empty) looks ahead from the current slot without taking any.
+func (u *upstream) roundRobin(now int64, tried uint64) *target {
+	n := uint32(len(u.seq))
+	tries := min(n, 4*uint32(len(u.targets)))
+	var i uint32
+	if tried != 0 {
+		// A retry walks on from the current slot without taking slots: taking them
+		// would hand the next request the target that just failed, every time.
+		i = u.next.Load()
+		for k := range tries {
+			t := u.targets[u.seq[(i+k)%n]]
+			if tried&(1<<t.index) == 0 && t.inRotation(now) {
+				return t
+			}
+		}
+	} else {
+		for range tries {
+			i = u.next.Add(1)
+			t := u.targets[u.seq[i%n]]
+			if t.inRotation(now) {
+				return t
+			}
+		}
+	}
+	m := uint32(len(u.targets))
+	for k := range m {
+		t := u.targets[(i+k)%m]
+		if t.weight > 0 && tried&(1<<t.index) == 0 && t.inRotation(now) {
+			return t
+		}
+	}
+	return nil
+}
+
+// leastConn picks the target in rotation with the fewest requests in flight relative to
+// its weight. The scan starts at a rotating offset and keeps the first of equals, so
+// equally loaded targets (an idle route) share requests round-robin instead of the first
+// one taking them all.
+func (u *upstream) leastConn(now int64, tried uint64) *target {
+	n := uint32(len(u.targets))
+	start := u.next.Add(1)
+	var best *target
+	var bestLoad int64
+	for k := range n {
+		t := u.targets[(start+k)%n]
+		if t.weight == 0 || tried&(1<<t.index) != 0 || !t.inRotation(now) {
+			continue
+		}
+		load := int64(t.inflight.Load())
+		// load/weight < bestLoad/best.weight, without division.
+		if best == nil || load*int64(best.weight) < bestLoad*int64(t.weight) {
+			best, bestLoad = t, load
+		}
+	}
+	return best
+}
+
+// onRing walks the ring clockwise from key to the first virtual node of a target in
+// rotation. Once every target has been seen out of rotation the walk stops early.
+func (u *upstream) onRing(now int64, tried uint64, key uint64) *target {
+	ring := u.ring
+	n := len(ring)
+	if n == 0 {
+		return nil
+	}
+	i, _ := slices.BinarySearchFunc(ring, key, func(nd ringNode, k uint64) int {
+		switch {
+		case nd.hash < k:
+			return -1
+		case nd.hash > k:
+			return 1
+		}
+		return 0
+	})
+	all := uint64(1)<<len(u.targets) - 1
+	if len(u.targets) == 64 {
+		all = ^uint64(0)
+	}
+	seen := tried
+	for k := range n {
+		t := u.targets[ring[(i+k)%n].target]
+		bit := uint64(1) << t.index
+		if seen&bit != 0 {
+			continue
+		}
+		if t.inRotation(now) {
+			return t
+		}
+		seen |= bit
+		if seen&all == all {
+			break
+		}
+	}
+	return nil
+}
