@@ -310,23 +310,7 @@ func (e *Edge) proxyStep(rt *route) func(*exchange) {
 		req := &ctx.Request
 		t := u.pick()
 		x.target = t
-
-		p := x.upstreamPath(rt)
-		uri := append(x.uri[:0], t.base...)
-		uri = append(uri, p...)
-		if x.query != nil {
-			uri = append(uri, '?')
-			uri = append(uri, x.query...)
-		}
-		x.uri = uri
-		req.SetRequestURIBytes(uri)
-		if t.tls != ctx.IsTLS() {
-			if t.tls {
-				req.URI().SetSchemeBytes(strHTTPS)
-			} else {
-				req.URI().SetSchemeBytes(strHTTP)
-			}
-		}
+		x.setUpstreamURI(rt, t)
 		if !req.Header.IsHTTP11() {
 			req.Header.SetProtocolBytes(strHTTP11) // keep the upstream connection alive
 		}

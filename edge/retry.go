@@ -220,6 +220,19 @@ func neverConnected(err error) bool {
 // and t's scheme.
 func (x *exchange) setUpstreamURI(rt *route, t *target) {
 	req := &x.ctx.Request
+	x.setUpstreamTarget(rt, t)
+	if t.tls != x.ctx.IsTLS() {
+		if t.tls {
+			req.URI().SetSchemeBytes(strHTTPS)
+		} else {
+			req.URI().SetSchemeBytes(strHTTP)
+		}
+	}
+}
+
+// setUpstreamTarget sets the request target sent to t: its base path, the route's path
+// and the query.
+func (x *exchange) setUpstreamTarget(rt *route, t *target) {
 	p := x.upstreamPath(rt)
 	uri := append(x.uri[:0], t.base...)
 	uri = append(uri, p...)
@@ -228,12 +241,5 @@ func (x *exchange) setUpstreamURI(rt *route, t *target) {
 		uri = append(uri, x.query...)
 	}
 	x.uri = uri
-	req.SetRequestURIBytes(uri)
-	if t.tls != x.ctx.IsTLS() {
-		if t.tls {
-			req.URI().SetSchemeBytes(strHTTPS)
-		} else {
-			req.URI().SetSchemeBytes(strHTTP)
-		}
-	}
+	x.ctx.Request.SetRequestURIBytes(uri)
 }

@@ -101,15 +101,7 @@ func (e *Edge) wsStep(rt *route, next func(*exchange)) func(*exchange) {
 			return
 		}
 		x.target = t
-		p := x.upstreamPath(rt)
-		uri := append(x.uri[:0], t.base...)
-		uri = append(uri, p...)
-		if x.query != nil {
-			uri = append(uri, '?')
-			uri = append(uri, x.query...)
-		}
-		x.uri = uri
-		req.SetRequestURIBytes(uri)
+		x.setUpstreamTarget(rt, t)
 		req.Header.SetProtocolBytes(strHTTP11)
 		e.forwardHeaders(x)
 		req.Header.SetHostBytes(t.host)
