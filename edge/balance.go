@@ -81,14 +81,21 @@ func buildRing(targets []*target) []ringNode {
 }
 
 // fnv1a is FNV-1a 64 of b: the same on every edge (unlike maphash) and allocation-free.
-func fnv1a(b []byte) uint64 {
-	h := uint64(14695981039346656037)
+func fnv1a(b []byte) uint64 { return fnv1aFrom(fnvOffset64, b) }
+
+// fnv1aFrom continues an FNV-1a 64 hash in state h over b.
+func fnv1aFrom(h uint64, b []byte) uint64 {
 	for _, c := range b {
 		h ^= uint64(c)
-		h *= 1099511628211
+		h *= fnvPrime64
 	}
 	return h
 }
+
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
 
 // mix64 spreads FNV's output over the whole range (a murmur3 finalizer), so short keys
 // that differ in a byte land far apart on the ring.

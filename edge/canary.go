@@ -208,38 +208,16 @@ func (c *canary) bucket(x *exchange) (b uint64, ok bool) {
 // same bucket for the same key, today and after any upgrade: changing this function
 // moves consumers between the primary and the canary across the whole fleet.
 func stickyBucket(key []byte) uint64 {
-	h := stickyBasis
-	for _, b := range key {
-		h ^= uint64(b)
-		h *= fnvPrime64
-	}
 	// FNV's low bits mix poorly for short keys that differ in their last byte; the
 	// murmur3 finalizer spreads every input bit over the whole word before the modulo.
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h % stickyBuckets
+	return mix64(fnv1aFrom(stickyBasis, key)) % stickyBuckets
 }
-
-const (
-	fnvOffset64 = 14695981039346656037
-	fnvPrime64  = 1099511628211
-)
 
 // stickyBasis is FNV-1a's state after the prefix "tollgate/canary\x00": the sticky hash
 // of a key is then unrelated to other hashes the edge takes of the same key (the hash
 // balancer's ring), so the consumers a canary gets are not crowded onto a few of its
 // targets.
-var stickyBasis = func() uint64 {
-	h := uint64(fnvOffset64)
-	for _, b := range []byte("tollgate/canary\x00") {
-		h ^= uint64(b)
-		h *= fnvPrime64
-	}
-	return h
-}()
+var stickyBasis = fnv1aFrom(fnvOffset64, []byte("tollgate/canary\x00"))
 
 // Sides of tollgate_edge_canary_requests_total.
 const (

@@ -247,16 +247,8 @@ func bodyLimitStep(rt *route, next func(*exchange)) func(*exchange) {
 				next(x)
 				return
 			}
-			b, err := readAtMost(x.body[:0], stream, limit)
-			x.body = b
-			if err == errTooLarge {
-				x.ctx.SetConnectionClose() // the rest of the body is still on the wire
-				x.fail(replyBodyTooLarge)
-				return
-			}
-			if err != nil {
-				x.ctx.SetConnectionClose()
-				x.fail(replyBodyRead)
+			b, ok := x.readBody(stream, limit)
+			if !ok {
 				return
 			}
 			req.SetBody(b)
@@ -264,6 +256,24 @@ func bodyLimitStep(rt *route, next func(*exchange)) func(*exchange) {
 		}
 		next(x)
 	}
+}
+
+// readBody reads the request's streamed body into x.body, at most limit bytes. A body
+// over the limit, or one that fails to arrive, is answered here (false); the rest of it
+// is still on the wire, so the connection closes.
+func (x *exchange) readBody(stream io.Reader, limit int) ([]byte, bool) {
+	b, err := readAtMost(x.body[:0], stream, limit)
+	x.body = b
+	if err != nil {
+		x.ctx.SetConnectionClose()
+		if err == errTooLarge {
+			x.fail(replyBodyTooLarge)
+		} else {
+			x.fail(replyBodyRead)
+		}
+		return nil, false
+	}
+	return b, true
 }
 
 var errTooLarge = errors.New("body too large")

@@ -91,11 +91,8 @@ func (e *Edge) proxyResilient(x *exchange, rt *route, u *upstream) {
 	streamed := req.IsBodyStream()
 	if streamed && u.retries != nil {
 		if cl := req.Header.ContentLength(); cl >= 0 && cl <= e.cfg.MaxInMemoryBody {
-			b, err := readAtMost(x.body[:0], x.ctx.RequestBodyStream(), cl)
-			x.body = b
-			if err != nil {
-				x.ctx.SetConnectionClose()
-				x.fail(replyBodyRead)
+			b, ok := x.readBody(x.ctx.RequestBodyStream(), cl)
+			if !ok {
 				return
 			}
 			req.SetBody(b)

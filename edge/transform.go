@@ -228,15 +228,8 @@ func requestTransformStep(rt *route, next func(*exchange)) func(*exchange) {
 			streamed := false
 			if stream := x.ctx.RequestBodyStream(); stream != nil {
 				streamed = true
-				b, err := readAtMost(x.body[:0], stream, limit)
-				x.body = b
-				if err != nil {
-					x.ctx.SetConnectionClose()
-					if err == errTooLarge {
-						x.fail(replyBodyTooLarge)
-					} else {
-						x.fail(replyBodyRead)
-					}
+				b, ok := x.readBody(stream, limit)
+				if !ok {
 					return
 				}
 				body = b
