@@ -277,9 +277,9 @@ func TestWebSocketIdleConnections(t *testing.T) {
 }
 
 func rssBytes(t testing.TB) int64 {
-	b, err := os.ReadFile("/proc/self/statm")
+	b, err := os.ReadFile("/proc/self/statm") // the edge runs on Linux
 	if err != nil {
-		t.Skip("no /proc/self/statm")
+		t.Fatalf("reading the test's RSS: %v", err)
 	}
 	f := strings.Fields(string(b))
 	pages, _ := strconv.ParseInt(f[1], 10, 64)
