@@ -68,7 +68,7 @@ const (
 )
 
 func (s *Server) table() []endpoint {
-	routes, consumers, plans, jwtIssuers := s.routes(), s.consumers(), s.plans(), s.jwtIssuers()
+	routes, consumers, plans, jwtIssuers, domains := s.routes(), s.consumers(), s.plans(), s.jwtIssuers(), s.domains()
 	return []endpoint{
 		{method: http.MethodGet, path: "/healthz", access: public, handle: s.healthz, tag: tagHealth,
 			summary: "Liveness", desc: "Always 200 while the process serves.", status: 200, result: status{}},
@@ -175,19 +175,19 @@ func (s *Server) table() []endpoint {
 			body:    platformPlanBody{}, status: 200, result: tenants.PlatformPlan{}, etag: true, ifMatch: true},
 
 		// Custom domains (issue 8): see domain.go.
-		{method: http.MethodPost, path: "/v1/tenants/:slug/domains", access: tenantScoped, class: rbac.Write, handle: s.createDomain, tag: tagDomains,
+		{method: http.MethodPost, path: "/v1/tenants/:slug/domains", access: tenantScoped, class: rbac.Write, handle: domains.handleCreate, tag: tagDomains,
 			summary: "Add a custom domain with its certificate",
 			desc:    "The edges serve the tenant on hostname too (plain and TLS; on TLS the certificate is chosen by SNI) within moments. 400 validation_failed when the PEMs do not parse, the key does not match, the certificate does not cover hostname or is expired; 409 conflict when any tenant has hostname already. private_key_pem is write-only." + scopedDoc,
 			body:    domainBody{}, status: 201, result: tenants.Domain{}, etag: true},
-		{method: http.MethodGet, path: "/v1/tenants/:slug/domains", access: tenantScoped, class: rbac.Read, handle: s.listDomains, tag: tagDomains,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/domains", access: tenantScoped, class: rbac.Read, handle: domains.handleList, tag: tagDomains,
 			summary: "List custom domains", desc: "Without private keys." + scopedDoc, status: 200, result: list[tenants.Domain]{}, list: true},
-		{method: http.MethodGet, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Read, handle: s.getDomain, tag: tagDomains,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Read, handle: domains.handleGet, tag: tagDomains,
 			summary: "Get a custom domain", desc: "Without its private key." + scopedDoc, status: 200, result: tenants.Domain{}, etag: true},
-		{method: http.MethodPut, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Write, handle: s.putDomain, tag: tagDomains,
+		{method: http.MethodPut, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Write, handle: domains.handlePut, tag: tagDomains,
 			summary: "Replace a custom domain (renew its certificate)",
 			desc:    "Full replacement, validated as on POST; the edges present the new certificate from their next handshake on, without a gap." + scopedDoc + ifMatchDoc,
 			body:    domainUpdate{}, status: 200, result: tenants.Domain{}, etag: true, ifMatch: true},
-		{method: http.MethodDelete, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Write, handle: s.deleteDomain, tag: tagDomains,
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Write, handle: domains.handleDelete, tag: tagDomains,
 			summary: "Remove a custom domain", desc: "The edges stop serving it and its certificate within moments." + scopedDoc, status: 204},
 
 		// Usage and billing (issue 6): see usage.go.

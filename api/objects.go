@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -10,7 +11,7 @@ import (
 )
 
 // collection serves the five endpoints of one kind of tenant-scoped, versioned object
-// (routes, consumers, plans, JWT issuers): create, list, get, replace and delete all
+// (routes, consumers, plans, JWT issuers, domains): create, list, get, replace and delete all
 // follow the same rules, so they are written once here and each kind says only how it
 // is decoded, stored and shown.
 type collection[E any] struct {
@@ -36,6 +37,16 @@ type collection[E any] struct {
 	// storeErr turns a store error about v into the client's error (a consumer's
 	// missing plan is a validation error); nil: as is.
 	storeErr func(err error, v *E) error
+	// off reports why the kind is not served by this server (custom domains without a
+	// domain store), before anything else is looked at; nil: always served.
+	off func() error
+}
+
+func (k *collection[E]) disabled() error {
+	if k.off == nil {
+		return nil
+	}
+	return k.off()
 }
 
 func (k *collection[E]) shown(v *E) *E {
@@ -53,6 +64,9 @@ func (k *collection[E]) fail(err error, v *E) error {
 }
 
 func (k *collection[E]) handleCreate(c *fiber.Ctx, r *request) error {
+	if err := k.disabled(); err != nil {
+		return err
+	}
 	v, err := k.decode(contentType(c), c.Body())
 	if err != nil {
 		return err
@@ -67,6 +81,9 @@ func (k *collection[E]) handleCreate(c *fiber.Ctx, r *request) error {
 }
 
 func (k *collection[E]) handleList(c *fiber.Ctx, r *request) error {
+	if err := k.disabled(); err != nil {
+		return err
+	}
 	p, err := pageOf(c)
 	if err != nil {
 		return err
@@ -82,6 +99,9 @@ func (k *collection[E]) handleList(c *fiber.Ctx, r *request) error {
 }
 
 func (k *collection[E]) handleGet(c *fiber.Ctx, r *request) error {
+	if err := k.disabled(); err != nil {
+		return err
+	}
 	id, err := idParam(c, "id", k.name)
 	if err != nil {
 		return err
@@ -97,6 +117,9 @@ func (k *collection[E]) handleGet(c *fiber.Ctx, r *request) error {
 // handlePut replaces an object, conditional on the version If-Match or the body names
 // (If-Match: * means whatever version is current; see version).
 func (k *collection[E]) handlePut(c *fiber.Ctx, r *request) error {
+	if err := k.disabled(); err != nil {
+		return err
+	}
 	id, err := idParam(c, "id", k.name)
 	if err != nil {
 		return err
@@ -126,6 +149,9 @@ func (k *collection[E]) handlePut(c *fiber.Ctx, r *request) error {
 }
 
 func (k *collection[E]) handleDelete(c *fiber.Ctx, r *request) error {
+	if err := k.disabled(); err != nil {
+		return err
+	}
 	id, err := idParam(c, "id", k.name)
 	if err != nil {
 		return err
@@ -201,5 +227,55 @@ func (s *Server) jwtIssuers() *collection[tenants.Issuer] {
 		create: s.cfg.JWTIssuers.CreateJWTIssuer, list: s.cfg.JWTIssuers.ListJWTIssuers, find: s.cfg.JWTIssuers.FindJWTIssuer,
 		update: s.cfg.JWTIssuers.UpdateJWTIssuer, delete: s.cfg.JWTIssuers.DeleteJWTIssuer,
 		show: publicIssuer,
+	}
+}
+
+func (s *Server) domains() *collection[tenants.Domain] {
+	limit, edgeDomain := s.cfg.BodyLimit, s.cfg.EdgeDomain
+	domainOf := func(b *domainBody) (*tenants.Domain, error) {
+		d := &tenants.Domain{Hostname: b.Hostname, CertificatePEM: b.CertificatePEM, PrivateKeyPEM: b.PrivateKeyPEM}
+		if err := d.Validate(edgeDomain, time.Now()); err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+	// The store is used through closures: a server without one answers through off,
+	// and the collection never touches it.
+	return &collection[tenants.Domain]{
+		name: "domain", path: "domains",
+		meta: func(v *tenants.Domain) (*string, *string, *int64) { return &v.ID, &v.TenantID, &v.Version },
+		decode: func(ct string, body []byte) (*tenants.Domain, error) {
+			var b domainBody
+			if err := decodeBody(ct, body, limit, &b, false); err != nil {
+				return nil, err
+			}
+			return domainOf(&b)
+		},
+		decodeUpdate: func(ct string, body []byte) (*tenants.Domain, *int64, error) {
+			var b domainUpdate
+			if err := decodeBody(ct, body, limit, &b, false); err != nil {
+				return nil, nil, err
+			}
+			d, err := domainOf(&b.domainBody)
+			return d, b.Version, err
+		},
+		create: func(ctx context.Context, d *tenants.Domain) error { return s.cfg.Domains.CreateDomain(ctx, d) },
+		list: func(ctx context.Context, tenantID string, p tenants.Page) ([]*tenants.Domain, string, error) {
+			return s.cfg.Domains.ListDomains(ctx, tenantID, p)
+		},
+		find: func(ctx context.Context, tenantID, id string) (*tenants.Domain, error) {
+			return s.cfg.Domains.FindDomain(ctx, tenantID, id)
+		},
+		update: func(ctx context.Context, d *tenants.Domain) error { return s.cfg.Domains.UpdateDomain(ctx, d) },
+		delete: func(ctx context.Context, tenantID, id string) error {
+			return s.cfg.Domains.DeleteDomain(ctx, tenantID, id)
+		},
+		show: publicDomain,
+		off: func() error {
+			if s.cfg.Domains == nil {
+				return tenants.Errorf(tenants.ENotFound, "custom domains are not enabled on this server")
+			}
+			return nil
+		},
 	}
 }
