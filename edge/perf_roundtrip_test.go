@@ -192,9 +192,6 @@ func TestTruncatedResponses(t *testing.T) {
 // TestHugeResponseStreams: a 100 MB response streams through; the edge's heap does not
 // grow with it.
 func TestHugeResponseStreams(t *testing.T) {
-	if testing.Short() {
-		t.Skip("moves 100 MB")
-	}
 	const size = 100 << 20
 	chunk := []byte(strings.Repeat("0123456789abcdef", 4096)) // 64 KiB
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

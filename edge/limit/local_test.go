@@ -312,9 +312,6 @@ func TestLocalPathAllocatesNothing(t *testing.T) {
 // A million distinct keys (a flood of client IPs) leave memory where it was: the table
 // is allocated once and evicts.
 func TestMemoryBoundUnderAMillionKeys(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a million keys")
-	}
 	c := newClock(t0)
 	l := newLimiter(t, limit.Config{Clock: c.Now, MaxKeys: 1 << 16})
 	perIP := rate(t, "t1", "route-ip:r1", limit.ModeLocal, 10, time.Second, 10)
