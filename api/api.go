@@ -73,6 +73,11 @@ type Config struct {
 	Domains    tenants.DomainService
 	EdgeDomain string
 
+	// Mailer sends invitation mail; PublicURL is the console's address in its links
+	// (scheme://host[:port]). Defaults: mail dropped, http:// and the request's host.
+	Mailer    tenants.Mailer
+	PublicURL string
+
 	// AdminToken may do everything. Empty disables it (only tenant tokens work then).
 	AdminToken string
 

@@ -37,11 +37,15 @@ var (
 
 // User is a person who signs in to the console. Only a bcrypt hash of the password is kept.
 type User struct {
-	ID           string    `json:"id"`
-	Email        string    `json:"email"`
-	PasswordHash string    `json:"-"`
-	PlatformRole string    `json:"platform_role,omitempty"` // "", PlatformOperator or PlatformFinance
-	CreatedAt    time.Time `json:"created_at"`
+	ID           string `json:"id"`
+	Email        string `json:"email"`
+	PasswordHash string `json:"-"`
+	PlatformRole string `json:"platform_role,omitempty"` // "", PlatformOperator or PlatformFinance
+	// EmailVerified is set once the user followed the link mailed to Email. Until then the
+	// account may sign in and run its own tenant, but the address grants nothing else: no
+	// invitation, no platform role, and no other user can find it.
+	EmailVerified bool      `json:"email_verified"`
+	CreatedAt     time.Time `json:"created_at"`
 }
 
 // Membership is a user's role in one tenant.

@@ -65,6 +65,12 @@ type Config struct {
 	EdgePort   string
 	// SessionTTL bounds a session. Default: DefaultSessionTTL.
 	SessionTTL time.Duration
+	// Mailer sends verification, password-reset and invitation mail. Default: mail is
+	// dropped (tests that follow links set one).
+	Mailer tenants.Mailer
+	// PublicURL is the console's address as mailed links name it (scheme://host[:port],
+	// without /console). Default: http:// and the request's host.
+	PublicURL string
 	// Limiter throttles sign-in attempts. Default: NewLoginLimiter(LoginLimits{}).
 	Limiter *LoginLimiter
 	// Logger receives internal errors. Default: discard.

@@ -6,7 +6,9 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/mail"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,6 +46,12 @@ type Config struct {
 	StripeKey     string // TOLLGATE_STRIPE_KEY [unset: billing pushes nothing to Stripe]
 	StripeURL     string // TOLLGATE_STRIPE_URL [Stripe's API; e.g. a stripe-mock]
 	StripeEvent   string // TOLLGATE_STRIPE_EVENT [tollgate_requests: the Billing Meter's event name]
+	// Trust: mail, DNS proofs and the edge's shared cache.
+	SMTPURL        string // TOLLGATE_SMTP_URL [unset: mail is logged with its links, not sent]
+	SMTPFrom       string // TOLLGATE_SMTP_FROM [Tollgate <no-reply@<edge domain>>]
+	PublicURL      string // TOLLGATE_PUBLIC_URL [http://<api addr>: the console's address in mailed links]
+	DNSResolver    string // TOLLGATE_DNS_RESOLVER [unset: the system's resolver; host:port of a DNS server]
+	EdgeCacheBytes int64  // TOLLGATE_EDGE_CACHE_BYTES [256 MiB: the edge's whole response-cache budget]
 }
 
 // FromEnv reads the environment. getenv is os.Getenv in production, a map in tests.
@@ -76,6 +84,12 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		StripeKey:     getenv("TOLLGATE_STRIPE_KEY"),
 		StripeURL:     getenv("TOLLGATE_STRIPE_URL"),
 		StripeEvent:   get("TOLLGATE_STRIPE_EVENT", "tollgate_requests"),
+
+		SMTPURL:        getenv("TOLLGATE_SMTP_URL"),
+		SMTPFrom:       getenv("TOLLGATE_SMTP_FROM"),
+		PublicURL:      strings.TrimSuffix(getenv("TOLLGATE_PUBLIC_URL"), "/"),
+		DNSResolver:    getenv("TOLLGATE_DNS_RESOLVER"),
+		EdgeCacheBytes: DefaultEdgeCacheBytes,
 	}
 	switch v := strings.ToLower(getenv("TOLLGATE_METER")); v {
 	case "", "on", "true", "1":
@@ -117,6 +131,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 			return nil, fmt.Errorf("TOLLGATE_REDIS_TIMEOUT: %q is not a duration between 1ms and 10s (like 50ms)", v)
 		}
 	}
+	if err := c.trust(getenv); err != nil {
+		return nil, err
+	}
 	if c.EdgeID == "" {
 		c.EdgeID, _ = os.Hostname()
 	}
@@ -130,6 +147,52 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		c.MeterSpoolDir = filepath.Join(base, "tollgate-meter-"+c.EdgeID+"-"+port)
 	}
 	return c, nil
+}
+
+// DefaultEdgeCacheBytes is the edge's response-cache budget when TOLLGATE_EDGE_CACHE_BYTES
+// is unset.
+const DefaultEdgeCacheBytes = 256 << 20
+
+// trust reads and checks the settings of mail, DNS proofs and the edge's cache budget.
+func (c *Config) trust(getenv func(string) string) error {
+	if c.SMTPURL != "" {
+		u, err := url.Parse(c.SMTPURL)
+		if err != nil || (u.Scheme != "smtp" && u.Scheme != "smtps") || u.Host == "" || u.Port() == "" {
+			return fmt.Errorf("TOLLGATE_SMTP_URL: %q is not smtp://[user:pass@]host:port (or smtps://)", redactURL(c.SMTPURL))
+		}
+	}
+	if c.SMTPFrom == "" {
+		c.SMTPFrom = "Tollgate <no-reply@" + c.EdgeDomain + ">"
+	}
+	if _, err := mail.ParseAddress(c.SMTPFrom); err != nil {
+		return fmt.Errorf("TOLLGATE_SMTP_FROM: %q is not a mail address: %v", c.SMTPFrom, err)
+	}
+	if c.PublicURL == "" {
+		c.PublicURL = "http://" + c.APIAddr
+	} else if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("TOLLGATE_PUBLIC_URL: %q is not an http(s) URL", c.PublicURL)
+	}
+	if c.DNSResolver != "" {
+		if _, _, err := net.SplitHostPort(c.DNSResolver); err != nil {
+			return fmt.Errorf("TOLLGATE_DNS_RESOLVER: %q is not host:port (like 127.0.0.1:53)", c.DNSResolver)
+		}
+	}
+	if v := getenv("TOLLGATE_EDGE_CACHE_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("TOLLGATE_EDGE_CACHE_BYTES: %q is not a byte count (0 turns the response cache off)", v)
+		}
+		c.EdgeCacheBytes = n
+	}
+	return nil
+}
+
+// redactURL drops a URL's password, for error messages.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil {
+		return u.Redacted()
+	}
+	return "<unparsable>"
 }
 
 // UpstreamPolicy is the operator's upstream rules derived from the config: the allowed

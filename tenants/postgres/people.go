@@ -15,11 +15,11 @@ import (
 // entries and go through no outbox. Membership and audit queries are always scoped by the
 // tenant id (and a session by its hash), so one tenant's people never show in another's.
 
-const userColumns = `id::text, email, password_hash, platform_role, created_at`
+const userColumns = `id::text, email, password_hash, platform_role, email_verified_at IS NOT NULL, created_at`
 
 func scanUser(row pgx.Row) (*tenants.User, error) {
 	var u tenants.User
-	if err := row.Scan(&u.ID, &u.Email, &u.PasswordHash, &u.PlatformRole, &u.CreatedAt); err != nil {
+	if err := row.Scan(&u.ID, &u.Email, &u.PasswordHash, &u.PlatformRole, &u.EmailVerified, &u.CreatedAt); err != nil {
 		return nil, err
 	}
 	u.CreatedAt = utc(u.CreatedAt)
