@@ -5,14 +5,21 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net/netip"
 	"strings"
 	"time"
 )
 
-// Domain is a tenant's custom host name with the certificate the edge presents for it:
-// requests for Hostname reach the tenant as {slug}.{edge domain} does, on the plain and
-// the TLS listener, and a TLS handshake naming Hostname in SNI gets this certificate.
+// Domain is a tenant's custom host name with the certificate the edge presents for it.
+// Once verified, requests for Hostname reach the tenant as {slug}.{edge domain} does, on
+// the plain and the TLS listener, and a TLS handshake naming Hostname in SNI gets this
+// certificate. Until then it is a claim: the edges answer its name with 421.
+//
+// A claim is verified by a DNS TXT record only whoever controls the name's zone can
+// publish: Verification.RecordName holding Verification.Value, a random token of this
+// claim. Several tenants may claim one name (so a squatter cannot block its owner), each
+// with its own token; at most one claim per name is verified at a time.
 //
 // PrivateKeyPEM is write-only in the API. It travels in the domain's config entry (the
 // edges need it to terminate TLS), so anyone who can read the KV bucket can read it: the
@@ -24,10 +31,194 @@ type Domain struct {
 	CertificatePEM string `json:"certificate_pem"`
 	PrivateKeyPEM  string `json:"private_key_pem,omitempty"`
 	// NotAfter is when the certificate (the leaf) expires; read-only.
-	NotAfter  time.Time `json:"not_after"`
+	NotAfter time.Time `json:"not_after"`
+
+	// Status is DomainPending or DomainVerified; read-only. An entry without one (written
+	// before domains were verified) counts as pending.
+	Status string `json:"status"`
+	// Verification is the DNS record that proves the claim; read-only. The record must
+	// stay in place while the domain is used: verified domains are checked again.
+	Verification *DomainVerification `json:"verification,omitempty"`
+	// VerifiedAt is when the proof was first seen (since the domain last became
+	// verified); CheckedAt when it was last looked for; NextCheckAt when it will be
+	// looked for next (absent: no automatic check is scheduled). Read-only.
+	VerifiedAt  *time.Time `json:"verified_at,omitempty"`
+	CheckedAt   *time.Time `json:"checked_at,omitempty"`
+	NextCheckAt *time.Time `json:"next_check_at,omitempty"`
+	// LastError says why the last check did not see the proof; empty after one that did.
+	LastError string `json:"last_error,omitempty"`
+	// Failures counts the consecutive checks that did not see the proof, and
+	// PendingSince is when the domain last became pending: the schedule's inputs, kept
+	// by the store, not shown.
+	Failures     int       `json:"-"`
+	PendingSince time.Time `json:"-"`
+
 	Version   int64     `json:"version"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Domain statuses.
+const (
+	DomainPending  = "pending"
+	DomainVerified = "verified"
+)
+
+// DomainChallengePrefix is the label under which a claim's TXT record is looked for:
+// the record of api.acme.com is _tollgate-challenge.api.acme.com.
+const DomainChallengePrefix = "_tollgate-challenge."
+
+// DomainVerification is the DNS record that proves a claim.
+type DomainVerification struct {
+	// RecordName is the name to publish the record at: DomainChallengePrefix + hostname.
+	RecordName string `json:"record_name"`
+	// RecordType is always TXT.
+	RecordType string `json:"record_type"`
+	// Value is the claim's token: the TXT record's whole text.
+	Value string `json:"value"`
+}
+
+// NewDomainVerification is the record that proves a claim of hostname with token.
+func NewDomainVerification(hostname, token string) *DomainVerification {
+	return &DomainVerification{RecordName: DomainChallengePrefix + hostname, RecordType: "TXT", Value: token}
+}
+
+// Verified reports whether the edges may serve the domain.
+func (d *Domain) Verified() bool { return d.Status == DomainVerified }
+
+// ProofOutcome is what one look for a claim's TXT record found.
+type ProofOutcome int
+
+const (
+	// ProofFound: a TXT record at the challenge name holds the claim's token.
+	ProofFound ProofOutcome = iota + 1
+	// ProofMissing: the resolver answered that the challenge name has no TXT record.
+	ProofMissing
+	// ProofMismatch: TXT records exist there, none holds the claim's token.
+	ProofMismatch
+	// ProofTaken: the proof is there, but another tenant's claim of the name is verified.
+	ProofTaken
+	// ProofUnresolved: no answer (timeout, SERVFAIL, the resolver unreachable). It says
+	// nothing about the claim, so it never counts against a verified domain.
+	ProofUnresolved
+)
+
+// Proof is the outcome of one check of a claim, with the reason shown to the tenant
+// when it did not find the proof.
+type Proof struct {
+	Outcome ProofOutcome
+	Reason  string
+}
+
+// DomainSchedule is when claims are checked. A zero field takes its default (see
+// WithDefaults); tests shorten them.
+type DomainSchedule struct {
+	// PendingMin is how long after a claim its first automatic check runs, and the first
+	// wait between failed checks of a pending domain; the wait doubles after each failure
+	// up to PendingMax. Defaults: 10s and 10m.
+	PendingMin time.Duration
+	PendingMax time.Duration
+	// GiveUp is how long a domain stays pending before automatic checks stop (a verify
+	// call starts them again). Default: 7 days.
+	GiveUp time.Duration
+	// Recheck is how often a verified domain's proof is checked again. Default: 1h.
+	Recheck time.Duration
+	// Failures is how many consecutive re-checks of a verified domain must miss its
+	// proof (no record, or not its token) before it goes back to pending. One miss can
+	// be a zone edit in flight or a lagging name server; three in a row, an hour apart,
+	// is a record that is gone. Unresolved checks do not count. Default: 3.
+	Failures int
+}
+
+// Defaults of DomainSchedule.
+const (
+	DefaultDomainPendingMin = 10 * time.Second
+	DefaultDomainPendingMax = 10 * time.Minute
+	DefaultDomainGiveUp     = 7 * 24 * time.Hour
+	DefaultDomainRecheck    = time.Hour
+	DefaultDomainFailures   = 3
+)
+
+// WithDefaults fills in the zero fields.
+func (s DomainSchedule) WithDefaults() DomainSchedule {
+	if s.PendingMin <= 0 {
+		s.PendingMin = DefaultDomainPendingMin
+	}
+	if s.PendingMax <= 0 {
+		s.PendingMax = DefaultDomainPendingMax
+	}
+	s.PendingMax = max(s.PendingMax, s.PendingMin)
+	if s.GiveUp <= 0 {
+		s.GiveUp = DefaultDomainGiveUp
+	}
+	if s.Recheck <= 0 {
+		s.Recheck = DefaultDomainRecheck
+	}
+	if s.Failures <= 0 {
+		s.Failures = DefaultDomainFailures
+	}
+	return s
+}
+
+// backoff is the wait after the n-th consecutive failed check of a pending domain.
+func (s DomainSchedule) backoff(n int) time.Duration {
+	d := s.PendingMin
+	for i := 1; i < n && d < s.PendingMax; i++ {
+		d *= 2
+	}
+	return min(d, s.PendingMax)
+}
+
+// ApplyProof records a check of the domain made at now, moves it between pending and
+// verified by the rules of s (see DomainSchedule) and schedules its next automatic
+// check. manual marks a check the tenant asked for: on a pending domain it starts the
+// backoff and the give-up window afresh, since the tenant says the record is there now.
+// It reports whether the status changed (which the edges must learn).
+func (d *Domain) ApplyProof(p Proof, now time.Time, s DomainSchedule, manual bool) (changed bool) {
+	s = s.WithDefaults()
+	now = now.UTC()
+	checked := now
+	d.CheckedAt = &checked
+	if d.Status != DomainVerified {
+		d.Status = DomainPending
+		if manual || d.PendingSince.IsZero() {
+			d.PendingSince, d.Failures = now, 0
+		}
+	}
+	next := func(after time.Duration) {
+		t := now.Add(after)
+		d.NextCheckAt = &t
+	}
+	if p.Outcome == ProofFound {
+		changed = d.Status != DomainVerified
+		if changed {
+			d.Status, d.VerifiedAt = DomainVerified, &checked
+		}
+		d.Failures, d.LastError = 0, ""
+		next(s.Recheck)
+		return changed
+	}
+	d.LastError = p.Reason
+	if d.Status == DomainVerified {
+		if p.Outcome != ProofUnresolved {
+			d.Failures++
+		}
+		if d.Failures < s.Failures {
+			next(s.Recheck)
+			return false
+		}
+		d.Status, d.VerifiedAt, d.PendingSince, d.Failures = DomainPending, nil, now, 0
+		d.LastError = fmt.Sprintf("%s (%d checks in a row): the domain is pending again and the edges no longer serve it", p.Reason, s.Failures)
+		changed = true
+	}
+	d.Failures++
+	if now.Sub(d.PendingSince) >= s.GiveUp {
+		d.NextCheckAt = nil
+		d.LastError += fmt.Sprintf("; automatic checks stopped after %s pending: POST .../verify to check again", s.GiveUp)
+		return changed
+	}
+	next(s.backoff(d.Failures))
+	return changed
 }
 
 // MaxDomainPEMBytes bounds each PEM field of a domain (a chain of a few certificates).
@@ -111,17 +302,37 @@ func (d *Domain) KeyPair() (*tls.Certificate, error) {
 
 // DomainService manages tenants' custom domains.
 type DomainService interface {
-	// CreateDomain stores a validated domain (see Domain.Validate) with a new id.
-	// EValidation (also past MaxDomainsPerTenant), EConflict (the host name belongs to a
-	// tenant already, this one or another), ENotFound (tenant).
+	// CreateDomain stores a validated domain (see Domain.Validate) with a new id, as a
+	// pending claim with a new token; its first automatic check is at d.NextCheckAt
+	// (nil: at once). EValidation (also past MaxDomainsPerTenant), EConflict (the tenant
+	// has the host name already, or another tenant's claim of it is verified),
+	// ENotFound (tenant).
 	CreateDomain(ctx context.Context, d *Domain) error
 	// FindDomain and ListDomains return domains with their private keys; the api keeps
 	// the keys from clients. ENotFound.
 	FindDomain(ctx context.Context, tenantID, id string) (*Domain, error)
 	ListDomains(ctx context.Context, tenantID string, p Page) ([]*Domain, string, error)
 	// UpdateDomain replaces the domain (host name, certificate and key: a renewal) when
-	// d.Version is current. ENotFound, EVersionConflict, EConflict, EValidation.
+	// d.Version is current. A renewal keeps the status; a new host name is a new claim
+	// (pending, a new token, first check at d.NextCheckAt). ENotFound,
+	// EVersionConflict, EConflict, EValidation.
 	UpdateDomain(ctx context.Context, d *Domain) error
 	// DeleteDomain: ENotFound.
 	DeleteDomain(ctx context.Context, tenantID, id string) error
+
+	// DueDomains leases up to n domains whose automatic check is due at now: their next
+	// check moves to now+lease, so no other caller gets them meanwhile, and a caller
+	// that dies leaves them due again when the lease ends.
+	DueDomains(ctx context.Context, now time.Time, lease time.Duration, n int) ([]*Domain, error)
+	// RecordProof records a check of the domain's claim made with token (see
+	// Domain.ApplyProof) and returns the domain as stored. A check made with another
+	// token than the claim's (the host name changed meanwhile) records nothing. A status
+	// change is published to the edges. ENotFound; EConflict when the proof is there
+	// but another tenant's claim of the name is verified (the check is recorded).
+	RecordProof(ctx context.Context, tenantID, id, token string, p Proof, now time.Time, s DomainSchedule, manual bool) (*Domain, error)
+}
+
+// ProofChecker looks for the TXT record that proves a claim of hostname with token.
+type ProofChecker interface {
+	CheckProof(ctx context.Context, hostname, token string) Proof
 }
