@@ -48,7 +48,7 @@ type Config struct {
 	// Domain is the edge domain: tenant "demo" is served on demo.{Domain}. Required.
 	Domain string
 	// Policy is checked on every address the edge connects to (UpstreamPolicy.CheckAddr).
-	// Default: the zero policy, which refuses loopback, private and link-local addresses.
+	// Default: the zero policy, which refuses every address that is not globally reachable.
 	Policy *tenants.UpstreamPolicy
 	// TrustedProxies are the peers whose X-Forwarded-* headers the edge keeps (appending
 	// to X-Forwarded-For). Default: none, every client's X-Forwarded-* is replaced.

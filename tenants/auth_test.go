@@ -56,7 +56,12 @@ func TestIssuerJWKSHost(t *testing.T) {
 		{"https://[::1]:8443/jwks", false, false}, // ::1 is not in 127.0.0.0/8
 		{"https://127.0.0.1:8443/jwks", false, true},
 		{"https://localhost:8443/jwks", false, true},
-		{"https://acme.edge.example/jwks", true, false}, // the gateway's own edge
+		{"https://acme.edge.example/jwks", true, false},      // the gateway's own edge
+		{"https://100.64.0.7/jwks", false, false},            // shared address space
+		{"https://[64:ff9b::7f00:1]:8443/jwks", false, true}, // NAT64 of 127.0.0.1: dev allows 127/8
+		{"https://[64:ff9b::808:808]/jwks", true, true},      // NAT64 of a public address
+		{"https://[2001:db8::1]/jwks", false, false},         // documentation
+		{"https://192.0.0.9/jwks", true, true},               // globally reachable inside 192.0.0.0/24
 	} {
 		is := &tenants.Issuer{JWKSURL: c.url}
 		if err := is.CheckJWKSHost(strict); (err == nil) != c.strict {

@@ -33,7 +33,8 @@ func FuzzRouteValidate(f *testing.F) {
 }
 
 func FuzzSlugAndPath(f *testing.F) {
-	for _, s := range []string{"acme", "-x", "/a/b", "=/a", "/a/../b", "/%41"} {
+	for _, s := range []string{"acme", "-x", "/a/b", "=/a", "/a/../b", "/%41",
+		"http://[64:ff9b::a00:1]/", "http://[2002:7f00:1::1]:8080", "http://[fe80::1%25eth0]/", "http://198.18.0.1", "https://[::ffff:0:7f00:1]"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

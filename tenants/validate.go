@@ -12,7 +12,7 @@ import (
 )
 
 // UpstreamPolicy is the operator's say on where upstreams may point. The zero value
-// refuses loopback, link-local, private and unspecified addresses.
+// refuses every address that is not globally reachable (specialRanges).
 type UpstreamPolicy struct {
 	// AllowCIDRs re-admits ranges that are refused by default (TOLLGATE_UPSTREAM_ALLOW_CIDRS).
 	AllowCIDRs []netip.Prefix
@@ -57,35 +57,53 @@ func (p *UpstreamPolicy) allowed(a netip.Addr) bool {
 	return false
 }
 
-// linkLocal covers 169.254.0.0/16 (cloud metadata lives there) and fe80::/10.
-func restrictedKind(a netip.Addr) string {
-	switch {
-	case a.IsLoopback():
-		return "loopback"
-	case a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast():
-		return "link-local"
-	case a.IsPrivate():
-		return "private"
-	case a.IsUnspecified():
-		return "unspecified"
-	case a.IsMulticast():
-		return "multicast"
-	}
-	return ""
-}
-
 // CheckAddr says why the edge must not connect to a, or nil. The edge calls it at dial
-// time on every resolved address, so a name that resolves somewhere refused is refused too.
+// time on every resolved address, so a name that resolves somewhere refused is refused
+// too. An address is judged by the most specific entry of specialRanges containing it;
+// an IPv6 form that embeds an IPv4 address (mapped, NAT64, 6to4, an ISATAP interface
+// id…) is judged by that IPv4 address. AllowCIDRs re-admits a refused address it names
+// (or whose embedded IPv4 address it names), never an unspecified, broadcast or
+// multicast one. It allocates nothing for an address it allows.
 func (p *UpstreamPolicy) CheckAddr(a netip.Addr, port int) error {
-	a = a.Unmap()
-	if kind := restrictedKind(a); kind != "" {
-		if kind == "multicast" || !p.allowed(a) {
-			return fmt.Errorf("%s is a %s address, which upstreams may not use unless the operator allows it (TOLLGATE_UPSTREAM_ALLOW_CIDRS)", a, kind)
-		}
-		for _, gp := range p.GatewayPorts {
-			if port == gp {
-				return fmt.Errorf("%s:%d is one of the gateway's own ports", a, port)
+	if !a.IsValid() {
+		return fmt.Errorf("is not an IP address")
+	}
+	// A zone only picks the interface; netip.Prefix.Contains would match nothing.
+	a = a.WithZone("")
+	r := specialRangeOf(a)
+	if r == nil {
+		return nil
+	}
+	switch r.kind {
+	case rangeGlobal:
+		if a.Is6() {
+			if e, ok := isatapIPv4(a); ok {
+				if er := refusedIPv4(e); er != nil && (er.kind == rangeNever || !p.allowed(a) && !p.allowed(e)) {
+					return fmt.Errorf("%s has an ISATAP interface id (RFC 5214) that embeds %s: %w", a, e, er.refusal(e))
+				}
 			}
+		}
+		return nil
+	case rangeEmbeds:
+		e := embeddedIPv4(a, r.embedAt)
+		er := refusedIPv4(e)
+		if er == nil {
+			return nil
+		}
+		if er.kind == rangeNever || !p.allowed(a) && !p.allowed(e) {
+			return fmt.Errorf("%s is %s (%s) and embeds %s: %w", a, r.name, r.rfc, e, er.refusal(e))
+		}
+	case rangeNever:
+		return r.refusal(a)
+	default:
+		if !p.allowed(a) {
+			return r.refusal(a)
+		}
+	}
+	// Re-admitted by the operator: a local address may still be the gateway itself.
+	for _, gp := range p.GatewayPorts {
+		if port == gp {
+			return fmt.Errorf("%s:%d is one of the gateway's own ports", a, port)
 		}
 	}
 	return nil

@@ -75,6 +75,16 @@ func TestRouteValidateRejects(t *testing.T) {
 		{"metadata", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://169.254.169.254/" }, "upstream.targets[0].url", "link-local"},
 		{"private", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://10.0.0.1/" }, "upstream.targets[0].url", "private"},
 		{"unspecified", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://0.0.0.0/" }, "upstream.targets[0].url", "unspecified"},
+		{"benchmarking", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://198.18.0.1/" }, "upstream.targets[0].url", "198.18.0.1 is in 198.18.0.0/15, benchmarking (RFC 2544), which upstreams may not use"},
+		{"shared", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://100.64.0.1/" }, "upstream.targets[0].url", "shared address space"},
+		{"nat64 loopback", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[64:ff9b::a9fe:a9fe]/" }, "upstream.targets[0].url", "link-local"},
+		{"6to4 loopback", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[2002:7f00:1::1]/" }, "upstream.targets[0].url", "loopback"},
+		{"unique local", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[fd00::1]/" }, "upstream.targets[0].url", "unique-local"},
+		{"documentation v6", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[3fff::1]/" }, "upstream.targets[0].url", "documentation (RFC 9637)"},
+		{"broadcast", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://255.255.255.255/" }, "upstream.targets[0].url", "limited broadcast"},
+		{"canary target", strict, func(r *tenants.Route) {
+			r.Canary = &tenants.Canary{Weight: 5, Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "http://192.0.0.170/"}}}}
+		}, "canary.upstream.targets[0].url", "NAT64/DNS64 discovery"},
 		{"own port allowed range", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://127.0.0.1:8000" }, "upstream.targets[0].url", "gateway's own"},
 		{"own edge domain", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://x.tollgate.test:8000" }, "upstream.targets[0].url", "gateway's own edge"},
 		{"bad port", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://example.com:99999" }, "upstream.targets[0].url", "port"},

@@ -28,7 +28,7 @@ type JWKSConfig struct {
 	// CheckAddr vets every address a fetch would connect to; the edge passes its
 	// UpstreamPolicy.CheckAddr so a jwks_url can no more reach the metadata service or
 	// the private network than an upstream can. Default: the zero UpstreamPolicy, which
-	// refuses loopback, private and link-local addresses.
+	// refuses every address that is not globally reachable.
 	CheckAddr func(a netip.Addr, port int) error
 	// AllowHTTPLoopback admits http:// key set URLs on a loopback host, and loopback
 	// addresses, for tests against httptest servers. Default: false (https only).
