@@ -72,6 +72,13 @@ type Config struct {
 	// the edge domain, under which no custom domain may be. Default: none checked.
 	Domains    tenants.DomainService
 	EdgeDomain string
+	// Proofs looks for the DNS TXT record that proves a claim, for POST
+	// .../domains/{id}/verify (tenants/dnsproof in production). DomainChecks is when
+	// claims are checked (the automatic checks run beside the api with the same
+	// schedule); zero fields take tenants.DomainSchedule's defaults. Nil Proofs: domains
+	// stay pending and verify answers 404 not_found.
+	Proofs       tenants.ProofChecker
+	DomainChecks tenants.DomainSchedule
 
 	// Mailer sends invitation mail; PublicURL is the console's address in its links
 	// (scheme://host[:port]). Defaults: mail dropped, http:// and the request's host.

@@ -133,6 +133,9 @@ func (s *Server) audit(c *fiber.Ctx, ep *endpoint, r *request) {
 		return
 	}
 	verb := map[string]string{http.MethodPost: "create", http.MethodPut: "update", http.MethodPatch: "update", http.MethodDelete: "delete"}[ep.method]
+	if strings.HasSuffix(ep.path, "/verify") {
+		verb = "verify"
+	}
 	if verb == "" {
 		return
 	}
@@ -151,12 +154,7 @@ func (s *Server) audit(c *fiber.Ctx, ep *endpoint, r *request) {
 		var created struct {
 			ID     string `json:"id"`
 			UserID string `json:"user_id"` // a membership
-			Member *struct {
-				UserID string `json:"user_id"`
-			} `json:"member"`
-			Invite *struct {
-				Email string `json:"email"`
-			} `json:"invite"`
+			Email  string `json:"email"`   // an invite
 		}
 		if json.Unmarshal(c.Response().Body(), &created) == nil {
 			switch {
@@ -164,10 +162,8 @@ func (s *Server) audit(c *fiber.Ctx, ep *endpoint, r *request) {
 				object = created.ID
 			case created.UserID != "":
 				object = created.UserID
-			case created.Member != nil:
-				object = created.Member.UserID
-			case created.Invite != nil:
-				object = created.Invite.Email
+			case created.Email != "":
+				object = created.Email
 			}
 		}
 	}
@@ -213,50 +209,3 @@ func (s *Server) putPlatformRole(c *fiber.Ctx, r *request) error {
 	return reply(c, http.StatusOK, u, 0)
 }
 
-// memberBody is the body of POST /v1/tenants/{slug}/members.
-type memberBody struct {
-	Email string `json:"email" doc:"A user who has signed up."`
-	Role  string `json:"role" enum:"owner,admin,developer,viewer"`
-}
-
-func (s *Server) addMember(c *fiber.Ctx, r *request) error {
-	if s.cfg.People == nil {
-		return tenants.Errorf(tenants.ENotFound, "this server has no console users")
-	}
-	var b memberBody
-	if err := decodeBody(contentType(c), c.Body(), s.cfg.BodyLimit, &b, false); err != nil {
-		return err
-	}
-	if b.Role == tenants.RoleOwner && r.role != tenants.RoleOwner && !r.who.admin {
-		e := tenants.Errorf(tenants.EForbidden, "only an owner may make another owner")
-		e.Field = "role"
-		return e
-	}
-	if r.role != tenants.RoleOwner && !r.who.admin {
-		// Only an owner changes an owner's role, as only an owner makes one.
-		if u, err := s.cfg.People.FindUserByEmail(r.ctx, b.Email); err == nil {
-			if cur, err := s.cfg.People.FindMembership(r.ctx, r.tenant.ID, u.ID); err == nil && cur.Role == tenants.RoleOwner {
-				e := tenants.Errorf(tenants.EForbidden, "only an owner may change an owner's role")
-				e.Field = "role"
-				return e
-			}
-		}
-	}
-	m := &tenants.Membership{TenantID: r.tenant.ID, Email: b.Email, Role: b.Role}
-	if err := s.cfg.People.AddMember(r.ctx, m); err != nil {
-		return err
-	}
-	c.Location("/v1/tenants/" + r.tenant.Slug + "/members")
-	return reply(c, http.StatusCreated, m, 0)
-}
-
-func (s *Server) listMembers(c *fiber.Ctx, r *request) error {
-	if s.cfg.People == nil {
-		return replyList(c, []*tenants.Membership{}, "")
-	}
-	items, err := s.cfg.People.ListMembers(r.ctx, r.tenant.ID)
-	if err != nil {
-		return err
-	}
-	return replyList(c, items, "")
-}

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 
@@ -9,9 +11,11 @@ import (
 	"tollgate/tenants"
 )
 
-// Members and invites beyond adding a member (authz.go): the same changes the console's
-// members page makes, with the same rule that only an owner makes an owner or changes an
-// owner's membership, and the store's rule that a tenant keeps at least one owner.
+// Members and invitations: the same changes the console's members page makes. Nobody is
+// put in a tenant by someone else: an owner or admin invites an address, the link is
+// mailed to it, and only a signed-in user who proved that address accepts. Roles change
+// under the rule that only an owner makes an owner or touches an owner's membership, and
+// the store's rule that a tenant keeps at least one owner.
 
 // memberRoleBody is the body of PUT /v1/tenants/{slug}/members/{id}.
 type memberRoleBody struct {
@@ -20,14 +24,13 @@ type memberRoleBody struct {
 
 // inviteBody is the body of POST /v1/tenants/{slug}/invites.
 type inviteBody struct {
-	Email string `json:"email" required:"true" doc:"Anyone's email: a user who has signed up gets the role at once, another email when it signs up."`
+	Email string `json:"email" required:"true" doc:"The address to invite. It is mailed a link; the answer is the same whether or not it has an account."`
 	Role  string `json:"role" required:"true" enum:"owner,admin,developer,viewer"`
 }
 
-// inviteResult is what an invite did: exactly one of the two is set.
-type inviteResult struct {
-	Member *tenants.Membership `json:"member,omitempty" doc:"The email has an account: it is a member now."`
-	Invite *tenants.Invite     `json:"invite,omitempty" doc:"The email has no account yet: the invite waits for it to sign up."`
+// inviteTokenBody is the body of POST /v1/invites/accept and /v1/invites/decline.
+type inviteTokenBody struct {
+	Token string `json:"token" required:"true" doc:"The token of the invitation link (its token query parameter)."`
 }
 
 func (s *Server) people() (tenants.PeopleService, error) {
@@ -50,6 +53,17 @@ func (s *Server) ownerGuard(r *request, p tenants.PeopleService, userID, newRole
 		return e
 	}
 	return nil
+}
+
+func (s *Server) listMembers(c *fiber.Ctx, r *request) error {
+	if s.cfg.People == nil {
+		return replyList(c, []*tenants.Membership{}, "")
+	}
+	items, err := s.cfg.People.ListMembers(r.ctx, r.tenant.ID)
+	if err != nil {
+		return err
+	}
+	return replyList(c, items, "")
 }
 
 func (s *Server) putMember(c *fiber.Ctx, r *request) error {
@@ -114,25 +128,43 @@ func (s *Server) createInvite(c *fiber.Ctx, r *request) error {
 		return err
 	}
 	if b.Role == tenants.RoleOwner && r.role != tenants.RoleOwner && !r.who.admin {
-		e := tenants.Errorf(tenants.EForbidden, "only an owner may make another owner")
+		e := tenants.Errorf(tenants.EForbidden, "only an owner may invite an owner")
 		e.Field = "role"
 		return e
 	}
-	if u, err := p.FindUserByEmail(r.ctx, b.Email); err == nil {
-		if err := s.ownerGuard(r, p, u.ID, b.Role); err != nil && tenants.ErrorCode(err) != tenants.ENotFound {
-			return err
-		}
-	}
 	inv := &tenants.Invite{TenantID: r.tenant.ID, Email: b.Email, Role: b.Role, InvitedBy: r.who.actor()}
-	m, err := p.Invite(r.ctx, inv)
+	token, err := p.Invite(r.ctx, inv)
 	if err != nil {
 		return err
 	}
-	c.Location("/v1/tenants/" + r.tenant.Slug + "/invites")
-	if m != nil {
-		return reply(c, http.StatusCreated, inviteResult{Member: m}, 0)
+	if err := s.mailInvite(c, r, inv, token); err != nil {
+		return err
 	}
-	return reply(c, http.StatusCreated, inviteResult{Invite: inv}, 0)
+	c.Location("/v1/tenants/" + r.tenant.Slug + "/invites/" + url.PathEscape(inv.Email))
+	return reply(c, http.StatusCreated, inv, 0)
+}
+
+// mailInvite sends the invitation's link. A mail that cannot be handed to the mail server
+// withdraws the invite, so no invite is left pending whose link nobody has.
+func (s *Server) mailInvite(c *fiber.Ctx, r *request, inv *tenants.Invite, token string) error {
+	if s.cfg.Mailer == nil {
+		return nil
+	}
+	base := s.cfg.PublicURL
+	if base == "" {
+		base = "http://" + c.Hostname()
+	}
+	m := tenants.InvitationMail(inv, r.tenant.Slug, r.tenant.Name, base, token)
+	if err := s.cfg.Mailer.Send(r.ctx, m); err != nil {
+		// A fresh context: the request's may be what ran out.
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
+		defer cancel()
+		if derr := s.cfg.People.DeleteInvite(ctx, inv.TenantID, inv.Email); derr != nil && tenants.ErrorCode(derr) != tenants.ENotFound {
+			s.log.Error("api: withdraw an unsent invite", "request_id", requestID(c), "err", derr)
+		}
+		return fmt.Errorf("mail the invitation: %w", err)
+	}
+	return nil
 }
 
 func (s *Server) deleteInvite(c *fiber.Ctx, r *request) error {
@@ -148,4 +180,75 @@ func (s *Server) deleteInvite(c *fiber.Ctx, r *request) error {
 		return err
 	}
 	return noContent(c)
+}
+
+// invitee is the signed-in person who may answer an invitation: a token (automation) or the
+// admin token never may, since an invitation is a person's consent.
+func (s *Server) invitee(r *request) (tenants.PeopleService, error) {
+	p, err := s.people()
+	if err != nil {
+		return nil, err
+	}
+	if r.who.user == nil {
+		return nil, tenants.Errorf(tenants.EForbidden, "only a signed-in person answers an invitation: send the console's session cookie (and X-CSRF-Token), not a token")
+	}
+	return p, nil
+}
+
+func (s *Server) inviteToken(c *fiber.Ctx) (inviteTokenBody, error) {
+	var b inviteTokenBody
+	if err := decodeBody(contentType(c), c.Body(), s.cfg.BodyLimit, &b, false); err != nil {
+		return b, err
+	}
+	if b.Token == "" {
+		return b, tenants.Invalid("token", "is required: the token parameter of the invitation link")
+	}
+	return b, nil
+}
+
+func (s *Server) acceptInvite(c *fiber.Ctx, r *request) error {
+	p, err := s.invitee(r)
+	if err != nil {
+		return err
+	}
+	b, err := s.inviteToken(c)
+	if err != nil {
+		return err
+	}
+	m, err := p.AcceptInvite(r.ctx, b.Token, r.who.user.ID)
+	if err != nil {
+		return err
+	}
+	s.recordInvitee(c, r, m.TenantID, "invites.accept", m.Email)
+	s.recordInvitee(c, r, m.TenantID, "members.create", m.UserID)
+	return reply(c, http.StatusOK, m, 0)
+}
+
+func (s *Server) declineInvite(c *fiber.Ctx, r *request) error {
+	p, err := s.invitee(r)
+	if err != nil {
+		return err
+	}
+	b, err := s.inviteToken(c)
+	if err != nil {
+		return err
+	}
+	o, err := p.DeclineInvite(r.ctx, b.Token, r.who.user.ID)
+	if err != nil {
+		return err
+	}
+	s.recordInvitee(c, r, o.TenantID, "invites.decline", o.Email)
+	return noContent(c)
+}
+
+// recordInvitee writes an audit entry of the tenant an invitation was to: these endpoints
+// are not scoped to a tenant, so the generic audit does not see them.
+func (s *Server) recordInvitee(c *fiber.Ctx, r *request, tenantID, action, object string) {
+	if s.cfg.Audit == nil {
+		return
+	}
+	e := &tenants.AuditEntry{TenantID: tenantID, Actor: r.who.actor(), Action: action, Object: object}
+	if err := s.cfg.Audit.RecordAudit(r.ctx, e); err != nil {
+		s.log.Error("api: audit", "request_id", requestID(c), "action", action, "err", err)
+	}
 }

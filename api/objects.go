@@ -259,14 +259,14 @@ func (s *Server) domains() *collection[tenants.Domain] {
 			d, err := domainOf(&b.domainBody)
 			return d, b.Version, err
 		},
-		create: func(ctx context.Context, d *tenants.Domain) error { return s.cfg.Domains.CreateDomain(ctx, d) },
+		create: s.createDomain,
 		list: func(ctx context.Context, tenantID string, p tenants.Page) ([]*tenants.Domain, string, error) {
 			return s.cfg.Domains.ListDomains(ctx, tenantID, p)
 		},
 		find: func(ctx context.Context, tenantID, id string) (*tenants.Domain, error) {
 			return s.cfg.Domains.FindDomain(ctx, tenantID, id)
 		},
-		update: func(ctx context.Context, d *tenants.Domain) error { return s.cfg.Domains.UpdateDomain(ctx, d) },
+		update: s.updateDomain,
 		delete: func(ctx context.Context, tenantID, id string) error {
 			return s.cfg.Domains.DeleteDomain(ctx, tenantID, id)
 		},

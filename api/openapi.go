@@ -37,6 +37,7 @@ var schemaNames = map[reflect.Type]string{
 	reflect.TypeFor[tokenBody]():        "TokenCreate",
 	reflect.TypeFor[keyBody]():          "KeyCreate",
 	reflect.TypeFor[createdKey]():       "CreatedKey",
+	reflect.TypeFor[domainVerifyBody](): "DomainVerify",
 	reflect.TypeFor[createdToken]():     "CreatedToken",
 	reflect.TypeFor[jwtIssuerBody]():    "JWTIssuerCreate",
 	reflect.TypeFor[jwtIssuerUpdate]():  "JWTIssuerUpdate",
@@ -71,6 +72,11 @@ var outputFields = map[string]obj{
 	"Tenant.limits":        {"description": "The platform plan the tenant is on, with its limits (read-only: change the tenant's plan, or the plan)."},
 	"PlatformPlan.version": {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
 }
+	"Domain.version":       {"description": "Bumped by every change, including a change of status; the ETag. Send it back in If-Match."},
+	"Domain.status":        {"enum": []string{tenants.DomainPending, tenants.DomainVerified}, "description": "pending until the DNS TXT record of verification is seen; the edges serve only verified domains."},
+	"Domain.verification":  {"description": "The DNS record that proves the claim. Keep it published: verified domains are checked again hourly, and go back to pending after 3 checks in a row miss it."},
+	"Domain.last_error":    {"description": "Why the last check did not see the proof; absent after one that did."},
+	"Domain.next_check_at": {"description": "When the next automatic check runs; absent when none is scheduled (pending for 7 days: POST .../verify)."},
 
 // schemas builds component schemas by reflection.
 type schemas struct {
@@ -231,10 +237,11 @@ func (ep *endpoint) errorStatuses() []int {
 	if ep.access != public {
 		set[400], set[401] = true, true
 	}
-	if ep.access == adminOnly || ep.path == "/v1/tenants/:slug" && ep.method != http.MethodGet || ep.path == "/v1/billing/export" {
+	invitee := strings.HasPrefix(ep.path, "/v1/invites/") // a person's answer to an invitation
+	if ep.access == adminOnly || ep.path == "/v1/tenants/:slug" && ep.method != http.MethodGet || ep.path == "/v1/billing/export" || invitee {
 		set[403] = true
 	}
-	if ep.access == tenantScoped || strings.HasSuffix(ep.path, "/platform/plans/:name") {
+	if ep.access == tenantScoped || strings.HasSuffix(ep.path, "/platform/plans/:name") || invitee {
 		set[404] = true
 	}
 	if ep.body != nil {
@@ -246,7 +253,7 @@ func (ep *endpoint) errorStatuses() []int {
 	if ep.ifMatch {
 		set[409] = true
 	}
-	if ep.method == http.MethodDelete && strings.HasSuffix(ep.path, "/plans/:id") {
+	if ep.method == http.MethodDelete && strings.HasSuffix(ep.path, "/plans/:id") || strings.HasSuffix(ep.path, "/domains/:id/verify") {
 		set[409] = true
 	}
 	if ep.path == "/readyz" {

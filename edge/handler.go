@@ -49,6 +49,8 @@ type exchange struct {
 	checks  [limit.MaxChecks]limit.Check // the request's limits (flow.go)
 	nchecks int
 	ipKey   [16]byte
+
+	in countingReader // the request body bytes read, when metered (metering.go)
 }
 
 var exchangePool = sync.Pool{New: func() any {
@@ -64,6 +66,7 @@ func (x *exchange) reset() {
 		x.body = nil // do not keep a large chunked body alive in the pool
 	}
 	x.stripLen = 0
+	x.in = countingReader{}
 	x.hs = headerScan{}
 	clear(x.checks[:x.nchecks]) // do not keep old snapshots' policies alive in the pool
 	x.nchecks = 0
@@ -150,6 +153,10 @@ func (e *Edge) handle(x *exchange) {
 	}
 	if snap == nil {
 		x.rm = e.labels.noTenant
+		if slot == pendingDomain {
+			x.fail(replyUnverified)
+			return
+		}
 		x.fail(replyTenantNotFound)
 		return
 	}
@@ -167,6 +174,9 @@ func (e *Edge) handle(x *exchange) {
 		return
 	}
 	x.route, x.rm, x.stripLen = rt, rt.metrics, n
+	if rt.meter != nil {
+		x.meterRequestBody()
+	}
 	rt.serve(x)
 }
 

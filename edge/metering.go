@@ -1,17 +1,20 @@
 package edge
 
 import (
+	"io"
+	"time"
+
 	"tollgate/edge/meter"
 )
 
-// Metering (issue 6). Every request of a known tenant is counted once, in finish, by
-// Config.Meter: by tenant, route (none for a request that matched no route), consumer,
-// UTC hour of arrival and status class, with the request and response body sizes. A
-// request whose Host names no tenant, and one answered before the config was loaded or
-// while draining, is not metered. Whether a request is billable is billing's rule
-// (billing.Billable), applied to what the edge reports here: the status, and whether the
-// upstream produced the response (x.reply == nil) or the edge answered itself (401, 403,
-// 404 route_not_found, 429, 502/504 of a failed upstream, ...).
+// Metering. Every request of a known tenant is counted once by Config.Meter: by tenant,
+// route (none for a request that matched no route), consumer, UTC hour of arrival and
+// status class, with the body bytes that went through. A request whose Host names no
+// tenant, and one answered before the config was loaded or while draining, is not
+// metered. Whether a request is billable is billing's rule (billing.Billable), applied
+// to what the edge reports here: the status, and whether the upstream produced the
+// response (x.reply == nil) or the edge answered itself (401, 403, 404 route_not_found,
+// 429, 502/504 of a failed upstream, ...).
 //
 // The handles are made when a snapshot is compiled (Snapshot.meter, route.meter,
 // Consumer.meter), so recording costs no lookup by string and allocates nothing.
@@ -21,6 +24,62 @@ import (
 // an entry per caller for the life of the process). The hook for the JWT wiring is
 // meterHandleFor: give the cached verified identity a meter.NewConsumer(tenant, id.ID)
 // and set Consumer.meter in setJWTCaller, and the fallback is never taken.
+//
+// # What the bytes are
+//
+// Body bytes only, never the request line, headers, chunk framing or trailers, and the
+// same rule on every path:
+//
+//   - bytes_in is the request body the edge read from the client to serve the request
+//     (to forward it, check its size or rewrite it). A body the edge refused or never
+//     needed (401 before it was read, 413 on a declared length) counts what was read
+//     of it, usually nothing; what fasthttp discards after the answer does not count.
+//     The request's body stream is wrapped in a counter (x.in) when the route is
+//     metered, so a streamed or chunked body counts the bytes that actually arrived.
+//   - bytes_out is the response body handed to the client's connection. A body the edge
+//     holds whole (an upstream answer of at most maxBufferedBody, the edge's own JSON
+//     error, a cache hit: only such answers are cached) is counted when the handler
+//     returns: fasthttp writes it in one piece right after. A streamed body (larger, or
+//     of unknown length) is counted by its stream (upstreamBody) as fasthttp relays it,
+//     and the request is recorded when the stream is closed: at its end, or where it
+//     was cut short (client gone, upstream reset), with what went through. A HEAD
+//     answer, 1xx, 204 and 304 count 0. (With Config.BufferResponses, a benchmarking
+//     switch, every upstream body is held whole and counted so.)
+//   - a WebSocket tunnel counts, after the 101, every byte it relays: client→upstream
+//     as bytes_in, upstream→client as bytes_out (frames with their headers: the edge
+//     does not parse frames). The upgrade is recorded as one request when it happens;
+//     the tunnel's bytes are recorded without a request (meter.Route.RecordBytes) every
+//     wsMeterInterval while it is open and when it closes, in the hour they went
+//     through.
+//
+// "Handed to the connection" is as close as a user-space proxy gets to the wire: a
+// client that disappears mid-body leaves what the kernel had accepted into its socket
+// buffers counted (and, for a streamed body, at most one copy buffer more: see
+// upstreamBody.Read).
+//
+// A record made after the handler returned (a streamed body, a tunnel) never touches
+// the RequestCtx, which fasthttp recycles: everything it needs is copied into a usage
+// when the handler returns.
+
+// usage is one request's meter record, copied out of the exchange.
+type usage struct {
+	route    *meter.Route
+	consumer *meter.Consumer
+	status   int
+	upstream bool
+	at       time.Time // the request's arrival: it decides the hour
+	in, out  int64
+}
+
+func (u *usage) record() {
+	u.route.Record(u.consumer, u.status, u.upstream, u.in, u.out, u.at)
+}
+
+// meteredBody is a response body stream that records the request's usage when it is
+// closed, with the body bytes it relayed as bytes_out.
+type meteredBody interface {
+	recordAtClose(u usage)
+}
 
 // meterRoute is the handle of a tenant's route ("" for requests that matched no route);
 // nil when metering is off.
@@ -53,7 +112,40 @@ func (e *Edge) meterHandleFor(s *Snapshot, c *Consumer) *meter.Consumer {
 	return e.cfg.Meter.Consumer(s.TenantID, c.ID) // a JWT caller: see above
 }
 
-// meterRecord counts a finished request of a known tenant.
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// meterRequestBody makes the request's body bytes countable before a metered route
+// reads them: a streamed body (fasthttp hands most bodies over as a stream, a prefetched
+// part and the rest on the wire) is read through x.in from now on; a body already in
+// memory was read whole. x.in lives in the exchange, so this allocates nothing; every
+// reader of the stream (the body limit, the request rewrite, the retry buffer and the
+// upstream exchange) runs before the handler returns.
+func (x *exchange) meterRequestBody() {
+	req := &x.ctx.Request
+	cl := req.Header.ContentLength()
+	if cl == 0 {
+		return
+	}
+	if s := x.ctx.RequestBodyStream(); s != nil {
+		x.in = countingReader{r: s}
+		req.SetBodyStream(&x.in, cl)
+		return
+	}
+	x.in.n = int64(len(req.Body()))
+}
+
+// meterRecord counts a finished request of a known tenant, now or, for a body that is
+// still to stream, when its stream closes.
 func (e *Edge) meterRecord(x *exchange, status int) {
 	s := x.snap
 	mr := s.meter
@@ -63,20 +155,21 @@ func (e *Edge) meterRecord(x *exchange, status int) {
 	if mr == nil {
 		return
 	}
-	req, resp := &x.ctx.Request, &x.ctx.Response
-	in := req.Header.ContentLength() // a chunked body read by bodyLimitStep has one by now
-	if in < 0 {
-		in = 0
-		if !req.IsBodyStream() {
-			in = len(req.Body())
+	u := usage{route: mr, consumer: e.meterHandleFor(s, x.consumer), status: status, upstream: x.reply == nil,
+		at: x.ctx.Time(), in: x.in.n}
+	resp := &x.ctx.Response
+	switch {
+	case x.ctx.IsHead() || resp.SkipBody || noBody(status):
+	case resp.IsBodyStream():
+		if mb, ok := resp.BodyStream().(meteredBody); ok {
+			mb.recordAtClose(u)
+			return
 		}
+		// Every stream the edge sets is a meteredBody; a new kind that is not would be
+		// counted by its declared length here.
+		u.out = int64(max(resp.Header.ContentLength(), 0))
+	default:
+		u.out = int64(len(resp.Body()))
 	}
-	var out int
-	if resp.IsBodyStream() {
-		// Streamed to the client after this: its declared length, 0 when chunked.
-		out = max(resp.Header.ContentLength(), 0)
-	} else {
-		out = len(resp.Body())
-	}
-	mr.Record(e.meterHandleFor(s, x.consumer), status, x.reply == nil, int64(in), int64(out), x.ctx.Time())
+	u.record()
 }

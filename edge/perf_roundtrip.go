@@ -252,6 +252,9 @@ type upstreamBody[C any] struct {
 	close     bool  // the connection may not be reused after the body
 	closed    bool  // CloseWithError was called: the body is back in the pool
 	err       error // the error that stopped the body
+	sent      int64 // body bytes handed to the reader (fasthttp, writing them to the client)
+	use       usage // the request's meter record, made at close (metering.go)
+	metered   bool
 }
 
 var upstreamBodyPool sync.Pool
@@ -282,8 +285,14 @@ func (b *upstreamBody[C]) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF {
 		b.err = err
 	}
+	// Counted as relayed when read: fasthttp writes each piece it read before reading
+	// the next, so a client that leaves midway is charged at most the last piece (one
+	// copy buffer, 32 KiB at most) beyond what its connection took.
+	b.sent += int64(n)
 	return n, err
 }
+
+func (b *upstreamBody[C]) recordAtClose(u usage) { b.use, b.metered = u, true }
 
 func (b *upstreamBody[C]) read(p []byte) (int, error) {
 	switch {
@@ -352,6 +361,10 @@ func (b *upstreamBody[C]) read(p []byte) (int, error) {
 func (b *upstreamBody[C]) CloseWithError(err error) error {
 	if b.closed {
 		return nil
+	}
+	if b.metered {
+		b.use.out = b.sent
+		b.use.record()
 	}
 	hc, cc := b.hc, b.cc
 	hc.ReleaseReader(b.br)

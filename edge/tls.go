@@ -26,16 +26,24 @@ import (
 //
 // Custom domains route on the plain listener too: a Host that is not {slug}.{domain} is
 // looked up in the custom host map.
+//
+// Only verified domains route and have their certificate presented. A domain whose DNS
+// proof the api has not seen (status pending, or no status: an entry from before domains
+// were verified) maps to pendingDomain, a slot with no snapshot: its Host gets 421
+// misdirected_request instead of 404, and its SNI the wildcard certificate. The lookup is
+// the one every request already makes; pending names only change what a miss answers.
 
 // domainEntry is a custom domain as the edge holds it: parsed once, when its entry
-// arrives.
+// arrives. cert is nil while the domain is not verified.
 type domainEntry struct {
-	host string
-	cert *tls.Certificate
+	host     string
+	verified bool
+	cert     *tls.Certificate
 }
 
 // customHosts is what rebuildHosts publishes for custom domains: host name → tenant slot
-// (for routing) and → certificate (for the handshake).
+// (for routing; pendingDomain for a name only claimed) and → certificate (for the
+// handshake; verified domains only).
 type customHosts struct {
 	slots map[string]*tenantSlot
 	certs map[string]*tls.Certificate
@@ -43,22 +51,31 @@ type customHosts struct {
 
 var emptyCustomHosts = &customHosts{slots: map[string]*tenantSlot{}, certs: map[string]*tls.Certificate{}}
 
-// parseDomain checks a domain entry and parses its key pair.
+// pendingDomain is the slot of every custom host name that is claimed and not verified.
+// Its snapshot is always nil.
+var pendingDomain = &tenantSlot{}
+
+// parseDomain checks a domain entry and, for a verified domain, parses its key pair (a
+// pending one's is parsed when its verified entry comes).
 func parseDomain(d *tenants.Domain) (domainEntry, error) {
 	h := strings.TrimSuffix(strings.ToLower(d.Hostname), ".")
 	if h == "" {
 		return domainEntry{}, errors.New("domain entry has no hostname")
 	}
+	if !d.Verified() {
+		return domainEntry{host: h}, nil
+	}
 	c, err := d.KeyPair()
 	if err != nil {
 		return domainEntry{}, err
 	}
-	return domainEntry{host: h, cert: c}, nil
+	return domainEntry{host: h, verified: true, cert: c}, nil
 }
 
 // buildCustomHostsLocked collects the custom domains of published tenants (e.mu held).
-// Two tenants claiming one host name (only possible with inconsistent config) resolve to
-// the smaller tenant id, as slugs do.
+// A verified claim of a name wins over pending ones. Two tenants with verified claims of
+// one name (only possible with inconsistent config) resolve to the smaller tenant id, as
+// slugs do.
 func (e *Edge) buildCustomHostsLocked(published map[string]*tenantSlot) *customHosts {
 	ch := &customHosts{slots: map[string]*tenantSlot{}, certs: map[string]*tls.Certificate{}}
 	owner := map[string]string{}
@@ -67,8 +84,14 @@ func (e *Edge) buildCustomHostsLocked(published map[string]*tenantSlot) *customH
 			continue
 		}
 		for _, d := range ts.domains {
+			if !d.verified {
+				if _, ok := ch.slots[d.host]; !ok {
+					ch.slots[d.host] = pendingDomain
+				}
+				continue
+			}
 			if prev, ok := owner[d.host]; ok {
-				e.log.Warn("edge: two tenants claim one custom domain", "host", d.host, "tenants", []string{prev, id})
+				e.log.Warn("edge: two tenants have verified one custom domain", "host", d.host, "tenants", []string{prev, id})
 				if prev < id {
 					continue
 				}
@@ -188,3 +211,5 @@ func (e *Edge) ServeTLS(ln net.Listener) error {
 }
 
 var replyMisdirected = newReply(tenants.EMisdirected, "the TLS server name (SNI) names another API than the Host header; open a new connection for this host")
+
+var replyUnverified = newReply(tenants.EMisdirected, "this host name is a custom domain whose DNS proof (its _tollgate-challenge TXT record) is not verified; the edge serves it once it is")

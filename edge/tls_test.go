@@ -81,7 +81,7 @@ func TestTLSSNISelectsCertificate(t *testing.T) {
 	other := h.tenant("other")
 	h.route(other, "o", []string{"/hello"}, nil, "", up.URL)
 	leaf := h.ca.Issue(t, []string{"api.acme.example"}, time.Time{}, time.Time{})
-	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "api.acme.example", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: leaf.KeyPEM})
+	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "api.acme.example", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: leaf.KeyPEM, Status: tenants.DomainVerified})
 	h.e.Loaded()
 
 	// The custom domain: its own certificate, over TLS 1.3, routed to its tenant.
@@ -126,7 +126,7 @@ func TestTLSSNIHostMismatch(t *testing.T) {
 	other := h.tenant("other")
 	h.route(other, "o", []string{"/hello"}, nil, "", up.URL)
 	leaf := h.ca.Issue(t, []string{"api.acme.example"}, time.Time{}, time.Time{})
-	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "api.acme.example", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: leaf.KeyPEM})
+	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "api.acme.example", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: leaf.KeyPEM, Status: tenants.DomainVerified})
 	h.e.Loaded()
 
 	cases := []struct {
@@ -169,7 +169,7 @@ func TestTLSDomainHotSwap(t *testing.T) {
 		t.Fatal("handshake for a domain not uploaded yet verified")
 	}
 	first := h.ca.Issue(t, []string{"shop.acme.example"}, time.Time{}, time.Time{})
-	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "shop.acme.example", CertificatePEM: first.CertPEM, PrivateKeyPEM: first.KeyPEM})
+	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "shop.acme.example", CertificatePEM: first.CertPEM, PrivateKeyPEM: first.KeyPEM, Status: tenants.DomainVerified})
 	waitFor(t, 2*time.Second, func() string {
 		c, err := dial()
 		if err != nil {
@@ -183,7 +183,7 @@ func TestTLSDomainHotSwap(t *testing.T) {
 	})
 	// A renewed certificate replaces it without a restart.
 	second := h.ca.Issue(t, []string{"shop.acme.example", "www.shop.acme.example"}, time.Time{}, time.Time{})
-	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "shop.acme.example", CertificatePEM: second.CertPEM, PrivateKeyPEM: second.KeyPEM})
+	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "shop.acme.example", CertificatePEM: second.CertPEM, PrivateKeyPEM: second.KeyPEM, Status: tenants.DomainVerified})
 	waitFor(t, 2*time.Second, func() string {
 		c, err := dial()
 		if err != nil {
@@ -218,10 +218,109 @@ func TestTLSBadDomainEntryRejected(t *testing.T) {
 	h.e.Loaded()
 	leaf := h.ca.Issue(t, []string{"x.acme.example"}, time.Time{}, time.Time{})
 	other := h.ca.Issue(t, []string{"x.acme.example"}, time.Time{}, time.Time{})
-	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "x.acme.example", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: other.KeyPEM})
+	h.putDomain(&tenants.Domain{ID: "d1", TenantID: acme, Hostname: "x.acme.example", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: other.KeyPEM, Status: tenants.DomainVerified})
 	if n := h.metric("tollgate_edge_config_rejected_total", map[string]string{"kind": tenants.KindDomain}); n != 1 {
 		t.Errorf("rejected entries: %v, want 1", n)
 	}
+}
+
+// tlsGetAny is tlsGet without verifying the certificate, to see which one a handshake
+// for a name the edge holds no certificate of falls back to.
+func (h *tlsHarness) tlsGetAny(sni, host, target string) (result, *tls.ConnectionState) {
+	h.t.Helper()
+	c, err := tls.Dial("tcp", h.tls, &tls.Config{ServerName: sni, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		h.t.Fatalf("handshake with SNI %q: %v", sni, err)
+	}
+	defer c.Close()
+	st := c.ConnectionState()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", target, host)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		h.t.Fatalf("read response: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return result{status: resp.StatusCode, header: resp.Header, body: string(b)}, &st
+}
+
+// TestTLSPendingDomain: a custom domain whose DNS proof is not verified is not served:
+// its Host gets 421 misdirected_request (plain and TLS), its SNI the wildcard
+// certificate; verified, it is served with its own certificate; pending again, it is
+// refused again. Another tenant's pending claim of a verified name changes nothing.
+func TestTLSPendingDomain(t *testing.T) {
+	h := newTLSHarness(t)
+	up := newUpstream(t, "up")
+	acme := h.tenant("acme")
+	h.route(acme, "r", []string{"/hello"}, nil, "", up.URL)
+	squatter := h.tenant("squatter")
+	h.route(squatter, "s", []string{"/hello"}, nil, "", up.URL)
+	leaf := h.ca.Issue(t, []string{"api.acme.example"}, time.Time{}, time.Time{})
+	dom := func(status string) *tenants.Domain {
+		return &tenants.Domain{ID: "d1", TenantID: acme, Hostname: "api.acme.example", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: leaf.KeyPEM, Status: status}
+	}
+	h.putDomain(dom(tenants.DomainPending))
+	// An entry without a status (written before domains were verified) is pending too.
+	old := h.ca.Issue(t, []string{"old.acme.example"}, time.Time{}, time.Time{})
+	h.putDomain(&tenants.Domain{ID: "d2", TenantID: acme, Hostname: "old.acme.example", CertificatePEM: old.CertPEM, PrivateKeyPEM: old.KeyPEM})
+	h.e.Loaded()
+
+	refused := func(host string) string {
+		if r := h.get(host, "/hello"); r.status != 421 || r.errCode() != tenants.EMisdirected || !strings.Contains(r.body, "not verified") || !strings.Contains(r.body, `"request_id":"`) {
+			return fmt.Sprintf("plain Host %s: %v", host, r)
+		}
+		r, st := h.tlsGetAny(host, host, "/hello")
+		if names := st.PeerCertificates[0].DNSNames; len(names) != 1 || names[0] != "*."+domain {
+			return fmt.Sprintf("SNI %s got the certificate of %v, want the wildcard", host, names)
+		}
+		if r.status != 421 || r.errCode() != tenants.EMisdirected {
+			return fmt.Sprintf("TLS %s: %v", host, r)
+		}
+		return ""
+	}
+	served := func(host string) string {
+		r, st := h.tlsGetAny(host, host, "/hello")
+		if !st.PeerCertificates[0].Equal(leaf.Cert) {
+			return "not the domain's certificate"
+		}
+		if r.status != 200 {
+			return fmt.Sprintf("TLS %s: %v", host, r)
+		}
+		if r := h.get(host, "/hello"); r.status != 200 {
+			return fmt.Sprintf("plain Host %s: %v", host, r)
+		}
+		return ""
+	}
+	for _, host := range []string{"api.acme.example", "API.Acme.Example.:8000", "old.acme.example"} {
+		if msg := refused(host); msg != "" {
+			t.Error(msg)
+		}
+	}
+	// A pending name in SNI, the tenant's own name in Host: still refused.
+	if r, _ := h.tlsGetAny("api.acme.example", "acme."+domain, "/hello"); r.status != 421 || r.errCode() != tenants.EMisdirected {
+		t.Errorf("pending SNI, edge-domain Host: %v", r)
+	}
+	if r, _ := h.tlsGet("acme."+domain, "api.acme.example", "/hello"); r.status != 421 || r.errCode() != tenants.EMisdirected {
+		t.Errorf("edge-domain SNI, pending Host: %v", r)
+	}
+
+	h.putDomain(dom(tenants.DomainVerified))
+	waitFor(t, 2*time.Second, func() string { return served("api.acme.example") })
+	// Another tenant's pending claim of the name (allowed: claims do not block) does not
+	// take it, whichever entry comes last.
+	sq := h.ca.Issue(t, []string{"api.acme.example"}, time.Time{}, time.Time{})
+	h.putDomain(&tenants.Domain{ID: "s1", TenantID: squatter, Hostname: "api.acme.example", CertificatePEM: sq.CertPEM, PrivateKeyPEM: sq.KeyPEM, Status: tenants.DomainPending})
+	time.Sleep(100 * time.Millisecond)
+	if msg := served("api.acme.example"); msg != "" {
+		t.Errorf("after a squatter's pending claim: %s", msg)
+	}
+	if r := h.get("api.acme.example", "/hello"); r.status != 200 || r.echo == nil {
+		t.Errorf("after a squatter's pending claim: %v", r)
+	}
+
+	h.putDomain(dom(tenants.DomainPending))
+	waitFor(t, 2*time.Second, func() string { return refused("api.acme.example") })
 }
 
 // TestUpstreamTLSVerified: an https upstream whose certificate no trusted CA signed is

@@ -32,7 +32,8 @@ import (
 //
 // A request for a websocket route that is not an upgrade is proxied as usual. Limits
 // count the upgrade as one request; the concurrency cap does not hold for the tunnel's
-// lifetime.
+// lifetime. The meter counts the upgrade as one request too, and the bytes the tunnel
+// relays as they go (metering.go).
 
 var (
 	hdrUpgrade       = []byte("Upgrade")
@@ -169,8 +170,9 @@ func (e *Edge) wsStep(rt *route, next func(*exchange)) func(*exchange) {
 		ack = append(ack, ": "...)
 		ack = append(ack, x.reqID...)
 		ack = append(ack, "\r\n\r\n"...)
-		if n := br.Buffered(); n > 0 {
-			b, _ := br.Peek(n)
+		early := br.Buffered() // tunnel bytes the upstream sent right behind its 101
+		if early > 0 {
+			b, _ := br.Peek(early)
 			ack = append(ack, b...)
 		}
 		// Writes, deadlines and close go to the connection itself, not through fasthttp's
@@ -181,7 +183,10 @@ func (e *Edge) wsStep(rt *route, next func(*exchange)) func(*exchange) {
 		if cc, ok := direct.(*coalescingConn); ok {
 			direct = cc.TCPConn
 		}
-		ws := &wsConn{e: e, up: up, ack: ack, direct: direct}
+		ws := &wsConn{e: e, up: up, ack: ack, early: early, direct: direct}
+		if mr := rt.meter; mr != nil {
+			ws.use = usage{route: mr, consumer: e.meterHandleFor(x.snap, x.consumer), status: fasthttp.StatusSwitchingProtocols, upstream: true}
+		}
 		if !e.ws.add(ws) {
 			_ = up.Close()
 			x.fail(replyDraining)
@@ -198,11 +203,19 @@ type wsConn struct {
 	up     net.Conn
 	direct net.Conn // the client connection, for writes, deadlines and close
 	ack    []byte   // the 101 head and any bytes the upstream sent after it
+	early  int      // how many of ack's bytes are the upstream's, after the head
 
 	last      atomic.Int64 // unix nanos of the last byte relayed either way
 	wmu       sync.Mutex   // client writes
 	closed    bool         // under wmu
 	closeOnce sync.Once
+
+	// Metering (metering.go): the bytes relayed each way, and how many of them were
+	// recorded; use.route is nil when the route is not metered.
+	use           usage
+	in, out       atomic.Int64
+	mmu           sync.Mutex
+	recIn, recOut int64 // under mmu
 }
 
 var wsBufPool = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
@@ -210,11 +223,15 @@ var wsBufPool = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b 
 // run is the hijack handler: it owns the client connection until the tunnel ends.
 func (w *wsConn) run(client net.Conn) {
 	defer w.e.ws.done(w)
+	defer w.meterBytes() // before done: Shutdown waits for the tunnel's last record
 	w.wmu.Lock()
 	closed := w.closed
 	if !closed {
 		_, err := w.direct.Write(w.ack)
 		closed = err != nil
+		if !closed {
+			w.out.Add(int64(w.early))
+		}
 	}
 	w.ack = nil
 	w.wmu.Unlock()
@@ -240,7 +257,7 @@ func (w *wsConn) run(client net.Conn) {
 	upDone := make(chan struct{})
 	go func() {
 		defer close(upDone)
-		w.relay(w.up, func(b []byte) error {
+		w.relay(w.up, &w.out, func(b []byte) error {
 			w.wmu.Lock()
 			defer w.wmu.Unlock()
 			if w.closed {
@@ -251,7 +268,7 @@ func (w *wsConn) run(client net.Conn) {
 		})
 		w.close(false)
 	}()
-	w.relay(client, func(b []byte) error {
+	w.relay(client, &w.in, func(b []byte) error {
 		_, err := w.up.Write(b)
 		return err
 	})
@@ -259,8 +276,9 @@ func (w *wsConn) run(client net.Conn) {
 	<-upDone
 }
 
-// relay copies from src through write until either fails.
-func (w *wsConn) relay(src io.Reader, write func([]byte) error) {
+// relay copies from src through write until either fails, adding what it wrote to
+// relayed.
+func (w *wsConn) relay(src io.Reader, relayed *atomic.Int64, write func([]byte) error) {
 	bp := wsBufPool.Get().(*[]byte)
 	defer wsBufPool.Put(bp)
 	buf := *bp
@@ -271,11 +289,31 @@ func (w *wsConn) relay(src io.Reader, write func([]byte) error) {
 			if werr := write(buf[:n]); werr != nil {
 				return
 			}
+			relayed.Add(int64(n))
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// wsMeterInterval is how often an open tunnel's bytes are recorded: a tunnel may live a
+// day (WebSocketMaxLifetime), and its bytes are billed in the hours they went through,
+// not all at its end.
+const wsMeterInterval = time.Minute
+
+// meterBytes records the bytes relayed since the last record.
+func (w *wsConn) meterBytes() {
+	if w.use.route == nil {
+		return
+	}
+	w.mmu.Lock()
+	in, out := w.in.Load(), w.out.Load()
+	din, dout := in-w.recIn, out-w.recOut
+	w.recIn, w.recOut = in, out
+	w.mmu.Unlock()
+	u := &w.use
+	u.route.RecordBytes(u.consumer, u.status, u.upstream, din, dout, time.Now())
 }
 
 // close ends the tunnel once: with goingAway, the client first gets a 1001 close frame.
@@ -300,6 +338,11 @@ type wsSet struct {
 	draining bool
 	wg       sync.WaitGroup
 	open     atomic.Int64
+
+	// The meter's sweep over open tunnels, started with the first metered one.
+	meterEvery time.Duration // wsMeterInterval unless set (tests)
+	sweeping   bool
+	stopSweep  chan struct{}
 }
 
 func (s *wsSet) add(w *wsConn) bool {
@@ -311,10 +354,37 @@ func (s *wsSet) add(w *wsConn) bool {
 	if s.conns == nil {
 		s.conns = map[*wsConn]struct{}{}
 	}
+	if w.use.route != nil && !s.sweeping {
+		s.sweeping = true
+		s.stopSweep = make(chan struct{})
+		every := s.meterEvery
+		if every <= 0 {
+			every = wsMeterInterval
+		}
+		go s.sweep(every, s.stopSweep)
+	}
 	s.conns[w] = struct{}{}
 	s.wg.Add(1)
 	s.open.Add(1)
 	return true
+}
+
+// sweep records every open tunnel's bytes each period, until stop.
+func (s *wsSet) sweep(every time.Duration, stop chan struct{}) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			s.mu.Lock()
+			for w := range s.conns {
+				w.meterBytes()
+			}
+			s.mu.Unlock()
+		}
+	}
 }
 
 func (s *wsSet) done(w *wsConn) {
@@ -330,6 +400,11 @@ func (s *wsSet) done(w *wsConn) {
 func (s *wsSet) shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining = true
+	if s.sweeping {
+		// Each tunnel records its rest as it closes.
+		close(s.stopSweep)
+		s.sweeping = false
+	}
 	conns := make([]*wsConn, 0, len(s.conns))
 	for w := range s.conns {
 		conns = append(conns, w)

@@ -3,6 +3,7 @@ package tenants
 import (
 	"context"
 	"net/mail"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -59,14 +60,58 @@ type Membership struct {
 	CreatedAt  time.Time `json:"created_at"`
 }
 
-// Invite is a pending invitation of an email that has no account yet to a tenant. SignUp
-// turns every pending invite of the new user's email into a membership.
+// Invite is a pending invitation of an email address to a tenant. It grants nothing by
+// itself: the address is mailed a single-use link, and only a signed-in user whose verified
+// email is that address turns it into a membership (AcceptInvite). Whether the address has
+// an account plays no part, so an invite never tells the inviter.
 type Invite struct {
 	TenantID  string    `json:"tenant_id"`
 	Email     string    `json:"email"`
 	Role      string    `json:"role"`
 	InvitedBy string    `json:"invited_by"`
+	ExpiresAt time.Time `json:"expires_at"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// InviteOffer is what an invitation link's token names: the invite and the tenant it is
+// to, for the page that asks the invitee to accept or decline.
+type InviteOffer struct {
+	Invite
+	TenantSlug string
+	TenantName string
+}
+
+// Expired reports whether the invite's link has stopped working at now.
+func (inv *Invite) Expired(now time.Time) bool { return !now.Before(inv.ExpiresAt) }
+
+// InviteTTL is how long an invitation link works. InvitePrefix starts its token, so a
+// leaked one is recognisable.
+const (
+	InviteTTL    = 7 * 24 * time.Hour
+	InvitePrefix = "tgi_"
+)
+
+// InviteAcceptPath is the console page an invitation link opens; the token is its query.
+const InviteAcceptPath = "/console/invites/accept"
+
+// InvitationMail is the message that carries an invitation's link to inv.Email. It reads
+// the same whether or not the address has an account, and names only the tenant's slug in
+// the subject: the display name is the tenant's own text.
+func InvitationMail(inv *Invite, tenantSlug, tenantName, publicURL, token string) Mail {
+	link := strings.TrimSuffix(publicURL, "/") + InviteAcceptPath + "?token=" + token
+	by := inv.InvitedBy
+	if by == "" || by == "admin" || strings.HasPrefix(by, "token:") {
+		by = "An administrator"
+	}
+	return Mail{
+		To:      inv.Email,
+		Subject: "Invitation to the tenant " + tenantSlug + " on Tollgate",
+		Text: by + " invited " + inv.Email + " to the tenant " + tenantSlug + " (" + strconv.Quote(tenantName) + ") on Tollgate, as " + inv.Role + ".\n\n" +
+			"To accept or decline, open this link and sign in with " + inv.Email + " (create an account with this address if you have none, and verify it):\n\n" +
+			link + "\n\n" +
+			"The link works once and expires on " + inv.ExpiresAt.UTC().Format("2006-01-02 15:04 UTC") + ". " +
+			"If you did not expect this invitation, ignore this mail: nothing changes unless you accept.\n",
+	}
 }
 
 // Session is a signed-in browser. Its id lives only in the user's cookie; the store keeps
@@ -93,7 +138,7 @@ type AuditEntry struct {
 // PeopleService stores users, memberships and sessions.
 type PeopleService interface {
 	// SignUp creates u (PasswordHash set by the caller), tenant t and u's owner membership
-	// in one transaction, and turns the pending invites of u's email into memberships:
+	// in one transaction; pending invites of u's email stay pending until accepted:
 	// EValidation, EConflict (email or slug taken; Field says which).
 	SignUp(ctx context.Context, u *User, t *Tenant) error
 	// FindUserByEmail and FindUser: ENotFound.
@@ -103,9 +148,6 @@ type PeopleService interface {
 	// EValidation, ENotFound.
 	SetPlatformRole(ctx context.Context, email, role string) (*User, error)
 
-	// AddMember gives the user with m.Email role m.Role in m.TenantID (replacing a role
-	// it had): EValidation, ENotFound (no such user).
-	AddMember(ctx context.Context, m *Membership) error
 	// FindMembership is userID's membership of tenantID: ENotFound.
 	FindMembership(ctx context.Context, tenantID, userID string) (*Membership, error)
 	// ListMemberships lists the tenants a user belongs to, by slug.
@@ -118,15 +160,28 @@ type PeopleService interface {
 	// RemoveMember ends a membership: ENotFound, EConflict (the tenant's last owner).
 	RemoveMember(ctx context.Context, tenantID, userID string) error
 
-	// Invite adds the user with inv.Email to the tenant with inv.Role when there is one
-	// (then it returns that membership), and otherwise keeps inv pending until that email
-	// signs up (then it returns nil): EValidation, ENotFound (tenant). Inviting an email
-	// again replaces the pending role.
-	Invite(ctx context.Context, inv *Invite) (*Membership, error)
-	// ListInvites lists a tenant's pending invites, by email.
+	// Invite keeps inv pending with a fresh link token, valid for InviteTTL, and returns
+	// the token's plaintext (only its SHA-256 is stored) for the caller to mail. Inviting an
+	// address again replaces its role and token, so the older link stops working. It does
+	// the same whether or not the address has an account: EValidation, ENotFound (tenant),
+	// EConflict (the address is already a member, as the member list shows anyway).
+	Invite(ctx context.Context, inv *Invite) (token string, err error)
+	// ListInvites lists a tenant's pending invites (expired ones too), by email.
 	ListInvites(ctx context.Context, tenantID string) ([]*Invite, error)
-	// DeleteInvite withdraws a pending invite: ENotFound.
+	// DeleteInvite withdraws a pending invite; its link stops working: ENotFound.
 	DeleteInvite(ctx context.Context, tenantID, email string) error
+	// FindInvite is the pending invite an invitation link's token names, expired or not:
+	// ENotFound (unknown, accepted, declined, withdrawn or replaced).
+	FindInvite(ctx context.Context, token string) (*InviteOffer, error)
+	// AcceptInvite turns the invite the token names into userID's membership and consumes
+	// the token, in one transaction: of two concurrent accepts one wins and the other gets
+	// ENotFound. The user's email must be verified and equal the invite's address
+	// (EForbidden otherwise, and the invite stays); an expired or unknown token is
+	// ENotFound. A user who is already a member keeps their role.
+	AcceptInvite(ctx context.Context, token, userID string) (*Membership, error)
+	// DeclineInvite consumes the token without a membership, under the same conditions as
+	// AcceptInvite, and returns the invite it ended.
+	DeclineInvite(ctx context.Context, token, userID string) (*InviteOffer, error)
 
 	CreateSession(ctx context.Context, s *Session) error
 	// FindSession returns a session that has not expired: ENotFound otherwise.

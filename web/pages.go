@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -399,7 +400,8 @@ type membersData struct {
 	Members []*tenants.Membership
 	Invites []*tenants.Invite
 	Owners  int
-	Me      string // the signed-in user's id
+	Me      string    // the signed-in user's id
+	Now     time.Time // for which invites have expired
 }
 
 func (c *Console) membersPage(ctx *fiber.Ctx) error {
@@ -416,7 +418,7 @@ func (c *Console) members(ctx *fiber.Ctx, status int, f memberForm) error {
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	d := membersData{Members: items, Invites: invites, Me: user(ctx).ID}
+	d := membersData{Members: items, Invites: invites, Me: user(ctx).ID, Now: c.cfg.Now()}
 	for _, m := range items {
 		if m.Role == tenants.RoleOwner {
 			d.Owners++
@@ -425,38 +427,36 @@ func (c *Console) members(ctx *fiber.Ctx, status int, f memberForm) error {
 	return c.render(ctx, status, "members", page{Title: "Members", Nav: "members", Data: d, Form: f})
 }
 
-// memberAdd gives a user who has signed up a role at once, and invites an email that has
-// no account yet: the invite is applied when that email signs up.
-func (c *Console) memberAdd(ctx *fiber.Ctx) error {
+// inviteCreate mails an address a link to join the tenant. What it says afterwards is the
+// same whether or not the address has an account.
+func (c *Console) inviteCreate(ctx *fiber.Ctx) error {
 	if ok, err := c.may(ctx, rbac.TenantAdmin); !ok {
 		return err
 	}
 	tv := tenantOf(ctx)
 	f := memberForm{Email: strings.TrimSpace(ctx.FormValue("email")), Role: ctx.FormValue("role"), Errors: map[string]string{}}
 	if f.Role == tenants.RoleOwner && tv.Role != tenants.RoleOwner {
-		f.Errors["role"] = "Only an owner may make another owner"
+		f.Errors["role"] = "Only an owner may invite an owner"
 		return c.members(ctx, http.StatusForbidden, f)
 	}
-	if existing, err := c.cfg.People.FindUserByEmail(c.ctx(ctx), f.Email); err == nil {
-		if m, err := c.cfg.People.FindMembership(c.ctx(ctx), tv.ID, existing.ID); err == nil && m.Role == tenants.RoleOwner && tv.Role != tenants.RoleOwner {
-			f.Errors["role"] = "Only an owner may change an owner's role"
-			return c.members(ctx, http.StatusForbidden, f)
-		}
-	}
 	inv := &tenants.Invite{TenantID: tv.ID, Email: f.Email, Role: f.Role, InvitedBy: user(ctx).Email}
-	m, err := c.cfg.People.Invite(c.ctx(ctx), inv)
-	if err == nil {
-		if m != nil {
-			c.record(ctx, user(ctx), tv.ID, "members.create", m.UserID)
-			return ctx.Redirect(c.tenantURL(ctx, "/members?done=member-added"), http.StatusSeeOther)
+	token, err := c.cfg.People.Invite(c.ctx(ctx), inv)
+	if err != nil {
+		if !fieldError(err, f.Errors, nil) {
+			return c.internal(ctx, err)
 		}
-		c.record(ctx, user(ctx), tv.ID, "invites.create", inv.Email)
-		return ctx.Redirect(c.tenantURL(ctx, "/members?done=member-invited"), http.StatusSeeOther)
+		status := http.StatusUnprocessableEntity
+		if tenants.ErrorCode(err) == tenants.EConflict {
+			status = http.StatusConflict
+		}
+		return c.members(ctx, status, f)
 	}
-	if !fieldError(err, f.Errors, nil) {
-		return c.internal(ctx, err)
+	if err := c.mailInvite(ctx, inv, tv.Tenant, token); err != nil {
+		f.Errors["form"] = "The invitation mail could not be sent, so nothing was saved. Try again in a moment."
+		return c.members(ctx, http.StatusServiceUnavailable, f)
 	}
-	return c.members(ctx, http.StatusUnprocessableEntity, f)
+	c.record(ctx, user(ctx), tv.ID, "invites.create", inv.Email)
+	return ctx.Redirect(c.tenantURL(ctx, "/members?done=member-invited"), http.StatusSeeOther)
 }
 
 // ownerGuard refuses a change to an owner's membership by someone who is not an owner.
@@ -519,6 +519,10 @@ func (c *Console) inviteDelete(ctx *fiber.Ctx) error {
 	}
 	tv, email := tenantOf(ctx), ctx.FormValue("email")
 	if err := c.cfg.People.DeleteInvite(c.ctx(ctx), tv.ID, email); err != nil {
+		if tenants.ErrorCode(err) == tenants.ENotFound {
+			// Already accepted, declined or withdrawn by another admin: nothing to do.
+			return ctx.Redirect(c.tenantURL(ctx, "/members?done=invite-withdrawn"), http.StatusSeeOther)
+		}
 		return c.internal(ctx, err)
 	}
 	c.record(ctx, user(ctx), tv.ID, "invites.delete", email)

@@ -141,12 +141,13 @@ type Meter struct {
 	totalsMu sync.Mutex
 	totals   map[totalKey]*total
 
-	late   atomic.Int64
-	stop   chan struct{}
-	done   chan struct{}
-	runCtx context.Context
-	cancel context.CancelFunc
-	once   sync.Once
+	late      atomic.Int64
+	lateBytes atomic.Int64 // RecordBytes calls after Close
+	stop      chan struct{}
+	done      chan struct{}
+	runCtx    context.Context
+	cancel    context.CancelFunc
+	once      sync.Once
 
 	m metrics
 }
@@ -345,9 +346,24 @@ func (m *Meter) Record(tenantID, routeID, consumerID string, status int, upstrea
 // Record counts one request of the route: consumer is the authenticated consumer's handle
 // (nil for none; it must be of the route's tenant), status the response's HTTP status,
 // upstream whether the upstream produced the response (false for the edge's own answers,
-// see billing.Billable), bytesIn and bytesOut the request and response body sizes, at the
-// time the request arrived (it decides the hour; zero means now).
+// see billing.Billable), bytesIn and bytesOut the request and response body bytes that
+// went through, at the time the request arrived (it decides the hour; zero means now).
 func (r *Route) Record(consumer *Consumer, status int, upstream bool, bytesIn, bytesOut int64, at time.Time) {
+	r.add(consumer, status, upstream, 1, bytesIn, bytesOut, at)
+}
+
+// RecordBytes adds bytes to the route's counts without counting a request: the bytes a
+// long-lived exchange (a WebSocket tunnel) relayed since it was last recorded, whose
+// request was counted by Record when it started. at is when the bytes went through, so
+// a tunnel open for a day spreads its bytes over the hours it carried them.
+func (r *Route) RecordBytes(consumer *Consumer, status int, upstream bool, bytesIn, bytesOut int64, at time.Time) {
+	if bytesIn == 0 && bytesOut == 0 {
+		return
+	}
+	r.add(consumer, status, upstream, 0, bytesIn, bytesOut, at)
+}
+
+func (r *Route) add(consumer *Consumer, status int, upstream bool, requests, bytesIn, bytesOut int64, at time.Time) {
 	if at.IsZero() {
 		at = time.Now()
 	}
@@ -366,8 +382,12 @@ func (r *Route) Record(consumer *Consumer, status int, upstream bool, bytesIn, b
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		m.late.Add(1)
-		m.m.droppedClosed.Inc()
+		if requests > 0 {
+			m.late.Add(requests)
+			m.m.droppedClosed.Add(float64(requests))
+		} else {
+			m.lateBytes.Add(1)
+		}
 		return
 	}
 	c := s.cells[k]
@@ -375,7 +395,7 @@ func (r *Route) Record(consumer *Consumer, status int, upstream bool, bytesIn, b
 		c = &cell{}
 		s.cells[k] = c
 	}
-	c.requests++
+	c.requests += requests
 	c.bytesIn += bytesIn
 	c.bytesOut += bytesOut
 	s.mu.Unlock()
@@ -438,6 +458,9 @@ func (m *Meter) Close(ctx context.Context) error {
 		m.cycleMu.Unlock()
 		if n := m.late.Load(); n > 0 {
 			m.log.Warn("meter: requests recorded after Close were not metered", "requests", n)
+		}
+		if n := m.lateBytes.Load(); n > 0 {
+			m.log.Warn("meter: tunnel bytes recorded after Close were not metered", "records", n)
 		}
 	})
 	return err
@@ -622,7 +645,7 @@ func (m *Meter) collect(now time.Time) []billing.UsageRecord {
 		s.mu.Lock()
 		for k, c := range s.cells {
 			hour, class, upstream := k.meta>>8, uint8(k.meta>>1&0x7f), k.meta&1 == 1
-			if c.requests == 0 {
+			if c.requests == 0 && c.bytesIn == 0 && c.bytesOut == 0 {
 				c.idle++
 				if c.idle > 3 || hour < cur {
 					delete(s.cells, k)

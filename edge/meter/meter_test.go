@@ -516,3 +516,51 @@ func BenchmarkMeterRecord(b *testing.B) {
 		m.Record(tenantA, route, consumer, 200, true, 512, 2048, at)
 	}
 }
+
+// RecordBytes adds bytes in the hour they went through without counting a request, so a
+// tunnel counted once at its upgrade carries its bytes into later hours; a cell holding
+// only bytes is still flushed, and one holding nothing is not.
+func TestRecordBytesCountsNoRequest(t *testing.T) {
+	sink := &memSink{}
+	m := newMeter(t, meter.Config{Sink: sink})
+	r := m.Route(tenantA, "ws")
+	c := meter.NewConsumer(tenantA, "c")
+	h0 := time.Date(2024, 1, 1, 5, 0, 0, 0, time.UTC)
+	h1 := h0.Add(time.Hour)
+	r.Record(c, 101, true, 0, 0, h0.Add(59*time.Minute))
+	r.RecordBytes(c, 101, true, 10, 20, h0.Add(59*time.Minute+30*time.Second))
+	r.RecordBytes(c, 101, true, 5, 7, h1.Add(time.Minute))
+	r.RecordBytes(c, 101, true, 0, 0, h1.Add(2*time.Minute)) // nothing: no cell
+	if err := m.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := map[time.Time]billing.Counts{}
+	for _, b := range sink.batches {
+		for _, rec := range b.Records {
+			if rec.RouteID != "ws" || rec.ConsumerID != "c" || rec.Class != 1 {
+				t.Fatalf("record %+v", rec)
+			}
+			cnt := got[rec.Hour]
+			cnt.Add(rec.Counts)
+			got[rec.Hour] = cnt
+		}
+	}
+	want := map[time.Time]billing.Counts{
+		h0: {Requests: 1, Billable: 1, BytesIn: 10, BytesOut: 20},
+		h1: {BytesIn: 5, BytesOut: 7},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("hours %v, want %v", got, want)
+	}
+	for h, w := range want {
+		if got[h] != w {
+			t.Errorf("%s: %+v, want %+v", h, got[h], w)
+		}
+	}
+	if n := sink.requests(); n != 1 {
+		t.Errorf("%d requests published, want 1", n)
+	}
+	if n := testing.AllocsPerRun(1000, func() { r.RecordBytes(c, 101, true, 1, 1, h1) }); n != 0 {
+		t.Fatalf("RecordBytes allocates %v times per call", n)
+	}
+}

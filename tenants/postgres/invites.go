@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -86,33 +88,95 @@ func (db *DB) RemoveMember(ctx context.Context, tenantID, userID string) error {
 	return constraintError(err, "remove member", nil)
 }
 
-// Invite adds the member at once when the email has an account, else keeps the invite.
-func (db *DB) Invite(ctx context.Context, inv *tenants.Invite) (*tenants.Membership, error) {
+// Invitations: an invite is a pending row with the SHA-256 of its link's token. Accepting
+// or declining deletes the row in the transaction that checks the user, so the link works
+// once; re-inviting overwrites the hash, so the older link names nothing any more.
+
+// MaxPendingInvites bounds a tenant's unexpired invites, so a tenant cannot make the
+// platform mail an unbounded list of strangers.
+const MaxPendingInvites = 100
+
+// expiredInviteKept is how long an expired invite stays listed (so its inviter sees that it
+// lapsed) before an invite of the same tenant sweeps it.
+const expiredInviteKept = "30 days"
+
+var (
+	errInviteGone = tenants.Errorf(tenants.ENotFound,
+		"this invitation link is not valid: it was already used, declined, withdrawn, or replaced by a newer invitation")
+	errVerifyFirst = tenants.Errorf(tenants.EForbidden,
+		"verify your email address first (follow the link mailed to you when you signed up, or have a new one sent), then open the invitation again")
+	errOtherAddress = tenants.Errorf(tenants.EForbidden,
+		"this invitation was sent to another address: sign in with the address it was sent to")
+)
+
+// Invite: EValidation, ENotFound (tenant), EConflict (already a member).
+func (db *DB) Invite(ctx context.Context, inv *tenants.Invite) (string, error) {
 	if err := tenants.ValidateMemberRole(inv.Role); err != nil {
-		return nil, err
+		return "", err
 	}
 	email, err := tenants.NormalizeEmail(inv.Email)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	if !parseID(inv.TenantID) {
-		return nil, notFound("tenant")
+		return "", notFound("tenant")
 	}
 	inv.Email = email
-	if _, err := db.FindUserByEmail(ctx, email); err == nil {
-		m := &tenants.Membership{TenantID: inv.TenantID, Email: email, Role: inv.Role}
-		if err := db.AddMember(ctx, m); err != nil {
-			return nil, err
+	token, hash, _ := tenants.NewSecret(tenants.InvitePrefix)
+	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		// The tenant row's lock (one that does not block inserts referencing it) orders
+		// concurrent invites of one tenant, so the pending count below holds.
+		var one int
+		if err := tx.QueryRow(ctx, `SELECT 1 FROM tenants WHERE id = $1 FOR NO KEY UPDATE`, inv.TenantID).Scan(&one); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return notFound("tenant")
+			}
+			return err
 		}
-		return m, nil
-	} else if tenants.ErrorCode(err) != tenants.ENotFound {
+		var member bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM memberships m JOIN users u ON u.id = m.user_id
+			WHERE m.tenant_id = $1 AND u.email = $2)`, inv.TenantID, email).Scan(&member); err != nil {
+			return err
+		}
+		if member {
+			return &tenants.Error{Code: tenants.EConflict, Field: "email",
+				Message: email + " is already a member of this tenant: change their role in the member list instead"}
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM invites WHERE tenant_id = $1 AND expires_at < now() - $2::interval`,
+			inv.TenantID, expiredInviteKept); err != nil {
+			return err
+		}
+		var pending int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM invites WHERE tenant_id = $1 AND email <> $2 AND expires_at > now()`,
+			inv.TenantID, email).Scan(&pending); err != nil {
+			return err
+		}
+		if pending >= MaxPendingInvites {
+			return tenants.Invalid("email", "the tenant already has %d pending invitations: withdraw some, or wait until they are accepted or expire", MaxPendingInvites)
+		}
+		return tx.QueryRow(ctx, `INSERT INTO invites (tenant_id, email, role, invited_by, token_hash, expires_at)
+			VALUES ($1, $2, $3, $4, $5, now() + $6::interval)
+			ON CONFLICT (tenant_id, email) DO UPDATE SET role = EXCLUDED.role, invited_by = EXCLUDED.invited_by,
+				token_hash = EXCLUDED.token_hash, expires_at = EXCLUDED.expires_at, created_at = now()
+			RETURNING created_at, expires_at`,
+			inv.TenantID, email, inv.Role, inv.InvitedBy, hash, tenants.InviteTTL.String()).Scan(&inv.CreatedAt, &inv.ExpiresAt)
+	})
+	if err != nil {
+		return "", constraintError(err, "invite", nil)
+	}
+	inv.CreatedAt, inv.ExpiresAt = utc(inv.CreatedAt), utc(inv.ExpiresAt)
+	return token, nil
+}
+
+const inviteColumns = `i.tenant_id::text, i.email, i.role, i.invited_by, i.expires_at, i.created_at`
+
+func scanInvite(row pgx.Row, extra ...any) (*tenants.Invite, error) {
+	var inv tenants.Invite
+	if err := row.Scan(append([]any{&inv.TenantID, &inv.Email, &inv.Role, &inv.InvitedBy, &inv.ExpiresAt, &inv.CreatedAt}, extra...)...); err != nil {
 		return nil, err
 	}
-	err = db.pool.QueryRow(ctx, `INSERT INTO invites (tenant_id, email, role, invited_by) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (tenant_id, email) DO UPDATE SET role = EXCLUDED.role, invited_by = EXCLUDED.invited_by
-		RETURNING created_at`, inv.TenantID, email, inv.Role, inv.InvitedBy).Scan(&inv.CreatedAt)
-	inv.CreatedAt = utc(inv.CreatedAt)
-	return nil, constraintError(err, "invite", nil)
+	inv.ExpiresAt, inv.CreatedAt = utc(inv.ExpiresAt), utc(inv.CreatedAt)
+	return &inv, nil
 }
 
 // ListInvites lists a tenant's pending invites by email.
@@ -120,17 +184,12 @@ func (db *DB) ListInvites(ctx context.Context, tenantID string) ([]*tenants.Invi
 	if !parseID(tenantID) {
 		return []*tenants.Invite{}, nil
 	}
-	rows, err := db.pool.Query(ctx, `SELECT tenant_id::text, email, role, invited_by, created_at FROM invites
-		WHERE tenant_id = $1 ORDER BY email LIMIT 500`, tenantID)
+	rows, err := db.pool.Query(ctx, `SELECT `+inviteColumns+` FROM invites i
+		WHERE i.tenant_id = $1 ORDER BY i.email LIMIT 500`, tenantID)
 	if err != nil {
 		return nil, constraintError(err, "list invites", nil)
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.Invite, error) {
-		var inv tenants.Invite
-		err := r.Scan(&inv.TenantID, &inv.Email, &inv.Role, &inv.InvitedBy, &inv.CreatedAt)
-		inv.CreatedAt = utc(inv.CreatedAt)
-		return &inv, err
-	})
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.Invite, error) { return scanInvite(r) })
 	return list, constraintError(err, "list invites", nil)
 }
 
@@ -150,14 +209,104 @@ func (db *DB) DeleteInvite(ctx context.Context, tenantID, email string) error {
 	return nil
 }
 
-// acceptInvites turns the pending invites of email into memberships of userID, in the
-// sign-up's transaction.
-func acceptInvites(ctx context.Context, tx pgx.Tx, userID, email string) error {
-	if _, err := tx.Exec(ctx, `INSERT INTO memberships (tenant_id, user_id, role)
-		SELECT tenant_id, $1, role FROM invites WHERE email = $2
-		ON CONFLICT (tenant_id, user_id) DO NOTHING`, userID, email); err != nil {
-		return err
+// inviteHash is the stored form of an invitation token; ok is false for a string that
+// cannot be one, which then names no invite without a query.
+func inviteHash(token string) (hash string, ok bool) {
+	if !strings.HasPrefix(token, tenants.InvitePrefix) || len(token) > 64 {
+		return "", false
 	}
-	_, err := tx.Exec(ctx, `DELETE FROM invites WHERE email = $1`, email)
-	return err
+	return tenants.HashSecret(token), true
+}
+
+const offerSelect = `SELECT ` + inviteColumns + `, t.slug, t.name FROM invites i JOIN tenants t ON t.id = i.tenant_id
+	WHERE i.token_hash = $1`
+
+func scanOffer(row pgx.Row) (*tenants.InviteOffer, error) {
+	var o tenants.InviteOffer
+	inv, err := scanInvite(row, &o.TenantSlug, &o.TenantName)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errInviteGone
+	}
+	if err != nil {
+		return nil, err
+	}
+	o.Invite = *inv
+	return &o, nil
+}
+
+// FindInvite: ENotFound.
+func (db *DB) FindInvite(ctx context.Context, token string) (*tenants.InviteOffer, error) {
+	hash, ok := inviteHash(token)
+	if !ok {
+		return nil, errInviteGone
+	}
+	o, err := scanOffer(db.pool.QueryRow(ctx, offerSelect, hash))
+	return o, constraintError(err, "find invite", nil)
+}
+
+// AcceptInvite: ENotFound (gone or expired), EForbidden (unverified or another address).
+func (db *DB) AcceptInvite(ctx context.Context, token, userID string) (*tenants.Membership, error) {
+	o, err := db.consumeInvite(ctx, token, userID, func(tx pgx.Tx, o *tenants.InviteOffer) error {
+		_, err := tx.Exec(ctx, `INSERT INTO memberships (tenant_id, user_id, role) VALUES ($1, $2, $3)
+			ON CONFLICT (tenant_id, user_id) DO NOTHING`, o.TenantID, userID, o.Role)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return db.FindMembership(ctx, o.TenantID, userID)
+}
+
+// DeclineInvite: as AcceptInvite.
+func (db *DB) DeclineInvite(ctx context.Context, token, userID string) (*tenants.InviteOffer, error) {
+	return db.consumeInvite(ctx, token, userID, nil)
+}
+
+// consumeInvite deletes the invite token names once userID may take it, and runs then in
+// the same transaction. The invite row is locked first: a concurrent consumer waits, then
+// finds the row gone.
+func (db *DB) consumeInvite(ctx context.Context, token, userID string, then func(pgx.Tx, *tenants.InviteOffer) error) (*tenants.InviteOffer, error) {
+	hash, ok := inviteHash(token)
+	if !ok {
+		return nil, errInviteGone
+	}
+	if !parseID(userID) {
+		return nil, notFound("user")
+	}
+	var o *tenants.InviteOffer
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		var err error
+		if o, err = scanOffer(tx.QueryRow(ctx, offerSelect+` FOR UPDATE OF i`, hash)); err != nil {
+			return err
+		}
+		var expired, verified bool
+		var email string
+		if err := tx.QueryRow(ctx, `SELECT $2::timestamptz <= now(), email, email_verified_at IS NOT NULL FROM users WHERE id = $1`,
+			userID, o.ExpiresAt).Scan(&expired, &email, &verified); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return notFound("user")
+			}
+			return err
+		}
+		switch {
+		case expired:
+			return tenants.Errorf(tenants.ENotFound, "this invitation expired on %s: ask the tenant's owner or admin to invite you again",
+				o.ExpiresAt.Format("2006-01-02 15:04 UTC"))
+		case !verified:
+			return errVerifyFirst
+		case email != o.Email:
+			return errOtherAddress
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM invites WHERE token_hash = $1`, hash); err != nil {
+			return err
+		}
+		if then != nil {
+			return then(tx, o)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, constraintError(err, "consume invite", nil)
+	}
+	return o, nil
 }

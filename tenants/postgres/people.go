@@ -57,9 +57,6 @@ func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) er
 		if _, err := tx.Exec(ctx, `INSERT INTO memberships (tenant_id, user_id, role) VALUES ($1, $2, 'owner')`, st.ID, saved.ID); err != nil {
 			return err
 		}
-		if err := acceptInvites(ctx, tx, saved.ID, email); err != nil {
-			return err
-		}
 		*u, *t = *saved, *st
 		return emit(ctx, tx, tenantChange(t))
 	})
@@ -121,48 +118,6 @@ func scanMembership(row pgx.Row) (*tenants.Membership, error) {
 	}
 	m.CreatedAt = utc(m.CreatedAt)
 	return &m, nil
-}
-
-// AddMember: EValidation, ENotFound (tenant or user), EConflict (it would demote the
-// tenant's last owner).
-func (db *DB) AddMember(ctx context.Context, m *tenants.Membership) error {
-	if err := tenants.ValidateMemberRole(m.Role); err != nil {
-		return err
-	}
-	if !parseID(m.TenantID) {
-		return notFound("tenant")
-	}
-	u, err := db.FindUserByEmail(ctx, m.Email)
-	if err != nil {
-		e := tenants.Invalid("email", "no user has signed up with this email yet")
-		if tenants.ErrorCode(err) != tenants.ENotFound {
-			return err
-		}
-		return e
-	}
-	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if m.Role != tenants.RoleOwner {
-			// Replacing the role of the tenant's last owner would leave it without one.
-			if last, err := lastOwner(ctx, tx, m.TenantID, u.ID); err != nil || last {
-				if err == nil {
-					err = errLastOwner
-				}
-				return err
-			}
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO memberships (tenant_id, user_id, role) VALUES ($1, $2, $3)
-			ON CONFLICT (tenant_id, user_id) DO UPDATE SET role = EXCLUDED.role`, m.TenantID, u.ID, m.Role)
-		return err
-	})
-	if err != nil {
-		return constraintError(err, "add member", nil)
-	}
-	saved, err := db.FindMembership(ctx, m.TenantID, u.ID)
-	if err != nil {
-		return err
-	}
-	*m = *saved
-	return nil
 }
 
 // FindMembership: ENotFound.
