@@ -171,7 +171,7 @@ func (s *Server) table() []endpoint {
 			summary: "Get a platform plan", desc: "Any token.", status: 200, result: tenants.PlatformPlan{}, etag: true},
 		{method: http.MethodPut, path: "/v1/platform/plans/:name", access: adminOnly, handle: s.putPlatformPlan, tag: tagPlatform,
 			summary: "Create or replace a platform plan",
-			desc:    "Admin token only. Full replacement: omitted limits are removed. The config of every tenant on the plan is re-published in the same transaction, so the edges apply the new limits within moments." + ifMatchDoc,
+			desc:    "Admin token only. Full replacement: omitted rate, quota and concurrency limits are removed; omitted resource limits take their ceilings. The config of every tenant on the plan is re-published in the same transaction, so the edges apply the new limits within moments." + ifMatchDoc,
 			body:    platformPlanBody{}, status: 200, result: tenants.PlatformPlan{}, etag: true, ifMatch: true},
 
 		// Custom domains (issue 8): see domain.go.

@@ -29,6 +29,7 @@ var schemaNames = map[reflect.Type]string{
 	reflect.TypeFor[rateLimitBody]():    "RateLimitInput",
 	reflect.TypeFor[planRateBody]():     "PlanRateLimitInput",
 	reflect.TypeFor[platformPlanBody](): "PlatformPlanPut",
+	reflect.TypeFor[resourcesBody]():    "PlatformPlanResourcesInput",
 	reflect.TypeFor[quotaBody]():        "QuotaInput",
 	reflect.TypeFor[consumerBody]():     "ConsumerCreate",
 	reflect.TypeFor[consumerUpdate]():   "ConsumerUpdate",

@@ -14,11 +14,47 @@ import (
 
 // platformPlanBody is the body of PUT /v1/platform/plans/{name}.
 type platformPlanBody struct {
-	RateLimit   *planRateBody `json:"rate_limit" doc:"The rate of the whole tenant, all its consumers and routes together. Default: none."`
-	Quota       *quotaBody    `json:"quota" doc:"The tenant's requests per calendar month (UTC). Default: none."`
-	Concurrency int           `json:"concurrency" doc:"The tenant's requests in flight at once (each edge enforces its share; over it: 503 overloaded); 0 = no cap."`
-	Mode        string        `json:"mode" enum:"local,exact,approximate" doc:"Where the rate and quota are counted across edges. Default: approximate, or exact when burst < rate × 0.1 s + 1."`
-	Version     *int64        `json:"version" doc:"The version the change is based on; or send If-Match (* creates the plan or overwrites it)."`
+	RateLimit   *planRateBody  `json:"rate_limit" doc:"The rate of the whole tenant, all its consumers and routes together. Default: none."`
+	Quota       *quotaBody     `json:"quota" doc:"The tenant's requests per calendar month (UTC). Default: none."`
+	Concurrency int            `json:"concurrency" doc:"The tenant's requests in flight at once (each edge enforces its share; over it: 503 overloaded); 0 = no cap."`
+	Mode        string         `json:"mode" enum:"local,exact,approximate" doc:"Where the rate and quota are counted across edges. Default: approximate, or exact when burst < rate × 0.1 s + 1."`
+	Resources   *resourcesBody `json:"resources" doc:"What a tenant on the plan may keep, checked when an object is saved (400 validation_failed naming the resource). Lowering a limit keeps what tenants have over it and refuses more. Default: every limit at its ceiling."`
+	Version     *int64         `json:"version" doc:"The version the change is based on; or send If-Match (* creates the plan or overwrites it)."`
+}
+
+// resourcesBody is a platform plan's resource limits; an omitted one takes its ceiling.
+type resourcesBody struct {
+	Routes          *int   `json:"routes" doc:"Routes, 0–50000. Default: 50000."`
+	Consumers       *int   `json:"consumers" doc:"Consumers, 0–1000000. Default: 1000000."`
+	KeysPerConsumer *int   `json:"keys_per_consumer" doc:"API keys of each consumer, 0–100. Default: 100."`
+	Plans           *int   `json:"plans" doc:"The tenant's consumer plans, 0–1000. Default: 1000."`
+	Domains         *int   `json:"domains" doc:"Custom domains, 0–1000. Default: 1000."`
+	JWTIssuers      *int   `json:"jwt_issuers" doc:"JWT issuers, 0–32. Default: 32."`
+	PolicyRules     *int   `json:"policy_rules" doc:"Rules and role links of the tenant's policy together (each counts one), 0–11000. Default: 11000."`
+	CacheBytes      *int64 `json:"cache_bytes" doc:"Bytes of each edge's response cache the tenant's answers may hold (body, headers, key and a fixed overhead each); the edge's own budget, shared fairly, may give less. 0: routes may not cache. At most 2^40. Default: 2^40."`
+}
+
+func (b *resourcesBody) domain() *tenants.ResourceLimits {
+	r := tenants.MaxResources
+	if b == nil {
+		return &r
+	}
+	set := func(dst *int, v *int) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&r.Routes, b.Routes)
+	set(&r.Consumers, b.Consumers)
+	set(&r.KeysPerConsumer, b.KeysPerConsumer)
+	set(&r.Plans, b.Plans)
+	set(&r.Domains, b.Domains)
+	set(&r.JWTIssuers, b.JWTIssuers)
+	set(&r.PolicyRules, b.PolicyRules)
+	if b.CacheBytes != nil {
+		r.CacheBytes = *b.CacheBytes
+	}
+	return &r
 }
 
 func decodePlatformPlan(ct string, body []byte, limit int, name string) (*tenants.PlatformPlan, *int64, error) {
@@ -26,7 +62,8 @@ func decodePlatformPlan(ct string, body []byte, limit int, name string) (*tenant
 	if err := decodeBody(ct, body, limit, &b, false); err != nil {
 		return nil, nil, err
 	}
-	p := &tenants.PlatformPlan{Name: name, RateLimit: b.RateLimit.domain(), Concurrency: b.Concurrency, Mode: b.Mode}
+	p := &tenants.PlatformPlan{Name: name, RateLimit: b.RateLimit.domain(), Concurrency: b.Concurrency, Mode: b.Mode,
+		Resources: b.Resources.domain()}
 	if b.Quota != nil {
 		p.Quota = &tenants.Quota{Requests: b.Quota.Requests}
 	}

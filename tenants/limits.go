@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -48,9 +49,139 @@ type PlatformPlan struct {
 	Quota       *Quota     `json:"quota,omitempty"`
 	Concurrency int        `json:"concurrency"` // 0 = no cap
 	Mode        string     `json:"mode,omitempty"`
-	Version     int64      `json:"version"`
-	CreatedAt   time.Time  `json:"created_at"`
-	UpdatedAt   time.Time  `json:"updated_at"`
+	// Resources bounds what the tenant keeps in the shared store and on the shared edges.
+	// Validate fills a nil Resources with the ceilings; the edge reads a nil one (an
+	// entry written before resources existed) as "bounded by the edge's own budget only".
+	Resources *ResourceLimits `json:"resources,omitempty"`
+	Version   int64           `json:"version"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+// ResourceLimits are a platform plan's bounds on the objects a tenant may keep. They are
+// checked when an object is saved (the store counts under a lock of the tenant row, so
+// two concurrent creations at the limit cannot both pass); lowering one keeps what a
+// tenant has over it and refuses only what would add to it. 0 allows none.
+type ResourceLimits struct {
+	Routes          int `json:"routes"`
+	Consumers       int `json:"consumers"`
+	KeysPerConsumer int `json:"keys_per_consumer"`
+	// Plans counts the tenant's consumer plans (POST /v1/tenants/{slug}/plans).
+	Plans      int `json:"plans"`
+	Domains    int `json:"domains"`
+	JWTIssuers int `json:"jwt_issuers"`
+	// PolicyRules bounds the rules and the role links of the tenant's policy together:
+	// each [subject, path, action] rule and each [member, role] link counts one, since
+	// both cost the edges memory and compile time alike.
+	PolicyRules int `json:"policy_rules"`
+	// CacheBytes is the most the tenant's answers may hold of each edge's response cache
+	// (bodies, headers, keys and a fixed overhead per answer). 0: routes may not cache.
+	CacheBytes int64 `json:"cache_bytes"`
+}
+
+// MaxResources are the ceilings of a platform plan's resource limits: what a shared
+// edge can hold for one tenant. An omitted limit takes its ceiling.
+var MaxResources = ResourceLimits{
+	Routes:          50_000,
+	Consumers:       1_000_000,
+	KeysPerConsumer: 100,
+	Plans:           1_000,
+	Domains:         1_000,
+	JWTIssuers:      MaxIssuersPerTenant,
+	// The policy engine's own bounds: 1,000 rules and 10,000 role links.
+	PolicyRules: 11_000,
+	CacheBytes:  1 << 40,
+}
+
+// Resource names: the fields of ResourceLimits as they appear in JSON, and the Field of
+// the validation error a save over the limit gets.
+const (
+	ResRoutes          = "routes"
+	ResConsumers       = "consumers"
+	ResKeysPerConsumer = "keys_per_consumer"
+	ResPlans           = "plans"
+	ResDomains         = "domains"
+	ResJWTIssuers      = "jwt_issuers"
+	ResPolicyRules     = "policy_rules"
+	ResCacheBytes      = "cache_bytes"
+)
+
+// resourceNouns says what each count is, for messages ("allows 10 routes"), plural and
+// singular.
+var resourceNouns = map[string][2]string{
+	ResRoutes:          {"routes", "route"},
+	ResConsumers:       {"consumers", "consumer"},
+	ResKeysPerConsumer: {"keys per consumer", "key per consumer"},
+	ResPlans:           {"consumer plans", "consumer plan"},
+	ResDomains:         {"custom domains", "custom domain"},
+	ResJWTIssuers:      {"JWT issuers", "JWT issuer"},
+	ResPolicyRules:     {"policy rules and role links together", "policy rule or role link"},
+}
+
+// OverLimit is the error of a save that would take a tenant past its plan's limit of
+// resource (one of the Res* names).
+func OverLimit(resource, plan string, limit int64) *Error {
+	if resource == ResCacheBytes {
+		return Invalid(resource, "the %s plan allows no response cache (cache_bytes 0); remove the route's cache or move to a larger plan", plan)
+	}
+	nouns := resourceNouns[resource]
+	if limit == 0 {
+		return Invalid(resource, "the %s plan allows no %s; move to a larger plan", plan, nouns[0])
+	}
+	noun := nouns[0]
+	if limit == 1 {
+		noun = nouns[1]
+	}
+	what := "delete one"
+	if resource == ResPolicyRules {
+		what = "remove some"
+	}
+	return Invalid(resource, "the %s plan allows %d %s; %s or move to a larger plan", plan, limit, noun, what)
+}
+
+// Get returns the limit of resource (one of the Res* names).
+func (r *ResourceLimits) Get(resource string) int64 {
+	switch resource {
+	case ResRoutes:
+		return int64(r.Routes)
+	case ResConsumers:
+		return int64(r.Consumers)
+	case ResKeysPerConsumer:
+		return int64(r.KeysPerConsumer)
+	case ResPlans:
+		return int64(r.Plans)
+	case ResDomains:
+		return int64(r.Domains)
+	case ResJWTIssuers:
+		return int64(r.JWTIssuers)
+	case ResPolicyRules:
+		return int64(r.PolicyRules)
+	case ResCacheBytes:
+		return r.CacheBytes
+	}
+	panic("tenants: unknown resource " + resource)
+}
+
+// Validate checks every limit against its ceiling; field paths start with "resources.".
+func (r *ResourceLimits) Validate() error {
+	for _, c := range []struct {
+		name     string
+		v, limit int64
+	}{
+		{ResRoutes, int64(r.Routes), int64(MaxResources.Routes)},
+		{ResConsumers, int64(r.Consumers), int64(MaxResources.Consumers)},
+		{ResKeysPerConsumer, int64(r.KeysPerConsumer), int64(MaxResources.KeysPerConsumer)},
+		{ResPlans, int64(r.Plans), int64(MaxResources.Plans)},
+		{ResDomains, int64(r.Domains), int64(MaxResources.Domains)},
+		{ResJWTIssuers, int64(r.JWTIssuers), int64(MaxResources.JWTIssuers)},
+		{ResPolicyRules, int64(r.PolicyRules), int64(MaxResources.PolicyRules)},
+		{ResCacheBytes, r.CacheBytes, MaxResources.CacheBytes},
+	} {
+		if c.v < 0 || c.v > c.limit {
+			return Invalid(fmt.Sprintf("resources.%s", c.name), "must be between 0 and %d, got %d", c.limit, c.v)
+		}
+	}
+	return nil
 }
 
 // Plan is p's limits as a Plan, the form the limiter compiles.
@@ -62,6 +193,13 @@ func (p *PlatformPlan) Plan() *Plan {
 func (p *PlatformPlan) Validate() error {
 	if err := ValidatePlanName(p.Name); err != nil {
 		return Invalid("name", "%v", err)
+	}
+	if p.Resources == nil {
+		r := MaxResources
+		p.Resources = &r
+	}
+	if err := p.Resources.Validate(); err != nil {
+		return err
 	}
 	return validateLimits(p.RateLimit, p.Quota, p.Concurrency, &p.Mode)
 }

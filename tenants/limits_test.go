@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"tollgate/edge/policy"
 	"tollgate/tenants"
 )
 
@@ -141,4 +142,56 @@ func TestPlatformPlanAndTenantLimits(t *testing.T) {
 
 	tn := tenants.Tenant{Slug: "acme", Plan: "odd", Limits: &tenants.PlatformPlan{Name: "odd", Concurrency: -1}}
 	wantInvalid(t, tn.Validate(), "limits.concurrency", "between 0")
+}
+
+// The resource limits: ceilings, defaults of a plan without them, and the message of a
+// save over one.
+func TestResourceLimits(t *testing.T) {
+	p := tenants.PlatformPlan{Name: "gold"}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Resources == nil || *p.Resources != tenants.MaxResources {
+		t.Fatalf("a plan without resources gets the ceilings, got %+v", p.Resources)
+	}
+	// The policy ceiling is the engine's own bound on rules and role links together.
+	if tenants.MaxResources.PolicyRules != policy.MaxRules+policy.MaxRoleLinks {
+		t.Errorf("policy_rules ceiling %d, engine bound %d", tenants.MaxResources.PolicyRules, policy.MaxRules+policy.MaxRoleLinks)
+	}
+	if tenants.MaxResources.JWTIssuers != tenants.MaxIssuersPerTenant {
+		t.Errorf("jwt_issuers ceiling %d", tenants.MaxResources.JWTIssuers)
+	}
+	for _, c := range []struct {
+		edit  func(*tenants.ResourceLimits)
+		field string
+	}{
+		{func(r *tenants.ResourceLimits) { r.Routes = -1 }, "resources.routes"},
+		{func(r *tenants.ResourceLimits) { r.Consumers = tenants.MaxResources.Consumers + 1 }, "resources.consumers"},
+		{func(r *tenants.ResourceLimits) { r.KeysPerConsumer = -1 }, "resources.keys_per_consumer"},
+		{func(r *tenants.ResourceLimits) { r.Plans = 1001 }, "resources.plans"},
+		{func(r *tenants.ResourceLimits) { r.Domains = 1001 }, "resources.domains"},
+		{func(r *tenants.ResourceLimits) { r.JWTIssuers = 33 }, "resources.jwt_issuers"},
+		{func(r *tenants.ResourceLimits) { r.PolicyRules = -2 }, "resources.policy_rules"},
+		{func(r *tenants.ResourceLimits) { r.CacheBytes = 1<<40 + 1 }, "resources.cache_bytes"},
+	} {
+		r := tenants.MaxResources
+		c.edit(&r)
+		p := tenants.PlatformPlan{Name: "gold", Resources: &r}
+		wantInvalid(t, p.Validate(), c.field, "must be between 0 and")
+	}
+
+	for _, c := range []struct {
+		res   string
+		limit int64
+		msg   string
+	}{
+		{tenants.ResRoutes, 10, "the free plan allows 10 routes; delete one or move to a larger plan"},
+		{tenants.ResRoutes, 1, "the free plan allows 1 route; delete one or move to a larger plan"},
+		{tenants.ResDomains, 0, "the free plan allows no custom domains; move to a larger plan"},
+		{tenants.ResKeysPerConsumer, 2, "the free plan allows 2 keys per consumer; delete one"},
+		{tenants.ResPolicyRules, 100, "the free plan allows 100 policy rules and role links together; remove some or move to a larger plan"},
+		{tenants.ResCacheBytes, 0, "the free plan allows no response cache (cache_bytes 0)"},
+	} {
+		wantInvalid(t, tenants.OverLimit(c.res, "free", c.limit), c.res, c.msg)
+	}
 }

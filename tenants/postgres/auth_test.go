@@ -146,7 +146,7 @@ func TestJWTIssuerLimit(t *testing.T) {
 	ctx := context.Background()
 	tn := mustTenant(t, db, "acme")
 	key := ecJWK(t, "k")
-	for i := 0; i < tenants.MaxIssuersPerTenant; i++ {
+	for i := 0; i < tn.Limits.Resources.JWTIssuers; i++ {
 		is := &tenants.Issuer{TenantID: tn.ID, Issuer: fmt.Sprintf("iss-%d", i), Audiences: []string{"a"}, Algorithms: []string{"ES256"}, Keys: []tenants.JWK{key}}
 		if err := db.CreateJWTIssuer(ctx, is); err != nil {
 			t.Fatal(err)

@@ -42,8 +42,8 @@ func nullable(s string) *string {
 }
 
 // CreateConsumer validates c, stores it with a new id and version 1, and fills in c.
-// EValidation (also when c.Plan names no plan of the tenant), EConflict (name taken),
-// ENotFound (tenant).
+// EValidation (also when c.Plan names no plan of the tenant, or past the platform plan's
+// consumers), EConflict (name taken), ENotFound (tenant).
 func (db *DB) CreateConsumer(ctx context.Context, c *tenants.Consumer) error {
 	if !parseID(c.TenantID) {
 		return notFound("tenant")
@@ -53,6 +53,9 @@ func (db *DB) CreateConsumer(ctx context.Context, c *tenants.Consumer) error {
 	}
 	id := newID()
 	err := db.write(ctx, func(tx pgx.Tx) error {
+		if err := checkCount(ctx, tx, c.TenantID, tenants.ResConsumers, countConsumers); err != nil {
+			return err
+		}
 		saved, err := scanConsumer(tx.QueryRow(ctx, `INSERT INTO consumers (tenant_id, id, name, plan) VALUES ($1, $2, $3, $4)
 			RETURNING `+consumerColumns, c.TenantID, id, c.Name, nullable(c.Plan)))
 		if err != nil {
@@ -192,7 +195,8 @@ func validHash(h string) bool {
 }
 
 // CreateKey stores k (Hash and Prefix set by the caller from tenants.NewSecret) with a new
-// id and fills in k. ENotFound (consumer), EValidation (hash), EConflict (hash taken).
+// id and fills in k. ENotFound (consumer), EValidation (hash, or past the platform plan's
+// keys_per_consumer), EConflict (hash taken).
 func (db *DB) CreateKey(ctx context.Context, k *tenants.Key) error {
 	if !parseID(k.TenantID) || !parseID(k.ConsumerID) {
 		return notFound("consumer")
@@ -202,6 +206,12 @@ func (db *DB) CreateKey(ctx context.Context, k *tenants.Key) error {
 	}
 	id := newID()
 	err := db.write(ctx, func(tx pgx.Tx) error {
+		if err := checkCount(ctx, tx, k.TenantID, tenants.ResKeysPerConsumer, countKeys, k.ConsumerID); err != nil {
+			if tenants.ErrorCode(err) == tenants.ENotFound {
+				return notFound("consumer")
+			}
+			return err
+		}
 		saved, err := scanKey(tx.QueryRow(ctx, `INSERT INTO keys (tenant_id, id, consumer_id, prefix, hash) VALUES ($1, $2, $3, $4, $5)
 			RETURNING `+keyColumns, k.TenantID, id, k.ConsumerID, k.Prefix, k.Hash))
 		if err != nil {

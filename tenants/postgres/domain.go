@@ -95,12 +95,8 @@ func (db *DB) CreateDomain(ctx context.Context, d *tenants.Domain) error {
 		if err != nil {
 			return err
 		}
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM domains WHERE tenant_id = $1`, tid).Scan(&n); err != nil {
+		if err := checkCount(ctx, tx, tid, tenants.ResDomains, countDomains); err != nil {
 			return err
-		}
-		if n >= tenants.MaxDomainsPerTenant {
-			return tenants.Invalid("hostname", "the tenant has %d domains, the most it may have", n)
 		}
 		if taken, err := verifiedByOther(ctx, tx, tid, d.Hostname); err != nil || taken {
 			if err == nil {

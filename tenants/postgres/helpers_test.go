@@ -129,9 +129,11 @@ func checkFor(t *testing.T, total, sleep time.Duration, fn func() error) {
 	}
 }
 
+// mustTenant creates a tenant on the unlimited platform plan, so tests that create many
+// objects are not stopped by the resource limits of the default plan.
 func mustTenant(t *testing.T, db *postgres.DB, slug string) *tenants.Tenant {
 	t.Helper()
-	tn := &tenants.Tenant{Slug: slug}
+	tn := &tenants.Tenant{Slug: slug, Plan: tenants.PlatformUnlimited}
 	if err := db.CreateTenant(context.Background(), tn); err != nil {
 		t.Fatalf("create tenant %s: %v", slug, err)
 	}

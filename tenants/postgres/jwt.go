@@ -68,8 +68,8 @@ func (db *DB) validateIssuer(is *tenants.Issuer) error {
 }
 
 // CreateJWTIssuer validates is, stores it with a new id and version 1, and fills in is.
-// EValidation (also when the tenant has MaxIssuersPerTenant already), EConflict (issuer
-// taken), ENotFound (tenant).
+// EValidation (also past the platform plan's jwt_issuers), EConflict (issuer taken),
+// ENotFound (tenant).
 func (db *DB) CreateJWTIssuer(ctx context.Context, is *tenants.Issuer) error {
 	if !parseID(is.TenantID) {
 		return notFound("tenant")
@@ -79,26 +79,11 @@ func (db *DB) CreateJWTIssuer(ctx context.Context, is *tenants.Issuer) error {
 	}
 	id := newID()
 	err := db.write(ctx, func(tx pgx.Tx) error {
-		// The tenant row lock serializes the tenant's issuer creations, so the count
-		// below stays true until commit. NO KEY UPDATE does not block other objects'
-		// foreign key checks.
-		var tid string
-		err := tx.QueryRow(ctx, `SELECT id::text FROM tenants WHERE id = $1 FOR NO KEY UPDATE`, is.TenantID).Scan(&tid)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("tenant")
-		}
-		if err != nil {
+		if err := checkCount(ctx, tx, is.TenantID, tenants.ResJWTIssuers, countIssuers); err != nil {
 			return err
-		}
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM jwt_issuers WHERE tenant_id = $1`, tid).Scan(&n); err != nil {
-			return err
-		}
-		if n >= tenants.MaxIssuersPerTenant {
-			return tenants.Invalid("issuer", "the tenant has %d issuers, the most it may have", n)
 		}
 		saved, err := scanIssuer(tx.QueryRow(ctx, `INSERT INTO jwt_issuers (tenant_id, id, issuer, spec) VALUES ($1, $2, $3, $4)
-			RETURNING `+issuerColumns, tid, id, is.Issuer, issuerSpecOf(is)))
+			RETURNING `+issuerColumns, is.TenantID, id, is.Issuer, issuerSpecOf(is)))
 		if err != nil {
 			return err
 		}

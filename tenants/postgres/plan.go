@@ -51,7 +51,8 @@ func planConflicts(p *tenants.Plan) map[string]*tenants.Error {
 }
 
 // CreatePlan validates p, stores it with a new id and version 1, and fills in p.
-// EValidation, EConflict (name taken), ENotFound (tenant).
+// EValidation (also past the platform plan's plans), EConflict (name taken), ENotFound
+// (tenant).
 func (db *DB) CreatePlan(ctx context.Context, p *tenants.Plan) error {
 	if !parseID(p.TenantID) {
 		return notFound("tenant")
@@ -61,6 +62,9 @@ func (db *DB) CreatePlan(ctx context.Context, p *tenants.Plan) error {
 	}
 	id := newID()
 	err := db.write(ctx, func(tx pgx.Tx) error {
+		if err := checkCount(ctx, tx, p.TenantID, tenants.ResPlans, countPlans); err != nil {
+			return err
+		}
 		saved, err := scanPlan(tx.QueryRow(ctx, `INSERT INTO plans (tenant_id, id, name, limits) VALUES ($1, $2, $3, $4)
 			RETURNING `+planColumns, p.TenantID, id, p.Name, limitsOf(p)))
 		if err != nil {

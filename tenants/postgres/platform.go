@@ -15,20 +15,30 @@ import (
 // refers to the tenants row by its table name, so it works after SELECT … FROM tenants
 // and in RETURNING of INSERT and UPDATE.
 const platformPlanOfTenant = `(SELECT jsonb_build_object('name', pp.name, 'version', pp.version,
-	'created_at', pp.created_at, 'updated_at', pp.updated_at) || pp.limits
+	'created_at', pp.created_at, 'updated_at', pp.updated_at, 'resources', ` + resourcesObject + `) || pp.limits
 	FROM platform_plans pp WHERE pp.name = tenants.plan)`
 
-const platformPlanColumns = `name, limits, version, created_at, updated_at`
+// resourcesObject is a platform_plans row's resource limits as the JSON of a
+// tenants.ResourceLimits (pp is the row).
+const resourcesObject = `jsonb_build_object('routes', pp.routes, 'consumers', pp.consumers,
+	'keys_per_consumer', pp.keys_per_consumer, 'plans', pp.plans, 'domains', pp.domains,
+	'jwt_issuers', pp.jwt_issuers, 'policy_rules', pp.policy_rules, 'cache_bytes', pp.cache_bytes)`
+
+const platformPlanColumns = `name, limits, version, created_at, updated_at,
+	routes, consumers, keys_per_consumer, plans, domains, jwt_issuers, policy_rules, cache_bytes`
 
 func scanPlatformPlan(row pgx.Row) (*tenants.PlatformPlan, error) {
 	var (
 		p tenants.PlatformPlan
 		l planLimits
+		r tenants.ResourceLimits
 	)
-	if err := row.Scan(&p.Name, &l, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
+	if err := row.Scan(&p.Name, &l, &p.Version, &p.CreatedAt, &p.UpdatedAt,
+		&r.Routes, &r.Consumers, &r.KeysPerConsumer, &r.Plans, &r.Domains, &r.JWTIssuers, &r.PolicyRules, &r.CacheBytes); err != nil {
 		return nil, err
 	}
 	p.RateLimit, p.Quota, p.Concurrency, p.Mode = l.RateLimit, l.Quota, l.Concurrency, l.Mode
+	p.Resources = &r
 	normalizePlatformPlan(&p)
 	return &p, nil
 }
@@ -90,16 +100,26 @@ func (db *DB) PutPlatformPlan(ctx context.Context, p *tenants.PlatformPlan) erro
 		return err
 	}
 	l := planLimits{RateLimit: p.RateLimit, Quota: p.Quota, Concurrency: p.Concurrency, Mode: p.Mode}
+	r := p.Resources
 	err := db.write(ctx, func(tx pgx.Tx) error {
 		var row pgx.Row
 		if p.Version == 0 {
-			row = tx.QueryRow(ctx, `INSERT INTO platform_plans (name, limits) VALUES ($1, $2)
-				ON CONFLICT (name) DO UPDATE SET limits = EXCLUDED.limits,
+			row = tx.QueryRow(ctx, `INSERT INTO platform_plans (name, limits, routes, consumers, keys_per_consumer,
+					plans, domains, jwt_issuers, policy_rules, cache_bytes)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+				ON CONFLICT (name) DO UPDATE SET limits = EXCLUDED.limits, routes = EXCLUDED.routes,
+					consumers = EXCLUDED.consumers, keys_per_consumer = EXCLUDED.keys_per_consumer,
+					plans = EXCLUDED.plans, domains = EXCLUDED.domains, jwt_issuers = EXCLUDED.jwt_issuers,
+					policy_rules = EXCLUDED.policy_rules, cache_bytes = EXCLUDED.cache_bytes,
 					version = platform_plans.version + 1, updated_at = now()
-				RETURNING `+platformPlanColumns, p.Name, l)
+				RETURNING `+platformPlanColumns, p.Name, l,
+				r.Routes, r.Consumers, r.KeysPerConsumer, r.Plans, r.Domains, r.JWTIssuers, r.PolicyRules, r.CacheBytes)
 		} else {
-			row = tx.QueryRow(ctx, `UPDATE platform_plans SET limits = $3, version = version + 1, updated_at = now()
-				WHERE name = $1 AND version = $2 RETURNING `+platformPlanColumns, p.Name, p.Version, l)
+			row = tx.QueryRow(ctx, `UPDATE platform_plans SET limits = $3, routes = $4, consumers = $5,
+					keys_per_consumer = $6, plans = $7, domains = $8, jwt_issuers = $9, policy_rules = $10,
+					cache_bytes = $11, version = version + 1, updated_at = now()
+				WHERE name = $1 AND version = $2 RETURNING `+platformPlanColumns, p.Name, p.Version, l,
+				r.Routes, r.Consumers, r.KeysPerConsumer, r.Plans, r.Domains, r.JWTIssuers, r.PolicyRules, r.CacheBytes)
 		}
 		saved, err := scanPlatformPlan(row)
 		if errors.Is(err, pgx.ErrNoRows) {

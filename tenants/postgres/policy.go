@@ -56,7 +56,8 @@ func (db *DB) FindPolicy(ctx context.Context, tenantID string) (*tenants.Policy,
 // PutPolicy creates the tenant's policy or replaces it (version + 1), and fills in p.
 // When p.Version is not 0 the replacement happens only at that version. The caller has
 // validated p (edge/policy.Compile). ENotFound (tenant, or no policy to replace),
-// EVersionConflict.
+// EVersionConflict, EValidation (more rules and role links than the platform plan's
+// policy_rules, and than the current policy has).
 func (db *DB) PutPolicy(ctx context.Context, p *tenants.Policy) error {
 	if !parseID(p.TenantID) {
 		return notFound("tenant")
@@ -69,6 +70,9 @@ func (db *DB) PutPolicy(ctx context.Context, p *tenants.Policy) error {
 		spec.Roles = [][]string{}
 	}
 	err := db.write(ctx, func(tx pgx.Tx) error {
+		if err := checkPolicySize(ctx, tx, p.TenantID, len(spec.Rules)+len(spec.Roles)); err != nil {
+			return err
+		}
 		var (
 			saved *tenants.Policy
 			err   error

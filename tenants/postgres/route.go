@@ -71,8 +71,9 @@ func routeConflicts(r *tenants.Route) map[string]*tenants.Error {
 }
 
 // CreateRoute validates r against the rules and the upstream policy, stores it with a new
-// id and version 1, and fills in r. EValidation, EConflict (name or path+method taken),
-// ENotFound (tenant).
+// id and version 1, and fills in r. EValidation (also past the plan's routes, or a cache
+// on a plan without cache_bytes), EConflict (name or path+method taken), ENotFound
+// (tenant).
 func (db *DB) CreateRoute(ctx context.Context, r *tenants.Route) error {
 	if !parseID(r.TenantID) {
 		return notFound("tenant")
@@ -82,6 +83,12 @@ func (db *DB) CreateRoute(ctx context.Context, r *tenants.Route) error {
 	}
 	id := newID()
 	err := db.write(ctx, func(tx pgx.Tx) error {
+		if err := checkCount(ctx, tx, r.TenantID, tenants.ResRoutes, countRoutes); err != nil {
+			return err
+		}
+		if err := checkCacheAllowed(ctx, tx, r, ""); err != nil {
+			return err
+		}
 		saved, err := scanRoute(tx.QueryRow(ctx, `INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
 			RETURNING `+routeColumns, r.TenantID, id, r.Name, specOf(r)))
 		if err != nil {
@@ -199,6 +206,9 @@ func (db *DB) UpdateRoute(ctx context.Context, r *tenants.Route) error {
 		return err
 	}
 	err := db.write(ctx, func(tx pgx.Tx) error {
+		if err := checkCacheAllowed(ctx, tx, r, r.ID); err != nil {
+			return err
+		}
 		saved, err := scanRoute(tx.QueryRow(ctx, `UPDATE routes SET name = $4, spec = $5, version = version + 1, updated_at = now()
 			WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+routeColumns,
 			r.TenantID, r.ID, r.Version, r.Name, specOf(r)))
