@@ -185,7 +185,7 @@ func (s *Server) table() []endpoint {
 			summary: "Get a custom domain", desc: "Without its private key." + scopedDoc, status: 200, result: tenants.Domain{}, etag: true},
 		{method: http.MethodPut, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Write, handle: domains.handlePut, tag: tagDomains,
 			summary: "Replace a custom domain (renew its certificate)",
-			desc:    "Full replacement, validated as on POST; the edges present the new certificate from their next handshake on, without a gap." + scopedDoc + ifMatchDoc,
+			desc:    "Full replacement, validated as on POST; the edges present the new certificate from their next handshake on, without a gap. The same hostname keeps its status; another hostname is a new claim (pending, a new verification value)." + scopedDoc + ifMatchDoc,
 			body:    domainUpdate{}, status: 200, result: tenants.Domain{}, etag: true, ifMatch: true},
 		{method: http.MethodPost, path: "/v1/tenants/:slug/domains/:id/verify", access: tenantScoped, class: rbac.Write, handle: s.verifyDomain, tag: tagDomains,
 			summary: "Check a custom domain's DNS proof now",

@@ -37,8 +37,8 @@ var schemaNames = map[reflect.Type]string{
 	reflect.TypeFor[planUpdate]():       "PlanUpdate",
 	reflect.TypeFor[tokenBody]():        "TokenCreate",
 	reflect.TypeFor[keyBody]():          "KeyCreate",
-	reflect.TypeFor[createdKey]():       "CreatedKey",
 	reflect.TypeFor[domainVerifyBody](): "DomainVerify",
+	reflect.TypeFor[createdKey]():       "CreatedKey",
 	reflect.TypeFor[createdToken]():     "CreatedToken",
 	reflect.TypeFor[jwtIssuerBody]():    "JWTIssuerCreate",
 	reflect.TypeFor[jwtIssuerUpdate]():  "JWTIssuerUpdate",
@@ -72,12 +72,12 @@ var outputFields = map[string]obj{
 	"Consumer.plan":        {"description": "Absent when the consumer has no plan."},
 	"Tenant.limits":        {"description": "The platform plan the tenant is on, with its limits (read-only: change the tenant's plan, or the plan)."},
 	"PlatformPlan.version": {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
-}
 	"Domain.version":       {"description": "Bumped by every change, including a change of status; the ETag. Send it back in If-Match."},
 	"Domain.status":        {"enum": []string{tenants.DomainPending, tenants.DomainVerified}, "description": "pending until the DNS TXT record of verification is seen; the edges serve only verified domains."},
 	"Domain.verification":  {"description": "The DNS record that proves the claim. Keep it published: verified domains are checked again hourly, and go back to pending after 3 checks in a row miss it."},
 	"Domain.last_error":    {"description": "Why the last check did not see the proof; absent after one that did."},
 	"Domain.next_check_at": {"description": "When the next automatic check runs; absent when none is scheduled (pending for 7 days: POST .../verify)."},
+}
 
 // schemas builds component schemas by reflection.
 type schemas struct {
