@@ -28,6 +28,8 @@ func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *sl
 		Upstreams:  cfg.UpstreamPolicy(),
 		EdgeDomain: cfg.EdgeDomain,
 		EdgePort:   port,
+		Mailer:     cp.mail,
+		PublicURL:  cfg.PublicURL,
 		Logger:     log,
 	}).Mount(srv.App())
 }

@@ -294,6 +294,11 @@ func printBanner(cfg *config.Config, apiAddr, edgePort, adminAddr, natsURL, key 
 	fmt.Fprintf(&b, "  edge metrics     http://%s/metrics\n", adminAddr)
 	fmt.Fprintf(&b, "  nats             %s   bucket %s\n", natsURL, cfg.KVBucket())
 	fmt.Fprintf(&b, "  database         %s\n", redactURL(cfg.DatabaseURL))
+	if cfg.SMTPURL != "" {
+		fmt.Fprintf(&b, "  mail             sent through %s\n", redactURL(cfg.SMTPURL))
+	} else {
+		fmt.Fprintf(&b, "  mail             not sent: each message's links are logged (set TOLLGATE_SMTP_URL to send)\n")
+	}
 	if cfg.RedisURL != "" {
 		fmt.Fprintf(&b, "  flow control     cluster-wide in Redis %s (prefix %s)\n\n", redactURL(cfg.RedisURL), cfg.RedisPrefix)
 	} else {

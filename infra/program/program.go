@@ -64,6 +64,7 @@ type controlPlane struct {
 	nc    *nats.Conn
 	kv    jetstream.KeyValue
 	relay *postgres.Relay
+	mail  tenants.Mailer
 }
 
 func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, log *slog.Logger) (*controlPlane, error) {
@@ -85,7 +86,13 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 		db.Close()
 		return nil, err
 	}
-	cp := &controlPlane{db: db, nc: nc, relay: postgres.NewRelay(db, pub, log)}
+	mail, err := openMailer(cfg, log)
+	if err != nil {
+		nc.Close()
+		db.Close()
+		return nil, err
+	}
+	cp := &controlPlane{db: db, nc: nc, relay: postgres.NewRelay(db, pub, log), mail: mail}
 	return cp, nil
 }
 
@@ -139,6 +146,8 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		Usage:      billingpg.New(cp.db.Pool()), // rollups folded by `tollgate billing`, same database
 		AdminToken: cfg.AdminToken,
 		Upstreams:  cfg.UpstreamPolicy(),
+		Mailer:     cp.mail,
+		PublicURL:  cfg.PublicURL,
 		Logger:     log,
 		Ready: func(ctx context.Context) error {
 			if err := cp.db.Ping(ctx); err != nil {
