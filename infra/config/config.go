@@ -52,6 +52,10 @@ type Config struct {
 	PublicURL      string // TOLLGATE_PUBLIC_URL [http://<api addr>: the console's address in mailed links]
 	DNSResolver    string // TOLLGATE_DNS_RESOLVER [unset: the system's resolver; host:port of a DNS server]
 	EdgeCacheBytes int64  // TOLLGATE_EDGE_CACHE_BYTES [256 MiB: the edge's whole response-cache budget]
+
+	// DomainChecks: TOLLGATE_DOMAIN_CHECK_MIN [10s], TOLLGATE_DOMAIN_CHECK_MAX [10m],
+	// TOLLGATE_DOMAIN_RECHECK [1h] (see tenants.DomainSchedule; the rest take defaults).
+	DomainChecks tenants.DomainSchedule
 }
 
 // FromEnv reads the environment. getenv is os.Getenv in production, a map in tests.
@@ -177,6 +181,23 @@ func (c *Config) trust(getenv func(string) string) error {
 			return fmt.Errorf("TOLLGATE_DNS_RESOLVER: %q is not host:port (like 127.0.0.1:53)", c.DNSResolver)
 		}
 	}
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{
+		{"TOLLGATE_DOMAIN_CHECK_MIN", &c.DomainChecks.PendingMin},
+		{"TOLLGATE_DOMAIN_CHECK_MAX", &c.DomainChecks.PendingMax},
+		{"TOLLGATE_DOMAIN_RECHECK", &c.DomainChecks.Recheck},
+	} {
+		if v := getenv(d.name); v != "" {
+			n, err := time.ParseDuration(v)
+			if err != nil || n < 10*time.Millisecond || n > 24*time.Hour {
+				return fmt.Errorf("%s: %q is not a duration between 10ms and 24h (like 10s)", d.name, v)
+			}
+			*d.dst = n
+		}
+	}
+	c.DomainChecks = c.DomainChecks.WithDefaults()
 	if v := getenv("TOLLGATE_EDGE_CACHE_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {

@@ -24,6 +24,7 @@ import (
 	"tollgate/edge"
 	"tollgate/infra/config"
 	"tollgate/tenants"
+	"tollgate/tenants/dnsproof"
 	tgnats "tollgate/tenants/nats"
 	"tollgate/tenants/postgres"
 )
@@ -143,6 +144,11 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		Policies:   cp.db,
 		Domains:    cp.db,
 		EdgeDomain: cfg.EdgeDomain,
+
+		// The same checker and schedule as runAPI's automatic checks.
+		Proofs:       dnsproof.New(cfg.DNSResolver),
+		DomainChecks: cfg.DomainChecks,
+
 		Usage:      billingpg.New(cp.db.Pool()), // rollups folded by `tollgate billing`, same database
 		AdminToken: cfg.AdminToken,
 		Upstreams:  cfg.UpstreamPolicy(),
@@ -226,6 +232,16 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 			log.Error("relay stopped", "err", err)
 		}
 	}()
+	// Custom domains' DNS proofs are checked beside the api; every replica runs the
+	// checks, which share the due domains through the store (no lock to hold).
+	checksCtx, stopChecks := context.WithCancel(ctx)
+	checksDone := make(chan struct{})
+	go func() {
+		defer close(checksDone)
+		checks := &dnsproof.Loop{Store: cp.db, Checker: dnsproof.New(cfg.DNSResolver), Schedule: cfg.DomainChecks, Logger: log}
+		_ = checks.Run(checksCtx)
+	}()
+	defer func() { stopChecks(); <-checksDone }()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("api listening", "addr", ln.Addr().String(), "bucket", cfg.KVBucket())
@@ -305,7 +321,12 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 			return fmt.Errorf("TOLLGATE_EDGE_TLS_ADDR: %w", err)
 		}
 	}
+	cacheBytes := cfg.EdgeCacheBytes
+	if cacheBytes == 0 {
+		cacheBytes = -1 // TOLLGATE_EDGE_CACHE_BYTES=0: no response cache
+	}
 	e, err := edge.New(edge.Config{
+		CacheBytes:     cacheBytes,
 		TLSCertificate: wildcard,
 		Meter:          m,
 		Registry:       fc.reg,
