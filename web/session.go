@@ -122,11 +122,12 @@ type authForm struct {
 }
 
 func (c *Console) signupPage(ctx *fiber.Ctx) error {
-	return c.render(ctx, http.StatusOK, "signup", page{Title: "Create your account", Form: authForm{}})
+	return c.render(ctx, http.StatusOK, "signup", page{Title: "Create your account", Form: authForm{Next: localNext(ctx.Query("next"), "")}})
 }
 
 func (c *Console) signup(ctx *fiber.Ctx) error {
-	f := authForm{Email: strings.TrimSpace(ctx.FormValue("email")), Slug: strings.TrimSpace(ctx.FormValue("slug")), Name: strings.TrimSpace(ctx.FormValue("name")), Errors: map[string]string{}}
+	f := authForm{Email: strings.TrimSpace(ctx.FormValue("email")), Slug: strings.TrimSpace(ctx.FormValue("slug")), Name: strings.TrimSpace(ctx.FormValue("name")), Errors: map[string]string{},
+		Next: localNext(ctx.FormValue("next"), "")}
 	pw := ctx.FormValue("password")
 	hash, err := tenants.HashPassword(pw)
 	if err != nil {
@@ -143,7 +144,7 @@ func (c *Console) signup(ctx *fiber.Ctx) error {
 		err = c.cfg.People.SignUp(c.ctx(ctx), u, t)
 		if err == nil {
 			c.record(ctx, u, t.ID, "tenant.create", t.ID)
-			return c.startSession(ctx, u, Prefix+"/t/"+t.Slug+"/routes")
+			return c.startSession(ctx, u, localNext(f.Next, Prefix+"/t/"+t.Slug+"/routes"))
 		}
 		if !fieldError(err, f.Errors, map[string]string{"slug": "slug", "name": "name", "plan": "slug"}) {
 			return c.internal(ctx, err)
@@ -154,13 +155,13 @@ func (c *Console) signup(ctx *fiber.Ctx) error {
 
 func (c *Console) loginPage(ctx *fiber.Ctx) error {
 	if user(ctx) != nil {
-		return ctx.Redirect(Prefix+"/", http.StatusSeeOther)
+		return ctx.Redirect(localNext(ctx.Query("next"), Prefix+"/"), http.StatusSeeOther)
 	}
-	return c.render(ctx, http.StatusOK, "login", page{Title: "Sign in", Form: authForm{}})
+	return c.render(ctx, http.StatusOK, "login", page{Title: "Sign in", Form: authForm{Next: localNext(ctx.Query("next"), "")}})
 }
 
 func (c *Console) login(ctx *fiber.Ctx) error {
-	f := authForm{Email: strings.TrimSpace(ctx.FormValue("email")), Errors: map[string]string{}}
+	f := authForm{Email: strings.TrimSpace(ctx.FormValue("email")), Errors: map[string]string{}, Next: localNext(ctx.FormValue("next"), "")}
 	pw := ctx.FormValue("password")
 	email, _ := tenants.NormalizeEmail(f.Email)
 	if wait := c.cfg.Limiter.Allow(ctx.IP(), email); wait > 0 {
@@ -176,7 +177,7 @@ func (c *Console) login(ctx *fiber.Ctx) error {
 		return c.internal(ctx, err)
 	case tenants.CheckPassword(u.PasswordHash, pw):
 		c.cfg.Limiter.Succeeded(email)
-		return c.startSession(ctx, u, Prefix+"/")
+		return c.startSession(ctx, u, localNext(f.Next, Prefix+"/"))
 	}
 	c.cfg.Limiter.Failed(email)
 	f.Errors["form"] = "The email or the password is not right."
