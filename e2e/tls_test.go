@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"tollgate/infra/testcert"
+	"tollgate/infra/testdns"
 	"tollgate/infra/testenv"
 )
 
 // TestTLS: the edge terminates TLS 1.3 with the wildcard certificate of the edge domain
-// and with a tenant's custom domain certificate uploaded through the api (picked by SNI,
-// served without a restart, replaced without a restart); a Host that names another
-// tenant than the SNI is refused with 421.
+// and with a tenant's custom domain certificate uploaded (and proven through DNS) through
+// the api (picked by SNI, served without a restart, replaced without a restart); a Host
+// that names another tenant than the SNI is refused with 421.
 func TestTLS(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
@@ -36,7 +37,8 @@ func TestTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	tlsAddr := freeAddr(t)
-	_, api := s.startAPI()
+	dns := testdns.Start(t)
+	_, api := s.startAPI("TOLLGATE_DNS_RESOLVER=" + dns.Addr())
 	_, edge := s.startEdge("TOLLGATE_EDGE_TLS_ADDR="+tlsAddr, "TOLLGATE_EDGE_TLS_CERT="+certFile, "TOLLGATE_EDGE_TLS_KEY="+keyFile)
 	defer edge.close()
 
@@ -80,13 +82,19 @@ func TestTLS(t *testing.T) {
 		t.Errorf("SNI %s, Host %s: %d %q %v, want 421 misdirected_request", acme, other, status, code, err)
 	}
 
-	// Upload a custom domain: served by SNI within the apply deadline.
+	// Upload a custom domain and prove it (its TXT record, then verify): served by SNI
+	// within the apply deadline.
 	host := testenv.Name("api") + ".acme-e2e.example"
 	first := ca.Issue(t, []string{host}, time.Time{}, time.Time{})
 	d := api.must(201, "POST", "/v1/tenants/"+acme+"/domains", map[string]any{
 		"hostname": host, "certificate_pem": first.CertPEM, "private_key_pem": first.KeyPEM})
 	if _, ok := d["private_key_pem"]; ok {
 		t.Errorf("the api returned the private key")
+	}
+	ver, _ := d["verification"].(map[string]any)
+	dns.SetTXT(ver["record_name"].(string), ver["value"].(string))
+	if v := api.must(200, "POST", "/v1/tenants/"+acme+"/domains/"+str(t, d, "id")+"/verify", nil); v["status"] != "verified" {
+		t.Fatalf("verify: %v", v)
 	}
 	took := eventually(t, applyDeadline, "the uploaded certificate served", func() error {
 		status, _, cert, err := get(host, host)
@@ -100,7 +108,7 @@ func TestTLS(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("custom domain certificate served %v after the upload", took)
+	t.Logf("custom domain certificate served %v after its verification", took)
 	if status, code, _, _ := get(host, other+".localhost"); status != 421 || code != "misdirected_request" {
 		t.Errorf("custom SNI with another tenant's Host: %d %q, want 421", status, code)
 	}
@@ -108,7 +116,7 @@ func TestTLS(t *testing.T) {
 	// Renew it (PUT a new certificate) without restarting the edge.
 	second := ca.Issue(t, []string{host}, time.Time{}, time.Time{})
 	api.must(200, "PUT", "/v1/tenants/"+acme+"/domains/"+str(t, d, "id"), map[string]any{
-		"hostname": host, "certificate_pem": second.CertPEM, "private_key_pem": second.KeyPEM}, "If-Match", `"1"`)
+		"hostname": host, "certificate_pem": second.CertPEM, "private_key_pem": second.KeyPEM}, "If-Match", `"2"`)
 	eventually(t, applyDeadline, "the renewed certificate served", func() error {
 		_, _, cert, err := get(host, host)
 		if err != nil {
@@ -120,7 +128,7 @@ func TestTLS(t *testing.T) {
 		return nil
 	})
 
-	// The same host name for another tenant: 409.
+	// The same host name for another tenant, while this one's claim is verified: 409.
 	if r := api.call("POST", "/v1/tenants/"+other+"/domains", map[string]any{
 		"hostname": host, "certificate_pem": second.CertPEM, "private_key_pem": second.KeyPEM}); r.Status != 409 || !strings.Contains(string(r.Raw), `"conflict"`) {
 		t.Errorf("duplicate host name for another tenant: %s", r)
