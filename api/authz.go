@@ -190,7 +190,7 @@ func (s *Server) listAudit(c *fiber.Ctx, r *request) error {
 
 // platformRoleBody is the body of PUT /v1/platform/roles.
 type platformRoleBody struct {
-	Email string `json:"email" doc:"The user's sign-in address."`
+	Email string `json:"email" doc:"The address the role is granted to."`
 	Role  string `json:"role" enum:"operator,finance," doc:"operator, finance, or empty to remove the platform role."`
 }
 
@@ -202,10 +202,9 @@ func (s *Server) putPlatformRole(c *fiber.Ctx, r *request) error {
 	if err := decodeBody(contentType(c), c.Body(), s.cfg.BodyLimit, &b, false); err != nil {
 		return err
 	}
-	u, err := s.cfg.People.SetPlatformRole(r.ctx, b.Email, b.Role)
+	g, err := s.cfg.People.SetPlatformRole(r.ctx, b.Email, b.Role)
 	if err != nil {
 		return err
 	}
-	return reply(c, http.StatusOK, u, 0)
+	return reply(c, http.StatusOK, g, 0)
 }
-

@@ -232,7 +232,7 @@ func (s *Server) table() []endpoint {
 			summary: "Decline an invitation", desc: "As accepting, but ends the invitation without a membership.",
 			body: inviteTokenBody{}, status: 204},
 		{method: http.MethodPut, path: "/v1/platform/roles", access: adminOnly, handle: s.putPlatformRole, tag: tagPlatform,
-			summary: "Set a user's platform role", desc: "Admin token only. operator acts as an admin in every tenant; finance reads every tenant and exports the bill; empty removes the role.",
-			body: platformRoleBody{}, status: 200, result: tenants.User{}},
+			summary: "Grant a platform role to an address", desc: "Admin token only. operator acts as an admin in every tenant; finance reads every tenant and exports the bill; empty withdraws the grant and the role. The user with that address holds the role once the address is verified; the answer is the same whether or not the address has an account.",
+			body: platformRoleBody{}, status: 200, result: tenants.PlatformGrant{}},
 	}
 }

@@ -200,7 +200,7 @@ func TestSessionCSRF(t *testing.T) {
 	// Platform roles are the admin token's to set.
 	e.do("PUT", "/v1/platform/roles", "", map[string]any{"email": "owner@example.com", "role": "finance"}, owner.hdr...).wantErr(403, "forbidden", "")
 	r := e.do("PUT", "/v1/platform/roles", adminToken, map[string]any{"email": "owner@example.com", "role": "finance"}).want(200)
-	if r.str("platform_role") != "finance" {
+	if r.str("role") != "finance" || r.str("email") != "owner@example.com" {
 		t.Errorf("platform role not set: %s", r.body)
 	}
 	e.do("PUT", "/v1/platform/roles", adminToken, map[string]any{"email": "owner@example.com", "role": "root"}).wantErr(400, "validation_failed", "role")

@@ -144,9 +144,10 @@ type PeopleService interface {
 	// FindUserByEmail and FindUser: ENotFound.
 	FindUserByEmail(ctx context.Context, email string) (*User, error)
 	FindUser(ctx context.Context, id string) (*User, error)
-	// SetPlatformRole sets ("" clears) the platform role of the user with that email:
-	// EValidation, ENotFound.
-	SetPlatformRole(ctx context.Context, email, role string) (*User, error)
+	// SetPlatformRole grants role to an address ("" withdraws the grant and the role). The
+	// user with that address holds it once the address is verified (at once when it is);
+	// the answer is the same whether or not the address has an account: EValidation.
+	SetPlatformRole(ctx context.Context, email, role string) (*PlatformGrant, error)
 
 	// FindMembership is userID's membership of tenantID: ENotFound.
 	FindMembership(ctx context.Context, tenantID, userID string) (*Membership, error)
@@ -183,10 +184,72 @@ type PeopleService interface {
 	// AcceptInvite, and returns the invite it ended.
 	DeclineInvite(ctx context.Context, token, userID string) (*InviteOffer, error)
 
+	// CreateUserToken stores a link to mail (t.Hash is the SHA-256 of the token in it):
+	// EValidation.
+	CreateUserToken(ctx context.Context, t *UserToken) error
+	// VerifyEmail spends a verify token and marks its user's address verified, applying a
+	// platform role granted to it: ENotFound (unknown, spent or expired token).
+	VerifyEmail(ctx context.Context, tokenHash string) (*User, error)
+	// ResetPassword spends a reset token, sets its user's password hash, ends every session
+	// of the user, and (the link proving the address) marks the address verified:
+	// ENotFound (unknown, spent or expired token), EValidation.
+	ResetPassword(ctx context.Context, tokenHash, passwordHash string) (*User, error)
+	// ChangePassword sets a user's password hash and ends every session of the user but
+	// the one whose hash is keepSession: ENotFound, EValidation.
+	ChangePassword(ctx context.Context, userID, passwordHash, keepSession string) error
+
 	CreateSession(ctx context.Context, s *Session) error
 	// FindSession returns a session that has not expired: ENotFound otherwise.
 	FindSession(ctx context.Context, hash string) (*Session, error)
 	DeleteSession(ctx context.Context, hash string) error
+}
+
+// Purposes of the single-use links mailed to a user, and how long each is good for.
+const (
+	TokenVerify    = "verify"
+	TokenReset     = "reset"
+	VerifyTokenTTL = 24 * time.Hour
+	ResetTokenTTL  = time.Hour
+)
+
+// UserToken is a single-use link mailed to a user. Only the SHA-256 of its token is kept
+// (Hash), so a copy of the database opens nothing.
+type UserToken struct {
+	Hash      string
+	UserID    string
+	Purpose   string // TokenVerify or TokenReset
+	ExpiresAt time.Time
+}
+
+// PlatformGrant is a platform role the operator granted to an address. It is held by the
+// user with that address once the address is verified.
+type PlatformGrant struct {
+	Email     string    `json:"email"`
+	Role      string    `json:"role"` // "" when the grant was withdrawn
+	GrantedAt time.Time `json:"granted_at"`
+}
+
+// ThrottleRule says how many attempts a key gets. The first Limit−1 attempts within Window
+// pass freely; the Limit-th passes and then pauses the key: until the window ends when
+// Backoff is 0, else for Backoff, doubling after each further attempt up to MaxBackoff.
+// An attempt refused while the key is paused is not counted, so waiting is never made
+// longer by knocking. The count starts again once both the window and the pause are over.
+type ThrottleRule struct {
+	Limit      int
+	Window     time.Duration
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+}
+
+// ThrottleService counts attempts (sign-in, sign-up, mail requests) where every api
+// replica sees them, one atomic step per attempt, so concurrent attempts cannot slip past
+// a limit.
+type ThrottleService interface {
+	// Hit counts an attempt on key and returns 0 when it may proceed, else how long until
+	// one may.
+	Hit(ctx context.Context, key string, rule ThrottleRule) (time.Duration, error)
+	// ClearHits forgets the attempts on key (a successful sign-in clears its failures).
+	ClearHits(ctx context.Context, key string) error
 }
 
 // AuditService keeps the audit log. Entries are never changed or deleted by the api.

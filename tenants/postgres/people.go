@@ -92,22 +92,6 @@ func (db *DB) FindUser(ctx context.Context, id string) (*tenants.User, error) {
 	return u, constraintError(err, "find user", nil)
 }
 
-// SetPlatformRole: EValidation, ENotFound.
-func (db *DB) SetPlatformRole(ctx context.Context, email, role string) (*tenants.User, error) {
-	if err := tenants.ValidatePlatformRole(role); err != nil {
-		return nil, err
-	}
-	email, err := tenants.NormalizeEmail(email)
-	if err != nil {
-		return nil, err
-	}
-	u, err := scanUser(db.pool.QueryRow(ctx, `UPDATE users SET platform_role = $2 WHERE email = $1 RETURNING `+userColumns, email, role))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("user")
-	}
-	return u, constraintError(err, "set platform role", nil)
-}
-
 const membershipSelect = `SELECT m.tenant_id::text, t.slug, t.name, m.user_id::text, u.email, m.role, m.created_at
 	FROM memberships m JOIN tenants t ON t.id = m.tenant_id JOIN users u ON u.id = m.user_id`
 
