@@ -155,21 +155,21 @@ func (e *Edge) meterRecord(x *exchange, status int) {
 	if mr == nil {
 		return
 	}
-	u := usage{route: mr, consumer: e.meterHandleFor(s, x.consumer), status: status, upstream: x.reply == nil,
-		at: x.ctx.Time(), in: x.in.n}
 	resp := &x.ctx.Response
+	var out int
 	switch {
 	case x.ctx.IsHead() || resp.SkipBody || noBody(status):
 	case resp.IsBodyStream():
 		if mb, ok := resp.BodyStream().(meteredBody); ok {
-			mb.recordAtClose(u)
+			mb.recordAtClose(usage{route: mr, consumer: e.meterHandleFor(s, x.consumer), status: status,
+				upstream: x.reply == nil, at: x.ctx.Time(), in: x.in.n})
 			return
 		}
 		// Every stream the edge sets is a meteredBody; a new kind that is not would be
 		// counted by its declared length here.
-		u.out = int64(max(resp.Header.ContentLength(), 0))
+		out = max(resp.Header.ContentLength(), 0)
 	default:
-		u.out = int64(len(resp.Body()))
+		out = len(resp.Body())
 	}
-	u.record()
+	mr.Record(e.meterHandleFor(s, x.consumer), status, x.reply == nil, x.in.n, int64(out), x.ctx.Time())
 }
