@@ -25,7 +25,7 @@ const (
 	ENotFound          = "not_found"           // no such object (or not visible to the caller)
 	ETenantNotFound    = "tenant_not_found"    // edge: the Host names no tenant
 	ERouteNotFound     = "route_not_found"     // edge: no route matches method and path
-	EMisdirected       = "misdirected_request" // edge: the TLS SNI names another tenant than the Host
+	EMisdirected       = "misdirected_request" // edge: the TLS SNI names another tenant than the Host, or an unverified custom domain
 	EMethodNotAllowed  = "method_not_allowed"  // api: the path exists, the method does not
 	EConflict          = "conflict"            // a unique name or path is already taken
 	EVersionConflict   = "version_conflict"    // optimistic concurrency: the object changed
@@ -60,7 +60,7 @@ var Codes = []CodeInfo{
 	{ENotFound, http.StatusNotFound, "api", "no such object, or it belongs to another tenant"},
 	{ETenantNotFound, http.StatusNotFound, "edge", "the Host header names no tenant"},
 	{ERouteNotFound, http.StatusNotFound, "edge", "no route of the tenant matches the method and path"},
-	{EMisdirected, http.StatusMisdirectedRequest, "edge", "the TLS server name (SNI) and the Host header name different tenants"},
+	{EMisdirected, http.StatusMisdirectedRequest, "edge", "the TLS server name (SNI) and the Host header name different tenants, or the host name is a custom domain whose DNS proof is not verified"},
 	{EMethodNotAllowed, http.StatusMethodNotAllowed, "api", "the path exists but not with this method"},
 	{EConflict, http.StatusConflict, "api", "a unique value (slug, name, path) is already taken"},
 	{EVersionConflict, http.StatusConflict, "api", "the object changed since you read it: re-read and retry"},
