@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -15,7 +16,9 @@ import (
 // responseCache is a route's in-memory answer cache (tenants.Cache). It is split into
 // shards, each with its own lock, so concurrent requests of a hot route rarely wait on
 // each other. Each shard evicts first-in first-out past its share of the route's entry
-// and byte bounds; expired entries go when looked up or evicted.
+// and byte bounds; expired entries go when looked up or evicted. Every entry also counts
+// against its tenant's share of the edge's cache budget (cacheBudget), which may evict
+// it to make room.
 type responseCache struct {
 	ttl     time.Duration
 	maxBody int
@@ -25,34 +28,53 @@ type responseCache struct {
 	bearerAuth bool
 	seed       maphash.Seed
 	now        func() time.Time
-	shards     [cacheShards]cacheShard
-	maxCount   int // per shard
-	maxBytes   int // per shard
+	tenant     *tenantCache
+	// dead: the route changed or went; its entries are gone and no more are kept. Set
+	// before the shards are emptied, read under a shard's lock.
+	dead     atomic.Bool
+	shards   [cacheShards]cacheShard
+	maxCount int // per shard
+	maxBytes int // per shard
 }
 
 const cacheShards = 16
 
 type cacheShard struct {
-	mu    sync.Mutex
-	m     map[string]*cacheEntry
-	order []string // insertion order, for eviction
-	bytes int
+	mu         sync.Mutex
+	m          map[string]*cacheEntry
+	head, tail *cacheEntry // insertion order, for the route's own bounds
+	bytes      int
 }
 
-// cacheEntry is one kept answer; never modified once stored.
+// cacheEntry is one kept answer. Its answer fields never change once stored; the links
+// are its shard's (under the shard's lock) and its tenant's (under the tenant's lock).
 type cacheEntry struct {
 	status  int
 	header  [][2][]byte
 	body    []byte
 	stored  time.Time
 	expires time.Time
-	size    int
+	size    int // what it counts against the route, the tenant and the edge
+
+	key          string
+	shard        *cacheShard
+	tenant       *tenantCache
+	sprev, snext *cacheEntry
+	tprev, tnext *cacheEntry
 }
+
+// cacheEntryOverhead is what an entry costs beyond its bytes: the entry itself, its map
+// slot and the allocations' rounding. Each header adds cacheHeaderOverhead (its slice
+// element and two allocations).
+const (
+	cacheEntryOverhead  = 256
+	cacheHeaderOverhead = 64
+)
 
 // cacheClock is the cache's clock; tests replace it (export_test.go).
 var cacheClock = time.Now
 
-func newResponseCache(c *tenants.Cache, auth string) *responseCache {
+func newResponseCache(c *tenants.Cache, auth string, t *tenantCache) *responseCache {
 	rc := &responseCache{
 		ttl:        time.Duration(c.TTLMS) * time.Millisecond,
 		maxBody:    c.MaxBodyBytes,
@@ -60,6 +82,7 @@ func newResponseCache(c *tenants.Cache, auth string) *responseCache {
 		bearerAuth: auth == tenants.AuthJWT || auth == tenants.AuthKeyOrJWT,
 		seed:       maphash.MakeSeed(),
 		now:        func() time.Time { return cacheClock() },
+		tenant:     t,
 	}
 	for _, v := range c.Vary {
 		rc.vary = append(rc.vary, []byte(v))
@@ -100,44 +123,78 @@ func (rc *responseCache) get(k []byte, now time.Time) *cacheEntry {
 	s.mu.Lock()
 	e := s.m[string(k)]
 	if e != nil && !now.Before(e.expires) {
-		delete(s.m, string(k))
-		s.bytes -= e.size
+		s.removeLocked(e)
 		e = nil
 	}
 	s.mu.Unlock()
 	return e
 }
 
-func (rc *responseCache) put(k []byte, e *cacheEntry) {
-	s := rc.shard(k)
+// put keeps e (its key, size and tenant set) when the tenant's share of the edge's
+// budget has room for it or can be made to: otherwise the answer is simply not kept.
+func (rc *responseCache) put(e *cacheEntry) {
+	t := e.tenant
+	if !t.reserve(int64(e.size)) {
+		return
+	}
+	s := rc.shard([]byte(e.key))
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := string(k)
-	if old := s.m[key]; old != nil {
-		s.bytes -= old.size
+	if rc.dead.Load() {
+		s.mu.Unlock()
+		t.unreserve(int64(e.size))
+		return
 	}
-	for len(s.order) > 0 && (len(s.m) >= rc.maxCount || s.bytes+e.size > rc.maxBytes) {
-		victim := s.order[0]
-		s.order = s.order[1:]
-		if v := s.m[victim]; v != nil && victim != key {
-			delete(s.m, victim)
-			s.bytes -= v.size
-		}
+	if old := s.m[e.key]; old != nil {
+		s.removeLocked(old)
 	}
-	// Keys of entries that expired or were replaced stay in order until they reach
-	// its front; compact when it grows past twice the bound.
-	if len(s.order) > 2*rc.maxCount {
-		live := s.order[:0]
-		for _, o := range s.order {
-			if s.m[o] != nil {
-				live = append(live, o)
-			}
-		}
-		s.order = live
+	for s.head != nil && (len(s.m) >= rc.maxCount || s.bytes+e.size > rc.maxBytes) {
+		s.removeLocked(s.head)
 	}
-	s.m[key] = e
-	s.order = append(s.order, key)
+	e.shard = s
+	s.m[e.key] = e
+	e.sprev = s.tail
+	if s.tail != nil {
+		s.tail.snext = e
+	} else {
+		s.head = e
+	}
+	s.tail = e
 	s.bytes += e.size
+	t.link(e)
+	s.mu.Unlock()
+}
+
+// removeLocked takes e out of its shard, its tenant's list and the budget (the caller
+// holds s.mu). Whoever removes an entry from its shard's map does all three, once.
+func (s *cacheShard) removeLocked(e *cacheEntry) {
+	delete(s.m, e.key)
+	if e.sprev != nil {
+		e.sprev.snext = e.snext
+	} else {
+		s.head = e.snext
+	}
+	if e.snext != nil {
+		e.snext.sprev = e.sprev
+	} else {
+		s.tail = e.sprev
+	}
+	e.sprev, e.snext = nil, nil
+	s.bytes -= e.size
+	e.tenant.unlink(e)
+}
+
+// drop empties the cache of a route that changed or went, and keeps it empty for the
+// requests still running on the old route.
+func (rc *responseCache) drop() {
+	rc.dead.Store(true)
+	for i := range rc.shards {
+		s := &rc.shards[i]
+		s.mu.Lock()
+		for s.head != nil {
+			s.removeLocked(s.head)
+		}
+		s.mu.Unlock()
+	}
 }
 
 var (
@@ -181,12 +238,14 @@ func cacheStep(rt *route, next func(*exchange)) func(*exchange) {
 			for _, kv := range e.header {
 				resp.Header.SetBytesKV(kv[0], kv[1])
 			}
-			resp.Header.SetBytesKV(hdrAge, strconv.AppendInt(nil, int64(now.Sub(e.stored)/time.Second), 10))
+			// The key in scratch is done with: it holds Age's digits (SetBytesKV copies).
+			x.scratch = strconv.AppendInt(x.scratch[:0], int64(now.Sub(e.stored)/time.Second), 10)
+			resp.Header.SetBytesKV(hdrAge, x.scratch)
 			resp.Header.SetBytesKV(hdrXCache, strHit)
 			resp.SetBodyRaw(e.body)
 			return
 		}
-		key := append([]byte(nil), x.scratch...) // the chain reuses scratch
+		key := string(x.scratch) // the chain reuses scratch
 		// Credentials the edge did not consume, or cookies, make the answer the caller's
 		// own unless the upstream says it is public (RFC 9111 §3.5).
 		credentialed := len(ctx.Request.Header.Peek("Cookie")) > 0 ||
@@ -197,14 +256,14 @@ func cacheStep(rt *route, next func(*exchange)) func(*exchange) {
 			return
 		}
 		resp.Header.SetBytesKV(hdrXCache, strMiss)
-		if e := rc.entry(resp, now, credentialed); e != nil {
-			rc.put(key, e)
+		if e := rc.entry(resp, now, credentialed, key); e != nil {
+			rc.put(e)
 		}
 	}
 }
 
 // entry is the upstream's answer as a cache entry, or nil when it may not be kept.
-func (rc *responseCache) entry(resp *fasthttp.Response, now time.Time, credentialed bool) *cacheEntry {
+func (rc *responseCache) entry(resp *fasthttp.Response, now time.Time, credentialed bool, key string) *cacheEntry {
 	switch resp.StatusCode() {
 	case 200, 203, 301, 404:
 	default:
@@ -221,8 +280,13 @@ func (rc *responseCache) entry(resp *fasthttp.Response, now time.Time, credentia
 	if len(body) > rc.maxBody {
 		return nil
 	}
-	e := &cacheEntry{status: resp.StatusCode(), body: append([]byte(nil), body...), stored: now, expires: now.Add(ttl)}
-	e.size = len(e.body) + 128
+	if len(body)+len(key)+cacheEntryOverhead > rc.tenant.limitNow() {
+		return nil // could never be kept: do not copy it
+	}
+	e := &cacheEntry{status: resp.StatusCode(), body: append([]byte(nil), body...), stored: now, expires: now.Add(ttl),
+		key: key, tenant: rc.tenant}
+	// The body's capacity is its allocation's size class, what it really holds.
+	e.size = cap(e.body) + len(key) + cacheEntryOverhead
 	for k, v := range resp.Header.All() {
 		if bytes.EqualFold(k, strSetCookieName) {
 			return nil // a cookie is one client's
@@ -231,7 +295,7 @@ func (rc *responseCache) entry(resp *fasthttp.Response, now time.Time, credentia
 			continue
 		}
 		e.header = append(e.header, [2][]byte{append([]byte(nil), k...), append([]byte(nil), v...)})
-		e.size += len(k) + len(v)
+		e.size += len(k) + len(v) + cacheHeaderOverhead
 	}
 	return e
 }

@@ -281,3 +281,81 @@ func TestCacheConcurrent(t *testing.T) {
 		t.Errorf("nothing was served from the cache: %d upstream hits", n)
 	}
 }
+
+// A tenant's plan (cache_bytes, in its config entry) caps what its routes keep together
+// on this edge, and a lowered plan applies at once; the edge's budget metrics say what
+// is held.
+func TestCacheTenantPlanLimit(t *testing.T) {
+	useFakeClock(t)
+	h := newHarness(t, func(c *edge.Config) { c.CacheBytes = 4 << 20 })
+	up := newUpstream(t, "up")
+	acme := h.tenant("acme")
+	plan := func(cacheBytes int64) {
+		h.put(&tenants.Tenant{ID: acme, Slug: "acme", Name: "acme", Limits: &tenants.PlatformPlan{Name: "small",
+			Resources: &tenants.ResourceLimits{CacheBytes: cacheBytes}}})
+	}
+	plan(64 << 10)
+	for i := range 4 {
+		h.put(cacheRoute(acme, fmt.Sprint("c", i), fmt.Sprint("/c", i), "", up.URL, tenants.Cache{TTLMS: 60_000}))
+	}
+	h.e.Loaded()
+	host := "acme." + domain
+	entries := func() int {
+		n := 0
+		for i := range 4 {
+			n += edge.CacheEntries(h.e, "acme", fmt.Sprint("/c", i))
+		}
+		return n
+	}
+	// Each answer holds its body (the echo, under 1 KiB), headers, key and 256 bytes of
+	// overhead: 64 KiB keeps a few dozen, across the four routes together.
+	for i := range 400 {
+		h.get(host, fmt.Sprintf("/c%d/k%d", i%4, i))
+	}
+	held := h.metric("tollgate_edge_cache_bytes", nil)
+	if n := entries(); n < 10 || n > 200 || held > 64<<10 || held <= 0 {
+		t.Errorf("%d answers kept in %v bytes, plan allows 64 KiB", n, held)
+	}
+	if r := h.get(host, "/c3/k399"); r.header.Get("X-Cache") != "HIT" {
+		t.Errorf("the newest answer was not kept: %v", r.header)
+	}
+	if ev := h.metric("tollgate_edge_cache_evictions_total", map[string]string{"reason": "tenant_limit"}); ev < 300 {
+		t.Errorf("%v evictions for the tenant's limit", ev)
+	}
+
+	plan(8 << 10)
+	waitFor(t, 2*time.Second, func() string {
+		if held := h.metric("tollgate_edge_cache_bytes", nil); held > 8<<10 {
+			return fmt.Sprintf("%v bytes held after the plan was lowered to 8 KiB", held)
+		}
+		return ""
+	})
+	// A route deleted gives its bytes back; the last cached route gone, nothing is held.
+	for i := range 4 {
+		h.del(tenants.ObjectKey(acme, tenants.KindRoute, fmt.Sprint("c", i)))
+	}
+	waitFor(t, 2*time.Second, func() string {
+		if held := h.metric("tollgate_edge_cache_bytes", nil); held != 0 {
+			return fmt.Sprintf("%v bytes held with no cached route", held)
+		}
+		return ""
+	})
+}
+
+// CacheBytes < 0 turns the response cache off: routes with a cache are answered by the
+// upstream every time, without X-Cache.
+func TestCacheOff(t *testing.T) {
+	h := newHarness(t, func(c *edge.Config) { c.CacheBytes = -1 })
+	up := newUpstream(t, "up")
+	acme := h.tenant("acme")
+	h.put(cacheRoute(acme, "c", "/c", "", up.URL, tenants.Cache{TTLMS: 60_000}))
+	h.e.Loaded()
+	for range 3 {
+		if r := h.get("acme."+domain, "/c/a"); r.status != 200 || r.header.Get("X-Cache") != "" {
+			t.Fatalf("%s %v", r, r.header)
+		}
+	}
+	if n := up.hits.Load(); n != 3 {
+		t.Errorf("upstream hit %d times, want 3", n)
+	}
+}

@@ -126,6 +126,12 @@ type Config struct {
 	// any case. Defaults: 10 minutes, 24 hours.
 	WebSocketIdleTimeout time.Duration
 	WebSocketMaxLifetime time.Duration
+
+	// CacheBytes is the budget of every route's response cache together: kept answers'
+	// bodies, headers, keys and a fixed overhead each, shared fairly by the tenants and
+	// each tenant held to its plan's cache_bytes (cache_budget.go). Default: 256 MiB;
+	// negative: no response cache (routes with a cache answer without one).
+	CacheBytes int64
 }
 
 func (c *Config) setDefaults() error {
@@ -186,6 +192,9 @@ func (c *Config) setDefaults() error {
 	def(&c.MaxInMemoryBody, 64<<10)
 	defD(&c.WebSocketIdleTimeout, 10*time.Minute)
 	defD(&c.WebSocketMaxLifetime, 24*time.Hour)
+	if c.CacheBytes == 0 {
+		c.CacheBytes = 256 << 20
+	}
 	return nil
 }
 
@@ -207,6 +216,7 @@ type Edge struct {
 	ownLim bool // lim is the edge's own: Shutdown closes it
 	flow   *flowMetrics
 	jwks   *jwtauth.JWKSCache // key sets of every tenant's jwks_url issuers (auth.go)
+	cache  *cacheBudget       // the response caches' shared budget (cache_budget.go); nil: off
 	auth   *authMetrics
 
 	// Read by every request.
@@ -316,6 +326,9 @@ func New(cfg Config) (*Edge, error) {
 	}
 	if err := e.initAuth(); err != nil {
 		return nil, fmt.Errorf("edge: auth: %w", err)
+	}
+	if err := e.initCache(); err != nil {
+		return nil, fmt.Errorf("edge: response cache: %w", err)
 	}
 	for i, k := range upstreamErrKinds {
 		e.upstreamErrs[i] = m.upstreamErrors.WithLabelValues(k)
@@ -761,6 +774,7 @@ func (e *Edge) unpublish(ts *tenantState) {
 	for _, hc := range ts.compiled.pools {
 		hc.CloseIdleConnections()
 	}
+	e.dropCaches(ts.id, ts.compiled.caches, nil)
 	ts.compiled = compiled{}
 	e.labels.drop(ts.id)
 }

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -31,13 +33,15 @@ import (
 // bytesUpstream answers by its query: n body bytes, with a Content-Length
 // (mode=cl, the default) or chunked in odd-sized flushed pieces (mode=chunked); with
 // send=k it declares n but sends k bytes and closes the connection. It reads the whole
-// request body first and reports its length in X-Got-Body.
+// request body first and reports its length in X-Got-Body and its SHA-256 in X-Body-Sum.
 func bytesUpstream(t testing.TB) *httptest.Server {
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, _ := io.Copy(io.Discard, r.Body)
+		sum := sha256.New()
+		got, _ := io.Copy(sum, r.Body)
 		q := r.URL.Query()
 		n, _ := strconv.Atoi(q.Get("n"))
 		w.Header().Set("X-Got-Body", strconv.FormatInt(got, 10))
+		w.Header().Set("X-Body-Sum", hex.EncodeToString(sum.Sum(nil)))
 		w.Header().Set("Content-Type", "application/octet-stream")
 		body := pattern(n)
 		switch q.Get("mode") {
@@ -151,6 +155,7 @@ func TestMeteredBytesAreTheBodies(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			body := string(pattern(c.in))
+			sum := sha256.Sum256([]byte(body))
 			var hdr []string
 			if c.chunkedIn {
 				hdr = append(hdr, "Transfer-Encoding: chunked")
@@ -162,6 +167,12 @@ func TestMeteredBytesAreTheBodies(t *testing.T) {
 			}
 			if got := r.header.Get("X-Got-Body"); got != strconv.Itoa(c.in) {
 				t.Fatalf("the upstream got %s body bytes, want %d", got, c.in)
+			}
+			if got := r.header.Get("X-Body-Sum"); c.method != "HEAD" && got != hex.EncodeToString(sum[:]) {
+				t.Fatalf("the upstream got another body than the client sent")
+			}
+			if c.method != "HEAD" && r.body != string(pattern(c.out)) {
+				t.Fatalf("the client got another body than the upstream sent")
 			}
 			waitCounts(t, m, sink, acme+" "+c.name+"  2", billing.Counts{Requests: 1, Billable: 1, BytesIn: int64(c.in), BytesOut: int64(c.out)})
 		})
@@ -451,4 +462,39 @@ func TestMeteredBytesWebSocket(t *testing.T) {
 	})
 	waitCounts(t, m, sink, cell, billing.Counts{Requests: 1, Billable: 1,
 		BytesIn: in1 + in2 + int64(len(closeFrame)), BytesOut: out1 + out2})
+}
+
+// TestMeteredBytesRewrittenAndRetried: bytes_in is what the client sent, read once,
+// whether the edge rewrote the body before forwarding it or sent it to a second target
+// after the first refused the connection.
+func TestMeteredBytesRewrittenAndRetried(t *testing.T) {
+	h, m, sink := meteredHarness(t)
+	up := bytesUpstream(t)
+	acme := h.tenant("acme")
+	host := "acme." + domain
+	h.put(&tenants.Route{ID: "rewrite", TenantID: acme, Name: "rewrite", Paths: []string{"/rewrite"},
+		Transform: &tenants.Transform{Request: &tenants.RequestTransform{JSON: &tenants.JSONTransform{Remove: []string{"secret"}}}},
+		Upstream:  tenants.Upstream{Targets: []tenants.Target{{URL: up.URL, Weight: 1}}}})
+	h.resilientRoute(acme, "retry", tenants.Upstream{Retries: &tenants.Retries{Attempts: 1, BudgetPercent: 100, MinPerSecond: 100}},
+		deadURL(t), up.URL)
+	h.e.Loaded()
+
+	doc := `{"keep":"` + strings.Repeat("k", 1000) + `","secret":"` + strings.Repeat("s", 99_000) + `"}`
+	r := send(t, h.public, "POST", host, "/rewrite/x?n=10", []string{"Content-Type: application/json"}, doc)
+	if r.status != 200 || r.header.Get("X-Got-Body") != strconv.Itoa(len(`{"keep":"`)+1000+len(`"}`)) {
+		t.Fatalf("rewrite: %s, the upstream got %s bytes", r, r.header.Get("X-Got-Body"))
+	}
+	waitCounts(t, m, sink, acme+" rewrite  2", billing.Counts{Requests: 1, Billable: 1, BytesIn: int64(len(doc)), BytesOut: 10})
+
+	body := pattern(50_000)
+	for i := 0; i < 4; i++ { // round-robin: some start on the dead target
+		r = send(t, h.public, "PUT", host, "/retry/x?n=20", nil, string(body))
+		if sum := sha256.Sum256(body); r.status != 200 || r.header.Get("X-Body-Sum") != hex.EncodeToString(sum[:]) {
+			t.Fatalf("retry: %s", r)
+		}
+	}
+	if n := h.metric("tollgate_edge_upstream_retries_total", map[string]string{"result": "success"}); n == 0 {
+		t.Fatal("no request was retried")
+	}
+	waitCounts(t, m, sink, acme+" retry  2", billing.Counts{Requests: 4, Billable: 4, BytesIn: 4 * 50_000, BytesOut: 4 * 20})
 }

@@ -165,6 +165,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 	used := make(map[string]bool)
 	upstreams := make(map[*tenants.Route]*upstream, len(routes))
 	caches := make(map[*tenants.Route]*responseCache)
+	tc := e.tenantCacheFor(v)
 	canaries := make(map[*tenants.Route]*canary)
 	for i, r := range routes {
 		var err error
@@ -210,9 +211,9 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 			meter:          e.meterRoute(v.tenant.ID, r.ID),
 			transform:      compileTransform(r.Transform),
 		}
-		if r.Cache != nil {
+		if r.Cache != nil && tc != nil {
 			if rt.cache = c.caches[r]; rt.cache == nil {
-				rt.cache = newResponseCache(r.Cache, r.Auth)
+				rt.cache = newResponseCache(r.Cache, r.Auth, tc)
 			}
 			caches[r] = rt.cache
 		}
@@ -235,6 +236,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 			cn.upstream.close()
 		}
 	}
+	e.dropCaches(v.tenant.ID, c.caches, caches)
 	c.upstreams = upstreams
 	c.canaries = canaries
 	c.caches = caches
