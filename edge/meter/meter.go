@@ -1,7 +1,8 @@
 // Package meter counts the edge's requests for billing: per tenant, route, consumer,
-// UTC hour and status class, with bytes in and out, in memory; and about once a second
-// cuts the counts into a billing.UsageBatch and hands it to a Sink (JetStream, see
-// billing/nats), spooling it to local disk whenever the sink cannot take it and
+// UTC hour and status class, with body bytes in and out (and, through RecordBytes, the
+// bytes of a long-lived exchange without another request), in memory; and about once a
+// second cuts the counts into a billing.UsageBatch and hands it to a Sink (JetStream,
+// see billing/nats), spooling it to local disk whenever the sink cannot take it and
 // replaying the spool, in order and with the original ids, once it can.
 //
 // # The hot path
