@@ -51,6 +51,8 @@ type exchange struct {
 	ipKey   [16]byte
 
 	in countingReader // the request body bytes read, when metered (metering.go)
+
+	trailers trailerStrip // a chunked request body, read without its trailer (headers.go)
 }
 
 var exchangePool = sync.Pool{New: func() any {
@@ -67,6 +69,7 @@ func (x *exchange) reset() {
 	}
 	x.stripLen = 0
 	x.in = countingReader{}
+	x.trailers = trailerStrip{}
 	x.hs = headerScan{}
 	clear(x.checks[:x.nchecks]) // do not keep old snapshots' policies alive in the pool
 	x.nchecks = 0
@@ -120,6 +123,7 @@ func (e *Edge) serve(ctx *fasthttp.RequestCtx) {
 func (e *Edge) handle(x *exchange) {
 	req := &x.ctx.Request
 	x.scanRequestHeaders(req.Header.RawHeaders())
+	x.stripTrailers()
 	if x.hs.reqID != nil && validRequestID(x.hs.reqID) {
 		x.reqID = x.hs.reqID
 		x.hs.clientReqID = true

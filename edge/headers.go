@@ -2,6 +2,9 @@ package edge
 
 import (
 	"bytes"
+	"io"
+
+	"github.com/valyala/fasthttp"
 )
 
 // Header handling.
@@ -13,6 +16,10 @@ import (
 //   - Expect (the edge has already answered "100-continue" and read the body);
 //   - identity headers only the edge may set: X-Consumer-Id, X-Consumer-Name and any
 //     X-Tollgate-*;
+//   - every header whose name contains '_' (nginx's underscores_in_headers off): CGI and
+//     the servers that follow it (PHP, WSGI, Rack) map X-Consumer-Id and X_Consumer_Id
+//     to the same HTTP_X_CONSUMER_ID variable, so an underscore spelling would pass a
+//     forged identity, or override any header the edge sets, under the dash spelling;
 //   - X-API-Key on routes that authenticated with it (the upstream gets X-Consumer-Id);
 //   - from a peer outside TrustedProxies: X-Forwarded-For, -Proto, -Host, Forwarded and
 //     X-Real-Ip. From a trusted peer the X-Forwarded-* values are kept and the peer's
@@ -23,6 +30,8 @@ import (
 // tenant was found by), X-Request-Id (the client's when it is 1–128 of [A-Za-z0-9._:-],
 // else a fresh one), X-Consumer-Id and X-Consumer-Name (when a key matched), and Host
 // (the target's host).
+//
+// A chunked request's trailer fields are dropped when its body ends (trailerStrip).
 //
 // Towards the client it removes the hop-by-hop headers of the upstream's response (and
 // those its Connection header names) and sets X-Request-Id.
@@ -175,9 +184,11 @@ func nextHeader(raw []byte) (key, value, rest []byte) {
 	return key, value, rest
 }
 
-// scanRequestHeaders reads the raw request header block once: it removes the hop-by-hop
-// and identity headers from the request that will go upstream and notes the values the
-// later steps need (API key, request id, X-Forwarded-For chain).
+// scanRequestHeaders reads the raw request header block once: it removes the hop-by-hop,
+// identity and underscore headers from the request that will go upstream and notes the
+// values the later steps need (API key, request id, X-Forwarded-For chain). It runs
+// before anything reads the request, so no step (cache key, canary match, hash) and no
+// upstream, WebSocket ones included, sees a header it removed.
 func (x *exchange) scanRequestHeaders(raw []byte) {
 	h := &x.ctx.Request.Header
 	hs := &x.hs
@@ -189,6 +200,9 @@ func (x *exchange) scanRequestHeaders(raw []byte) {
 		}
 		switch classify(k) {
 		case clsOther:
+			if bytes.IndexByte(k, '_') >= 0 {
+				h.DelBytes(k)
+			}
 		case clsHop, clsIdentity:
 			h.DelBytes(k)
 		case clsConnection:
@@ -222,6 +236,44 @@ func (x *exchange) scanRequestHeaders(raw []byte) {
 			hs.has |= hXRequestID
 		}
 	}
+}
+
+// trailerStrip reads a chunked request body and, when it ends, removes the trailer
+// fields the client sent after it. fasthttp reads a trailer into the request's header,
+// outside the raw block scanRequestHeaders judged, and writes it after the body it
+// forwards; so a trailer would carry X-Consumer-Id, X-Tollgate-* or an underscore name
+// past the scan. Nothing upstream needs a request trailer (nginx drops them too). A field
+// the client sent both as a header and as a trailer goes with it. It lives in the
+// exchange, so wrapping the body allocates nothing.
+type trailerStrip struct {
+	r io.Reader
+	h *fasthttp.RequestHeader
+}
+
+func (s *trailerStrip) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err == io.EOF {
+		for k := range s.h.Trailers() {
+			s.h.DelBytes(k)
+		}
+		_ = s.h.SetTrailerBytes(nil) // and the announcement, so the body is sent sized
+	}
+	return n, err
+}
+
+// stripTrailers puts trailerStrip in front of a chunked request body, before any step
+// reads it.
+func (x *exchange) stripTrailers() {
+	req := &x.ctx.Request
+	if req.Header.ContentLength() != -1 {
+		return
+	}
+	s := x.ctx.RequestBodyStream()
+	if s == nil {
+		return
+	}
+	x.trailers = trailerStrip{r: s, h: &req.Header}
+	req.SetBodyStream(&x.trailers, -1)
 }
 
 // delConnectionTokens deletes each header a Connection value names, except the ones

@@ -65,6 +65,9 @@ func (c *Cache) Validate() error {
 				return Invalid(fmt.Sprintf("cache.vary[%d]", i), "%q is not a valid header name (byte %d is not a token character)", n, j)
 			}
 		}
+		if err := requestHeaderName(n); err != nil {
+			return Invalid(fmt.Sprintf("cache.vary[%d]", i), "%v", err)
+		}
 	}
 	return nil
 }

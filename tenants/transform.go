@@ -108,6 +108,18 @@ func validHeaderName(name string) error {
 	return nil
 }
 
+// requestHeaderName refuses '_' in a request header name a tenant configures. The edge
+// drops every request header whose name has one, as nginx does by default, because
+// CGI-style upstreams (PHP, WSGI, Rack) read X_Consumer_Id and X-Consumer-Id as the same
+// HTTP_X_CONSUMER_ID: a rule matching such a name would never match, and a header added
+// under one would reach the upstream as the dash spelling's variable.
+func requestHeaderName(name string) error {
+	if i := strings.IndexByte(name, '_'); i >= 0 {
+		return fmt.Errorf("%q has '_' at byte %d: the edge drops request headers whose names contain '_' (CGI-style upstreams read them as the '-' spelling); use %q", name, i, strings.ReplaceAll(name, "_", "-"))
+	}
+	return nil
+}
+
 // isTokenChar reports whether c is an RFC 9110 tchar.
 func isTokenChar(c byte) bool {
 	if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
@@ -184,9 +196,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-func validateHeaderTransform(h *HeaderTransform, field string) error {
+// validateHeaderTransform checks the header edits of one direction; request ones also
+// follow requestHeaderName.
+func validateHeaderTransform(h *HeaderTransform, field string, request bool) error {
 	if h == nil {
 		return nil
+	}
+	checkName := func(name string) error {
+		if err := validHeaderName(name); err != nil || !request {
+			return err
+		}
+		return requestHeaderName(name)
 	}
 	if len(h.Add) > MaxTransformOps {
 		return Invalid(field+".add", "may have at most %d headers, got %d", MaxTransformOps, len(h.Add))
@@ -198,16 +218,16 @@ func validateHeaderTransform(h *HeaderTransform, field string) error {
 		return Invalid(field+".rename", "may have at most %d headers, got %d", MaxTransformOps, len(h.Rename))
 	}
 	for i, n := range h.Remove {
-		if err := validHeaderName(n); err != nil {
+		if err := checkName(n); err != nil {
 			return Invalid(fmt.Sprintf("%s.remove[%d]", field, i), "%v", err)
 		}
 	}
 	for _, k := range sortedKeys(h.Rename) {
 		f := fmt.Sprintf("%s.rename[%q]", field, k)
-		if err := validHeaderName(k); err != nil {
+		if err := checkName(k); err != nil {
 			return Invalid(f, "%v", err)
 		}
-		if err := validHeaderName(h.Rename[k]); err != nil {
+		if err := checkName(h.Rename[k]); err != nil {
 			return Invalid(f, "%v", err)
 		}
 		if strings.EqualFold(k, h.Rename[k]) {
@@ -216,7 +236,7 @@ func validateHeaderTransform(h *HeaderTransform, field string) error {
 	}
 	for _, k := range sortedKeys(h.Add) {
 		f := fmt.Sprintf("%s.add[%q]", field, k)
-		if err := validHeaderName(k); err != nil {
+		if err := checkName(k); err != nil {
 			return Invalid(f, "%v", err)
 		}
 		if err := validHeaderValue(h.Add[k]); err != nil {
@@ -283,7 +303,7 @@ func (t *Transform) Validate() error {
 		return nil
 	}
 	if q := t.Request; q != nil {
-		if err := validateHeaderTransform(q.Headers, transformFieldRequest+"headers"); err != nil {
+		if err := validateHeaderTransform(q.Headers, transformFieldRequest+"headers", true); err != nil {
 			return err
 		}
 		if err := validateJSONTransform(q.JSON, transformFieldRequest+"json"); err != nil {
@@ -302,7 +322,7 @@ func (t *Transform) Validate() error {
 		}
 	}
 	if r := t.Response; r != nil {
-		if err := validateHeaderTransform(r.Headers, transformFieldResponse+"headers"); err != nil {
+		if err := validateHeaderTransform(r.Headers, transformFieldResponse+"headers", false); err != nil {
 			return err
 		}
 	}

@@ -30,7 +30,8 @@ func TestTransformValidateAccepts(t *testing.T) {
 				Remove: []string{"c"}, Rename: map[string]string{"d": "e.f"}},
 			Path: &tenants.PathTransform{Prefix: &tenants.PrefixRewrite{From: "/v1", To: "/v2"}},
 		},
-		Response: &tenants.ResponseTransform{Headers: &tenants.HeaderTransform{Add: map[string]string{"Cache-Control": "no-store"}}},
+		// An upstream may answer with an underscore header; a response edit may name it.
+		Response: &tenants.ResponseTransform{Headers: &tenants.HeaderTransform{Add: map[string]string{"Cache-Control": "no-store"}, Remove: []string{"X_Powered_By"}}},
 	}
 	if err := r.Validate(strict); err != nil {
 		t.Fatal(err)
@@ -57,6 +58,10 @@ func TestTransformValidateRejects(t *testing.T) {
 		{"self rename", reqHeaders(tenants.HeaderTransform{Rename: map[string]string{"X-A": "x-a"}}), `transform.request.headers.rename["X-A"]`, "to itself"},
 		{"value newline", reqHeaders(tenants.HeaderTransform{Add: map[string]string{"X-A": "a\r\nX-B: b"}}), `transform.request.headers.add["X-A"]`, "control character"},
 		{"value too long", reqHeaders(tenants.HeaderTransform{Add: map[string]string{"X-A": strings.Repeat("v", 4097)}}), `transform.request.headers.add["X-A"]`, "longer than 4096"},
+		{"underscore add", reqHeaders(tenants.HeaderTransform{Add: map[string]string{"X_Consumer_Role": "admin"}}), `transform.request.headers.add["X_Consumer_Role"]`, `has '_' at byte 1: the edge drops request headers whose names contain '_'`},
+		{"underscore remove", reqHeaders(tenants.HeaderTransform{Remove: []string{"X-Ok", "x_trace"}}), "transform.request.headers.remove[1]", `use "x-trace"`},
+		{"underscore rename source", reqHeaders(tenants.HeaderTransform{Rename: map[string]string{"X_User": "X-User"}}), `transform.request.headers.rename["X_User"]`, "has '_'"},
+		{"underscore rename target", reqHeaders(tenants.HeaderTransform{Rename: map[string]string{"X-Who": "X_Consumer_Id"}}), `transform.request.headers.rename["X-Who"]`, "has '_'"},
 		{"too many adds", reqHeaders(tenants.HeaderTransform{Add: many}), "transform.request.headers.add", "at most 32"},
 		{"response transfer-encoding", &tenants.Transform{Response: &tenants.ResponseTransform{Headers: &tenants.HeaderTransform{Remove: []string{"Transfer-Encoding"}}}}, "transform.response.headers.remove[0]", "managed by the edge"},
 		{"json wildcard", reqJSON(tenants.JSONTransform{Remove: []string{"a.*"}}), "transform.request.json.remove[0]", "letters, digits"},
@@ -109,6 +114,7 @@ func TestCacheValidate(t *testing.T) {
 		{"body", tenants.Cache{TTLMS: 1, MaxBodyBytes: tenants.MaxCacheBodyBytes + 1}, "cache.max_body_bytes", "between 1"},
 		{"vary name", tenants.Cache{TTLMS: 1, Vary: []string{"Accept", "Bad Name"}}, "cache.vary[1]", "not a valid header name"},
 		{"vary empty", tenants.Cache{TTLMS: 1, Vary: []string{""}}, "cache.vary[0]", "1–128 bytes"},
+		{"vary underscore", tenants.Cache{TTLMS: 1, Vary: []string{"Accept_Language"}}, "cache.vary[0]", "has '_'"},
 		{"vary many", tenants.Cache{TTLMS: 1, Vary: strings.Split("a,b,c,d,e,f,g,h,i", ",")}, "cache.vary", "at most 8"},
 	}
 	for _, tc := range cases {

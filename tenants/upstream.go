@@ -211,8 +211,8 @@ func validateHashOn(s string) error {
 	return validateHeaderName(name)
 }
 
-// validateHeaderName checks a header name is a non-empty token of at most
-// MaxHeaderNameLen bytes.
+// validateHeaderName checks a request header name is a non-empty token of at most
+// MaxHeaderNameLen bytes, without '_' (requestHeaderName).
 func validateHeaderName(n string) error {
 	if n == "" || len(n) > MaxHeaderNameLen {
 		return fmt.Errorf("header name must be 1–%d bytes", MaxHeaderNameLen)
@@ -222,7 +222,7 @@ func validateHeaderName(n string) error {
 			return fmt.Errorf("%q is not a valid header name (byte %d is not a token character)", n, j)
 		}
 	}
-	return nil
+	return requestHeaderName(n)
 }
 
 // Validate checks c (the route's own targets are checked by Route.Validate; c's are

@@ -52,6 +52,8 @@ func TestUpstreamSettingsRefused(t *testing.T) {
 		{`{"upstream":{"targets":[{"url":"https://a.example.com"}],"hash_on":"ip"}}`, "upstream.hash_on"},
 		{`{"upstream":{"targets":[{"url":"https://a.example.com"}],"balance":"hash","hash_on":"cookie"}}`, "upstream.hash_on"},
 		{`{"upstream":{"targets":[{"url":"https://a.example.com"}],"balance":"hash","hash_on":"header:X User"}}`, "upstream.hash_on"},
+		{`{"upstream":{"targets":[{"url":"https://a.example.com"}],"balance":"hash","hash_on":"header:X_User"}}`, "upstream.hash_on"},
+		{`{"canary":{"weight":5,"match":{"header":"X_Beta","values":["1"]},"upstream":{"targets":[{"url":"https://a.example.com"}]}}}`, "canary.match.header"},
 		{`{"upstream":{"targets":[{"url":"https://a.example.com"}],"health_check":{"interval_ms":10}}}`, "upstream.health_check.interval_ms"},
 		{`{"upstream":{"targets":[{"url":"https://a.example.com"}],"health_check":{"path":"health"}}}`, "upstream.health_check.path"},
 		{`{"upstream":{"targets":[{"url":"https://a.example.com"}],"passive_health":{"failures":-1}}}`, "upstream.passive_health.failures"},
