@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -69,10 +70,17 @@ type Config struct {
 	// dropped (tests that follow links set one).
 	Mailer tenants.Mailer
 	// PublicURL is the console's address as mailed links name it (scheme://host[:port],
-	// without /console). Default: http:// and the request's host.
+	// without /console). Never the request's Host header, which a client chooses: a reset
+	// link must not point where the requester says. Default: http://localhost:8080.
 	PublicURL string
-	// Limiter throttles sign-in attempts. Default: NewLoginLimiter(LoginLimits{}).
-	Limiter *LoginLimiter
+	// Throttle keeps the counters of Limits. Default: People, when it implements
+	// tenants.ThrottleService (the Postgres store does).
+	Throttle tenants.ThrottleService
+	// Limits throttle sign-in, sign-up and mail requests. Zero rules take their defaults.
+	Limits Limits
+	// TrustedProxies are the load balancers whose X-Forwarded-For names the client address
+	// that Limits count by. Default: none (the peer is the client).
+	TrustedProxies []netip.Prefix
 	// Logger receives internal errors. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock. Default: time.Now.
@@ -106,9 +114,21 @@ func New(cfg Config) *Console {
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
 	}
-	if cfg.Limiter == nil {
-		cfg.Limiter = NewLoginLimiter(LoginLimits{})
+	if cfg.Throttle == nil {
+		th, ok := cfg.People.(tenants.ThrottleService)
+		if !ok {
+			panic("web.New: Config needs a Throttle (People does not count attempts)")
+		}
+		cfg.Throttle = th
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	if cfg.Mailer == nil {
+		cfg.Mailer = dropMail{}
+	}
+	if cfg.PublicURL == "" {
+		cfg.PublicURL = "http://localhost:8080"
+	}
+	cfg.PublicURL = strings.TrimSuffix(cfg.PublicURL, "/")
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -155,6 +175,14 @@ func (c *Console) Mount(app *fiber.App) {
 	g.Get("/login", c.loginPage)
 	g.Post("/login", c.login)
 	g.Post("/logout", c.logout)
+	g.Get("/verify", c.verify)
+	g.Post("/verify/resend", c.verifyResend)
+	g.Get("/forgot", c.forgotPage)
+	g.Post("/forgot", c.forgot)
+	g.Get("/reset", c.resetPage)
+	g.Post("/reset", c.reset)
+	g.Get("/account", c.accountPage)
+	g.Post("/account/password", c.passwordChange)
 	g.Get("/invites/accept", c.invitePage)
 	g.Post("/invites/accept", c.inviteAccept)
 	g.Post("/invites/decline", c.inviteDecline)

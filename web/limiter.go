@@ -1,104 +1,107 @@
 package web
 
 import (
+	"net/netip"
 	"strconv"
-	"sync"
+	"strings"
 	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"tollgate/tenants"
 )
 
-// LoginLimits bound sign-in attempts. The limiter is in memory, per api process: with
-// several replicas behind a balancer an attacker gets each replica's allowance, which is
-// still a few dozen guesses per account per window against a bcrypt hash.
-type LoginLimits struct {
-	// PerIP is how many attempts one client address may make per Window. Default: 30.
-	PerIP int
-	// PerAccount is how many failed attempts one email may have per Window before
-	// sign-in to it pauses (successful sign-in resets it). Default: 5.
-	PerAccount int
-	// Window is the period both counts cover. Default: 15 minutes.
-	Window time.Duration
+// Limits are the console's throttles. Their counters live in the store
+// (tenants.ThrottleService), so every api replica counts against the same numbers and
+// concurrent attempts cannot slip past them.
+//
+// Sign-in is throttled per client address and per (account, client address), never per
+// account alone: a stranger's failures from their address slow down only that address,
+// so nobody can lock an owner out of their account by guessing wrong on purpose.
+type Limits struct {
+	// SignIn bounds every sign-in attempt from one client address.
+	// Default: 30 per 15 minutes.
+	SignIn tenants.ThrottleRule
+	// Account bounds attempts on one account from one client address: a few freely, then
+	// a pause that doubles with each further attempt. A successful sign-in clears it.
+	// Default: 5, then 1 s doubling up to 15 minutes; counted over an hour.
+	Account tenants.ThrottleRule
+	// SignUp bounds sign-ups from one client address. Default: 10 per hour.
+	SignUp tenants.ThrottleRule
+	// Mail bounds the requests that send mail (password reset, a new verification link)
+	// from one client address, and for one signed-in user. Default: 5 per hour.
+	Mail tenants.ThrottleRule
 }
 
-// LoginLimiter is a fixed-window counter per IP and per account.
-type LoginLimiter struct {
-	lim LoginLimits
-	now func() time.Time
-	mu  sync.Mutex
-	ip  map[string]*window
-	acc map[string]*window
-}
-
-type window struct {
-	start time.Time
-	n     int
-}
-
-// NewLoginLimiter returns a limiter with lim's defaults filled in.
-func NewLoginLimiter(lim LoginLimits) *LoginLimiter {
-	if lim.PerIP <= 0 {
-		lim.PerIP = 30
-	}
-	if lim.PerAccount <= 0 {
-		lim.PerAccount = 5
-	}
-	if lim.Window <= 0 {
-		lim.Window = 15 * time.Minute
-	}
-	return &LoginLimiter{lim: lim, now: time.Now, ip: map[string]*window{}, acc: map[string]*window{}}
-}
-
-// get returns the live window of key, starting a new one when the old has passed, and
-// sweeping stale windows when the map grows.
-func (l *LoginLimiter) get(m map[string]*window, key string, now time.Time) *window {
-	w := m[key]
-	if w == nil || now.Sub(w.start) >= l.lim.Window {
-		if len(m) > 10000 {
-			for k, v := range m {
-				if now.Sub(v.start) >= l.lim.Window {
-					delete(m, k)
-				}
-			}
-		}
-		w = &window{start: now}
-		m[key] = w
-	}
-	return w
-}
-
-// Allow counts an attempt from ip on account; it returns 0 when the attempt may proceed,
-// else how long until it may.
-func (l *LoginLimiter) Allow(ip, account string) time.Duration {
-	now := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	wi := l.get(l.ip, ip, now)
-	if wi.n >= l.lim.PerIP {
-		return wi.start.Add(l.lim.Window).Sub(now)
-	}
-	if account != "" {
-		if wa := l.get(l.acc, account, now); wa.n >= l.lim.PerAccount {
-			return wa.start.Add(l.lim.Window).Sub(now)
+func (l Limits) withDefaults() Limits {
+	def := func(r *tenants.ThrottleRule, d tenants.ThrottleRule) {
+		if r.Limit <= 0 || r.Window <= 0 {
+			*r = d
 		}
 	}
-	wi.n++
-	return 0
+	def(&l.SignIn, tenants.ThrottleRule{Limit: 30, Window: 15 * time.Minute})
+	def(&l.Account, tenants.ThrottleRule{Limit: 5, Window: time.Hour, Backoff: time.Second, MaxBackoff: 15 * time.Minute})
+	def(&l.SignUp, tenants.ThrottleRule{Limit: 10, Window: time.Hour})
+	def(&l.Mail, tenants.ThrottleRule{Limit: 5, Window: time.Hour})
+	return l
 }
 
-// Failed counts a failed attempt on account.
-func (l *LoginLimiter) Failed(account string) {
-	if account == "" {
-		return
+// clientIP is the address throttles count by: the peer, or, when the peer is one of the
+// trusted proxies, the right-most X-Forwarded-For address that is not one (the left-most
+// entries are whatever the client wrote). Without it every client behind a load balancer
+// would share one allowance, and a stranger could spend it for all of them.
+func (c *Console) clientIP(ctx *fiber.Ctx) string {
+	peer, _ := netip.AddrFromSlice(ctx.Context().RemoteIP())
+	peer = peer.Unmap()
+	if !trusted(c.cfg.TrustedProxies, peer) {
+		return peer.String()
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.get(l.acc, account, l.now()).n++
+	hops := strings.Split(string(ctx.Request().Header.Peek(fiber.HeaderXForwardedFor)), ",")
+	for i := len(hops) - 1; i >= 0; i-- {
+		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+		if err != nil {
+			break
+		}
+		if a = a.Unmap(); !trusted(c.cfg.TrustedProxies, a) {
+			return a.String()
+		}
+	}
+	return peer.String()
 }
 
-// Succeeded clears account's failures.
-func (l *LoginLimiter) Succeeded(account string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.acc, account)
+func trusted(list []netip.Prefix, a netip.Addr) bool {
+	for _, p := range list {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Throttle keys. An email is normalized before it is part of a key.
+func signInKey(ip string) string         { return "signin:" + ip }
+func accountKey(email, ip string) string { return "account:" + email + "|" + ip }
+func signUpKey(ip string) string         { return "signup:" + ip }
+func mailKey(ip string) string           { return "mail:" + ip }
+func userMailKey(userID string) string   { return "mail-user:" + userID }
+
+// throttled counts an attempt on each key in turn and returns the wait of the first that
+// refuses it (0: go ahead). A key that refuses stops the count, so a throttled address
+// does not also spend an account's allowance.
+func (c *Console) throttled(ctx *fiber.Ctx, keys []string, rules []tenants.ThrottleRule) (time.Duration, error) {
+	for i, k := range keys {
+		wait, err := c.cfg.Throttle.Hit(c.ctx(ctx), k, rules[i])
+		if err != nil || wait > 0 {
+			return wait, err
+		}
+	}
+	return 0, nil
+}
+
+// tooMany sets Retry-After and returns the sentence the 429 page shows.
+func tooMany(ctx *fiber.Ctx, wait time.Duration, what string) string {
+	ctx.Set(fiber.HeaderRetryAfter, itoa(int(wait.Seconds()+0.999)))
+	return "Too many " + what + ". Wait " + humanWait(wait) + " and try again."
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

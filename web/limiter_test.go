@@ -3,43 +3,9 @@ package web
 import (
 	"errors"
 	"testing"
-	"time"
 
 	"tollgate/tenants"
 )
-
-func TestLoginLimiter(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	l := NewLoginLimiter(LoginLimits{PerIP: 4, PerAccount: 2, Window: time.Minute})
-	l.now = func() time.Time { return now }
-	// Two failures lock the account, from any address.
-	for i := 0; i < 2; i++ {
-		if w := l.Allow("10.0.0.1", "a@example.com"); w != 0 {
-			t.Fatalf("attempt %d refused", i+1)
-		}
-		l.Failed("a@example.com")
-	}
-	if w := l.Allow("10.0.0.2", "a@example.com"); w <= 0 || w > time.Minute {
-		t.Fatalf("third attempt on a locked account: wait %v", w)
-	}
-	// Another account from the first address still works, until the address's budget ends.
-	if l.Allow("10.0.0.1", "b@example.com") != 0 || l.Allow("10.0.0.1", "b@example.com") != 0 {
-		t.Fatal("other account refused")
-	}
-	if l.Allow("10.0.0.1", "c@example.com") == 0 {
-		t.Fatal("fifth attempt from one address allowed")
-	}
-	// The window passes; a success clears the account.
-	now = now.Add(time.Minute)
-	if l.Allow("10.0.0.1", "a@example.com") != 0 {
-		t.Fatal("refused after the window")
-	}
-	l.Failed("a@example.com")
-	l.Succeeded("a@example.com")
-	if l.Allow("10.0.0.3", "a@example.com") != 0 || l.Allow("10.0.0.3", "a@example.com") != 0 {
-		t.Fatal("success did not clear the account's failures")
-	}
-}
 
 func TestFieldError(t *testing.T) {
 	alias := map[string]string{"rate_limit": "rate_limit"}

@@ -140,6 +140,9 @@ func (c *Console) render(ctx *fiber.Ctx, status int, name string, p page) error 
 // flashOf turns the ?done= marker of a redirect after a write into a sentence.
 func flashOf(done string) string {
 	return map[string]string{
+		"password-reset":   "Password changed, and every session signed out. Sign in with the new password.",
+		"password-changed": "Password changed. Every other browser signed in to this account is signed out.",
+		"verify-sent":      "We mailed you a new verification link.",
 		"route-created":    "Route created. The edges apply it within moments.",
 		"route-updated":    "Route saved.",
 		"route-deleted":    "Route deleted.",

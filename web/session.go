@@ -125,32 +125,81 @@ func (c *Console) signupPage(ctx *fiber.Ctx) error {
 	return c.render(ctx, http.StatusOK, "signup", page{Title: "Create your account", Form: authForm{Next: localNext(ctx.Query("next"), "")}})
 }
 
+// signup answers a new address and a taken one alike, with the same page and status,
+// after the same work (a bcrypt hash, one mail): only the mailbox learns which it was. A
+// new address gets its account and tenant, unverified, and a verification link; the owner
+// of a taken address gets a note that someone tried. Neither is signed in: the new account
+// signs in with its password (or follows the link first).
 func (c *Console) signup(ctx *fiber.Ctx) error {
 	f := authForm{Email: strings.TrimSpace(ctx.FormValue("email")), Slug: strings.TrimSpace(ctx.FormValue("slug")), Name: strings.TrimSpace(ctx.FormValue("name")), Errors: map[string]string{},
 		Next: localNext(ctx.FormValue("next"), "")}
 	pw := ctx.FormValue("password")
 	hash, err := tenants.HashPassword(pw)
-	if err != nil {
-		if !fieldError(err, f.Errors, nil) {
-			return c.internal(ctx, err)
-		}
+	if err != nil && !fieldError(err, f.Errors, nil) {
+		return c.internal(ctx, err)
 	}
-	if _, err := tenants.NormalizeEmail(f.Email); err != nil {
+	email, err := tenants.NormalizeEmail(f.Email)
+	if err != nil {
 		fieldError(err, f.Errors, nil)
 	}
-	if len(f.Errors) == 0 {
-		u := &tenants.User{Email: f.Email, PasswordHash: hash}
-		t := &tenants.Tenant{Slug: f.Slug, Name: f.Name}
+	t := &tenants.Tenant{Slug: f.Slug, Name: f.Name}
+	if err := t.Validate(); err != nil && !fieldError(err, f.Errors, map[string]string{"slug": "slug", "name": "name", "plan": "slug"}) {
+		return c.internal(ctx, err)
+	}
+	if len(f.Errors) > 0 {
+		return c.render(ctx, http.StatusUnprocessableEntity, "signup", page{Title: "Create your account", Form: f})
+	}
+	if wait, err := c.throttled(ctx, []string{signUpKey(c.clientIP(ctx))}, []tenants.ThrottleRule{c.cfg.Limits.SignUp}); err != nil {
+		return c.internal(ctx, err)
+	} else if wait > 0 {
+		f.Errors["form"] = tooMany(ctx, wait, "sign-ups from your address")
+		return c.render(ctx, http.StatusTooManyRequests, "signup", page{Title: "Create your account", Form: f})
+	}
+	_, err = c.cfg.People.FindUserByEmail(c.ctx(ctx), email)
+	taken := err == nil
+	if err != nil && tenants.ErrorCode(err) != tenants.ENotFound {
+		return c.internal(ctx, err)
+	}
+	if !taken {
+		u := &tenants.User{Email: email, PasswordHash: hash}
 		err = c.cfg.People.SignUp(c.ctx(ctx), u, t)
-		if err == nil {
+		switch {
+		case err == nil:
 			c.record(ctx, u, t.ID, "tenant.create", t.ID)
-			return c.startSession(ctx, u, localNext(f.Next, Prefix+"/t/"+t.Slug+"/routes"))
+			if err := c.sendVerification(ctx, u, f.Next); err != nil {
+				return c.internal(ctx, err)
+			}
+		case tenants.ErrorCode(err) == tenants.EConflict && fieldOf(err) == "email":
+			taken = true // signed up between the look-up and the insert
+		case !fieldError(err, f.Errors, map[string]string{"slug": "slug", "name": "name", "plan": "slug"}):
+			return c.internal(ctx, err)
 		}
-		if !fieldError(err, f.Errors, map[string]string{"slug": "slug", "name": "name", "plan": "slug"}) {
+	} else {
+		// The same answer a new address gets when the slug is taken: the slug is public
+		// (it names the tenant on the edge), the account behind the address is not.
+		_, err := c.cfg.Tenants.FindTenant(c.ctx(ctx), t.Slug)
+		switch {
+		case err == nil:
+			f.Errors["slug"] = `slug "` + t.Slug + `" is taken`
+		case tenants.ErrorCode(err) != tenants.ENotFound:
 			return c.internal(ctx, err)
 		}
 	}
-	return c.render(ctx, http.StatusUnprocessableEntity, "signup", page{Title: "Create your account", Form: f})
+	if len(f.Errors) > 0 {
+		return c.render(ctx, http.StatusUnprocessableEntity, "signup", page{Title: "Create your account", Form: f})
+	}
+	if taken {
+		c.mail(tenants.Mail{To: email, Subject: "Someone tried to sign up to Tollgate with your address",
+			Text: "Someone tried to create a Tollgate account with this address, which already has one.\n" +
+				"Nothing was changed and no tenant was created.\n\n" +
+				"If it was you, sign in instead:\n\n  " + c.cfg.PublicURL + Prefix + "/login\n\n" +
+				"Forgot your password? Ask for a reset link here:\n\n  " + c.cfg.PublicURL + Prefix + "/forgot\n\n" +
+				"If it was not you, you need do nothing.\n"})
+	}
+	return c.render(ctx, http.StatusOK, "notice", page{Title: "Check your inbox", Data: notice{
+		Heading: "Check your inbox",
+		Text:    "We sent a message to " + email + ". Follow the link in it to verify your address; you can sign in meanwhile.",
+		Link:    Prefix + "/login", LinkText: "Sign in"}})
 }
 
 func (c *Console) loginPage(ctx *fiber.Ctx) error {
@@ -164,9 +213,15 @@ func (c *Console) login(ctx *fiber.Ctx) error {
 	f := authForm{Email: strings.TrimSpace(ctx.FormValue("email")), Errors: map[string]string{}, Next: localNext(ctx.FormValue("next"), "")}
 	pw := ctx.FormValue("password")
 	email, _ := tenants.NormalizeEmail(f.Email)
-	if wait := c.cfg.Limiter.Allow(ctx.IP(), email); wait > 0 {
-		ctx.Set(fiber.HeaderRetryAfter, itoa(int(wait.Seconds()+1)))
-		f.Errors["form"] = "Too many sign-in attempts. Wait " + humanWait(wait) + " and try again."
+	ip := c.clientIP(ctx)
+	keys, rules := []string{signInKey(ip)}, []tenants.ThrottleRule{c.cfg.Limits.SignIn}
+	if email != "" {
+		keys, rules = append(keys, accountKey(email, ip)), append(rules, c.cfg.Limits.Account)
+	}
+	if wait, err := c.throttled(ctx, keys, rules); err != nil {
+		return c.internal(ctx, err)
+	} else if wait > 0 {
+		f.Errors["form"] = tooMany(ctx, wait, "sign-in attempts")
 		return c.render(ctx, http.StatusTooManyRequests, "login", page{Title: "Sign in", Form: f})
 	}
 	u, err := c.cfg.People.FindUserByEmail(c.ctx(ctx), f.Email)
@@ -176,10 +231,11 @@ func (c *Console) login(ctx *fiber.Ctx) error {
 	case err != nil:
 		return c.internal(ctx, err)
 	case tenants.CheckPassword(u.PasswordHash, pw):
-		c.cfg.Limiter.Succeeded(email)
+		if err := c.cfg.Throttle.ClearHits(c.ctx(ctx), accountKey(email, ip)); err != nil {
+			return c.internal(ctx, err)
+		}
 		return c.startSession(ctx, u, localNext(f.Next, Prefix+"/"))
 	}
-	c.cfg.Limiter.Failed(email)
 	f.Errors["form"] = "The email or the password is not right."
 	return c.render(ctx, http.StatusUnauthorized, "login", page{Title: "Sign in", Form: f})
 }

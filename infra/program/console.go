@@ -30,6 +30,8 @@ func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *sl
 		EdgePort:   port,
 		Mailer:     cp.mail,
 		PublicURL:  cfg.PublicURL,
-		Logger:     log,
+		// The api's load balancers are the edge's trusted proxies too.
+		TrustedProxies: cfg.TrustedProxy,
+		Logger:         log,
 	}).Mount(srv.App())
 }
