@@ -160,6 +160,12 @@ func (p *UpstreamPolicy) ValidateTarget(raw string) (string, error) {
 		if !validHostname(h) {
 			return "", fmt.Errorf("host %q is not a valid host name", host)
 		}
+		if numericLabel(h[strings.LastIndexByte(h, '.')+1:]) {
+			// The C resolver reads 127.1, 2130706433 and 0x7f.1 as IPv4 addresses; no top
+			// level domain looks like that. The edge would judge the address at dial time;
+			// saying so now is clearer.
+			return "", fmt.Errorf("host %q is an IPv4 address in a shorthand form: write it as four decimal numbers (a.b.c.d)", host)
+		}
 		if h == "localhost" || strings.HasSuffix(h, ".localhost") {
 			// Names that resolve to loopback by definition (RFC 6761): judge them as 127.0.0.1.
 			if err := p.CheckAddr(netip.AddrFrom4([4]byte{127, 0, 0, 1}), port); err != nil {
@@ -176,6 +182,15 @@ func (p *UpstreamPolicy) ValidateTarget(raw string) (string, error) {
 	}
 	u.Host = strings.ToLower(u.Host)
 	return strings.TrimSuffix(u.String(), "/"), nil
+}
+
+// numericLabel reports a label of decimal digits, or 0x and hex digits.
+func numericLabel(l string) bool {
+	if rest, ok := strings.CutPrefix(l, "0x"); ok {
+		l = rest
+		return l == "" || strings.Trim(l, "0123456789abcdef") == ""
+	}
+	return l != "" && strings.Trim(l, "0123456789") == ""
 }
 
 func validHostname(h string) bool {

@@ -81,6 +81,10 @@ func TestRouteValidateRejects(t *testing.T) {
 		{"6to4 loopback", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[2002:7f00:1::1]/" }, "upstream.targets[0].url", "loopback"},
 		{"unique local", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[fd00::1]/" }, "upstream.targets[0].url", "unique-local"},
 		{"documentation v6", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[3fff::1]/" }, "upstream.targets[0].url", "documentation (RFC 9637)"},
+		{"short ipv4", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://127.1/" }, "upstream.targets[0].url", "shorthand form"},
+		{"decimal ipv4", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://2130706433:8080/" }, "upstream.targets[0].url", "shorthand form"},
+		{"hex ipv4", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://0x7f.0x1/" }, "upstream.targets[0].url", "shorthand form"},
+		{"octal ipv4", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://0177.0.0.01/" }, "upstream.targets[0].url", "shorthand form"},
 		{"broadcast", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://255.255.255.255/" }, "upstream.targets[0].url", "limited broadcast"},
 		{"canary target", strict, func(r *tenants.Route) {
 			r.Canary = &tenants.Canary{Weight: 5, Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "http://192.0.0.170/"}}}}
