@@ -36,12 +36,16 @@ func scanDomain(row pgx.Row) (*tenants.Domain, error) {
 	return &d, nil
 }
 
-// domainChange is the domain's config entry: what the edges need to serve it (host name,
+// domainEntry is the domain's config entry: what the edges need to serve it (host name,
 // status, certificate and key), without the claim's bookkeeping.
-func domainChange(d *tenants.Domain) change {
+func domainEntry(d *tenants.Domain) *tenants.Entry {
 	c := *d
 	c.Verification, c.VerifiedAt, c.CheckedAt, c.NextCheckAt, c.LastError = nil, nil, nil, nil, ""
-	return put(d.TenantID, tenants.ObjectKey(d.TenantID, tenants.KindDomain, d.ID), &tenants.Entry{Domain: &c})
+	return &tenants.Entry{Domain: &c}
+}
+
+func domainChange(d *tenants.Domain) change {
+	return put(d.TenantID, tenants.ObjectKey(d.TenantID, tenants.KindDomain, d.ID), domainEntry(d))
 }
 
 func domainConflicts(d *tenants.Domain) map[string]*tenants.Error {

@@ -215,7 +215,7 @@ func (db *DB) Entries(ctx context.Context, fn func(tenants.Change) error) (first
 			if err != nil {
 				return err
 			}
-			return emitEntry(d.TenantID, tenants.ObjectKey(d.TenantID, tenants.KindDomain, d.ID), &tenants.Entry{Domain: d})
+			return emitEntry(d.TenantID, tenants.ObjectKey(d.TenantID, tenants.KindDomain, d.ID), domainEntry(d))
 		}},
 	}
 	for _, s := range scans {
