@@ -47,12 +47,13 @@ func FuzzDecodeKey(f *testing.F)          { fuzzDecode(f, "key") }
 func FuzzDecodePlatformPlan(f *testing.F) { fuzzDecode(f, "platform_plan") }
 func FuzzDecodeJWTIssuer(f *testing.F)    { fuzzDecode(f, "jwt_issuer", "jwt_issuer_update") }
 func FuzzDecodePolicy(f *testing.F)       { fuzzDecode(f, "policy") }
+func FuzzDecodeInvite(f *testing.F)       { fuzzDecode(f, "invite", "invite_token") }
 
 // TestDecodeKindsCovered keeps the fuzz targets honest: every body kind is fuzzed.
 func TestDecodeKindsCovered(t *testing.T) {
 	fuzzed := map[string]bool{"tenant": true, "tenant_patch": true, "route": true, "route_update": true,
 		"consumer": true, "consumer_update": true, "plan": true, "plan_update": true, "token": true, "key": true, "platform_plan": true,
-		"jwt_issuer": true, "jwt_issuer_update": true, "policy": true}
+		"jwt_issuer": true, "jwt_issuer_update": true, "policy": true, "invite": true, "invite_token": true}
 	for _, k := range api.BodyKinds {
 		if !fuzzed[k] {
 			t.Errorf("body kind %s has no fuzz target", k)

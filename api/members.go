@@ -123,8 +123,8 @@ func (s *Server) createInvite(c *fiber.Ctx, r *request) error {
 	if err != nil {
 		return err
 	}
-	var b inviteBody
-	if err := decodeBody(contentType(c), c.Body(), s.cfg.BodyLimit, &b, false); err != nil {
+	b, err := decodeInvite(contentType(c), c.Body(), s.cfg.BodyLimit)
+	if err != nil {
 		return err
 	}
 	if b.Role == tenants.RoleOwner && r.role != tenants.RoleOwner && !r.who.admin {
@@ -195,15 +195,34 @@ func (s *Server) invitee(r *request) (tenants.PeopleService, error) {
 	return p, nil
 }
 
-func (s *Server) inviteToken(c *fiber.Ctx) (inviteTokenBody, error) {
+// decodeInvite reads and checks an invitation's body; the store checks it again.
+func decodeInvite(ct string, body []byte, limit int) (inviteBody, error) {
+	var b inviteBody
+	if err := decodeBody(ct, body, limit, &b, false); err != nil {
+		return b, err
+	}
+	email, err := tenants.NormalizeEmail(b.Email)
+	if err != nil {
+		return b, err
+	}
+	b.Email = email
+	return b, tenants.ValidateMemberRole(b.Role)
+}
+
+// decodeInviteToken reads the body of an answer to an invitation.
+func decodeInviteToken(ct string, body []byte, limit int) (inviteTokenBody, error) {
 	var b inviteTokenBody
-	if err := decodeBody(contentType(c), c.Body(), s.cfg.BodyLimit, &b, false); err != nil {
+	if err := decodeBody(ct, body, limit, &b, false); err != nil {
 		return b, err
 	}
 	if b.Token == "" {
 		return b, tenants.Invalid("token", "is required: the token parameter of the invitation link")
 	}
 	return b, nil
+}
+
+func (s *Server) inviteToken(c *fiber.Ctx) (inviteTokenBody, error) {
+	return decodeInviteToken(contentType(c), c.Body(), s.cfg.BodyLimit)
 }
 
 func (s *Server) acceptInvite(c *fiber.Ctx, r *request) error {

@@ -28,6 +28,7 @@ import (
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/testenv"
+	"tollgate/tenants/smtp/smtptest"
 )
 
 const chromium = "/usr/bin/chromium"
@@ -92,6 +93,7 @@ type stack struct {
 	edgeAddr  string
 	dbURL     string
 	out       *syncBuffer
+	mail      *smtptest.Server // where the console's mail goes
 }
 
 type syncBuffer struct {
@@ -125,7 +127,9 @@ func freeAddr(t *testing.T) string {
 // and the edge are ready.
 func startDev(t *testing.T) *stack {
 	t.Helper()
-	s := &stack{dbURL: testenv.Postgres(t), out: &syncBuffer{}}
+	// The binary does not trust the test server's CA, so this one offers no STARTTLS;
+	// it listens on loopback, where the mailer allows that.
+	s := &stack{dbURL: testenv.Postgres(t), out: &syncBuffer{}, mail: smtptest.StartWith(t, smtptest.Options{NoTLS: true})}
 	apiAddr, adminAddr := freeAddr(t), freeAddr(t)
 	s.edgeAddr = freeAddr(t)
 	s.api, s.edge = "http://"+apiAddr, "http://"+s.edgeAddr
@@ -136,6 +140,8 @@ func startDev(t *testing.T) *stack {
 		"TOLLGATE_EDGE_ADDR="+s.edgeAddr,
 		"TOLLGATE_EDGE_ADMIN_ADDR="+adminAddr,
 		"TOLLGATE_ADMIN_TOKEN="+adminToken,
+		"TOLLGATE_SMTP_URL="+s.mail.URL,
+		"TOLLGATE_PUBLIC_URL="+s.api,
 		"TOLLGATE_EDGE_DOMAIN=localhost",
 		"TOLLGATE_NATS_URL=",
 		"TOLLGATE_REDIS_URL=",
@@ -535,13 +541,21 @@ func TestConsole(t *testing.T) {
 		t.Errorf("tenant B's user reading tenant A's routes through the API: %s, want 404", st)
 	}
 
-	// The owner makes B's user a viewer of A.
+	// The owner invites B's user as a viewer of A; B accepts from the mailed link once its
+	// address is verified.
 	owner.open("/console/t/" + slugA + "/members")
 	owner.fill(map[string]string{"#email": otherEmail, "#role": "viewer"})
 	owner.do(chromedp.Click(chromedp.CSS(`form.inline-form button[type=submit]`)))
-	owner.waitPath("/console/t/" + slugA + "/members?done=member-added")
+	owner.waitPath("/console/t/" + slugA + "/members?done=member-invited")
 	owner.contains(otherEmail, "viewer")
 	owner.screenshot("09-members")
+	invitation := s.inviteLink(t, otherEmail)
+	other.open(invitation)
+	other.contains("Verify your address first")
+	s.verifyEmail(t, otherEmail)
+	other.open(invitation)
+	other.do(chromedp.Click(chromedp.CSS(`[data-testid=accept]`)))
+	other.waitPath("/console/t/" + slugA + "/routes?done=invite-accepted")
 
 	// The viewer sees no write controls, and the API and the forms refuse its writes.
 	viewer := other

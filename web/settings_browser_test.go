@@ -39,7 +39,7 @@ func (b *browser) submit() {
 
 // TestConsoleSettings walks the settings pages: a plan (after an inline error), a JWT
 // issuer whose secret is never shown again, a policy with a bad line marked at that line,
-// an invitation that applies at sign-up (the invited viewer sees no write controls), and
+// an invitation accepted from its mailed link (the invited viewer sees no write controls), and
 // the finance role's export page with its CSV.
 func TestConsoleSettings(t *testing.T) {
 	if noBrowser != "" {
@@ -139,15 +139,21 @@ func TestConsoleSettings(t *testing.T) {
 	}
 	owner.screenshot("19-policy")
 
-	// An invitation for an email without an account, applied when it signs up.
+	// An invitation for an address without an account: it signs up, proves the address and
+	// accepts from the mailed link.
 	owner.open(base + "/members")
 	owner.fill(map[string]string{"#email": lateEmail, "#role": "viewer"})
 	owner.do(chromedp.Click(chromedp.CSS(`form.inline-form button[type=submit]`)))
 	owner.waitPath(base + "/members?done=member-invited")
-	owner.contains(lateEmail, "pending sign-up", "last owner")
+	owner.contains(lateEmail, "Withdraw", "last owner")
 	owner.screenshot("20-members-invited")
+	invitation := s.inviteLink(t, lateEmail)
 	late := newBrowser(t, s.api)
 	late.signUp(lateEmail, "late-"+suffix)
+	s.verifyEmail(t, lateEmail)
+	late.open(invitation)
+	late.do(chromedp.Click(chromedp.CSS(`[data-testid=accept]`)))
+	late.waitPath(base + "/routes?done=invite-accepted")
 	late.open(base + "/plans")
 	late.contains("basic", "viewer")
 	for _, p := range []string{"/plans", "/jwt-issuers", "/policy"} {
