@@ -186,7 +186,7 @@ func TestMeteredBytesCutShort(t *testing.T) {
 	up := bytesUpstream(t)
 	acme := h.tenant("acme")
 	host := "acme." + domain
-	for _, r := range []string{"upcut", "gone", "upload"} {
+	for _, r := range []string{"upcut", "gonecl", "gonechunked", "upload"} {
 		h.route(acme, r, []string{"/" + r}, nil, tenants.AuthNone, up.URL)
 	}
 	h.e.Loaded()
@@ -199,43 +199,44 @@ func TestMeteredBytesCutShort(t *testing.T) {
 		waitCounts(t, m, sink, acme+" upcut  2", billing.Counts{Requests: 1, Billable: 1, BytesOut: 300_000})
 	})
 
-	t.Run("client leaves mid-body", func(t *testing.T) {
-		const total, read = 64 << 20, 4 << 20
-		c, err := net.Dial("tcp", h.public)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c.(*net.TCPConn).SetReadBuffer(64 << 10)
-		fmt.Fprintf(c, "GET /gone/x?n=%d HTTP/1.1\r\nHost: %s\r\n\r\n", total, host)
-		br := bufio.NewReader(c)
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil || resp.StatusCode != 200 || resp.ContentLength != total {
-			t.Fatalf("%v %v", resp, err)
-		}
-		if _, err := io.CopyN(io.Discard, resp.Body, read); err != nil {
-			t.Fatal(err)
-		}
-		c.Close()
-		var out int64
-		waitFor(t, 10*time.Second, func() string {
-			if err := m.Flush(context.Background()); err != nil {
+	for _, mode := range []string{"cl", "chunked"} {
+		t.Run("client leaves mid-body, "+mode, func(t *testing.T) {
+			const total, read = 64 << 20, 4 << 20
+			c, err := net.Dial("tcp", h.public)
+			if err != nil {
 				t.Fatal(err)
 			}
-			got := sink.sum()[acme+" gone  2"]
-			out = got.BytesOut
-			if got.Requests != 1 {
-				return fmt.Sprintf("not recorded yet: %+v", got)
+			_ = c.(*net.TCPConn).SetReadBuffer(64 << 10)
+			fmt.Fprintf(c, "GET /gone%s/x?mode=%s&n=%d HTTP/1.1\r\nHost: %s\r\n\r\n", mode, mode, total, host)
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("%v %v", resp, err)
 			}
-			return ""
+			if _, err := io.CopyN(io.Discard, resp.Body, read); err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			var out int64
+			waitFor(t, 10*time.Second, func() string {
+				if err := m.Flush(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				got := sink.sum()[acme+" gone"+mode+"  2"]
+				out = got.BytesOut
+				if got.Requests != 1 {
+					return fmt.Sprintf("not recorded yet: %+v", got)
+				}
+				return ""
+			})
+			// Between what the client read and what the edge handed to its socket lie
+			// the kernel's buffers (the edge's send buffer, the client's receive buffer)
+			// and at most one copy buffer.
+			t.Logf("client read %d of %d body bytes and left; metered bytes_out %d (%d beyond what it read)", read, total, out, out-read)
+			if out < read || out >= total || out-read > 12<<20 {
+				t.Fatalf("bytes_out %d: want between what the client read (%d) and that plus the socket buffers, far from %d", out, read, total)
+			}
 		})
-		// Between what the client read and what the edge handed to its socket lie the
-		// kernel's buffers (the edge's send buffer, the client's receive buffer) and at
-		// most one copy buffer.
-		t.Logf("client read %d of %d body bytes and left; metered bytes_out %d (%d beyond what it read)", read, total, out, out-read)
-		if out < read || out >= total || out-read > 12<<20 {
-			t.Fatalf("bytes_out %d: want between what the client read (%d) and that plus the socket buffers, far from %d", out, read, total)
-		}
-	})
+	}
 
 	t.Run("client stops uploading", func(t *testing.T) {
 		c, err := net.Dial("tcp", h.public)
