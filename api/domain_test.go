@@ -27,6 +27,7 @@ func newDomainEnv(t *testing.T) (*env, *testdns.Server) {
 	e := newEnv(t, func(c *api.Config) {
 		c.Proofs = dnsproof.New(srv.Addr())
 		c.DomainChecks = fastChecks
+		c.Audit, _ = c.Domains.(tenants.AuditService) // the same store
 	})
 	return e, srv
 }
@@ -241,6 +242,10 @@ func TestDomainVerification(t *testing.T) {
 	}
 	if r := verify(sqPath).want(200); r.str("status") != "verified" {
 		t.Errorf("the name freed, the squatter's token in DNS: %s", r.body)
+	}
+	// A check asked for is in the audit log as such.
+	if r := e.do("GET", "/v1/tenants/owner/audit", adminToken, nil).want(200); !strings.Contains(string(r.body), `"domains.verify"`) {
+		t.Errorf("no domains.verify in the audit log: %s", r.body)
 	}
 }
 
