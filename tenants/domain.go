@@ -328,7 +328,8 @@ type DomainService interface {
 	// Domain.ApplyProof) and returns the domain as stored. A check made with another
 	// token than the claim's (the host name changed meanwhile) records nothing. A status
 	// change is published to the edges. ENotFound; EConflict when the proof is there
-	// but another tenant's claim of the name is verified (the check is recorded).
+	// but another tenant's claim of the name is verified (the check is recorded as a
+	// miss, unless that claim was verified by a check racing this one).
 	RecordProof(ctx context.Context, tenantID, id, token string, p Proof, now time.Time, s DomainSchedule, manual bool) (*Domain, error)
 }
 
