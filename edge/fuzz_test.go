@@ -203,6 +203,7 @@ func FuzzRequestHeaders(f *testing.F) {
 		"X-Tollgate-X: 1\r\nx-consumer-id: a\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-For: 5.6.7.8\r\n",
 		"TE: trailers\r\nUpgrade: h2c\r\nKeep-Alive: 1\r\nProxy-Authorization: x\r\nX-Api-Key: k\r\n",
 		"X-Request-Id: a\r\nX-Request-Id: b\r\n",
+		"X_Consumer_Id: forged\r\nx_consumer_name: forged\r\n_: x\r\nX-Ok_: y\r\nConnection: X_A\r\nX_A: 1\r\n",
 	} {
 		f.Add(s, true)
 	}
@@ -245,6 +246,8 @@ func FuzzRequestHeaders(f *testing.F) {
 		h.VisitAll(func(k, v []byte) {
 			key := strings.ToLower(string(k))
 			switch {
+			case strings.Contains(key, "_"):
+				t.Fatalf("%s, a name with '_', went upstream", k)
 			case strings.HasPrefix(key, "x-tollgate-"):
 				t.Fatalf("%s went upstream", k)
 			case key == "x-consumer-id" || key == "x-consumer-name":
