@@ -351,12 +351,15 @@ func (b *browser) screenshot(name string) {
 
 const password = "correct horse battery"
 
+// signUp creates the account and its tenant, and signs in with the password (sign-up
+// itself signs nobody in; the address stays unverified until its mailed link is followed).
 func (b *browser) signUp(email, slug string) {
 	b.t.Helper()
 	b.open("/console/signup")
 	b.fill(map[string]string{"#email": email, "#password": password, "#slug": slug, "#name": "Tenant " + slug})
-	b.do(chromedp.Click(chromedp.CSS(`button[type=submit].primary`)))
-	b.waitPath("/console/t/" + slug + "/routes")
+	b.do(chromedp.Click(chromedp.CSS(`button[type=submit].primary`)), chromedp.WaitVisible(chromedp.CSS(`[data-notice]`)))
+	b.contains("Check your inbox", email)
+	b.signIn(email, "/console/t/"+slug+"/routes")
 }
 
 // apiFetch calls the management API from the page, with the session cookie and the

@@ -211,7 +211,14 @@ func TestConsoleSettings(t *testing.T) {
 	}
 	fin := newBrowser(t, s.api)
 	fin.signUp(finEmail, "fin-"+suffix)
+	// A platform role granted to an unverified address waits for the address's proof.
 	s.adminPut(t, "/v1/platform/roles", `{"email":"`+finEmail+`","role":"finance"}`)
+	fin.open("/console/finance")
+	if fin.count(`[data-status="404"]`) != 1 {
+		t.Errorf("an unverified address took the finance role:\n%s", fin.text())
+	}
+	fin.open(s.verifyLink(t, finEmail))
+	fin.contains("Address verified")
 	fin.open("/console/t/fin-" + suffix + "/routes")
 	fin.do(chromedp.Click(chromedp.CSS(`a.nav-finance`)))
 	fin.waitPath("/console/finance")
