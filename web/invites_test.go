@@ -319,6 +319,14 @@ func TestInviteLinkLifecycle(t *testing.T) {
 		t.Errorf("invite rows differ:\n%q", rows)
 	}
 
+	// A viewer sees the members, not who is invited (the API's invites list is for
+	// tenant admins too).
+	viewer := e.signUp("viewer", true)
+	e.post(viewer, "/console/invites/accept", url.Values{"token": {token(e.invite(owner, "acme", "viewer@example.com", "viewer"))}})
+	if pg = e.get(viewer, "/console/t/acme/members"); pg.status != 200 || !strings.Contains(pg.body, "helper@example.com") || strings.Contains(pg.body, "nobody@example.com") {
+		t.Errorf("the viewer's members page: %d\n%s", pg.status, pg.body)
+	}
+
 	// Withdrawn.
 	link := e.invite(owner, "acme", "guest@example.com", "viewer")
 	if pg = e.post(owner, "/console/t/acme/invites/delete", url.Values{"email": {"guest@example.com"}}); pg.status != 303 {

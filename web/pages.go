@@ -414,9 +414,12 @@ func (c *Console) members(ctx *fiber.Ctx, status int, f memberForm) error {
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	invites, err := c.cfg.People.ListInvites(c.ctx(ctx), tv.ID)
-	if err != nil {
-		return c.internal(ctx, err)
+	// Pending invitations are the tenant admins' business, as on the API.
+	var invites []*tenants.Invite
+	if tv.CanAdmin {
+		if invites, err = c.cfg.People.ListInvites(c.ctx(ctx), tv.ID); err != nil {
+			return c.internal(ctx, err)
+		}
 	}
 	d := membersData{Members: items, Invites: invites, Me: user(ctx).ID, Now: c.cfg.Now()}
 	for _, m := range items {
