@@ -254,8 +254,9 @@ type TokenService interface {
 // JWTIssuerService manages the identity providers whose tokens a tenant's "jwt" routes
 // accept.
 type JWTIssuerService interface {
-	// CreateJWTIssuer: EValidation (also past MaxIssuersPerTenant, and for a jwks_url
-	// host the upstream policy refuses), EConflict (issuer taken), ENotFound (tenant).
+	// CreateJWTIssuer: EValidation (also past the platform plan's jwt_issuers, and for a
+	// jwks_url host the upstream policy refuses), EConflict (issuer taken), ENotFound
+	// (tenant).
 	CreateJWTIssuer(ctx context.Context, is *Issuer) error
 	FindJWTIssuer(ctx context.Context, tenantID, id string) (*Issuer, error)
 	ListJWTIssuers(ctx context.Context, tenantID string, p Page) ([]*Issuer, string, error)
