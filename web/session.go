@@ -155,6 +155,7 @@ func (c *Console) signup(ctx *fiber.Ctx) error {
 		f.Errors["form"] = tooMany(ctx, wait, "sign-ups from your address")
 		return c.render(ctx, http.StatusTooManyRequests, "signup", page{Title: "Create your account", Form: f})
 	}
+	defer padTo(time.Now(), signUpFloor)
 	_, err = c.cfg.People.FindUserByEmail(c.ctx(ctx), email)
 	taken := err == nil
 	if err != nil && tenants.ErrorCode(err) != tenants.ENotFound {
