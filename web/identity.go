@@ -131,7 +131,8 @@ func (c *Console) verifyResend(ctx *fiber.Ctx) error {
 	if wait > 0 {
 		return c.errorPage(ctx, http.StatusTooManyRequests, "Too many requests", tooMany(ctx, wait, "verification mails"))
 	}
-	if err := c.sendVerification(ctx, u, ""); err != nil {
+	// From an invitation's page, the new link leads back to it once followed.
+	if err := c.sendVerification(ctx, u, localNext(ctx.FormValue("next"), "")); err != nil {
 		return c.internal(ctx, err)
 	}
 	return ctx.Redirect(Prefix+"/account?done=verify-sent", http.StatusSeeOther)

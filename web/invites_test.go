@@ -5,6 +5,7 @@ package web_test
 
 import (
 	"context"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -197,6 +198,18 @@ func TestInvitePages(t *testing.T) {
 	secret(pg)
 	if pg = e.post(dev, "/console/invites/accept", url.Values{"token": {tok}}); pg.status != 403 || pg.state() != "verify" {
 		t.Errorf("unverified accepts: %d %q", pg.status, pg.state())
+	}
+	// Its button has the verification mail sent again.
+	form := regexp.MustCompile(`<form method="post" action="([^"]+)">[^<]*<input type="hidden" name="_csrf" value="[^"]*">[^<]*<input type="hidden" name="next" value="([^"]*)">[^<]*<button type="submit" class="primary">Send the verification mail again`).FindStringSubmatch(e.get(dev, link).body)
+	if form == nil {
+		t.Fatal("the verify page has no resend form")
+	}
+	if pg = e.post(dev, form[1], url.Values{"next": {html.UnescapeString(form[2])}}); pg.status != 303 {
+		t.Errorf("resend from the invitation page: %d\n%s", pg.status, pg.body)
+	}
+	verifyLink := smtptest.Link(t, e.mail.WaitFor(t, dev.email), "https://console.tollgate.test/console/verify?")
+	if u, _ := url.Parse(verifyLink); u.Query().Get("next") != link {
+		t.Errorf("the verification link %s does not lead back to the invitation %s", verifyLink, link)
 	}
 
 	// Another verified address: refused, told nothing, and the invite stays.
