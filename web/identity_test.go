@@ -390,3 +390,41 @@ func TestSignUpAndResetRequestsAreThrottledPerAddress(t *testing.T) {
 		t.Fatalf("third reset request: %d", p.status)
 	}
 }
+
+// TestSignInThrottleIsSharedByReplicas: two consoles (two api replicas) over one database;
+// concurrent wrong sign-ins spread over both pass the account's limit no more often than
+// on one.
+func TestSignInThrottleIsSharedByReplicas(t *testing.T) {
+	e := newIDEnv(t, web.Limits{Account: tenants.ThrottleRule{Limit: 4, Window: time.Hour, Backoff: time.Minute, MaxBackoff: time.Hour}})
+	e.client("198.51.100.50").signUp("joy@example.com", "joy")
+	second := web.New(web.Config{Tenants: e.db, Routes: e.db, Consumers: e.db, People: e.db, Audit: e.db,
+		Mailer: e.mail.Mailer(t), PublicURL: publicURL,
+		Limits:         web.Limits{Account: tenants.ThrottleRule{Limit: 4, Window: time.Hour, Backoff: time.Minute, MaxBackoff: time.Hour}},
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/32")}})
+	app2 := fiber.New()
+	second.Mount(app2)
+	replicas := []*idEnv{e, {t: t, app: app2, db: e.db, mail: e.mail}}
+
+	attackers := []*idClient{replicas[0].client("203.0.113.90"), replicas[1].client("203.0.113.90")}
+	for _, a := range attackers {
+		a.get("/console/login")
+	}
+	var mu sync.Mutex
+	counts := map[int]int{}
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := attackers[i%2]
+			p := a.do(http.MethodPost, "/console/login", url.Values{"_csrf": {a.csrf}, "email": {"joy@example.com"}, "password": {"guess guess guess"}})
+			mu.Lock()
+			counts[p.status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if counts[http.StatusUnauthorized] != 4 || counts[http.StatusTooManyRequests] != 36 {
+		t.Fatalf("40 wrong sign-ins over two replicas: %v, want 4×401 and 36×429", counts)
+	}
+}
