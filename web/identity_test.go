@@ -12,6 +12,8 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -428,3 +430,22 @@ func TestSignInThrottleIsSharedByReplicas(t *testing.T) {
 		t.Fatalf("40 wrong sign-ins over two replicas: %v, want 4×401 and 36×429", counts)
 	}
 }
+
+// TestThrottleCountsTheAddressTheProxySaw: a client that writes its own X-Forwarded-For
+// entries in front of the one the trusted proxy appended still counts as that address.
+func TestThrottleCountsTheAddressTheProxySaw(t *testing.T) {
+	e := newIDEnv(t, web.Limits{SignIn: tenants.ThrottleRule{Limit: 3, Window: time.Hour}})
+	statuses := []int{}
+	for i := range 5 {
+		c := e.client("10.9.8." + itoa(i) + ", 192.0.2." + itoa(i) + ", 203.0.113.99")
+		statuses = append(statuses, c.signIn("nobody@example.com", "whatever whatever").status)
+	}
+	if want := []int{401, 401, 401, 429, 429}; !slices.Equal(statuses, want) {
+		t.Fatalf("forged X-Forwarded-For prefixes: %v, want %v", statuses, want)
+	}
+	if p := e.client("203.0.113.100").signIn("nobody@example.com", "whatever whatever"); p.status != http.StatusUnauthorized {
+		t.Fatalf("another address: %d", p.status)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
