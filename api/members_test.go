@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	gosmtp "github.com/emersion/go-smtp"
 
@@ -188,6 +189,14 @@ func TestInviteOwnerRule(t *testing.T) {
 	e.do("POST", "/v1/tenants/acme/invites", "", map[string]any{"email": "x@example.com"}, owner.hdr...).want(400)
 	e.do("POST", "/v1/tenants/acme/invites", "", map[string]any{"email": "x@example.com", "role": "viewer", "user_id": "x"}, owner.hdr...).want(400)
 	mail.NoMoreFor(t, "x@example.com", 0)
+
+	// Sending to one address again and again is throttled.
+	for range 5 {
+		e.do("POST", "/v1/tenants/acme/invites", "", map[string]any{"email": "spam@example.com", "role": "viewer"}, owner.hdr...).want(201)
+		mail.WaitFor(t, "spam@example.com")
+	}
+	e.do("POST", "/v1/tenants/acme/invites", "", map[string]any{"email": "spam@example.com", "role": "viewer"}, owner.hdr...).wantErr(429, "rate_limited", "")
+	mail.NoMoreFor(t, "spam@example.com", 100*time.Millisecond)
 }
 
 // TestInviteAcceptance follows the mailed link through the API: only the session of a

@@ -165,7 +165,8 @@ type PeopleService interface {
 	// the token's plaintext (only its SHA-256 is stored) for the caller to mail. Inviting an
 	// address again replaces its role and token, so the older link stops working. It does
 	// the same whether or not the address has an account: EValidation, ENotFound (tenant),
-	// EConflict (the address is already a member, as the member list shows anyway).
+	// EConflict (the address is already a member, as the member list shows anyway),
+	// ERateLimited (too many invitation mails to the address, or from the tenant).
 	Invite(ctx context.Context, inv *Invite) (token string, err error)
 	// ListInvites lists a tenant's pending invites (expired ones too), by email.
 	ListInvites(ctx context.Context, tenantID string) ([]*Invite, error)

@@ -449,8 +449,11 @@ func (c *Console) inviteCreate(ctx *fiber.Ctx) error {
 			return c.internal(ctx, err)
 		}
 		status := http.StatusUnprocessableEntity
-		if tenants.ErrorCode(err) == tenants.EConflict {
+		switch tenants.ErrorCode(err) {
+		case tenants.EConflict:
 			status = http.StatusConflict
+		case tenants.ERateLimited:
+			status = http.StatusTooManyRequests
 		}
 		return c.members(ctx, status, f)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -96,6 +97,14 @@ func (db *DB) RemoveMember(ctx context.Context, tenantID, userID string) error {
 // platform mail an unbounded list of strangers.
 const MaxPendingInvites = 100
 
+// Invitation mail is throttled per (tenant, address) and per tenant, where every api
+// replica counts it, so an owner cannot make the platform mail-bomb an address or the
+// world; re-sending to the same address a few times an hour stays possible.
+var (
+	InviteMailsPerAddress = tenants.ThrottleRule{Limit: 5, Window: time.Hour}
+	InviteMailsPerTenant  = tenants.ThrottleRule{Limit: 200, Window: time.Hour}
+)
+
 // expiredInviteKept is how long an expired invite stays listed (so its inviter sees that it
 // lapsed) before an invite of the same tenant sweeps it.
 const expiredInviteKept = "30 days"
@@ -122,6 +131,23 @@ func (db *DB) Invite(ctx context.Context, inv *tenants.Invite) (string, error) {
 		return "", notFound("tenant")
 	}
 	inv.Email = email
+	for _, h := range []struct {
+		key  string
+		rule tenants.ThrottleRule
+		what string
+	}{
+		{"invite:" + inv.TenantID + ":" + email, InviteMailsPerAddress, "invitations to this address"},
+		{"invite:" + inv.TenantID, InviteMailsPerTenant, "invitations from this tenant"},
+	} {
+		wait, err := db.Hit(ctx, h.key, h.rule)
+		if err != nil {
+			return "", err
+		}
+		if wait > 0 {
+			return "", tenants.Errorf(tenants.ERateLimited, "too many %s in the last hour: try again in %d minutes",
+				h.what, int(wait.Minutes())+1)
+		}
+	}
 	token, hash, _ := tenants.NewSecret(tenants.InvitePrefix)
 	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		// The tenant row's lock (one that does not block inserts referencing it) orders

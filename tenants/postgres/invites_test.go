@@ -276,3 +276,23 @@ func TestInvitePendingLimit(t *testing.T) {
 	}
 	invite(t, db, tn.ID, "one-more@example.com", tenants.RoleViewer)
 }
+
+// TestInviteMailThrottle: a tenant mails one address at most InviteMailsPerAddress times
+// an hour; other addresses and other tenants are not held back by it.
+func TestInviteMailThrottle(t *testing.T) {
+	db, _ := openDB(t)
+	ctx := context.Background()
+	signUp(t, db, "owner@example.com", "acme", true)
+	signUp(t, db, "rival@example.com", "rival", true)
+	acme, _ := db.FindTenant(ctx, "acme")
+	rival, _ := db.FindTenant(ctx, "rival")
+	for range postgres.InviteMailsPerAddress.Limit {
+		invite(t, db, acme.ID, "target@example.com", tenants.RoleViewer)
+	}
+	_, err := db.Invite(ctx, &tenants.Invite{TenantID: acme.ID, Email: "Target@Example.com", Role: tenants.RoleViewer})
+	if tenants.ErrorCode(err) != tenants.ERateLimited || !strings.Contains(tenants.ErrorMessage(err), "this address") {
+		t.Fatalf("one invitation too many: %v", err)
+	}
+	invite(t, db, acme.ID, "someone-else@example.com", tenants.RoleViewer)
+	invite(t, db, rival.ID, "target@example.com", tenants.RoleViewer)
+}
