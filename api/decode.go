@@ -307,17 +307,12 @@ func jsonFields(t reflect.Type) map[string]field {
 // error rather than a silently ignored limit.
 func checkQuery(c *fiber.Ctx, allowed []string) error {
 	var bad string
-	c.Context().QueryArgs().VisitAll(func(k, _ []byte) {
-		if bad != "" {
-			return
+	for k := range c.Context().QueryArgs().All() {
+		if !slices.Contains(allowed, string(k)) {
+			bad = string(k)
+			break
 		}
-		for _, a := range allowed {
-			if string(k) == a {
-				return
-			}
-		}
-		bad = string(k)
-	})
+	}
 	if bad != "" {
 		if len(allowed) == 0 {
 			return tenants.Errorf(tenants.EInvalidRequest, "query parameter %q is not known: this endpoint takes none", bad)

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"tollgate/tenants"
 )
 
 // WebSocket (issue 8). A route with "websocket": true passes an upgrade request
@@ -44,8 +42,6 @@ var (
 	// wsGoingAway is a server close frame (unmasked) with code 1001.
 	wsGoingAway = []byte{0x88, 0x02, 0x03, 0xe9}
 )
-
-var replyWSFailed = newReply(tenants.EUpstreamFailed, "the upstream did not accept the WebSocket upgrade")
 
 // isWebSocketUpgrade looks for Upgrade: websocket and a Connection naming upgrade in the
 // raw header block (the parsed header has lost both: they are hop-by-hop).
@@ -156,15 +152,14 @@ func (e *Edge) wsStep(rt *route, next func(*exchange)) func(*exchange) {
 		// The 101 goes to the client as the upstream sent it, minus its hop-by-hop
 		// headers (Connection and Upgrade are set again), plus the request id.
 		ack := append([]byte(nil), ws101...)
-		resp.Header.VisitAll(func(k, v []byte) {
-			switch classifyResponse(k) {
-			case clsOther:
+		for k, v := range resp.Header.All() {
+			if classifyResponse(k) == clsOther {
 				ack = append(ack, k...)
 				ack = append(ack, ": "...)
 				ack = append(ack, v...)
 				ack = append(ack, "\r\n"...)
 			}
-		})
+		}
 		ack = append(ack, wsUpgradeHeaders...)
 		ack = append(ack, hdrRequestID...)
 		ack = append(ack, ": "...)

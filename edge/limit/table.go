@@ -47,8 +47,6 @@ func newTable(n int) *table {
 	return &table{buckets: make([]bucket, nb), mask: uint64(nb - 1)}
 }
 
-func (t *table) capacity() int { return len(t.buckets) * ways }
-
 func (t *table) bucketOf(h uint64) *bucket { return &t.buckets[h&t.mask] }
 
 func (b *bucket) lookup(h uint64) *slot {

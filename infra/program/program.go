@@ -63,7 +63,6 @@ func Billing(ctx context.Context, args []string) error {
 type controlPlane struct {
 	db    *postgres.DB
 	nc    *nats.Conn
-	kv    jetstream.KeyValue
 	relay *postgres.Relay
 	mail  tenants.Mailer
 }
