@@ -35,15 +35,11 @@ type inviteView struct {
 
 // mailInvite sends the invitation's link. A mail that cannot be handed to the mail server
 // withdraws the invite, so no invite is left pending whose link nobody has.
+//
+// Unlike the identity mail, it is sent before the answer: the answer is the same for every
+// address anyway, and the inviter learns when the mail server refuses.
 func (c *Console) mailInvite(ctx *fiber.Ctx, inv *tenants.Invite, t *tenants.Tenant, token string) error {
-	if c.cfg.Mailer == nil {
-		return nil
-	}
-	base := c.cfg.PublicURL
-	if base == "" {
-		base = ctx.Protocol() + "://" + ctx.Hostname()
-	}
-	if err := c.cfg.Mailer.Send(c.ctx(ctx), tenants.InvitationMail(inv, t.Slug, t.Name, base, token)); err != nil {
+	if err := c.cfg.Mailer.Send(c.ctx(ctx), tenants.InvitationMail(inv, t.Slug, t.Name, c.cfg.PublicURL, token)); err != nil {
 		c.log.Error("console: mail an invitation", "err", err)
 		bg, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -124,8 +120,8 @@ func (c *Console) inviteRefused(ctx *fiber.Ctx, token string, err error) error {
 	switch tenants.ErrorCode(err) {
 	case tenants.ENotFound:
 		v.State = "gone"
-		if strings.Contains(tenants.ErrorMessage(err), "expired") {
-			v.State = "expired"
+		if o, ferr := c.cfg.People.FindInvite(c.ctx(ctx), token); ferr == nil && o.Expired(c.cfg.Now()) {
+			v.State, v.Offer = "expired", &tenants.InviteOffer{Invite: tenants.Invite{ExpiresAt: o.ExpiresAt}}
 		}
 		return c.inviteRender(ctx, http.StatusNotFound, v)
 	case tenants.EForbidden:
