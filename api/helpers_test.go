@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,9 +17,9 @@ import (
 	"time"
 
 	"tollgate/api"
-	"tollgate/infra/testenv"
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
+	"tollgate/tenants/postgres/pgtest"
 )
 
 const adminToken = "test-admin-token-0123456789"
@@ -58,17 +57,7 @@ func (s *syncBuffer) String() string {
 // newEnv starts a server; edit may change the config before New.
 func newEnv(t *testing.T, edit ...func(*api.Config)) *env {
 	t.Helper()
-	url := testenv.Postgres(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := postgres.Migrate(ctx, url); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	db, err := postgres.Open(ctx, url, postgres.WithUpstreamPolicy(policy))
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(db.Close)
+	db, _ := pgtest.Open(t, postgres.WithUpstreamPolicy(policy))
 	logs := &syncBuffer{}
 	cfg := api.Config{
 		Tenants: db, Routes: db, Consumers: db, Plans: db, Tokens: db,

@@ -20,9 +20,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"tollgate/infra/testenv"
 	"tollgate/tenants"
-	"tollgate/tenants/postgres"
+	"tollgate/tenants/postgres/pgtest"
 	"tollgate/web"
 )
 
@@ -36,15 +35,7 @@ func TestCopiedCommandsAreShellQuoted(t *testing.T) {
 		t.Fatalf("the hostile path must be one a tenant can save: %v", err)
 	}
 	ctx := context.Background()
-	dbURL := testenv.Postgres(t)
-	if err := postgres.Migrate(ctx, dbURL); err != nil {
-		t.Fatal(err)
-	}
-	db, err := postgres.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
+	db, _ := pgtest.Open(t)
 	app := fiber.New()
 	web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db, EdgeDomain: "edge.test", EdgePort: "8000"}).Mount(app)
 

@@ -21,9 +21,9 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"tollgate/infra/testenv"
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
+	"tollgate/tenants/postgres/pgtest"
 	"tollgate/tenants/smtp/smtptest"
 	"tollgate/web"
 )
@@ -39,16 +39,7 @@ type idEnv struct {
 
 func newIDEnv(t *testing.T, limits web.Limits) *idEnv {
 	t.Helper()
-	dbURL := testenv.Postgres(t)
-	ctx := context.Background()
-	if err := postgres.Migrate(ctx, dbURL); err != nil {
-		t.Fatal(err)
-	}
-	db, err := postgres.Open(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
+	db, _ := pgtest.Open(t)
 	mail := smtptest.Start(t)
 	c := web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db,
 		Mailer: mail.Mailer(t), PublicURL: publicURL, Limits: limits,

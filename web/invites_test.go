@@ -17,9 +17,9 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"tollgate/infra/testenv"
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
+	"tollgate/tenants/postgres/pgtest"
 	"tollgate/tenants/smtp/smtptest"
 	"tollgate/web"
 )
@@ -33,16 +33,7 @@ type consoleEnv struct {
 
 func newConsole(t *testing.T) *consoleEnv {
 	t.Helper()
-	url := testenv.Postgres(t)
-	ctx := context.Background()
-	if err := postgres.Migrate(ctx, url); err != nil {
-		t.Fatal(err)
-	}
-	db, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
+	db, _ := pgtest.Open(t)
 	mail := smtptest.Start(t)
 	c := web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db,
 		Mailer: mail.Mailer(t), PublicURL: "https://console.tollgate.test"})

@@ -9,10 +9,9 @@ import (
 
 	"tollgate/infra/testcert"
 	"tollgate/infra/testdns"
-	"tollgate/infra/testenv"
 	"tollgate/tenants"
 	"tollgate/tenants/dnsproof"
-	"tollgate/tenants/postgres"
+	"tollgate/tenants/postgres/pgtest"
 )
 
 // countingChecker counts the checks of each host name.
@@ -34,16 +33,8 @@ func (c *countingChecker) CheckProof(ctx context.Context, host, token string) te
 // record published end verified, the others pending with the reason.
 func TestLoopReplicas(t *testing.T) {
 	t.Parallel()
-	url := testenv.Postgres(t)
+	db, _ := pgtest.Open(t)
 	ctx := context.Background()
-	if err := postgres.Migrate(ctx, url); err != nil {
-		t.Fatal(err)
-	}
-	db, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	tn := &tenants.Tenant{Slug: "acme", Plan: tenants.PlatformUnlimited}
 	if err := db.CreateTenant(ctx, tn); err != nil {
 		t.Fatal(err)

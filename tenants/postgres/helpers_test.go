@@ -10,28 +10,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"tollgate/infra/testenv"
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
+	"tollgate/tenants/postgres/pgtest"
 )
 
 // openDB gives the test its own migrated database. Upstreams on loopback are allowed, as
 // in dev.
 func openDB(t *testing.T) (*postgres.DB, string) {
 	t.Helper()
-	url := testenv.Postgres(t)
-	ctx := context.Background()
-	if err := postgres.Migrate(ctx, url); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	db, err := postgres.Open(ctx, url, postgres.WithUpstreamPolicy(&tenants.UpstreamPolicy{
+	return pgtest.Open(t, postgres.WithUpstreamPolicy(&tenants.UpstreamPolicy{
 		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 	}))
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(db.Close)
-	return db, url
 }
 
 // rawConn is a direct connection for inspecting tables.
