@@ -182,17 +182,19 @@ func (s *Server) deleteInvite(c *fiber.Ctx, r *request) error {
 	return noContent(c)
 }
 
-// invitee is the signed-in person who may answer an invitation: a token (automation) or the
-// admin token never may, since an invitation is a person's consent.
-func (s *Server) invitee(r *request) (tenants.PeopleService, error) {
+// invitee is the signed-in person who may answer an invitation, and the invitation's token
+// from the body: a token (automation) or the admin token never may answer, since an
+// invitation is a person's consent.
+func (s *Server) invitee(c *fiber.Ctx, r *request) (tenants.PeopleService, string, error) {
 	p, err := s.people()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if r.who.user == nil {
-		return nil, tenants.Errorf(tenants.EForbidden, "only a signed-in person answers an invitation: send the console's session cookie (and X-CSRF-Token), not a token")
+		return nil, "", tenants.Errorf(tenants.EForbidden, "only a signed-in person answers an invitation: send the console's session cookie (and X-CSRF-Token), not a token")
 	}
-	return p, nil
+	b, err := decodeInviteToken(contentType(c), c.Body(), s.cfg.BodyLimit)
+	return p, b.Token, err
 }
 
 // decodeInvite reads and checks an invitation's body; the store checks it again.
@@ -221,20 +223,12 @@ func decodeInviteToken(ct string, body []byte, limit int) (inviteTokenBody, erro
 	return b, nil
 }
 
-func (s *Server) inviteToken(c *fiber.Ctx) (inviteTokenBody, error) {
-	return decodeInviteToken(contentType(c), c.Body(), s.cfg.BodyLimit)
-}
-
 func (s *Server) acceptInvite(c *fiber.Ctx, r *request) error {
-	p, err := s.invitee(r)
+	p, token, err := s.invitee(c, r)
 	if err != nil {
 		return err
 	}
-	b, err := s.inviteToken(c)
-	if err != nil {
-		return err
-	}
-	m, err := p.AcceptInvite(r.ctx, b.Token, r.who.user.ID)
+	m, err := p.AcceptInvite(r.ctx, token, r.who.user.ID)
 	if err != nil {
 		return err
 	}
@@ -244,15 +238,11 @@ func (s *Server) acceptInvite(c *fiber.Ctx, r *request) error {
 }
 
 func (s *Server) declineInvite(c *fiber.Ctx, r *request) error {
-	p, err := s.invitee(r)
+	p, token, err := s.invitee(c, r)
 	if err != nil {
 		return err
 	}
-	b, err := s.inviteToken(c)
-	if err != nil {
-		return err
-	}
-	o, err := p.DeclineInvite(r.ctx, b.Token, r.who.user.ID)
+	o, err := p.DeclineInvite(r.ctx, token, r.who.user.ID)
 	if err != nil {
 		return err
 	}

@@ -58,9 +58,15 @@ func (h *tlsHarness) putDomain(d *tenants.Domain) {
 // and returns the response and the certificate the edge presented.
 func (h *tlsHarness) tlsGet(sni, host, target string) (result, *tls.ConnectionState) {
 	h.t.Helper()
-	c, err := tls.Dial("tcp", h.tls, &tls.Config{ServerName: sni, RootCAs: h.ca.Pool, MinVersion: tls.VersionTLS13})
+	return h.tlsRequest(&tls.Config{ServerName: sni, RootCAs: h.ca.Pool, MinVersion: tls.VersionTLS13}, host, target)
+}
+
+// tlsRequest sends one request over a new connection set up with cfg.
+func (h *tlsHarness) tlsRequest(cfg *tls.Config, host, target string) (result, *tls.ConnectionState) {
+	h.t.Helper()
+	c, err := tls.Dial("tcp", h.tls, cfg)
 	if err != nil {
-		h.t.Fatalf("handshake with SNI %q: %v", sni, err)
+		h.t.Fatalf("handshake with SNI %q: %v", cfg.ServerName, err)
 	}
 	defer c.Close()
 	st := c.ConnectionState()
@@ -230,21 +236,7 @@ func TestTLSBadDomainEntryRejected(t *testing.T) {
 // for a name the edge holds no certificate of falls back to.
 func (h *tlsHarness) tlsGetAny(sni, host, target string) (result, *tls.ConnectionState) {
 	h.t.Helper()
-	c, err := tls.Dial("tcp", h.tls, &tls.Config{ServerName: sni, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
-	if err != nil {
-		h.t.Fatalf("handshake with SNI %q: %v", sni, err)
-	}
-	defer c.Close()
-	st := c.ConnectionState()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", target, host)
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		h.t.Fatalf("read response: %v", err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	return result{status: resp.StatusCode, header: resp.Header, body: string(b)}, &st
+	return h.tlsRequest(&tls.Config{ServerName: sni, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}, host, target)
 }
 
 // TestTLSPendingDomain: a custom domain whose DNS proof is not verified is not served:
