@@ -29,7 +29,7 @@ type accessLine struct {
 	tenant, route, consumer, requestID string
 	method, path, remote, upstream     string
 	code                               string
-	bytesOut                           int
+	contentLength                      int
 }
 
 const accessLogBuffer = 8192
@@ -50,8 +50,9 @@ func (a *accessLog) record(x *exchange, status int, d time.Duration) {
 		method:    string(x.ctx.Method()),
 		path:      string(x.path),
 		remote:    x.ctx.RemoteAddr().String(),
-		// The declared length: reading Body() would pull a streamed body into memory.
-		bytesOut: x.ctx.Response.Header.ContentLength(),
+		// The declared length (-1 when chunked), named for what it is: the line is written
+		// before a streamed body ends, so the bytes that went through are the meter's.
+		contentLength: x.ctx.Response.Header.ContentLength(),
 	}
 	if x.snap != nil {
 		l.tenant = x.snap.Slug
@@ -105,7 +106,7 @@ func (a *accessLog) write(ctx context.Context, l accessLine) {
 		slog.Int("status", l.status),
 		slog.String("code", l.code),
 		slog.Float64("duration_ms", float64(l.dur.Microseconds())/1000),
-		slog.Int("bytes_out", l.bytesOut),
+		slog.Int("content_length", l.contentLength),
 		slog.String("tenant", l.tenant),
 		slog.String("route", l.route),
 		slog.String("consumer", l.consumer),
