@@ -1,0 +1,57 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+
+	"tollgate/infra/config"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+// TestTrustSettings: the mail, DNS proof and cache settings take their defaults, and a bad value
+// stops the process with a message naming the variable (and never a password).
+func TestTrustSettings(t *testing.T) {
+	c, err := config.FromEnv(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SMTPURL != "" || c.SMTPFrom != "Tollgate <no-reply@localhost>" || c.PublicURL != "http://127.0.0.1:8080" ||
+		c.DNSResolver != "" || c.EdgeCacheBytes != config.DefaultEdgeCacheBytes {
+		t.Fatalf("defaults: %+v", c)
+	}
+	c, err = config.FromEnv(env(map[string]string{
+		"TOLLGATE_SMTP_URL": "smtp://u:p@mail.example.com:587", "TOLLGATE_SMTP_FROM": "Ops <ops@example.com>",
+		"TOLLGATE_PUBLIC_URL": "https://console.example.com/", "TOLLGATE_DNS_RESOLVER": "127.0.0.1:5353",
+		"TOLLGATE_EDGE_CACHE_BYTES": "0",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PublicURL != "https://console.example.com" || c.EdgeCacheBytes != 0 || c.DNSResolver != "127.0.0.1:5353" {
+		t.Fatalf("set: %+v", c)
+	}
+	for _, tc := range []struct{ name, value, want string }{
+		{"TOLLGATE_SMTP_URL", "mail.example.com:25", "TOLLGATE_SMTP_URL"},
+		{"TOLLGATE_SMTP_URL", "http://mail.example.com:25", "not smtp://"},
+		{"TOLLGATE_SMTP_URL", "smtp://u:secret@mail.example.com", "not smtp://"},
+		{"TOLLGATE_SMTP_FROM", "not an address", "TOLLGATE_SMTP_FROM"},
+		{"TOLLGATE_PUBLIC_URL", "console.example.com", "TOLLGATE_PUBLIC_URL"},
+		{"TOLLGATE_PUBLIC_URL", "javascript:alert(1)", "TOLLGATE_PUBLIC_URL"},
+		{"TOLLGATE_DNS_RESOLVER", "127.0.0.1", "host:port"},
+		{"TOLLGATE_EDGE_CACHE_BYTES", "-1", "TOLLGATE_EDGE_CACHE_BYTES"},
+		{"TOLLGATE_EDGE_CACHE_BYTES", "256MiB", "byte count"},
+		{"TOLLGATE_DOMAIN_RECHECK", "1ms", "between 10ms and 24h"},
+		{"TOLLGATE_DOMAIN_CHECK_MIN", "soon", "TOLLGATE_DOMAIN_CHECK_MIN"},
+	} {
+		_, err := config.FromEnv(env(map[string]string{tc.name: tc.value}))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s=%q: got %v, want an error with %q", tc.name, tc.value, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s=%q: the error shows the password: %v", tc.name, tc.value, err)
+		}
+	}
+}
