@@ -46,6 +46,15 @@ type Config struct {
 	StripeKey     string // TOLLGATE_STRIPE_KEY [unset: billing pushes nothing to Stripe]
 	StripeURL     string // TOLLGATE_STRIPE_URL [Stripe's API; e.g. a stripe-mock]
 	StripeEvent   string // TOLLGATE_STRIPE_EVENT [tollgate_requests: the Billing Meter's event name]
+	// The fleet: NATS clusters and credentials, admin listeners of the api and billing.
+	NATSReplicas     int    // TOLLGATE_NATS_REPLICAS [1: replicas of every stream and bucket Tollgate creates]
+	NATSCreds        string // TOLLGATE_NATS_CREDS [unset: a NATS credentials (JWT + seed) file]
+	NATSNKey         string // TOLLGATE_NATS_NKEY [unset: a file holding an NKey seed]
+	NATSTLSCA        string // TOLLGATE_NATS_TLS_CA [unset: the system's roots when the URL is tls://]
+	NATSTLSCert      string // TOLLGATE_NATS_TLS_CERT [unset: no client certificate]
+	NATSTLSKey       string // TOLLGATE_NATS_TLS_KEY
+	APIAdminAddr     string // TOLLGATE_API_ADMIN_ADDR [127.0.0.1:9080: /metrics, /healthz, /readyz of the api]
+	BillingAdminAddr string // TOLLGATE_BILLING_ADMIN_ADDR [127.0.0.1:9090: the same for billing]
 	// Trust: mail, DNS proofs and the edge's shared cache.
 	SMTPURL        string // TOLLGATE_SMTP_URL [unset: mail is logged with its links, not sent]
 	SMTPFrom       string // TOLLGATE_SMTP_FROM [Tollgate <no-reply@<edge domain>>]
@@ -88,6 +97,15 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		StripeKey:     getenv("TOLLGATE_STRIPE_KEY"),
 		StripeURL:     getenv("TOLLGATE_STRIPE_URL"),
 		StripeEvent:   get("TOLLGATE_STRIPE_EVENT", "tollgate_requests"),
+
+		NATSReplicas:     1,
+		NATSCreds:        getenv("TOLLGATE_NATS_CREDS"),
+		NATSNKey:         getenv("TOLLGATE_NATS_NKEY"),
+		NATSTLSCA:        getenv("TOLLGATE_NATS_TLS_CA"),
+		NATSTLSCert:      getenv("TOLLGATE_NATS_TLS_CERT"),
+		NATSTLSKey:       getenv("TOLLGATE_NATS_TLS_KEY"),
+		APIAdminAddr:     get("TOLLGATE_API_ADMIN_ADDR", "127.0.0.1:9080"),
+		BillingAdminAddr: get("TOLLGATE_BILLING_ADMIN_ADDR", "127.0.0.1:9090"),
 
 		SMTPURL:        getenv("TOLLGATE_SMTP_URL"),
 		SMTPFrom:       getenv("TOLLGATE_SMTP_FROM"),
@@ -135,6 +153,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 			return nil, fmt.Errorf("TOLLGATE_REDIS_TIMEOUT: %q is not a duration between 1ms and 10s (like 50ms)", v)
 		}
 	}
+	if err := c.fleet(getenv); err != nil {
+		return nil, err
+	}
 	if err := c.trust(getenv); err != nil {
 		return nil, err
 	}
@@ -151,6 +172,32 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		c.MeterSpoolDir = filepath.Join(base, "tollgate-meter-"+c.EdgeID+"-"+port)
 	}
 	return c, nil
+}
+
+// fleet reads and checks the settings of NATS clusters and the admin listeners.
+func (c *Config) fleet(getenv func(string) string) error {
+	if v := getenv("TOLLGATE_NATS_REPLICAS"); v != "" {
+		n, err := strconv.Atoi(v)
+		// JetStream allows 1 to 5 replicas; an even count buys no extra fault tolerance.
+		if err != nil || n < 1 || n > 5 {
+			return fmt.Errorf("TOLLGATE_NATS_REPLICAS: %q is not a replica count from 1 to 5 (3 for a cluster)", v)
+		}
+		c.NATSReplicas = n
+	}
+	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
+		return fmt.Errorf("TOLLGATE_NATS_TLS_CERT and TOLLGATE_NATS_TLS_KEY go together: set both or neither")
+	}
+	if c.NATSCreds != "" && c.NATSNKey != "" {
+		return fmt.Errorf("TOLLGATE_NATS_CREDS and TOLLGATE_NATS_NKEY are two ways to sign in: set one")
+	}
+	for _, a := range []struct{ name, v string }{
+		{"TOLLGATE_API_ADMIN_ADDR", c.APIAdminAddr}, {"TOLLGATE_BILLING_ADMIN_ADDR", c.BillingAdminAddr},
+	} {
+		if _, _, err := net.SplitHostPort(a.v); err != nil {
+			return fmt.Errorf("%s: %q is not host:port", a.name, a.v)
+		}
+	}
+	return nil
 }
 
 // DefaultEdgeCacheBytes is the edge's response-cache budget when TOLLGATE_EDGE_CACHE_BYTES
