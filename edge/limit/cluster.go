@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"tollgate/tenants"
 )
@@ -117,30 +116,6 @@ if k ~= 0 then
 end
 return math.floor(tat)
 `
-
-// NewRedisClient opens a client for the limiter from a redis:// URL: it honours context
-// deadlines, never retries, dials once within timeout and skips the optional handshake
-// commands, so a Redis that is down or slow costs a request at most timeout.
-// timeout 0 is DefaultTimeout.
-func NewRedisClient(rawURL string, timeout time.Duration) (*redis.Client, error) {
-	opt, err := redis.ParseURL(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("limit: redis url: %w", err)
-	}
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	opt.ContextTimeoutEnabled = true
-	opt.MaxRetries = -1
-	opt.DialTimeout = timeout
-	opt.DialerRetries = 1
-	opt.PoolTimeout = timeout
-	opt.ReadTimeout = time.Second
-	opt.WriteTimeout = time.Second
-	opt.DisableIdentity = true
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return redis.NewClient(opt), nil
-}
 
 func checkClient(c redis.UniversalClient) error {
 	switch c := c.(type) {

@@ -48,10 +48,11 @@ func redisAt(tb testing.TB, addr, prefix string) *redis.Client {
 
 func dial(tb testing.TB, addr, prefix string, timeout time.Duration) *redis.Client {
 	tb.Helper()
-	c, err := limit.NewRedisClient("redis://"+addr+"/0", timeout)
+	u, err := limit.NewRedisClient("redis://"+addr+"/0", timeout)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	c := u.(*redis.Client)
 	tb.Cleanup(func() { c.Close() })
 	if prefix != "" {
 		if err := c.Ping(context.Background()).Err(); err != nil {

@@ -20,7 +20,7 @@ import (
 // when TOLLGATE_REDIS_URL is set.
 type edgeLimiter struct {
 	lim *limit.Limiter
-	rdb *redis.Client
+	rdb redis.UniversalClient
 	reg *prometheus.Registry
 }
 
@@ -59,7 +59,9 @@ func openLimiter(cfg *config.Config, log *slog.Logger) (*edgeLimiter, error) {
 	el.lim = lim
 	if el.rdb != nil {
 		st := lim.State()
-		log.Info("flow control: cluster-wide limits in Redis", "redis", redactURL(cfg.RedisURL), "prefix", cfg.RedisPrefix,
+		// The addresses, never the URL: it may carry passwords in its query.
+		t, _ := limit.ParseRedisURL(cfg.RedisURL)
+		log.Info("flow control: cluster-wide limits in Redis", "topology", t.Topology.String(), "redis", t.Addrs(), "prefix", cfg.RedisPrefix,
 			"mode", st.Mode, "live_edges", st.LiveEdges)
 	} else {
 		log.Info("flow control: local limits only (TOLLGATE_REDIS_URL is not set)")
