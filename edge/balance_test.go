@@ -19,7 +19,7 @@ func (e *Edge) HealthCheckers() int64 { return e.checkers.live.Load() }
 // pools or an edge: enough for the balancing and health logic.
 func testUpstream(t testing.TB, weights []int, spec tenants.Upstream) *upstream {
 	t.Helper()
-	m, err := newMetrics(prometheus.NewRegistry())
+	m, err := newMetrics(prometheus.NewRegistry(), "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -301,7 +301,7 @@ func New(cfg Config) (*Edge, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Registry)
+	m, err := newMetrics(cfg.Registry, cfg.EdgeID)
 	if err != nil {
 		return nil, fmt.Errorf("edge: registering metrics: %w", err)
 	}

@@ -52,6 +52,8 @@ type exchange struct {
 
 	in countingReader // the request body bytes read, when metered (metering.go)
 
+	upstream time.Duration // spent in upstream exchanges, for the latency split (metrics.go)
+
 	trailers trailerStrip // a chunked request body, read without its trailer (headers.go)
 }
 
@@ -69,6 +71,7 @@ func (x *exchange) reset() {
 	}
 	x.stripLen = 0
 	x.in = countingReader{}
+	x.upstream = 0
 	x.trailers = trailerStrip{}
 	x.hs = headerScan{}
 	clear(x.checks[:x.nchecks]) // do not keep old snapshots' policies alive in the pool
@@ -211,6 +214,8 @@ func (e *Edge) finish(x *exchange) {
 	status := resp.StatusCode()
 	d := time.Since(x.ctx.Time())
 	x.rm.observe(status, d)
+	in, out := x.bodySizes(status)
+	x.rm.observeNode(status, d, x.upstream, in, out)
 	if x.snap != nil {
 		e.meterRecord(x, status)
 	}
@@ -341,7 +346,9 @@ func (e *Edge) proxyStep(rt *route) func(*exchange) {
 		e.forwardHeaders(x) // before Host changes: x.host may point into it
 		req.Header.SetHostBytes(t.host)
 
+		start := monoNow()
 		err := t.client.DoTimeout(req, &ctx.Response, rt.timeout)
+		x.upstream += time.Duration(monoNow() - start)
 		if err != nil {
 			e.upstreamFailed(x, err)
 			return

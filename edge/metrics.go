@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,12 @@ import (
 // Nothing on the request path calls WithLabelValues per request: each route holds its
 // routeMetrics, whose per-class children are resolved once on first use and then read
 // with one atomic load.
+//
+// The tollgate_edge_responses_total, _upstream_duration_seconds, _gateway_duration_seconds,
+// _request_bytes_total and _response_bytes_total series carry the same tenant and route
+// labels (so the same bounds) and a node label, the edge's id. Responses carry the exact
+// status code for the codes in responseCodes and the class ("4xx") for any other, so a
+// route has at most len(responseCodes)+6 code series.
 
 const (
 	labelOther = "other"
@@ -56,10 +63,22 @@ type metrics struct {
 	ejections     *prometheus.CounterVec
 	breakerOpens  *prometheus.CounterVec
 	canary        *prometheus.CounterVec // by tenant, route, side (canary.go)
+
+	// What APISIX's and Kong's users read, per node (see above).
+	responses     *prometheus.CounterVec // + code
+	upstreamTime  *prometheus.HistogramVec
+	gatewayTime   *prometheus.HistogramVec
+	requestBytes  *prometheus.CounterVec
+	responseBytes *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// latencyBuckets are the request duration histograms' buckets.
+var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// newMetrics registers the edge's metrics; node, the edge's id, labels the per-node ones.
+func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
 	var constLabels prometheus.Labels
+	nodeLabel := prometheus.Labels{"node": node}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "http_requests_total", Help: "Requests served by the edge, by tenant, route and status class.",
@@ -68,8 +87,28 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "http_request_duration_seconds", Help: "Time from request received to response ready, by tenant, route and status class.",
 			ConstLabels: constLabels,
-			Buckets:     []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Buckets:     latencyBuckets,
 		}, []string{"gateway", "tenant", "route", "status"}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_edge_responses_total", Help: "Responses sent, by node, tenant, route and status code (the class, such as 4xx, for a code without its own series).",
+			ConstLabels: nodeLabel,
+		}, []string{"tenant", "route", "code"}),
+		upstreamTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tollgate_edge_upstream_duration_seconds", Help: "Time spent in the upstream exchange (all attempts, to the response head), by node, tenant and route; only requests that went upstream.",
+			ConstLabels: nodeLabel, Buckets: latencyBuckets,
+		}, []string{"tenant", "route"}),
+		gatewayTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tollgate_edge_gateway_duration_seconds", Help: "Time the edge itself took (request duration minus the upstream exchange), by node, tenant and route.",
+			ConstLabels: nodeLabel, Buckets: latencyBuckets,
+		}, []string{"tenant", "route"}),
+		requestBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_edge_request_bytes_total", Help: "Request body bytes received, by node, tenant and route.",
+			ConstLabels: nodeLabel,
+		}, []string{"tenant", "route"}),
+		responseBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_edge_response_bytes_total", Help: "Response body bytes sent, by node, tenant and route.",
+			ConstLabels: nodeLabel,
+		}, []string{"tenant", "route"}),
 		configApplied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_edge_config_applied_total", Help: "Config entries (puts and deletes) applied.", ConstLabels: constLabels,
 		}),
@@ -128,6 +167,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.retries, m.healthChanges, m.ejections, m.breakerOpens,
 		m.requests, m.duration, m.configApplied, m.configIgnored, m.configRejected, m.compiles,
 		m.compileSeconds, m.applyDelay, m.kvRevision, m.tenants, m.routes, m.ready, m.upstreamErrors, m.logDropped, m.canary,
+		m.responses, m.upstreamTime, m.gatewayTime, m.requestBytes, m.responseBytes,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -146,6 +186,91 @@ type routeMetrics struct {
 	tenant, route string
 	class         [6]atomic.Pointer[classMetrics]
 	sides         [2]atomic.Pointer[sideCounter] // canary.go
+	node          atomic.Pointer[nodeMetrics]
+	codes         [numCodeSlots]atomic.Pointer[codeCounter]
+}
+
+// nodeMetrics are a route's per-node children, resolved on first use.
+type nodeMetrics struct {
+	upstream, gateway prometheus.Observer
+	in, out           prometheus.Counter
+}
+
+type codeCounter struct{ c prometheus.Counter }
+
+// responseCodes are the status codes with a series of their own.
+var responseCodes = [...]int{
+	100, 101, 200, 201, 202, 204, 206, 301, 302, 303, 304, 307, 308,
+	400, 401, 403, 404, 405, 406, 408, 409, 410, 411, 412, 413, 414, 415, 416, 421, 422, 425, 426, 428, 429, 431, 451, 499,
+	500, 501, 502, 503, 504, 505,
+}
+
+// numCodeSlots: one per listed code, then one per class (statusClasses' order).
+const numCodeSlots = len(responseCodes) + len(statusClasses)
+
+// codeSlot maps a status code to its slot: 1+i for responseCodes[i], 0 for a code to
+// count under its class.
+var codeSlot = func() (t [600]uint8) {
+	for i, c := range responseCodes {
+		t[c] = uint8(1 + i)
+	}
+	return t
+}()
+
+func slotOf(status int) int {
+	if status >= 0 && status < len(codeSlot) {
+		if s := codeSlot[status]; s != 0 {
+			return int(s) - 1
+		}
+	}
+	c := status / 100
+	if c < 1 || c > 5 {
+		c = 0
+	}
+	return len(responseCodes) + c
+}
+
+func slotLabel(slot int) string {
+	if slot < len(responseCodes) {
+		return strconv.Itoa(responseCodes[slot])
+	}
+	return statusClasses[slot-len(responseCodes)]
+}
+
+// observeNode counts a response's exact code, its time upstream and at the edge, and its
+// body bytes.
+func (rm *routeMetrics) observeNode(status int, total, upstream time.Duration, in, out int64) {
+	s := slotOf(status)
+	cc := rm.codes[s].Load()
+	if cc == nil {
+		cc = &codeCounter{rm.m.responses.WithLabelValues(rm.tenant, rm.route, slotLabel(s))}
+		if !rm.codes[s].CompareAndSwap(nil, cc) {
+			cc = rm.codes[s].Load()
+		}
+	}
+	cc.c.Inc()
+	nm := rm.node.Load()
+	if nm == nil {
+		nm = &nodeMetrics{
+			upstream: rm.m.upstreamTime.WithLabelValues(rm.tenant, rm.route),
+			gateway:  rm.m.gatewayTime.WithLabelValues(rm.tenant, rm.route),
+			in:       rm.m.requestBytes.WithLabelValues(rm.tenant, rm.route),
+			out:      rm.m.responseBytes.WithLabelValues(rm.tenant, rm.route),
+		}
+		if !rm.node.CompareAndSwap(nil, nm) {
+			nm = rm.node.Load()
+		}
+	}
+	if upstream > 0 {
+		nm.upstream.Observe(upstream.Seconds())
+	}
+	nm.gateway.Observe(max(total-upstream, 0).Seconds())
+	if in > 0 {
+		nm.in.Add(float64(in))
+	}
+	if out > 0 {
+		nm.out.Add(float64(out))
+	}
 }
 
 type classMetrics struct {
@@ -183,6 +308,7 @@ func (rm *routeMetrics) delete() {
 	rm.m.duration.DeletePartialMatch(l)
 	rm.m.deleteUpstreamSeries(l)
 	rm.m.canary.DeletePartialMatch(l)
+	rm.m.deleteNodeSeries(l)
 }
 
 // labeler hands out label values within the bounds described above. It belongs to the
@@ -309,6 +435,15 @@ func (l *labeler) dropLocked(id string) {
 	l.m.duration.DeletePartialMatch(p)
 	l.m.deleteUpstreamSeries(p)
 	l.m.canary.DeletePartialMatch(p)
+	l.m.deleteNodeSeries(p)
+}
+
+func (m *metrics) deleteNodeSeries(l prometheus.Labels) {
+	m.responses.DeletePartialMatch(l)
+	m.upstreamTime.DeletePartialMatch(l)
+	m.gatewayTime.DeletePartialMatch(l)
+	m.requestBytes.DeletePartialMatch(l)
+	m.responseBytes.DeletePartialMatch(l)
 }
 
 func (m *metrics) deleteUpstreamSeries(l prometheus.Labels) {
@@ -328,4 +463,24 @@ func (u *upstream) count(vec *prometheus.CounterVec, extra ...string) {
 	lv := [3]string{tenant, route}
 	n := 2 + copy(lv[2:], extra)
 	vec.WithLabelValues(lv[:n]...).Inc()
+}
+
+// bodySizes are the body bytes of x for the bytes counters: what the metered reader
+// counted on a metered route, else the declared Content-Length; the response body's
+// length, or its declared length when it is streamed (the exact count of a streamed body
+// is the meter's, at close).
+func (x *exchange) bodySizes(status int) (in, out int64) {
+	in = x.in.n
+	if in == 0 {
+		in = int64(max(x.ctx.Request.Header.ContentLength(), 0))
+	}
+	resp := &x.ctx.Response
+	switch {
+	case x.ctx.IsHead() || resp.SkipBody || noBody(status):
+	case resp.IsBodyStream():
+		out = int64(max(resp.Header.ContentLength(), 0))
+	default:
+		out = int64(len(resp.Body()))
+	}
+	return in, out
 }

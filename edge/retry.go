@@ -133,9 +133,11 @@ func (e *Edge) proxyResilient(x *exchange, rt *route, u *upstream) {
 			return
 		}
 		t.inflight.Add(1)
+		sent := monoNow()
 		err := t.client.DoTimeout(req, resp, remaining)
 		t.inflight.Add(-1)
 		now := monoNow()
+		x.upstream += time.Duration(now - sent)
 		o := outcomeOf(err, resp.StatusCode())
 		u.report(t, o, isTrial, now)
 		if attempt > 0 {

@@ -267,7 +267,7 @@ func redactURL(s string) string {
 // CIDRs, and the gateway's own ports, which no local upstream may use.
 func (c *Config) UpstreamPolicy() *tenants.UpstreamPolicy {
 	p := &tenants.UpstreamPolicy{AllowCIDRs: c.AllowCIDRs, EdgeDomain: c.EdgeDomain}
-	for _, addr := range []string{c.APIAddr, c.EdgeAddr, c.EdgeAdmin, c.EdgeTLSAddr} {
+	for _, addr := range []string{c.APIAddr, c.EdgeAddr, c.EdgeAdmin, c.EdgeTLSAddr, c.APIAdminAddr, c.BillingAdminAddr} {
 		if _, port, err := net.SplitHostPort(addr); err == nil {
 			if n, err := strconv.Atoi(port); err == nil && n > 0 {
 				p.GatewayPorts = append(p.GatewayPorts, n)
