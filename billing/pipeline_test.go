@@ -277,7 +277,7 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 func TestPoisonBatchIsTerminated(t *testing.T) {
 	ns := testenv.NATS(t)
 	s := newStack(t, ns.ClientURL())
-	if _, err := billingnats.EnsureStream(context.Background(), s.js, s.prefix); err != nil {
+	if _, err := billingnats.EnsureStream(context.Background(), s.js, s.prefix, 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.js.Publish(context.Background(), billing.UsageSubject(s.prefix, "x"), []byte(`{"id":"x","edge_id":"x","records":[{"tenant_id":"not-a-uuid"}]}`)); err != nil {

@@ -49,9 +49,13 @@ type Options struct {
 	DatabaseURL string
 	NATSURL     string
 	NATSPrefix  string
-	StripeKey   string // empty: no Stripe push
-	StripeURL   string
-	StripeEvent string
+	// NATSAuth and NATSReplicas: sign-in and TLS, and the usage stream's replicas, as
+	// every process has them (TOLLGATE_NATS_CREDS…, TOLLGATE_NATS_REPLICAS).
+	NATSAuth     tgnats.Auth
+	NATSReplicas int
+	StripeKey    string // empty: no Stripe push
+	StripeURL    string
+	StripeEvent  string
 	// PushInterval is how often settled usage is pushed to Stripe. Default: 1m.
 	PushInterval time.Duration
 	Logger       *slog.Logger
@@ -68,9 +72,14 @@ func OptionsFromEnv(getenv func(string) string) (Options, *config.Config, error)
 		DatabaseURL: cfg.DatabaseURL,
 		NATSURL:     cfg.NATSURL,
 		NATSPrefix:  cfg.NATSPrefix,
-		StripeKey:   getenv("TOLLGATE_STRIPE_KEY"),
-		StripeURL:   getenv("TOLLGATE_STRIPE_URL"),
-		StripeEvent: getenv("TOLLGATE_STRIPE_EVENT"),
+		NATSAuth: tgnats.Auth{
+			Creds: cfg.NATSCreds, NKey: cfg.NATSNKey,
+			TLSCA: cfg.NATSTLSCA, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
+		},
+		NATSReplicas: cfg.NATSReplicas,
+		StripeKey:    getenv("TOLLGATE_STRIPE_KEY"),
+		StripeURL:    getenv("TOLLGATE_STRIPE_URL"),
+		StripeEvent:  getenv("TOLLGATE_STRIPE_EVENT"),
 	}
 	if o.NATSURL == "" {
 		o.NATSURL = "nats://127.0.0.1:4222"
@@ -124,7 +133,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer store.Close()
-	nc, err := tgnats.Connect(o.NATSURL, "tollgate-billing")
+	nc, err := tgnats.ConnectAuth(o.NATSURL, "tollgate-billing", o.NATSAuth)
 	if err != nil {
 		return err
 	}
@@ -147,7 +156,7 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		log.Info("billing: TOLLGATE_STRIPE_KEY not set; usage is not pushed to Stripe")
 	}
-	c := billingnats.NewConsumer(js, store, billingnats.ConsumerConfig{Prefix: o.NATSPrefix, Logger: log})
+	c := billingnats.NewConsumer(js, store, billingnats.ConsumerConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log})
 	log.Info("billing: consuming usage", "stream", billing.UsageStream(o.NATSPrefix))
 	err = c.Run(ctx)
 	wg.Wait()
@@ -185,7 +194,7 @@ func Reconcile(ctx context.Context, o Options, p billing.Period) (*billing.Recon
 		return nil, err
 	}
 	defer store.Close()
-	nc, err := tgnats.Connect(o.NATSURL, "tollgate-billing-reconcile")
+	nc, err := tgnats.ConnectAuth(o.NATSURL, "tollgate-billing-reconcile", o.NATSAuth)
 	if err != nil {
 		return nil, err
 	}

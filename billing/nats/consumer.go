@@ -37,11 +37,17 @@ type ConsumerConfig struct {
 	// RetryDelay is how long a batch that failed to fold waits before redelivery.
 	// Default: 5s.
 	RetryDelay time.Duration
+	// Replicas of the usage stream when the consumer creates it (TOLLGATE_NATS_REPLICAS;
+	// raised on an existing stream, never lowered). The durable consumer inherits the
+	// stream's. Default: 1.
+	Replicas int
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
 	// AfterFold, when set, runs after a batch's transaction committed (or found it folded
 	// already) and before it is acknowledged: tests use it to die in between.
 	AfterFold func(batchID string, folded bool)
+	// Metrics, when set, counts batches and the fold lag.
+	Metrics *billing.Metrics
 }
 
 // Consumer is billing's durable pull consumer of the usage stream: each batch is folded
@@ -134,7 +140,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 func (c *Consumer) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := EnsureStream(cctx, c.js, c.cfg.Prefix); err != nil {
+	if _, err := EnsureStream(cctx, c.js, c.cfg.Prefix, c.cfg.Replicas); err != nil {
 		return nil, err
 	}
 	return c.js.CreateOrUpdateConsumer(cctx, billing.UsageStream(c.cfg.Prefix), jetstream.ConsumerConfig{
@@ -153,6 +159,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	b, err := billing.DecodeBatch(msg.Data())
 	if err != nil {
 		c.poison.Add(1)
+		c.cfg.Metrics.Batch(billing.BatchPoison, time.Time{}, time.Now())
 		c.log.Error("billing: usage batch cannot be folded; terminated", "subject", msg.Subject(), "err", err)
 		_ = msg.Term()
 		return
@@ -163,14 +170,17 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 			return // shutting down: the batch is redelivered after AckWait
 		}
 		c.failures.Add(1)
+		c.cfg.Metrics.Batch(billing.BatchFailed, b.Created, time.Now())
 		c.log.Error("billing: fold failed; retrying", "batch", b.ID, "err", err)
 		_ = msg.NakWithDelay(c.cfg.RetryDelay)
 		return
 	}
 	if folded {
 		c.folded.Add(1)
+		c.cfg.Metrics.Batch(billing.BatchFolded, b.Created, time.Now())
 	} else {
 		c.duplicates.Add(1)
+		c.cfg.Metrics.Batch(billing.BatchDuplicate, b.Created, time.Now())
 		c.log.Debug("billing: batch already folded", "batch", b.ID)
 	}
 	if c.cfg.AfterFold != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"tollgate/billing"
+	tgnats "tollgate/tenants/nats"
 )
 
 // Stream settings.
@@ -35,8 +36,13 @@ const (
 
 // EnsureStream creates the usage stream "<prefix>_usage" on subjects "<prefix>.usage.>"
 // or brings an existing one to these settings: file storage, limits retention (batches
-// stay for StreamMaxAge whether folded or not, for audit and replays), DuplicateWindow.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string) (jetstream.Stream, error) {
+// stay for StreamMaxAge whether folded or not, for audit and replays), DuplicateWindow,
+// and replicas copies (raised on an existing stream, never lowered: see tgnats.Replicas).
+func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string, replicas int) (jetstream.Stream, error) {
+	r, err := tgnats.Replicas(ctx, js, billing.UsageStream(prefix), replicas)
+	if err != nil {
+		return nil, fmt.Errorf("ensure stream %s: %w", billing.UsageStream(prefix), err)
+	}
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        billing.UsageStream(prefix),
 		Description: "Tollgate usage batches, one message per edge flush; folded into rollups by `tollgate billing`",
@@ -46,6 +52,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string) (j
 		MaxAge:      StreamMaxAge,
 		Duplicates:  DuplicateWindow,
 		Discard:     jetstream.DiscardOld,
+		Replicas:    r,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ensure stream %s: %w", billing.UsageStream(prefix), err)
@@ -54,14 +61,20 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string) (j
 }
 
 // EnsureTotalsBucket creates the totals bucket "<prefix>_meter_totals" (history 1, file
-// storage, entries kept TotalsMaxAge) or returns the existing one.
-func EnsureTotalsBucket(ctx context.Context, js jetstream.JetStream, prefix string) (jetstream.KeyValue, error) {
+// storage, entries kept TotalsMaxAge, replicas copies, raised and never lowered) or
+// brings the existing one to these settings.
+func EnsureTotalsBucket(ctx context.Context, js jetstream.JetStream, prefix string, replicas int) (jetstream.KeyValue, error) {
+	r, err := tgnats.Replicas(ctx, js, tgnats.KVStream(billing.TotalsBucket(prefix)), replicas)
+	if err != nil {
+		return nil, fmt.Errorf("ensure kv bucket %s: %w", billing.TotalsBucket(prefix), err)
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      billing.TotalsBucket(prefix),
 		Description: "Tollgate edges' running usage totals, <YYYYMM>.<tenant>.<edge>.<boot>.<DDHH>; read by `tollgate billing reconcile`",
 		History:     1,
 		TTL:         TotalsMaxAge,
 		Storage:     jetstream.FileStorage,
+		Replicas:    r,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ensure kv bucket %s: %w", billing.TotalsBucket(prefix), err)
@@ -76,23 +89,33 @@ var errNotConnected = errors.New("nats: not connected")
 // Publisher is the meter's sink: batches to the usage stream, totals to the bucket. It
 // creates both on first use (and again after an error, in case NATS lost them).
 type Publisher struct {
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	prefix  string
-	subject string
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	prefix   string
+	subject  string
+	replicas int
 
 	mu    sync.Mutex
 	ready bool // stream and bucket ensured
 	kv    jetstream.KeyValue
 }
 
-// NewPublisher returns the sink of edge edgeID's meter.
+// NewPublisher returns the sink of edge edgeID's meter. The stream and bucket it creates
+// have one replica unless SetReplicas says otherwise.
 func NewPublisher(nc *nats.Conn, prefix, edgeID string) (*Publisher, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	return &Publisher{nc: nc, js: js, prefix: prefix, subject: billing.UsageSubject(prefix, edgeID)}, nil
+	return &Publisher{nc: nc, js: js, prefix: prefix, subject: billing.UsageSubject(prefix, edgeID), replicas: 1}, nil
+}
+
+// SetReplicas sets the replicas of the stream and bucket p creates (TOLLGATE_NATS_REPLICAS);
+// call it before the first Publish.
+func (p *Publisher) SetReplicas(n int) {
+	p.mu.Lock()
+	p.replicas = n
+	p.mu.Unlock()
 }
 
 func (p *Publisher) ensure(ctx context.Context) (jetstream.KeyValue, error) {
@@ -104,10 +127,10 @@ func (p *Publisher) ensure(ctx context.Context) (jetstream.KeyValue, error) {
 	if p.ready {
 		return p.kv, nil
 	}
-	if _, err := EnsureStream(ctx, p.js, p.prefix); err != nil {
+	if _, err := EnsureStream(ctx, p.js, p.prefix, p.replicas); err != nil {
 		return nil, err
 	}
-	kv, err := EnsureTotalsBucket(ctx, p.js, p.prefix)
+	kv, err := EnsureTotalsBucket(ctx, p.js, p.prefix, p.replicas)
 	if err != nil {
 		return nil, err
 	}

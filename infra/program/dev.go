@@ -68,6 +68,10 @@ func Dev(ctx context.Context, args []string) error {
 		}
 		defer ns.Shutdown()
 		natsURL = ns.ClientURL()
+		// The embedded server is one node with no sign-in: cluster settings meant for an
+		// external NATS would only make it refuse the stack.
+		cfg.NATSReplicas = 1
+		cfg.NATSCreds, cfg.NATSNKey, cfg.NATSTLSCA, cfg.NATSTLSCert, cfg.NATSTLSKey = "", "", "", "", ""
 	}
 
 	cp, err := openControlPlane(ctx, cfg, natsURL, log)
@@ -75,7 +79,7 @@ func Dev(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cp.close()
-	kv, err := cp.bucket(ctx, cfg.KVBucket())
+	kv, err := cp.bucket(ctx, cfg.KVBucket(), cfg.NATSReplicas)
 	if err != nil {
 		return err
 	}
@@ -109,6 +113,7 @@ func Dev(ctx context.Context, args []string) error {
 	go func() {
 		billingDone <- billingcli.Run(billingCtx, billingcli.Options{
 			DatabaseURL: cfg.DatabaseURL, NATSURL: natsURL, NATSPrefix: cfg.NATSPrefix,
+			NATSAuth: natsAuth(cfg), NATSReplicas: cfg.NATSReplicas,
 			StripeKey: cfg.StripeKey, StripeURL: cfg.StripeURL, StripeEvent: cfg.StripeEvent,
 			Logger: log.With("component", "billing"),
 		})

@@ -29,6 +29,7 @@ func openMeter(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, log
 	if err != nil {
 		return nil, err
 	}
+	pub.SetReplicas(cfg.NATSReplicas)
 	return meter.New(meter.Config{
 		EdgeID:   cfg.EdgeID,
 		Sink:     pub,

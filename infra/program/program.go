@@ -75,7 +75,7 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 	if err != nil {
 		return nil, err
 	}
-	nc, err := tgnats.Connect(natsURL, "tollgate-api")
+	nc, err := connectNATS(cfg, natsURL, "tollgate-api")
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -98,14 +98,14 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 
 // bucket creates the KV bucket, retrying while NATS is unreachable (the api serves
 // meanwhile; the relay keeps the outbox until the bucket is there).
-func (cp *controlPlane) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
+func (cp *controlPlane) bucket(ctx context.Context, name string, replicas int) (jetstream.KeyValue, error) {
 	js, err := jetstream.New(cp.nc)
 	if err != nil {
 		return nil, err
 	}
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		kv, err := tgnats.EnsureBucket(cctx, js, name)
+		kv, err := tgnats.EnsureBucket(cctx, js, name, replicas)
 		cancel()
 		if err == nil {
 			return kv, nil
@@ -191,7 +191,7 @@ func API(ctx context.Context, args []string) error {
 	}
 	defer cp.close()
 	if *resync {
-		kv, err := cp.bucket(ctx, cfg.KVBucket())
+		kv, err := cp.bucket(ctx, cfg.KVBucket(), cfg.NATSReplicas)
 		if err != nil {
 			return err
 		}
@@ -219,7 +219,7 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 	relayDone := make(chan struct{})
 	go func() {
 		defer close(relayDone)
-		kv, err := cp.bucket(ctx, cfg.KVBucket())
+		kv, err := cp.bucket(ctx, cfg.KVBucket(), cfg.NATSReplicas)
 		if err != nil {
 			return
 		}
@@ -291,7 +291,7 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		return err
 	}
 	defer fc.close() // after the edge has drained: the deferred calls below run first
-	nc, err := tgnats.Connect(natsURL, "tollgate-edge-"+cfg.EdgeID)
+	nc, err := connectNATS(cfg, natsURL, "tollgate-edge-"+cfg.EdgeID)
 	if err != nil {
 		return err
 	}

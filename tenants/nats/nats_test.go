@@ -48,7 +48,7 @@ func newEnv(t testing.TB) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
-	if e.kv, err = tgnats.EnsureBucket(ctx, e.js, e.bucket); err != nil {
+	if e.kv, err = tgnats.EnsureBucket(ctx, e.js, e.bucket, 1); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -166,7 +166,7 @@ func TestEnsureBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if _, err := tgnats.EnsureBucket(ctx, e.js, e.bucket); err != nil {
+		if _, err := tgnats.EnsureBucket(ctx, e.js, e.bucket, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -90,6 +91,7 @@ func (p *Publisher) Publish(ctx context.Context, changes []tenants.Change) error
 			m.Header.Set(kvOperation, kvDelete)
 		}
 		f, err := p.js.PublishMsgAsync(m,
+			jetstream.WithMsgID(msgID(c.Rev)),
 			jetstream.WithExpectStream(p.stream),
 			jetstream.WithRetryAttempts(0),
 			jetstream.WithStallWait(max(time.Until(deadline), time.Millisecond)),
@@ -110,6 +112,12 @@ func (p *Publisher) Publish(ctx context.Context, changes []tenants.Change) error
 	}
 	return nil
 }
+
+// msgID is a change's Nats-Msg-Id: its outbox Rev, which no other change has. A batch
+// retried after a lost ack (a server lost, a stream leader changing between storing a
+// change and acknowledging it) then stores nothing twice within the bucket's duplicate
+// window, so edges are sent each change once.
+func msgID(rev int64) string { return "rev-" + strconv.FormatInt(rev, 10) }
 
 // Resync makes the bucket hold exactly the entries of changes: the Value of each Key
 // (the last one, where a key repeats), no other key. It is how `tollgate api --resync`

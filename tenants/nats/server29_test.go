@@ -32,12 +32,12 @@ func TestMachineServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	bucket := testenv.Name("tgtest_")
-	kv, err := tgnats.EnsureBucket(ctx, js, bucket)
+	kv, err := tgnats.EnsureBucket(ctx, js, bucket, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { js.DeleteKeyValue(context.Background(), bucket) })
-	if _, err := tgnats.EnsureBucket(ctx, js, bucket); err != nil {
+	if _, err := tgnats.EnsureBucket(ctx, js, bucket, 1); err != nil {
 		t.Fatalf("second EnsureBucket: %v", err)
 	}
 

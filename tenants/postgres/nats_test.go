@@ -100,7 +100,7 @@ func TestRelayToNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	bucket := testenv.Name("tgcfg_")
-	kv, err := tgnats.EnsureBucket(ctx, js, bucket)
+	kv, err := tgnats.EnsureBucket(ctx, js, bucket, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

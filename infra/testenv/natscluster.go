@@ -1,0 +1,249 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// NATSServerBinary is the nats-server a cluster runs: TOLLGATE_TEST_NATS_SERVER, else
+// nats-server on PATH, else Debian's /usr/sbin/nats-server. Tollgate needs nothing newer
+// than 2.9, which is what Debian ships, so tests run against the oldest server supported.
+func NATSServerBinary() (string, error) {
+	if b := os.Getenv("TOLLGATE_TEST_NATS_SERVER"); b != "" {
+		return b, nil
+	}
+	if b, err := exec.LookPath("nats-server"); err == nil {
+		return b, nil
+	}
+	const debian = "/usr/sbin/nats-server"
+	if _, err := os.Stat(debian); err == nil {
+		return debian, nil
+	}
+	return "", fmt.Errorf("no nats-server: install it (apt-get install nats-server) or set TOLLGATE_TEST_NATS_SERVER")
+}
+
+// NATSClusterOptions shape a test cluster.
+type NATSClusterOptions struct {
+	Nodes int // Default: 3
+	// Config is appended to every node's configuration file: an authorization block, a tls
+	// block, an operator and resolver. Client connections then need what it asks for;
+	// the test's own readiness check uses the monitoring port only.
+	Config string
+	// Scheme of the client URLs. Default: nats.
+	Scheme string
+}
+
+// NATSCluster is a JetStream cluster of nats-server processes on loopback ports, each
+// storing in a directory of the test's. Kill stops a node the hard way (a lost machine),
+// Start brings it back on the same ports and store.
+type NATSCluster struct {
+	tb    testing.TB
+	bin   string
+	nodes []*natsNode
+}
+
+type natsNode struct {
+	name    string
+	url     string
+	port    int
+	monitor int
+	conf    string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartNATSCluster starts a cluster of n nodes and waits until each reports JetStream
+// healthy. Every process is killed and every file removed when the test ends.
+func StartNATSCluster(tb testing.TB, n int) *NATSCluster {
+	tb.Helper()
+	return StartNATSClusterWith(tb, NATSClusterOptions{Nodes: n})
+}
+
+// StartNATSClusterWith is StartNATSCluster with options.
+func StartNATSClusterWith(tb testing.TB, o NATSClusterOptions) *NATSCluster {
+	tb.Helper()
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.Scheme == "" {
+		o.Scheme = "nats"
+	}
+	bin, err := NATSServerBinary()
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	dir := tb.TempDir()
+	c := &NATSCluster{tb: tb, bin: bin}
+	clusterPorts := make([]int, o.Nodes)
+	for i := range o.Nodes {
+		clusterPorts[i] = freePort(tb)
+	}
+	name := Name("tg")
+	for i := range o.Nodes {
+		nd := &natsNode{name: fmt.Sprintf("n%d", i+1), port: freePort(tb), monitor: freePort(tb)}
+		nd.url = fmt.Sprintf("%s://127.0.0.1:%d", o.Scheme, nd.port)
+		var routes []string
+		for j, p := range clusterPorts {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+			}
+		}
+		conf := fmt.Sprintf(`server_name: %s
+listen: 127.0.0.1:%d
+http: 127.0.0.1:%d
+jetstream {
+  store_dir: %q
+  max_memory_store: 64MB
+  max_file_store: 1GB
+}
+`, nd.name, nd.port, nd.monitor, filepath.Join(dir, nd.name))
+		if o.Nodes > 1 {
+			conf += fmt.Sprintf(`cluster {
+  name: %s
+  listen: 127.0.0.1:%d
+  routes: [%s]
+}
+`, name, clusterPorts[i], strings.Join(routes, ", "))
+		}
+		conf += o.Config + "\n"
+		nd.conf = filepath.Join(dir, nd.name+".conf")
+		if err := os.WriteFile(nd.conf, []byte(conf), 0o600); err != nil {
+			tb.Fatalf("testenv: %v", err)
+		}
+		c.nodes = append(c.nodes, nd)
+	}
+	tb.Cleanup(func() {
+		for i := range c.nodes {
+			c.Kill(i)
+		}
+	})
+	for i := range c.nodes {
+		c.start(i)
+	}
+	for i := range c.nodes {
+		c.waitHealthy(i, 30*time.Second)
+	}
+	return c
+}
+
+// URL returns node i's client URL.
+func (c *NATSCluster) URL(i int) string { return c.nodes[i].url }
+
+// Name returns node i's server name, as a stream's cluster info reports its leader.
+func (c *NATSCluster) Name(i int) string { return c.nodes[i].name }
+
+// URLs returns every node's client URL, comma-separated: a TOLLGATE_NATS_URL.
+func (c *NATSCluster) URLs() string {
+	var us []string
+	for i := range c.nodes {
+		us = append(us, c.URL(i))
+	}
+	return strings.Join(us, ",")
+}
+
+// Index returns the node whose server name or client URL is s, or -1.
+func (c *NATSCluster) Index(s string) int {
+	for i := range c.nodes {
+		if c.Name(i) == s || c.URL(i) == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *NATSCluster) start(i int) {
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	cmd := exec.Command(c.bin, "-c", nd.conf)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if testing.Verbose() {
+		cmd.Stderr = os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		c.tb.Fatalf("testenv: start nats-server %s: %v", nd.conf, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	nd.cmd, nd.done = cmd, done
+}
+
+// Start starts node i again after Kill, on the same ports and store, and waits until it is
+// healthy.
+func (c *NATSCluster) Start(i int) {
+	c.tb.Helper()
+	c.start(i)
+	c.waitHealthy(i, 30*time.Second)
+}
+
+// Kill stops node i at once (SIGKILL): its clients see the connection drop, its streams'
+// leaders elsewhere elect anew. It returns when the process is gone.
+func (c *NATSCluster) Kill(i int) {
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	if nd.cmd == nil {
+		return
+	}
+	_ = nd.cmd.Process.Kill()
+	select {
+	case <-nd.done:
+	case <-time.After(10 * time.Second):
+		c.tb.Errorf("testenv: nats-server %d did not exit after SIGKILL", i)
+	}
+	nd.cmd = nil
+}
+
+// waitHealthy polls node i's /healthz until it reports ok, which on a clustered server
+// means JetStream is up and caught up with the meta leader.
+func (c *NATSCluster) waitHealthy(i int, d time.Duration) {
+	c.tb.Helper()
+	nd := c.nodes[i]
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", nd.monitor)
+	var last string
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			c.tb.Fatalf("testenv: nats-server %d not healthy after %s: %s", i, d, last)
+		case <-nd.done:
+			c.tb.Fatalf("testenv: nats-server %d exited (run with -v for its output)", i)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// freePort returns a loopback port nothing listens on right now.
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("testenv: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

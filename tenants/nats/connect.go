@@ -1,0 +1,162 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Auth is how a process signs in to NATS and checks its servers: a credentials file or
+// an NKey seed file (one of them), and TLS with a CA and an optional client certificate.
+// Every Tollgate process builds its connection from the same Auth, so the api, edges and
+// billing reach a secured cluster the same way.
+type Auth struct {
+	Creds   string // TOLLGATE_NATS_CREDS: a user JWT and its seed, as `nsc` writes them
+	NKey    string // TOLLGATE_NATS_NKEY: a file holding a user NKey seed
+	TLSCA   string // TOLLGATE_NATS_TLS_CA: PEM roots the servers' certificates chain to
+	TLSCert string // TOLLGATE_NATS_TLS_CERT: PEM client certificate, with TLSKey
+	TLSKey  string // TOLLGATE_NATS_TLS_KEY
+}
+
+// Options returns the nats.go options of a, having read every file now: a missing or
+// malformed file is an error naming its setting, at start, rather than a refused
+// connection retried forever in the background.
+func (a Auth) Options() ([]nats.Option, error) {
+	var opts []nats.Option
+	if a.Creds != "" && a.NKey != "" {
+		return nil, errors.New("TOLLGATE_NATS_CREDS and TOLLGATE_NATS_NKEY are two ways to sign in: set one")
+	}
+	if a.Creds != "" {
+		o := nats.UserCredentials(a.Creds)
+		// nats.go reads the file only when it connects; read it once here so a bad file
+		// stops the process instead of failing every reconnect.
+		var probe nats.Options
+		if err := o(&probe); err != nil {
+			return nil, fmt.Errorf("TOLLGATE_NATS_CREDS %s: %w", a.Creds, err)
+		}
+		if _, err := probe.UserJWT(); err != nil {
+			return nil, fmt.Errorf("TOLLGATE_NATS_CREDS %s: %w", a.Creds, err)
+		}
+		if _, err := probe.SignatureCB([]byte("probe")); err != nil {
+			return nil, fmt.Errorf("TOLLGATE_NATS_CREDS %s: %w", a.Creds, err)
+		}
+		opts = append(opts, o)
+	}
+	if a.NKey != "" {
+		o, err := nats.NkeyOptionFromSeed(a.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("TOLLGATE_NATS_NKEY %s: %w", a.NKey, err)
+		}
+		opts = append(opts, o)
+	}
+	if (a.TLSCert == "") != (a.TLSKey == "") {
+		return nil, errors.New("TOLLGATE_NATS_TLS_CERT and TOLLGATE_NATS_TLS_KEY go together: set both or neither")
+	}
+	if a.TLSCA != "" {
+		o := nats.RootCAs(a.TLSCA)
+		if err := o(&nats.Options{}); err != nil {
+			return nil, fmt.Errorf("TOLLGATE_NATS_TLS_CA %s: %w", a.TLSCA, err)
+		}
+		opts = append(opts, o)
+	}
+	if a.TLSCert != "" {
+		o := nats.ClientCert(a.TLSCert, a.TLSKey)
+		if err := o(&nats.Options{}); err != nil {
+			return nil, fmt.Errorf("TOLLGATE_NATS_TLS_CERT / TOLLGATE_NATS_TLS_KEY: %w", err)
+		}
+		opts = append(opts, o)
+	}
+	return opts, nil
+}
+
+// CheckServers checks a TOLLGATE_NATS_URL value: one server or a comma-separated list,
+// each nats://, tls://, ws:// or wss:// with a host (a port defaults to 4222).
+func CheckServers(list string) error {
+	if strings.TrimSpace(list) == "" {
+		return errors.New("TOLLGATE_NATS_URL: no server")
+	}
+	for s := range strings.SplitSeq(list, ",") {
+		s = strings.TrimSpace(s)
+		u, err := url.Parse(s)
+		if err != nil || u.Host == "" || u.Hostname() == "" {
+			return fmt.Errorf("TOLLGATE_NATS_URL: %q is not a server URL (nats://host:4222, several separated by commas)", redact(s))
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("TOLLGATE_NATS_URL: %q: scheme %q is not nats, tls, ws or wss", redact(s), u.Scheme)
+		}
+	}
+	return nil
+}
+
+// ConnectAuth is Connect for a server list signed in and secured by a; a bad list or file
+// is an error before any dial.
+func ConnectAuth(servers, name string, a Auth, opts ...nats.Option) (*nats.Conn, error) {
+	if err := CheckServers(servers); err != nil {
+		return nil, err
+	}
+	ao, err := a.Options()
+	if err != nil {
+		return nil, err
+	}
+	return Connect(servers, name, append(ao, opts...)...)
+}
+
+// redact hides a password in a server URL before it is logged or shown in an error.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "redacted")
+	} else {
+		u.User = url.User("redacted")
+	}
+	return u.String()
+}
+
+// redactList is redact for a comma-separated server list.
+func redactList(list string) string {
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		parts[i] = redact(strings.TrimSpace(p))
+	}
+	return strings.Join(parts, ",")
+}
+
+// Replicas returns the replica count to give stream when want is configured: want, or the
+// stream's current count when that is higher. Lowering replicas drops copies of the data,
+// which an operator should do on purpose (`nats stream edit`), not by restarting a process
+// with a smaller setting; so a lower setting keeps the current count and logs a warning.
+// A stream that does not exist yet gets want. want below 1 means 1.
+func Replicas(ctx context.Context, js jetstream.JetStream, stream string, want int) (int, error) {
+	want = max(want, 1)
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return want, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	have := s.CachedInfo().Config.Replicas
+	if have > want {
+		slog.Default().Warn("nats: stream has more replicas than TOLLGATE_NATS_REPLICAS; keeping them (lower them with `nats stream edit` if that is meant)",
+			"stream", stream, "replicas", have, "setting", want)
+		return have, nil
+	}
+	if have < want {
+		slog.Default().Info("nats: raising a stream's replicas", "stream", stream, "from", have, "to", want)
+	}
+	return want, nil
+}
+
+// KVStream is the name of the stream behind KV bucket bucket.
+func KVStream(bucket string) string { return streamName(bucket) }
