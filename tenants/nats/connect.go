@@ -112,7 +112,18 @@ func ConnectAuth(servers, name string, a Auth, opts ...nats.Option) (*nats.Conn,
 // redact hides a password in a server URL before it is logged or shown in an error.
 func redact(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil {
+		// Unparseable, but it may still carry user:password@ before the host.
+		if at := strings.LastIndex(s, "@"); at >= 0 {
+			scheme := ""
+			if i := strings.Index(s, "://"); i >= 0 && i < at {
+				scheme = s[:i+3]
+			}
+			return scheme + "redacted" + s[at:]
+		}
+		return s
+	}
+	if u.User == nil {
 		return s
 	}
 	if _, ok := u.User.Password(); ok {
