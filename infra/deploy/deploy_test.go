@@ -1,0 +1,964 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+)
+
+// shutdownGrace is how long tollgate api and edge wait for in-flight requests after
+// SIGTERM (infra/program's shutdownGrace); a pod's grace period must cover it after preStop.
+const shutdownGrace = 25
+
+// objects is one kustomize build, decoded into the Kubernetes types.
+type objects struct {
+	deployments  []*appsv1.Deployment
+	statefulSets []*appsv1.StatefulSet
+	services     []*corev1.Service
+	configMaps   []*corev1.ConfigMap
+	secrets      []*corev1.Secret
+	hpas         []*autoscalingv2.HorizontalPodAutoscaler
+	pdbs         []*policyv1.PodDisruptionBudget
+}
+
+// decodeStrict decodes one object's JSON into v, refusing fields v's type does not have:
+// a misspelt or misplaced field in a manifest fails here, not at kubectl apply.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("trailing data after the object")
+	}
+	return nil
+}
+
+// build runs kustomize on dir, as `kubectl apply -k dir` would, and decodes every object.
+func build(t *testing.T, dir string) *objects {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	var o objects
+	for _, r := range rm.Resources() {
+		data, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatalf("%s: %s: %v", dir, r.CurId(), err)
+		}
+		var tm metav1.TypeMeta
+		if err := json.Unmarshal(data, &tm); err != nil {
+			t.Fatalf("%s: %s: %v", dir, r.CurId(), err)
+		}
+		var obj any
+		switch tm.APIVersion + " " + tm.Kind {
+		case "apps/v1 Deployment":
+			v := new(appsv1.Deployment)
+			o.deployments, obj = append(o.deployments, v), v
+		case "apps/v1 StatefulSet":
+			v := new(appsv1.StatefulSet)
+			o.statefulSets, obj = append(o.statefulSets, v), v
+		case "v1 Service":
+			v := new(corev1.Service)
+			o.services, obj = append(o.services, v), v
+		case "v1 ConfigMap":
+			v := new(corev1.ConfigMap)
+			o.configMaps, obj = append(o.configMaps, v), v
+		case "v1 Secret":
+			v := new(corev1.Secret)
+			o.secrets, obj = append(o.secrets, v), v
+		case "autoscaling/v2 HorizontalPodAutoscaler":
+			v := new(autoscalingv2.HorizontalPodAutoscaler)
+			o.hpas, obj = append(o.hpas, v), v
+		case "policy/v1 PodDisruptionBudget":
+			v := new(policyv1.PodDisruptionBudget)
+			o.pdbs, obj = append(o.pdbs, v), v
+		default:
+			t.Fatalf("%s: %s has apiVersion %q kind %q, which this test does not decode: add its Go type here", dir, r.CurId(), tm.APIVersion, tm.Kind)
+		}
+		if err := decodeStrict(data, obj); err != nil {
+			t.Fatalf("%s: %s %s does not decode strictly into its Kubernetes type: %v", dir, tm.Kind, r.GetName(), err)
+		}
+	}
+	return &o
+}
+
+func (o *objects) deployment(t *testing.T, name string) *appsv1.Deployment {
+	t.Helper()
+	for _, d := range o.deployments {
+		if d.Name == name {
+			return d
+		}
+	}
+	t.Fatalf("no Deployment %s", name)
+	return nil
+}
+
+func (o *objects) configMap(t *testing.T, prefix string) *corev1.ConfigMap {
+	t.Helper()
+	for _, c := range o.configMaps {
+		if strings.HasPrefix(c.Name, prefix+"-") || c.Name == prefix {
+			return c
+		}
+	}
+	t.Fatalf("no ConfigMap %s", prefix)
+	return nil
+}
+
+// podTemplates are every workload's pod template, by workload name.
+func (o *objects) podTemplates() map[string]*corev1.PodTemplateSpec {
+	m := map[string]*corev1.PodTemplateSpec{}
+	for _, d := range o.deployments {
+		m["Deployment/"+d.Name] = &d.Spec.Template
+	}
+	for _, s := range o.statefulSets {
+		m["StatefulSet/"+s.Name] = &s.Spec.Template
+	}
+	return m
+}
+
+// readmeSettings are the TOLLGATE_* names of the README's Configuration table.
+func readmeSettings(t *testing.T) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Configuration\n")
+	if !ok {
+		t.Fatal("README.md has no Configuration section")
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	names := map[string]bool{}
+	name := regexp.MustCompile("`(TOLLGATE_[A-Z0-9_]+)`")
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| `TOLLGATE_") {
+			continue
+		}
+		first := strings.SplitN(line, "|", 3)[1]
+		for _, m := range name.FindAllStringSubmatch(first, -1) {
+			names[m[1]] = true
+		}
+	}
+	if len(names) < 10 {
+		t.Fatalf("found only %d settings in the README's Configuration table", len(names))
+	}
+	return names
+}
+
+// overlays are the directories built in CI: each overlay, and prod with each edge size.
+func overlays(t *testing.T) map[string]string {
+	t.Helper()
+	dirs := map[string]string{}
+	entries, err := os.ReadDir("overlays")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs[e.Name()] = filepath.Join("overlays", e.Name())
+		}
+	}
+	if dirs["dev"] == "" || dirs["prod"] == "" {
+		t.Fatalf("overlays are %v, want dev and prod among them", dirs)
+	}
+	// prod with each size component on top: what an operator gets by swapping the
+	// component prod names.
+	abs, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	for _, size := range []string{"1", "4", "8"} {
+		dir := filepath.Join(tmp, "prod-edge-"+size+"cpu")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// kustomize takes other kustomizations by relative path only.
+		rel := func(p string) string {
+			r, err := filepath.Rel(dir, filepath.Join(abs, p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\n",
+			rel("overlays/prod"), rel("components/edge-"+size+"cpu"))
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dirs["prod-edge-"+size+"cpu"] = dir
+	}
+	return dirs
+}
+
+// TestDeployManifests builds every overlay with kustomize, decodes every object strictly
+// into its Kubernetes type and checks what a fleet relies on.
+func TestDeployManifests(t *testing.T) {
+	settings := readmeSettings(t)
+	dirs := overlays(t)
+	names := make([]string, 0, len(dirs))
+	for n := range dirs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			o := build(t, dirs[name])
+			checkSettings(t, o, settings)
+			checkReferences(t, o, name == "dev")
+			checkEdge(t, o)
+			checkServices(t, o)
+			checkAdminPorts(t, o)
+			prod := strings.HasPrefix(name, "prod")
+			if prod {
+				api := o.deployment(t, "tollgate-api")
+				if api.Spec.Replicas == nil || *api.Spec.Replicas < 2 {
+					t.Errorf("prod api replicas = %d, want at least 2", ptrValue(api.Spec.Replicas))
+				}
+				if got := o.configMap(t, "tollgate-config").Data["TOLLGATE_NATS_REPLICAS"]; got != "3" {
+					t.Errorf("prod TOLLGATE_NATS_REPLICAS = %q, want 3", got)
+				}
+				if len(o.secrets) != 0 {
+					t.Errorf("prod ships %d Secret(s): its Secret is the operator's, never in git", len(o.secrets))
+				}
+				for _, d := range o.deployments {
+					for _, c := range d.Spec.Template.Spec.Containers {
+						if !strings.Contains(c.Image, "/") || !strings.Contains(c.Image, ":") {
+							t.Errorf("prod %s container %s image %q is not a registry image with a tag", d.Name, c.Name, c.Image)
+						}
+					}
+				}
+			}
+			if size, ok := strings.CutPrefix(name, "prod-edge-"); ok {
+				want := strings.TrimSuffix(size, "cpu")
+				edge := o.deployment(t, "tollgate-edge").Spec.Template.Spec.Containers[0]
+				if got := edge.Resources.Requests.Cpu().String(); got != want {
+					t.Errorf("edge CPU request = %s, want %s", got, want)
+				}
+				if got := edge.Resources.Limits.Cpu().String(); got != want {
+					t.Errorf("edge CPU limit = %s, want %s (GOMAXPROCS follows the limit)", got, want)
+				}
+			}
+		})
+	}
+}
+
+// checkSettings: every TOLLGATE_* a pod is given, by env or through its ConfigMap or
+// Secret, is a setting the README documents, and the listeners bind beyond loopback.
+func checkSettings(t *testing.T, o *objects, settings map[string]bool) {
+	t.Helper()
+	check := func(where, name string) {
+		if strings.HasPrefix(name, "TOLLGATE_") && !settings[name] {
+			t.Errorf("%s sets %s, which the README's Configuration table does not list", where, name)
+		}
+	}
+	for w, pt := range o.podTemplates() {
+		for _, c := range append(slices.Clone(pt.Spec.InitContainers), pt.Spec.Containers...) {
+			for _, e := range c.Env {
+				check(w+" container "+c.Name, e.Name)
+			}
+		}
+	}
+	for _, c := range o.configMaps {
+		for k, v := range c.Data {
+			check("ConfigMap "+c.Name, k)
+			if strings.HasSuffix(k, "_ADDR") {
+				host, _, err := net.SplitHostPort(v)
+				if err != nil || host != "0.0.0.0" {
+					t.Errorf("ConfigMap %s: %s = %q, want 0.0.0.0:port (a pod is reached on its own address)", c.Name, k, v)
+				}
+			}
+		}
+	}
+	for _, s := range o.secrets {
+		for k := range s.Data {
+			check("Secret "+s.Name, k)
+		}
+	}
+}
+
+// checkReferences: every ConfigMap a pod reads is in the build; so is every Secret when
+// the overlay ships it (dev), and when it does not (prod) the keys read are the documented
+// secret settings.
+func checkReferences(t *testing.T, o *objects, shipsSecret bool) {
+	t.Helper()
+	has := map[string]bool{}
+	for _, c := range o.configMaps {
+		has["ConfigMap/"+c.Name] = true
+	}
+	secretKeys := map[string]map[string]bool{}
+	for _, s := range o.secrets {
+		secretKeys[s.Name] = map[string]bool{}
+		for k := range s.Data {
+			secretKeys[s.Name][k] = true
+		}
+	}
+	secretSettings := map[string]bool{"TOLLGATE_DATABASE_URL": true, "TOLLGATE_REDIS_URL": true, "TOLLGATE_ADMIN_TOKEN": true,
+		"TOLLGATE_SMTP_URL": true, "TOLLGATE_STRIPE_KEY": true}
+	for w, pt := range o.podTemplates() {
+		for _, c := range pt.Spec.Containers {
+			for _, ef := range c.EnvFrom {
+				if ef.ConfigMapRef != nil && !has["ConfigMap/"+ef.ConfigMapRef.Name] {
+					t.Errorf("%s reads ConfigMap %s, which is not in the build", w, ef.ConfigMapRef.Name)
+				}
+				if ef.SecretRef != nil {
+					t.Errorf("%s takes a whole Secret (%s): name each secret setting, so each process gets only its own", w, ef.SecretRef.Name)
+				}
+			}
+			for _, e := range c.Env {
+				if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+					if secretSettings[e.Name] {
+						t.Errorf("%s sets %s in the clear: it belongs in the Secret", w, e.Name)
+					}
+					continue
+				}
+				ref := e.ValueFrom.SecretKeyRef
+				if !secretSettings[ref.Key] {
+					t.Errorf("%s reads key %s of Secret %s, not a secret setting", w, ref.Key, ref.Name)
+				}
+				if shipsSecret {
+					optional := ref.Optional != nil && *ref.Optional
+					if keys, ok := secretKeys[ref.Name]; !ok || (!keys[ref.Key] && !optional) {
+						t.Errorf("%s reads %s from Secret %s, which the build does not hold", w, ref.Key, ref.Name)
+					}
+				}
+			}
+		}
+	}
+	for _, c := range o.configMaps {
+		for k := range c.Data {
+			if secretSettings[k] {
+				t.Errorf("ConfigMap %s holds %s: it belongs in the Secret", c.Name, k)
+			}
+		}
+	}
+}
+
+// checkEdge: readiness on the admin port's /readyz, a preStop pause then a grace period
+// covering the drain, the autoscaler owning the replicas, and the disruption budget and
+// autoscaler pointing at the edge.
+func checkEdge(t *testing.T, o *objects) {
+	t.Helper()
+	edge := o.deployment(t, "tollgate-edge")
+	if edge.Spec.Replicas != nil {
+		t.Errorf("edge Deployment sets replicas %d: the HorizontalPodAutoscaler owns them, and applying again would reset them", *edge.Spec.Replicas)
+	}
+	spec := edge.Spec.Template.Spec
+	if len(spec.Containers) != 1 {
+		t.Fatalf("edge pod has %d containers, want 1", len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	adminPort := containerPort(c, "admin")
+	if want := settingPort(t, o, "TOLLGATE_EDGE_ADMIN_ADDR"); adminPort != want {
+		t.Errorf("edge container port admin = %d, TOLLGATE_EDGE_ADMIN_ADDR listens on %d", adminPort, want)
+	}
+	rp := c.ReadinessProbe
+	if rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz" || rp.HTTPGet.Port.String() != "admin" {
+		t.Errorf("edge readiness probe = %+v, want GET /readyz on the admin port", rp)
+	}
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds < 5 {
+		t.Fatalf("edge has no preStop sleep of at least 5 s (load balancers must drop it before it drains): %+v", c.Lifecycle)
+	}
+	pause := c.Lifecycle.PreStop.Sleep.Seconds
+	if g := spec.TerminationGracePeriodSeconds; g == nil || *g < pause+shutdownGrace+5 {
+		t.Errorf("edge terminationGracePeriodSeconds = %d, want at least preStop %d + drain %d + 5", ptrValue(g), pause, shutdownGrace)
+	}
+	if lim := c.Resources.Limits.Cpu(); lim.IsZero() || lim.Cmp(*c.Resources.Requests.Cpu()) != 0 {
+		t.Errorf("edge CPU limit %s != request %s: GOMAXPROCS follows the limit, and the autoscaler the request", lim, c.Resources.Requests.Cpu())
+	}
+	podLabels := labels.Set(edge.Spec.Template.Labels)
+	found := false
+	for _, p := range o.pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+		if err != nil {
+			t.Fatalf("PodDisruptionBudget %s: %v", p.Name, err)
+		}
+		if !sel.Empty() && sel.Matches(podLabels) {
+			found = true
+			if p.Spec.MaxUnavailable == nil && p.Spec.MinAvailable == nil {
+				t.Errorf("PodDisruptionBudget %s bounds nothing", p.Name)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no PodDisruptionBudget selects the edge pods (labels %v)", podLabels)
+	}
+	found = false
+	for _, h := range o.hpas {
+		if h.Spec.ScaleTargetRef.Kind == "Deployment" && h.Spec.ScaleTargetRef.Name == edge.Name {
+			found = true
+			if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 1 || h.Spec.MaxReplicas < *h.Spec.MinReplicas {
+				t.Errorf("HorizontalPodAutoscaler %s: min %d max %d", h.Name, ptrValue(h.Spec.MinReplicas), h.Spec.MaxReplicas)
+			}
+		}
+	}
+	if !found {
+		t.Error("no HorizontalPodAutoscaler scales the edge Deployment")
+	}
+	for w, pt := range o.podTemplates() {
+		for _, c := range pt.Spec.Containers {
+			if c.ReadinessProbe == nil {
+				t.Errorf("%s container %s has no readiness probe", w, c.Name)
+			}
+		}
+	}
+}
+
+// checkServices: every Service selects some workload's pods, on ports they declare.
+func checkServices(t *testing.T, o *objects) {
+	t.Helper()
+	for _, s := range o.services {
+		var matched *corev1.PodTemplateSpec
+		for _, pt := range o.podTemplates() {
+			if len(s.Spec.Selector) > 0 && labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(pt.Labels)) {
+				matched = pt
+			}
+		}
+		if matched == nil {
+			t.Errorf("Service %s selects no workload's pods (selector %v)", s.Name, s.Spec.Selector)
+			continue
+		}
+		for _, p := range s.Spec.Ports {
+			if p.TargetPort.StrVal == "" {
+				continue
+			}
+			ok := false
+			for _, c := range matched.Spec.Containers {
+				ok = ok || containerPort(c, p.TargetPort.StrVal) != 0
+			}
+			if !ok {
+				t.Errorf("Service %s targets port %q, which its pods do not name", s.Name, p.TargetPort.StrVal)
+			}
+		}
+	}
+}
+
+// checkAdminPorts: each process's admin port is the one its setting listens on, and the
+// one Prometheus scrapes (the port named admin of the pods prometheus.yml keeps).
+func checkAdminPorts(t *testing.T, o *objects) {
+	t.Helper()
+	jobs := scrapeJobs(t)
+	for _, x := range []struct{ deployment, setting string }{
+		{"tollgate-edge", "TOLLGATE_EDGE_ADMIN_ADDR"},
+		{"tollgate-api", "TOLLGATE_API_ADMIN_ADDR"},
+		{"tollgate-billing", "TOLLGATE_BILLING_ADMIN_ADDR"},
+	} {
+		d := o.deployment(t, x.deployment)
+		port := containerPort(d.Spec.Template.Spec.Containers[0], "admin")
+		if want := settingPort(t, o, x.setting); port != want {
+			t.Errorf("%s admin port = %d, %s listens on %d", d.Name, port, x.setting, want)
+		}
+		if keep, ok := jobs[x.deployment]; !ok || keep != d.Spec.Template.Labels["app.kubernetes.io/name"] {
+			t.Errorf("prometheus.yml job %s keeps pods named %q, the Deployment's pods are %q", x.deployment, keep, d.Spec.Template.Labels["app.kubernetes.io/name"])
+		}
+	}
+}
+
+// ptrValue is *p, or 0 for an unset field.
+func ptrValue[T int32 | int64](p *T) T {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func containerPort(c corev1.Container, name string) int32 {
+	for _, p := range c.Ports {
+		if p.Name == name {
+			return p.ContainerPort
+		}
+	}
+	return 0
+}
+
+func settingPort(t *testing.T, o *objects, setting string) int32 {
+	t.Helper()
+	addr := o.configMap(t, "tollgate-config").Data[setting]
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("%s = %q: %v", setting, addr, err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatalf("%s = %q: %v", setting, addr, err)
+	}
+	return int32(n)
+}
+
+// scrapeJobs reads prometheus.yml: each job's name and the app.kubernetes.io/name it keeps.
+// (Debian's promtool is built without Kubernetes discovery, so `promtool check config`
+// cannot read this file; the test checks what it relies on instead.)
+func scrapeJobs(t *testing.T) map[string]string {
+	t.Helper()
+	var cfg struct {
+		RuleFiles     []string `json:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName        string `json:"job_name"`
+			RelabelConfigs []struct {
+				SourceLabels []string `json:"source_labels"`
+				Regex        string   `json:"regex"`
+				Action       string   `json:"action"`
+			} `json:"relabel_configs"`
+		} `json:"scrape_configs"`
+	}
+	data, err := os.ReadFile("prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatalf("prometheus.yml: %v", err)
+	}
+	if !slices.Equal(cfg.RuleFiles, []string{"rules.yml"}) {
+		t.Errorf("prometheus.yml rule_files = %v, want [rules.yml]", cfg.RuleFiles)
+	}
+	jobs := map[string]string{}
+	for _, sc := range cfg.ScrapeConfigs {
+		for _, rc := range sc.RelabelConfigs {
+			if rc.Action == "keep" && slices.Equal(rc.SourceLabels, []string{"__meta_kubernetes_pod_label_app_kubernetes_io_name"}) {
+				jobs[sc.JobName] = rc.Regex
+			}
+		}
+	}
+	return jobs
+}
+
+// TestDeployNATSValues: the chart values ask for 3 servers with JetStream on files.
+func TestDeployNATSValues(t *testing.T) {
+	data, err := os.ReadFile("nats/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Config struct {
+			Cluster struct {
+				Enabled  bool `json:"enabled"`
+				Replicas int  `json:"replicas"`
+			} `json:"cluster"`
+			JetStream struct {
+				Enabled   bool `json:"enabled"`
+				FileStore struct {
+					Enabled bool `json:"enabled"`
+					PVC     struct {
+						Enabled bool   `json:"enabled"`
+						Size    string `json:"size"`
+					} `json:"pvc"`
+				} `json:"fileStore"`
+			} `json:"jetstream"`
+		} `json:"config"`
+	}
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	c := v.Config
+	if !c.Cluster.Enabled || c.Cluster.Replicas != 3 || !c.JetStream.Enabled || !c.JetStream.FileStore.Enabled ||
+		!c.JetStream.FileStore.PVC.Enabled || c.JetStream.FileStore.PVC.Size == "" {
+		t.Errorf("nats/values.yaml: %+v, want a 3-node cluster with JetStream file storage on volume claims", c)
+	}
+}
+
+var (
+	promtoolOnce sync.Once
+	promtoolPath string
+	promtoolErr  error
+)
+
+// promtool finds Prometheus's promtool, or fetches Debian's prometheus package and unpacks
+// it into the user's cache directory (nothing installed, no service started). The test
+// fails, never skips, when it cannot.
+func promtool(t *testing.T) string {
+	t.Helper()
+	promtoolOnce.Do(func() { promtoolPath, promtoolErr = findPromtool() })
+	if promtoolErr != nil {
+		t.Fatalf("promtool: %v (install Debian's prometheus package, or put promtool on PATH)", promtoolErr)
+	}
+	return promtoolPath
+}
+
+func findPromtool() (string, error) {
+	if p, err := exec.LookPath("promtool"); err == nil {
+		return p, nil
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "tollgate", "prometheus-deb")
+	bin := filepath.Join(dir, "usr", "bin", "promtool")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	tmp, err := os.MkdirTemp("", "tollgate-promtool-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	run := func(name string, args ...string) error {
+		cmd := exec.Command(name, args...)
+		cmd.Dir = tmp
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	fmt.Fprintln(os.Stderr, "infra/deploy: fetching promtool from Debian's prometheus package")
+	if err := run("apt-get", "download", "prometheus"); err != nil {
+		// The package lists may be missing on a fresh machine; refreshing them needs root.
+		if uerr := run("apt-get", "update", "-qq"); uerr != nil {
+			return "", fmt.Errorf("%v; %v", err, uerr)
+		}
+		if err := run("apt-get", "download", "prometheus"); err != nil {
+			return "", err
+		}
+	}
+	debs, _ := filepath.Glob(filepath.Join(tmp, "prometheus_*.deb"))
+	if len(debs) != 1 {
+		return "", fmt.Errorf("apt-get download left %v", debs)
+	}
+	unpacked := filepath.Join(tmp, "x")
+	if err := run("dpkg-deb", "-x", debs[0], unpacked); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", err
+	}
+	_ = os.RemoveAll(dir)
+	if err := os.Rename(unpacked, dir); err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("the prometheus package has no usr/bin/promtool: %v", err)
+	}
+	return bin, nil
+}
+
+// TestDeployRules runs `promtool check rules` on the rules and `promtool test rules` on
+// their unit tests.
+func TestDeployRules(t *testing.T) {
+	pt := promtool(t)
+	out, err := exec.Command(pt, "check", "rules", "prometheus/rules.yml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+	rules := loadRules(t)
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			if r.Annotations["summary"] == "" || !strings.Contains(r.Annotations["description"], "What to do:") {
+				t.Errorf("alert %s needs a summary and a description that says what to do", r.Alert)
+			}
+			if s := r.Labels["severity"]; s != "critical" && s != "warning" && s != "info" {
+				t.Errorf("alert %s severity %q, want critical, warning or info", r.Alert, s)
+			}
+		}
+	}
+
+	// The unit tests name each alert's labels and summary; its description (the runbook)
+	// is copied in from rules.yml here, so editing a runbook does not break them.
+	descriptions := map[string]string{}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				descriptions[r.Alert] = r.Annotations["description"]
+			}
+		}
+	}
+	data, err := os.ReadFile("prometheus/rules_test.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tests map[string]any
+	if err := yaml.Unmarshal(data, &tests); err != nil {
+		t.Fatal(err)
+	}
+	cases := 0
+	for _, tc := range tests["tests"].([]any) {
+		for _, at := range tc.(map[string]any)["alert_rule_test"].([]any) {
+			at := at.(map[string]any)
+			name := at["alertname"].(string)
+			exp, _ := at["exp_alerts"].([]any)
+			for _, e := range exp {
+				ann, _ := e.(map[string]any)["exp_annotations"].(map[string]any)
+				if ann == nil {
+					t.Fatalf("rules_test.yml: an expected %s alert has no exp_annotations.summary", name)
+				}
+				ann["description"] = descriptions[name]
+			}
+			cases++
+		}
+	}
+	filled, err := yaml.Marshal(tests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rulesYML, err := os.ReadFile("prometheus/rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yml"), rulesYML, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules_test.yml"), filled, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(pt, "test", "rules", "rules_test.yml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+	if cases < 10 {
+		t.Errorf("rules_test.yml has %d alert cases, want at least 10", cases)
+	}
+}
+
+type ruleFile struct {
+	Groups []struct {
+		Name  string `json:"name"`
+		Rules []struct {
+			Record      string            `json:"record"`
+			Alert       string            `json:"alert"`
+			Expr        string            `json:"expr"`
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"rules"`
+	} `json:"groups"`
+}
+
+func loadRules(t *testing.T) *ruleFile {
+	t.Helper()
+	data, err := os.ReadFile("prometheus/rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf ruleFile
+	if err := yaml.Unmarshal(data, &rf); err != nil {
+		t.Fatalf("rules.yml: %v", err)
+	}
+	return &rf
+}
+
+// runtimeMetrics are the series of client_golang's Go and process collectors, and
+// Prometheus's own up, that the rules and dashboard read besides Tollgate's.
+var runtimeMetrics = []string{"up", "process_cpu_seconds_total", "process_resident_memory_bytes",
+	"go_memstats_heap_inuse_bytes", "go_goroutines"}
+
+// exportedMetrics are the metric names the code registers: every quoted tollgate_* or
+// http_* string of the module's non-test Go files (a superset: it also holds a few
+// non-metric strings, which no expression names).
+func exportedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	for _, n := range runtimeMetrics {
+		names[n] = true
+	}
+	quoted := regexp.MustCompile(`"((?:tollgate|http)_[a-z0-9_]+)"`)
+	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); n == ".git" || n == "testdata" || n == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range quoted.FindAllSubmatch(data, -1) {
+			names[string(m[1])] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+var (
+	promqlStrings  = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	promqlMatchers = regexp.MustCompile(`\{[^}]*\}`)
+	promqlRanges   = regexp.MustCompile(`\[[^\]]*\]`)
+	promqlGrouping = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)`)
+	promqlTokens   = regexp.MustCompile(`[A-Za-z0-9_:.$]+(\s*\()?`)
+	promqlKeywords = map[string]bool{"and": true, "or": true, "unless": true, "bool": true, "offset": true,
+		"inf": true, "nan": true, "by": true, "without": true, "on": true, "ignoring": true,
+		"group_left": true, "group_right": true}
+)
+
+// metricNames are the metric (and recording rule) names a PromQL expression reads:
+// strings, label matchers, ranges and grouping labels removed, what remains that is an
+// identifier not followed by "(" (a function) nor a keyword.
+func metricNames(expr string) []string {
+	e := promqlStrings.ReplaceAllString(expr, `""`)
+	e = promqlMatchers.ReplaceAllString(e, " ")
+	e = promqlRanges.ReplaceAllString(e, " ")
+	e = promqlGrouping.ReplaceAllString(e, " ")
+	var names []string
+	for _, m := range promqlTokens.FindAllStringSubmatch(e, -1) {
+		tok := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(m[0]), "("))
+		if m[1] != "" || tok == "" || promqlKeywords[tok] {
+			continue
+		}
+		if c := tok[0]; c >= '0' && c <= '9' || c == '.' || c == '$' {
+			continue
+		}
+		names = append(names, tok)
+	}
+	return names
+}
+
+// TestDeployMetricNames: every expression of the rules and the dashboard reads only
+// metrics the code exports (or recording rules the rules define), so a renamed metric
+// breaks CI rather than an alert that can never fire.
+func TestDeployMetricNames(t *testing.T) {
+	if got := metricNames(`sum by (le) (rate(tollgate_nope_total{job="x", a=~"b|c"}[5m])) / on(pod) group_left up > 1e3 and bool x:y:z offset 5m`); !slices.Equal(got, []string{"tollgate_nope_total", "up", "x:y:z"}) {
+		t.Fatalf("metricNames extracts %v", got)
+	}
+	known := exportedMetrics(t)
+	exists := func(name string) bool {
+		if known[name] {
+			return true
+		}
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok && known[base] {
+				return true
+			}
+		}
+		return false
+	}
+	rules := loadRules(t)
+	exprs := map[string]string{}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				known[r.Record] = true
+				exprs["rules.yml "+r.Record] = r.Expr
+			} else {
+				exprs["rules.yml "+r.Alert] = r.Expr
+			}
+		}
+	}
+	for where, expr := range dashboardExprs(t) {
+		exprs[where] = expr
+	}
+	for where, expr := range exprs {
+		names := metricNames(expr)
+		if len(names) == 0 {
+			t.Errorf("%s: %q reads no metric", where, expr)
+		}
+		for _, n := range names {
+			if !exists(n) {
+				t.Errorf("%s reads %s, which no code exports nor rule records", where, n)
+			}
+		}
+	}
+}
+
+// dashboardExprs parses the Grafana dashboard, checks its panels' basics and returns
+// every query by panel.
+func dashboardExprs(t *testing.T) map[string]string {
+	t.Helper()
+	data, err := os.ReadFile("grafana/tollgate.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type panel struct {
+		ID         int            `json:"id"`
+		Type       string         `json:"type"`
+		Title      string         `json:"title"`
+		Datasource map[string]any `json:"datasource"`
+		GridPos    struct{ H, W, X, Y int }
+		Targets    []struct {
+			RefID string `json:"refId"`
+			Expr  string `json:"expr"`
+		} `json:"targets"`
+		Panels []json.RawMessage `json:"panels"`
+	}
+	var d struct {
+		Title      string `json:"title"`
+		UID        string `json:"uid"`
+		Templating struct {
+			List []struct {
+				Name string `json:"name"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []panel `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatalf("grafana/tollgate.json: %v", err)
+	}
+	if d.Title == "" || d.UID == "" {
+		t.Error("the dashboard needs a title and a uid")
+	}
+	vars := map[string]bool{"__rate_interval": true}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+	}
+	variable := regexp.MustCompile(`\$\{?(\w+)`)
+	exprs := map[string]string{}
+	ids := map[int]bool{}
+	graphs := 0
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d is used twice", p.ID)
+		}
+		ids[p.ID] = true
+		if p.Type == "row" {
+			continue
+		}
+		graphs++
+		if p.Title == "" || p.GridPos.W == 0 || p.GridPos.H == 0 || p.Datasource["uid"] != "${datasource}" || len(p.Targets) == 0 {
+			t.Errorf("panel %d %q needs a title, a size, the ${datasource} data source and a query", p.ID, p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, m := range variable.FindAllStringSubmatch(tg.Expr, -1) {
+				if !vars[m[1]] {
+					t.Errorf("panel %q query %s names the undefined variable $%s", p.Title, tg.RefID, m[1])
+				}
+			}
+			exprs[fmt.Sprintf("dashboard panel %q query %s", p.Title, tg.RefID)] = tg.Expr
+		}
+	}
+	if graphs < 20 {
+		t.Errorf("the dashboard has %d panels, want the fleet's main ones (at least 20)", graphs)
+	}
+	return exprs
+}
