@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -268,7 +269,30 @@ func (l *Limiter) recover() {
 }
 
 // connect loads the scripts and records a heartbeat, in one round trip.
+//
+// On Redis Cluster it loads the scripts on every master instead, one round trip each:
+// a master's answer is what tells a probe that every slot is served again (the live-edge
+// key's slot answering proves nothing about a tenant's), and a replica promoted by a
+// failover starts without scripts. It first asks the client to reload the slot map,
+// which otherwise keeps naming a dead master until a redirect or its periodic reload.
 func (l *Limiter) connect(ctx context.Context) error {
+	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(ctx)
+		var n atomic.Int64
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			pipe := m.Pipeline()
+			pipe.ScriptLoad(ctx, exactLua)
+			pipe.ScriptLoad(ctx, approxLua)
+			n.Add(2)
+			_, err := pipe.Exec(ctx)
+			return err
+		})
+		l.commands.Add(uint64(n.Load()))
+		if err != nil {
+			return err
+		}
+		return l.heartbeat(ctx)
+	}
 	pipe := l.rdb.Pipeline()
 	pipe.ScriptLoad(ctx, exactLua)
 	pipe.ScriptLoad(ctx, approxLua)
