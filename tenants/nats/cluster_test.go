@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,25 +102,28 @@ func TestClusterBucketReplicas(t *testing.T) {
 func TestClusterFailover(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartNATSCluster(t, 3)
-	nc, js := connectList(t, c.URLs())
+	_, setup := connectList(t, c.URLs())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	bucket := testenv.Name("tgcfg_")
-	kv, err := tgnats.EnsureBucket(ctx, js, bucket, 3)
-	if err != nil {
+	if _, err := tgnats.EnsureBucket(ctx, setup, bucket, 3); err != nil {
 		t.Fatal(err)
 	}
-	// Kill the node the client is on and, when it is another, the bucket's leader too
-	// would be two losses; one loss of the node holding both is the harder case, so put
-	// the client on the leader's node first.
-	_, _, leader := streamReplicas(t, js, tgnats.KVStream(bucket))
+	// The hardest single loss is the node holding both the client and the bucket's
+	// leader: put the client there by listing the leader first, unshuffled.
+	_, _, leader := streamReplicas(t, setup, tgnats.KVStream(bucket))
 	li := c.Index(leader)
 	if li < 0 {
 		t.Fatalf("leader %q is no node of the cluster", leader)
 	}
-	nc.Close()
-	nc, js = connectList(t, c.URL(li)) // one URL: the others come from the cluster's gossip
-	kv, err = js.KeyValue(ctx, bucket)
+	list := []string{c.URL(li)}
+	for i := range 3 {
+		if i != li {
+			list = append(list, c.URL(i))
+		}
+	}
+	nc, js := connectList(t, strings.Join(list, ","), nats.DontRandomize())
+	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
