@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -19,10 +20,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"tollgate/billing"
 	billingnats "tollgate/billing/nats"
 	billingpg "tollgate/billing/postgres"
 	billingstripe "tollgate/billing/stripe"
+	"tollgate/infra/admin"
 	"tollgate/infra/config"
 	tgnats "tollgate/tenants/nats"
 	"tollgate/tenants/postgres"
@@ -58,8 +62,13 @@ type Options struct {
 	StripeEvent  string
 	// PushInterval is how often settled usage is pushed to Stripe. Default: 1m.
 	PushInterval time.Duration
-	Logger       *slog.Logger
-	Stdout       io.Writer
+	// AdminAddr, when set, is where Run serves /metrics, /healthz and /readyz.
+	AdminAddr string
+	// Registry, when set, takes billing's series instead of a registry of its own (the
+	// dev stack serves them with the api's).
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+	Stdout   io.Writer
 }
 
 // OptionsFromEnv reads the TOLLGATE_* environment.
@@ -95,6 +104,7 @@ func Main(ctx context.Context, args []string) error {
 	}
 	o.Logger = newLogger(cfg.LogLevel)
 	o.Stdout = os.Stdout
+	o.AdminAddr = cfg.BillingAdminAddr
 	if err := postgres.Migrate(ctx, o.DatabaseURL); err != nil {
 		return err
 	}
@@ -128,6 +138,22 @@ func Main(ctx context.Context, args []string) error {
 // a Stripe key, the Stripe push every PushInterval, until ctx ends.
 func Run(ctx context.Context, o Options) error {
 	log := o.logger()
+	reg := o.Registry
+	if reg == nil {
+		reg = admin.NewRegistry()
+	}
+	metrics, err := billing.NewMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("billing: registering metrics: %w", err)
+	}
+	var adminLn net.Listener
+	if o.AdminAddr != "" {
+		// Bound first, so a port in use fails before anything starts.
+		if adminLn, err = net.Listen("tcp", o.AdminAddr); err != nil {
+			return fmt.Errorf("TOLLGATE_BILLING_ADMIN_ADDR: %w", err)
+		}
+		defer adminLn.Close() // for the early returns; closing it twice is harmless
+	}
 	store, err := billingpg.Open(ctx, o.DatabaseURL)
 	if err != nil {
 		return err
@@ -138,13 +164,27 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer nc.Close()
+	if adminLn != nil {
+		srv := admin.Serve(adminLn, reg, log, store.Ping, func(context.Context) error {
+			if !nc.IsConnected() {
+				return errors.New("nats: not connected")
+			}
+			return nil
+		})
+		log.Info("billing admin listening", "addr", adminLn.Addr().String())
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
 	var wg sync.WaitGroup
 	if o.StripeKey != "" {
-		p, err := o.pusher(store)
+		p, err := o.pusher(store, metrics)
 		if err != nil {
 			return err
 		}
@@ -156,7 +196,7 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		log.Info("billing: TOLLGATE_STRIPE_KEY not set; usage is not pushed to Stripe")
 	}
-	c := billingnats.NewConsumer(js, store, billingnats.ConsumerConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log})
+	c := billingnats.NewConsumer(js, store, billingnats.ConsumerConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log, Metrics: metrics})
 	log.Info("billing: consuming usage", "stream", billing.UsageStream(o.NATSPrefix))
 	err = c.Run(ctx)
 	wg.Wait()
@@ -177,12 +217,12 @@ func (o Options) stdout() io.Writer {
 	return os.Stdout
 }
 
-func (o Options) pusher(store *billingpg.Store) (*billingstripe.Pusher, error) {
+func (o Options) pusher(store *billingpg.Store, m *billing.Metrics) (*billingstripe.Pusher, error) {
 	if o.StripeKey == "" {
 		return nil, errors.New("TOLLGATE_STRIPE_KEY is not set")
 	}
 	return billingstripe.New(billingstripe.Config{
-		Key: o.StripeKey, URL: o.StripeURL, EventName: o.StripeEvent, Store: store, Logger: o.logger(),
+		Key: o.StripeKey, URL: o.StripeURL, EventName: o.StripeEvent, Store: store, Logger: o.logger(), Metrics: m,
 	})
 }
 
@@ -286,7 +326,7 @@ func enableCmd(ctx context.Context, o Options, args []string) error {
 		return err
 	}
 	defer store.Close()
-	p, err := o.pusher(store)
+	p, err := o.pusher(store, nil)
 	if err != nil {
 		return err
 	}
@@ -308,7 +348,7 @@ func pushCmd(ctx context.Context, o Options) error {
 		return err
 	}
 	defer store.Close()
-	p, err := o.pusher(store)
+	p, err := o.pusher(store, nil)
 	if err != nil {
 		return err
 	}

@@ -68,6 +68,8 @@ type Config struct {
 	Now func() time.Time
 	// Logger. Default: slog.Default().
 	Logger *slog.Logger
+	// Metrics, when set, counts pushes and failures.
+	Metrics *billing.Metrics
 }
 
 // Pusher creates customers and pushes usage.
@@ -197,6 +199,7 @@ func (p *Pusher) push(ctx context.Context, push billing.Push, now time.Time) (ok
 	params.SetIdempotencyKey(push.Identifier)
 	_, serr := p.api.BillingMeterEvents.New(params)
 	if serr == nil {
+		p.cfg.Metrics.Pushed(p.cfg.Now())
 		if err := p.cfg.Store.PushSucceeded(ctx, push.Identifier, p.cfg.Now().UTC()); err != nil {
 			// Stripe has it; the next run resends the same identifier, which Stripe
 			// counts once.
@@ -208,6 +211,7 @@ func (p *Pusher) push(ctx context.Context, push billing.Push, now time.Time) (ok
 		return false, ctx.Err()
 	}
 	permanent := isPermanent(serr)
+	p.cfg.Metrics.PushFailed(permanent)
 	delay := p.cfg.Backoff << min(push.Attempts, 16)
 	if delay <= 0 || delay > p.cfg.MaxBackoff {
 		delay = p.cfg.MaxBackoff
