@@ -26,6 +26,10 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
+
+	"tollgate/edge/limit"
+	"tollgate/infra/config"
+	tgnats "tollgate/tenants/nats"
 )
 
 // shutdownGrace is how long tollgate api and edge wait for in-flight requests after
@@ -233,6 +237,7 @@ func TestDeployManifests(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			o := build(t, dirs[name])
 			checkSettings(t, o, settings)
+			checkProgramConfig(t, o)
 			checkReferences(t, o, name == "dev")
 			checkEdge(t, o)
 			checkServices(t, o)
@@ -301,6 +306,73 @@ func checkSettings(t *testing.T, o *objects, settings map[string]bool) {
 	for _, s := range o.secrets {
 		for k := range s.Data {
 			check("Secret "+s.Name, k)
+		}
+	}
+}
+
+// operatorSecrets stand in for the Secret prod leaves to the operator, in the forms the
+// README documents (a multi-host Postgres URL, a Redis Cluster URL).
+var operatorSecrets = map[string]string{
+	"TOLLGATE_DATABASE_URL": "postgres://tollgate:secret@pg-a:5432,pg-b:5432/tollgate?target_session_attrs=read-write",
+	"TOLLGATE_REDIS_URL":    "redis://:secret@redis-0:6379?addr=redis-1:6379&addr=redis-2:6379",
+	"TOLLGATE_ADMIN_TOKEN":  "tgadm_operator_0123456789abcdef",
+	"TOLLGATE_SMTP_URL":     "smtps://mailer:secret@smtp.example.com:465",
+	"TOLLGATE_STRIPE_KEY":   "sk_test_0123456789",
+}
+
+// checkProgramConfig gives each Tollgate container's environment, as the kubelet would
+// build it, to the program's own settings parser: the deploy files hold no value the
+// processes would refuse at start.
+func checkProgramConfig(t *testing.T, o *objects) {
+	t.Helper()
+	configMaps := map[string]map[string]string{}
+	for _, c := range o.configMaps {
+		configMaps[c.Name] = c.Data
+	}
+	secrets := map[string]map[string][]byte{}
+	for _, s := range o.secrets {
+		secrets[s.Name] = s.Data
+	}
+	for _, d := range o.deployments {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			env := map[string]string{}
+			for _, ef := range c.EnvFrom {
+				if ef.ConfigMapRef != nil {
+					for k, v := range configMaps[ef.ConfigMapRef.Name] {
+						env[k] = v
+					}
+				}
+			}
+			for _, e := range c.Env {
+				switch {
+				case e.ValueFrom == nil:
+					env[e.Name] = e.Value
+				case e.ValueFrom.SecretKeyRef != nil:
+					ref := e.ValueFrom.SecretKeyRef
+					if data, ok := secrets[ref.Name]; ok {
+						if v, ok := data[ref.Key]; ok {
+							env[e.Name] = string(v)
+						}
+					} else {
+						env[e.Name] = operatorSecrets[ref.Key]
+					}
+				case e.ValueFrom.FieldRef != nil:
+					env[e.Name] = d.Name + "-7d9f8c6b5-x2k4p"
+				}
+			}
+			cfg, err := config.FromEnv(func(k string) string { return env[k] })
+			if err != nil {
+				t.Errorf("%s: the settings it is given are refused: %v", d.Name, err)
+				continue
+			}
+			if err := tgnats.CheckServers(cfg.NATSURL); err != nil {
+				t.Errorf("%s: %v", d.Name, err)
+			}
+			if cfg.RedisURL != "" {
+				if _, err := limit.ParseRedisURL(cfg.RedisURL); err != nil {
+					t.Errorf("%s: TOLLGATE_REDIS_URL: %v", d.Name, err)
+				}
+			}
 		}
 	}
 }
