@@ -99,6 +99,9 @@ type Config struct {
 	// Ready reports whether the dependencies answer; /readyz calls it. Default: always ready.
 	Ready func(ctx context.Context) error
 
+	// Metrics, when set, counts every request (see NewMetrics).
+	Metrics *Metrics
+
 	// BodyLimit caps request bodies in bytes. Default: 1 MB.
 	BodyLimit int
 	// ReadTimeout, WriteTimeout and IdleTimeout bound the connection phases.
@@ -192,6 +195,9 @@ func New(cfg Config) *Server {
 		Immutable: true,
 	})
 	s.endpoints = s.table()
+	if cfg.Metrics != nil {
+		s.app.Use(cfg.Metrics.handler)
+	}
 	s.app.Use(s.frame)
 	for i := range s.endpoints {
 		ep := &s.endpoints[i]

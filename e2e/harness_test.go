@@ -150,6 +150,9 @@ func startProc(t *testing.T, name string, args []string, env []string) *proc {
 		// The race runtime sleeps 1 s at exit by default; a report fails the test anyway.
 		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0")
 	}
+	// Admin listeners on any free port unless env names one: several apis and billings
+	// run at once.
+	cmd.Env = append(cmd.Env, "TOLLGATE_API_ADMIN_ADDR=127.0.0.1:0", "TOLLGATE_BILLING_ADMIN_ADDR=127.0.0.1:0")
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout = io.MultiWriter(p.stdout, p.output)
 	cmd.Stderr = p.output

@@ -52,6 +52,11 @@ func Dev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// One admin listener for the api and billing, which share a process here.
+	apiAdminLn, err := listen("TOLLGATE_API_ADMIN_ADDR", cfg.APIAdminAddr)
+	if err != nil {
+		return err
+	}
 
 	natsURL := cfg.NATSURL
 	if natsURL == "" {
@@ -79,6 +84,7 @@ func Dev(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cp.close()
+	cp.adminLn = apiAdminLn
 	kv, err := cp.bucket(ctx, cfg.KVBucket(), cfg.NATSReplicas)
 	if err != nil {
 		return err
@@ -115,7 +121,8 @@ func Dev(ctx context.Context, args []string) error {
 			DatabaseURL: cfg.DatabaseURL, NATSURL: natsURL, NATSPrefix: cfg.NATSPrefix,
 			NATSAuth: natsAuth(cfg), NATSReplicas: cfg.NATSReplicas,
 			StripeKey: cfg.StripeKey, StripeURL: cfg.StripeURL, StripeEvent: cfg.StripeEvent,
-			Logger: log.With("component", "billing"),
+			Registry: cp.reg,
+			Logger:   log.With("component", "billing"),
 		})
 	}()
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"tollgate/api"
 	billingcli "tollgate/billing/cli"
@@ -65,6 +66,12 @@ type controlPlane struct {
 	nc    *nats.Conn
 	relay *postgres.Relay
 	mail  tenants.Mailer
+
+	// The admin listener's registry and the api's series (admin.go); adminLn is nil
+	// when the process serves no admin listener of its own.
+	reg     *prometheus.Registry
+	metrics *api.Metrics
+	adminLn net.Listener
 }
 
 func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, log *slog.Logger) (*controlPlane, error) {
@@ -92,7 +99,14 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 		db.Close()
 		return nil, err
 	}
-	cp := &controlPlane{db: db, nc: nc, relay: postgres.NewRelay(db, pub, log), mail: mail}
+	reg, metrics, err := apiMetrics()
+	if err != nil {
+		nc.Close()
+		db.Close()
+		return nil, err
+	}
+	cp := &controlPlane{db: db, nc: nc, relay: postgres.NewRelay(db, pub, log), mail: mail, reg: reg, metrics: metrics}
+	cp.relay.SetObserver(metrics)
 	return cp, nil
 }
 
@@ -154,6 +168,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		Mailer:     cp.mail,
 		PublicURL:  cfg.PublicURL,
 		Logger:     log,
+		Metrics:    cp.metrics,
 		Ready: func(ctx context.Context) error {
 			if err := cp.db.Ping(ctx); err != nil {
 				return fmt.Errorf("postgres: %w", err)
@@ -210,6 +225,10 @@ func API(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("api listen: %w", err)
 	}
+	if cp.adminLn, err = listenAdmin("TOLLGATE_API_ADMIN_ADDR", cfg.APIAdminAddr); err != nil {
+		ln.Close()
+		return err
+	}
 	return runAPI(ctx, cfg, cp, ln, log)
 }
 
@@ -241,6 +260,8 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 		_ = checks.Run(checksCtx)
 	}()
 	defer func() { stopChecks(); <-checksDone }()
+	drainAdmin, stopAdmin := cp.serveAdmin(ctx, log)
+	defer stopAdmin()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("api listening", "addr", ln.Addr().String(), "bucket", cfg.KVBucket())
@@ -249,6 +270,7 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 		return err
 	case <-ctx.Done():
 	}
+	drainAdmin()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	err := srv.Shutdown(sctx)

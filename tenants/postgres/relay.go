@@ -56,6 +56,7 @@ type Relay struct {
 	kicked  bool               // wake the next wait at once
 	wake    context.CancelFunc // ends the current wait
 	status  RelayStatus
+	obs     RelayObserver // relaymetrics.go
 }
 
 // RelayStatus is what a relay reports for readiness and metrics.
@@ -220,7 +221,11 @@ func (r *Relay) serve(ctx context.Context, conn *pgx.Conn) error {
 			backoff = min(max(2*backoff, r.retryMin), r.retryMax)
 			r.mu.Lock()
 			r.status.Failing = err.Error()
+			obs := r.obs
 			r.mu.Unlock()
+			if obs != nil {
+				obs.PublishFailed()
+			}
 			r.log.Warn("outbox relay: publishing failed; retrying", "err", err, "retry_in", backoff)
 			if !sleep(ctx, backoff) {
 				return ctx.Err()
@@ -250,14 +255,17 @@ func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		return 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	rows, err := tx.Query(ctx, `SELECT id, key, value FROM outbox WHERE sent_at IS NULL
+	rows, err := tx.Query(ctx, `SELECT id, key, value, created_at FROM outbox WHERE sent_at IS NULL
 		ORDER BY id LIMIT $1 FOR UPDATE`, r.batch)
 	if err != nil {
 		return 0, err
 	}
+	var written []time.Time // per change, for the publish lag
 	changes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenants.Change, error) {
 		var c tenants.Change
-		err := row.Scan(&c.Rev, &c.Key, &c.Value)
+		var at time.Time
+		err := row.Scan(&c.Rev, &c.Key, &c.Value, &at)
+		written = append(written, at)
 		return c, err
 	})
 	if err != nil || len(changes) == 0 {
@@ -281,6 +289,12 @@ func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		return 0, err
 	}
 	r.published(revs[len(revs)-1])
+	if obs := r.observer(); obs != nil {
+		now := time.Now()
+		for _, at := range written {
+			obs.Published(now.Sub(at))
+		}
+	}
 	return len(changes), nil
 }
 
