@@ -3,7 +3,9 @@ package limit_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,14 +36,20 @@ func clusterClient(t *testing.T, url string, timeout time.Duration) *redis.Clust
 // slotMaster maps a slot to the address of the master serving it.
 func slotMaster(t *testing.T, c *redis.ClusterClient) func(slot int64) string {
 	t.Helper()
-	slots, err := c.ClusterSlots(bg).Result()
+	shards, err := c.ClusterShards(bg).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return func(slot int64) string {
-		for _, s := range slots {
-			if int64(s.Start) <= slot && slot <= int64(s.End) {
-				return s.Nodes[0].Addr
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				if r.Start <= slot && slot <= r.End {
+					for _, n := range sh.Nodes {
+						if n.Role == "master" {
+							return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+						}
+					}
+				}
 			}
 		}
 		t.Fatalf("slot %d served by no master", slot)
@@ -384,4 +392,88 @@ func TestRedisCluster(t *testing.T) {
 			t.Errorf("after the failover: %+v", d)
 		}
 	})
+}
+
+// Sentinel: a master, its replica and one sentinel. The limiter finds the master through
+// the sentinel, limits exactly, and rides through the master's death: degraded while
+// the sentinel fails over, cluster-wide again on the promoted replica, nothing refused.
+func TestRedisSentinel(t *testing.T) {
+	start := time.Now()
+	rs := testenv.RedisSentinel(t)
+	t.Logf("master, replica and sentinel up in %s", time.Since(start).Round(time.Millisecond))
+	const timeout = 100 * time.Millisecond
+	rdb, err := limit.NewRedisClient(rs.SentinelURL(), timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	if _, ok := rdb.(*redis.Client); !ok {
+		t.Fatalf("%s opened a %T", rs.SentinelURL(), rdb)
+	}
+	prefix := testenv.RedisPrefix(t)
+	l := newLimiter(t, limit.Config{Redis: rdb, Prefix: prefix, EdgeID: "edge-sentinel", Timeout: timeout,
+		ProbeInterval: 200 * time.Millisecond})
+	if s := l.State(); s.Mode != "cluster" {
+		t.Fatalf("%+v", s)
+	}
+	q := quota(t, "acme", "plan:small", limit.ModeExact, 20)
+	n := 0
+	for range 30 {
+		if d := l.Allow(bg, one(q, "c1")); d.Allowed {
+			n++
+		} else if d.Degraded {
+			t.Fatalf("degraded: %s", l.State().LastError)
+		}
+	}
+	if n != 20 {
+		t.Fatalf("quota of 20 admitted %d", n)
+	}
+	checks := []limit.Check{
+		{Policy: rate(t, "acme", "tenant", limit.ModeExact, 1_000_000, time.Second, 1_000_000)},
+		{Policy: rate(t, "acme", "approx", limit.ModeApproximate, 1_000_000, time.Second, 1_000_000)},
+	}
+	var total, refused, degraded int
+	// Replication is asynchronous: what the master acknowledged in its last moment
+	// may die with it. Wait for the replica to have the counts, as it has in a steady
+	// state, so that the test checks the limiter, not Redis's replication lag.
+	mc := redis.NewClient(&redis.Options{Addr: rs.Addrs[0]})
+	if n, err := mc.Wait(bg, 1, 5*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT: %d replicas, %v", n, err)
+	}
+	mc.Close()
+	killed := time.Now()
+	rs.Kill(rs.Addrs[0])
+	var wentDegraded, back time.Duration
+	deadline := killed.Add(30 * time.Second)
+	for back == 0 || time.Since(killed) < back+300*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("not back in cluster mode 30s after the master died: %+v", l.State())
+		}
+		d := l.Allow(bg, checks)
+		total++
+		if !d.Allowed {
+			refused++
+		}
+		if d.Degraded {
+			degraded++
+		}
+		s := l.State()
+		if wentDegraded == 0 && s.Degraded {
+			wentDegraded = time.Since(killed)
+		}
+		if wentDegraded != 0 && back == 0 && !s.Degraded {
+			back = time.Since(killed)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s := l.State()
+	t.Logf("master killed: degraded after %s, cluster mode after %s; %d requests, %d decided locally, %d refused; transitions %d",
+		wentDegraded.Round(time.Millisecond), back.Round(time.Millisecond), total, degraded, refused, s.Transitions)
+	if refused != 0 || wentDegraded == 0 || s.Mode != "cluster" || s.Transitions != 2 {
+		t.Fatalf("failover: %d refused, %+v, want nothing refused and one degraded spell", refused, s)
+	}
+	// The count lives on in the promoted replica: the quota stays spent.
+	if d := l.Allow(bg, one(q, "c1")); d.Allowed || d.Degraded {
+		t.Fatalf("after the failover: %+v, want the spent quota refused by the new master", d)
+	}
 }

@@ -73,7 +73,7 @@ func RedisCluster(tb testing.TB, masters, replicas int) *RedisNodes {
 
 // RedisSentinel starts a master, one replica of it and one sentinel watching it under
 // the name "mymaster" (down after 1 s, failover within seconds), and waits until the
-// sentinel knows the replica.
+// replica is in sync and the sentinel knows it.
 func RedisSentinel(tb testing.TB) *RedisNodes {
 	tb.Helper()
 	n := newRedisNodes(tb)
@@ -95,10 +95,16 @@ func RedisSentinel(tb testing.TB) *RedisNodes {
 	defer cancel()
 	s := redis.NewSentinelClient(&redis.Options{Addr: n.Sentinel})
 	defer s.Close()
+	r := redis.NewClient(&redis.Options{Addr: replica})
+	defer r.Close()
 	for {
 		reps, err := s.Replicas(ctx, "mymaster").Result()
+		var info string
+		if err == nil {
+			info, err = r.Info(ctx, "replication").Result()
+		}
 		if err == nil && len(reps) == 1 && strings.Contains(fmt.Sprint(reps[0]), "flags:slave") &&
-			!strings.Contains(fmt.Sprint(reps[0]), "s_down") {
+			!strings.Contains(fmt.Sprint(reps[0]), "s_down") && strings.Contains(info, "master_link_status:up") {
 			break
 		}
 		if ctx.Err() != nil {
@@ -122,7 +128,8 @@ func redisCLI() string { return filepath.Join(filepath.Dir(RedisServerBin()), "r
 func (n *RedisNodes) start(addr string, args ...string) {
 	n.tb.Helper()
 	_, port, _ := net.SplitHostPort(addr)
-	args = append(args, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+	// A replica's first sync would wait 5 s for more replicas to share the transfer.
+	args = append(args, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0",
 		"--dir", n.dir, "--logfile", filepath.Join(n.dir, port+".log"))
 	cmd := exec.Command(RedisServerBin(), args...)
 	if err := cmd.Start(); err != nil {
@@ -214,9 +221,9 @@ func (n *RedisNodes) clusterReady(ctx context.Context) error {
 		if err == nil {
 			repl, err = c.Info(ctx, "replication").Result()
 		}
-		var slots []redis.ClusterSlot
+		var shards []redis.ClusterShard
 		if err == nil {
-			slots, err = c.ClusterSlots(ctx).Result()
+			shards, err = c.ClusterShards(ctx).Result()
 		}
 		c.Close()
 		if err != nil {
@@ -232,11 +239,20 @@ func (n *RedisNodes) clusterReady(ctx context.Context) error {
 			continue
 		}
 		served = 0
-		for _, s := range slots {
-			if !slices.Contains(live, s.Nodes[0].Addr) {
-				return fmt.Errorf("slots %d-%d served by %s, which is down", s.Start, s.End, s.Nodes[0].Addr)
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				up := false
+				for _, node := range sh.Nodes {
+					addr := net.JoinHostPort(node.IP, strconv.FormatInt(node.Port, 10))
+					if node.Role == "master" && node.Health == "online" && slices.Contains(live, addr) {
+						up = true
+					}
+				}
+				if !up {
+					return fmt.Errorf("slots %d-%d have no live master", r.Start, r.End)
+				}
+				served += int(r.End - r.Start + 1)
 			}
-			served += s.End - s.Start + 1
 		}
 		if served != 16384 {
 			return fmt.Errorf("%s sees %d slots served", a, served)
