@@ -45,8 +45,9 @@
 // ModeExact: one EVALSHA per request runs the GCRA of every exact rate of the request
 // and the count of every exact quota, and commits all or none. Times are passed from
 // the edge's clock (µs since 2025-01-01, fractional T allowed), so edges need
-// NTP-synchronised clocks: a skew of s seconds shifts at most s·r admissions. Requests
-// refused locally never reach Redis.
+// NTP-synchronised clocks: a skew of s seconds lets through at most min(s·r, b) more
+// admissions, once (the edge ahead finds a bucket the edge behind just spent that much
+// fuller). Requests refused locally never reach Redis.
 //
 // ModeApproximate: each edge admits against its view of the shared TAT: the TAT it last
 // read plus its own admissions since. Every SyncInterval I it pushes its admission count
@@ -99,6 +100,15 @@
 // logged once (slog, Warn then Info), counted, and visible in State and the
 // tollgate_limit_degraded gauge. A request never waits on Redis longer than Timeout,
 // and waits not at all while the breaker is open.
+//
+// # Redis Cluster and Sentinel
+//
+// Every key of a policy carries its tenant as a hash tag ("{tenant}"), so the keys of one
+// request's EVALSHA, all of one tenant, share a slot. The breaker is per limiter: while
+// any master is unreachable every cluster limit is at the local share. On Redis Cluster
+// the probe asks the client to reload the slot map and loads the scripts on every master,
+// so it succeeds only when every slot is served again, and a promoted replica has the
+// scripts before requests need them.
 //
 // # Concurrency
 //
