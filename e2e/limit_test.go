@@ -220,14 +220,6 @@ func gcraAdmits(shots []shot, rate, burst int) int {
 	return gcraAt(shots, rate, burst, func(s shot) time.Duration { return s.sent })
 }
 
-// gcraAdmitsLate is gcraAdmits with every request decided as late as it could have
-// been: when its answer arrived. The edge decides somewhere between sending and
-// answering, so on a machine that stalls requests in flight the fleet may admit up to
-// this many without counting wrong.
-func gcraAdmitsLate(shots []shot, rate, burst int) int {
-	return gcraAt(shots, rate, burst, func(s shot) time.Duration { return s.sent + s.latency })
-}
-
 func gcraAt(shots []shot, rate, burst int, when func(shot) time.Duration) int {
 	sent := make([]time.Duration, len(shots))
 	for i, s := range shots {
@@ -338,8 +330,8 @@ func settle(t *testing.T, edges []*limitEdge, slug, path string, refill time.Dur
 // TestLimitClusterRate: a route limited to 100 requests/s, driven at 300/s for 10 s
 // across two edges (alternating), admits 100/s across the fleet: 1,000 ± 2% in exact
 // mode; in approximate mode no more than the documented bound (edge/limit/doc.go:
-// r·w + b + (E−1)·(b + 2·r·I'), with I' = 100 ms sync + 50 ms timeout) and no fewer than
-// 95% of the rate.
+// r·w + b + (E−1)·(b + 2·r·I'), with I' = 100 ms sync + 50 ms timeout: 1,070) and no
+// fewer than 95% of the rate. The bounds are fixed; they do not widen for a slow run.
 func TestLimitClusterRate(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -406,14 +398,15 @@ func measureClusterRate(t *testing.T, api *apiClient, es []*limitEdge, upURL, pa
 	// for longer than a burst's worth (the edges cannot admit what was not sent).
 	ideal := gcraAdmits(shots, rate, tc.burst)
 	t.Logf("a single GCRA would admit %d of this load as sent", ideal)
+	// The upper bounds are fixed: r·w ± 2% in exact mode (the burst and the edges'
+	// own clocks are within it), the documented worst case in approximate mode. A run
+	// in which the machine held answers back fails them or is measured again (above),
+	// never judged against a bound stretched to fit. Only the lower bound follows
+	// the load as sent: the edges cannot admit what a stalled generator did not send.
 	lo, hi := want*98/100, want*102/100
 	if ideal < lo {
-		t.Logf("the load generator was stalled: judging against %d ± 2%% instead", ideal)
-		lo, hi = ideal-want*2/100, ideal+want*2/100
-	}
-	if late := gcraAdmitsLate(shots, rate, tc.burst); late+want*2/100 > hi {
-		t.Logf("requests were held in flight (max %s): a GCRA deciding on arrival of the answers admits %d", tl.maxLatency.Round(time.Millisecond), late)
-		hi = late + want*2/100
+		t.Logf("the load generator was stalled: at least %d (a single GCRA's %d − 2%%)", ideal-want*2/100, ideal)
+		lo = ideal - want*2/100
 	}
 	if tc.mode == "approximate" {
 		iPrime := 0.15
