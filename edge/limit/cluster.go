@@ -273,12 +273,12 @@ func (l *Limiter) recover() {
 // On Redis Cluster it loads the scripts on every master instead, one round trip each:
 // a master's answer is what tells a probe that every slot is served again (the live-edge
 // key's slot answering proves nothing about a tenant's), and a replica promoted by a
-// failover starts without scripts. It first asks the client to reload the slot map,
-// which otherwise keeps naming a dead master until a redirect or its periodic reload.
+// failover starts without scripts. ForEachMaster reads the slot map afresh first (one
+// CLUSTER SLOTS), so a master a failover replaced is no longer asked.
 func (l *Limiter) connect(ctx context.Context) error {
 	if cc, ok := l.rdb.(*redis.ClusterClient); ok {
-		cc.ReloadState(ctx)
 		var n atomic.Int64
+		n.Add(1)
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 			pipe := m.Pipeline()
 			pipe.ScriptLoad(ctx, exactLua)

@@ -305,6 +305,73 @@ func TestRedisCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a planned failover", func(t *testing.T) {
+		// CLUSTER FAILOVER on a replica, as an operator does before maintenance: the
+		// old master answers MOVED once the replica took over, the client follows,
+		// and not one request is decided locally.
+		prefix := testenv.RedisPrefix(t)
+		l := newLimiter(t, limit.Config{Redis: clusterClient(t, url, relaxed), Prefix: prefix, EdgeID: "edge-planned", Timeout: relaxed})
+		tn, slot := tenants[1], slots[1]
+		old := master(slot)
+		var replica string
+		shards, err := admin.ClusterShards(bg).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sh := range shards {
+			for _, n := range sh.Nodes {
+				if a := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)); n.Role == "replica" && slices.ContainsFunc(sh.Nodes, func(m redis.Node) bool {
+					return m.Role == "master" && net.JoinHostPort(m.IP, strconv.FormatInt(m.Port, 10)) == old
+				}) {
+					replica = a
+				}
+			}
+		}
+		if replica == "" {
+			t.Fatalf("no replica of %s in %+v", old, shards)
+		}
+		checks := []limit.Check{
+			{Policy: rate(t, tn, "tenant", limit.ModeExact, 1_000_000, time.Second, 1_000_000)},
+			{Policy: quota(t, tn, "plan:gold", limit.ModeExact, 1_000_000_000), Key: []byte("c1")},
+		}
+		rc := redis.NewClient(&redis.Options{Addr: replica})
+		defer rc.Close()
+		if err := rc.Do(bg, "CLUSTER", "FAILOVER").Err(); err != nil {
+			t.Fatal(err)
+		}
+		n, bad := 0, 0
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			d := l.Allow(bg, checks)
+			n++
+			if !d.Allowed || d.Degraded {
+				bad++
+			}
+			if info, _ := rc.Info(bg, "replication").Result(); strings.Contains(info, "role:master") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not take over within 10s", replica)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for range 50 { // after the switch: MOVED followed to the new master
+			d := l.Allow(bg, checks)
+			n++
+			if !d.Allowed || d.Degraded {
+				bad++
+			}
+		}
+		t.Logf("CLUSTER FAILOVER %s → %s: %d requests, %d refused or decided locally", old, replica, n, bad)
+		if bad != 0 || l.State().Transitions != 0 {
+			t.Fatalf("%d of %d requests refused or decided locally; %+v", bad, n, l.State())
+		}
+		ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+		cl.WaitCluster(ctx)
+		cancel()
+		master = slotMaster(t, admin)
+	})
+
 	t.Run("a master's failover", func(t *testing.T) {
 		prefix := testenv.RedisPrefix(t)
 		const timeout = 100 * time.Millisecond

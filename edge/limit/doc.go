@@ -106,7 +106,7 @@
 // Every key of a policy carries its tenant as a hash tag ("{tenant}"), so the keys of one
 // request's EVALSHA, all of one tenant, share a slot. The breaker is per limiter: while
 // any master is unreachable every cluster limit is at the local share. On Redis Cluster
-// the probe asks the client to reload the slot map and loads the scripts on every master,
+// the probe reads the slot map afresh and loads the scripts on every master,
 // so it succeeds only when every slot is served again, and a promoted replica has the
 // scripts before requests need them.
 //
