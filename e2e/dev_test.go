@@ -32,9 +32,12 @@ func TestDevSmoke(t *testing.T) {
 		p        *proc
 		keyLine  []string
 		noKeyURL string
+		admin    string
 	)
 	for attempt := 1; ; attempt++ {
+		admin = freeAddr(t)
 		env := []string{
+			"TOLLGATE_API_ADMIN_ADDR=" + admin,
 			"TOLLGATE_DATABASE_URL=" + db,
 			"TOLLGATE_API_ADDR=" + freeAddr(t),
 			"TOLLGATE_EDGE_ADDR=" + freeAddr(t),
@@ -77,6 +80,14 @@ func TestDevSmoke(t *testing.T) {
 		t.Errorf("the demo upstream's answer does not echo the path /hello: %s", r)
 	}
 	wantEnvelope(t, curlLike(t, noKeyURL), 401, "unauthenticated")
+
+	// One admin listener serves the api's and billing's series.
+	_, metrics := adminGet(t, admin, "/metrics")
+	for _, series := range []string{`tollgate_billing_batches_total{result="folded"}`, "tollgate_outbox_unsent_rows", "tollgate_relay_publish_errors_total"} {
+		if sampleOf(metrics, series) < 0 {
+			t.Errorf("dev's admin listener lacks %s", series)
+		}
+	}
 
 	p.stopClean(t, stopTimeout)
 }
