@@ -1,11 +1,14 @@
 package edge_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"tollgate/tenants"
 )
 
 // The per-node series APISIX's and Kong's users read: the exact status code (a class for
@@ -68,6 +71,17 @@ func TestNodeMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+
+	// A deleted route frees its label values: its per-node series go with it.
+	h.del(tenants.ObjectKey(a, tenants.KindRoute, "r"))
+	waitFor(t, 2*time.Second, func() string {
+		for _, name := range []string{"tollgate_edge_responses_total", "tollgate_edge_upstream_duration_seconds", "tollgate_edge_gateway_duration_seconds", "tollgate_edge_request_bytes_total", "tollgate_edge_response_bytes_total"} {
+			if got := h.metric(name, node); got != 0 {
+				return fmt.Sprintf("%s still has the deleted route's series (%v)", name, got)
+			}
+		}
+		return ""
+	})
 }
 
 // A status without its own series is counted under its class, so a route has a bounded
