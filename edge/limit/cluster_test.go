@@ -262,47 +262,7 @@ func TestRedisCluster(t *testing.T) {
 	t.Run("scripts flushed", func(t *testing.T) {
 		c := newClock(t0)
 		ls, prefix := edges(t, 1, c)
-		l := ls[0]
-		tn := tenants[1]
-		ex := rate(t, tn, "tenant", limit.ModeExact, 1000, time.Second, 1000)
-		ap := rate(t, tn, "approx", limit.ModeApproximate, 10, time.Second, 200)
-		for range 60 {
-			if d := l.Allow(bg, []limit.Check{{Policy: ex}, {Policy: ap}}); !d.Allowed || d.Degraded {
-				t.Fatalf("%+v", d)
-			}
-		}
-		if err := l.Flush(bg); err != nil {
-			t.Fatal(err)
-		}
-		// Redis forgets every script on every node (as a restart or a failover to a
-		// replica that never loaded them would).
-		if err := admin.ScriptFlush(bg).Err(); err != nil {
-			t.Fatal(err)
-		}
-		errs := l.State().RedisErrors
-		for range 30 {
-			if d := l.Allow(bg, []limit.Check{{Policy: ex}, {Policy: ap}}); !d.Allowed || d.Degraded {
-				t.Fatalf("after SCRIPT FLUSH: %+v (%s)", d, l.State().LastError)
-			}
-		}
-		// The first push meets NOSCRIPT, keeps its counts and reloads; the next pushes.
-		for range 2 {
-			if err := l.Flush(bg); err != nil {
-				t.Fatal(err)
-			}
-		}
-		s := l.State()
-		if s.Mode != "cluster" || s.RedisErrors != errs {
-			t.Fatalf("after SCRIPT FLUSH: %+v", s)
-		}
-		tat, err := admin.Get(bg, prefix+":rl:{"+tn+"}:approx:").Int64()
-		if err != nil {
-			t.Fatal(err)
-		}
-		nowUs := (c.Now().UnixNano() - time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()) / 1000
-		if want := nowUs + 90*100_000; tat != want {
-			t.Fatalf("shared TAT %d, want now + 90 intervals = %d: admissions lost or doubled", tat, want)
-		}
+		scriptsFlushed(t, ls[0], admin, c, prefix, tenants[1])
 	})
 
 	t.Run("a planned failover", func(t *testing.T) {
@@ -544,4 +504,64 @@ func TestRedisSentinel(t *testing.T) {
 	if d := l.Allow(bg, one(q, "c1")); d.Allowed || d.Degraded {
 		t.Fatalf("after the failover: %+v, want the spent quota refused by the new master", d)
 	}
+}
+
+// scriptsFlushed: Redis forgets every script (a restart, SCRIPT FLUSH, a failover to a
+// replica that never loaded them); l, on that Redis and driven by c, refuses nothing,
+// errs nowhere, and loses or doubles no approximate count.
+func scriptsFlushed(t *testing.T, l *limit.Limiter, admin redis.UniversalClient, c *clock, prefix, tn string) {
+	t.Helper()
+	ex := rate(t, tn, "tenant", limit.ModeExact, 1000, time.Second, 1000)
+	ap := rate(t, tn, "approx", limit.ModeApproximate, 10, time.Second, 200)
+	for range 60 {
+		if d := l.Allow(bg, []limit.Check{{Policy: ex}, {Policy: ap}}); !d.Allowed || d.Degraded {
+			t.Fatalf("%+v", d)
+		}
+	}
+	if err := l.Flush(bg); err != nil {
+		t.Fatal(err)
+	}
+	// On a cluster client, SCRIPT FLUSH goes to every node.
+	if err := admin.ScriptFlush(bg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	errs := l.State().RedisErrors
+	for range 30 {
+		if d := l.Allow(bg, []limit.Check{{Policy: ex}, {Policy: ap}}); !d.Allowed || d.Degraded {
+			t.Fatalf("after SCRIPT FLUSH: %+v (%s)", d, l.State().LastError)
+		}
+	}
+	// The first push meets NOSCRIPT, keeps its counts and reloads; the next pushes.
+	for range 2 {
+		if err := l.Flush(bg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := l.State()
+	if s.Mode != "cluster" || s.RedisErrors != errs {
+		t.Fatalf("after SCRIPT FLUSH: %+v", s)
+	}
+	tat, err := admin.Get(bg, prefix+":rl:{"+tn+"}:approx:").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowUs := (c.Now().UnixNano() - time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()) / 1000
+	if want := nowUs + 90*100_000; tat != want {
+		t.Fatalf("shared TAT %d, want now + 90 intervals = %d: admissions lost or doubled", tat, want)
+	}
+}
+
+// One Redis node of the test's own (flushing the machine's shared Redis's scripts would
+// reach into other tests) loses its scripts: the same as on a cluster.
+func TestRedisScriptsFlushed(t *testing.T) {
+	node := testenv.RedisServer(t)
+	rdb, err := limit.NewRedisClient("redis://"+node.Addrs[0], relaxed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	c := newClock(t0)
+	prefix := testenv.RedisPrefix(t)
+	l := newLimiter(t, limit.Config{Redis: rdb, Prefix: prefix, Clock: c.Now, SyncInterval: -1, EdgeID: "edge0", Timeout: relaxed})
+	scriptsFlushed(t, l, rdb, c, prefix, "acme")
 }

@@ -27,8 +27,8 @@ func RedisServerBin() string {
 	return "/usr/bin/redis-server"
 }
 
-// RedisNodes is a set of redis-server processes a test started on loopback ports: a
-// Redis Cluster, or a master, its replica and a sentinel. Every process is killed and
+// RedisNodes is a set of redis-server processes a test started on loopback ports: one
+// node, a Redis Cluster, or a master, its replica and a sentinel. Every process is killed and
 // every file removed when the test ends.
 type RedisNodes struct {
 	tb    testing.TB
@@ -112,6 +112,18 @@ func RedisSentinel(tb testing.TB) *RedisNodes {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	return n
+}
+
+// RedisServer starts one redis-server of the test's own, for tests that do to Redis what
+// must not reach other tests (SCRIPT FLUSH, a kill).
+func RedisServer(tb testing.TB) *RedisNodes {
+	tb.Helper()
+	n := newRedisNodes(tb)
+	port := n.port()
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	n.start(addr, "--port", strconv.Itoa(port))
+	n.Addrs = []string{addr}
 	return n
 }
 
