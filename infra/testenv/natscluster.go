@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -62,6 +64,30 @@ type natsNode struct {
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
+	log  lockedBuffer // the server's output, shown when it fails to start
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) Reset() {
+	l.mu.Lock()
+	l.b.Reset()
+	l.mu.Unlock()
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // StartNATSCluster starts a cluster of n nodes and waits until each reports JetStream
@@ -169,8 +195,10 @@ func (c *NATSCluster) start(i int) {
 	defer nd.mu.Unlock()
 	cmd := exec.Command(c.bin, "-c", nd.conf)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	nd.log.Reset()
+	cmd.Stderr = &nd.log
 	if testing.Verbose() {
-		cmd.Stderr = os.Stderr
+		cmd.Stderr = io.MultiWriter(&nd.log, os.Stderr)
 	}
 	if err := cmd.Start(); err != nil {
 		c.tb.Fatalf("testenv: start nats-server %s: %v", nd.conf, err)
@@ -231,7 +259,7 @@ func (c *NATSCluster) waitHealthy(i int, d time.Duration) {
 		case <-ctx.Done():
 			c.tb.Fatalf("testenv: nats-server %d not healthy after %s: %s", i, d, last)
 		case <-nd.done:
-			c.tb.Fatalf("testenv: nats-server %d exited (run with -v for its output)", i)
+			c.tb.Fatalf("testenv: nats-server %d exited:\n%s", i, nd.log.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -290,3 +290,85 @@ func TestClusterConfigExactlyOnce(t *testing.T) {
 	t.Logf("%d changes in %d batches, %d batch retries across a leader kill: %d delivered to the edge, %d twice",
 		rev, batches, retries, len(delivered), twice)
 }
+
+// TestClusterWatcherFollowsLeaderLoss: an edge keeps following the bucket when the node
+// holding its consumer (often the bucket's leader too) is killed: the next change reaches
+// it as soon as the bucket takes writes again.
+func TestClusterWatcherFollowsLeaderLoss(t *testing.T) {
+	t.Parallel()
+	c := testenv.StartNATSCluster(t, 3)
+	relayNC, relayJS := connectList(t, c.URLs())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bucket := testenv.Name("tgcfg_")
+	if _, err := tgnats.EnsureBucket(ctx, relayJS, bucket, 3); err != nil {
+		t.Fatal(err)
+	}
+	_, _, leader := streamReplicas(t, relayJS, tgnats.KVStream(bucket))
+	li := c.Index(leader)
+	var list []string
+	for i := range 3 {
+		if i != li {
+			list = append(list, c.URL(i))
+		}
+	}
+	list = append(list, c.URL(li))
+	_, edgeJS := connectList(t, strings.Join(list, ","), nats.DontRandomize())
+	r := newRecorder()
+	wc := r.config("")
+	start := time.Now()
+	wc.OnError = func(err error) { t.Logf("%s watch: %v", time.Since(start).Round(time.Millisecond), err) }
+	w := watch(t, edgeJS, bucket, wc)
+	waitReady(t, w)
+	pub, err := tgnats.NewPublisher(relayNC, bucket, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(rev int64) {
+		for {
+			if err := pub.Publish(ctx, []tenants.Change{put(rev, key("t1", int(rev)), "v")}); err == nil {
+				return
+			} else if ctx.Err() != nil {
+				t.Fatalf("rev %d never acknowledged: %v", rev, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	publish(1)
+	waitFor(t, 5*time.Second, func() error {
+		if _, ok := r.get(key("t1", 1)); !ok {
+			return fmt.Errorf("rev 1 not seen")
+		}
+		return nil
+	})
+	// The edge's consumer lives on one node; lose that one (the hard case for a watcher:
+	// its consumer is gone, and its connection stays up elsewhere).
+	st, err := relayJS.Stream(ctx, tgnats.KVStream(bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var host string
+	for ci := range st.ListConsumers(ctx).Info() {
+		if ci.Cluster != nil {
+			host = ci.Cluster.Leader
+		}
+	}
+	ki := c.Index(host)
+	if ki < 0 {
+		t.Fatalf("the edge's consumer is on %q, no node", host)
+	}
+	t.Logf("stream leader %s, edge's consumer on %s", leader, host)
+	start = time.Now()
+	c.Kill(ki)
+	publish(2)
+	acked := time.Since(start)
+	waitFor(t, 30*time.Second, func() error {
+		if _, ok := r.get(key("t1", 2)); !ok {
+			return fmt.Errorf("rev 2 not seen %s after the leader's loss", time.Since(start).Round(time.Millisecond))
+		}
+		return nil
+	})
+	t.Logf("%s (the edge's consumer; bucket leader %s) killed: the next change acked after %s, seen by the edge after %s",
+		host, leader, acked.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	r.check(t)
+}

@@ -2,9 +2,11 @@ package nats
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,6 +41,9 @@ type WatchConfig struct {
 	BatchSize int
 }
 
+// reconnectPoll is how often a Watcher checks whether its connection reconnected.
+const reconnectPoll = 250 * time.Millisecond
+
 // Watcher loads the bucket (or the part its filter selects) and then follows it, through
 // outages of NATS, until stopped.
 //
@@ -66,10 +71,16 @@ type Watcher struct {
 	done     chan struct{} // closed when run has returned and no callback runs any more
 	stopOnce sync.Once
 
-	// Used by the consume callback only, which runs on one goroutine at a time.
+	// mu serializes deliveries and retires a replaced consumer: its callback delivers
+	// only while gen is still the one it was started with.
+	mu  sync.Mutex
+	gen uint64
+
+	// Used under mu by the consume callback, and by start between consumers.
 	initDone    bool
 	initPending uint64
 	received    uint64
+	last        atomic.Uint64 // the last revision delivered, read by run to resume after it
 }
 
 // Watch starts watching bucket and returns at once. It does not fail when NATS or the
@@ -114,55 +125,126 @@ func (w *Watcher) Stop() {
 
 func (w *Watcher) run(ctx context.Context) {
 	defer close(w.done)
-	cons := w.start(ctx)
-	if cons == nil {
-		return
-	}
-	cc, err := cons.Consume(w.handle,
-		jetstream.PullMaxMessages(w.cfg.BatchSize),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { w.report(err) }),
-	)
-	if err != nil {
-		// Consume only fails on bad options; the consumer itself was created above.
-		w.report(fmt.Errorf("watch %s: %w", w.stream, err))
-		return
-	}
-	select {
-	case <-ctx.Done():
-	case <-w.stop:
-	case <-cc.Closed(): // the connection was closed for good
-	}
-	cc.Stop()
-	<-cc.Closed()
-	// The server drops an idle consumer by itself (after 5 minutes); don't wait for that.
-	if info := cons.CachedInfo(); info != nil {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = w.js.DeleteConsumer(dctx, w.stream, info.Name)
-		cancel()
+	var from uint64 // the revision to resume at; 0: the initial load
+	for {
+		cons := w.start(ctx, from)
+		if cons == nil {
+			return
+		}
+		// The ordered consumer lives on one server. When that server is lost, nats.go
+		// notices (missed heartbeats, a reconnect) and recreates the consumer, but it
+		// retries a failing create in the background without a word: against a 2.9
+		// cluster that left a watch silent for good. So a lost consumer is replaced here
+		// instead, from the revision after the last one delivered, with the errors
+		// reported and the retries paced by start's backoff.
+		lost := make(chan struct{}, 1)
+		w.mu.Lock()
+		gen := w.gen
+		w.mu.Unlock()
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.gen == gen {
+				w.handle(m)
+			}
+		},
+			jetstream.PullMaxMessages(w.cfg.BatchSize),
+			// A consumer lost with its server shows as missed heartbeats: two of them.
+			jetstream.PullHeartbeat(2*time.Second),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				w.report(err)
+				if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+					errors.Is(err, jetstream.ErrConsumerNotFound) {
+					select {
+					case lost <- struct{}{}:
+					default:
+					}
+				}
+			}),
+		)
+		if err != nil {
+			// Consume only fails on bad options; the consumer itself was created above.
+			w.report(fmt.Errorf("watch %s: %w", w.stream, err))
+			return
+		}
+		// After a reconnect nats.go recreates the consumer the same silent way, so a
+		// reconnect is a lost consumer too.
+		reconnects := w.js.Conn().Stats().Reconnects
+		tick := time.NewTicker(reconnectPoll)
+		again := false
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+			case <-w.stop:
+			case <-cc.Closed(): // the connection was closed for good, or the consumer gave up
+				again = !w.js.Conn().IsClosed()
+			case <-lost:
+				again = true
+			case <-tick.C:
+				if w.js.Conn().Stats().Reconnects == reconnects || !w.js.Conn().IsConnected() {
+					continue
+				}
+				again = true
+			}
+			break wait
+		}
+		tick.Stop()
+		cc.Stop()
+		// Closed can take as long as a create nats.go has in flight (up to 10 s), so the
+		// old consumer is retired by generation instead: once gen moves on, none of its
+		// messages is delivered, and a callback running now has finished.
+		w.mu.Lock()
+		w.gen++
+		w.mu.Unlock()
+		go func() {
+			<-cc.Closed()
+			// The server drops an idle consumer by itself (after 5 minutes); don't wait for that.
+			if info := cons.CachedInfo(); info != nil {
+				dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = w.js.DeleteConsumer(dctx, w.stream, info.Name)
+				cancel()
+			}
+		}()
+		if !again {
+			return
+		}
+		from = w.last.Load() + 1
+		w.report(fmt.Errorf("watch %s: consumer lost; resuming at revision %d", w.stream, from))
 	}
 }
 
 // start creates the ordered consumer, retrying until it succeeds or the watch is stopped,
 // and signals readiness at once when there is nothing to load. While the connection is
-// down it waits for it instead of sending requests that can only time out.
-func (w *Watcher) start(ctx context.Context) jetstream.Consumer {
+// down it waits for it instead of sending requests that can only time out. from > 0
+// resumes after a lost consumer: every message from that revision on (with one revision
+// kept per key, that is each changed key's latest state).
+func (w *Watcher) start(ctx context.Context, from uint64) jetstream.Consumer {
 	// A request sent just as the server went away is lost without an answer, so the
 	// first attempts time out quickly; later ones allow a slow server more.
 	const minBackoff, minTimeout = 250 * time.Millisecond, time.Second
 	backoff, timeout := minBackoff, minTimeout
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{w.prefix + w.cfg.Filter}, // one filter: NATS 2.9 takes no list
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	}
+	if from > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
 	for {
 		wait := 100 * time.Millisecond
 		if w.js.Conn().IsConnected() {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
-			cons, err := w.js.OrderedConsumer(cctx, w.stream, jetstream.OrderedConsumerConfig{
-				FilterSubjects: []string{w.prefix + w.cfg.Filter}, // one filter: NATS 2.9 takes no list
-				DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-			})
+			cons, err := w.js.OrderedConsumer(cctx, w.stream, cfg)
 			cancel()
 			if err == nil {
-				w.initPending = cons.CachedInfo().NumPending
-				if w.initPending == 0 {
-					w.markReady()
+				if !w.initDone {
+					// Resumed during the initial load: what was delivered plus what is
+					// pending now bounds it.
+					w.initPending = w.received + cons.CachedInfo().NumPending
+					if cons.CachedInfo().NumPending == 0 {
+						w.markReady()
+					}
 				}
 				return cons
 			}
@@ -202,6 +284,7 @@ func (w *Watcher) handle(m jetstream.Msg) {
 		}
 	}
 	w.cfg.OnUpdate(u)
+	w.last.Store(u.Revision)
 	if !w.initDone {
 		w.received++
 		// Writes during the load can keep Pending above 0; the count taken when the
