@@ -334,7 +334,7 @@ func TestRedisCluster(t *testing.T) {
 
 	t.Run("a master's failover", func(t *testing.T) {
 		prefix := testenv.RedisPrefix(t)
-		const timeout = 100 * time.Millisecond
+		const timeout = 200 * time.Millisecond // the production default is 50 ms; this is about failover, not a busy machine
 		l := newLimiter(t, limit.Config{Redis: clusterClient(t, url, timeout), Prefix: prefix, EdgeID: "edge-failover",
 			Timeout: timeout, ProbeInterval: 200 * time.Millisecond})
 		tn, victim := tenants[0], master(slots[0])
@@ -429,7 +429,7 @@ func TestRedisSentinel(t *testing.T) {
 	start := time.Now()
 	rs := testenv.RedisSentinel(t)
 	t.Logf("master, replica and sentinel up in %s", time.Since(start).Round(time.Millisecond))
-	const timeout = 100 * time.Millisecond
+	const timeout = 200 * time.Millisecond // the production default is 50 ms; this is about failover, not a busy machine
 	rdb, err := limit.NewRedisClient(rs.SentinelURL(), timeout)
 	if err != nil {
 		t.Fatal(err)
