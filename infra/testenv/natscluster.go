@@ -110,6 +110,22 @@ func StartNATSClusterWith(tb testing.TB, o NATSClusterOptions) *NATSCluster {
 	if err != nil {
 		tb.Fatalf("testenv: %v", err)
 	}
+	// Ports are picked free and then released, so another test may take one before the
+	// server binds it: a node that exits while starting gets the whole cluster started
+	// again on new ports.
+	var last error
+	for range 3 {
+		c, err := startCluster(tb, bin, o)
+		if err == nil {
+			return c
+		}
+		last = err
+	}
+	tb.Fatalf("testenv: %v", last)
+	return nil
+}
+
+func startCluster(tb testing.TB, bin string, o NATSClusterOptions) (*NATSCluster, error) {
 	dir := tb.TempDir()
 	c := &NATSCluster{tb: tb, bin: bin}
 	clusterPorts := make([]int, o.Nodes)
@@ -146,22 +162,30 @@ jetstream {
 		conf += o.Config + "\n"
 		nd.conf = filepath.Join(dir, nd.name+".conf")
 		if err := os.WriteFile(nd.conf, []byte(conf), 0o600); err != nil {
-			tb.Fatalf("testenv: %v", err)
+			return nil, err
 		}
 		c.nodes = append(c.nodes, nd)
 	}
-	tb.Cleanup(func() {
-		for i := range c.nodes {
-			c.Kill(i)
+	tb.Cleanup(c.killAll)
+	for i := range c.nodes {
+		if err := c.start(i); err != nil {
+			c.killAll()
+			return nil, err
 		}
-	})
-	for i := range c.nodes {
-		c.start(i)
 	}
 	for i := range c.nodes {
-		c.waitHealthy(i, 30*time.Second)
+		if err := c.waitHealthy(i, 30*time.Second); err != nil {
+			c.killAll()
+			return nil, err
+		}
 	}
-	return c
+	return c, nil
+}
+
+func (c *NATSCluster) killAll() {
+	for i := range c.nodes {
+		c.Kill(i)
+	}
 }
 
 // URL returns node i's client URL.
@@ -189,7 +213,7 @@ func (c *NATSCluster) Index(s string) int {
 	return -1
 }
 
-func (c *NATSCluster) start(i int) {
+func (c *NATSCluster) start(i int) error {
 	nd := c.nodes[i]
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
@@ -201,19 +225,24 @@ func (c *NATSCluster) start(i int) {
 		cmd.Stderr = io.MultiWriter(&nd.log, os.Stderr)
 	}
 	if err := cmd.Start(); err != nil {
-		c.tb.Fatalf("testenv: start nats-server %s: %v", nd.conf, err)
+		return fmt.Errorf("start nats-server %s: %w", nd.conf, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	nd.cmd, nd.done = cmd, done
+	return nil
 }
 
 // Start starts node i again after Kill, on the same ports and store, and waits until it is
 // healthy.
 func (c *NATSCluster) Start(i int) {
 	c.tb.Helper()
-	c.start(i)
-	c.waitHealthy(i, 30*time.Second)
+	if err := c.start(i); err != nil {
+		c.tb.Fatalf("testenv: %v", err)
+	}
+	if err := c.waitHealthy(i, 30*time.Second); err != nil {
+		c.tb.Fatalf("testenv: %v", err)
+	}
 }
 
 // Kill stops node i at once (SIGKILL): its clients see the connection drop, its streams'
@@ -236,8 +265,7 @@ func (c *NATSCluster) Kill(i int) {
 
 // waitHealthy polls node i's /healthz until it reports ok, which on a clustered server
 // means JetStream is up and caught up with the meta leader.
-func (c *NATSCluster) waitHealthy(i int, d time.Duration) {
-	c.tb.Helper()
+func (c *NATSCluster) waitHealthy(i int, d time.Duration) error {
 	nd := c.nodes[i]
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -249,7 +277,7 @@ func (c *NATSCluster) waitHealthy(i int, d time.Duration) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 			last = resp.Status
 		} else {
@@ -257,9 +285,9 @@ func (c *NATSCluster) waitHealthy(i int, d time.Duration) {
 		}
 		select {
 		case <-ctx.Done():
-			c.tb.Fatalf("testenv: nats-server %d not healthy after %s: %s", i, d, last)
+			return fmt.Errorf("nats-server %d not healthy after %s: %s", i, d, last)
 		case <-nd.done:
-			c.tb.Fatalf("testenv: nats-server %d exited:\n%s", i, nd.log.String())
+			return fmt.Errorf("nats-server %d exited:\n%s", i, nd.log.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
