@@ -128,18 +128,7 @@ func BenchmarkPreProxy(b *testing.B) {
 // minimal fasthttp server) → edge → client, all in this process. allocs/op counts the
 // client and the upstream too.
 func BenchmarkHandler(b *testing.B) {
-	upLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	body := []byte(`{"hello":"world"}`)
-	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("application/json")
-		ctx.SetBody(body)
-	}}
-	go up.Serve(upLn)
-	b.Cleanup(func() { _ = up.Shutdown() })
-	upURL := "http://" + upLn.Addr().String()
+	upURL := benchUpstream(b)
 
 	h := newHarness(b)
 	acme := h.tenant("acme")
@@ -187,4 +176,22 @@ func BenchmarkCompile(b *testing.B) {
 	for b.Loop() {
 		h.e.RecompileForTest(acme)
 	}
+}
+
+// benchUpstream starts a minimal fasthttp server answering a small JSON body, the
+// upstream of the benchmarks, and returns its URL.
+func benchUpstream(b *testing.B) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"hello":"world"}`)
+	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		ctx.SetContentType("application/json")
+		ctx.SetBody(body)
+	}}
+	go up.Serve(ln)
+	b.Cleanup(func() { _ = up.Shutdown() })
+	return "http://" + ln.Addr().String()
 }

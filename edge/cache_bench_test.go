@@ -1,7 +1,6 @@
 package edge_test
 
 import (
-	"net"
 	"strconv"
 	"testing"
 
@@ -15,18 +14,7 @@ import (
 // time, so each request goes to the upstream and its answer is kept — with the cache
 // full, every store also evicts. allocs/op counts the client and the upstream too.
 func BenchmarkCache(b *testing.B) {
-	upLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	body := []byte(`{"hello":"world"}`)
-	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("application/json")
-		ctx.SetBody(body)
-	}}
-	go up.Serve(upLn)
-	b.Cleanup(func() { _ = up.Shutdown() })
-	upURL := "http://" + upLn.Addr().String()
+	upURL := benchUpstream(b)
 
 	h := newHarness(b)
 	acme := h.tenant("acme")

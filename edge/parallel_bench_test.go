@@ -27,24 +27,14 @@ import (
 // connection and writes and reads it directly, so the client takes no lock beyond the
 // in-memory pipe's. allocs/op and cpu-ns/op count the client and the upstream too.
 func BenchmarkChainParallel(b *testing.B) {
-	upLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	body := []byte(`{"hello":"world"}`)
-	up := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		ctx.SetContentType("application/json")
-		ctx.SetBody(body)
-	}}
-	go up.Serve(upLn)
-	b.Cleanup(func() { _ = up.Shutdown() })
+	upURL := benchUpstream(b)
 
 	m := newMeter(b, nopSink{})
 	h := newHarness(b, func(c *edge.Config) { c.Meter = m })
 	// A limit far above what the benchmark can send: counted on every request, never
 	// refusing one.
 	acme := h.limitedTenant("acme", &tenants.PlatformPlan{Name: "big", RateLimit: &tenants.RateLimit{RPS: 1_000_000, Burst: 1_000_000}})
-	h.route(acme, "keyed", []string{"/keyed"}, nil, tenants.AuthKey, "http://"+upLn.Addr().String())
+	h.route(acme, "keyed", []string{"/keyed"}, nil, tenants.AuthKey, upURL)
 	h.put(&tenants.Consumer{ID: "c", TenantID: acme, Name: "c"})
 	key := h.key(acme, "c", "k")
 	h.e.Loaded()
