@@ -56,21 +56,6 @@ func waitFor(t testing.TB, d time.Duration, fn func() error) {
 	}
 }
 
-func replicas(t testing.TB, js jetstream.JetStream, stream string) (configured, peers int, leader string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatalf("stream %s: %v", stream, err)
-	}
-	info := s.CachedInfo()
-	if info.Cluster == nil {
-		return info.Config.Replicas, 1, ""
-	}
-	return info.Config.Replicas, 1 + len(info.Cluster.Replicas), info.Cluster.Leader
-}
-
 // TestClusterStreamReplicas: the usage stream and the totals bucket are created at the
 // configured replicas, raised from 1 to 3 (with billing's durable consumer following the
 // stream), and kept at 3 by a lower setting.
@@ -89,7 +74,7 @@ func TestClusterStreamReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{billing.UsageStream(fresh), tgnats.KVStream(billing.TotalsBucket(fresh))} {
-		if r, peers, _ := replicas(t, js, s); r != 3 || peers != 3 {
+		if r, peers, _ := testenv.StreamReplicas(t, js, s); r != 3 || peers != 3 {
 			t.Errorf("%s: %d replicas on %d peers, want 3 on 3", s, r, peers)
 		}
 	}
@@ -113,7 +98,7 @@ func TestClusterStreamReplicas(t *testing.T) {
 	}
 	for _, s := range []string{billing.UsageStream(old), tgnats.KVStream(billing.TotalsBucket(old))} {
 		waitFor(t, 10*time.Second, func() error {
-			if r, peers, _ := replicas(t, js, s); r != 3 || peers != 3 {
+			if r, peers, _ := testenv.StreamReplicas(t, js, s); r != 3 || peers != 3 {
 				return fmt.Errorf("%s raised to %d replicas on %d peers, want 3 on 3", s, r, peers)
 			}
 			return nil
@@ -136,7 +121,7 @@ func TestClusterStreamReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{billing.UsageStream(old), tgnats.KVStream(billing.TotalsBucket(old))} {
-		if r, _, _ := replicas(t, js, s); r != 3 {
+		if r, _, _ := testenv.StreamReplicas(t, js, s); r != 3 {
 			t.Errorf("a setting of 1 lowered %s to %d replicas; it must keep 3", s, r)
 		}
 	}
@@ -189,7 +174,7 @@ func TestClusterUsageExactlyOnce(t *testing.T) {
 	}
 
 	record(500 * time.Millisecond)
-	_, _, leader := replicas(t, js, billing.UsageStream(prefix))
+	_, _, leader := testenv.StreamReplicas(t, js, billing.UsageStream(prefix))
 	li := c.Index(leader)
 	start := time.Now()
 	c.Kill(li)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // NATSServerBinary is the nats-server a cluster runs: TOLLGATE_TEST_NATS_SERVER, else
@@ -302,4 +304,21 @@ func freePort(tb testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// StreamReplicas returns a stream's configured replicas, how many peers hold it now and
+// its leader ("" outside a cluster).
+func StreamReplicas(tb testing.TB, js jetstream.JetStream, stream string) (configured, peers int, leader string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		tb.Fatalf("stream %s: %v", stream, err)
+	}
+	info := s.CachedInfo()
+	if info.Cluster == nil {
+		return info.Config.Replicas, 1, ""
+	}
+	return info.Config.Replicas, 1 + len(info.Cluster.Replicas), info.Cluster.Leader
 }

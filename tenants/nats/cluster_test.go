@@ -34,22 +34,6 @@ func connectList(t testing.TB, servers string, opts ...nats.Option) (*nats.Conn,
 	return nc, js
 }
 
-// streamReplicas returns a stream's configured replicas and how many peers hold it now.
-func streamReplicas(t testing.TB, js jetstream.JetStream, stream string) (configured, peers int, leader string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatalf("stream %s: %v", stream, err)
-	}
-	info := s.CachedInfo()
-	if info.Cluster == nil {
-		return info.Config.Replicas, 1, ""
-	}
-	return info.Config.Replicas, 1 + len(info.Cluster.Replicas), info.Cluster.Leader
-}
-
 // TestClusterBucketReplicas: the config bucket is created at the configured replicas, an
 // existing one is raised from 1 to 3, and a lower setting never takes copies away.
 func TestClusterBucketReplicas(t *testing.T) {
@@ -63,7 +47,7 @@ func TestClusterBucketReplicas(t *testing.T) {
 	if _, err := tgnats.EnsureBucket(ctx, js, fresh, 3); err != nil {
 		t.Fatal(err)
 	}
-	if r, peers, _ := streamReplicas(t, js, tgnats.KVStream(fresh)); r != 3 || peers != 3 {
+	if r, peers, _ := testenv.StreamReplicas(t, js, tgnats.KVStream(fresh)); r != 3 || peers != 3 {
 		t.Errorf("new bucket: %d replicas on %d peers, want 3 on 3", r, peers)
 	}
 
@@ -74,14 +58,14 @@ func TestClusterBucketReplicas(t *testing.T) {
 	if _, err := kv.Put(ctx, "t1.tenant", value(1, "kept")); err != nil {
 		t.Fatal(err)
 	}
-	if r, _, _ := streamReplicas(t, js, tgnats.KVStream(old)); r != 1 {
+	if r, _, _ := testenv.StreamReplicas(t, js, tgnats.KVStream(old)); r != 1 {
 		t.Fatalf("bucket at replicas 1 has %d", r)
 	}
 	if _, err := tgnats.EnsureBucket(ctx, js, old, 3); err != nil {
 		t.Fatalf("raise to 3: %v", err)
 	}
 	waitFor(t, 10*time.Second, func() error {
-		if r, peers, _ := streamReplicas(t, js, tgnats.KVStream(old)); r != 3 || peers != 3 {
+		if r, peers, _ := testenv.StreamReplicas(t, js, tgnats.KVStream(old)); r != 3 || peers != 3 {
 			return fmt.Errorf("raised bucket: %d replicas on %d peers, want 3 on 3", r, peers)
 		}
 		return nil
@@ -89,7 +73,7 @@ func TestClusterBucketReplicas(t *testing.T) {
 	if _, err := tgnats.EnsureBucket(ctx, js, old, 1); err != nil {
 		t.Fatalf("ensure at a lower setting: %v", err)
 	}
-	if r, _, _ := streamReplicas(t, js, tgnats.KVStream(old)); r != 3 {
+	if r, _, _ := testenv.StreamReplicas(t, js, tgnats.KVStream(old)); r != 3 {
 		t.Errorf("a setting of 1 lowered the bucket to %d replicas; it must keep 3", r)
 	}
 	if e, err := kv.Get(ctx, "t1.tenant"); err != nil || string(e.Value()) != string(value(1, "kept")) {
@@ -111,7 +95,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	// The hardest single loss is the node holding both the client and the bucket's
 	// leader: put the client there by listing the leader first, unshuffled.
-	_, _, leader := streamReplicas(t, setup, tgnats.KVStream(bucket))
+	_, _, leader := testenv.StreamReplicas(t, setup, tgnats.KVStream(bucket))
 	li := c.Index(leader)
 	if li < 0 {
 		t.Fatalf("leader %q is no node of the cluster", leader)
@@ -152,7 +136,7 @@ func TestClusterFailover(t *testing.T) {
 		written = time.Since(start)
 		return nil
 	})
-	_, _, newLeader := streamReplicas(t, js, tgnats.KVStream(bucket))
+	_, _, newLeader := testenv.StreamReplicas(t, js, tgnats.KVStream(bucket))
 	t.Logf("killed %s (client's node and bucket leader): client on %s after %s, write acked after %s, new leader %s",
 		leader, nc.ConnectedServerName(), reconnected.Round(time.Millisecond), written.Round(time.Millisecond), newLeader)
 	if newLeader == leader || newLeader == "" {
@@ -210,7 +194,7 @@ func TestClusterConfigExactlyOnce(t *testing.T) {
 	latest := map[string]int64{}
 	rev, retries := int64(0), 0
 	killLeader := func() int {
-		_, _, leader := streamReplicas(t, relayJS, tgnats.KVStream(bucket))
+		_, _, leader := testenv.StreamReplicas(t, relayJS, tgnats.KVStream(bucket))
 		i := c.Index(leader)
 		if i < 0 {
 			t.Fatalf("leader %q is no node", leader)
@@ -304,7 +288,7 @@ func TestClusterWatcherFollowsLeaderLoss(t *testing.T) {
 	if _, err := tgnats.EnsureBucket(ctx, relayJS, bucket, 3); err != nil {
 		t.Fatal(err)
 	}
-	_, _, leader := streamReplicas(t, relayJS, tgnats.KVStream(bucket))
+	_, _, leader := testenv.StreamReplicas(t, relayJS, tgnats.KVStream(bucket))
 	li := c.Index(leader)
 	var list []string
 	for i := range 3 {
