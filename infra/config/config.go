@@ -40,7 +40,7 @@ type Config struct {
 	Pprof        bool           // TOLLGATE_PPROF [false: /debug/pprof on the edge admin port]
 	LogLevel     string         // TOLLGATE_LOG_LEVEL [info]
 	AccessLog    bool           // TOLLGATE_ACCESS_LOG [false]
-	// Metering and billing (issue 6).
+	// Metering and billing.
 	Meter         bool   // TOLLGATE_METER [on; off: the edge meters nothing, for benchmarks only]
 	MeterSpoolDir string // TOLLGATE_METER_SPOOL_DIR [$XDG_STATE_HOME (else os.TempDir())/tollgate-meter-<edge id>-<edge port>]
 	StripeKey     string // TOLLGATE_STRIPE_KEY [unset: billing pushes nothing to Stripe]
@@ -61,6 +61,10 @@ type Config struct {
 	PublicURL      string // TOLLGATE_PUBLIC_URL [http://<api addr>: the console's address in mailed links]
 	DNSResolver    string // TOLLGATE_DNS_RESOLVER [unset: the system's resolver; host:port of a DNS server]
 	EdgeCacheBytes int64  // TOLLGATE_EDGE_CACHE_BYTES [256 MiB: the edge's whole response-cache budget]
+
+	// Surviving faults: the edge's local config snapshot, bounded database calls.
+	EdgeSnapshotMaxAge time.Duration // TOLLGATE_EDGE_SNAPSHOT_MAX_AGE [24h: the oldest config snapshot (in the spool directory) an edge starts from while NATS is unreachable; 0: never]
+	DBTimeout          time.Duration // TOLLGATE_DB_TIMEOUT [5s: the bound of one database call of the api and billing]
 
 	// DomainChecks: TOLLGATE_DOMAIN_CHECK_MIN [10s], TOLLGATE_DOMAIN_CHECK_MAX [10m],
 	// TOLLGATE_DOMAIN_RECHECK [1h] (see tenants.DomainSchedule; the rest take defaults).
@@ -112,6 +116,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		PublicURL:      strings.TrimSuffix(getenv("TOLLGATE_PUBLIC_URL"), "/"),
 		DNSResolver:    getenv("TOLLGATE_DNS_RESOLVER"),
 		EdgeCacheBytes: DefaultEdgeCacheBytes,
+
+		EdgeSnapshotMaxAge: 24 * time.Hour,
+		DBTimeout:          5 * time.Second,
 	}
 	switch v := strings.ToLower(getenv("TOLLGATE_METER")); v {
 	case "", "on", "true", "1":
@@ -153,6 +160,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 			return nil, fmt.Errorf("TOLLGATE_REDIS_TIMEOUT: %q is not a duration between 1ms and 10s (like 50ms)", v)
 		}
 	}
+	if err := c.faults(getenv); err != nil {
+		return nil, err
+	}
 	if err := c.fleet(getenv); err != nil {
 		return nil, err
 	}
@@ -172,6 +182,25 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		c.MeterSpoolDir = filepath.Join(base, "tollgate-meter-"+c.EdgeID+"-"+port)
 	}
 	return c, nil
+}
+
+// faults reads the settings that bound what a fault costs.
+func (c *Config) faults(getenv func(string) string) error {
+	if v := getenv("TOLLGATE_EDGE_SNAPSHOT_MAX_AGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("TOLLGATE_EDGE_SNAPSHOT_MAX_AGE: %q is not a duration of 0 or more (like 24h; 0 never starts from a snapshot)", v)
+		}
+		c.EdgeSnapshotMaxAge = d
+	}
+	if v := getenv("TOLLGATE_DB_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond || d > 5*time.Minute {
+			return fmt.Errorf("TOLLGATE_DB_TIMEOUT: %q is not a duration between 100ms and 5m (like 5s)", v)
+		}
+		c.DBTimeout = d
+	}
+	return nil
 }
 
 // fleet reads and checks the settings of NATS clusters and the admin listeners.
