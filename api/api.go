@@ -63,12 +63,12 @@ type Config struct {
 	Audit  tenants.AuditService
 	Access *rbac.Policy
 
-	// Usage serves GET /v1/tenants/{slug}/usage and GET /v1/billing/export (issue 6; see
+	// Usage serves GET /v1/tenants/{slug}/usage and GET /v1/billing/export (see
 	// usage.go): billing/postgres in production. Nil: both answer 404 not_found.
 	Usage billing.UsageService
 
 	// Domains serves /v1/tenants/{slug}/domains, the tenants' custom domains and their
-	// certificates (issue 8). Nil: those endpoints answer 404 not_found. EdgeDomain is
+	// certificates. Nil: those endpoints answer 404 not_found. EdgeDomain is
 	// the edge domain, under which no custom domain may be. Default: none checked.
 	Domains    tenants.DomainService
 	EdgeDomain string

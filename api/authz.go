@@ -14,7 +14,7 @@ import (
 	"tollgate/tenants/rbac"
 )
 
-// Authorization (issue 7). Every tenant-scoped request is decided by one policy
+// Authorization. Every tenant-scoped request is decided by one policy
 // (tenants/rbac): the caller's role in the tenant — its token's role, its membership's
 // role, or its platform role when it has no membership — against the endpoint's class.
 // The admin token is not asked: it may do everything.

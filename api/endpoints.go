@@ -48,17 +48,17 @@ const (
 	tagKeys      = "keys"
 	tagPlans     = "plans"
 	tagTokens    = "tokens"
-	// JWT auth and policy (issue 5).
+	// JWT auth and policy.
 	tagJWTIssuers = "jwt-issuers"
 	tagPolicy     = "policy"
 	tagPlatform   = "platform"
-	// People and audit (issue 7).
+	// People and audit.
 	tagAudit   = "audit"
 	tagMembers = "members"
 	tagInvites = "invites"
-	// Usage and billing (issue 6).
+	// Usage and billing.
 	tagUsage = "usage"
-	// Custom domains and their certificates (issue 8).
+	// Custom domains and their certificates.
 	tagDomains = "domains"
 )
 
@@ -174,7 +174,7 @@ func (s *Server) table() []endpoint {
 			desc:    "Admin token only. Full replacement: omitted rate, quota and concurrency limits are removed; omitted resource limits take their ceilings. The config of every tenant on the plan is re-published in the same transaction, so the edges apply the new limits within moments." + ifMatchDoc,
 			body:    platformPlanBody{}, status: 200, result: tenants.PlatformPlan{}, etag: true, ifMatch: true},
 
-		// Custom domains (issue 8): see domain.go.
+		// Custom domains: see domain.go.
 		{method: http.MethodPost, path: "/v1/tenants/:slug/domains", access: tenantScoped, class: rbac.Write, handle: domains.handleCreate, tag: tagDomains,
 			summary: "Claim a custom domain with its certificate",
 			desc:    "The domain is pending: publish a TXT record at verification.record_name holding verification.value. Once the api sees it (automatic checks start 10 s after the claim and back off to every 10 min; or POST .../verify) the domain is verified and the edges serve the tenant on hostname too (plain and TLS; on TLS the certificate is chosen by SNI) within moments; until then they answer it 421 misdirected_request. 400 validation_failed when the PEMs do not parse, the key does not match, the certificate does not cover hostname or is expired; 409 conflict when the tenant has hostname already or another tenant's claim of it is verified. private_key_pem is write-only." + scopedDoc,
@@ -194,7 +194,7 @@ func (s *Server) table() []endpoint {
 		{method: http.MethodDelete, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Write, handle: domains.handleDelete, tag: tagDomains,
 			summary: "Remove a custom domain", desc: "The edges stop serving it and its certificate within moments." + scopedDoc, status: 204},
 
-		// Usage and billing (issue 6): see usage.go.
+		// Usage and billing: see usage.go.
 		{method: http.MethodGet, path: "/v1/tenants/:slug/usage", access: tenantScoped, class: rbac.Read, handle: s.tenantUsage, tag: tagUsage,
 			summary: "The tenant's metered usage",
 			desc:    "Requests, billable requests and bytes from the edges' meters, folded hourly. ?from= and ?to= (RFC 3339 or YYYY-MM-DD, whole UTC hours, to exclusive; default: the current UTC month so far), ?granularity=hour|day, ?group_by= a comma-separated subset of route, consumer, status." + scopedDoc,
@@ -204,7 +204,7 @@ func (s *Server) table() []endpoint {
 			desc:    "?period=YYYY-MM (a calendar month in UTC), ?format=csv|json (default csv). Per tenant (and per consumer on per-consumer plans): requests, billable, included, overage, amount in integer minor units of the currency. The same period exported twice gives the same bytes. The admin token, or a user with the finance platform role (403 otherwise).",
 			params:  billing.ExportParams, csv: true, status: 200, result: billing.ExportDocument{}},
 
-		// People and audit (issue 7).
+		// People and audit.
 		{method: http.MethodGet, path: "/v1/tenants/:slug/audit", access: tenantScoped, class: rbac.Read, handle: s.listAudit, tag: tagAudit,
 			summary: "The tenant's audit log", desc: "Every successful write to the tenant, newest first: who (a user's email, token:<name> or admin), what (<kind>.<create|update|delete>), which object, when." + scopedDoc,
 			status: 200, result: list[tenants.AuditEntry]{}, list: true},

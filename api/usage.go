@@ -7,7 +7,7 @@ import (
 	"tollgate/tenants"
 )
 
-// Usage and billing (issue 6). The handlers are billing's own (billing.HTTP); the api
+// Usage and billing. The handlers are billing's own (billing.HTTP); the api
 // only decides who may call them: a tenant's usage is tenant-scoped like every other read
 // of the tenant (rbac.Read), and the export is for the admin token or the finance platform
 // role (Server.AuthorizeExport, the one hook for it).

@@ -22,7 +22,7 @@ import (
 	"tollgate/tenants"
 )
 
-// Metering and billing (issue 6): calls through real edges are counted by their meters,
+// Metering and billing: calls through real edges are counted by their meters,
 // published to JetStream, folded by a `tollgate billing` process into Postgres, and read
 // back through the api's usage and export: exactly, through an edge's SIGTERM, a NATS
 // outage and a SIGKILL of billing.

@@ -10,7 +10,7 @@ import (
 	"tollgate/tenants"
 )
 
-// TLS termination (issue 8). The TLS listener serves the same handler as the public one;
+// TLS termination. The TLS listener serves the same handler as the public one;
 // what differs is the handshake and one check per request:
 //
 //   - GetCertificate picks the certificate by SNI: a tenant's custom domain gets the

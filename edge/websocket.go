@@ -14,7 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// WebSocket (issue 8). A route with "websocket": true passes an upgrade request
+// WebSocket. A route with "websocket": true passes an upgrade request
 // (GET with Connection: upgrade and Upgrade: websocket) through the same chain as any
 // other request — auth, policy, limits and the body limit run before this step, so they
 // apply at the upgrade — and then, instead of the pooled proxy, dials the target on a

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 )
 
-// People of the management plane (issue 7): console users, their memberships in tenants,
+// People of the management plane: console users, their memberships in tenants,
 // their sessions, and the audit log of what they and tokens changed.
 
 // Roles within a tenant, from most to least powerful. A membership or a token carries one;

@@ -39,7 +39,7 @@ func (r *report) describeTools() {
 		firstLine("wrk", "-v"),
 	}
 	if r.b.meterOff {
-		r.tools = append(r.tools, "Tollgate edges with TOLLGATE_METER=off: usage metering disabled (issue 6's cost comparison)")
+		r.tools = append(r.tools, "Tollgate edges with TOLLGATE_METER=off: usage metering disabled (the cost of metering)")
 	}
 }
 
