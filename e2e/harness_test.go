@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -139,8 +140,16 @@ type proc struct {
 // reports fails the test.
 func startProc(t *testing.T, name string, args []string, env []string) *proc {
 	t.Helper()
+	return startArgv(t, name, append([]string{bin}, args...), env)
+}
+
+// startArgv is startProc for a command line of its own: argv[0] is the program (a
+// wrapper that execs bin, say).
+func startArgv(t *testing.T, name string, argv []string, env []string) *proc {
+	t.Helper()
+	args := argv[1:]
 	p := &proc{name: name, stdout: &syncBuffer{}, output: &syncBuffer{}, done: make(chan struct{})}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(argv[0], args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "TOLLGATE_") {
 			cmd.Env = append(cmd.Env, kv)
@@ -316,6 +325,7 @@ type stack struct {
 	token    string
 	edgeAddr string // the deployment's edge addresses (the api is told them too)
 	edgeAdm  string
+	edgeWrap []string // if set, startEdge runs edgeWrap followed by bin and its arguments
 }
 
 func newStack(t *testing.T) *stack {
@@ -378,8 +388,8 @@ func (s *stack) startEdge(extra ...string) (*proc, *edgeClient) {
 	for attempt := 1; ; attempt++ {
 		// A meter spool of the test's own (extra may name another, to keep one across restarts).
 		spool := "TOLLGATE_METER_SPOOL_DIR=" + t.TempDir()
-		p := startProc(t, fmt.Sprintf("edge@%s", s.edgeAddr), []string{"edge"},
-			s.env(append([]string{spool}, extra...)...))
+		argv := append(append(slices.Clone(s.edgeWrap), bin), "edge")
+		p := startArgv(t, fmt.Sprintf("edge@%s", s.edgeAddr), argv, s.env(append([]string{spool}, extra...)...))
 		err := p.waitReady("http://"+s.edgeAdm+"/readyz", readyTimeout)
 		if err == nil {
 			p.addr, p.adminAddr = s.edgeAddr, s.edgeAdm

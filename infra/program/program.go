@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -395,7 +396,9 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		}()
 		log.Info("edge listening for TLS", "addr", tlsLn.Addr().String())
 	}
-	log.Info("edge listening", "addr", pub.Addr().String(), "admin", adm.Addr().String(), "domain", cfg.EdgeDomain)
+	// procs is GOMAXPROCS: since Go 1.25 the runtime sets it from the container's CPU limit
+	// (and follows a change of it), which is what sizes a node.
+	log.Info("edge listening", "addr", pub.Addr().String(), "admin", adm.Addr().String(), "domain", cfg.EdgeDomain, "procs", runtime.GOMAXPROCS(0))
 	select {
 	case err := <-serveErr:
 		return err
