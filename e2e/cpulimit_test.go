@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,10 +13,12 @@ import (
 	"tollgate/infra/testenv"
 )
 
-// TestEdgeProcsFollowCPULimit: an edge started under a CPU limit of one core (a cgroup's
-// CPU quota, as a container runtime sets it) runs with GOMAXPROCS 1 on a machine of more,
-// and follows the limit when it is lifted, with no setting of Tollgate's involved: the
-// deploy files' 1-, 4- and 8-core edges rely on it.
+// TestEdgeProcsFollowCPULimit: an edge in a container limited to one CPU (a cgroup's CPU
+// quota, as the container runtime sets it) runs one P when started as the deploy files
+// start it, with GOMAXPROCS taken from limits.cpu; left to itself, Go reads the quota but
+// never goes below two Ps, which on one core's quota means throttling, so the deploy
+// files cannot rely on it. (Limits of two cores and more Go follows by itself; this
+// machine has too few CPUs to show it.)
 func TestEdgeProcsFollowCPULimit(t *testing.T) {
 	t.Parallel()
 	if runtime.NumCPU() < 2 {
@@ -28,27 +29,25 @@ func TestEdgeProcsFollowCPULimit(t *testing.T) {
 	s := newStack(t)
 	s.startAPI()
 	s.edgeWrap = cg.wrap()
-	p, _ := s.startEdge()
-
-	procs := func() float64 {
+	procs := func(p *proc) float64 {
 		_, body := adminGet(t, p.adminAddr, "/metrics")
 		return sampleOf(body, "go_sched_gomaxprocs_threads")
 	}
-	if v := procs(); v != 1 {
-		t.Fatalf("go_sched_gomaxprocs_threads = %v under a limit of 1 CPU, want 1", v)
-	}
-	if !regexp.MustCompile(`"procs":1\b|procs=1\b`).MatchString(p.output.String()) {
-		t.Errorf("the edge's start line does not report procs=1")
-	}
 
-	cg.limit(t, 0)
-	want := float64(runtime.NumCPU())
-	eventually(t, 30*time.Second, "GOMAXPROCS follows the lifted limit", func() error {
-		if v := procs(); v != want {
-			return fmt.Errorf("go_sched_gomaxprocs_threads = %v, want %v", v, want)
-		}
-		return nil
-	})
+	// What the kubelet gives the container for limits.cpu "1" (divisor 1).
+	p, _ := s.startEdge("GOMAXPROCS=1")
+	if v := procs(p); v != 1 {
+		t.Errorf("go_sched_gomaxprocs_threads = %v with the limit's GOMAXPROCS, want 1", v)
+	}
+	if !regexp.MustCompile(`"procs":1\b`).MatchString(p.output.String()) {
+		t.Errorf("the edge's start line does not report procs 1")
+	}
+	p.stopClean(t, stopTimeout)
+
+	p, _ = s.startEdge()
+	if v := procs(p); v != 2 {
+		t.Errorf("go_sched_gomaxprocs_threads = %v under a one-CPU quota without GOMAXPROCS, want Go's floor of 2", v)
+	}
 }
 
 // cpuCgroup is a cgroup with the cpu controller that the test creates and removes (cgroup

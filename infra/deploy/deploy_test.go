@@ -271,6 +271,13 @@ func TestDeployManifests(t *testing.T) {
 				if got := edge.Resources.Limits.Cpu().String(); got != want {
 					t.Errorf("edge CPU limit = %s, want %s (GOMAXPROCS follows the limit)", got, want)
 				}
+				// Go's own reading of the limit never goes below 2 Ps; the pod's
+				// GOMAXPROCS is the limit itself.
+				i := slices.IndexFunc(edge.Env, func(e corev1.EnvVar) bool { return e.Name == "GOMAXPROCS" })
+				if i < 0 || edge.Env[i].ValueFrom == nil || edge.Env[i].ValueFrom.ResourceFieldRef == nil ||
+					edge.Env[i].ValueFrom.ResourceFieldRef.Resource != "limits.cpu" || edge.Env[i].ValueFrom.ResourceFieldRef.Divisor.String() != "1" {
+					t.Errorf("edge GOMAXPROCS is not the container's limits.cpu (divisor 1): %+v", edge.Env)
+				}
 			}
 		})
 	}
