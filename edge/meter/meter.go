@@ -1,21 +1,26 @@
 // Package meter counts the edge's requests for billing: per tenant, route, consumer,
 // UTC hour and status class, with body bytes in and out (and, through RecordBytes, the
-// bytes of a long-lived exchange without another request), in memory; and about once a
-// second cuts the counts into a billing.UsageBatch and hands it to a Sink (JetStream,
-// see billing/nats), spooling it to local disk whenever the sink cannot take it and
-// replaying the spool, in order and with the original ids, once it can.
+// bytes of a long-lived exchange without another request), in a memory-mapped state
+// file that outlives the process (see state.go); and about once a second cuts the counts
+// into a billing.UsageBatch and hands it to a Sink (JetStream, see billing/nats),
+// spooling it to local disk whenever the sink cannot take it and replaying the spool, in
+// order and with the original ids, once it can. A run killed without warning leaves its
+// counts and totals in the state file, and the next run on the same spool directory
+// hands them over exactly once.
 //
 // # The hot path
 //
 // Record takes no lock shared by all cores and, in steady state, allocates nothing.
-// Counts live in shards (a few per core), each a small map under its own mutex; a
+// Counts live in cells of the state file, found through shards (a few per core), each a
+// small map from key to cell under its own mutex; a
 // request picks a shard by a hash of its goroutine's stack address (see shardHint), so
 // cores rarely meet on one mutex, and the same cell may be counted in several shards (the flush adds
 // them up). The edge resolves a *Route handle per (tenant, route) and a *Consumer handle
 // per consumer when it compiles a snapshot, so the per-request key is 24 bytes of plain
 // memory — the two handles, and the hour, status class and origin packed in a word —
-// hashed and compared without touching a string. Nothing is published, encoded or
-// logged per request.
+// hashed and compared without touching a string. Nothing is published, encoded, synced
+// or logged per request: a count is three additions to mapped memory, which the kernel
+// writes back on its own and the flusher fsyncs once per flush.
 //
 // # Exactly once
 //
@@ -42,11 +47,12 @@
 //
 // # Running totals
 //
-// The meter keeps, per tenant and hour, everything it counted since boot (published,
-// spooled or dropped) and publishes those totals through the Sink after each flush that
-// reaches it; Totals returns them. Reconciliation compares them with what billing folded.
-// Totals still unpublished at Close (NATS down) are saved in the spool directory and
-// published by the next run.
+// The meter keeps, per tenant and hour, everything it handed over since boot (published,
+// spooled or dropped), in the state file, and publishes those totals through the Sink
+// after each flush that reaches it; Totals returns them. Reconciliation compares them
+// with what billing folded. Totals still unpublished at Close (NATS down) are saved in
+// the spool directory and published by the next run; those of a run that died are
+// worked out from its state file by the next run and published the same way.
 package meter
 
 import (
@@ -104,6 +110,12 @@ type Config struct {
 	// TotalsRetention is how long running totals of a past hour are kept in memory once
 	// published. Default: 72h.
 	TotalsRetention time.Duration
+	// StateChunkBytes is the unit the state file grows by (a multiple of 4 KiB, 64 KiB
+	// to 64 MiB). Default: 1 MiB.
+	StateChunkBytes int
+	// StateMaxBytes bounds the state file; cells that do not fit are counted on the heap,
+	// where a crash loses them (tollgate_meter_state_fallback_total). Default: 256 MiB.
+	StateMaxBytes int64
 	// Shards is the number of count shards, rounded up to a power of two.
 	// Default: 4 × GOMAXPROCS, at least 8.
 	Shards int
@@ -129,18 +141,21 @@ type Meter struct {
 	lookup    sync.Map // routeKey → *Route, for Meter.Record
 	lookupC   sync.Map // routeKey → *Consumer, for Meter.Record
 
+	// st is the state file; nil when it could not be made (cells live on the heap).
+	st *stateFile
+
 	// Flusher state, guarded by cycleMu.
 	cycleMu sync.Mutex
 	spool   *spool
 	closed  bool // the spool is released
 	seq     uint64
-	acc     map[aggKey]*billing.Counts
+	marked  []*cellRec // the cells of the batches in flight
 	// inherited: totals earlier runs saved at Close and could not publish.
 	inherited      []billing.EdgeTotal
 	inheritedFiles []string
 
 	totalsMu sync.Mutex
-	totals   map[totalKey]*total
+	totals   map[totalKey]*totalRec
 
 	late      atomic.Int64
 	lateBytes atomic.Int64 // RecordBytes calls after Close
@@ -179,15 +194,10 @@ type cellKey struct {
 	meta     int64
 }
 
-type cell struct {
-	requests, bytesIn, bytesOut int64
-	idle                        uint8 // flushes without traffic
-}
-
 type shard struct {
 	mu     sync.Mutex
 	closed bool
-	cells  map[cellKey]*cell
+	cells  map[cellKey]*cellRec
 	_      [128 - 24]byte // keep shards on their own cache lines
 }
 
@@ -200,11 +210,6 @@ type aggKey struct {
 type totalKey struct {
 	tenant string
 	hour   int64
-}
-
-type total struct {
-	requests, billable, dropped, droppedBillable int64
-	dirty                                        bool
 }
 
 // New starts a meter: it opens (and locks) the spool, replays what a previous run left
@@ -229,6 +234,13 @@ func New(cfg Config) (*Meter, error) {
 	if cfg.TotalsRetention <= 0 {
 		cfg.TotalsRetention = 72 * time.Hour
 	}
+	if cfg.StateChunkBytes <= 0 {
+		cfg.StateChunkBytes = defaultStateChunk
+	}
+	cfg.StateChunkBytes = min(max((cfg.StateChunkBytes+4095)/4096*4096, minStateChunk), maxStateChunk)
+	if cfg.StateMaxBytes <= 0 {
+		cfg.StateMaxBytes = 256 << 20
+	}
 	if cfg.Shards <= 0 {
 		cfg.Shards = max(4*runtime.GOMAXPROCS(0), 8)
 	}
@@ -251,14 +263,13 @@ func New(cfg Config) (*Meter, error) {
 		mask:      uint32(n - 1),
 		routes:    map[routeKey]*Route{},
 		consumers: map[routeKey]*Consumer{},
-		acc:       map[aggKey]*billing.Counts{},
-		totals:    map[totalKey]*total{},
+		totals:    map[totalKey]*totalRec{},
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		m:         newMetrics(),
 	}
 	for i := range m.shards {
-		m.shards[i].cells = map[cellKey]*cell{}
+		m.shards[i].cells = map[cellKey]*cellRec{}
 	}
 	if cfg.Registry != nil {
 		if err := m.m.register(cfg.Registry); err != nil {
@@ -270,7 +281,16 @@ func New(cfg Config) (*Meter, error) {
 		return nil, err
 	}
 	m.spool = sp
+	m.recoverState()
 	m.loadTotals()
+	st, err := createState(filepath.Join(cfg.SpoolDir, stateFileName), cfg.EdgeID, cfg.BootID, cfg.StateChunkBytes, cfg.StateMaxBytes)
+	if err != nil {
+		// Metering goes on, in memory only: a crash of this run loses up to a flush of counts.
+		m.log.Error("meter: no state file; counts live on the heap until the next start, and a crash loses those not yet handed over", "dir", cfg.SpoolDir, "err", err)
+		m.m.stateFallback.Inc()
+	} else {
+		m.st = st
+	}
 	m.m.spoolBytes.Set(float64(sp.Bytes()))
 	if k := sp.Len(); k > 0 {
 		m.log.Info("meter: spool holds batches of an earlier run; replaying them when the sink takes them", "batches", k, "bytes", sp.Bytes())
@@ -393,13 +413,28 @@ func (r *Route) add(consumer *Consumer, status int, upstream bool, requests, byt
 	}
 	c := s.cells[k]
 	if c == nil {
-		c = &cell{}
+		c = m.newCell(k)
 		s.cells[k] = c
 	}
-	c.requests += requests
-	c.bytesIn += bytesIn
-	c.bytesOut += bytesOut
+	c.req += requests
+	c.in += bytesIn
+	c.out += bytesOut
 	s.mu.Unlock()
+}
+
+// newCell makes the record of a cell, in the state file when it has room.
+func (m *Meter) newCell(k cellKey) *cellRec {
+	if m.st != nil {
+		cid := ""
+		if k.consumer != nil {
+			cid = k.consumer.id
+		}
+		if c := m.st.newCell(k.route.tenantID, k.route.routeID, cid, k.meta>>8, uint8(k.meta>>1&0x7f), k.meta&1 == 1); c != nil {
+			return c
+		}
+	}
+	m.m.stateFallback.Inc()
+	return &cellRec{}
 }
 
 // shardHint picks a shard for the calling goroutine from the address of its stack: two
@@ -456,6 +491,7 @@ func (m *Meter) Close(ctx context.Context) error {
 		}
 		m.spool.close()
 		m.closed = true
+		m.releaseState(err == nil)
 		m.cycleMu.Unlock()
 		if n := m.late.Load(); n > 0 {
 			m.log.Warn("meter: requests recorded after Close were not metered", "requests", n)
@@ -467,7 +503,31 @@ func (m *Meter) Close(ctx context.Context) error {
 	return err
 }
 
-// cycle is one flush: collect, replay the spool, publish the new batch, publish totals.
+// releaseState moves what Totals reads to the heap and unmaps the state file; a clean
+// close (everything handed over, the totals published or saved) deletes it.
+func (m *Meter) releaseState(clean bool) {
+	if m.st == nil {
+		return
+	}
+	m.totalsMu.Lock()
+	for k, t := range m.totals {
+		c := *t
+		c.units = 0
+		m.totals[k] = &c
+	}
+	m.totalsMu.Unlock()
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		clear(s.cells)
+		s.mu.Unlock()
+	}
+	m.st.close(clean)
+	m.st = nil
+}
+
+// cycle is one flush: cut the counts into batches and make them durable in flight,
+// replay the spool, hand the new batches over (publish or spool), commit, publish totals.
 func (m *Meter) cycle(ctx context.Context) error {
 	m.cycleMu.Lock()
 	defer m.cycleMu.Unlock()
@@ -475,46 +535,29 @@ func (m *Meter) cycle(ctx context.Context) error {
 		return errors.New("meter: closed")
 	}
 	now := time.Now().UTC()
-	type encoded struct {
-		b    *billing.UsageBatch
-		data []byte
-	}
-	var out []encoded
+	first := m.seq + 1
+	acc := m.collect(now, first)
+	var out []encodedBatch
 	var firstErr error
-	var cut func(recs []billing.UsageRecord)
-	cut = func(recs []billing.UsageRecord) {
-		m.seq++
-		b := &billing.UsageBatch{
-			ID:     billing.BatchID(m.cfg.EdgeID, m.cfg.BootID, m.seq),
-			EdgeID: m.cfg.EdgeID, BootID: m.cfg.BootID, Seq: m.seq,
-			Created: now, Records: recs,
-		}
-		data, err := billing.EncodeBatch(b)
-		if err == nil && len(data) > maxBatchBytes && len(recs) > 1 {
-			// Too big for one NATS message: split (the unused sequence number is a gap
-			// billing does not mind).
-			cut(recs[:len(recs)/2])
-			cut(recs[len(recs)/2:])
-			return
-		}
-		if err == nil && len(data) > maxBatchBytes {
-			err = fmt.Errorf("one record encodes to %d bytes", len(data))
-		}
-		if err != nil {
+	if len(acc) > 0 {
+		var dropped []*billing.UsageBatch
+		var next uint64
+		out, next, dropped = cutBatches(m.cfg.EdgeID, m.cfg.BootID, first, now, acc.records(), false)
+		m.seq = next - 1
+		for _, b := range dropped {
 			// Cannot happen with the ids the edge has; count it rather than lose it silently.
 			m.dropBatch(b, "encode")
 			if firstErr == nil {
-				firstErr = fmt.Errorf("meter: encode batch %s: %w", b.ID, err)
+				firstErr = fmt.Errorf("meter: encode batch %s", b.ID)
 			}
-			return
 		}
-		out = append(out, encoded{b, data})
-	}
-	recs := m.collect(now)
-	for len(recs) > 0 {
-		n := min(len(recs), maxBatchRecords)
-		cut(recs[:n:n])
-		recs = recs[n:]
+		if m.st != nil {
+			// From here on these ids may be used: a restart rebuilds the same batches.
+			m.st.writeHeader(stateHeaderValues{nextSeq: next, inflFirst: first, inflLast: next - 1, inflCreated: now.UnixNano(), written: now.UnixNano()})
+			if err := m.st.sync(); err != nil {
+				m.log.Warn("meter: state file fsync failed; a machine loss may lose this flush", "err", err)
+			}
+		}
 	}
 	up := m.replay(ctx)
 	for _, e := range out {
@@ -531,10 +574,86 @@ func (m *Meter) cycle(ctx context.Context) error {
 			}
 		}
 	}
+	if len(acc) > 0 {
+		m.commit(first, acc, now)
+	}
 	if up {
 		m.putTotals(ctx, now)
 	}
 	return firstErr
+}
+
+// commit records that the batches tagged first were handed over: the totals of their
+// tenant hours, then the cells, then the header (see state.go for why in this order).
+func (m *Meter) commit(first uint64, acc aggregate, now time.Time) {
+	var n int64
+	m.totalsMu.Lock()
+	for k, c := range acc.byTenantHour() {
+		t := m.totalAt(k)
+		t.pendReq, t.pendBill = t.requests+c.Requests, t.billable+c.Billable
+		t.pendSeq = first
+		t.requests, t.billable = t.pendReq, t.pendBill
+		t.seq = first
+		t.dirty = 1
+		n += c.Requests
+	}
+	m.totalsMu.Unlock()
+	for _, c := range m.marked {
+		c.hReq, c.hIn, c.hOut = c.mReq, c.mIn, c.mOut
+	}
+	clear(m.marked)
+	m.marked = m.marked[:0]
+	if m.st != nil {
+		m.st.writeHeader(stateHeaderValues{nextSeq: m.seq + 1, written: now.UnixNano()})
+	}
+	m.m.requests.Add(float64(n))
+}
+
+// encodedBatch is a batch and its wire form.
+type encodedBatch struct {
+	b    *billing.UsageBatch
+	data []byte
+}
+
+// cutBatches cuts ordered records into batches numbered from first (a batch too big for
+// a message is split, and the sequence it would have had is left unused). It depends on
+// nothing else, so a restart cuts the same records into the same batches, byte for byte.
+// With validate, a batch billing would refuse is returned as dropped (records read back
+// from a state file are not trusted).
+func cutBatches(edge, boot string, first uint64, created time.Time, recs []billing.UsageRecord, validate bool) (out []encodedBatch, next uint64, dropped []*billing.UsageBatch) {
+	seq := first
+	var cut func(recs []billing.UsageRecord)
+	cut = func(recs []billing.UsageRecord) {
+		b := &billing.UsageBatch{
+			ID:     billing.BatchID(edge, boot, seq),
+			EdgeID: edge, BootID: boot, Seq: seq,
+			Created: created, Records: recs,
+		}
+		seq++
+		data, err := billing.EncodeBatch(b)
+		if err == nil && len(data) > maxBatchBytes && len(recs) > 1 {
+			cut(recs[:len(recs)/2])
+			cut(recs[len(recs)/2:])
+			return
+		}
+		if err == nil && len(data) > maxBatchBytes {
+			err = fmt.Errorf("one record encodes to %d bytes", len(data))
+		}
+		if err == nil && validate {
+			err = b.Validate()
+		}
+		if err != nil {
+			dropped = append(dropped, b)
+			return
+		}
+		out = append(out, encodedBatch{b, data})
+	}
+	for len(recs) > 0 {
+		n := min(len(recs), maxBatchRecords)
+		cut(recs[:n:n])
+		recs = recs[n:]
+	}
+	return out, seq, dropped
 }
 
 // Bounds of one batch, well under NATS's default 1 MB message limit.
@@ -621,81 +740,99 @@ func (m *Meter) dropBatch(b *billing.UsageBatch, reason string) {
 		t := m.totalAt(totalKey{r.TenantID, r.Hour.Unix() / 3600})
 		t.dropped += r.Requests
 		t.droppedBillable += r.Billable
-		t.dirty = true
+		t.dirty = 1
 	}
 	m.totalsMu.Unlock()
 	m.m.dropped.WithLabelValues(reason).Add(float64(n))
 }
 
-func (m *Meter) totalAt(k totalKey) *total {
+// totalAt is the total of a tenant hour, made in the state file if new; totalsMu held.
+func (m *Meter) totalAt(k totalKey) *totalRec {
 	t := m.totals[k]
 	if t == nil {
-		t = &total{}
+		if m.st != nil {
+			t = m.st.newTotal(k.tenant, k.hour)
+		}
+		if t == nil {
+			m.m.stateFallback.Inc()
+			t = &totalRec{hour: k.hour}
+		}
 		m.totals[k] = t
 	}
 	return t
 }
 
-// collect empties every shard into records, merged by dimensions and ordered, and adds
-// them to the running totals. Cells idle for a few flushes, or of past hours, are freed.
-func (m *Meter) collect(now time.Time) []billing.UsageRecord {
+// collect cuts every cell with counts not yet handed over: it tags them with first and
+// records what goes in flight (m.marked), and returns the counts by dimensions. Cells
+// idle for a few flushes, or of past hours, are freed.
+func (m *Meter) collect(now time.Time, first uint64) aggregate {
 	cur := now.Unix() / 3600
-	acc := m.acc
+	acc := aggregate{}
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
 		for k, c := range s.cells {
 			hour, class, upstream := k.meta>>8, uint8(k.meta>>1&0x7f), k.meta&1 == 1
-			if c.requests == 0 && c.bytesIn == 0 && c.bytesOut == 0 {
+			d := [3]int64{c.req - c.hReq, c.in - c.hIn, c.out - c.hOut}
+			if d == [3]int64{} {
 				c.idle++
 				if c.idle > 3 || hour < cur {
 					delete(s.cells, k)
+					m.st.release(&c.state, c.units)
 				}
 				continue
 			}
-			ak := aggKey{tenant: k.route.tenantID, route: k.route.routeID, hour: hour, class: class}
+			c.idle = 0
+			// The tag first: a cell caught half-way carries a tag no header names yet.
+			c.tag = first
+			c.iReq, c.iIn, c.iOut = d[0], d[1], d[2]
+			c.mReq, c.mIn, c.mOut = c.req, c.in, c.out
+			m.marked = append(m.marked, c)
+			cid := ""
 			if k.consumer != nil {
-				ak.consumer = k.consumer.id
+				cid = k.consumer.id
 			}
-			a := acc[ak]
-			if a == nil {
-				a = &billing.Counts{}
-				acc[ak] = a
-			}
-			a.Requests += c.requests
-			origin := billing.OriginEdge
-			if upstream {
-				origin = billing.OriginUpstream
-			}
-			if billing.Billable(int(class), origin) {
-				a.Billable += c.requests
-			}
-			a.BytesIn += c.bytesIn
-			a.BytesOut += c.bytesOut
-			*c = cell{}
+			acc.add(k.route.tenantID, k.route.routeID, cid, hour, class, upstream, d)
 		}
 		s.mu.Unlock()
 	}
-	if len(acc) == 0 {
+	return acc
+}
+
+// aggregate adds cells up by the dimensions of a usage record.
+type aggregate map[aggKey]*billing.Counts
+
+func (a aggregate) add(tenant, route, consumer string, hour int64, class uint8, upstream bool, d [3]int64) {
+	k := aggKey{tenant: tenant, route: route, consumer: consumer, hour: hour, class: class}
+	c := a[k]
+	if c == nil {
+		c = &billing.Counts{}
+		a[k] = c
+	}
+	c.Requests += d[0]
+	origin := billing.OriginEdge
+	if upstream {
+		origin = billing.OriginUpstream
+	}
+	if billing.Billable(int(class), origin) {
+		c.Billable += d[0]
+	}
+	c.BytesIn += d[1]
+	c.BytesOut += d[2]
+}
+
+// records are the usage records, in the one order batches are cut in.
+func (a aggregate) records() []billing.UsageRecord {
+	if len(a) == 0 {
 		return nil
 	}
-	recs := make([]billing.UsageRecord, 0, len(acc))
-	var n int64
-	m.totalsMu.Lock()
-	for k, a := range acc {
+	recs := make([]billing.UsageRecord, 0, len(a))
+	for k, c := range a {
 		recs = append(recs, billing.UsageRecord{
 			TenantID: k.tenant, Hour: time.Unix(k.hour*3600, 0).UTC(), RouteID: k.route,
-			ConsumerID: k.consumer, Class: int(k.class), Counts: *a,
+			ConsumerID: k.consumer, Class: int(k.class), Counts: *c,
 		})
-		t := m.totalAt(totalKey{k.tenant, k.hour})
-		t.requests += a.Requests
-		t.billable += a.Billable
-		t.dirty = true
-		n += a.Requests
 	}
-	m.totalsMu.Unlock()
-	clear(acc)
-	m.m.requests.Add(float64(n))
 	sort.Slice(recs, func(i, j int) bool {
 		a, b := &recs[i], &recs[j]
 		switch {
@@ -711,6 +848,18 @@ func (m *Meter) collect(now time.Time) []billing.UsageRecord {
 		return a.Class < b.Class
 	})
 	return recs
+}
+
+// byTenantHour sums the counts per tenant and hour, the totals' key.
+func (a aggregate) byTenantHour() map[totalKey]billing.Counts {
+	out := map[totalKey]billing.Counts{}
+	for k, c := range a {
+		tk := totalKey{k.tenant, k.hour}
+		o := out[tk]
+		o.Add(*c)
+		out[tk] = o
+	}
+	return out
 }
 
 // putTotals publishes the totals that changed, and forgets published ones past retention.
@@ -731,7 +880,7 @@ func (m *Meter) putTotals(ctx context.Context, now time.Time) {
 	var dirty []billing.EdgeTotal
 	var keys []totalKey
 	for k, t := range m.totals {
-		if t.dirty {
+		if t.dirty != 0 {
 			dirty = append(dirty, m.edgeTotal(k, t))
 			keys = append(keys, k)
 		}
@@ -751,12 +900,13 @@ func (m *Meter) putTotals(ctx context.Context, now time.Time) {
 	for i, k := range keys {
 		// Clean only if unchanged since it was read.
 		if t := m.totals[k]; t != nil && t.requests == dirty[i].Requests && t.dropped == dirty[i].Dropped {
-			t.dirty = false
+			t.dirty = 0
 		}
 	}
 	for k, t := range m.totals {
-		if !t.dirty && k.hour < oldest {
+		if t.dirty == 0 && k.hour < oldest {
 			delete(m.totals, k)
+			m.st.release(&t.state, t.units)
 		}
 	}
 	m.totalsMu.Unlock()
@@ -772,7 +922,7 @@ func (m *Meter) saveTotals() error {
 	m.totalsMu.Lock()
 	var dirty []billing.EdgeTotal
 	for k, t := range m.totals {
-		if t.dirty {
+		if t.dirty != 0 {
 			dirty = append(dirty, m.edgeTotal(k, t))
 		}
 	}
@@ -781,11 +931,26 @@ func (m *Meter) saveTotals() error {
 	if len(dirty) == 0 {
 		return nil
 	}
-	data, err := json.Marshal(dirty)
+	path := filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+billing.Token(m.cfg.BootID)+".json")
+	if err := writeTotals(path, dirty); err != nil {
+		return err
+	}
+	for _, f := range m.inheritedFiles {
+		if f != path {
+			os.Remove(f)
+		}
+	}
+	m.spool.syncDir()
+	m.log.Info("meter: totals saved for the next run to publish", "file", path, "entries", len(dirty))
+	return nil
+}
+
+// writeTotals replaces the file at path with totals, durably.
+func writeTotals(path string, totals []billing.EdgeTotal) error {
+	data, err := json.Marshal(totals)
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+billing.Token(m.cfg.BootID)+".json")
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
 	if err != nil {
@@ -802,14 +967,72 @@ func (m *Meter) saveTotals() error {
 	if err != nil {
 		return fmt.Errorf("meter: save totals: %w", err)
 	}
-	for _, f := range m.inheritedFiles {
-		if f != path {
-			os.Remove(f)
+	syncDir(filepath.Dir(path))
+	return nil
+}
+
+// recoverState hands over what a run that died left in the state file: the batches it
+// had in flight, rebuilt under their ids, and what it had counted and not cut, as new
+// batches of its boot, all into the spool; and its totals, into a totals file that
+// loadTotals then reads. Only then is the file replaced (by New). A file that cannot be
+// read is set aside, never trusted and never fatal.
+func (m *Meter) recoverState() {
+	path := filepath.Join(m.cfg.SpoolDir, stateFileName)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	setAside := func(reason string, err error) {
+		aside := fmt.Sprintf("%s.%s-%d", path, reason, time.Now().UnixNano())
+		if rerr := os.Rename(path, aside); rerr != nil {
+			m.log.Error("meter: cannot set the state file aside", "file", path, "err", rerr)
+		}
+		m.m.stateRejected.WithLabelValues(reason).Inc()
+		m.log.Error("meter: state file of an earlier run set aside, its counts not recovered", "file", aside, "reason", reason, "err", err)
+	}
+	if err != nil {
+		setAside("unreadable", err)
+		return
+	}
+	img, err := readState(data)
+	if err != nil {
+		setAside("rejected", err)
+		return
+	}
+	if img.skipped > 0 {
+		m.m.stateRejected.WithLabelValues("record").Add(float64(img.skipped))
+		m.log.Warn("meter: state file records that did not read back sane were skipped", "file", path, "records", img.skipped)
+	}
+	r := img.plan()
+	failed := false
+	for _, b := range r.dropped {
+		m.m.dropped.WithLabelValues("state_corrupt").Add(float64(b.Requests()))
+	}
+	for _, list := range [][]encodedBatch{r.inflight, r.rest} {
+		for _, e := range list {
+			if err := m.spoolAppend(e.b.ID, e.data, e.b); err != nil {
+				failed = true
+			}
 		}
 	}
-	m.spool.syncDir()
-	m.log.Info("meter: totals saved for the next run to publish", "file", path, "entries", len(dirty))
-	return nil
+	if len(r.totals) > 0 {
+		tp := filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+"recovered-"+billing.Token(r.bootID)+".json")
+		if err := writeTotals(tp, r.totals); err != nil {
+			m.log.Error("meter: totals of an earlier run not saved", "err", err)
+			failed = true
+		}
+	}
+	if failed {
+		setAside("unrecovered", errors.New("spool or totals not written"))
+		return
+	}
+	n := r.requests()
+	m.m.recovered.Add(float64(n))
+	if n > 0 || len(r.inflight) > 0 {
+		m.log.Info("meter: recovered the counts of a run that did not shut down cleanly",
+			"from_edge", r.edgeID, "from_boot", r.bootID, "requests", n,
+			"batches_in_flight", len(r.inflight), "batches_new", len(r.rest))
+	}
 }
 
 // loadTotals reads the totals earlier runs saved.
@@ -830,7 +1053,7 @@ func (m *Meter) loadTotals() {
 	}
 }
 
-func (m *Meter) edgeTotal(k totalKey, t *total) billing.EdgeTotal {
+func (m *Meter) edgeTotal(k totalKey, t *totalRec) billing.EdgeTotal {
 	return billing.EdgeTotal{
 		EdgeID: m.cfg.EdgeID, BootID: m.cfg.BootID, TenantID: k.tenant,
 		Hour:     time.Unix(k.hour*3600, 0).UTC(),
@@ -848,13 +1071,17 @@ func (m *Meter) Totals() []billing.EdgeTotal {
 		out = append(out, m.edgeTotal(k, t))
 	}
 	m.totalsMu.Unlock()
+	sortTotals(out)
+	return out
+}
+
+func sortTotals(out []billing.EdgeTotal) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].TenantID != out[j].TenantID {
 			return out[i].TenantID < out[j].TenantID
 		}
 		return out[i].Hour.Before(out[j].Hour)
 	})
-	return out
 }
 
 // Spooled is the number of batches waiting in the spool.
@@ -874,6 +1101,9 @@ type metrics struct {
 	droppedClosed prometheus.Counter
 	publishErrors prometheus.Counter
 	spoolBytes    prometheus.Gauge
+	stateRejected *prometheus.CounterVec
+	stateFallback prometheus.Counter
+	recovered     prometheus.Counter
 }
 
 func newMetrics() metrics {
@@ -885,7 +1115,7 @@ func newMetrics() metrics {
 			Name: "tollgate_meter_batches_total", Help: "Usage batches by outcome: published, spooled (sink unreachable), replayed (from the spool), dropped (never to be published).",
 		}, []string{"result"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tollgate_meter_dropped_requests_total", Help: "Metered requests given up on, by reason: spool_full (oldest spooled batches deleted to make room), spool_error (disk), spool_corrupt, closed (recorded after Close), encode.",
+			Name: "tollgate_meter_dropped_requests_total", Help: "Metered requests given up on, by reason: spool_full (oldest spooled batches deleted to make room), spool_error (disk), spool_corrupt, state_corrupt (recovered from a state file into a batch billing would refuse), closed (recorded after Close), encode.",
 		}, []string{"reason"}),
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_meter_publish_errors_total", Help: "Failed attempts to publish a usage batch.",
@@ -893,11 +1123,23 @@ func newMetrics() metrics {
 		spoolBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_meter_spool_bytes", Help: "Bytes of usage batches waiting in the local spool.",
 		}),
+		stateRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_meter_state_rejected_total", Help: "State files of earlier runs set aside unread (reason rejected: another version, torn or corrupt header; unreadable; unrecovered: the spool could not take their batches), and records skipped in files that were read (reason record).",
+		}, []string{"reason"}),
+		stateFallback: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_meter_state_fallback_total", Help: "Cells and totals kept on the heap, where a crash loses them, because the state file was full or could not be made.",
+		}),
+		recovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_meter_recovered_requests_total", Help: "Requests a run that died had counted and not handed over, handed over at this start from its state file.",
+		}),
+	}
+	for _, r := range []string{"rejected", "unreadable", "unrecovered", "record"} {
+		m.stateRejected.WithLabelValues(r)
 	}
 	for _, r := range []string{"published", "spooled", "replayed", "dropped"} {
 		m.batches.WithLabelValues(r)
 	}
-	for _, r := range []string{"spool_full", "spool_error", "spool_corrupt", "closed"} {
+	for _, r := range []string{"spool_full", "spool_error", "spool_corrupt", "state_corrupt", "closed"} {
 		m.dropped.WithLabelValues(r)
 	}
 	m.droppedClosed = m.dropped.WithLabelValues("closed")
@@ -905,7 +1147,7 @@ func newMetrics() metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.batches, m.dropped, m.publishErrors, m.spoolBytes} {
+	for _, c := range []prometheus.Collector{m.requests, m.batches, m.dropped, m.publishErrors, m.spoolBytes, m.stateRejected, m.stateFallback, m.recovered} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("meter: register metrics: %w", err)
 		}

@@ -32,6 +32,7 @@ type memSink struct {
 	down    bool
 	ids     []string
 	batches []*billing.UsageBatch
+	data    [][]byte // as published, byte for byte
 	totals  map[string]billing.EdgeTotal
 }
 
@@ -52,6 +53,7 @@ func (s *memSink) Publish(_ context.Context, id string, data []byte) error {
 	}
 	s.ids = append(s.ids, id)
 	s.batches = append(s.batches, b)
+	s.data = append(s.data, append([]byte(nil), data...))
 	return nil
 }
 
