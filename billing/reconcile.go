@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -15,6 +16,21 @@ type HourTotal struct {
 	Requests int64     `json:"requests"`
 	Billable int64     `json:"billable"`
 }
+
+// EdgeFolded is what billing folded, or has yet to fold, from the batches of one boot of
+// an edge for a tenant's hour. EdgeID and BootID are those of the batches (UsageBatch).
+type EdgeFolded struct {
+	EdgeID   string    `json:"edge_id"`
+	BootID   string    `json:"boot_id"`
+	TenantID string    `json:"tenant_id"`
+	Hour     time.Time `json:"hour"`
+	Requests int64     `json:"requests"`
+	Billable int64     `json:"billable"`
+}
+
+// LegacyEdge is the edge id under which usage folded before billing kept rollups per
+// edge is attributed: its hours are reconciled per tenant only.
+const LegacyEdge = ""
 
 // PushTotal is what was sent to Stripe for a tenant's hour, by the state of the pushes.
 type PushTotal struct {
@@ -30,10 +46,27 @@ type EdgeTotalsSource interface {
 	EdgeTotals(ctx context.Context, p Period) ([]EdgeTotal, error)
 }
 
-// FoldedSource reads what billing folded for a period, per tenant and hour
-// (billing/postgres).
+// FoldedSource reads what billing folded for a period (billing/postgres): per tenant and
+// hour (the rollups that are billed), and per edge, boot, tenant and hour (the same
+// folds, attributed to the batches' edge).
 type FoldedSource interface {
 	FoldedTotals(ctx context.Context, p Period) ([]HourTotal, error)
+	FoldedByEdge(ctx context.Context, p Period) ([]EdgeFolded, error)
+}
+
+// InFlight is what edges published that billing has not folded yet: the batches in the
+// usage stream that billing's consumer has not folded.
+type InFlight struct {
+	Batches int          `json:"batches"`
+	Totals  []EdgeFolded `json:"totals"`
+	// Partial says more batches were waiting than were read: every shortfall is then
+	// taken as pending, since an unread batch may hold any hour.
+	Partial bool `json:"partial,omitempty"`
+}
+
+// InFlightSource reads the batches not yet folded (billing/nats).
+type InFlightSource interface {
+	InFlight(ctx context.Context) (*InFlight, error)
 }
 
 // StripeSource reads what was pushed to Stripe for a period and which tenants are billed
@@ -44,14 +77,18 @@ type StripeSource interface {
 	BillingCustomers(ctx context.Context) (map[string]string, error)
 }
 
-// ReconcileSources are the three views Reconcile compares. Stripe may be nil (no Stripe
-// push configured): then only edges and rollups are compared.
+// ReconcileSources are the views Reconcile compares. InFlight and Stripe may be nil:
+// without InFlight a shortfall in a settled hour is a loss even while its batches wait
+// in the stream; without Stripe (no Stripe push configured) only edges and rollups are
+// compared.
 type ReconcileSources struct {
-	Edges  EdgeTotalsSource
-	Folded FoldedSource
-	Stripe StripeSource
-	// Now and Settle decide which hours Stripe should have by now: those that ended at
-	// least Settle before Now. Defaults: time.Now, DefaultSettle.
+	Edges    EdgeTotalsSource
+	Folded   FoldedSource
+	InFlight InFlightSource
+	Stripe   StripeSource
+	// Now and Settle decide which hours have settled: those that ended at least Settle
+	// before Now. Before that a difference is pending, not a loss, and Stripe is not
+	// expected to have the hour. Defaults: time.Now, DefaultSettle.
 	Now    func() time.Time
 	Settle time.Duration
 }
@@ -60,27 +97,60 @@ type ReconcileSources struct {
 // batches still in flight (or spooled at an edge for a short outage) fold first.
 const DefaultSettle = 15 * time.Minute
 
-// Discrepancy kinds.
+// Discrepancy kinds. Each names one way two views disagree; Difference carries the sign.
 const (
-	// EdgeVsFolded: the edges' counts, less what they reported dropped, differ from the
-	// rollups. Batches in flight or spooled at an edge explain a shortfall for a while;
-	// one that persists is lost usage (or an edge that never reported its totals).
-	EdgeVsFolded = "edge_vs_folded"
-	// FoldedVsStripe: a settled hour's billable rollup differs from what Stripe accepted.
-	FoldedVsStripe = "folded_vs_stripe"
+	// Loss: an edge served more requests (less what it reported dropped) than billing
+	// folded from its batches, in an hour that has settled, with nothing left in flight
+	// to make up the difference. Difference < 0.
+	Loss = "loss"
+	// DoubleCount: billing folded more from an edge's batches than the edge served.
+	// Difference > 0.
+	DoubleCount = "double_count"
+	// MissingTotals: billing folded batches of an edge's boot that never published its
+	// totals for the tenant and hour, so nothing says what it served. Difference > 0 is
+	// what was folded unchecked.
+	MissingTotals = "missing_totals"
+	// Unattributed: the tenant's rollup differs from the sum of its per-edge rollups,
+	// which Fold moves together: something wrote usage_hourly outside Fold (or an older
+	// billing folded during an upgrade). Difference is rollup − per-edge sum.
+	Unattributed = "unattributed"
+	// StripeShort: Stripe accepted fewer billable requests for a settled hour than were
+	// folded, and no push being retried makes up the difference. Difference < 0.
+	StripeShort = "stripe_short"
+	// StripeExcess: Stripe accepted more than was folded. Difference > 0.
+	StripeExcess = "stripe_excess"
+	// Pending is not a discrepancy: a difference in an hour that has not settled, or one
+	// that batches in flight or Stripe pushes being retried may still close. It is listed
+	// under Pending and does not fail a reconciliation.
+	Pending = "pending"
 )
 
-// Discrepancy is one tenant-hour where two views disagree.
+// Units of a Difference.
+const (
+	UnitRequests = "requests"
+	UnitBillable = "billable"
+)
+
+// Discrepancy is one tenant-hour, and for the edge kinds one edge, where two views
+// disagree. Difference is signed: the later view minus the earlier one (folded − (served
+// − dropped) for the edge kinds, pushed − folded billable for Stripe's), so a negative
+// difference is something missing and a positive one something extra; Message says
+// which in words.
 type Discrepancy struct {
-	Kind     string    `json:"kind"`
-	TenantID string    `json:"tenant_id"`
-	Hour     time.Time `json:"hour"`
-	Edge     int64     `json:"edge_requests"`
-	Dropped  int64     `json:"edge_dropped"`
-	Folded   int64     `json:"folded_requests"`
-	Billable int64     `json:"folded_billable"`
-	Pushed   int64     `json:"stripe_pushed"`
-	Message  string    `json:"message"`
+	Kind       string    `json:"kind"`
+	TenantID   string    `json:"tenant_id"`
+	Hour       time.Time `json:"hour"`
+	EdgeID     string    `json:"edge_id,omitempty"`
+	BootIDs    []string  `json:"boot_ids,omitempty"` // missing_totals: the boots without totals
+	Difference int64     `json:"difference"`
+	Unit       string    `json:"unit"`
+	Edge       int64     `json:"edge_requests"`
+	Dropped    int64     `json:"edge_dropped"`
+	Folded     int64     `json:"folded_requests"`
+	Billable   int64     `json:"folded_billable"`
+	InFlight   int64     `json:"in_flight_requests"`
+	Pushed     int64     `json:"stripe_pushed"`
+	Message    string    `json:"message"`
 }
 
 // TenantReconciliation sums one tenant's period in each view.
@@ -92,20 +162,39 @@ type TenantReconciliation struct {
 	DroppedBillable int64  `json:"edge_dropped_billable"`
 	FoldedRequests  int64  `json:"folded_requests"`
 	FoldedBillable  int64  `json:"folded_billable"`
+	InFlight        int64  `json:"in_flight_requests"`
 	StripeCustomer  string `json:"stripe_customer,omitempty"`
 	Pushed          int64  `json:"stripe_pushed"`
 	PushPending     int64  `json:"stripe_pending"`
 	PushFailed      int64  `json:"stripe_failed"`
 }
 
+// EdgeReconciliation sums one edge's period for one tenant: what it served (its totals,
+// every boot), what it dropped, what was folded from its batches and what is in flight.
+// EdgeID LegacyEdge holds what was folded before rollups were kept per edge.
+type EdgeReconciliation struct {
+	TenantID string `json:"tenant_id"`
+	EdgeID   string `json:"edge_id"`
+	Boots    int    `json:"boots"`
+	Served   int64  `json:"edge_requests"`
+	Dropped  int64  `json:"edge_dropped"`
+	Folded   int64  `json:"folded_requests"`
+	InFlight int64  `json:"in_flight_requests"`
+}
+
 // Reconciliation is the outcome of Reconcile.
 type Reconciliation struct {
 	Period        string                 `json:"period"`
+	Settle        string                 `json:"settle"`
 	Tenants       []TenantReconciliation `json:"tenants"`
+	Edges         []EdgeReconciliation   `json:"edges"`
 	Discrepancies []Discrepancy          `json:"discrepancies"`
+	Pending       []Discrepancy          `json:"pending"`
+	// InFlightBatches is how many batches were waiting in the stream, unfolded.
+	InFlightBatches int `json:"in_flight_batches"`
 }
 
-// OK says whether every view agreed.
+// OK says whether every view agreed, apart from what is pending.
 func (r *Reconciliation) OK() bool { return len(r.Discrepancies) == 0 }
 
 type tenantHour struct {
@@ -113,13 +202,36 @@ type tenantHour struct {
 	hour   int64 // unix seconds
 }
 
-// Reconcile compares, tenant by tenant and hour by hour, what the edges counted (their
-// published totals, all edges and boots summed), what billing folded into the rollups,
-// and — for tenants billed through Stripe and hours that have settled — what Stripe
-// accepted. It reads only; the result lists every disagreement.
-//
-// Expected, when nothing is lost: folded requests = edge requests − edge dropped, the
-// same for billable, and Stripe's pushed quantity = folded billable.
+type edgeHour struct {
+	tenantHour
+	edge string
+}
+
+// edgeView is one edge's tenant-hour in every view.
+type edgeView struct {
+	served, servedBill, dropped, droppedBill int64
+	folded, foldedBill                       int64
+	inflight, inflightBill                   int64
+	reported                                 map[string]bool      // boots with totals
+	bootFolded                               map[string]*[2]int64 // boot → folded requests, billable
+	bootIn                                   map[string]*[2]int64 // boot → in flight
+}
+
+type tenantView struct {
+	folded, foldedBill       int64 // usage_hourly
+	attributed, attributedBl int64 // Σ usage_edge_hourly
+	pushed, pending, failed  int64
+	legacy                   bool // some of it folded before per-edge rollups
+}
+
+// Reconcile compares, per tenant, hour and edge, what each edge served (its published
+// totals, every boot summed) less what it reported dropped with what billing folded from
+// that edge's batches; per tenant and hour, the rollup that is billed with the per-edge
+// rollups; and — for tenants billed through Stripe and hours that have settled — the
+// folded billable requests with what Stripe accepted. It reads only. Every disagreement
+// is a Discrepancy of a kind that says what it is (Loss, DoubleCount, MissingTotals,
+// Unattributed, StripeShort, StripeExcess); differences that may yet close — an hour not
+// settled, batches in flight, pushes being retried — are listed as Pending instead.
 func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconciliation, error) {
 	if src.Now == nil {
 		src.Now = time.Now
@@ -127,46 +239,87 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 	if src.Settle <= 0 {
 		src.Settle = DefaultSettle
 	}
-	type view struct {
-		edge, edgeBill, dropped, droppedBill int64
-		folded, foldedBill                   int64
-		pushed, pending, failed              int64
-	}
-	hours := map[tenantHour]*view{}
-	at := func(tenant string, h time.Time) *view {
-		k := tenantHour{tenant, h.Unix()}
-		v := hours[k]
+	edges := map[edgeHour]*edgeView{}
+	tenants := map[tenantHour]*tenantView{}
+	tv := func(tenant string, h time.Time) *tenantView {
+		k := tenantHour{strings.ToLower(tenant), h.Unix()}
+		v := tenants[k]
 		if v == nil {
-			v = &view{}
-			hours[k] = v
+			v = &tenantView{}
+			tenants[k] = v
+		}
+		return v
+	}
+	ev := func(tenant string, h time.Time, edge string) *edgeView {
+		k := edgeHour{tenantHour{strings.ToLower(tenant), h.Unix()}, edge}
+		v := edges[k]
+		if v == nil {
+			v = &edgeView{reported: map[string]bool{}, bootFolded: map[string]*[2]int64{}, bootIn: map[string]*[2]int64{}}
+			edges[k] = v
+			tv(tenant, h) // every edge-hour has its tenant-hour
 		}
 		return v
 	}
 	start, end := p.Start(), p.End()
 	in := func(h time.Time) bool { return !h.Before(start) && h.Before(end) }
 
-	edges, err := src.Edges.EdgeTotals(ctx, p)
+	served, err := src.Edges.EdgeTotals(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: edge totals: %w", err)
 	}
-	for _, t := range edges {
+	for _, t := range served {
 		if !in(t.Hour) {
 			continue
 		}
-		v := at(t.TenantID, t.Hour)
-		v.edge += t.Requests
-		v.edgeBill += t.Billable
+		v := ev(t.TenantID, t.Hour, t.EdgeID)
+		v.served += t.Requests
+		v.servedBill += t.Billable
 		v.dropped += t.Dropped
 		v.droppedBill += t.DroppedBillable
+		v.reported[t.BootID] = true
 	}
 	folded, err := src.Folded.FoldedTotals(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: rollups: %w", err)
 	}
 	for _, t := range folded {
-		v := at(t.TenantID, t.Hour)
+		v := tv(t.TenantID, t.Hour)
 		v.folded += t.Requests
 		v.foldedBill += t.Billable
+	}
+	byEdge, err := src.Folded.FoldedByEdge(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: rollups by edge: %w", err)
+	}
+	for _, t := range byEdge {
+		v := ev(t.TenantID, t.Hour, t.EdgeID)
+		v.folded += t.Requests
+		v.foldedBill += t.Billable
+		addBoot(v.bootFolded, t.BootID, t.Requests, t.Billable)
+		tvv := tv(t.TenantID, t.Hour)
+		tvv.attributed += t.Requests
+		tvv.attributedBl += t.Billable
+		if t.EdgeID == LegacyEdge {
+			tvv.legacy = true
+		}
+	}
+	r := &Reconciliation{Period: p.String(), Settle: src.Settle.String(),
+		Tenants: []TenantReconciliation{}, Edges: []EdgeReconciliation{}, Discrepancies: []Discrepancy{}, Pending: []Discrepancy{}}
+	var flight *InFlight
+	if src.InFlight != nil {
+		if flight, err = src.InFlight.InFlight(ctx); err != nil {
+			return nil, fmt.Errorf("reconcile: batches in flight: %w", err)
+		}
+		r.InFlightBatches = flight.Batches
+		for _, t := range flight.Totals {
+			if !in(t.Hour) {
+				continue
+			}
+			v := ev(t.TenantID, t.Hour, t.EdgeID)
+			v.inflight += t.Requests
+			v.inflightBill += t.Billable
+			addBoot(v.bootIn, t.BootID, t.Requests, t.Billable)
+		}
 	}
 	customers := map[string]string{}
 	if src.Stripe != nil {
@@ -178,15 +331,148 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 			return nil, fmt.Errorf("reconcile: stripe pushes: %w", err)
 		}
 		for _, t := range pushes {
-			v := at(t.TenantID, t.Hour)
+			v := tv(t.TenantID, t.Hour)
 			v.pushed += t.Pushed
 			v.pending += t.Pending
 			v.failed += t.Failed
 		}
 	}
 
-	keys := make([]tenantHour, 0, len(hours))
-	for k := range hours {
+	now := src.Now()
+	settled := func(h time.Time) bool { return !h.Add(time.Hour + src.Settle).After(now) }
+	partial := flight != nil && flight.Partial
+
+	// Per edge: served − dropped against folded.
+	ekeys := make([]edgeHour, 0, len(edges))
+	for k := range edges {
+		ekeys = append(ekeys, k)
+	}
+	sort.Slice(ekeys, func(i, j int) bool {
+		a, b := ekeys[i], ekeys[j]
+		switch {
+		case a.tenant != b.tenant:
+			return a.tenant < b.tenant
+		case a.edge != b.edge:
+			return a.edge < b.edge
+		}
+		return a.hour < b.hour
+	})
+	edgeSum := map[[2]string]*EdgeReconciliation{}
+	var edgeOrder [][2]string
+	boots := map[[2]string]map[string]bool{}
+	for _, k := range ekeys {
+		v := edges[k]
+		sk := [2]string{k.tenant, k.edge}
+		es := edgeSum[sk]
+		if es == nil {
+			es = &EdgeReconciliation{TenantID: k.tenant, EdgeID: k.edge}
+			edgeSum[sk] = es
+			edgeOrder = append(edgeOrder, sk)
+			boots[sk] = map[string]bool{}
+		}
+		for b := range v.reported {
+			boots[sk][b] = true
+		}
+		for b := range v.bootFolded {
+			boots[sk][b] = true
+		}
+		es.Served += v.served
+		es.Dropped += v.dropped
+		es.Folded += v.folded
+		es.InFlight += v.inflight
+	}
+	for _, sk := range edgeOrder {
+		es := edgeSum[sk]
+		es.Boots = len(boots[sk])
+		r.Edges = append(r.Edges, *es)
+	}
+
+	for _, k := range ekeys {
+		v := edges[k]
+		h := time.Unix(k.hour, 0).UTC()
+		if tenants[k.tenantHour].legacy {
+			continue // compared per tenant below
+		}
+		base := Discrepancy{TenantID: k.tenant, Hour: h, EdgeID: k.edge, Edge: v.served, Dropped: v.dropped,
+			Folded: v.folded, Billable: v.foldedBill, InFlight: v.inflight}
+		// Batches of a boot that published no totals have nothing to be checked against:
+		// they are set apart, and the rest is compared with the boots that did report.
+		var missing []string
+		var mReq, mBill, mIn, mInBill int64
+		for b := range unionKeys(v.bootFolded, v.bootIn) {
+			if v.reported[b] {
+				continue
+			}
+			f, i := v.bootFolded[b], v.bootIn[b]
+			if (f == nil || *f == [2]int64{}) && (i == nil || *i == [2]int64{}) {
+				continue
+			}
+			if f != nil {
+				mReq += f[0]
+				mBill += f[1]
+			}
+			if i != nil {
+				mIn += i[0]
+				mInBill += i[1]
+			}
+			missing = append(missing, b)
+		}
+		sort.Strings(missing)
+		if len(missing) > 0 {
+			d := base
+			d.Kind, d.BootIDs, d.Difference, d.Unit = MissingTotals, missing, mReq, UnitRequests
+			who := "edge " + quoteEdge(k.edge)
+			if len(v.reported) > 0 {
+				who += fmt.Sprintf(" (boot %s)", strings.Join(missing, ", "))
+			}
+			d.Message = fmt.Sprintf("MISSING TOTALS: %s never reported totals for this hour, yet billing folded %d requests (%d billable) from its batches%s: nothing says what it served",
+				who, mReq, mBill, inFlightNote(mIn))
+			if mReq == 0 && mBill == 0 || !settled(h) {
+				d.Kind = Pending
+				d.Message = fmt.Sprintf("pending: %s has not reported totals for this hour yet; %d requests folded, %d in flight", who, mReq, mIn)
+				r.Pending = append(r.Pending, d)
+			} else {
+				r.Discrepancies = append(r.Discrepancies, d)
+			}
+		}
+		want, wantBill := v.served-v.dropped, v.servedBill-v.droppedBill
+		got, gotBill := v.folded-mReq, v.foldedBill-mBill
+		inf, infBill := v.inflight-mIn, v.inflightBill-mInBill
+		diff, diffBill := got-want, gotBill-wantBill
+		if diff == 0 && diffBill == 0 {
+			continue
+		}
+		d := base
+		d.Difference, d.Unit = diff, UnitRequests
+		what := fmt.Sprintf("edge %s served %d requests (%d dropped), billing folded %d", quoteEdge(k.edge), v.served, v.dropped, got)
+		if diff == 0 {
+			d.Difference, d.Unit = diffBill, UnitBillable
+			what = fmt.Sprintf("requests agree (%d) but edge %s's billable %d (%d dropped) and the folded %d do not", got, quoteEdge(k.edge), v.servedBill, v.droppedBill, gotBill)
+		}
+		short := d.Difference < 0
+		switch {
+		case !settled(h):
+			d.Kind = Pending
+			d.Message = fmt.Sprintf("pending (hour not settled): %s: %s%s", what, signWords(d.Difference, d.Unit), inFlightNote(inf))
+			r.Pending = append(r.Pending, d)
+		case short && (diff+inf >= 0 && diffBill+infBill >= 0 || partial):
+			d.Kind = Pending
+			d.Message = fmt.Sprintf("pending (batches in flight): %s: %s%s", what, signWords(d.Difference, d.Unit), inFlightNote(inf))
+			r.Pending = append(r.Pending, d)
+		case short:
+			d.Kind = Loss
+			d.Message = fmt.Sprintf("LOSS: %s: %s%s", what, signWords(d.Difference, d.Unit), inFlightNote(inf))
+			r.Discrepancies = append(r.Discrepancies, d)
+		default:
+			d.Kind = DoubleCount
+			d.Message = fmt.Sprintf("DOUBLE COUNT: %s: %s", what, signWords(d.Difference, d.Unit))
+			r.Discrepancies = append(r.Discrepancies, d)
+		}
+	}
+
+	// Per tenant: the billed rollup against the per-edge ones, the legacy hours, Stripe.
+	keys := make([]tenantHour, 0, len(tenants))
+	for k := range tenants {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
@@ -195,54 +481,171 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		}
 		return keys[i].hour < keys[j].hour
 	})
-	r := &Reconciliation{Period: p.String(), Tenants: []TenantReconciliation{}, Discrepancies: []Discrepancy{}}
-	settledBefore := src.Now().Add(-src.Settle)
 	var cur *TenantReconciliation
 	for _, k := range keys {
-		v := hours[k]
+		v := tenants[k]
 		h := time.Unix(k.hour, 0).UTC()
 		if cur == nil || cur.TenantID != k.tenant {
 			r.Tenants = append(r.Tenants, TenantReconciliation{TenantID: k.tenant, StripeCustomer: customers[k.tenant]})
 			cur = &r.Tenants[len(r.Tenants)-1]
 		}
-		cur.EdgeRequests += v.edge
-		cur.EdgeBillable += v.edgeBill
-		cur.Dropped += v.dropped
-		cur.DroppedBillable += v.droppedBill
+		var all edgeView // every edge of the tenant-hour
+		for e, ekv := range edges {
+			if e.tenantHour == k {
+				all.served += ekv.served
+				all.servedBill += ekv.servedBill
+				all.dropped += ekv.dropped
+				all.droppedBill += ekv.droppedBill
+				all.inflight += ekv.inflight
+				all.inflightBill += ekv.inflightBill
+			}
+		}
+		cur.EdgeRequests += all.served
+		cur.EdgeBillable += all.servedBill
+		cur.Dropped += all.dropped
+		cur.DroppedBillable += all.droppedBill
 		cur.FoldedRequests += v.folded
 		cur.FoldedBillable += v.foldedBill
+		cur.InFlight += all.inflight
 		cur.Pushed += v.pushed
 		cur.PushPending += v.pending
 		cur.PushFailed += v.failed
 
-		d := Discrepancy{TenantID: k.tenant, Hour: h, Edge: v.edge, Dropped: v.dropped, Folded: v.folded, Billable: v.foldedBill, Pushed: v.pushed}
-		wantReq, wantBill := v.edge-v.dropped, v.edgeBill-v.droppedBill
-		if v.folded != wantReq || v.foldedBill != wantBill {
-			d.Kind = EdgeVsFolded
-			switch {
-			case v.folded < wantReq:
-				d.Message = fmt.Sprintf("edges counted %d requests (%d dropped), billing folded %d: %d missing (in flight, spooled at an edge, or lost)",
-					v.edge, v.dropped, v.folded, wantReq-v.folded)
-			case v.folded > wantReq:
-				d.Message = fmt.Sprintf("billing folded %d requests, edges report only %d (%d dropped): %d unaccounted for by edge totals",
-					v.folded, v.edge, v.dropped, v.folded-wantReq)
-			default:
-				d.Message = fmt.Sprintf("requests agree (%d) but billable differs: edges %d (%d dropped), folded %d",
-					v.folded, v.edgeBill, v.droppedBill, v.foldedBill)
+		base := Discrepancy{TenantID: k.tenant, Hour: h, Edge: all.served, Dropped: all.dropped,
+			Folded: v.folded, Billable: v.foldedBill, InFlight: all.inflight, Pushed: v.pushed}
+		if v.folded != v.attributed || v.foldedBill != v.attributedBl {
+			d := base
+			d.Kind, d.Difference, d.Unit = Unattributed, v.folded-v.attributed, UnitRequests
+			if d.Difference == 0 {
+				d.Difference, d.Unit = v.foldedBill-v.attributedBl, UnitBillable
 			}
+			d.Message = fmt.Sprintf("UNATTRIBUTED: the tenant's rollup has %d requests (%d billable), its per-edge rollups %d (%d billable): %s, written outside the fold",
+				v.folded, v.foldedBill, v.attributed, v.attributedBl, signWords(d.Difference, d.Unit))
 			r.Discrepancies = append(r.Discrepancies, d)
 		}
-		if customers[k.tenant] != "" && !h.Add(time.Hour).After(settledBefore) && v.pushed != v.foldedBill {
-			d.Kind = FoldedVsStripe
-			d.Message = fmt.Sprintf("folded %d billable, Stripe accepted %d (%d pending, %d failed)", v.foldedBill, v.pushed, v.pending, v.failed)
+		if v.legacy {
+			// Folded (partly) before rollups were kept per edge: the edges' sum against
+			// the tenant's rollup, as reconcile used to compare.
+			want, wantBill := all.served-all.dropped, all.servedBill-all.droppedBill
+			diff, diffBill := v.folded-want, v.foldedBill-wantBill
+			if diff != 0 || diffBill != 0 {
+				d := base
+				d.Difference, d.Unit = diff, UnitRequests
+				if diff == 0 {
+					d.Difference, d.Unit = diffBill, UnitBillable
+				}
+				what := fmt.Sprintf("all edges served %d requests (%d dropped), billing folded %d (partly before rollups were kept per edge, so per tenant only)",
+					all.served, all.dropped, v.folded)
+				switch {
+				case !settled(h) || d.Difference < 0 && (diff+all.inflight >= 0 && diffBill+all.inflightBill >= 0 || partial):
+					d.Kind = Pending
+					d.Message = fmt.Sprintf("pending: %s: %s%s", what, signWords(d.Difference, d.Unit), inFlightNote(all.inflight))
+					r.Pending = append(r.Pending, d)
+				case d.Difference < 0:
+					d.Kind = Loss
+					d.Message = fmt.Sprintf("LOSS: %s: %s%s", what, signWords(d.Difference, d.Unit), inFlightNote(all.inflight))
+					r.Discrepancies = append(r.Discrepancies, d)
+				default:
+					d.Kind = DoubleCount
+					d.Message = fmt.Sprintf("DOUBLE COUNT: %s: %s", what, signWords(d.Difference, d.Unit))
+					r.Discrepancies = append(r.Discrepancies, d)
+				}
+			}
+		}
+		if customers[k.tenant] == "" || !settled(h) || v.pushed == v.foldedBill {
+			continue
+		}
+		d := base
+		d.Difference, d.Unit = v.pushed-v.foldedBill, UnitBillable
+		what := fmt.Sprintf("billing folded %d billable requests, Stripe accepted %d (%d being retried, %d given up on)",
+			v.foldedBill, v.pushed, v.pending, v.failed)
+		switch {
+		case d.Difference > 0:
+			d.Kind = StripeExcess
+			d.Message = fmt.Sprintf("STRIPE EXCESS: %s: %s", what, signWords(d.Difference, "billable requests billed"))
+			r.Discrepancies = append(r.Discrepancies, d)
+		case v.pushed+v.pending >= v.foldedBill:
+			d.Kind = Pending
+			d.Message = fmt.Sprintf("pending (Stripe push being retried): %s", what)
+			r.Pending = append(r.Pending, d)
+		default:
+			d.Kind = StripeShort
+			d.Message = fmt.Sprintf("STRIPE SHORT: %s: %s", what, signWords(d.Difference, "billable requests billed"))
 			r.Discrepancies = append(r.Discrepancies, d)
 		}
 	}
+	sortDiscrepancies(r.Discrepancies)
+	sortDiscrepancies(r.Pending)
 	return r, nil
 }
 
-// WriteText writes the reconciliation for a terminal: one line per tenant, then every
-// discrepancy.
+func unionKeys(a, b map[string]*[2]int64) map[string]bool {
+	out := make(map[string]bool, len(a)+len(b))
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
+func addBoot(m map[string]*[2]int64, boot string, req, bill int64) {
+	c := m[boot]
+	if c == nil {
+		c = &[2]int64{}
+		m[boot] = c
+	}
+	c[0] += req
+	c[1] += bill
+}
+
+// signWords says a signed difference in words, so no reader has to guess which way
+// round it was subtracted.
+func signWords(diff int64, unit string) string {
+	if unit == UnitRequests || unit == UnitBillable {
+		unit = map[string]string{UnitRequests: "requests", UnitBillable: "billable requests"}[unit]
+	}
+	switch {
+	case diff < 0:
+		return fmt.Sprintf("%d %s missing (fewer downstream than upstream)", -diff, unit)
+	case diff > 0:
+		return fmt.Sprintf("%d %s too many (more downstream than upstream)", diff, unit)
+	}
+	return "none missing"
+}
+
+func inFlightNote(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d requests in batches not yet folded", n)
+}
+
+func quoteEdge(e string) string {
+	if e == LegacyEdge {
+		return `"" (folded before per-edge rollups)`
+	}
+	return fmt.Sprintf("%q", e)
+}
+
+func sortDiscrepancies(ds []Discrepancy) {
+	sort.SliceStable(ds, func(i, j int) bool {
+		a, b := &ds[i], &ds[j]
+		switch {
+		case a.TenantID != b.TenantID:
+			return a.TenantID < b.TenantID
+		case !a.Hour.Equal(b.Hour):
+			return a.Hour.Before(b.Hour)
+		case a.EdgeID != b.EdgeID:
+			return a.EdgeID < b.EdgeID
+		}
+		return a.Kind < b.Kind
+	})
+}
+
+// WriteText writes the reconciliation for a terminal: one line per tenant and per edge
+// of a tenant, then every discrepancy (DIFF) and pending difference (PENDING).
 func (r *Reconciliation) WriteText(w io.Writer) error {
 	var err error
 	pr := func(format string, args ...any) {
@@ -250,13 +653,34 @@ func (r *Reconciliation) WriteText(w io.Writer) error {
 			_, err = fmt.Fprintf(w, format, args...)
 		}
 	}
-	pr("reconciliation of %s: %d tenants, %d discrepancies\n", r.Period, len(r.Tenants), len(r.Discrepancies))
+	pr("reconciliation of %s: %d tenants, %d discrepancies, %d pending (settle %s, %d batches in flight)\n",
+		r.Period, len(r.Tenants), len(r.Discrepancies), len(r.Pending), r.Settle, r.InFlightBatches)
 	pr("%-36s %12s %10s %12s %12s %12s %12s\n", "tenant", "edge", "dropped", "folded", "billable", "stripe", "pending")
 	for _, t := range r.Tenants {
 		pr("%-36s %12d %10d %12d %12d %12d %12d\n", t.TenantID, t.EdgeRequests, t.Dropped, t.FoldedRequests, t.FoldedBillable, t.Pushed, t.PushPending)
 	}
-	for _, d := range r.Discrepancies {
-		pr("DIFF %s %s %s: %s\n", d.Kind, d.TenantID, d.Hour.Format("2006-01-02T15Z"), d.Message)
+	if len(r.Edges) > 0 {
+		pr("%-36s %-24s %5s %12s %10s %12s %10s\n", "tenant", "edge id", "boots", "served", "dropped", "folded", "in flight")
+		for _, e := range r.Edges {
+			id := e.EdgeID
+			if id == LegacyEdge {
+				id = "(before per-edge)"
+			}
+			pr("%-36s %-24s %5d %12d %10d %12d %10d\n", e.TenantID, id, e.Boots, e.Served, e.Dropped, e.Folded, e.InFlight)
+		}
+	}
+	line := func(tag string, d *Discrepancy) {
+		edge := ""
+		if d.EdgeID != "" {
+			edge = " edge " + d.EdgeID
+		}
+		pr("%s %s %s%s: %s\n", tag, d.TenantID, d.Hour.Format("2006-01-02T15Z"), edge, d.Message)
+	}
+	for i := range r.Discrepancies {
+		line("DIFF "+r.Discrepancies[i].Kind, &r.Discrepancies[i])
+	}
+	for i := range r.Pending {
+		line("PENDING", &r.Pending[i])
 	}
 	if r.OK() {
 		pr("OK: edges, rollups and Stripe agree\n")

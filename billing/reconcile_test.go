@@ -3,39 +3,68 @@ package billing_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"tollgate/billing"
 	"tollgate/billing/billingtest"
 	billingnats "tollgate/billing/nats"
-	"tollgate/edge/meter"
 	"tollgate/infra/testenv"
 )
 
-type fakeEdges []billing.EdgeTotal
-
-func (f fakeEdges) EdgeTotals(context.Context, billing.Period) ([]billing.EdgeTotal, error) {
-	return f, nil
-}
-
-type fakeFolded []billing.HourTotal
-
-func (f fakeFolded) FoldedTotals(context.Context, billing.Period) ([]billing.HourTotal, error) {
-	return f, nil
-}
-
-type fakeStripe struct {
+// views are the inputs of one Reconcile, in memory: the rules are a pure function of
+// them, so each case is planted exactly (the real stores are exercised below).
+type views struct {
+	edges     []billing.EdgeTotal
+	byEdge    []billing.EdgeFolded
+	extra     map[string]int64 // tenant → requests in the tenant rollup beyond the per-edge ones
+	inflight  []billing.EdgeFolded
 	pushes    []billing.PushTotal
 	customers map[string]string
 }
 
-func (f fakeStripe) PushTotals(context.Context, billing.Period) ([]billing.PushTotal, error) {
-	return f.pushes, nil
+func (v *views) EdgeTotals(context.Context, billing.Period) ([]billing.EdgeTotal, error) {
+	return v.edges, nil
 }
-func (f fakeStripe) BillingCustomers(context.Context) (map[string]string, error) {
-	return f.customers, nil
+
+func (v *views) FoldedByEdge(context.Context, billing.Period) ([]billing.EdgeFolded, error) {
+	return v.byEdge, nil
+}
+
+// FoldedTotals is the per-edge rollup summed per tenant-hour, plus extra.
+func (v *views) FoldedTotals(context.Context, billing.Period) ([]billing.HourTotal, error) {
+	sum := map[string]*billing.HourTotal{}
+	var out []billing.HourTotal
+	for _, f := range v.byEdge {
+		k := f.TenantID + f.Hour.String()
+		if sum[k] == nil {
+			sum[k] = &billing.HourTotal{TenantID: f.TenantID, Hour: f.Hour}
+		}
+		sum[k].Requests += f.Requests + v.extra[f.TenantID]
+		sum[k].Billable += f.Billable
+		delete(v.extra, f.TenantID)
+	}
+	for _, t := range sum {
+		out = append(out, *t)
+	}
+	return out, nil
+}
+
+func (v *views) InFlight(context.Context) (*billing.InFlight, error) {
+	return &billing.InFlight{Batches: len(v.inflight), Totals: v.inflight}, nil
+}
+
+func (v *views) PushTotals(context.Context, billing.Period) ([]billing.PushTotal, error) {
+	return v.pushes, nil
+}
+
+func (v *views) BillingCustomers(context.Context) (map[string]string, error) {
+	return v.customers, nil
 }
 
 func TestReconcileRules(t *testing.T) {
@@ -43,107 +72,309 @@ func TestReconcileRules(t *testing.T) {
 	h1 := h0.Add(time.Hour)
 	now := func() time.Time { return h1.Add(30 * time.Minute) } // h0 settled, h1 not
 	p := billing.PeriodOf(h0)
-	edges := fakeEdges{
-		// two edges, two boots of one
-		{EdgeID: "e1", BootID: "a", TenantID: "t1", Hour: h0, Requests: 60, Billable: 50},
-		{EdgeID: "e1", BootID: "b", TenantID: "t1", Hour: h0, Requests: 40, Billable: 40},
-		{EdgeID: "e2", BootID: "a", TenantID: "t1", Hour: h1, Requests: 10, Billable: 10},
-		// t2 dropped 5 when its spool was full: folded 95 is right
-		{EdgeID: "e1", BootID: "a", TenantID: "t2", Hour: h0, Requests: 100, Billable: 100, Dropped: 5, DroppedBillable: 5},
-		// t3 lost 7 somewhere
-		{EdgeID: "e1", BootID: "a", TenantID: "t3", Hour: h0, Requests: 20, Billable: 20},
-		// another period's hour is ignored
-		{EdgeID: "e1", BootID: "a", TenantID: "t3", Hour: h0.AddDate(0, 1, 0), Requests: 999},
+	served := func(edge, boot, tenant string, h time.Time, req, bill, dropped int64) billing.EdgeTotal {
+		return billing.EdgeTotal{EdgeID: edge, BootID: boot, TenantID: tenant, Hour: h, Requests: req, Billable: bill, Dropped: dropped, DroppedBillable: dropped}
 	}
-	folded := fakeFolded{
-		{TenantID: "t1", Hour: h0, Requests: 100, Billable: 90},
-		{TenantID: "t1", Hour: h1, Requests: 10, Billable: 10},
-		{TenantID: "t2", Hour: h0, Requests: 95, Billable: 95},
-		{TenantID: "t3", Hour: h0, Requests: 13, Billable: 13},
+	folded := func(edge, boot, tenant string, h time.Time, req, bill int64) billing.EdgeFolded {
+		return billing.EdgeFolded{EdgeID: edge, BootID: boot, TenantID: tenant, Hour: h, Requests: req, Billable: bill}
 	}
-	stripe := fakeStripe{
-		customers: map[string]string{"t1": "cus_1", "t2": "cus_2"},
+	v := &views{
+		edges: []billing.EdgeTotal{
+			// t1: two boots of e1 agree; e2 is short in an hour not yet settled
+			served("e1", "a", "t1", h0, 60, 50, 0), served("e1", "b", "t1", h0, 40, 40, 0),
+			served("e2", "a", "t1", h1, 10, 10, 0),
+			// t2 dropped 5 when its spool was full: 95 folded is right
+			served("e1", "a", "t2", h0, 100, 100, 5),
+			served("e1", "a", "t3", h0, 20, 20, 0),                    // t3: 7 lost
+			served("e1", "a", "t4", h0, 20, 20, 0),                    // t4: 5 folded twice
+			served("e1", "a", "t5", h0, 10, 10, 0),                    // t5: boot z has no totals
+			served("e1", "a", "t7", h0, 30, 30, 0),                    // t7: 10 in flight
+			served("e1", "a", "t8", h0, 45, 45, 0),                    // t8: 5 folded outside Fold
+			served("e1", "a", "t9", h0, 30, 30, 0),                    // t9: folded before per-edge rollups, agrees
+			served("e1", "a", "t9", h0.Add(-time.Hour), 40, 40, 0),    // …and is short
+			served("e1", "a", "t10", h0, 50, 50, 0),                   // Stripe short
+			served("e1", "a", "t11", h0, 50, 50, 0),                   // Stripe over
+			served("e1", "a", "t3", h0.AddDate(0, 1, 0), 999, 999, 0), // another period: ignored
+			// e1 and e3 balance each other in t12's rollup, which cannot see it
+			served("e1", "a", "t12", h0, 10, 10, 0), served("e3", "a", "t12", h0, 10, 10, 0),
+		},
+		byEdge: []billing.EdgeFolded{
+			folded("e1", "a", "t1", h0, 60, 50), folded("e1", "b", "t1", h0, 40, 40),
+			folded("e1", "a", "t2", h0, 95, 95),
+			folded("e1", "a", "t3", h0, 13, 13),
+			folded("e1", "a", "t4", h0, 25, 25),
+			folded("e1", "a", "t5", h0, 10, 10), folded("e1", "z", "t5", h0, 4, 4),
+			folded("e9", "a", "t6", h0, 8, 8), // t6: e9 never reported totals
+			folded("e1", "a", "t7", h0, 20, 20),
+			folded("e1", "a", "t8", h0, 45, 45),
+			folded("", "", "t9", h0, 30, 30), folded("", "", "t9", h0.Add(-time.Hour), 33, 33),
+			folded("e1", "a", "t10", h0, 50, 50),
+			folded("e1", "a", "t11", h0, 50, 50),
+			folded("e1", "a", "t12", h0, 13, 13), folded("e3", "a", "t12", h0, 7, 7),
+		},
+		extra:     map[string]int64{"t8": 5},
+		inflight:  []billing.EdgeFolded{folded("e1", "a", "t7", h0, 10, 10)},
+		customers: map[string]string{"t1": "cus_1", "t2": "cus_2", "t10": "cus_10", "t11": "cus_11"},
 		pushes: []billing.PushTotal{
 			{TenantID: "t1", Hour: h0, Pushed: 90},
 			{TenantID: "t2", Hour: h0, Pushed: 90, Pending: 5}, // 5 still being retried
+			{TenantID: "t10", Hour: h0, Pushed: 40, Failed: 10},
+			{TenantID: "t11", Hour: h0, Pushed: 60},
 		},
 	}
-	r, err := billing.Reconcile(context.Background(), p, billing.ReconcileSources{Edges: edges, Folded: folded, Stripe: stripe, Now: now, Settle: 15 * time.Minute})
+	r, err := billing.Reconcile(context.Background(), p, billing.ReconcileSources{Edges: v, Folded: v, InFlight: v, Stripe: v, Now: now, Settle: 15 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
+	list := func(ds []billing.Discrepancy) string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, fmt.Sprintf("%s %s %s %s %+d", d.Kind, d.TenantID, d.Hour.Format("15"), d.EdgeID, d.Difference))
+		}
+		return strings.Join(out, "\n")
+	}
+	want := strings.Join([]string{
+		"stripe_short t10 03  -10",
+		"stripe_excess t11 03  +10",
+		"double_count t12 03 e1 +3",
+		"loss t12 03 e3 -3",
+		"loss t3 03 e1 -7",
+		"double_count t4 03 e1 +5",
+		"missing_totals t5 03 e1 +4",
+		"missing_totals t6 03 e9 +8",
+		"unattributed t8 03  +5",
+		"loss t9 02  -7",
+	}, "\n")
+	if got := list(r.Discrepancies); got != want {
+		t.Fatalf("discrepancies:\n%s\nwant:\n%s", got, want)
+	}
+	wantPending := strings.Join([]string{
+		"pending t1 04 e2 -10",
+		"pending t2 03  -5", // a Stripe push being retried
+		"pending t7 03 e1 -10",
+	}, "\n")
+	if got := list(r.Pending); got != wantPending {
+		t.Fatalf("pending:\n%s\nwant:\n%s", got, wantPending)
+	}
 	for _, d := range r.Discrepancies {
-		got = append(got, d.Kind+" "+d.TenantID+" "+d.Hour.Format("15"))
+		words := map[string]string{billing.Loss: "missing", billing.StripeShort: "missing", billing.DoubleCount: "too many",
+			billing.StripeExcess: "too many", billing.MissingTotals: "never reported totals", billing.Unattributed: "too many"}[d.Kind]
+		if !strings.Contains(d.Message, words) {
+			t.Errorf("%s %s: message %q does not say %q", d.Kind, d.TenantID, d.Message, words)
+		}
 	}
-	want := []string{"folded_vs_stripe t2 03", "edge_vs_folded t3 03"}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("discrepancies %v, want %v", got, want)
+	if r.Tenants[0].TenantID != "t1" || r.Tenants[0].EdgeRequests != 110 || r.Tenants[0].StripeCustomer != "cus_1" {
+		t.Fatalf("tenants: %+v", r.Tenants[0])
 	}
-	if !strings.Contains(r.Discrepancies[1].Message, "7 missing") {
-		t.Errorf("message: %s", r.Discrepancies[1].Message)
-	}
-	if len(r.Tenants) != 3 || r.Tenants[0].EdgeRequests != 110 || r.Tenants[1].Dropped != 5 || r.Tenants[0].StripeCustomer != "cus_1" {
-		t.Fatalf("tenants: %+v", r.Tenants)
+	if e := r.Edges[0]; e.TenantID != "t1" || e.EdgeID != "e1" || e.Boots != 2 || e.Served != 100 || e.Folded != 100 {
+		t.Fatalf("edges: %+v", r.Edges[0])
 	}
 	var buf bytes.Buffer
-	r.WriteText(&buf)
-	if !strings.Contains(buf.String(), "DIFF edge_vs_folded t3") {
-		t.Fatalf("text:\n%s", buf.String())
+	if err := r.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"DIFF loss t3 2024-05-10T03Z edge e1: LOSS", "PENDING t7 2024-05-10T03Z edge e1: pending (batches in flight)"} {
+		if !strings.Contains(buf.String(), line) {
+			t.Fatalf("text lacks %q:\n%s", line, buf.String())
+		}
+	}
+	if r.OK() || strings.Contains(buf.String(), "OK:") {
+		t.Fatal("a reconciliation with discrepancies says OK")
 	}
 }
 
-// End to end: an edge's totals in the KV bucket, the rollups billing folded from its
-// batches and the Stripe record agree; a batch that did not come from the edge shows.
-func TestReconcileEdgeTotalsWithRollups(t *testing.T) {
+// plantedEdge publishes what an edge's meter would — batches to the usage stream, totals
+// to the bucket — so a test can leave out or spoil exactly one of them.
+type plantedEdge struct {
+	pub      *billingnats.Publisher
+	id, boot string
+	seq      uint64
+}
+
+func (s *stack) edge(t *testing.T, id string) *plantedEdge {
+	t.Helper()
+	pub, err := billingnats.NewPublisher(s.nc, s.prefix, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &plantedEdge{pub: pub, id: id, boot: "b1"}
+}
+
+// batch publishes a batch of n billable requests of tenant at hour at.
+func (e *plantedEdge) batch(t *testing.T, tenant string, at time.Time, n int64) *billing.UsageBatch {
+	t.Helper()
+	e.seq++
+	b := &billing.UsageBatch{ID: billing.BatchID(e.id, e.boot, e.seq), EdgeID: e.id, BootID: e.boot, Seq: e.seq,
+		Created: time.Now().UTC(), Records: []billing.UsageRecord{billingtest.Record(tenant, at, "r", "", 200, true, n)}}
+	data, err := billing.EncodeBatch(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pub.Publish(context.Background(), b.ID, data); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// totals publishes the edge's totals: served requests, all billable.
+func (e *plantedEdge) totals(t *testing.T, tenant string, at time.Time, served int64) {
+	t.Helper()
+	tot := billing.EdgeTotal{EdgeID: e.id, BootID: e.boot, TenantID: tenant, Hour: billing.Hour(at), Requests: served, Billable: served}
+	if err := e.pub.PutTotals(context.Background(), []billing.EdgeTotal{tot}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Each kind of disagreement planted in real stores — a lost batch, a batch folded twice,
+// an edge without totals, Stripe short and over, batches in flight — is reported as what
+// it is, per edge and with its sign, and a clean edge's hour reports OK.
+func TestReconcilePlantedCases(t *testing.T) {
 	ns := testenv.NATS(t)
 	s := newStack(t, ns.ClientURL())
-	tn := s.db.Tenant(t, "acme", "pro")
-	pub, err := billingnats.NewPublisher(s.nc, s.prefix, "edge-1.eu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := meter.New(meter.Config{EdgeID: "edge-1.eu", Sink: pub, SpoolDir: t.TempDir(), FlushInterval: time.Hour, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := time.Now().UTC().Add(-2 * time.Hour) // settled for Stripe
-	r := m.Route(tn.ID, "r")
-	for i := 0; i < 40; i++ {
-		r.Record(nil, []int{200, 429}[i%2], i%2 == 0, 0, 0, at)
-	}
-	if err := m.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	s.consume(t, ns.ClientURL(), billingnats.ConsumerConfig{})
-	waitFor(t, 10*time.Second, "folded", func() bool { return s.folded(t) == 40 })
 	ctx := context.Background()
-	if _, err := s.db.Store.SetCustomer(ctx, tn.ID, "cus_test"); err != nil {
-		t.Fatal(err)
-	}
-	src := billing.ReconcileSources{Edges: billingnats.NewTotals(s.js, s.prefix), Folded: s.db.Store, Stripe: s.db.Store}
+	at := time.Now().UTC().Add(-2 * time.Hour) // settled
 	p := billing.PeriodOf(at)
-	rec, err := billing.Reconcile(ctx, p, src)
+	src := billing.ReconcileSources{
+		Edges: billingnats.NewTotals(s.js, s.prefix), Folded: s.db.Store, Stripe: s.db.Store,
+		InFlight: billingnats.NewInFlight(s.js, s.prefix, "", s.db.Store),
+	}
+	reconcile := func() *billing.Reconciliation {
+		t.Helper()
+		r, err := billing.Reconcile(ctx, p, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	slugs := map[string]string{}
+	tenant := func(slug string) string {
+		id := s.db.Tenant(t, slug, "pro").ID
+		slugs[id] = slug
+		return id
+	}
+	// kinds lists a reconciliation's discrepancies and pending differences by slug.
+	kinds := func(r *billing.Reconciliation) string {
+		var out []string
+		for _, d := range r.Discrepancies {
+			out = append(out, fmt.Sprintf("%s %s %s %+d", d.Kind, slugs[d.TenantID], d.EdgeID, d.Difference))
+		}
+		for _, d := range r.Pending {
+			out = append(out, fmt.Sprintf("pending %s %s %+d", slugs[d.TenantID], d.EdgeID, d.Difference))
+		}
+		sort.Strings(out)
+		return strings.Join(out, "; ")
+	}
+
+	// A clean hour: pending while billing has not folded it, then OK.
+	clean := tenant("clean")
+	ec := s.edge(t, "edge-clean.eu")
+	ec.batch(t, clean, at, 10)
+	ec.batch(t, clean, at, 15)
+	ec.totals(t, clean, at, 25)
+	if r := reconcile(); !r.OK() || kinds(r) != "pending clean edge-clean.eu -25" || r.InFlightBatches != 2 {
+		t.Fatalf("before billing folded: %s (%d in flight)", kinds(r), r.InFlightBatches)
+	}
+	ctx1, stop := context.WithCancel(ctx)
+	_, done := s.consumeCtx(t, ctx1, ns.ClientURL(), billingnats.ConsumerConfig{})
+	waitFor(t, 10*time.Second, "clean folded", func() bool { return s.folded(t) == 25 })
+	if r := reconcile(); !r.OK() || len(r.Pending) != 0 || r.Edges[0].Served != 25 || r.Edges[0].Folded != 25 {
+		t.Fatalf("a clean hour: %s %+v", kinds(r), r.Edges)
+	}
+	stop()
+	<-done
+
+	// A lost batch: the edge served 15, its second batch never reaches billing.
+	lost := tenant("lost")
+	el := s.edge(t, "edge-lossy")
+	el.batch(t, lost, at, 10)
+	el.batch(t, lost, at, 5)
+	el.totals(t, lost, at, 15)
+	stream, err := s.js.Stream(ctx, billing.UsageStream(s.prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Not pushed yet: Stripe is short of the rollups.
-	if len(rec.Discrepancies) != 1 || rec.Discrepancies[0].Kind != billing.FoldedVsStripe {
-		t.Fatalf("before the push: %+v", rec.Discrepancies)
+	msg, err := stream.GetLastMsgForSubject(ctx, billing.UsageSubject(s.prefix, "edge-lossy"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n, err := s.db.Store.PlanPushes(ctx, billing.Hour(at).Add(-time.Hour), time.Now(), time.Now()); err != nil || n != 1 {
+	if err := stream.DeleteMsg(ctx, msg.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	// A batch folded twice: folded once here, then again below past the dedup.
+	double := tenant("double")
+	ed := s.edge(t, "edge-double")
+	twice := ed.batch(t, double, at, 12)
+	ed.totals(t, double, at, 12)
+	// An edge whose totals are missing.
+	silent := tenant("silent")
+	s.edge(t, "edge-silent").batch(t, silent, at, 8)
+	// Stripe short (the push given up on) and over (more pushed than folded).
+	short, over := tenant("short"), tenant("over")
+	for _, c := range []struct{ id, edge string }{{short, "edge-s"}, {over, "edge-o"}} {
+		e := s.edge(t, c.edge)
+		e.batch(t, c.id, at, 20)
+		e.totals(t, c.id, at, 20)
+		if _, err := s.db.Store.SetCustomer(ctx, c.id, "cus_"+c.edge); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx2, stop := context.WithCancel(ctx)
+	_, done = s.consumeCtx(t, ctx2, ns.ClientURL(), billingnats.ConsumerConfig{})
+	waitFor(t, 10*time.Second, "folded", func() bool { return s.folded(t) == 25+10+12+8+20+20 })
+	stop()
+	<-done
+
+	sql, err := pgx.Connect(ctx, s.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sql.Close(ctx)
+	if _, err := sql.Exec(ctx, `DELETE FROM usage_batches WHERE batch_id = $1`, twice.ID); err != nil {
+		t.Fatal(err)
+	}
+	s.db.Fold(t, twice)
+	if n, err := s.db.Store.PlanPushes(ctx, billing.Hour(at).Add(-time.Hour), time.Now(), time.Now()); err != nil || n != 2 {
 		t.Fatalf("planned %d: %v", n, err)
 	}
-	if err := s.db.Store.PushSucceeded(ctx, billing.PushIdentifier(tn.ID, billing.Hour(at), 1), time.Now()); err != nil {
+	if err := s.db.Store.PushFailed(ctx, billing.PushIdentifier(short, billing.Hour(at), 1), "card declined", time.Now(), true); err != nil {
 		t.Fatal(err)
 	}
-	if rec, _ = billing.Reconcile(ctx, p, src); !rec.OK() || rec.Tenants[0].EdgeRequests != 40 || rec.Tenants[0].Pushed != 20 {
-		t.Fatalf("after the push: %+v", rec)
+	if err := s.db.Store.PushSucceeded(ctx, billing.PushIdentifier(over, billing.Hour(at), 1), time.Now()); err != nil {
+		t.Fatal(err)
 	}
-	// Usage from nowhere.
-	s.db.Fold(t, billingtest.Batch(77, billingtest.Record(tn.ID, at, "r", "", 200, true, 3)))
-	rec, _ = billing.Reconcile(ctx, p, src)
-	if len(rec.Discrepancies) != 2 || rec.Discrepancies[0].Kind != billing.EdgeVsFolded {
-		t.Fatalf("after a stray batch: %+v", rec.Discrepancies)
+	if _, err := sql.Exec(ctx, `UPDATE stripe_pushes SET quantity = quantity + 3 WHERE tenant_id = $1`, over); err != nil {
+		t.Fatal(err)
+	}
+
+	// Batches in flight in a settled hour: pending, not lost.
+	late := tenant("late")
+	ef := s.edge(t, "edge-late")
+	ef.batch(t, late, at, 6)
+	ef.totals(t, late, at, 6)
+
+	r := reconcile()
+	want := "double_count double edge-double +12; loss lost edge-lossy -5; missing_totals silent edge-silent +8; " +
+		"pending late edge-late -6; stripe_excess over  +3; stripe_short short  -20"
+	if got := kinds(r); got != want {
+		var buf bytes.Buffer
+		r.WriteText(&buf)
+		t.Fatalf("got  %s\nwant %s\n%s", got, want, buf.String())
+	}
+	if r.OK() || r.InFlightBatches != 1 {
+		t.Fatalf("OK %v with %d batches in flight", r.OK(), r.InFlightBatches)
+	}
+	for _, d := range r.Discrepancies {
+		if d.Kind == billing.Loss && !strings.Contains(d.Message, "5 requests missing") {
+			t.Errorf("loss message: %s", d.Message)
+		}
+		if d.Kind == billing.DoubleCount && !strings.Contains(d.Message, "12 requests too many") {
+			t.Errorf("double count message: %s", d.Message)
+		}
+	}
+	// Folded at last, the late batch agrees.
+	s.consume(t, ns.ClientURL(), billingnats.ConsumerConfig{})
+	waitFor(t, 10*time.Second, "late folded", func() bool { return s.folded(t) == 25+10+12+12+8+20+20+6 })
+	if got := kinds(reconcile()); strings.Contains(got, "late") {
+		t.Fatalf("after the late batch folded: %s", got)
 	}
 }

@@ -36,8 +36,11 @@ const usage = `usage: tollgate billing [command] [flags]
 
 commands:
   (none)      run the usage consumer (and the Stripe push when TOLLGATE_STRIPE_KEY is set)
-  reconcile   --period YYYY-MM [--json]: compare edge totals, rollups and Stripe pushes;
-              exits 1 when they disagree
+  reconcile   --period YYYY-MM [--json] [--settle 15m]: compare, per tenant, hour and
+              edge, what each edge served with what was folded from its batches, and
+              what was pushed to Stripe; names each difference (loss, double_count,
+              missing_totals, unattributed, stripe_short, stripe_excess) and lists what
+              is still pending; exits 1 when anything is wrong
   export      --period YYYY-MM [--format csv|json]: the period's bill on stdout
   enable      --tenant SLUG: make the tenant a Stripe customer (needs TOLLGATE_STRIPE_KEY)
   push        push settled usage to Stripe once and exit
@@ -226,9 +229,10 @@ func (o Options) pusher(store *billingpg.Store, m *billing.Metrics) (*billingstr
 	})
 }
 
-// Reconcile compares, for a period, the edges' totals in NATS with the rollups and the
-// Stripe pushes in Postgres.
-func Reconcile(ctx context.Context, o Options, p billing.Period) (*billing.Reconciliation, error) {
+// Reconcile compares, for a period, the edges' totals in NATS with the rollups, the
+// batches still in flight and the Stripe pushes in Postgres. settle is how long after an
+// hour ends a difference in it stops being pending (0: billing.DefaultSettle).
+func Reconcile(ctx context.Context, o Options, p billing.Period, settle time.Duration) (*billing.Reconciliation, error) {
 	store, err := billingpg.Open(ctx, o.DatabaseURL)
 	if err != nil {
 		return nil, err
@@ -243,22 +247,26 @@ func Reconcile(ctx context.Context, o Options, p billing.Period) (*billing.Recon
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	return billing.Reconcile(cctx, p, billing.ReconcileSources{
-		Edges:  billingnats.NewTotals(js, o.NATSPrefix),
-		Folded: store,
-		Stripe: store,
+		Edges:    billingnats.NewTotals(js, o.NATSPrefix),
+		Folded:   store,
+		InFlight: billingnats.NewInFlight(js, o.NATSPrefix, "", store),
+		Stripe:   store,
+		Settle:   settle,
 	})
 }
 
-// ErrDiscrepancies is returned by `billing reconcile` when the views disagree.
+// ErrDiscrepancies is returned by `billing reconcile` when the views disagree (pending
+// differences do not count).
 var ErrDiscrepancies = errors.New("reconciliation found discrepancies")
 
 func reconcileCmd(ctx context.Context, o Options, args []string) error {
 	fs := flag.NewFlagSet("billing reconcile", flag.ContinueOnError)
 	period := fs.String("period", "", "the month to reconcile, YYYY-MM (UTC)")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
+	settle := fs.Duration("settle", billing.DefaultSettle, "how long after an hour ends a difference in it is no longer pending")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -266,7 +274,10 @@ func reconcileCmd(ctx context.Context, o Options, args []string) error {
 	if err != nil {
 		return err
 	}
-	r, err := Reconcile(ctx, o, p)
+	if *settle <= 0 {
+		return fmt.Errorf("--settle must be positive")
+	}
+	r, err := Reconcile(ctx, o, p, *settle)
 	if err != nil {
 		return err
 	}

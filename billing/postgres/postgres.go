@@ -66,7 +66,8 @@ type rollupKey struct {
 
 // Fold adds a batch to the rollups, once: in one transaction it records the batch id in
 // usage_batches (ON CONFLICT DO NOTHING) and, only if that inserted a row, adds every
-// record to its usage_hourly row (ON CONFLICT DO UPDATE … + EXCLUDED). folded is false
+// record to its usage_hourly row (ON CONFLICT DO UPDATE … + EXCLUDED) and the batch's
+// requests per tenant and hour to its edge's and boot's usage_edge_hourly row. folded is false
 // when the batch had been folded before; then nothing changed. Rows are upserted in
 // primary-key order so that concurrent folds never deadlock.
 func (s *Store) Fold(ctx context.Context, b *billing.UsageBatch) (folded bool, err error) {
@@ -142,6 +143,19 @@ func (s *Store) Fold(ctx context.Context, b *billing.UsageBatch) (folded bool, e
 			tenantIDs, hours, routes, consumers, classes, requests, billable, bytesIn, bytesOut)
 		if err != nil {
 			return fmt.Errorf("upsert rollups: %w", err)
+		}
+		// The same counts by edge and boot, so reconcile can set each edge's folded
+		// usage beside its own totals. keys are in (tenant, hour) order, and so is this.
+		_, err = tx.Exec(ctx, `INSERT INTO usage_edge_hourly (tenant_id, hour, edge_id, boot_id, requests, billable)
+			SELECT t, h, $3, $4, sum(r), sum(b)
+			FROM unnest($1::uuid[], $2::timestamptz[], $5::bigint[], $6::bigint[]) AS u(t, h, r, b)
+			GROUP BY t, h ORDER BY t, h
+			ON CONFLICT (tenant_id, hour, edge_id, boot_id) DO UPDATE SET
+				requests = usage_edge_hourly.requests + EXCLUDED.requests,
+				billable = usage_edge_hourly.billable + EXCLUDED.billable`,
+			tenantIDs, hours, b.EdgeID, b.BootID, requests, billable)
+		if err != nil {
+			return fmt.Errorf("upsert edge rollups: %w", err)
 		}
 		return nil
 	})
@@ -359,6 +373,48 @@ func (s *Store) FoldedTotals(ctx context.Context, p billing.Period) ([]billing.H
 		}
 		t.Hour = t.Hour.UTC()
 		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// FoldedByEdge sums the per-edge rollups per edge, boot, tenant and hour of period p.
+// Usage folded before they were kept is under billing.LegacyEdge.
+func (s *Store) FoldedByEdge(ctx context.Context, p billing.Period) ([]billing.EdgeFolded, error) {
+	rows, err := s.pool.Query(ctx, `SELECT edge_id, boot_id, tenant_id::text, hour, requests, billable
+		FROM usage_edge_hourly WHERE hour >= $1 AND hour < $2 ORDER BY 3, 4, 1, 2`, p.Start(), p.End())
+	if err != nil {
+		return nil, fmt.Errorf("folded by edge: %w", err)
+	}
+	defer rows.Close()
+	var out []billing.EdgeFolded
+	for rows.Next() {
+		var t billing.EdgeFolded
+		if err := rows.Scan(&t.EdgeID, &t.BootID, &t.TenantID, &t.Hour, &t.Requests, &t.Billable); err != nil {
+			return nil, fmt.Errorf("folded by edge: %w", err)
+		}
+		t.Hour = t.Hour.UTC()
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// FoldedBatches says which of ids have been folded (are in usage_batches).
+func (s *Store) FoldedBatches(ctx context.Context, ids []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT batch_id FROM usage_batches WHERE batch_id = ANY($1::text[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("folded batches: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("folded batches: %w", err)
+		}
+		out[id] = true
 	}
 	return out, rows.Err()
 }
