@@ -99,6 +99,13 @@ type Config struct {
 	// Ready reports whether the dependencies answer; /readyz calls it. Default: always ready.
 	Ready func(ctx context.Context) error
 
+	// Unavailable reports whether a service's error means its store could not be reached
+	// or did not answer in time, not that something is wrong with the request or the
+	// code: such a failure is answered 503 not_ready with Retry-After instead of 500
+	// internal. Default: an expired deadline or a network error
+	// (tenants/postgres.Unavailable also knows the driver's errors).
+	Unavailable func(error) bool
+
 	// Metrics, when set, counts every request (see NewMetrics).
 	Metrics *Metrics
 
@@ -109,7 +116,10 @@ type Config struct {
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
 	IdleTimeout  time.Duration
-	// RequestTimeout bounds the service calls of one request. Default: 10s.
+	// RequestTimeout bounds the store work of one request: every service call made for
+	// it, the console's pages mounted on App included, shares one deadline (the request's
+	// user context). When it expires the request is answered 503 not_ready. The
+	// binary sets TOLLGATE_DB_TIMEOUT. Default: 10s.
 	RequestTimeout time.Duration
 }
 
@@ -161,6 +171,9 @@ func New(cfg Config) *Server {
 	if cfg.Ready == nil {
 		cfg.Ready = func(context.Context) error { return nil }
 	}
+	if cfg.Unavailable == nil {
+		cfg.Unavailable = unreachable
+	}
 	if cfg.BodyLimit <= 0 {
 		cfg.BodyLimit = DefaultBodyLimit
 	}
@@ -199,6 +212,7 @@ func New(cfg Config) *Server {
 		s.app.Use(cfg.Metrics.handler)
 	}
 	s.app.Use(s.frame)
+	s.app.Use(s.bound)
 	for i := range s.endpoints {
 		ep := &s.endpoints[i]
 		h := s.wrap(ep)

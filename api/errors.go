@@ -104,11 +104,19 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 func (s *Server) renderError(c *fiber.Ctx, err error) {
 	id := requestID(c)
 	e := s.asError(c, err)
-	if e.Code == tenants.EInternal {
+	switch e.Code {
+	case tenants.EInternal:
 		s.log.Error("api: internal error", "request_id", id, "method", c.Method(), "path", c.Path(), "err", err)
+	case tenants.ENotReady:
+		var te *tenants.Error
+		if !errors.As(err, &te) {
+			s.log.Warn("api: the store did not answer", "request_id", id, "method", c.Method(), "path", c.Path(), "err", err)
+		}
 	}
 	status := tenants.Status(e.Code)
 	switch status {
+	case http.StatusServiceUnavailable:
+		c.Set(fiber.HeaderRetryAfter, retryAfterSeconds)
 	case http.StatusUnauthorized:
 		c.Set(fiber.HeaderWWWAuthenticate, `Bearer realm="tollgate"`)
 	case http.StatusMethodNotAllowed:
@@ -134,6 +142,9 @@ func (s *Server) asError(c *fiber.Ctx, err error) *tenants.Error {
 			return &tenants.Error{Code: tenants.EInternal, Message: "internal error"}
 		}
 		return te
+	}
+	if s.cfg.Unavailable(err) {
+		return notReady()
 	}
 	var fe *fiber.Error
 	if errors.As(err, &fe) {

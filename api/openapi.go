@@ -229,7 +229,7 @@ var errorDocs = map[int]string{
 	413: "body_too_large.",
 	415: "unsupported_media_type: send Content-Type: application/json.",
 	500: "internal: see the logs under request_id.",
-	503: "not_ready.",
+	503: "not_ready: the database is unreachable or did not answer within the request's bound (TOLLGATE_DB_TIMEOUT), or the server is shutting down; retry after `Retry-After` seconds.",
 }
 
 // errorStatuses lists what an endpoint may answer besides success.
@@ -257,8 +257,8 @@ func (ep *endpoint) errorStatuses() []int {
 	if ep.method == http.MethodDelete && strings.HasSuffix(ep.path, "/plans/:id") || strings.HasSuffix(ep.path, "/domains/:id/verify") {
 		set[409] = true
 	}
-	if ep.path == "/readyz" {
-		set[503] = true
+	if ep.path == "/readyz" || ep.access != public {
+		set[503] = true // every endpoint that reads or writes the store
 	}
 	out := make([]int, 0, len(set))
 	for s := range set {
@@ -284,9 +284,13 @@ func (s *Server) document() obj {
 	}
 	responses := obj{}
 	for code, d := range errorDocs {
+		headers := obj{"X-Request-Id": obj{"$ref": "#/components/headers/X-Request-Id"}}
+		if code == http.StatusServiceUnavailable {
+			headers["Retry-After"] = obj{"$ref": "#/components/headers/Retry-After"}
+		}
 		responses[strconv.Itoa(code)] = obj{
 			"description": d,
-			"headers":     obj{"X-Request-Id": obj{"$ref": "#/components/headers/X-Request-Id"}},
+			"headers":     headers,
 			"content":     obj{"application/json": obj{"schema": errRef}},
 		}
 	}
@@ -323,8 +327,9 @@ func (s *Server) document() obj {
 			"headers": obj{
 				"X-Request-Id": obj{"description": "The request's id: the client's X-Request-Id if it is 1–64 of [A-Za-z0-9-_], else a new one.",
 					"schema": obj{"type": "string"}},
-				"ETag":     obj{"description": "The object's version, quoted; send it back in If-Match.", "schema": obj{"type": "string"}},
-				"Location": obj{"description": "Where the created object lives.", "schema": obj{"type": "string"}},
+				"ETag":        obj{"description": "The object's version, quoted; send it back in If-Match.", "schema": obj{"type": "string"}},
+				"Location":    obj{"description": "Where the created object lives.", "schema": obj{"type": "string"}},
+				"Retry-After": obj{"description": "Seconds to wait before retrying a 503 not_ready.", "schema": obj{"type": "integer"}},
 			},
 			"parameters": obj{
 				"limit": obj{"name": "limit", "in": "query", "description": "Page size.",

@@ -85,6 +85,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock. Default: time.Now.
 	Now func() time.Time
+	// Unavailable reports whether an error means the store could not be reached or did
+	// not answer in time: the page says so with 503 and Retry-After instead of 500, as
+	// the API does (see api.Config.Unavailable). Default: none is.
+	Unavailable func(error) bool
 }
 
 // Console serves the pages. Create it with New and Mount it.
@@ -134,6 +138,9 @@ func New(cfg Config) *Console {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Unavailable == nil {
+		cfg.Unavailable = func(error) bool { return false }
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger, pages: map[string]*template.Template{}}
 	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html"))

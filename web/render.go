@@ -184,6 +184,12 @@ func (c *Console) internal(ctx *fiber.Ctx, err error) error {
 		return c.errorPage(ctx, status, http.StatusText(status), te.Message)
 	}
 	id := ctx.GetRespHeader(fiber.HeaderXRequestID)
+	if c.cfg.Unavailable(err) {
+		c.log.Warn("console: the store did not answer", "request_id", id, "path", ctx.Path(), "err", err)
+		ctx.Set(fiber.HeaderRetryAfter, "5")
+		return c.errorPage(ctx, http.StatusServiceUnavailable, "Temporarily unavailable",
+			"The database is not answering right now. Try again in a few seconds.")
+	}
 	c.log.Error("console: internal error", "request_id", id, "path", ctx.Path(), "err", err)
 	return c.errorPage(ctx, http.StatusInternalServerError, "Something went wrong",
 		"Something failed on our side. Try again in a moment; if it keeps happening, contact support with request id "+id+".")

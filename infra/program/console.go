@@ -7,6 +7,7 @@ import (
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/config"
 	"tollgate/tenants"
+	"tollgate/tenants/postgres"
 	"tollgate/web"
 )
 
@@ -33,5 +34,6 @@ func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *sl
 		// The api's load balancers are the edge's trusted proxies too.
 		TrustedProxies: cfg.TrustedProxy,
 		Logger:         log,
+		Unavailable:    postgres.Unavailable,
 	}).Mount(srv.App())
 }

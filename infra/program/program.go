@@ -79,7 +79,7 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 	if err := postgres.Migrate(ctx, cfg.DatabaseURL); err != nil {
 		return nil, err
 	}
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamPolicy(cfg.UpstreamPolicy()))
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamPolicy(cfg.UpstreamPolicy()), postgres.WithTimeout(cfg.DBTimeout))
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +170,10 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		PublicURL:  cfg.PublicURL,
 		Logger:     log,
 		Metrics:    cp.metrics,
+		// Each request's store work is bounded; the driver's errors tell an unreachable
+		// database (503 not_ready) from a bug (500).
+		RequestTimeout: cfg.DBTimeout,
+		Unavailable:    postgres.Unavailable,
 		Ready: func(ctx context.Context) error {
 			if err := cp.db.Ping(ctx); err != nil {
 				return fmt.Errorf("postgres: %w", err)

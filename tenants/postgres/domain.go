@@ -225,6 +225,8 @@ func (db *DB) DeleteDomain(ctx context.Context, tenantID, id string) error {
 // due row to one caller, and the lease keeps it from the others until that caller
 // records its check (or dies, and the lease runs out).
 func (db *DB) DueDomains(ctx context.Context, now time.Time, lease time.Duration, n int) ([]*tenants.Domain, error) {
+	ctx, cancel := db.bound(ctx) // the checks' loop has no deadline of its own
+	defer cancel()
 	rows, err := db.pool.Query(ctx, `UPDATE domains d SET next_check_at = $2
 		FROM (SELECT tenant_id, id FROM domains WHERE next_check_at <= $1
 			ORDER BY next_check_at LIMIT $3 FOR UPDATE SKIP LOCKED) due
@@ -253,6 +255,8 @@ func (db *DB) RecordProof(ctx context.Context, tenantID, id, token string, p ten
 	if !parseID(tenantID) || !parseID(id) {
 		return nil, notFound("domain")
 	}
+	ctx, cancel := db.bound(ctx) // as DueDomains
+	defer cancel()
 	var out *tenants.Domain
 	var taken bool
 	err := db.write(ctx, func(tx pgx.Tx) error {

@@ -6,3 +6,7 @@ import "time"
 func SetRelayTimings(r *Relay, contend, poll time.Duration, batch int) {
 	r.contend, r.poll, r.batch = contend, poll, batch
 }
+
+// RevLockID is the advisory lock a write transaction takes before its outbox rows: a test
+// that holds it stops every write in the middle of its transaction.
+const RevLockID = revLockID

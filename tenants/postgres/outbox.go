@@ -122,6 +122,11 @@ func (db *DB) Entries(ctx context.Context, fn func(tenants.Change) error) (first
 		return 0, fmt.Errorf("postgres: entries: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
+	// The snapshot streams every entry to fn, which may publish as it goes: it may
+	// outlast the statement timeout that bounds the api's requests.
+	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0"); err != nil {
+		return 0, fmt.Errorf("postgres: entries: %w", err)
+	}
 	var n int64
 	if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM tenants) + (SELECT count(*) FROM plans)
 		+ (SELECT count(*) FROM consumers) + (SELECT count(*) FROM keys) + (SELECT count(*) FROM routes)

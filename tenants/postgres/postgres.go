@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strconv"
 	"strings"
 	"time"
 
@@ -114,7 +115,11 @@ func ensureDatabase(ctx context.Context, cfg *pgx.ConnConfig) error {
 type DB struct {
 	pool     *pgxpool.Pool
 	upstream *tenants.UpstreamPolicy
+	timeout  time.Duration // bounds background calls that come without a deadline; 0: none
 }
+
+// DefaultTimeout is the bound of Open when WithTimeout is not given.
+const DefaultTimeout = 5 * time.Second
 
 // Option configures a DB at Open.
 type Option func(*DB)
@@ -126,32 +131,75 @@ func WithUpstreamPolicy(p *tenants.UpstreamPolicy) Option {
 	return func(db *DB) { db.upstream = p }
 }
 
+// WithTimeout bounds the store's work against a database that is down or frozen (one that
+// accepts connections and never answers): connecting (unless the URL sets
+// connect_timeout), each statement on the server (unless the URL sets statement_timeout),
+// and each call of the relay and the domain checks, which run without a caller's
+// deadline. The caller's own deadline bounds everything else: the api gives each request
+// one. d <= 0 removes the bounds. Default: DefaultTimeout.
+func WithTimeout(d time.Duration) Option {
+	return func(db *DB) { db.timeout = max(d, 0) }
+}
+
 // Open connects to a migrated database.
 func Open(ctx context.Context, databaseURL string, opts ...Option) (*DB, error) {
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: database url: %w", err)
 	}
+	db := &DB{upstream: &tenants.UpstreamPolicy{}, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(db)
+	}
+	boundConfig(cfg.ConnConfig, db.timeout)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	if err := pool.Ping(ctx); err != nil {
+	db.pool = pool
+	pctx, cancel := db.bound(ctx)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	db := &DB{pool: pool, upstream: &tenants.UpstreamPolicy{}}
-	for _, o := range opts {
-		o(db)
-	}
 	return db, nil
+}
+
+// boundConfig applies the timeout where the URL (or PGCONNECT_TIMEOUT) sets none.
+func boundConfig(cfg *pgx.ConnConfig, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if cfg.ConnectTimeout == 0 {
+		// The whole connection process, TLS and startup included: a frozen server
+		// accepts the TCP connection and then never answers.
+		cfg.ConnectTimeout = d
+	}
+	if _, ok := cfg.RuntimeParams["statement_timeout"]; !ok {
+		// The server's own bound, so a statement whose caller gave up does not run on.
+		cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(max(d.Milliseconds(), 1), 10)
+	}
+}
+
+// bound gives ctx the store's timeout when it has no deadline of its own: the background
+// loops' calls, which no request bounds.
+func (db *DB) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || db.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, db.timeout)
 }
 
 // Close closes every connection.
 func (db *DB) Close() { db.pool.Close() }
 
 // Ping checks that the database answers, for readiness probes.
-func (db *DB) Ping(ctx context.Context) error { return db.pool.Ping(ctx) }
+func (db *DB) Ping(ctx context.Context) error {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	return db.pool.Ping(ctx)
+}
 
 // write runs fn in one transaction that holds the writer lock shared, so a resync snapshot
 // never sees half of the writes in flight.

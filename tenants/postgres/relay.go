@@ -129,7 +129,7 @@ func (r *Relay) session(ctx context.Context, fn func(context.Context, *pgx.Conn)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	for waiting := false; ; waiting = true {
-		ok, err := tryLock(ctx, conn)
+		ok, err := r.tryLock(ctx, conn)
 		if err != nil {
 			return err
 		}
@@ -149,7 +149,11 @@ func (r *Relay) session(ctx context.Context, fn func(context.Context, *pgx.Conn)
 	return fn(ctx, conn)
 }
 
-func tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
+func (r *Relay) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	// Bounded, so a frozen server costs the relay its connection (and a new one once the
+	// server answers) rather than a wait as long as the freeze.
+	ctx, cancel := r.db.bound(ctx)
+	defer cancel()
 	var ok bool
 	err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, relayLockID).Scan(&ok)
 	return ok, err
@@ -250,12 +254,15 @@ func (r *Relay) serve(ctx context.Context, conn *pgx.Conn) error {
 // publishBatch publishes the oldest unsent rows and marks them sent. It returns how many
 // rows it published.
 func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
-	tx, err := conn.Begin(ctx)
+	// Reading the batch is bounded (see tryLock); publishing has its own bounds.
+	qctx, cancel := r.db.bound(ctx)
+	defer cancel()
+	tx, err := conn.Begin(qctx)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	rows, err := tx.Query(ctx, `SELECT id, key, value, created_at FROM outbox WHERE sent_at IS NULL
+	rows, err := tx.Query(qctx, `SELECT id, key, value, created_at FROM outbox WHERE sent_at IS NULL
 		ORDER BY id LIMIT $1 FOR UPDATE`, r.batch)
 	if err != nil {
 		return 0, err
@@ -268,6 +275,7 @@ func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		written = append(written, at)
 		return c, err
 	})
+	cancel()
 	if err != nil || len(changes) == 0 {
 		return 0, err
 	}
@@ -469,7 +477,7 @@ func (r *Relay) resyncElsewhere(ctx context.Context, apply func(context.Context,
 	id := hex.EncodeToString(idb[:])
 	asked := false
 	for {
-		ok, err := tryLock(ctx, conn)
+		ok, err := r.tryLock(ctx, conn)
 		if err != nil {
 			return ResyncResult{}, err
 		}
