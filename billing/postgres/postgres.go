@@ -28,11 +28,19 @@ type Store struct {
 	own  bool
 }
 
+// ConnectTimeout bounds connecting when the url (or PGCONNECT_TIMEOUT) sets no
+// connect_timeout: a frozen server accepts the TCP connection and never answers, and a
+// new connection would otherwise wait for it as long as the freeze lasts.
+const ConnectTimeout = 5 * time.Second
+
 // Open connects to the database at url (migrated by tenants/postgres.Migrate).
 func Open(ctx context.Context, url string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("billing postgres: database url: %w", err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
