@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -419,14 +422,15 @@ func (l *steadyLoad) serverErrors() int {
 	return n
 }
 
-// lostInFlight is how many requests to edge were sent before killed and failed: their
-// answers died with the process, which may have counted them.
+// lostInFlight is how many requests to edge were sent before killed and failed other than
+// by a refused connection: their answers died with the process, which may have counted
+// them. (A refused one never reached it.)
 func (l *steadyLoad) lostInFlight(edge int, killed time.Duration) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var n int64
 	for _, e := range l.errs {
-		if e.edge == edge && e.sent <= killed {
+		if e.edge == edge && e.sent <= killed && !errors.Is(e.err, syscall.ECONNREFUSED) {
 			n++
 		}
 	}
@@ -459,6 +463,39 @@ func (l *steadyLoad) String() string {
 		fmt.Fprintf(&b, " (errors: %s)", strings.Join(ex, "; "))
 	}
 	return b.String()
+}
+
+// metricTotal adds up every series of metric name on each of the admin addresses (0 for
+// a process that does not export it yet).
+func metricTotal(name string, admins ...string) float64 {
+	var sum float64
+	c := &http.Client{Timeout: 5 * time.Second}
+	for _, a := range admins {
+		resp, err := c.Get("http://" + a + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for line := range strings.SplitSeq(string(body), "\n") {
+			rest, ok := strings.CutPrefix(line, name)
+			if !ok || (!strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{")) {
+				continue
+			}
+			if v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
+}
+
+func (f *faultFleet) edgeAdmins() []string {
+	var out []string
+	for _, e := range f.edges {
+		out = append(out, e.admin)
+	}
+	return out
 }
 
 // ---------------------------------------------------------------------------------------

@@ -44,8 +44,9 @@ func TestFaults(t *testing.T) {
 		got, d := f.wantBilled(t, slug, tl, lost)
 		req, bill := tl.counts()
 		t.Logf("FIGURES edge kill -9: served %d (billable %d), billed %+v, answers lost in flight %d, 5xx %d, "+
-			"edge ready again %s after the kill, billed = served %s after the load; %s",
-			req, bill, got, lost, l.serverErrors(), back.Round(time.Millisecond), d.Round(10*time.Millisecond), l)
+			"edge ready again %s after the kill, billed = served %s after the load; the restarted edge recovered %v requests of the dead run; %s",
+			req, bill, got, lost, l.serverErrors(), back.Round(time.Millisecond), d.Round(10*time.Millisecond),
+			metricTotal("tollgate_meter_recovered_requests_total", victim.admin), l)
 	})
 
 	t.Run("NATSNodeKilled", func(t *testing.T) {
@@ -56,6 +57,8 @@ func TestFaults(t *testing.T) {
 		f.tenant(t, slug, up.URL, tl)
 		usage := billing.UsageStream(f.prefix)
 		f.waitStreamCurrent(t, usage)
+		admins := f.edgeAdmins()
+		errsBefore := metricTotal("tollgate_meter_publish_errors_total", admins...)
 		l := startSteadyLoad(tl, f.edges, rate, slug, "/r/x")
 		time.Sleep(2 * time.Second)
 		li := f.leader(t, usage)
@@ -71,8 +74,9 @@ func TestFaults(t *testing.T) {
 		got, d := f.wantBilled(t, slug, tl, 0)
 		req, bill := tl.counts()
 		t.Logf("FIGURES NATS node kill: usage leader %s killed, %s elected within %s; served %d (billable %d), billed %+v, 5xx %d, "+
-			"billed = served %s after the load; %s",
-			leader, f.nats.Name(nl), elected.Round(time.Millisecond), req, bill, got, l.serverErrors(), d.Round(10*time.Millisecond), l)
+			"billed = served %s after the load; the edges' failed publishes meanwhile %v; %s",
+			leader, f.nats.Name(nl), elected.Round(time.Millisecond), req, bill, got, l.serverErrors(), d.Round(10*time.Millisecond),
+			metricTotal("tollgate_meter_publish_errors_total", admins...)-errsBefore, l)
 		if n := l.serverErrors() + l.count("transport"); n > 0 {
 			t.Errorf("%d answers were 5xx or failed while a NATS node was down: %s", n, l)
 		}
@@ -300,9 +304,12 @@ func TestFaults(t *testing.T) {
 		var (
 			amu     sync.Mutex
 			answers = map[string]int{} // what the api answered while Postgres was away
+			slowest time.Duration      // its slowest answer meanwhile
 		)
 		notReady := func() error {
+			t0 := time.Now()
 			r, err := f.apiC.try("GET", "/v1/tenants/"+slug, nil)
+			took := time.Since(t0)
 			key := "transport error"
 			if err == nil {
 				code := ""
@@ -313,6 +320,7 @@ func TestFaults(t *testing.T) {
 			}
 			amu.Lock()
 			answers[key]++
+			slowest = max(slowest, took)
 			amu.Unlock()
 			if err != nil {
 				return err
@@ -355,7 +363,7 @@ func TestFaults(t *testing.T) {
 		got, d := f.wantBilled(t, slug, tl, 0)
 		req, bill := tl.counts()
 		amu.Lock()
-		api := fmt.Sprint(answers)
+		api := fmt.Sprintf("%v (the slowest in %s; TOLLGATE_DB_TIMEOUT %s)", answers, slowest.Round(time.Millisecond), dbTimeout)
 		amu.Unlock()
 		t.Logf("FIGURES Postgres down: stopped %s, frozen %s; api answered %s; api 200 again %s after start, %s after thaw; "+
 			"edges: served %d (billable %d), billed %+v, 5xx %d, billed = served %s after the load; %s",
