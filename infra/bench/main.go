@@ -7,6 +7,7 @@
 //	go run ./infra/bench [-scenarios S1,S2,S2j,S4r,config,rss10k] [-duration 10s] [-cores 1,2] [-out bench-results.md]
 //	go run ./infra/bench -scenarios S3,S4,S5,S6,S9 -cores 1 -duration 5s
 //	go tool task bench -- -duration 3s -scenarios S1
+//	go run ./infra/bench -scenarios soak -duration 30m -out soak.md
 //
 // It is a command, not a test: it needs the machine's Postgres and NATS, installs nginx and
 // wrk from Debian's packages when they are missing, and leaves nothing behind — every
@@ -72,6 +73,8 @@ type bench struct {
 	tlsCert      string
 	tlsKey       string // S9: the run's certificate and key, once written
 	s3Seen       s3Seen
+	soakDuration time.Duration // soak: -duration when given, else soakDefaultDuration
+	soakRate     int           // soak: requests per second
 }
 
 func main() {
@@ -90,7 +93,8 @@ func run() int {
 		scenarios = flag.String("scenarios", "S1,S2,S2j,S4r,config,rss10k", "comma-separated: S1 (1 route), S2 (key auth), S2j (JWT RS256 + policy + rate limit), S2l/S2x/S2a (key auth + a never-reached limit: local, exact, approximate), "+
 			"S3 (1 KB JSON POST rewritten, with its plain-POST baseline S3b), S4 (5% canary: split counted at the upstreams), S4r (many routes, hit one), S5 (1 MiB responses: CPU and peak RSS), "+
 			"S6 (-ws-conns WebSocket tunnels: RSS per tunnel, CPU per message), S7 (burst 10× for 1 s), S9 (TLS 1.3: keep-alive and a handshake per request, with the plain baseline S9p), "+
-			"noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with many routes)")
+			"noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with many routes), "+
+			"soak (-duration of mixed traffic, route changes and key rotations through api, billing and a metered edge: drift, and billed = served; -duration defaults to 10m for it)")
 		gateways = flag.String("gateways", "nginx,tollgate", "gateways to measure: nginx, tollgate")
 		cores    = flag.String("cores", "1,2", "GOMAXPROCS / nginx workers per run; the gateway gets CPUs 0..n-1")
 		out      = flag.String("out", "bench-results.md", "also write the markdown report here (empty: stdout only)")
@@ -118,6 +122,7 @@ func run() int {
 	flag.IntVar(&b.noisyRate, "noisy-rate", 1000, "noisy: tenant B's request rate")
 	flag.IntVar(&b.wsConns, "ws-conns", 2000, "S6: WebSocket tunnels held open through the gateway")
 	flag.IntVar(&b.wsRate, "ws-rate", 2000, "S6: messages per second, spread over all tunnels (each echoed back)")
+	flag.IntVar(&b.soakRate, "soak-rate", 500, "soak: requests per second of the mixed traffic")
 	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root)")
 	flag.Parse()
 
@@ -140,7 +145,7 @@ func run() int {
 	}
 	scs := splitList(*scenarios)
 	for _, s := range scs {
-		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k"}, s) {
+		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "soak"}, s) {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
@@ -150,6 +155,15 @@ func run() int {
 	if needsRedis(scs) && b.redisURL == "" {
 		b.redisURL = "redis://127.0.0.1:6379"
 		fmt.Fprintf(os.Stderr, "bench: S2x/S2a count in Redis: the edges use %s (-redis to choose)\n", b.redisURL)
+	}
+	b.soakDuration = soakDefaultDuration
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "duration" {
+			b.soakDuration = b.duration
+		}
+	})
+	if slices.Contains(scs, "soak") && (b.soakRate < 1 || b.soakDuration < time.Minute) {
+		return fail(fmt.Errorf("-soak-rate must be at least 1 and a soak's -duration at least 1m"))
 	}
 	if b.s7Rate < 1 || b.noisyLimit < 1 || b.noisyRate < 1 || b.wsConns < 1 || b.wsRate < 1 {
 		return fail(fmt.Errorf("-s7-rate, -noisy-limit, -noisy-rate, -ws-conns and -ws-rate must be at least 1"))
@@ -287,6 +301,13 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 		rep.flow = r
 		if err != nil {
 			return rep, fmt.Errorf("S7/noisy: %w", err)
+		}
+	}
+	if needTollgate && slices.Contains(scs, "soak") {
+		r, err := b.soak(ctx)
+		rep.soak = r
+		if err != nil {
+			return rep, fmt.Errorf("soak: %w", err)
 		}
 	}
 	return rep, nil

@@ -19,6 +19,7 @@ type report struct {
 	rss    *rssResult
 	flow   *flowResult
 	ws     []wsResult
+	soak   *soakResult
 }
 
 func newReport(b *bench) *report { return &report{b: b, start: time.Now()} }
@@ -148,6 +149,7 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&s, "| %d | %s | %s | %.2f KiB | %s | %s |\n\n", x.routes+1, fmtKB(x.loaded), fmtKB(x.base),
 			float64(x.loaded-x.base)/float64(x.routes), x.create.Round(time.Millisecond), x.applied.Round(time.Millisecond))
 	}
+	r.soakMarkdown(&s)
 	return s.String()
 }
 

@@ -32,7 +32,7 @@ type stack struct {
 	db, dbURL           string
 	prefix              string
 	token               string
-	apiAddr             string
+	apiAddr, apiAdmin   string
 	edgeAddr, edgeAdmin string
 	api, edge           *proc
 	client              *apiClient
@@ -85,6 +85,9 @@ func (b *bench) newStack(ctx context.Context, name, apiCPUs string) (*stack, err
 	s.apiAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	s.edgeAddr = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	s.edgeAdmin = fmt.Sprintf("127.0.0.1:%d", ports[2])
+	// The api's admin listener on a port of its own: the default (9080) may be another
+	// stack's on this machine.
+	s.apiAdmin = fmt.Sprintf("127.0.0.1:%d", ports[3])
 	s.client = &apiClient{base: "http://" + s.apiAddr, token: s.token, hc: b.http}
 
 	if err := s.createDB(ctx); err != nil {
@@ -169,6 +172,7 @@ func (s *stack) env(extra ...string) []string {
 		"TOLLGATE_NATS_PREFIX="+s.prefix,
 		"TOLLGATE_ADMIN_TOKEN="+s.token,
 		"TOLLGATE_API_ADDR="+s.apiAddr,
+		"TOLLGATE_API_ADMIN_ADDR="+s.apiAdmin,
 		"TOLLGATE_EDGE_ADDR="+s.edgeAddr,
 		"TOLLGATE_EDGE_ADMIN_ADDR="+s.edgeAdmin,
 		"TOLLGATE_EDGE_DOMAIN=localhost",
