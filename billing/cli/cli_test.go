@@ -17,7 +17,7 @@ import (
 )
 
 // The billing process folds what an edge meters, and `billing reconcile` agrees with it;
-// a stray batch makes it fail.
+// a stray batch (from an edge that published no totals) makes it fail.
 func TestRunAndReconcile(t *testing.T) {
 	ns := testenv.NATS(t)
 	db := billingtest.Open(t)
@@ -51,7 +51,8 @@ func TestRunAndReconcile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := time.Now().UTC()
+	// An hour that has settled, so that a difference in it is a discrepancy, not pending.
+	at := time.Now().UTC().Add(-2 * time.Hour)
 	for i := 0; i < 25; i++ {
 		m.Record(tn.ID, "r", "", 200, true, 0, 0, at)
 	}
@@ -79,5 +80,8 @@ func TestRunAndReconcile(t *testing.T) {
 	}
 	if err := cli.Main(ctx, []string{"reconcile", "--period", "May"}); err == nil {
 		t.Fatal("a bad period was accepted")
+	}
+	if err := cli.Main(ctx, []string{"reconcile", "--period", period, "--settle", "-1s"}); err == nil {
+		t.Fatal("a negative --settle was accepted")
 	}
 }

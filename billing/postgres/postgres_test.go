@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +44,61 @@ func TestFoldIsIdempotent(t *testing.T) {
 	}
 	if n, _ := db.Store.Batches(ctx); n != 1 {
 		t.Fatalf("%d batches recorded", n)
+	}
+	// The per-edge rollup moved with the tenant's, once.
+	byEdge, err := db.Store.FoldedByEdge(ctx, billing.PeriodOf(at))
+	want := billing.EdgeFolded{EdgeID: "test-edge", BootID: "boot", TenantID: tn.ID, Hour: billing.Hour(at), Requests: 10, Billable: 7}
+	if err != nil || len(byEdge) != 1 || byEdge[0] != want {
+		t.Fatalf("folded by edge: %+v %v, want %+v", byEdge, err, want)
+	}
+	done, err := db.Store.FoldedBatches(ctx, []string{b.ID, "test-edge.boot.2"})
+	if err != nil || !done[b.ID] || done["test-edge.boot.2"] {
+		t.Fatalf("folded batches: %v %v", done, err)
+	}
+}
+
+// Concurrent folds of the same edge-hour, with every batch delivered twice, leave the
+// per-edge rollup equal to the tenant's and to what was sent once.
+func TestFoldByEdgeConcurrent(t *testing.T) {
+	db := billingtest.Open(t)
+	tn := db.Tenant(t, "acme", "pro")
+	at := time.Date(2024, 5, 1, 10, 30, 0, 0, time.UTC)
+	const workers, batches = 4, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < batches; i++ {
+				// Workers w and w^1 send the same batches: each is folded once.
+				seq := uint64((w/2)*batches + i + 1)
+				b := billingtest.Batch(seq, billingtest.Record(tn.ID, at, "r", "", 200, true, int64(seq)))
+				b.BootID = []string{"a", "b"}[seq%2]
+				b.ID = billing.BatchID(b.EdgeID, b.BootID, seq)
+				if _, err := db.Store.Fold(ctx, b); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	n := int64(workers / 2 * batches)
+	sent := n * (n + 1) / 2
+	if req, _ := db.Sum(t); req != sent {
+		t.Fatalf("rollups hold %d requests, sent %d", req, sent)
+	}
+	byEdge, err := db.Store.FoldedByEdge(ctx, billing.PeriodOf(at))
+	if err != nil || len(byEdge) != 2 {
+		t.Fatalf("folded by edge: %+v %v", byEdge, err)
+	}
+	if got := byEdge[0].Requests + byEdge[1].Requests; got != sent {
+		t.Fatalf("per-edge rollups hold %d requests, sent %d", got, sent)
 	}
 }
 
