@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -322,7 +323,7 @@ func (b *bench) soak(ctx context.Context) (*soakResult, error) {
 	}
 
 	r.tally.mu.Lock()
-	res.statuses = maps(r.tally.statuses)
+	res.statuses = maps.Clone(r.tally.statuses)
 	res.fiveXX, res.socketErrors = r.tally.fiveXX, r.tally.sockErrs
 	r.tally.mu.Unlock()
 	if err := r.settle(ctx); err != nil {
@@ -332,14 +333,6 @@ func (b *bench) soak(ctx context.Context) (*soakResult, error) {
 		return res, fmt.Errorf("billed ≠ served after %s (see the report's billing table)", res.settled.Round(time.Second))
 	}
 	return res, nil
-}
-
-func maps(m map[int]int64) map[int]int64 {
-	out := make(map[int]int64, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // startBilling runs `tollgate billing` on the stack, its admin listener on a free port.
