@@ -35,7 +35,7 @@ const (
 	EQuotaExceeded     = "quota_exceeded"      // the period's quota is used up
 	EInternal          = "internal"            // a bug or an outage on our side; details are logged
 	EUpstreamFailed    = "upstream_failed"     // the upstream refused, reset or sent garbage
-	ENotReady          = "not_ready"           // still loading config, or shutting down
+	ENotReady          = "not_ready"           // still loading config, shutting down, or the database is unreachable
 	EOverloaded        = "overloaded"          // shedding load
 	EUpstreamTimeout   = "upstream_timeout"    // the upstream did not answer in time
 	ENoHealthyUpstream = "no_healthy_upstream" // edge: every target of the route is out of rotation
@@ -70,7 +70,7 @@ var Codes = []CodeInfo{
 	{EQuotaExceeded, http.StatusTooManyRequests, "edge", "the plan's quota for the period is used up"},
 	{EInternal, http.StatusInternalServerError, "both", "something failed on our side; the request id finds it in the logs"},
 	{EUpstreamFailed, http.StatusBadGateway, "edge", "the upstream could not be reached or answered badly"},
-	{ENotReady, http.StatusServiceUnavailable, "both", "not ready: config still loading, or shutting down"},
+	{ENotReady, http.StatusServiceUnavailable, "both", "not ready: config still loading, shutting down, or (api) the database unreachable or not answering within `TOLLGATE_DB_TIMEOUT`; retry after `Retry-After` seconds"},
 	{EOverloaded, http.StatusServiceUnavailable, "edge", "shedding load to protect other tenants"},
 	{ENoHealthyUpstream, http.StatusServiceUnavailable, "edge", "every target of the route is out of rotation: failing health checks, ejected or circuit open"},
 	{EUpstreamTimeout, http.StatusGatewayTimeout, "edge", "the upstream did not answer within the route's timeout"},
