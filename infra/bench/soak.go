@@ -330,7 +330,7 @@ func (b *bench) soak(ctx context.Context) (*soakResult, error) {
 		return res, err
 	}
 	if !res.billedEqual {
-		return res, fmt.Errorf("billed ≠ served after %s (see the report's billing table)", res.settled.Round(time.Second))
+		return res, fmt.Errorf("billed ≠ served: the folded totals last moved %s after the load stopped (see the report's billing table)", res.settled.Round(time.Second))
 	}
 	return res, nil
 }
