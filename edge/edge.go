@@ -224,6 +224,7 @@ type Edge struct {
 	custom   atomic.Pointer[customHosts] // custom domains (tls.go)
 	ready    atomic.Bool
 	draining atomic.Bool
+	cfile    atomic.Pointer[ConfigFile] // where config comes from, for /readyz (snapshotfile.go)
 
 	// Config plane: entries per tenant, guarded by mu.
 	mu       sync.Mutex
@@ -407,11 +408,11 @@ func (e *Edge) serveParseError(ctx *fasthttp.RequestCtx, err error) {
 func (e *Edge) serveReadyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if e.ready.Load() {
-		_, _ = w.Write(e.readyBody())
+		_, _ = w.Write(e.readyzBody())
 		return
 	}
 	w.WriteHeader(http.StatusServiceUnavailable)
-	msg := "loading config"
+	msg := e.loadingMessage()
 	if e.draining.Load() {
 		msg = "shutting down"
 	}

@@ -1,0 +1,578 @@
+package edge
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tollgate/tenants"
+)
+
+// The config snapshot file.
+//
+// An edge keeps the config it applied (every key's value and KV revision, and the bucket's
+// name) in one file of its local state directory, so that a restart while NATS is
+// unreachable can serve what it served before instead of answering 503 until NATS
+// returns. The file is written off the request path: a short while after a change (the
+// writes of a burst coalesce) and at shutdown, each time whole into a temporary file that
+// is fsynced and renamed over the old one, and the directory fsynced, so a crash at any
+// point leaves the old file or the new one, never a mixture.
+//
+// Layout: one header line, then the body, a JSON object:
+//
+//	tollgate-edge-config 1 <body length> <CRC-32C of the body, 8 hex digits>\n
+//	{"bucket":"...","as_of":"<RFC 3339>","entries":[{"key":"...","revision":12,"value":"<base64>"},...]}
+//
+// as_of is when the config was last known to be the bucket's: the time of a write made
+// while the edge followed the bucket, connected to NATS. A reader refuses anything that
+// is not exactly this (a torn, truncated or flipped file, another version, another
+// bucket) with an error that says why, and the caller starts as if there were no file.
+
+// ConfigFileName is the snapshot's file name in its directory.
+const ConfigFileName = "edge-config.snapshot"
+
+const (
+	configFileMagic   = "tollgate-edge-config"
+	configFileVersion = 1
+	// maxConfigFile bounds what the reader takes in: far above any real bucket (5,000
+	// routes are about 5 MB), below what could exhaust the process.
+	maxConfigFile = 1 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// SavedConfig is the content of a snapshot file.
+type SavedConfig struct {
+	Bucket  string       `json:"bucket"`
+	AsOf    time.Time    `json:"as_of"`
+	Entries []SavedEntry `json:"entries"` // by key
+}
+
+// SavedEntry is one key of the bucket as it was applied. Deleted keys are not kept.
+type SavedEntry struct {
+	Key      string `json:"key"`
+	Revision uint64 `json:"revision"`
+	Value    []byte `json:"value"`
+}
+
+// EncodeSavedConfig returns the file content of s.
+func EncodeSavedConfig(s *SavedConfig) ([]byte, error) {
+	body, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	head := fmt.Sprintf("%s %d %d %08x\n", configFileMagic, configFileVersion, len(body), crc32.Checksum(body, castagnoli))
+	return append([]byte(head), body...), nil
+}
+
+// DecodeSavedConfig reads a snapshot file's content, refusing anything but a complete,
+// intact file of this version with a bucket, a time and well-formed, distinct keys.
+func DecodeSavedConfig(b []byte) (*SavedConfig, error) {
+	nl := bytes.IndexByte(b, '\n')
+	if nl < 0 || nl > 128 {
+		return nil, errors.New("no header line")
+	}
+	f := strings.Split(string(b[:nl]), " ")
+	if len(f) != 4 || f[0] != configFileMagic {
+		return nil, errors.New("not a config snapshot")
+	}
+	if f[1] != strconv.Itoa(configFileVersion) {
+		return nil, fmt.Errorf("version %q, this edge reads %d", f[1], configFileVersion)
+	}
+	body := b[nl+1:]
+	n, err := strconv.Atoi(f[2])
+	if err != nil || n != len(body) {
+		return nil, fmt.Errorf("body of %d bytes, the header says %s (a torn or truncated file)", len(body), f[2])
+	}
+	sum, err := strconv.ParseUint(f[3], 16, 32)
+	if err != nil || len(f[3]) != 8 {
+		return nil, fmt.Errorf("bad checksum field %q", f[3])
+	}
+	if got := crc32.Checksum(body, castagnoli); got != uint32(sum) {
+		return nil, fmt.Errorf("checksum %08x, the header says %08x (a damaged file)", got, sum)
+	}
+	var s SavedConfig
+	if err := json.Unmarshal(body, &s); err != nil {
+		return nil, fmt.Errorf("body: %w", err)
+	}
+	if s.Bucket == "" {
+		return nil, errors.New("no bucket")
+	}
+	if s.AsOf.IsZero() {
+		return nil, errors.New("no as_of time")
+	}
+	seen := make(map[string]struct{}, len(s.Entries))
+	for _, e := range s.Entries {
+		if _, err := tenants.ParseKey(e.Key); err != nil {
+			return nil, fmt.Errorf("entry %q: %w", e.Key, err)
+		}
+		if _, dup := seen[e.Key]; dup {
+			return nil, fmt.Errorf("entry %q twice", e.Key)
+		}
+		seen[e.Key] = struct{}{}
+		if e.Revision == 0 || e.Value == nil {
+			return nil, fmt.Errorf("entry %q has no revision or no value", e.Key)
+		}
+	}
+	return &s, nil
+}
+
+// ReadConfigFile reads the snapshot in dir and checks that it is of bucket and no older
+// than maxAge (0: no snapshot is young enough) at now.
+func ReadConfigFile(dir, bucket string, maxAge time.Duration, now time.Time) (*SavedConfig, error) {
+	if maxAge <= 0 {
+		return nil, errors.New("snapshots are off (TOLLGATE_EDGE_SNAPSHOT_MAX_AGE=0)")
+	}
+	path := filepath.Join(dir, ConfigFileName)
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	if st, err := fh.Stat(); err != nil {
+		return nil, err
+	} else if st.Size() > maxConfigFile {
+		return nil, fmt.Errorf("%s: %d bytes, more than a snapshot can be", path, st.Size())
+	}
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(fh); err != nil {
+		return nil, err
+	}
+	s, err := DecodeSavedConfig(buf.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if s.Bucket != bucket {
+		return nil, fmt.Errorf("%s: of bucket %q, this edge watches %q", path, s.Bucket, bucket)
+	}
+	if age := now.Sub(s.AsOf); age > maxAge {
+		return nil, fmt.Errorf("%s: %s old, older than TOLLGATE_EDGE_SNAPSHOT_MAX_AGE (%s)", path, age.Round(time.Second), maxAge)
+	}
+	return s, nil
+}
+
+// writeConfigFile replaces the snapshot in dir with s: a temporary file, fsynced, renamed
+// over the old one, and the directory fsynced so the rename itself survives a crash.
+func writeConfigFile(dir string, s *SavedConfig) error {
+	b, err := EncodeSavedConfig(s)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+ConfigFileName+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename there is nothing left to remove
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, ConfigFileName)); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// ConfigFileConfig configures a ConfigFile. Dir, Bucket and Apply are required.
+type ConfigFileConfig struct {
+	Dir    string // the edge's local state directory (created if missing)
+	Bucket string // the KV bucket the edge watches
+	// Apply passes an update on to the edge (Edge.Apply). The ConfigFile calls it for
+	// every update, for the entries of a snapshot it serves, and for the keys the bucket
+	// no longer has when the watch's initial load shows so.
+	Apply func(key string, value []byte, revision uint64)
+	// Connected reports whether the edge is connected to NATS: a write made while it is
+	// not keeps the as_of of the last one, since the edge cannot know the config is still
+	// current. Default: always connected.
+	Connected func() bool
+	// Debounce is how long a change waits for more before the file is written; at most
+	// one write per Debounce. Default: 1s.
+	Debounce time.Duration
+	// Refresh rewrites an unchanged file this often while connected, so a quiet bucket's
+	// snapshot stays young. Default: 1h.
+	Refresh  time.Duration
+	Registry prometheus.Registerer // Default: none, no metrics
+	Logger   *slog.Logger          // Default: slog.Default()
+}
+
+// ConfigFile stands between the config watch and the edge: it passes every update on,
+// keeps a copy of what it passed, and writes that copy to the snapshot file. At start it
+// can serve the edge a snapshot (Restore) until the watch's initial load is in (Current),
+// which then deletes the keys the snapshot had and the bucket no longer has.
+type ConfigFile struct {
+	cfg ConfigFileConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	entries map[string]savedValue
+	seen    map[string]struct{} // keys the current initial load delivered; nil once current
+	live    bool                // the initial load is in: entries are the bucket's
+	dirty   bool
+	asOf    time.Time // the as_of of the last write, or of the snapshot restored
+	closed  bool
+
+	serving   atomic.Pointer[time.Time] // as_of of the snapshot being served; nil: not serving one
+	restoreIs atomic.Pointer[string]    // why no snapshot could be served, for /readyz
+
+	kick    chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
+
+	writes      *prometheus.CounterVec
+	lastWritten prometheus.Gauge
+}
+
+type savedValue struct {
+	value []byte
+	rev   uint64
+}
+
+// OpenConfigFile returns a ConfigFile holding nothing yet, with its writer started.
+// Leftover temporary files of an earlier run are removed.
+func OpenConfigFile(cfg ConfigFileConfig) (*ConfigFile, error) {
+	if cfg.Dir == "" || cfg.Bucket == "" || cfg.Apply == nil {
+		return nil, errors.New("edge: ConfigFileConfig needs Dir, Bucket and Apply")
+	}
+	if cfg.Connected == nil {
+		cfg.Connected = func() bool { return true }
+	}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = time.Second
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("edge: config snapshot directory: %w", err)
+	}
+	if old, _ := filepath.Glob(filepath.Join(cfg.Dir, "."+ConfigFileName+".tmp-*")); len(old) > 0 {
+		for _, p := range old {
+			_ = os.Remove(p)
+		}
+	}
+	f := &ConfigFile{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		entries: map[string]savedValue{},
+		seen:    map[string]struct{}{},
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_edge_config_snapshot_writes_total",
+			Help: "Writes of the edge's config snapshot file, by result (ok, error).",
+		}, []string{"result"}),
+		lastWritten: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_edge_config_snapshot_written_timestamp_seconds",
+			Help: "When the config snapshot file was last written (Unix time); 0: not yet.",
+		}),
+	}
+	if r := cfg.Registry; r != nil {
+		serving := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tollgate_edge_config_snapshot_serving",
+			Help: "1 while the edge serves the config of its snapshot file (NATS was unreachable at start) instead of the bucket's.",
+		}, func() float64 {
+			if f.serving.Load() != nil {
+				return 1
+			}
+			return 0
+		})
+		age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tollgate_edge_config_snapshot_age_seconds",
+			Help: "While serving from the snapshot file: how old its config is (since it was last known current); 0 otherwise.",
+		}, func() float64 {
+			if t := f.serving.Load(); t != nil {
+				return time.Since(*t).Seconds()
+			}
+			return 0
+		})
+		for _, c := range []prometheus.Collector{f.writes, f.lastWritten, serving, age} {
+			if err := r.Register(c); err != nil {
+				return nil, fmt.Errorf("edge: registering config snapshot metrics: %w", err)
+			}
+		}
+	}
+	f.writes.WithLabelValues("ok")
+	f.writes.WithLabelValues("error")
+	go f.writer()
+	return f, nil
+}
+
+// Update passes one update of the watch on to the edge and keeps it (value nil: a delete).
+func (f *ConfigFile) Update(key string, value []byte, revision uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seen != nil {
+		f.seen[key] = struct{}{}
+	}
+	if value == nil {
+		delete(f.entries, key)
+	} else {
+		f.entries[key] = savedValue{value: value, rev: revision}
+	}
+	f.cfg.Apply(key, value, revision)
+	f.changedLocked()
+}
+
+// Restore serves the snapshot in the directory, if there is one of the bucket no older
+// than maxAge: its entries go to the edge, except keys the watch has delivered meanwhile.
+// It returns false with the reason when there is no usable snapshot, and false with no
+// error when the initial load is already in (there is nothing to restore). A refused file is left in place: the
+// next write replaces it.
+func (f *ConfigFile) Restore(maxAge time.Duration) (bool, error) {
+	s, err := ReadConfigFile(f.cfg.Dir, f.cfg.Bucket, maxAge, time.Now())
+	if err != nil {
+		msg := err.Error()
+		if errors.Is(err, os.ErrNotExist) {
+			msg = "no config snapshot"
+		}
+		f.restoreIs.Store(&msg)
+		return false, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.live {
+		return false, nil // the bucket's initial load came in meanwhile: nothing to restore
+	}
+	for _, e := range s.Entries {
+		if _, ok := f.seen[e.Key]; ok {
+			continue
+		}
+		f.entries[e.Key] = savedValue{value: e.Value, rev: e.Revision}
+		f.cfg.Apply(e.Key, e.Value, e.Revision)
+	}
+	f.asOf = s.AsOf
+	asOf := s.AsOf
+	f.serving.Store(&asOf)
+	return true, nil
+}
+
+// Current tells the ConfigFile the watch's initial load is in: every key the bucket has
+// was delivered, so a key held (from a snapshot) and not delivered is gone from the bucket
+// and is deleted at the edge. From now on the edge serves the bucket's config.
+func (f *ConfigFile) Current() (vanished int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.live {
+		return 0
+	}
+	for key := range f.entries {
+		if _, ok := f.seen[key]; !ok {
+			delete(f.entries, key)
+			f.cfg.Apply(key, nil, 0)
+			vanished++
+		}
+	}
+	f.seen = nil
+	f.live = true
+	f.serving.Store(nil)
+	f.changedLocked()
+	return vanished
+}
+
+// Serving reports whether the edge serves a snapshot's config, and the snapshot's as_of.
+func (f *ConfigFile) Serving() (bool, time.Time) {
+	if t := f.serving.Load(); t != nil {
+		return true, *t
+	}
+	return false, time.Time{}
+}
+
+// unusable is why no snapshot could be served, "" if that was not tried.
+func (f *ConfigFile) unusable() string {
+	if s := f.restoreIs.Load(); s != nil {
+		return *s
+	}
+	return ""
+}
+
+func (f *ConfigFile) changedLocked() {
+	f.dirty = true
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writer writes the file Debounce after the first change of a burst, and every Refresh
+// while nothing changes.
+func (f *ConfigFile) writer() {
+	defer close(f.stopped)
+	refresh := time.NewTicker(f.cfg.Refresh)
+	defer refresh.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-refresh.C:
+			if !f.cfg.Connected() {
+				continue
+			}
+			f.mu.Lock()
+			f.dirty = f.dirty || f.live
+			f.mu.Unlock()
+		case <-f.kick:
+			select {
+			case <-f.stop:
+				return
+			case <-time.After(f.cfg.Debounce):
+			}
+		}
+		f.write()
+	}
+}
+
+// write writes the file if anything changed since the last write. Nothing is written
+// before the initial load is in: until then the entries are a snapshot's (whose file is
+// already there) or a partial load.
+func (f *ConfigFile) write() {
+	f.mu.Lock()
+	if !f.dirty || !f.live {
+		f.mu.Unlock()
+		return
+	}
+	s := &SavedConfig{Bucket: f.cfg.Bucket, AsOf: f.asOf, Entries: make([]SavedEntry, 0, len(f.entries))}
+	if f.cfg.Connected() {
+		s.AsOf = time.Now().UTC()
+	}
+	for k, v := range f.entries {
+		s.Entries = append(s.Entries, SavedEntry{Key: k, Revision: v.rev, Value: v.value})
+	}
+	f.dirty = false
+	f.mu.Unlock()
+	sort.Slice(s.Entries, func(i, j int) bool { return s.Entries[i].Key < s.Entries[j].Key })
+	if s.AsOf.IsZero() {
+		s.AsOf = time.Now().UTC() // never connected and never restored: cannot happen once live
+	}
+	if err := writeConfigFile(f.cfg.Dir, s); err != nil {
+		f.writes.WithLabelValues("error").Inc()
+		f.log.Error("edge: writing the config snapshot failed; the old one stays", "dir", f.cfg.Dir, "err", err)
+		f.mu.Lock()
+		f.dirty = true // try again with the next change or refresh
+		f.mu.Unlock()
+		return
+	}
+	f.mu.Lock()
+	f.asOf = s.AsOf
+	f.mu.Unlock()
+	f.writes.WithLabelValues("ok").Inc()
+	f.lastWritten.Set(float64(time.Now().Unix()))
+}
+
+// Close stops the writer and writes what changed since the last write. Call it after
+// the watch has stopped.
+func (f *ConfigFile) Close() {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.closed = true
+	f.mu.Unlock()
+	close(f.stop)
+	<-f.stopped
+	f.write()
+}
+
+// UseConfigFile has /readyz say where the edge's config comes from: the bucket, or f's
+// snapshot (with its age), or, while not ready, why no snapshot could be served.
+func (e *Edge) UseConfigFile(f *ConfigFile) { e.cfile.Store(f) }
+
+// configSource is /readyz's "config" object.
+type configSource struct {
+	Source     string     `json:"source"` // "nats" or "snapshot"
+	Message    string     `json:"message,omitempty"`
+	AsOf       *time.Time `json:"as_of,omitempty"`
+	AgeSeconds float64    `json:"age_seconds,omitempty"`
+}
+
+// readyzBody is readyBody with the config's source added, when a ConfigFile is in use.
+func (e *Edge) readyzBody() []byte {
+	b := e.readyBody()
+	f := e.cfile.Load()
+	if f == nil {
+		return b
+	}
+	src := configSource{Source: "nats"}
+	if ok, asOf := f.Serving(); ok {
+		age := time.Since(asOf)
+		src = configSource{
+			Source: "snapshot", AsOf: &asOf, AgeSeconds: age.Seconds(),
+			Message: fmt.Sprintf("config from snapshot, age %s; NATS unreachable, catching up when it returns", age.Round(time.Second)),
+		}
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return b
+	}
+	obj["config"], _ = json.Marshal(src)
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return b
+	}
+	return out
+}
+
+// loadingMessage is /readyz's message while the initial load is not in.
+func (e *Edge) loadingMessage() string {
+	if f := e.cfile.Load(); f != nil {
+		if why := f.unusable(); why != "" {
+			return "loading config: NATS unreachable and no usable snapshot (" + why + ")"
+		}
+	}
+	return "loading config"
+}
+
+// ServeAdmin serves the admin endpoints (/metrics, /healthz, /readyz…) on ln, before the
+// edge is ready, so that its readiness can be watched while it loads. It returns nil once
+// Shutdown has stopped it. Serve does the same with the public listener beside it.
+func (e *Edge) ServeAdmin(ln net.Listener) error {
+	err := e.admin.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// ServePublic serves tenant traffic on ln. Open ln when the config is in, just before
+// Loaded, and serve it after: connections made before are refused by the kernel (a load
+// balancer or a client tries another edge), those made while the edge compiles wait in
+// the listen queue; none is answered 503 not_ready. It returns nil once Shutdown has
+// stopped it.
+func (e *Edge) ServePublic(ln net.Listener) error {
+	err := e.public.Serve(coalescingListener{ln})
+	if e.draining.Load() {
+		return nil
+	}
+	return err
+}

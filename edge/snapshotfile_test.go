@@ -1,0 +1,365 @@
+package edge_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"tollgate/edge"
+	"tollgate/tenants"
+)
+
+// applied records what a ConfigFile passes on, and passes it to next if set.
+type applied struct {
+	mu   sync.Mutex
+	log  []string // "put key rev" or "del key"
+	next func(string, []byte, uint64)
+}
+
+func (a *applied) apply(key string, value []byte, rev uint64) {
+	a.mu.Lock()
+	if value == nil {
+		a.log = append(a.log, "del "+key)
+	} else {
+		a.log = append(a.log, "put "+key+" "+string(value))
+	}
+	a.mu.Unlock()
+	if a.next != nil {
+		a.next(key, value, rev)
+	}
+}
+
+func (a *applied) take() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	l := a.log
+	a.log = nil
+	return l
+}
+
+func openConfigFile(t *testing.T, dir string, a *applied, opts ...func(*edge.ConfigFileConfig)) *edge.ConfigFile {
+	t.Helper()
+	cfg := edge.ConfigFileConfig{Dir: dir, Bucket: "tollgate_config", Apply: a.apply, Debounce: time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	f, err := edge.OpenConfigFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+func readSaved(t *testing.T, dir string) *edge.SavedConfig {
+	t.Helper()
+	s, err := edge.ReadConfigFile(dir, "tollgate_config", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func savedKeys(s *edge.SavedConfig) []string {
+	var keys []string
+	for _, e := range s.Entries {
+		keys = append(keys, e.Key+"="+string(e.Value))
+	}
+	return keys
+}
+
+// The file holds what the watch delivered, puts and deletes applied, once the initial
+// load is in; and only then.
+func TestConfigFileWritesTheAppliedConfig(t *testing.T) {
+	dir := t.TempDir()
+	a := &applied{}
+	f := openConfigFile(t, dir, a)
+	f.Update("t1.tenant", []byte("v1"), 1)
+	f.Update("t1.route.r1", []byte("v2"), 2)
+	f.Update("t1.route.r2", []byte("v3"), 3)
+	f.Update("t1.route.r1", nil, 4)
+	time.Sleep(20 * time.Millisecond) // several debounces: still nothing, the load is not in
+	if _, err := os.Stat(filepath.Join(dir, edge.ConfigFileName)); !os.IsNotExist(err) {
+		t.Fatalf("a snapshot was written before the initial load was in (%v)", err)
+	}
+	if n := f.Current(); n != 0 {
+		t.Fatalf("Current deleted %d keys of a config that came from the watch alone", n)
+	}
+	waitFor(t, 10*time.Second, func() string {
+		if _, err := os.Stat(filepath.Join(dir, edge.ConfigFileName)); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	s := readSaved(t, dir)
+	if want := []string{"t1.route.r2=v3", "t1.tenant=v1"}; !reflect.DeepEqual(savedKeys(s), want) {
+		t.Fatalf("saved %v, want %v", savedKeys(s), want)
+	}
+	if s.Entries[0].Revision != 3 || s.Bucket != "tollgate_config" || time.Since(s.AsOf) > time.Minute {
+		t.Fatalf("saved %+v", s)
+	}
+	f.Update("t1.route.r3", []byte("v5"), 5)
+	f.Close() // writes at once
+	if got := savedKeys(readSaved(t, dir)); len(got) != 3 {
+		t.Fatalf("after Close the file holds %v, want r3 too", got)
+	}
+	if got := a.take(); len(got) != 5 {
+		t.Fatalf("applied %v, want the 5 updates", got)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, ".*tmp*")); len(tmp) != 0 {
+		t.Fatalf("temporary files left: %v", tmp)
+	}
+}
+
+// A restart serves the snapshot until the initial load is in, then has exactly the
+// bucket's keys: what changed while it was away is changed, what vanished (with no delete
+// marker left to say so) is deleted, and a key the watch delivered before the snapshot
+// was read is not overwritten by the snapshot's older value.
+func TestConfigFileRestoreThenCatchUp(t *testing.T) {
+	dir := t.TempDir()
+	first := openConfigFile(t, dir, &applied{})
+	for i, k := range []string{"t1.tenant", "t1.route.keep", "t1.route.changed", "t1.route.vanished", "t1.route.early"} {
+		first.Update(k, []byte("old"), uint64(i+1))
+	}
+	first.Current()
+	first.Close()
+
+	a := &applied{}
+	f := openConfigFile(t, dir, a)
+	f.Update("t1.route.early", []byte("new"), 10) // the watch was quicker for this one
+	ok, err := f.Restore(time.Hour)
+	if !ok || err != nil {
+		t.Fatalf("Restore: %v %v", ok, err)
+	}
+	if serving, asOf := f.Serving(); !serving || time.Since(asOf) > time.Minute {
+		t.Fatalf("Serving() = %v %v", serving, asOf)
+	}
+	want := []string{"put t1.route.early new", "put t1.route.changed old", "put t1.route.keep old", "put t1.route.vanished old", "put t1.tenant old"}
+	if got := a.take(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("applied %v, want %v", got, want)
+	}
+	f.Close() // serving a snapshot: nothing to write, the file keeps its as_of
+	if got := readSaved(t, dir); len(got.Entries) != 5 || got.Entries[1].Key != "t1.route.early" || string(got.Entries[1].Value) != "old" {
+		t.Fatalf("the snapshot was rewritten while being served: %v", savedKeys(got))
+	}
+
+	f = openConfigFile(t, dir, a)
+	if ok, err := f.Restore(time.Hour); !ok {
+		t.Fatal(err)
+	}
+	a.take()
+	// The initial load: the bucket as it is now.
+	f.Update("t1.tenant", []byte("old"), 1)
+	f.Update("t1.route.keep", []byte("old"), 2)
+	f.Update("t1.route.changed", []byte("new"), 11)
+	f.Update("t1.route.early", []byte("new"), 12)
+	f.Update("t1.route.added", []byte("new"), 13)
+	f.Update("t1.route.gone", nil, 14) // a delete marker of a key the snapshot never had
+	if n := f.Current(); n != 1 {
+		t.Fatalf("Current deleted %d keys, want 1 (vanished)", n)
+	}
+	got := a.take()
+	if got[len(got)-1] != "del t1.route.vanished" {
+		t.Fatalf("applied %v, want the vanished key deleted last", got)
+	}
+	if serving, _ := f.Serving(); serving {
+		t.Fatal("still serving the snapshot after the initial load")
+	}
+	f.Close()
+	want = []string{"t1.route.added=new", "t1.route.changed=new", "t1.route.early=new", "t1.route.keep=old", "t1.tenant=old"}
+	if got := savedKeys(readSaved(t, dir)); !reflect.DeepEqual(got, want) {
+		t.Fatalf("saved %v, want %v", got, want)
+	}
+	// Once current, a Restore has nothing to do.
+	f = openConfigFile(t, dir, a)
+	f.Current()
+	if ok, err := f.Restore(time.Hour); ok || err != nil {
+		t.Fatalf("Restore after Current: %v %v", ok, err)
+	}
+}
+
+// Every unusable file is refused with a reason, and nothing is applied.
+func TestConfigFileRefusesUnusableSnapshots(t *testing.T) {
+	good, err := edge.EncodeSavedConfig(&edge.SavedConfig{
+		Bucket: "tollgate_config", AsOf: time.Now().Add(-2 * time.Hour),
+		Entries: []edge.SavedEntry{{Key: "t1.tenant", Revision: 1, Value: []byte(`{}`)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := bytes.Clone(good)
+	flipped[len(flipped)-5] ^= 1
+	cases := []struct {
+		name   string
+		file   []byte // nil: no file
+		bucket string
+		maxAge time.Duration
+		why    string
+	}{
+		{"no file", nil, "tollgate_config", 24 * time.Hour, "no such file"},
+		{"off", good, "tollgate_config", 0, "snapshots are off"},
+		{"too old", good, "tollgate_config", time.Hour, "older than"},
+		{"other bucket", good, "other_config", 24 * time.Hour, "of bucket"},
+		{"truncated", good[:len(good)-3], "tollgate_config", 24 * time.Hour, "truncated"},
+		{"flipped bit", flipped, "tollgate_config", 24 * time.Hour, "checksum"},
+		{"empty", []byte{}, "tollgate_config", 24 * time.Hour, "no header"},
+		{"other version", bytes.Replace(good, []byte("config 1 "), []byte("config 2 "), 1), "tollgate_config", 24 * time.Hour, "version"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if c.file != nil {
+				if err := os.WriteFile(filepath.Join(dir, edge.ConfigFileName), c.file, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a := &applied{}
+			f, err := edge.OpenConfigFile(edge.ConfigFileConfig{Dir: dir, Bucket: c.bucket, Apply: a.apply})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			ok, err := f.Restore(c.maxAge)
+			if ok || err == nil || !strings.Contains(err.Error(), c.why) {
+				t.Fatalf("Restore = %v, %v; want false and an error saying %q", ok, err, c.why)
+			}
+			if got := a.take(); len(got) != 0 {
+				t.Fatalf("applied %v from a refused file", got)
+			}
+		})
+	}
+}
+
+// An edge serving a snapshot says so on /readyz and in its metrics, and stops saying so
+// once it has caught up.
+func TestReadyzSaysConfigFromSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	up := newUpstream(t, "up")
+	tenantKey, tenantVal := entryOf(t, &tenants.Tenant{ID: "t-acme", Slug: "acme", Name: "acme"}, 1)
+	routeKey, routeVal := entryOf(t, &tenants.Route{ID: "r1", TenantID: "t-acme", Name: "r1", Paths: []string{"/hello"},
+		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.URL, Weight: 1}}}}, 2)
+	b, err := edge.EncodeSavedConfig(&edge.SavedConfig{Bucket: "tollgate_config", AsOf: time.Now().Add(-90 * time.Second),
+		Entries: []edge.SavedEntry{{Key: tenantKey, Revision: 1, Value: tenantVal}, {Key: routeKey, Revision: 2, Value: routeVal}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, edge.ConfigFileName), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	h := newHarness(t)
+	f := openConfigFile(t, dir, &applied{next: h.e.Apply}, func(c *edge.ConfigFileConfig) { c.Registry = h.reg })
+	h.e.UseConfigFile(f)
+	if ok, err := f.Restore(time.Hour); !ok {
+		t.Fatal(err)
+	}
+	h.e.Loaded()
+	if r := h.get("acme."+domain, "/hello"); r.status != 200 {
+		t.Fatalf("GET /hello from the snapshot: %d %s", r.status, r.body)
+	}
+	rz := readyz(t, h)
+	if rz.Config.Source != "snapshot" || !strings.HasPrefix(rz.Config.Message, "config from snapshot, age 1m3") || rz.Config.AgeSeconds < 90 {
+		t.Fatalf("/readyz config %+v", rz.Config)
+	}
+	if v := h.metric("tollgate_edge_config_snapshot_serving", nil); v != 1 {
+		t.Fatalf("tollgate_edge_config_snapshot_serving %v, want 1", v)
+	}
+	if v := h.metric("tollgate_edge_config_snapshot_age_seconds", nil); v < 90 {
+		t.Fatalf("tollgate_edge_config_snapshot_age_seconds %v, want ≥ 90", v)
+	}
+
+	// The bucket's initial load: the tenant, and no route any more.
+	f.Update(tenantKey, tenantVal, 1)
+	f.Current()
+	if rz := readyz(t, h); rz.Config.Source != "nats" || rz.Config.Message != "" {
+		t.Fatalf("/readyz config after catching up %+v", rz.Config)
+	}
+	if v := h.metric("tollgate_edge_config_snapshot_serving", nil); v != 0 {
+		t.Fatalf("tollgate_edge_config_snapshot_serving %v after catching up, want 0", v)
+	}
+	waitFor(t, 10*time.Second, func() string {
+		if r := h.get("acme."+domain, "/hello"); r.status != 404 {
+			return "the vanished route still answers " + string(r.body)
+		}
+		return ""
+	})
+}
+
+type readyzBody struct {
+	Status string `json:"status"`
+	Config struct {
+		Source     string  `json:"source"`
+		Message    string  `json:"message"`
+		AgeSeconds float64 `json:"age_seconds"`
+	} `json:"config"`
+}
+
+func readyz(t *testing.T, h *harness) readyzBody {
+	t.Helper()
+	resp, err := http.Get("http://" + h.admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var rz readyzBody
+	if resp.StatusCode != 200 || json.Unmarshal(raw, &rz) != nil || rz.Status != "ready" {
+		t.Fatalf("/readyz: %d %s", resp.StatusCode, raw)
+	}
+	return rz
+}
+
+// entryOf is obj's KV key and value at rev.
+func entryOf(t *testing.T, obj any, rev int64) (string, []byte) {
+	t.Helper()
+	e := tenants.Entry{Rev: rev}
+	switch o := obj.(type) {
+	case *tenants.Tenant:
+		e.Tenant = o
+	case *tenants.Route:
+		e.Route = o
+	}
+	key, err := e.EntryKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, b
+}
+
+// A snapshot file is read at start from a disk that may have been damaged in any way;
+// reading it must never panic, and what it accepts must survive a round trip.
+func FuzzDecodeSavedConfig(f *testing.F) {
+	good, _ := edge.EncodeSavedConfig(&edge.SavedConfig{
+		Bucket: "b", AsOf: time.Unix(1700000000, 0).UTC(),
+		Entries: []edge.SavedEntry{{Key: "t.tenant", Revision: 1, Value: []byte("{}")}, {Key: "t.route.r", Revision: 7, Value: []byte("x")}},
+	})
+	f.Add(good)
+	f.Add(good[:len(good)/2])
+	f.Add([]byte("tollgate-edge-config 1 2 00000000\n{}"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := edge.DecodeSavedConfig(b)
+		if err != nil {
+			return
+		}
+		again, err := edge.EncodeSavedConfig(s)
+		if err != nil {
+			t.Fatalf("accepted %q but cannot encode it: %v", b, err)
+		}
+		s2, err := edge.DecodeSavedConfig(again)
+		if err != nil || !reflect.DeepEqual(s.Entries, s2.Entries) || s.Bucket != s2.Bucket || !s.AsOf.Equal(s2.AsOf) {
+			t.Fatalf("round trip of %q: %v", b, err)
+		}
+	})
+}
