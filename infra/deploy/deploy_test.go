@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -227,6 +228,7 @@ func overlays(t *testing.T) map[string]string {
 // into its Kubernetes type and checks what a fleet relies on.
 func TestDeployManifests(t *testing.T) {
 	settings := readmeSettings(t)
+	checkREADMEOperatorSecrets(t)
 	dirs := overlays(t)
 	names := make([]string, 0, len(dirs))
 	for n := range dirs {
@@ -244,6 +246,8 @@ func TestDeployManifests(t *testing.T) {
 			checkAdminPorts(t, o)
 			prod := strings.HasPrefix(name, "prod")
 			if prod {
+				checkNATSSecured(t, o)
+				checkEdgeTLS(t, o)
 				api := o.deployment(t, "tollgate-api")
 				if api.Spec.Replicas == nil || *api.Spec.Replicas < 2 {
 					t.Errorf("prod api replicas = %d, want at least 2", ptrValue(api.Spec.Replicas))
@@ -332,41 +336,9 @@ var operatorSecrets = map[string]string{
 // processes would refuse at start.
 func checkProgramConfig(t *testing.T, o *objects) {
 	t.Helper()
-	configMaps := map[string]map[string]string{}
-	for _, c := range o.configMaps {
-		configMaps[c.Name] = c.Data
-	}
-	secrets := map[string]map[string][]byte{}
-	for _, s := range o.secrets {
-		secrets[s.Name] = s.Data
-	}
 	for _, d := range o.deployments {
 		for _, c := range d.Spec.Template.Spec.Containers {
-			env := map[string]string{}
-			for _, ef := range c.EnvFrom {
-				if ef.ConfigMapRef != nil {
-					for k, v := range configMaps[ef.ConfigMapRef.Name] {
-						env[k] = v
-					}
-				}
-			}
-			for _, e := range c.Env {
-				switch {
-				case e.ValueFrom == nil:
-					env[e.Name] = e.Value
-				case e.ValueFrom.SecretKeyRef != nil:
-					ref := e.ValueFrom.SecretKeyRef
-					if data, ok := secrets[ref.Name]; ok {
-						if v, ok := data[ref.Key]; ok {
-							env[e.Name] = string(v)
-						}
-					} else {
-						env[e.Name] = operatorSecrets[ref.Key]
-					}
-				case e.ValueFrom.FieldRef != nil:
-					env[e.Name] = d.Name + "-7d9f8c6b5-x2k4p"
-				}
-			}
+			env := o.containerEnv(d.Name, c)
 			cfg, err := config.FromEnv(func(k string) string { return env[k] })
 			if err != nil {
 				t.Errorf("%s: the settings it is given are refused: %v", d.Name, err)
@@ -382,6 +354,46 @@ func checkProgramConfig(t *testing.T, o *objects) {
 			}
 		}
 	}
+}
+
+// containerEnv is a container's environment as the kubelet builds it: its ConfigMaps,
+// then its own variables, Secret keys from the build's Secrets (else operatorSecrets, for
+// the Secret prod leaves to the operator), field references as the pod's name.
+func (o *objects) containerEnv(workload string, c corev1.Container) map[string]string {
+	configMaps := map[string]map[string]string{}
+	for _, cm := range o.configMaps {
+		configMaps[cm.Name] = cm.Data
+	}
+	secrets := map[string]map[string][]byte{}
+	for _, s := range o.secrets {
+		secrets[s.Name] = s.Data
+	}
+	env := map[string]string{}
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef != nil {
+			for k, v := range configMaps[ef.ConfigMapRef.Name] {
+				env[k] = v
+			}
+		}
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			if data, ok := secrets[ref.Name]; ok {
+				if v, ok := data[ref.Key]; ok {
+					env[e.Name] = string(v)
+				}
+			} else {
+				env[e.Name] = operatorSecrets[ref.Key]
+			}
+		case e.ValueFrom.FieldRef != nil:
+			env[e.Name] = workload + "-7d9f8c6b5-x2k4p"
+		}
+	}
+	return env
 }
 
 // checkReferences: every ConfigMap a pod reads is in the build; so is every Secret when
@@ -629,30 +641,16 @@ func scrapeJobs(t *testing.T) map[string]string {
 	return jobs
 }
 
-// TestDeployNATSValues: the chart values ask for 3 servers with JetStream on files.
+// TestDeployNATSValues: the chart values ask for 3 servers with JetStream on files, TLS on
+// the client port and the routes with the certificate of nats/certificates.yaml, whose
+// names cover every server prod's processes dial, and operator-mode accounts from the
+// mounted auth.conf.
 func TestDeployNATSValues(t *testing.T) {
 	data, err := os.ReadFile("nats/values.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v struct {
-		Config struct {
-			Cluster struct {
-				Enabled  bool `json:"enabled"`
-				Replicas int  `json:"replicas"`
-			} `json:"cluster"`
-			JetStream struct {
-				Enabled   bool `json:"enabled"`
-				FileStore struct {
-					Enabled bool `json:"enabled"`
-					PVC     struct {
-						Enabled bool   `json:"enabled"`
-						Size    string `json:"size"`
-					} `json:"pvc"`
-				} `json:"fileStore"`
-			} `json:"jetstream"`
-		} `json:"config"`
-	}
+	var v natsValues
 	if err := yaml.Unmarshal(data, &v); err != nil {
 		t.Fatal(err)
 	}
@@ -660,6 +658,74 @@ func TestDeployNATSValues(t *testing.T) {
 	if !c.Cluster.Enabled || c.Cluster.Replicas != 3 || !c.JetStream.Enabled || !c.JetStream.FileStore.Enabled ||
 		!c.JetStream.FileStore.PVC.Enabled || c.JetStream.FileStore.PVC.Size == "" {
 		t.Errorf("nats/values.yaml: %+v, want a 3-node cluster with JetStream file storage on volume claims", c)
+	}
+	serverSecret := c.NATS.TLS.SecretName
+	if !c.NATS.TLS.Enabled || serverSecret == "" || !c.Cluster.TLS.Enabled || c.Cluster.TLS.SecretName != serverSecret {
+		t.Errorf("nats/values.yaml: client TLS %+v, cluster TLS %+v: want both on, with one certificate Secret", c.NATS.TLS, c.Cluster.TLS)
+	}
+	if !v.TLSCA.Enabled || v.TLSCA.SecretName != serverSecret || v.TLSCA.Key != "ca.crt" {
+		t.Errorf("nats/values.yaml tlsCA = %+v, want the CA (ca.crt) of %s, which routes verify their peers with", v.TLSCA, serverSecret)
+	}
+
+	// Operator mode: auth.conf from a mounted Secret, included by the chart's nats.conf
+	// (/etc/nats-config/nats.conf, so ../x is /etc/x).
+	include, _ := c.Merge["$include"].(string)
+	authFile := path.Join("/etc/nats-config", include)
+	mounted := false
+	for _, op := range v.Container.Patch {
+		mp, _ := op.Value["mountPath"].(string)
+		if op.Op != "add" || op.Path != "/volumeMounts/-" || include == "" || path.Dir(authFile) != path.Clean(mp) {
+			continue
+		}
+		for _, pop := range v.PodTemplate.Patch {
+			sec, _ := pop.Value["secret"].(map[string]any)
+			if pop.Op == "add" && pop.Path == "/spec/volumes/-" && pop.Value["name"] == op.Value["name"] && sec != nil && sec["secretName"] != "" {
+				mounted = true
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("nats/values.yaml includes %q (%s), which no Secret volume mounted into the nats container holds", include, authFile)
+	}
+
+	// The certificate: made by cert-manager into the Secret the values name, for every
+	// server name prod's processes dial and the routes use, for servers and clients
+	// (a server dialing a route presents it), by an issuer of the same file.
+	objs := readCertManagerObjects(t, "nats/certificates.yaml")
+	issuers := map[string]certManagerObject{}
+	for _, o := range objs {
+		if o.Kind == "Issuer" {
+			issuers[o.Metadata.Name] = o
+		}
+	}
+	var cert *certManagerObject
+	for i, o := range objs {
+		if o.Kind == "Certificate" && o.Spec.SecretName == serverSecret {
+			cert = &objs[i]
+		}
+	}
+	if cert == nil {
+		t.Fatalf("nats/certificates.yaml has no Certificate for Secret %s", serverSecret)
+	}
+	if cert.Spec.IssuerRef == nil || cert.Spec.IssuerRef.Kind != "Issuer" || issuers[cert.Spec.IssuerRef.Name].Spec.CA == nil {
+		t.Errorf("Certificate %s is not issued by a CA Issuer of nats/certificates.yaml (so ca.crt would not be the CA clients trust)", cert.Metadata.Name)
+	}
+	for _, u := range []string{"server auth", "client auth"} {
+		if !slices.Contains(cert.Spec.Usages, u) {
+			t.Errorf("Certificate %s usages %v lack %q", cert.Metadata.Name, cert.Spec.Usages, u)
+		}
+	}
+	prod := build(t, "overlays/prod")
+	hosts := checkNATSSecured(t, prod)
+	// The chart's routes name the pods by their fully qualified names.
+	ns := "tollgate"
+	for i := range c.Cluster.Replicas {
+		hosts = append(hosts, fmt.Sprintf("nats-%d.nats-headless.%s.svc.cluster.local", i, ns))
+	}
+	for _, h := range hosts {
+		if !slices.ContainsFunc(cert.Spec.DNSNames, func(n string) bool { return dnsNameCovers(n, h) }) {
+			t.Errorf("Certificate %s names %v, none of which covers %s: a TLS client checking the host name refuses the server", cert.Metadata.Name, cert.Spec.DNSNames, h)
+		}
 	}
 }
 
