@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"tollgate/infra/testenv"
+	"tollgate/tenants"
 )
 
 // TestAPIWithPostgresDown runs the api on a Postgres of the test's own, stops it and then
 // freezes it (SIGSTOP: connections are accepted and never answered). Meanwhile every api
 // request is answered 503 not_ready with Retry-After, within the database bound
 // (TOLLGATE_DB_TIMEOUT) plus slack, /readyz fails and /healthz does not, the edge keeps
-// serving its config; once Postgres is back the api answers again and its relay delivers
+// serving its config, and the console's pages answer 503 too; once Postgres is back the api answers again and its relay delivers
 // the next change to the edge.
 func TestAPIWithPostgresDown(t *testing.T) {
 	t.Parallel()
@@ -98,6 +99,18 @@ func TestAPIWithPostgresDown(t *testing.T) {
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			t.Fatalf("Postgres %s, %d requests at once: %v", fault.name, len(burst), err)
+		}
+		// The console's pages share the api's bound: a session to look up gets the
+		// console's 503 page.
+		req, _ := http.NewRequest("GET", api.base+"/console/", nil)
+		req.AddCookie(&http.Cookie{Name: tenants.SessionCookie, Value: "s-unknown"})
+		res, err := probe.Do(req)
+		if err != nil {
+			t.Fatalf("Postgres %s: console: %v", fault.name, err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 503 || res.Header.Get("Retry-After") == "" {
+			t.Fatalf("Postgres %s: the console answered %d (Retry-After %q), want 503 with Retry-After", fault.name, res.StatusCode, res.Header.Get("Retry-After"))
 		}
 		if got := status(api.base + "/readyz"); got != 503 {
 			t.Fatalf("Postgres %s: api /readyz answered %d, want 503", fault.name, got)
