@@ -298,26 +298,39 @@ func Edge(ctx context.Context, args []string) error {
 	if natsURL == "" {
 		natsURL = defaultNATSURL
 	}
-	pub, err := net.Listen("tcp", cfg.EdgeAddr)
+	// The public port is bound once the edge is ready (runEdge); a port already in use
+	// still fails here, at start, rather than after the config is loaded.
+	probe, err := net.Listen("tcp", cfg.EdgeAddr)
 	if err != nil {
 		return fmt.Errorf("edge listen: %w", err)
 	}
+	_ = probe.Close()
 	adm, err := net.Listen("tcp", cfg.EdgeAdmin)
 	if err != nil {
-		pub.Close()
 		return fmt.Errorf("edge admin listen: %w", err)
 	}
-	return runEdge(ctx, cfg, natsURL, pub, adm, log, nil)
+	return runEdge(ctx, cfg, natsURL, nil, adm, log, nil)
 }
 
+// coldStartWait bounds how long a starting edge waits for the bucket's initial load
+// before it serves its config snapshot instead (when NATS is unreachable outright it
+// does not wait). A slow load is no harm: the edge catches up from the snapshot.
+const coldStartWait = 5 * time.Second
+
 // runEdge watches the bucket into a new edge and serves until ctx ends. ready, if not
-// nil, is called once the initial load is in.
+// nil, is called once the edge is ready. The admin listener serves at once; the public
+// one, pub, or when pub is nil a listener on cfg.EdgeAddr (and the TLS one) is opened
+// only when the edge is ready: from the bucket's initial load or, when NATS is
+// unreachable, from its config snapshot (edge.ConfigFile).
 func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net.Listener, log *slog.Logger, ready func()) error {
 	fc, err := openLimiter(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer fc.close() // after the edge has drained: the deferred calls below run first
+	// Connect does not fail on an unreachable server: it keeps trying in the background
+	// (tgnats.Connect sets nats.go's RetryOnFailedConnect), so the edge can start from its
+	// snapshot and follow the bucket once NATS is back.
 	nc, err := connectNATS(cfg, natsURL, "tollgate-edge-"+cfg.EdgeID)
 	if err != nil {
 		return err
@@ -338,14 +351,8 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		}
 		wildcard = &c
 	}
-	var tlsLn net.Listener
-	if cfg.EdgeTLSAddr != "" {
-		if wildcard == nil {
-			log.Warn("edge: TLS listener without TOLLGATE_EDGE_TLS_CERT/KEY: only custom domains will complete a handshake")
-		}
-		if tlsLn, err = net.Listen("tcp", cfg.EdgeTLSAddr); err != nil {
-			return fmt.Errorf("TOLLGATE_EDGE_TLS_ADDR: %w", err)
-		}
+	if cfg.EdgeTLSAddr != "" && wildcard == nil {
+		log.Warn("edge: TLS listener without TOLLGATE_EDGE_TLS_CERT/KEY: only custom domains will complete a handshake")
 	}
 	cacheBytes := cfg.EdgeCacheBytes
 	if cacheBytes == 0 {
@@ -366,23 +373,44 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		Pprof:          cfg.Pprof,
 	})
 	if err != nil {
-		if tlsLn != nil {
-			_ = tlsLn.Close()
-		}
 		return err
 	}
+	shutdown := func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		return e.Shutdown(sctx)
+	}
+	defer func() { _ = shutdown() }() // on an early return; a no-op after the one below
+	serveErr := make(chan error, 3)
+	go func() { serveErr <- e.ServeAdmin(adm) }()
+
+	// The config snapshot lives beside the meter's spool: the edge's one local state
+	// directory. Closed (its last write) after the watch has stopped.
+	cf, err := edge.OpenConfigFile(edge.ConfigFileConfig{
+		Dir:       cfg.MeterSpoolDir,
+		Bucket:    cfg.KVBucket(),
+		Apply:     e.Apply,
+		Connected: nc.IsConnected,
+		Registry:  fc.reg,
+		Logger:    log,
+	})
+	if err != nil {
+		return err
+	}
+	defer cf.Close()
+	e.UseConfigFile(cf)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
+	current := make(chan struct{})
 	w, err := tgnats.Watch(ctx, js, cfg.KVBucket(), tgnats.WatchConfig{
-		OnUpdate: func(u tgnats.Update) { e.Apply(u.Key, u.Value, u.Revision) },
+		OnUpdate: func(u tgnats.Update) { cf.Update(u.Key, u.Value, u.Revision) },
 		OnReady: func() {
-			e.Loaded()
-			log.Info("edge config loaded", "bucket", cfg.KVBucket())
-			if ready != nil {
-				ready()
+			if n := cf.Current(); n > 0 {
+				log.Info("edge: keys of the snapshot the bucket no longer has were deleted", "keys", n)
 			}
+			close(current)
 		},
 		OnError: func(err error) { log.Warn("config watch", "err", err) },
 	})
@@ -390,25 +418,81 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		return err
 	}
 	defer w.Stop()
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- e.Serve(pub, adm) }()
-	if tlsLn != nil {
+
+	// Wait for the bucket, or serve the snapshot while NATS is unreachable.
+	wait := coldStartWait
+	if !nc.IsConnected() {
+		wait = 0
+	}
+	fromSnapshot := false
+	select {
+	case <-current:
+	case <-ctx.Done():
+		return nil
+	case <-time.After(wait):
+		ok, err := cf.Restore(cfg.EdgeSnapshotMaxAge)
+		switch {
+		case ok:
+			fromSnapshot = true
+			_, asOf := cf.Serving()
+			log.Warn("edge: NATS unreachable; serving the config snapshot until the bucket's initial load is in",
+				"age", time.Since(asOf).Round(time.Second), "dir", cfg.MeterSpoolDir)
+		case err != nil:
+			log.Warn("edge: NATS unreachable and no usable config snapshot; not ready until the bucket's initial load is in", "why", err)
+		}
+		if !ok {
+			select {
+			case <-current:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+	// Bound before Loaded, so /readyz answers 200 only with the port open; connections
+	// made while the edge compiles wait in the listen queue, not for a 503.
+	if pub == nil {
+		if pub, err = net.Listen("tcp", cfg.EdgeAddr); err != nil {
+			return fmt.Errorf("edge listen: %w", err)
+		}
+	}
+	var tlsLn net.Listener
+	if cfg.EdgeTLSAddr != "" {
+		if tlsLn, err = net.Listen("tcp", cfg.EdgeTLSAddr); err != nil {
+			_ = pub.Close()
+			return fmt.Errorf("TOLLGATE_EDGE_TLS_ADDR: %w", err)
+		}
+	}
+	e.Loaded()
+	if fromSnapshot {
 		go func() {
-			if err := e.ServeTLS(tlsLn); err != nil {
-				serveErr <- err
+			select {
+			case <-current:
+				log.Info("edge: caught up with the bucket; the snapshot's config is replaced", "bucket", cfg.KVBucket())
+			case <-ctx.Done():
 			}
 		}()
+	} else {
+		log.Info("edge config loaded", "bucket", cfg.KVBucket())
+	}
+	if ready != nil {
+		ready()
+	}
+	go func() { serveErr <- e.ServePublic(pub) }()
+	if tlsLn != nil {
+		go func() { serveErr <- e.ServeTLS(tlsLn) }()
 		log.Info("edge listening for TLS", "addr", tlsLn.Addr().String())
 	}
 	// procs is GOMAXPROCS: since Go 1.25 the runtime sets it from the container's CPU limit
 	// (and follows a change of it), which is what sizes a node.
 	log.Info("edge listening", "addr", pub.Addr().String(), "admin", adm.Addr().String(), "domain", cfg.EdgeDomain, "procs", runtime.GOMAXPROCS(0))
-	select {
-	case err := <-serveErr:
-		return err
-	case <-ctx.Done():
+	for ctx.Err() == nil {
+		select {
+		case err := <-serveErr:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+		}
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	return e.Shutdown(sctx)
+	return shutdown()
 }
