@@ -60,6 +60,11 @@ func Migrate(ctx context.Context, databaseURL string) error {
 	if err != nil {
 		return fmt.Errorf("postgres: database url: %w", err)
 	}
+	if cfg.ConnectTimeout == 0 {
+		// A frozen server would otherwise hold a starting process here for good; the
+		// migrations themselves may take their time.
+		cfg.ConnectTimeout = DefaultTimeout
+	}
 	if err := ensureDatabase(ctx, cfg); err != nil {
 		return err
 	}

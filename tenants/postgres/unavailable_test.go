@@ -196,3 +196,19 @@ func TestUnavailableClassifies(t *testing.T) {
 		}
 	}
 }
+
+// A process starting while its database is frozen is not held at the migrations for good.
+func TestMigrateWhileFrozen(t *testing.T) {
+	t.Parallel()
+	_, url := openDB(t)
+	p, purl := pgtest.NewProxy(t, url)
+	p.Freeze()
+	start := time.Now()
+	err := postgres.Migrate(context.Background(), purl)
+	if !postgres.Unavailable(err) {
+		t.Fatalf("migrate: error %v is not recognized as unavailable", err)
+	}
+	if took := time.Since(start); took > postgres.DefaultTimeout+slack {
+		t.Fatalf("migrate returned after %v, far past the connect timeout %v", took, postgres.DefaultTimeout)
+	}
+}
