@@ -43,6 +43,8 @@ type faultFleet struct {
 	billing *proc
 	edges   []*faultEdge
 
+	billingAdmin string // billing's /metrics
+
 	nc *nats.Conn
 	js jetstream.JetStream
 }
@@ -92,7 +94,8 @@ func startFaultFleet(t *testing.T, edges int) *faultFleet {
 	}
 
 	f.api, f.apiC = f.startAPI()
-	f.billing = startProc(t, "billing", []string{"billing"}, f.env())
+	f.billingAdmin = freeAddr(t)
+	f.billing = startProc(t, "billing", []string{"billing"}, f.env("TOLLGATE_BILLING_ADMIN_ADDR="+f.billingAdmin))
 	for i := range edges {
 		e := &faultEdge{name: fmt.Sprintf("edge-%d", i+1), spool: t.TempDir()}
 		f.startEdge(e)

@@ -306,6 +306,8 @@ func TestFaults(t *testing.T) {
 		const slug = "flt-pg"
 		tl := &meterTally{}
 		f.tenant(t, slug, up.URL, tl)
+		failedBefore := metricTotal(`tollgate_billing_batches_total{result="failed"}`, f.billingAdmin)
+		foldedBefore := metricTotal(`tollgate_billing_batches_total{result="folded"}`, f.billingAdmin)
 		l := startSteadyLoad(tl, f.edges, rate, slug, "/r/x")
 		time.Sleep(2 * time.Second)
 		var (
@@ -352,7 +354,9 @@ func TestFaults(t *testing.T) {
 		f.pg.Stop()
 		stopped := time.Now()
 		_, errStopped := poll(20*time.Second, notReady)
-		time.Sleep(2 * time.Second) // billing's folds fail meanwhile
+		// Long enough for several of billing's folds to meet it (a batch an edge a second).
+		const outage = 5 * time.Second
+		time.Sleep(time.Until(stopped.Add(outage)))
 		f.pg.Start()
 		upAgain := eventually(t, 60*time.Second, "the api answers again after Postgres started", ready)
 		stoppedFor := time.Since(stopped)
@@ -360,7 +364,7 @@ func TestFaults(t *testing.T) {
 		f.pg.Freeze()
 		frozen := time.Now()
 		_, errFrozen := poll(30*time.Second, notReady)
-		time.Sleep(2 * time.Second)
+		time.Sleep(time.Until(frozen.Add(outage)))
 		f.pg.Thaw()
 		thawed := eventually(t, 60*time.Second, "the api answers again after Postgres thawed", ready)
 		frozenFor := time.Since(frozen)
@@ -373,9 +377,11 @@ func TestFaults(t *testing.T) {
 		api := fmt.Sprintf("%v (the slowest in %s; TOLLGATE_DB_TIMEOUT %s)", answers, slowest.Round(time.Millisecond), dbTimeout)
 		amu.Unlock()
 		t.Logf("FIGURES Postgres down: stopped %s, frozen %s; api answered %s; api 200 again %s after start, %s after thaw; "+
-			"edges: served %d (billable %d), billed %+v, 5xx %d, billed = served %s after the load; %s",
+			"edges: served %d (billable %d), billed %+v, 5xx %d, billed = served %s after the load; billing folded %v batches, %v folds failed and were retried; %s",
 			stoppedFor.Round(time.Millisecond), frozenFor.Round(time.Millisecond), api, upAgain.Round(10*time.Millisecond),
-			thawed.Round(10*time.Millisecond), req, bill, got, l.serverErrors(), d.Round(10*time.Millisecond), l)
+			thawed.Round(10*time.Millisecond), req, bill, got, l.serverErrors(), d.Round(10*time.Millisecond),
+			metricTotal(`tollgate_billing_batches_total{result="folded"}`, f.billingAdmin)-foldedBefore,
+			metricTotal(`tollgate_billing_batches_total{result="failed"}`, f.billingAdmin)-failedBefore, l)
 		if n := l.serverErrors() + l.count("transport"); n > 0 {
 			t.Errorf("%d edge answers were 5xx or failed while Postgres was away: %s", n, l)
 		}
