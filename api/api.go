@@ -18,6 +18,8 @@
 //   - Lists take ?limit= (1–500, default 50) and ?cursor= and answer
 //     {"items":[...],"next_cursor":""}; next_cursor is empty on the last page.
 //   - Plaintext keys and tokens appear once, in the 201 of their creation (no-store).
+//   - A store that cannot be reached, or does not answer within RequestTimeout, is
+//     503 not_ready with Retry-After, never a wait past that bound or a 500.
 //
 // It must not reach past the tenants service interfaces: no SQL, no NATS, no knowledge of
 // which store is behind them. Tenant isolation is enforced twice: here (a tenant token
