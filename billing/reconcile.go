@@ -465,7 +465,8 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 			r.Discrepancies = append(r.Discrepancies, d)
 		default:
 			d.Kind = DoubleCount
-			d.Message = fmt.Sprintf("DOUBLE COUNT: %s: %s", what, signWords(d.Difference, d.Unit))
+			d.Message = fmt.Sprintf("DOUBLE COUNT: %s: %s (folded twice, or the edge's last totals never covered its last batch, as when its machine is lost)",
+				what, signWords(d.Difference, d.Unit))
 			r.Discrepancies = append(r.Discrepancies, d)
 		}
 	}
