@@ -482,6 +482,20 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		}
 		return keys[i].hour < keys[j].hour
 	})
+	perTenant := map[tenantHour]*edgeView{} // every edge of a tenant-hour, summed
+	for k, ekv := range edges {
+		all := perTenant[k.tenantHour]
+		if all == nil {
+			all = &edgeView{}
+			perTenant[k.tenantHour] = all
+		}
+		all.served += ekv.served
+		all.servedBill += ekv.servedBill
+		all.dropped += ekv.dropped
+		all.droppedBill += ekv.droppedBill
+		all.inflight += ekv.inflight
+		all.inflightBill += ekv.inflightBill
+	}
 	var cur *TenantReconciliation
 	for _, k := range keys {
 		v := tenants[k]
@@ -490,16 +504,9 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 			r.Tenants = append(r.Tenants, TenantReconciliation{TenantID: k.tenant, StripeCustomer: customers[k.tenant]})
 			cur = &r.Tenants[len(r.Tenants)-1]
 		}
-		var all edgeView // every edge of the tenant-hour
-		for e, ekv := range edges {
-			if e.tenantHour == k {
-				all.served += ekv.served
-				all.servedBill += ekv.servedBill
-				all.dropped += ekv.dropped
-				all.droppedBill += ekv.droppedBill
-				all.inflight += ekv.inflight
-				all.inflightBill += ekv.inflightBill
-			}
+		all := perTenant[k]
+		if all == nil {
+			all = &edgeView{}
 		}
 		cur.EdgeRequests += all.served
 		cur.EdgeBillable += all.servedBill

@@ -274,6 +274,15 @@ func TestReconcilePlantedCases(t *testing.T) {
 	if r := reconcile(); !r.OK() || kinds(r) != "pending clean edge-clean.eu -25" || r.InFlightBatches != 2 {
 		t.Fatalf("before billing folded: %s (%d in flight)", kinds(r), r.InFlightBatches)
 	}
+	partial := billingnats.NewInFlight(s.js, s.prefix, "", s.db.Store)
+	partial.Max = 1
+	r, err := billing.Reconcile(ctx, p, billing.ReconcileSources{Edges: src.Edges, Folded: src.Folded, InFlight: partial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() || len(r.Pending) != 1 {
+		t.Fatalf("one of two batches in flight read: %s", kinds(r))
+	}
 	ctx1, stop := context.WithCancel(ctx)
 	_, done := s.consumeCtx(t, ctx1, ns.ClientURL(), billingnats.ConsumerConfig{})
 	waitFor(t, 10*time.Second, "clean folded", func() bool { return s.folded(t) == 25 })
@@ -352,7 +361,7 @@ func TestReconcilePlantedCases(t *testing.T) {
 	ef.batch(t, late, at, 6)
 	ef.totals(t, late, at, 6)
 
-	r := reconcile()
+	r = reconcile()
 	want := "double_count double edge-double +12; loss lost edge-lossy -5; missing_totals silent edge-silent +8; " +
 		"pending late edge-late -6; stripe_excess over  +3; stripe_short short  -20"
 	if got := kinds(r); got != want {
