@@ -395,6 +395,7 @@ func (f *ConfigFile) Current() (vanished int) {
 	}
 	f.seen = nil
 	f.live = true
+	f.asOf = time.Now().UTC() // known current now, even if NATS goes before the first write
 	f.serving.Store(nil)
 	f.changedLocked()
 	return vanished
@@ -471,9 +472,6 @@ func (f *ConfigFile) write() {
 	f.dirty = false
 	f.mu.Unlock()
 	sort.Slice(s.Entries, func(i, j int) bool { return s.Entries[i].Key < s.Entries[j].Key })
-	if s.AsOf.IsZero() {
-		s.AsOf = time.Now().UTC() // never connected and never restored: cannot happen once live
-	}
 	if err := writeConfigFile(f.cfg.Dir, s); err != nil {
 		f.writes.WithLabelValues("error").Inc()
 		f.log.Error("edge: writing the config snapshot failed; the old one stays", "dir", f.cfg.Dir, "err", err)

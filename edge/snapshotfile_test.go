@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -362,4 +363,30 @@ func FuzzDecodeSavedConfig(f *testing.F) {
 			t.Fatalf("round trip of %q: %v", b, err)
 		}
 	})
+}
+
+// A change written while NATS is away (a write at shutdown, say) keeps the time the
+// config was last known current, so a snapshot never looks younger than it is.
+func TestConfigFileAsOfIsWhenLastConnected(t *testing.T) {
+	dir := t.TempDir()
+	var connected atomic.Bool
+	connected.Store(true)
+	f := openConfigFile(t, dir, &applied{}, func(c *edge.ConfigFileConfig) { c.Connected = connected.Load })
+	f.Update("t1.tenant", []byte("v1"), 1)
+	f.Current()
+	f.Close()
+	asOf := readSaved(t, dir).AsOf
+
+	f = openConfigFile(t, dir, &applied{}, func(c *edge.ConfigFileConfig) { c.Connected = connected.Load })
+	f.Update("t1.tenant", []byte("v1"), 1)
+	f.Current()
+	connected.Store(false)
+	before := time.Now()
+	time.Sleep(10 * time.Millisecond)
+	f.Update("t1.route.r", []byte("v2"), 2)
+	f.Close()
+	s := readSaved(t, dir)
+	if len(s.Entries) != 2 || s.AsOf.After(before) || s.AsOf.Before(asOf) {
+		t.Fatalf("written while disconnected: as_of %v (the load came at or before %v), %d entries", s.AsOf, before, len(s.Entries))
+	}
 }
