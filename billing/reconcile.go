@@ -212,9 +212,7 @@ type edgeView struct {
 	served, servedBill, dropped, droppedBill int64
 	folded, foldedBill                       int64
 	inflight, inflightBill                   int64
-	reported                                 map[string]bool      // boots with totals
-	bootFolded                               map[string]*[2]int64 // boot → folded requests, billable
-	bootIn                                   map[string]*[2]int64 // boot → in flight
+	boots                                    []bootView // usually one or two
 }
 
 type tenantView struct {
@@ -254,7 +252,7 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		k := edgeHour{tenantHour{strings.ToLower(tenant), h.Unix()}, edge}
 		v := edges[k]
 		if v == nil {
-			v = &edgeView{reported: map[string]bool{}, bootFolded: map[string]*[2]int64{}, bootIn: map[string]*[2]int64{}}
+			v = &edgeView{}
 			edges[k] = v
 			tv(tenant, h) // every edge-hour has its tenant-hour
 		}
@@ -276,7 +274,7 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		v.servedBill += t.Billable
 		v.dropped += t.Dropped
 		v.droppedBill += t.DroppedBillable
-		v.reported[t.BootID] = true
+		v.boot(t.BootID).reported = true
 	}
 	folded, err := src.Folded.FoldedTotals(ctx, p)
 	if err != nil {
@@ -295,7 +293,9 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		v := ev(t.TenantID, t.Hour, t.EdgeID)
 		v.folded += t.Requests
 		v.foldedBill += t.Billable
-		addBoot(v.bootFolded, t.BootID, t.Requests, t.Billable)
+		bv := v.boot(t.BootID)
+		bv.folded += t.Requests
+		bv.foldedBill += t.Billable
 		tvv := tv(t.TenantID, t.Hour)
 		tvv.attributed += t.Requests
 		tvv.attributedBl += t.Billable
@@ -318,7 +318,9 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 			v := ev(t.TenantID, t.Hour, t.EdgeID)
 			v.inflight += t.Requests
 			v.inflightBill += t.Billable
-			addBoot(v.bootIn, t.BootID, t.Requests, t.Billable)
+			bv := v.boot(t.BootID)
+			bv.inflight += t.Requests
+			bv.inflightBill += t.Billable
 		}
 	}
 	customers := map[string]string{}
@@ -370,11 +372,10 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 			edgeOrder = append(edgeOrder, sk)
 			boots[sk] = map[string]bool{}
 		}
-		for b := range v.reported {
-			boots[sk][b] = true
-		}
-		for b := range v.bootFolded {
-			boots[sk][b] = true
+		for _, b := range v.boots {
+			if b.reported || b.folded != 0 || b.foldedBill != 0 {
+				boots[sk][b.id] = true
+			}
 		}
 		es.Served += v.served
 		es.Dropped += v.dropped
@@ -399,30 +400,27 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		// they are set apart, and the rest is compared with the boots that did report.
 		var missing []string
 		var mReq, mBill, mIn, mInBill int64
-		for b := range unionKeys(v.bootFolded, v.bootIn) {
-			if v.reported[b] {
+		reported := false
+		for _, b := range v.boots {
+			if b.reported {
+				reported = true
 				continue
 			}
-			f, i := v.bootFolded[b], v.bootIn[b]
-			if (f == nil || *f == [2]int64{}) && (i == nil || *i == [2]int64{}) {
+			if b.folded == 0 && b.foldedBill == 0 && b.inflight == 0 && b.inflightBill == 0 {
 				continue
 			}
-			if f != nil {
-				mReq += f[0]
-				mBill += f[1]
-			}
-			if i != nil {
-				mIn += i[0]
-				mInBill += i[1]
-			}
-			missing = append(missing, b)
+			mReq += b.folded
+			mBill += b.foldedBill
+			mIn += b.inflight
+			mInBill += b.inflightBill
+			missing = append(missing, b.id)
 		}
 		sort.Strings(missing)
 		if len(missing) > 0 {
 			d := base
 			d.Kind, d.BootIDs, d.Difference, d.Unit = MissingTotals, missing, mReq, UnitRequests
 			who := "edge " + quoteEdge(k.edge)
-			if len(v.reported) > 0 {
+			if reported {
 				who += fmt.Sprintf(" (boot %s)", strings.Join(missing, ", "))
 			}
 			d.Message = fmt.Sprintf("MISSING TOTALS: %s never reported totals for this hour, yet billing folded %d requests (%d billable) from its batches%s: nothing says what it served",
@@ -587,25 +585,22 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 	return r, nil
 }
 
-func unionKeys(a, b map[string]*[2]int64) map[string]bool {
-	out := make(map[string]bool, len(a)+len(b))
-	for k := range a {
-		out[k] = true
-	}
-	for k := range b {
-		out[k] = true
-	}
-	return out
+// bootView is one boot's part of an edge's tenant-hour.
+type bootView struct {
+	id                     string
+	reported               bool // published totals
+	folded, foldedBill     int64
+	inflight, inflightBill int64
 }
 
-func addBoot(m map[string]*[2]int64, boot string, req, bill int64) {
-	c := m[boot]
-	if c == nil {
-		c = &[2]int64{}
-		m[boot] = c
+func (v *edgeView) boot(id string) *bootView {
+	for i := range v.boots {
+		if v.boots[i].id == id {
+			return &v.boots[i]
+		}
 	}
-	c[0] += req
-	c[1] += bill
+	v.boots = append(v.boots, bootView{id: id})
+	return &v.boots[len(v.boots)-1]
 }
 
 // signWords says a signed difference in words, so no reader has to guess which way
