@@ -429,6 +429,8 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 	case <-current:
 	case <-ctx.Done():
 		return nil
+	case err := <-serveErr: // the admin listener failed
+		return err
 	case <-time.After(wait):
 		ok, err := cf.Restore(cfg.EdgeSnapshotMaxAge)
 		switch {
@@ -445,6 +447,8 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 			case <-current:
 			case <-ctx.Done():
 				return nil
+			case err := <-serveErr:
+				return err
 			}
 		}
 	}
