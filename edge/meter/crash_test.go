@@ -190,9 +190,15 @@ func TestCrashChild(t *testing.T) {
 		sink.killOnPublish = true
 		cfg.FlushInterval = time.Hour
 	}
+	if f := os.Getenv("TOLLGATE_METER_CRASH_STARTED"); f != "" {
+		os.WriteFile(f, nil, 0o640) // New recovers the previous run's state from here
+	}
 	m, err := meter.New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if f := os.Getenv("TOLLGATE_METER_CRASH_STARTED"); f != "" {
+		os.WriteFile(f+".new", nil, 0o640) // recovered
 	}
 	routes := []*meter.Route{m.Route(tenantA, "r1"), m.Route(tenantA, "r2"), m.Route(tenantB, "")}
 	consumers := []*meter.Consumer{meter.NewConsumer(tenantA, "c1"), meter.NewConsumer(tenantA, "c1"), meter.NewConsumer(tenantB, "c2")}
@@ -278,11 +284,12 @@ func TestCrashKill9MidCount(t *testing.T) {
 	}
 	dir := t.TempDir()
 	spool, logPath := filepath.Join(dir, "spool"), filepath.Join(dir, "published.log")
-	rounds := 4
+	rounds := 8
 	var returned int64
 	for i := 0; i < rounds; i++ {
 		boot := fmt.Sprintf("boot%d", i)
-		cmd, progress := startChild(t, "count", spool, logPath, boot)
+		started := filepath.Join(dir, "started-"+boot)
+		cmd, progress := startChild(t, "count", spool, logPath, boot, "TOLLGATE_METER_CRASH_STARTED="+started)
 		var n atomic.Int64
 		done := make(chan struct{})
 		go func() {
@@ -297,11 +304,24 @@ func TestCrashKill9MidCount(t *testing.T) {
 				}
 			}
 		}()
-		// Kill at a random count, anywhere from the first flushes to many.
+		// Kill at a random count, anywhere from the first flushes to many; every other
+		// round at a random time from the start instead, which may fall while the child
+		// is still recovering the previous one's state (the next child must then do the
+		// same again, to the byte).
+		early := i%2 == 1
 		at := 1 + rand.Int64N(150_000)
-		deadline := time.Now().Add(2 * time.Minute)
-		for n.Load() < at && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
+		if early {
+			for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+				if _, err := os.Stat(started); err == nil {
+					break
+				}
+			}
+			time.Sleep(time.Duration(rand.Int64N(int64(8 * time.Millisecond))))
+		} else {
+			deadline := time.Now().Add(2 * time.Minute)
+			for n.Load() < at && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
 		}
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -309,8 +329,9 @@ func TestCrashKill9MidCount(t *testing.T) {
 		cmd.Wait()
 		<-done
 		progress.Close()
-		t.Logf("round %d: killed after %d Records returned (aimed at %d)", i, n.Load(), at)
-		if n.Load() == 0 {
+		_, err := os.Stat(started + ".new")
+		t.Logf("round %d: killed after %d Records returned (early %v, aimed at %d; while recovering the previous run's state: %v)", i, n.Load(), early, at, err != nil)
+		if n.Load() == 0 && !early {
 			t.Fatalf("round %d: the child recorded nothing", i)
 		}
 		returned += n.Load()
