@@ -2,8 +2,8 @@ package meter
 
 import (
 	"bytes"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"os"
