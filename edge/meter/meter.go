@@ -107,7 +107,7 @@ type Config struct {
 	FlushInterval time.Duration
 	// PublishTimeout bounds one publish. Default: 5s.
 	PublishTimeout time.Duration
-	// TotalsRetention is how long running totals of a past hour are kept in memory once
+	// TotalsRetention is how long running totals of a past hour are kept once
 	// published. Default: 72h.
 	TotalsRetention time.Duration
 	// StateChunkBytes is the unit the state file grows by (a multiple of 4 KiB, 64 KiB
