@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"tollgate/billing"
 	billingnats "tollgate/billing/nats"
+	"tollgate/infra/testenv"
 )
 
 // reconcileRun is one `tollgate billing reconcile` of the stack: its exit status and what
@@ -171,4 +173,48 @@ func TestReconcileSeesPerEdge(t *testing.T) {
 			t.Fatalf("text output (exit %d) lacks %q:\n%s", text.code, line, text.out)
 		}
 	}
+}
+
+// TestReconcileEdgeKilledDuringNATSOutage: the case that used to read backwards. An edge
+// spools through a NATS outage and is SIGKILLed before NATS returns; started again on
+// its spool directory, it hands the dead boot's batches and totals over. Reconcile then
+// sees both boots of the edge and agrees exactly: served = folded = what the client got.
+func TestReconcileEdgeKilledDuringNATSOutage(t *testing.T) {
+	t.Parallel()
+	b := newBillingStack(t, "recon-kill")
+	b.startBilling()
+	spool := t.TempDir()
+	edge, e := b.startMeteredEdge("edge-k", spool)
+	b.warm(e)
+	b.calls(e, 30)
+	time.Sleep(1200 * time.Millisecond) // a flush reaches NATS before the outage
+
+	b.ns.Shutdown()
+	b.ns.WaitForShutdown()
+	b.calls(e, 40)
+	time.Sleep(2500 * time.Millisecond) // flushes fail: spooled
+	edge.signal(syscall.SIGKILL)
+	edge.waitExit(t, 10*time.Second)
+	b.ns = testenv.RestartNATS(t, b.ns)
+
+	_, e = b.startMeteredEdge("edge-k", spool)
+	b.warm(e)
+	b.calls(e, 10)
+	b.wantUsage()
+	served, _ := b.tl.counts()
+	period := billing.PeriodOf(time.Now()).String()
+	eventually(t, 30*time.Second, "reconcile agrees on both boots of edge-k", func() error {
+		r, err := b.reconcile(period, "--json")
+		if err != nil {
+			return err
+		}
+		if r.code != 0 || !r.rec.OK() || len(r.rec.Pending) != 0 || len(r.rec.Edges) != 1 {
+			return fmt.Errorf("exit %d: %s", r.code, r.out)
+		}
+		ed := r.rec.Edges[0]
+		if ed.Boots != 2 || ed.Served-ed.Dropped != served || ed.Folded != served {
+			return fmt.Errorf("edge-k: %d boots served %d (%d dropped), folded %d; the client saw %d", ed.Boots, ed.Served, ed.Dropped, ed.Folded, served)
+		}
+		return nil
+	})
 }
