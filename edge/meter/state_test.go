@@ -88,7 +88,8 @@ func stateSeeds(tb testing.TB) (files [][]byte, sink *captureSink) {
 		tb.Fatal(err)
 	}
 	defer m.Close(context.Background())
-	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	// An hour within TotalsRetention, so the published totals stay in the file.
+	at := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
 	ra, rb := m.Route(seedTenantA, "r1"), m.Route(seedTenantB, "")
 	ca := NewConsumer(seedTenantA, "consumer-a")
 	ra.Record(ca, 200, true, 10, 20, at)
@@ -277,3 +278,59 @@ func testCounter(c prometheus.Counter) float64 {
 }
 
 func binaryGen(b []byte) uint64 { return binary.LittleEndian.Uint64(b[24:]) }
+
+// A run killed half-way through a commit (some totals and cells already updated, the
+// header still naming the batches in flight) is planned exactly like one killed before
+// the commit began: the commit's steps are redone, never added twice.
+func TestStatePlanRedoesAHalfDoneCommit(t *testing.T) {
+	_, sink := stateSeeds(t)
+	img := sink.images[1] // killed at the second flush's publish, before its commit
+	base, err := readState(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := base.inflFirst
+	want := base.plan()
+	for step := 0; step < 5; step++ {
+		st, _ := readState(img)
+		// What the live commit would have written by this step.
+		for i := range st.totals {
+			tr := &st.totals[i]
+			var add billing.Counts
+			for _, e := range want.inflight {
+				for _, r := range e.b.Records {
+					if r.TenantID == tr.tenant && r.Hour.Unix()/3600 == tr.hour {
+						add.Add(r.Counts)
+					}
+				}
+			}
+			if add.Requests == 0 {
+				continue
+			}
+			if step >= 1 {
+				tr.pendReq, tr.pendBill, tr.pendSeq = tr.requests+add.Requests, tr.billable+add.Billable, g
+			}
+			if step >= 2 {
+				tr.requests, tr.billable = tr.pendReq, tr.pendBill // the kill may fall before seq
+			}
+			if step >= 3 {
+				tr.seq = g
+			}
+		}
+		if step >= 4 {
+			for i := range st.cells {
+				if c := &st.cells[i]; c.tag == g {
+					c.handed = c.mark
+				}
+			}
+		}
+		got := st.plan()
+		if fmt.Sprint(got.totals) != fmt.Sprint(want.totals) {
+			t.Errorf("step %d: totals %v, want %v", step, got.totals, want.totals)
+		}
+		if len(got.inflight) != len(want.inflight) || len(got.rest) != len(want.rest) || got.requests() != want.requests() {
+			t.Errorf("step %d: %d in flight, %d new, %d requests; want %d, %d, %d", step,
+				len(got.inflight), len(got.rest), got.requests(), len(want.inflight), len(want.rest), want.requests())
+		}
+	}
+}
