@@ -70,7 +70,8 @@ import (
 // precedes every use of the ids, no batch is ever rebuilt different under an id that was
 // used. Pages the kernel wrote back after that fsync can only add counts. The totals of
 // the last flush before the power went may be missing (the totals page not written back
-// while a later header was), which reconciliation reports as a loss of that flush.
+// while a later header was): reconciliation then sees that flush folded beyond the
+// totals and reports it as a double count of its size, naming this as a cause.
 
 const (
 	stateFileName = "meter.state"
