@@ -243,7 +243,7 @@ type Edge struct {
 	// of tenantState marked "compiler" are guarded by it.
 	compileMu sync.Mutex
 
-	public *fasthttp.Server
+	public *door // the Fiber app of the public and TLS listeners (door.go)
 	admin  *http.Server
 	ws     wsSet // open WebSocket tunnels (websocket.go)
 
@@ -340,23 +340,7 @@ func New(cfg Config) (*Edge, error) {
 	if cfg.AccessLog {
 		e.access = newAccessLog(e.log, m.logDropped)
 	}
-	e.public = &fasthttp.Server{
-		Handler:                      e.serve,
-		ErrorHandler:                 e.serveParseError,
-		Name:                         "",
-		NoDefaultServerHeader:        true,
-		NoDefaultContentType:         true,
-		StreamRequestBody:            true,
-		MaxRequestBodySize:           cfg.MaxInMemoryBody,
-		DisablePreParseMultipartForm: true,
-		ReadBufferSize:               cfg.ReadBufferSize,
-		ReadTimeout:                  cfg.ReadTimeout,
-		WriteTimeout:                 cfg.WriteTimeout,
-		IdleTimeout:                  cfg.IdleTimeout,
-		CloseOnShutdown:              true,
-		SecureErrorLogMessage:        true,
-		Logger:                       fasthttpLogger{e.log},
-	}
+	e.public = e.newDoor() // door.go
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(e.log.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -382,27 +366,6 @@ func (l fasthttpLogger) Printf(format string, args ...any) {
 	if l.log.Enabled(context.Background(), slog.LevelDebug) {
 		l.log.Debug("edge: fasthttp: " + fmt.Sprintf(format, args...))
 	}
-}
-
-// serveParseError answers a request fasthttp could not parse, in the edge's error format.
-func (e *Edge) serveParseError(ctx *fasthttp.RequestCtx, err error) {
-	x := exchangePool.Get().(*exchange)
-	x.ctx, x.e = ctx, e
-	x.newRequestID()
-	x.rm = e.labels.noTenant
-	var sizeErr *fasthttp.ErrSmallBuffer
-	switch {
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		x.fail(replyBodyTooLarge)
-	case errors.As(err, &sizeErr):
-		x.fail(replyHeaderTooLarge)
-	default:
-		x.fail(replyBadRequest)
-	}
-	ctx.Response.Header.SetCanonical(hdrRequestID, x.reqID)
-	x.rm.observe(ctx.Response.StatusCode(), 0)
-	x.reset()
-	exchangePool.Put(x)
 }
 
 func (e *Edge) serveReadyz(w http.ResponseWriter, r *http.Request) {

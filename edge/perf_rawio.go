@@ -5,9 +5,26 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
+
+// rawIOOn: the connections made from now on read and write through rawIO (SetRawIO).
+var rawIOOn atomic.Bool
+
+func init() { rawIOOn.Store(!raceDetector) }
+
+// SetRawIO chooses how the edge's sockets, its clients' and its upstreams', are read and
+// written from the next connection on: with raw system calls (rawIO, below) when on,
+// through net.Conn otherwise. The choice is the process's, as the runtime bookkeeping it
+// skips is (TOLLGATE_EDGE_RAW_IO sets it at start). Default: on. In race-detector
+// builds it is always off: the detector does not see what a raw system call writes into
+// a buffer, so it could not report a race on one.
+func SetRawIO(on bool) { rawIOOn.Store(on && !raceDetector) }
+
+// RawIO reports whether new connections use raw system calls (SetRawIO).
+func RawIO() bool { return rawIOOn.Load() }
 
 // Socket reads and writes without the scheduler's syscall bookkeeping.
 //
@@ -42,7 +59,11 @@ type rawOp struct {
 // maxRW is the largest read or write made at once (as internal/poll).
 const maxRW = 1 << 30
 
+// newRawIO returns tc's raw reads and writes, or nil when they are off (SetRawIO).
 func newRawIO(tc *net.TCPConn) *rawIO {
+	if !rawIOOn.Load() {
+		return nil
+	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
 		return nil

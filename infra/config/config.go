@@ -62,6 +62,9 @@ type Config struct {
 	DNSResolver    string // TOLLGATE_DNS_RESOLVER [unset: the system's resolver; host:port of a DNS server]
 	EdgeCacheBytes int64  // TOLLGATE_EDGE_CACHE_BYTES [256 MiB: the edge's whole response-cache budget]
 
+	// Edge performance: how the edge reads and writes its sockets.
+	EdgeRawIO bool // TOLLGATE_EDGE_RAW_IO [on: raw system calls (edge.SetRawIO); off: through net.Conn; always off in race-detector builds]
+
 	// Surviving faults: the edge's local config snapshot, bounded database calls.
 	EdgeSnapshotMaxAge time.Duration // TOLLGATE_EDGE_SNAPSHOT_MAX_AGE [24h: the oldest config snapshot (in the spool directory) an edge starts from while NATS is unreachable; 0: never]
 	DBTimeout          time.Duration // TOLLGATE_DB_TIMEOUT [5s: the bound of one database call of the api and billing]
@@ -119,6 +122,13 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 
 		EdgeSnapshotMaxAge: 24 * time.Hour,
 		DBTimeout:          5 * time.Second,
+	}
+	switch v := strings.ToLower(getenv("TOLLGATE_EDGE_RAW_IO")); v {
+	case "", "on", "true", "1":
+		c.EdgeRawIO = true
+	case "off", "false", "0":
+	default:
+		return nil, fmt.Errorf("TOLLGATE_EDGE_RAW_IO: %q is not on or off", v)
 	}
 	switch v := strings.ToLower(getenv("TOLLGATE_METER")); v {
 	case "", "on", "true", "1":

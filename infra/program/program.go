@@ -358,6 +358,7 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 	if cacheBytes == 0 {
 		cacheBytes = -1 // TOLLGATE_EDGE_CACHE_BYTES=0: no response cache
 	}
+	edge.SetRawIO(cfg.EdgeRawIO)
 	e, err := edge.New(edge.Config{
 		CacheBytes:     cacheBytes,
 		TLSCertificate: wildcard,

@@ -1,0 +1,185 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
+)
+
+// The door: the public and TLS listeners serve through one Fiber v2 app.
+//
+// Fiber owns the connections (its fasthttp server reads requests, writes answers, keeps
+// connections alive and drains them on shutdown); the edge owns everything a request
+// means. The app has one catch-all handler that hands the request's fasthttp.RequestCtx
+// (Ctx.Context) to the gateway chain (Edge.serve); Fiber's router is not used, since the
+// per-tenant route tables are compiled with each snapshot (router.go). Fiber's
+// ErrorHandler answers what its server rejects before a handler runs (an unparsable
+// request, headers over ReadBufferSize, a body over MaxInMemoryBody when it is not
+// streamed, a read that timed out) with the contract's JSON envelope.
+//
+// The listeners stay the edge's: Serve is given a listener whose connections already
+// carry the edge's connection handling (coalescingListener and lingerListener in
+// deadline.go, raw socket I/O in perf_rawio.go), and Fiber serves it with App.Listener.
+//
+// How the edge's server settings reach Fiber:
+//
+//	fasthttp.Server field           fiber.Config
+//	Name "" / NoDefaultServerHeader ServerHeader "" (no Server header)
+//	NoDefaultContentType            DisableDefaultContentType
+//	StreamRequestBody               StreamRequestBody
+//	MaxRequestBodySize              BodyLimit (Config.MaxInMemoryBody)
+//	DisablePreParseMultipartForm    DisablePreParseMultipartForm
+//	ReadBufferSize                  ReadBufferSize (also the header size bound)
+//	ReadTimeout, WriteTimeout,      ReadTimeout, WriteTimeout, IdleTimeout
+//	IdleTimeout
+//	NoDefaultDate (false: a Date)   DisableDefaultDate false
+//	ErrorHandler                    ErrorHandler (the edge's envelope, doorError)
+//
+// Three have no fiber.Config field and are set on the fasthttp server Fiber made, which
+// App.Server returns for exactly this: CloseOnShutdown (Shutdown closes idle keep-alive
+// connections, and a connection's next request gets Connection: close, instead of
+// waiting for clients to leave), SecureErrorLogMessage (fasthttp's log lines do not
+// quote request bytes) and Logger (the edge's, at debug level; Fiber's own logs
+// nothing).
+//
+// Fiber answers a method outside its RequestMethods with a plain-text 400 of its own,
+// before any handler or its ErrorHandler runs. The edge proxies any method token a route
+// that takes every method is sent (WebDAV's PROPFIND, QUERY…), and its errors are JSON,
+// so the server's handler is Fiber's behind one check: a method Fiber routes goes to
+// Fiber, any other straight to the same chain (fiberMethod).
+
+// door is the Fiber app the public and TLS listeners serve through.
+type door struct {
+	app *fiber.App
+
+	mu     sync.Mutex
+	lns    []net.Listener // every listener Serve was given, closed by Shutdown
+	closed bool
+}
+
+func (e *Edge) newDoor() *door {
+	app := fiber.New(fiber.Config{
+		ServerHeader:                 "",
+		DisableDefaultContentType:    true,
+		StreamRequestBody:            true,
+		BodyLimit:                    e.cfg.MaxInMemoryBody,
+		DisablePreParseMultipartForm: true,
+		ReadBufferSize:               e.cfg.ReadBufferSize,
+		ReadTimeout:                  e.cfg.ReadTimeout,
+		WriteTimeout:                 e.cfg.WriteTimeout,
+		IdleTimeout:                  e.cfg.IdleTimeout,
+		ErrorHandler:                 e.doorError,
+		DisableStartupMessage:        true,
+		// The chain matches paths itself; these spare Fiber's per-request lower-casing
+		// and trailing-slash trimming of a path it does not route on.
+		CaseSensitive: true,
+		StrictRouting: true,
+	})
+	app.Use(e.doorHandler)
+	srv := app.Server()
+	srv.CloseOnShutdown = true
+	srv.SecureErrorLogMessage = true
+	srv.Logger = fasthttpLogger{e.log}
+	fiberHandler := srv.Handler
+	srv.Handler = func(ctx *fasthttp.RequestCtx) {
+		if fiberMethod(ctx.Request.Header.Method()) {
+			fiberHandler(ctx)
+			return
+		}
+		e.serve(ctx)
+	}
+	return &door{app: app}
+}
+
+// fiberMethod reports whether Fiber routes a method: those of fiber.DefaultMethods.
+func fiberMethod(m []byte) bool {
+	switch string(m) {
+	case fiber.MethodGet, fiber.MethodHead, fiber.MethodPost, fiber.MethodPut, fiber.MethodDelete,
+		fiber.MethodConnect, fiber.MethodOptions, fiber.MethodTrace, fiber.MethodPatch:
+		return true
+	}
+	return false
+}
+
+// doorHandler is the app's one handler: the gateway chain on the request.
+func (e *Edge) doorHandler(c *fiber.Ctx) error {
+	ctx := c.Context()
+	// Fiber parses the request URI when it takes a request in. A parsed URI is what
+	// fasthttp's Request.Write sends (request line and Host) in place of the headers the
+	// chain sets for the upstream; marking it unparsed again hands the chain the request
+	// exactly as fasthttp read it.
+	ctx.Request.SetRequestURIBytes(ctx.Request.Header.RequestURI())
+	e.serve(ctx)
+	return nil
+}
+
+// doorError is Fiber's ErrorHandler: the edge's envelope for what Fiber's server refused
+// (it reaches here as a *fiber.Error of serverErrorHandler's mapping). The chain answers
+// everything else itself and returns no error.
+func (e *Edge) doorError(c *fiber.Ctx, err error) error {
+	r := replyInternalError
+	var fe *fiber.Error
+	if errors.As(err, &fe) {
+		switch fe.Code {
+		case fiber.StatusRequestEntityTooLarge:
+			r = replyBodyTooLarge
+		case fiber.StatusRequestHeaderFieldsTooLarge:
+			r = replyHeaderTooLarge
+		default:
+			// 400 for a malformed request, and also for what Fiber calls 408 (a read
+			// that timed out) and 502 (a read that failed): the client sent no
+			// complete request.
+			r = replyBadRequest
+		}
+	} else {
+		e.log.Error("edge: the request chain returned an error", "err", err)
+	}
+	e.refuse(c.Context(), r)
+	return nil
+}
+
+// refuse answers a request the chain never saw with one of the edge's errors.
+func (e *Edge) refuse(ctx *fasthttp.RequestCtx, r *reply) {
+	x := exchangePool.Get().(*exchange)
+	x.ctx, x.e = ctx, e
+	x.newRequestID()
+	x.rm = e.labels.noTenant
+	x.fail(r)
+	ctx.Response.Header.SetCanonical(hdrRequestID, x.reqID)
+	x.rm.observe(ctx.Response.StatusCode(), 0)
+	x.reset()
+	exchangePool.Put(x)
+}
+
+// Serve serves ln until Shutdown; nil once Shutdown has closed it.
+func (d *door) Serve(ln net.Listener) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		_ = ln.Close()
+		return nil
+	}
+	d.lns = append(d.lns, ln)
+	d.mu.Unlock()
+	return d.app.Listener(ln)
+}
+
+// ShutdownWithContext stops accepting, closes idle connections and waits for the
+// requests in flight (fasthttp's drain, through Fiber). A listener whose Serve began
+// while the drain ran is closed too, so no Serve outlives Shutdown.
+func (d *door) ShutdownWithContext(ctx context.Context) error {
+	err := d.app.ShutdownWithContext(ctx)
+	d.mu.Lock()
+	d.closed = true
+	lns := d.lns
+	d.lns = nil
+	d.mu.Unlock()
+	for _, ln := range lns {
+		_ = ln.Close() // most were closed by the drain
+	}
+	return err
+}

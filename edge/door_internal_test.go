@@ -1,0 +1,34 @@
+package edge
+
+import (
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// fiberMethod must name exactly the methods Fiber routes (its default RequestMethods):
+// one it missed would bypass Fiber, one too many would get Fiber's plain-text 400.
+func TestFiberMethod(t *testing.T) {
+	for _, m := range fiber.DefaultMethods {
+		if !fiberMethod([]byte(m)) {
+			t.Errorf("fiberMethod(%q) = false; Fiber routes it", m)
+		}
+	}
+	for _, m := range []string{"get", "PROPFIND", "QUERY", "BREW", "", "GET "} {
+		if fiberMethod([]byte(m)) {
+			t.Errorf("fiberMethod(%q) = true; Fiber does not route it", m)
+		}
+	}
+}
+
+func TestRawIOSwitch(t *testing.T) {
+	defer SetRawIO(RawIO())
+	SetRawIO(false)
+	if RawIO() {
+		t.Error("RawIO on after SetRawIO(false)")
+	}
+	SetRawIO(true)
+	if RawIO() == raceDetector {
+		t.Errorf("RawIO() = %v after SetRawIO(true) in a build with raceDetector = %v", RawIO(), raceDetector)
+	}
+}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package edge
+
+// raceDetector: this is not a race-detector build (SetRawIO).
+const raceDetector = false
