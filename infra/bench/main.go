@@ -8,6 +8,7 @@
 //	go run ./infra/bench -scenarios S3,S4,S5,S6,S9 -cores 1 -duration 5s
 //	go tool task bench -- -duration 3s -scenarios S1
 //	go run ./infra/bench -scenarios soak -duration 30m -out soak.md
+//	go run ./infra/bench -compare HEAD~1 -scenarios S1,S2 -cores 1   (another revision against the working tree, compare.go)
 //
 // It is a command, not a test: it needs the machine's Postgres and NATS, installs nginx and
 // wrk from Debian's packages when they are missing, and leaves nothing behind — every
@@ -75,6 +76,8 @@ type bench struct {
 	s3Seen       s3Seen
 	soakDuration time.Duration // soak: -duration when given, else soakDefaultDuration
 	soakRate     int           // soak: requests per second
+
+	cmp compareSettings // -compare: another revision against the working tree (compare.go)
 }
 
 func main() {
@@ -123,7 +126,8 @@ func run() int {
 	flag.IntVar(&b.wsConns, "ws-conns", 2000, "S6: WebSocket tunnels held open through the gateway")
 	flag.IntVar(&b.wsRate, "ws-rate", 2000, "S6: messages per second, spread over all tunnels (each echoed back)")
 	flag.IntVar(&b.soakRate, "soak-rate", 500, "soak: requests per second of the mixed traffic")
-	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root)")
+	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root); with -compare, side B")
+	b.cmp.register(flag.CommandLine)
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -147,6 +151,12 @@ func run() int {
 	for _, s := range scs {
 		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "soak"}, s) {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
+		}
+	}
+	if b.cmp.ref != "" {
+		var err error
+		if scs, err = b.cmp.setup(b, scs); err != nil {
+			return fail(err)
 		}
 	}
 	if b.routes < 1 || b.rssRoutes < 1 || b.cfgN < 1 || b.burst < 1 || b.workers < 1 {
@@ -192,7 +202,11 @@ func run() int {
 		Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 30 * time.Second},
 	}
 
-	rep, err := b.sweep(ctx, scs)
+	sweep := b.sweep
+	if b.cmp.ref != "" {
+		sweep = b.compareSweep
+	}
+	rep, err := sweep(ctx, scs)
 	if rep != nil {
 		md := rep.markdown()
 		fmt.Print(md)

@@ -92,6 +92,7 @@ type perfResult struct {
 	rssPeakKB         int64 // the gateway's largest RSS sampled during the window (S5)
 	rssStartKB        int64 // its RSS as the window began
 	split             *splitCount
+	sys0, sys1        cpuTimes // every CPU's busy and total ticks as the window began and ended (/proc/stat)
 }
 
 func buildPerfScenarios(b *bench, ids []string) []*perfScenario {
@@ -446,9 +447,11 @@ func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScena
 		return perfResult{}, p.failure(err.Error())
 	}
 	peak := sampleRSS(p.pid())
+	sys0 := readCPUTimes()
 	start := time.Now()
 	lr, err := load(window, tag)
 	wall := time.Since(start)
+	sys1 := readCPUTimes()
 	peakKB := peak()
 	if err != nil {
 		return perfResult{}, err
@@ -457,7 +460,7 @@ func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScena
 	if err != nil {
 		return perfResult{}, p.failure(err.Error())
 	}
-	r := perfResult{scenario: sc.id, gateway: gw, procs: procs, load: lr, rssKB: u1.rssKB, rssPeakKB: max(peakKB, u1.rssKB), rssStartKB: u0.rssKB}
+	r := perfResult{scenario: sc.id, gateway: gw, procs: procs, load: lr, rssKB: u1.rssKB, rssPeakKB: max(peakKB, u1.rssKB), rssStartKB: u0.rssKB, sys0: sys0, sys1: sys1}
 	if sc.id == "S4" {
 		split1, err := b.countSplit(ctx)
 		if err != nil {

@@ -20,6 +20,7 @@ type report struct {
 	flow   *flowResult
 	ws     []wsResult
 	soak   *soakResult
+	cmp    *compareResult // -compare (compare_run.go)
 }
 
 func newReport(b *bench) *report { return &report{b: b, start: time.Now()} }
@@ -150,6 +151,7 @@ func (r *report) markdown() string {
 			float64(x.loaded-x.base)/float64(x.routes), x.create.Round(time.Millisecond), x.applied.Round(time.Millisecond))
 	}
 	r.soakMarkdown(&s)
+	r.compareMarkdown(&s)
 	return s.String()
 }
 

@@ -28,6 +28,7 @@ import (
 type stack struct {
 	b                   *bench
 	name                string
+	bin                 string // the tollgate binary its processes run (-compare runs two)
 	dir                 string
 	db, dbURL           string
 	prefix              string
@@ -66,6 +67,7 @@ func (b *bench) newStack(ctx context.Context, name, apiCPUs string) (*stack, err
 	s := &stack{
 		b:      b,
 		name:   name,
+		bin:    b.bin,
 		dir:    filepath.Join(b.dir, "stack-"+name),
 		db:     "tgbench_" + name + "_" + id,
 		prefix: "tgbench_" + name + "_" + id,
@@ -108,13 +110,13 @@ func (b *bench) newStack(ctx context.Context, name, apiCPUs string) (*stack, err
 
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(mctx, b.bin, "migrate")
+	cmd := exec.CommandContext(mctx, s.bin, "migrate")
 	cmd.Env = s.env()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("tollgate migrate (%s): %v\n%s", s.dbURL, err, out)
 	}
 
-	p, err := startProc("tollgate api", filepath.Join(s.dir, "api.log"), apiCPUs, s.env(), b.bin, "api")
+	p, err := startProc("tollgate api", filepath.Join(s.dir, "api.log"), apiCPUs, s.env(), s.bin, "api")
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +202,7 @@ func (s *stack) startEdge(ctx context.Context, procs int, cpus string, env ...st
 		extra = append(extra, fmt.Sprintf("GOMAXPROCS=%d", procs))
 		name += fmt.Sprintf(" (GOMAXPROCS=%d)", procs)
 	}
-	p, err := startProc(name, filepath.Join(s.dir, fmt.Sprintf("edge-%d.log", procs)), cpus, s.env(extra...), s.b.bin, "edge")
+	p, err := startProc(name, filepath.Join(s.dir, fmt.Sprintf("edge-%d.log", procs)), cpus, s.env(extra...), s.bin, "edge")
 	if err != nil {
 		return err
 	}

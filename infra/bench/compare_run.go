@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// compareSide is one of the two builds -compare measures, with its own stack (database,
+// api, NATS prefix) so a revision whose migrations or config differ runs as it would.
+type compareSide struct {
+	name    string // "A" or "B"
+	label   string // what was built
+	bin     string
+	st      *stack
+	scs     []*perfScenario // the same scenarios, configured through this side's api
+	tlsAddr string
+}
+
+// compareResult is what -compare measured.
+type compareResult struct {
+	set        compareSettings
+	a, b       string // the sides' labels
+	aSum, bSum string // their binaries' sha256
+	rounds     []compareRound
+}
+
+// compareSweep builds both sides and measures them round by round: in each round every
+// scenario is measured on A and on B back to back (nginx after them when asked for), the
+// order of A and B alternating between rounds so that neither always runs first.
+func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error) {
+	rep := newReport(b)
+	if err := ensureTools(); err != nil {
+		return nil, err
+	}
+	rep.describeTools()
+	if err := checkServices(ctx, b); err != nil {
+		return nil, err
+	}
+	loadCPUs, err := parseCPUList(b.loadCPUs)
+	if err != nil {
+		return nil, fmt.Errorf("-load-cpus: %w", err)
+	}
+	A, B := &compareSide{name: "A"}, &compareSide{name: "B"}
+	if A.bin, A.label, err = b.buildRef(ctx, b.cmp.ref, "tollgate-a"); err != nil {
+		return nil, err
+	}
+	switch {
+	case b.cmp.refB != "":
+		if B.bin, B.label, err = b.buildRef(ctx, b.cmp.refB, "tollgate-b"); err != nil {
+			return nil, err
+		}
+	case b.bin != "":
+		B.bin, B.label = b.bin, "-bin "+b.bin
+	default:
+		B.bin, B.label = filepath.Join(b.dir, "tollgate-b"), describeWorkTree(ctx, b.root)
+		fmt.Fprintf(os.Stderr, "bench: building B, the %s\n", B.label)
+		if err := goBuild(ctx, b.root, B.bin); err != nil {
+			return nil, fmt.Errorf("building the working tree: %w", err)
+		}
+	}
+	res := &compareResult{set: b.cmp, a: A.label, b: B.label, aSum: fileSHA256(A.bin), bSum: fileSHA256(B.bin)}
+	rep.cmp = res
+
+	upPort, err := b.upstream(ctx)
+	if err != nil {
+		return rep, err
+	}
+	upURL := fmt.Sprintf("http://127.0.0.1:%d", upPort)
+	if err := b.scenarioServices(ctx, ids); err != nil {
+		return rep, err
+	}
+	sides := []*compareSide{A, B}
+	for _, s := range sides {
+		b.bin = s.bin // newStack takes its binary from here
+		// The api is idle while measuring; it stays off the gateway's CPU.
+		if s.st, err = b.newStack(ctx, "cmp"+strings.ToLower(s.name), b.loadCPUs); err != nil {
+			return rep, fmt.Errorf("%s: %w", s.name, err)
+		}
+		s.scs = buildPerfScenarios(b, ids)
+		if err := b.configureTollgate(ctx, s.st, upURL, s.scs); err != nil {
+			return rep, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+
+	withTLS := slices.Contains(ids, "S9")
+	for _, procs := range b.cores {
+		cpus := gatewayCPUs(procs)
+		gwCPUs, err := parseCPUList(cpus)
+		if err != nil {
+			return rep, err
+		}
+		for _, s := range sides {
+			var extra []string
+			if withTLS {
+				port, err := freePort()
+				if err != nil {
+					return rep, err
+				}
+				s.tlsAddr = fmt.Sprintf("127.0.0.1:%d", port)
+				extra = append(extra, "TOLLGATE_EDGE_TLS_ADDR="+s.tlsAddr, "TOLLGATE_EDGE_TLS_CERT="+b.tlsCert, "TOLLGATE_EDGE_TLS_KEY="+b.tlsKey)
+			}
+			if err := s.st.startEdge(ctx, procs, cpus, extra...); err != nil {
+				return rep, fmt.Errorf("%s: %w", s.name, err)
+			}
+			for _, sc := range s.scs {
+				base := "http://" + s.st.edgeAddr
+				if err := waitServed(ctx, b, s.st.edge, base, sc.host, sc.paths, sc.headers); err != nil {
+					return rep, fmt.Errorf("%s %s: %w", s.name, sc.id, err)
+				}
+				if err := b.verify(ctx, "tollgate", sc, base); err != nil {
+					return rep, fmt.Errorf("%s %s: %w", s.name, sc.id, err)
+				}
+			}
+		}
+		var ngx *proc
+		var ngxBase, ngxTLS string
+		if b.has("nginx") {
+			port, err := freePort()
+			if err != nil {
+				return rep, err
+			}
+			tlsPort := 0
+			if withTLS {
+				if tlsPort, err = freePort(); err != nil {
+					return rep, err
+				}
+				ngxTLS = fmt.Sprintf("127.0.0.1:%d", tlsPort)
+			}
+			// A's scenarios carry the key and token nginx checks; B's differ only in those.
+			if ngx, err = startProxy(ctx, b, port, tlsPort, upPort, procs, cpus, proxySites(A.scs)); err != nil {
+				return rep, err
+			}
+			ngxBase = fmt.Sprintf("http://127.0.0.1:%d", port)
+			for _, sc := range A.scs {
+				if err := waitServed(ctx, b, ngx, ngxBase, sc.host, sc.paths, sc.headers); err != nil {
+					return rep, fmt.Errorf("nginx %s: %w", sc.id, err)
+				}
+			}
+		}
+
+		for n := 1; n <= b.cmp.rounds; n++ {
+			order := []*compareSide{A, B}
+			if n%2 == 0 {
+				order = []*compareSide{B, A}
+			}
+			for i := range A.scs {
+				rd := compareRound{scenario: A.scs[i].id, procs: procs, n: n, first: order[0].name}
+				for _, s := range order {
+					sc := s.scs[i]
+					addr := "http://" + s.st.edgeAddr
+					if sc.tls {
+						addr = s.tlsAddr
+					}
+					b.perfAdmin = s.st.edgeAdmin
+					r, err := b.measure(ctx, "tollgate", procs, sc, s.st.edge, addr)
+					if err != nil {
+						return rep, fmt.Errorf("%s: %w", s.name, err)
+					}
+					why := notBottleneck(r, b.cmp.busyMin, gwCPUs, loadCPUs)
+					if s == A {
+						rd.a, rd.aWhy = r, why
+					} else {
+						rd.b, rd.bWhy = r, why
+					}
+				}
+				if ngx != nil {
+					addr := ngxBase
+					if A.scs[i].tls {
+						addr = ngxTLS
+					}
+					r, err := b.measure(ctx, "nginx", procs, A.scs[i], ngx, addr)
+					if err != nil {
+						return rep, err
+					}
+					rd.nginx = &r
+				}
+				res.rounds = append(res.rounds, rd)
+				flag := ""
+				if rd.flagged() {
+					flag = "  FLAGGED: " + strings.TrimPrefix(strings.Join([]string{sideWhy("A", rd.aWhy), sideWhy("B", rd.bWhy)}, ""), "; ")
+				}
+				fmt.Fprintf(os.Stderr, "bench: compare %-4s procs=%d round %d/%d (%s first)  A %6.2f µs/req %7.0f req/s busy %.2f | B %6.2f µs/req %7.0f req/s busy %.2f | B÷A µs/req %.3f, QPS %.3f%s\n",
+					rd.scenario, procs, n, b.cmp.rounds, rd.first, rd.a.usPerReq, rd.a.load.qps(), rd.a.busy,
+					rd.b.usPerReq, rd.b.load.qps(), rd.b.busy, rd.cpuRatio(), rd.qpsRatio(), flag)
+			}
+		}
+		for _, s := range sides {
+			s.st.stopEdge()
+		}
+		if ngx != nil {
+			ngx.stop()
+		}
+	}
+	return rep, nil
+}
+
+func sideWhy(side, why string) string {
+	if why == "" {
+		return ""
+	}
+	return "; " + side + ": " + why
+}
+
+// buildRef builds revision ref into the run's directory and labels it.
+func (b *bench) buildRef(ctx context.Context, ref, name string) (bin, label string, err error) {
+	fmt.Fprintf(os.Stderr, "bench: building %s from git (git archive into %s, go build -trimpath)\n", ref, b.dir)
+	bin, commit, err := buildRevision(ctx, b.root, ref, b.dir, name)
+	if err != nil {
+		return "", "", err
+	}
+	return bin, fmt.Sprintf("%s (%s)", ref, commit[:12]), nil
+}
+
+// compareMarkdown renders -compare's result: a summary row per scenario and procs, then
+// every round.
+func (r *report) compareMarkdown(s *strings.Builder) {
+	c := r.cmp
+	if c == nil {
+		return
+	}
+	b := r.b
+	s.WriteString("\n## Compare: B ÷ A, measured in turns\n\n")
+	fmt.Fprintf(s, "- A: %s, binary sha256 %.16s…\n", c.a, c.aSum)
+	fmt.Fprintf(s, "- B: %s, binary sha256 %.16s…", c.b, c.bSum)
+	if c.aSum == c.bSum {
+		s.WriteString(" (the same binary: every difference below is the machine's noise)")
+	}
+	s.WriteString("\n")
+	fmt.Fprintf(s, "- %d rounds per scenario and procs value; in each, the scenario is measured on A and on B back to back "+
+		"(A first in odd rounds, B first in even ones), each build on its own stack (database, api, NATS prefix) with the same settings, "+
+		"the edge pinned to CPUs 0 to procs−1, wrk -t%d -c%d and the upstream on CPU %s, %s warm-up and a %s window per measurement\n",
+		c.set.rounds, b.threads, b.conns, b.loadCPUs, b.warmup, b.duration)
+	s.WriteString("- per round: B ÷ A of the gateway's CPU µs/req (below 1: B spends less per request) and of QPS; " +
+		"the table gives their median over the rounds used, the extremes (min–max) and the interquartile range (Q1–Q3)\n")
+	what := "left out of the medians (-compare-all-rounds keeps them)"
+	if c.set.all {
+		what = "kept in the medians (-compare-all-rounds)"
+	}
+	fmt.Fprintf(s, "- a round is flagged when either build's gateway was not the bottleneck: busy below %.2f of the CPUs it does not share "+
+		"with the load side, with /proc/stat's reason (load side saturated, or other processes on the gateway's CPU); flagged rounds are %s\n\n",
+		c.set.busyMin, what)
+	withNginx := slices.ContainsFunc(c.rounds, func(r compareRound) bool { return r.nginx != nil })
+	s.WriteString("| scenario | procs | rounds used | µs/req B÷A median | min–max | Q1–Q3 | QPS B÷A median | min–max | Q1–Q3 | A µs/req | B µs/req |")
+	if withNginx {
+		s.WriteString(" A÷nginx | B÷nginx |")
+	}
+	s.WriteString("\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	if withNginx {
+		s.WriteString("---:|---:|")
+	}
+	s.WriteString("\n")
+	for _, m := range summarise(c.rounds, c.set.all) {
+		fmt.Fprintf(s, "| %s | %d | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s |", m.scenario, m.procs, m.used, m.rounds,
+			fmtRatio(m.cpu.median, m.cpu.n), fmtRange(m.cpu.min, m.cpu.max, m.cpu.n), fmtRange(m.cpu.q1, m.cpu.q3, m.cpu.n),
+			fmtRatio(m.qps.median, m.qps.n), fmtRange(m.qps.min, m.qps.max, m.qps.n), fmtRange(m.qps.q1, m.qps.q3, m.qps.n),
+			fmtFloat(m.aUS.median, m.aUS.n), fmtFloat(m.bUS.median, m.bUS.n))
+		if withNginx {
+			fmt.Fprintf(s, " %s | %s |", fmtRatio(m.aNginx.median, m.aNginx.n), fmtRatio(m.bNginx.median, m.bNginx.n))
+		}
+		s.WriteString("\n")
+	}
+	if !c.set.all {
+		// What the flagged rounds would have said, so a run on a busy machine still shows
+		// its numbers, apart from the figure.
+		var notes []string
+		for _, m := range summarise(c.rounds, true) {
+			if used := summarise(c.rounds, false); slices.ContainsFunc(used, func(u compareSummary) bool {
+				return u.scenario == m.scenario && u.procs == m.procs && u.used < u.rounds
+			}) {
+				notes = append(notes, fmt.Sprintf("- %s at %d proc(s), all %d rounds with the flagged ones (not a figure to quote): µs/req B÷A median %s (%s), QPS B÷A median %s (%s)",
+					m.scenario, m.procs, m.rounds, fmtRatio(m.cpu.median, m.cpu.n), fmtRange(m.cpu.min, m.cpu.max, m.cpu.n),
+					fmtRatio(m.qps.median, m.qps.n), fmtRange(m.qps.min, m.qps.max, m.qps.n)))
+			}
+		}
+		if len(notes) > 0 {
+			s.WriteString("\n" + strings.Join(notes, "\n") + "\n")
+		}
+	}
+	s.WriteString("\n### Rounds\n\n")
+	s.WriteString("busy: the gateway's CPU seconds ÷ wall seconds; load CPU: the share of time the load side's CPUs were busy (every process, /proc/stat).\n\n")
+	s.WriteString("| scenario | procs | round | first | A µs/req | B µs/req | µs/req B÷A | A QPS | B QPS | QPS B÷A | A busy | B busy | load CPU A/B | flag |\n")
+	s.WriteString("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	loadCPUs, _ := parseCPUList(b.loadCPUs)
+	for _, rd := range c.rounds {
+		flag := ""
+		if rd.flagged() {
+			flag = strings.TrimPrefix(sideWhy("A", rd.aWhy)+sideWhy("B", rd.bWhy), "; ")
+		}
+		fmt.Fprintf(s, "| %s | %d | %d | %s | %.2f | %.2f | %s | %.0f | %.0f | %s | %.2f | %.2f | %s/%s | %s |\n",
+			rd.scenario, rd.procs, rd.n, rd.first, rd.a.usPerReq, rd.b.usPerReq, fmtRatio(rd.cpuRatio(), 1),
+			rd.a.load.qps(), rd.b.load.qps(), fmtRatio(rd.qpsRatio(), 1), rd.a.busy, rd.b.busy,
+			fmtPct(busyShare(rd.a.sys0, rd.a.sys1, loadCPUs)), fmtPct(busyShare(rd.b.sys0, rd.b.sys1, loadCPUs)), flag)
+	}
+	s.WriteString("\n")
+}
+
+func fmtRatio(x float64, n int) string {
+	if n == 0 || math.IsNaN(x) {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", x)
+}
+
+func fmtRange(lo, hi float64, n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f–%.3f", lo, hi)
+}
+
+func fmtFloat(x float64, n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", x)
+}
+
+func fmtPct(x float64) string {
+	if x < 0 {
+		return "?"
+	}
+	return fmt.Sprintf("%.0f%%", 100*x)
+}

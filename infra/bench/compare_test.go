@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestSpreadOf(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want spread
+	}{
+		{[]float64{5, 1, 4, 2, 3}, spread{n: 5, median: 3, min: 1, max: 5, q1: 2, q3: 4}},
+		{[]float64{4, 1, 3, 2}, spread{n: 4, median: 2.5, min: 1, max: 4, q1: 1.75, q3: 3.25}},
+		{[]float64{1.02}, spread{n: 1, median: 1.02, min: 1.02, max: 1.02, q1: 1.02, q3: 1.02}},
+		{[]float64{math.NaN(), 0.98, 1.00, 1.04}, spread{n: 3, median: 1.00, min: 0.98, max: 1.04, q1: 0.99, q3: 1.02}},
+		{nil, spread{}},
+		{[]float64{math.NaN()}, spread{}},
+	} {
+		got := spreadOf(c.xs)
+		eq := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+		if got.n != c.want.n || !eq(got.median, c.want.median) || !eq(got.min, c.want.min) || !eq(got.max, c.want.max) ||
+			!eq(got.q1, c.want.q1) || !eq(got.q3, c.want.q3) {
+			t.Errorf("spreadOf(%v) = %+v, want %+v", c.xs, got, c.want)
+		}
+	}
+}
+
+// round makes a round of the given µs/req and QPS on each side; why flags side A.
+func round(sc string, n int, aUS, bUS, aQPS, bQPS float64, why string) compareRound {
+	res := func(us, qps float64) perfResult {
+		return perfResult{scenario: sc, gateway: "tollgate", procs: 1, usPerReq: us, busy: 1,
+			load: loadResult{Requests: int64(qps * 10), DurationUS: 10e6}}
+	}
+	first := "A"
+	if n%2 == 0 {
+		first = "B"
+	}
+	return compareRound{scenario: sc, procs: 1, n: n, first: first, a: res(aUS, aQPS), b: res(bUS, bQPS), aWhy: why}
+}
+
+func TestSummarise(t *testing.T) {
+	rounds := []compareRound{
+		round("S1", 1, 20, 20.4, 50000, 49000, ""),                  // 1.02, 0.98
+		round("S2", 1, 30, 30, 40000, 40000, ""),                    // 1, 1
+		round("S1", 2, 20, 19.8, 50000, 50500, ""),                  // 0.99, 1.01
+		round("S1", 3, 20, 30, 50000, 30000, "load side saturated"), // 1.5, 0.6: flagged
+		round("S1", 4, 20, 20, 50000, 50000, ""),                    // 1, 1
+		round("S1", 5, 0, 20, 0, 50000, ""),                         // A measured nothing: no ratio
+	}
+	sum := summarise(rounds, false)
+	if len(sum) != 2 || sum[0].scenario != "S1" || sum[1].scenario != "S2" {
+		t.Fatalf("summarise grouped %+v, want S1 then S2", sum)
+	}
+	s1 := sum[0]
+	if s1.rounds != 5 || s1.used != 4 {
+		t.Errorf("S1: %d rounds, %d used; want 5 and 4 (the flagged one left out)", s1.rounds, s1.used)
+	}
+	if s1.cpu.n != 3 || math.Abs(s1.cpu.median-1.0) > 1e-9 || math.Abs(s1.cpu.min-0.99) > 1e-9 || math.Abs(s1.cpu.max-1.02) > 1e-9 {
+		t.Errorf("S1 µs/req ratio %+v, want median 1.00 over 0.99–1.02 of 3 rounds", s1.cpu)
+	}
+	if math.Abs(s1.qps.median-1.0) > 1e-9 || math.Abs(s1.qps.min-0.98) > 1e-9 || math.Abs(s1.qps.max-1.01) > 1e-9 {
+		t.Errorf("S1 QPS ratio %+v, want median 1.00 over 0.98–1.01", s1.qps)
+	}
+	all := summarise(rounds, true)[0]
+	if all.used != 5 || math.Abs(all.cpu.max-1.5) > 1e-9 || math.Abs(all.cpu.median-1.01) > 1e-9 {
+		t.Errorf("S1 with all rounds: used %d, ratio %+v; want 5 used, max 1.5, median 1.01", all.used, all.cpu)
+	}
+	if r := rounds[3]; !r.flagged() || rounds[0].flagged() {
+		t.Error("a round is flagged when a side says why it was not the bottleneck, and only then")
+	}
+}
+
+func TestParseCPUTimes(t *testing.T) {
+	const stat0 = `cpu  300 0 100 1000 10 0 0 0 0 0
+cpu0 200 0 50 400 5 0 0 0 0 0
+cpu1 100 0 50 600 5 0 0 0 7 7
+intr 12345
+`
+	const stat1 = `cpu  500 0 200 1100 10 0 0 0 0 0
+cpu0 350 0 100 400 5 0 0 0 0 0
+cpu1 150 0 100 700 5 0 0 0 9 9
+`
+	t0, t1 := parseCPUTimes(stat0), parseCPUTimes(stat1)
+	if len(t0) != 2 || t0[0] != [2]uint64{250, 655} || t0[1] != [2]uint64{150, 755} {
+		t.Fatalf("parseCPUTimes = %v; the aggregate line and guest times must not count", t0)
+	}
+	if got := busyShare(t0, t1, []int{0}); math.Abs(got-1) > 1e-9 {
+		t.Errorf("CPU 0 busy %v, want 1 (200 of 200 ticks)", got)
+	}
+	if got := busyShare(t0, t1, []int{1}); math.Abs(got-0.5) > 1e-9 {
+		t.Errorf("CPU 1 busy %v, want 0.5", got)
+	}
+	if got := busyShare(t0, t1, []int{0, 1}); math.Abs(got-0.75) > 1e-9 {
+		t.Errorf("CPUs 0,1 busy %v, want 0.75", got)
+	}
+	if got := busyShare(t0, t1, []int{2}); got != -1 {
+		t.Errorf("a CPU /proc/stat does not list: %v, want -1", got)
+	}
+	if got := busyShare(nil, t1, []int{0}); got != -1 {
+		t.Errorf("no start counters: %v, want -1", got)
+	}
+}
+
+func TestParseCPUList(t *testing.T) {
+	for in, want := range map[string][]int{"0": {0}, "1": {1}, "0-1": {0, 1}, "0,2-3": {0, 2, 3}, "1,1": {1}} {
+		if got, err := parseCPUList(in); err != nil || !slices.Equal(got, want) {
+			t.Errorf("parseCPUList(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "a", "3-1", "1-"} {
+		if _, err := parseCPUList(in); err == nil {
+			t.Errorf("parseCPUList(%q): no error", in)
+		}
+	}
+}
+
+func TestNotBottleneck(t *testing.T) {
+	// busy is the gateway's own share; ticks over a 100-tick window per CPU.
+	res := func(busy float64, cpu0, cpu1 uint64) perfResult {
+		return perfResult{busy: busy, sys0: cpuTimes{0: {0, 0}, 1: {0, 0}}, sys1: cpuTimes{0: {cpu0, 100}, 1: {cpu1, 100}}}
+	}
+	one, two, load := []int{0}, []int{0, 1}, []int{1}
+	if why := notBottleneck(res(0.97, 98, 90), 0.9, one, load); why != "" {
+		t.Errorf("a gateway busy 0.97 of its CPU is the bottleneck; got %q", why)
+	}
+	why := notBottleneck(res(0.70, 72, 100), 0.9, one, load)
+	if !strings.Contains(why, "gateway busy 0.70 < 0.90") || !strings.Contains(why, "load side saturated (CPU 1 100% busy)") || strings.Contains(why, "other processes") {
+		t.Errorf("load side saturated: got %q", why)
+	}
+	why = notBottleneck(res(0.70, 100, 60), 0.9, one, load)
+	if !strings.Contains(why, "other processes took 30% of CPU 0") || strings.Contains(why, "saturated") {
+		t.Errorf("CPU 0 taken by others: got %q", why)
+	}
+	// At 2 procs the gateway shares CPU 1 with the load: only CPU 0 is its own.
+	if why := notBottleneck(res(1.3, 100, 100), 0.9, two, load); why != "" {
+		t.Errorf("2 procs, busy 1.3: got %q", why)
+	}
+	if why := notBottleneck(res(0.5, 50, 100), 0.9, two, load); !strings.Contains(why, "< 0.90") {
+		t.Errorf("2 procs, busy 0.5: got %q", why)
+	}
+	// One CPU for everything: nothing to tell apart, never flagged.
+	if why := notBottleneck(res(0.4, 100, 0), 0.9, one, one); why != "" {
+		t.Errorf("gateway and load on one CPU: got %q", why)
+	}
+}
+
+// TestBuildRevision builds a committed revision of a throwaway repository whose working
+// tree has moved on: the binary is the revision's, the unpacked source is gone afterwards,
+// the same source gives the same binary, and a revision that is not there is an error.
+func TestBuildRevision(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	repo := t.TempDir()
+	mod := filepath.Join(repo, "svc") // the module below the repository's top, as it may be
+	git := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=bench", "-c", "user.email=bench@localhost"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	write := func(name, text string) {
+		t.Helper()
+		p := filepath.Join(mod, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const prog = "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Print(%q) }\n"
+	git("init", "-q")
+	write("go.mod", "module example.com/svc\n\ngo 1.22\n")
+	write("main.go", strings.Replace(prog, "%q", `"committed"`, 1))
+	git("add", ".")
+	git("commit", "-q", "-m", "one")
+	write("main.go", strings.Replace(prog, "%q", `"working tree"`, 1)) // not committed
+
+	ctx := context.Background()
+	dir := t.TempDir()
+	bin, commit, err := buildRevision(ctx, mod, "HEAD", dir, "svc-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(commit) != 40 {
+		t.Errorf("commit %q, want a full id", commit)
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil || string(out) != "committed" {
+		t.Errorf("the revision's binary printed %q (%v), want %q", out, err, "committed")
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 || ents[0].Name() != "svc-a" {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("%s holds %v after the build, want only the binary (the source removed)", dir, names)
+	}
+
+	// The same source built from the working tree after restoring it: the same bytes.
+	git("checkout", "--", ".")
+	wt := filepath.Join(dir, "svc-b")
+	if err := goBuild(ctx, mod, wt); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := fileSHA256(bin), fileSHA256(wt); a != b || a == "?" {
+		t.Errorf("the same source built in two places differs: %s vs %s", a, b)
+	}
+
+	if _, _, err := buildRevision(ctx, mod, "no-such-ref", dir, "svc-c"); err == nil || !strings.Contains(err.Error(), "no-such-ref") {
+		t.Errorf("a missing revision: err %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "svc-c")); !os.IsNotExist(err) {
+		t.Errorf("a failed build left %s", filepath.Join(dir, "svc-c"))
+	}
+}
+
+// The report says how many rounds the figure rests on, and what the flagged ones said.
+func TestCompareMarkdown(t *testing.T) {
+	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}}
+	r := newReport(b)
+	r.cmp = &compareResult{set: compareSettings{rounds: 5, busyMin: 0.9}, a: "HEAD (abc)", b: "HEAD (abc)", aSum: "same", bSum: "same",
+		rounds: []compareRound{
+			round("S1", 1, 20, 20.4, 50000, 49000, ""),
+			round("S1", 2, 20, 19.8, 50000, 50500, ""),
+			round("S1", 3, 20, 30, 50000, 30000, "gateway busy 0.50 < 0.90"),
+			round("S1", 4, 20, 20, 50000, 50000, ""),
+			round("S1", 5, 20, 20.2, 50000, 50000, ""),
+		}}
+	md := r.markdown()
+	for _, want := range []string{
+		"the same binary",
+		"| S1 | 1 | 4 of 5 | 1.005 | 0.990–1.020 |",
+		"all 5 rounds with the flagged ones (not a figure to quote): µs/req B÷A median 1.010 (0.990–1.500)",
+		"| S1 | 1 | 3 | A | 20.00 | 30.00 | 1.500 |",
+		"A: gateway busy 0.50 < 0.90 |",
+		"flagged rounds are left out of the medians",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
