@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
-	"github.com/valyala/fasthttp"
 
 	"tollgate/tenants"
 )
@@ -75,7 +74,7 @@ const (
 const stickyBuckets = 10_000
 
 // newCanary builds r's canary (r.Canary validated), taking pools as newUpstream does.
-func (e *Edge) newCanary(r *tenants.Route, pools map[string]*fasthttp.HostClient, used map[string]bool) (*canary, error) {
+func (e *Edge) newCanary(r *tenants.Route, pools map[string]*upstreamClient, used map[string]bool) (*canary, error) {
 	up, err := e.newUpstream(&r.Canary.Upstream, time.Duration(r.ConnectTimeoutMS)*time.Millisecond, pools, used)
 	if err != nil {
 		return nil, err

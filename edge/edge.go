@@ -35,7 +35,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
@@ -287,7 +286,7 @@ func newTenantState(id string) *tenantState {
 		issuers:  map[string]*tenants.Issuer{},
 		domains:  map[string]domainEntry{},
 		slot:     &tenantSlot{},
-		compiled: compiled{pools: map[string]*fasthttp.HostClient{}},
+		compiled: compiled{pools: map[string]*upstreamClient{}},
 	}
 }
 

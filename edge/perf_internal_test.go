@@ -200,9 +200,9 @@ func TestTLSTargetHost(t *testing.T) {
 	}))
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "https://")
-	hc := &fasthttp.HostClient{Addr: addr, IsTLS: true, TLSConfig: &tls.Config{InsecureSkipVerify: true},
-		DisablePathNormalizing: true, DisableHeaderNamesNormalizing: true}
-	c := upstreamClient{hc}
+	var d net.Dialer
+	c := &upstreamClient{Addr: addr, tlsConfig: &tls.Config{InsecureSkipVerify: true}, maxConns: 1, readBufferSize: 4096,
+		dial: func(addr string, timeout time.Duration) (net.Conn, error) { return d.Dial("tcp", addr) }}
 	var req fasthttp.Request
 	var resp fasthttp.Response
 	req.Header.SetHost("acme.edge.test") // the client's

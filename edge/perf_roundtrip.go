@@ -15,64 +15,61 @@ import (
 
 // The edge's exchange with an upstream.
 //
-// fasthttp's HostClient.Do serves every kind of client, and a proxy pays on each request
-// for parts it does not need: it parses the request URI the edge has just built (to
-// check its scheme), reads the clock about eight times, moves both deadlines of the
-// connection (a runtime timer update each) and, when it streams responses, allocates a
-// stream wrapper and three closures for every response however small. DoTimeout below is
-// the same exchange over the same pool (HostClient's AcquireConn, readers, writers,
-// ReleaseConn and CloseConn, so limits, waiting for a free connection, dialing, TLS and
-// idle cleanup are fasthttp's), with these differences:
+// DoTimeout sends a request over a connection of the target's pool (upstreamclient.go)
+// and reads the answer, with what a proxy needs and a general client (fasthttp's
+// HostClient.Do) spends on every request besides: no parse of the request URI the edge
+// has just built, one clock read, the connection's deadlines moved only when they must
+// (upstreamConn.bound in deadline.go), no allocation for a small answer.
 //
 //   - the request is written as the edge built it: request line, Host and headers (the
-//     target's Host also for a target whose scheme is not the listener's, which fasthttp's
-//     client replaced by the client's Host);
-//   - the clock is read once; the connection's deadlines move only when they must
-//     (upstreamConn.bound in deadline.go);
+//     target's Host also for a target whose scheme is not the listener's);
 //   - with GOMAXPROCS=1 it yields between writing the request and reading the answer
 //     (yieldReads in deadline.go);
+//   - interim (1xx) answers but 101 are skipped, at most maxInterimResponses of them;
 //   - a response whose Content-Length is at most maxBufferedBody is read whole and its
-//     connection goes back to the pool at once, without allocating; a larger body, a
-//     chunked one or one delimited by the upstream closing streams through upstreamBody,
-//     which hands the connection back once the body has been relayed. A request in
+//     connection goes back to the pool at once; a larger body, a chunked one or one
+//     delimited by the upstream closing streams through upstreamBody, which hands the
+//     connection back once the body has been relayed to its end, and closes it
+//     otherwise (a client that left mid-body, an upstream that broke off). A request in
 //     flight holds at most maxBufferedBody of response body in memory (S5: a 1 MB or a
 //     100 MB response streams). Reading a small body whole also means a small body
-//     that ends early fails the exchange (502, after fasthttp's retry of an idempotent
+//     that ends early fails the exchange (502, after one retry of an idempotent
 //     request) instead of reaching the client as a cut-off 200;
 //   - a connection that relayed a streamed body to its end goes back to the pool even
-//     when the client's connection closes after the response (fasthttp's closed it).
+//     when the client's connection closes after the response.
 //
-// Retries are fasthttp's: a request that failed on its connection (typically a pooled
-// one the upstream had closed) is sent once more when it is idempotent and its body is
-// not a stream, within the same timeout.
+// A request that failed on its connection (typically a pooled one the upstream had
+// closed) is sent once more when it is idempotent and its body is not a stream, within
+// the same timeout.
+//
+// The framing read here is fasthttp's documented readers (ResponseHeader.Read,
+// Response.ReadBody, ResponseHeader.ReadTrailer) for headers and whole bodies, and ours
+// for streamed ones (upstreamBody, readChunkSize); FuzzUpstreamResponse feeds both
+// arbitrary upstream bytes.
 
 // maxBufferedBody is the largest response body read whole before answering.
 const maxBufferedBody = 64 << 10
 
-// upstreamClient is a target's connection pool. Its DoTimeout is the edge's exchange
-// and stands in for HostClient.DoTimeout; the pool's other methods are HostClient's.
-type upstreamClient struct{ *fasthttp.HostClient }
+// upstreamAttempts is how many times a request that failed on its connection is sent.
+const upstreamAttempts = 2
 
 // DoTimeout sends req over a pooled connection and reads the answer into resp, both
-// within timeout (the route's): an error when no connection could be had, the
-// connection failed, or the upstream took longer (then fasthttp.ErrTimeout or a net.Error
-// whose Timeout is true). The timeout also bounds the relay of a streamed body.
-func (c upstreamClient) DoTimeout(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
+// within timeout (the route's): an error when no connection could be had
+// (fasthttp.ErrNoFreeConns, a *dialError), the connection failed, or the upstream took
+// longer (then fasthttp.ErrTimeout or a net.Error whose Timeout is true). The timeout
+// also bounds the relay of a streamed body.
+func (c *upstreamClient) DoTimeout(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
 	if timeout <= 0 {
 		return fasthttp.ErrTimeout
 	}
 	// Request.Write takes the request line and Host from the parsed URI once the URI has
 	// been parsed, which proxyStep does to switch the scheme for a target whose scheme is
-	// not the listener's; with fasthttp's client that sent the client's Host to such
-	// targets. Marking the URI unparsed makes Write send the request as the edge built it.
+	// not the listener's. Marking the URI unparsed makes Write send the request as the
+	// edge built it.
 	req.SetRequestURIBytes(req.Header.RequestURI())
 	now := monoNow()
 	deadline := now + int64(timeout)
 	slack := min(int64(timeout)/deadlineSlackDivisor, int64(deadlineSlack))
-	attempts := c.MaxIdemponentCallAttempts
-	if attempts <= 0 {
-		attempts = fasthttp.DefaultMaxIdemponentCallAttempts
-	}
 	// Sending a streamed body uses the stream up (and clears IsBodyStream): such a request
 	// cannot be sent again, which must be known before the first attempt.
 	once := req.IsBodyStream() || !isIdempotent(&req.Header)
@@ -82,7 +79,7 @@ func (c upstreamClient) DoTimeout(req *fasthttp.Request, resp *fasthttp.Response
 		if retry, err = c.roundTrip(req, resp, now, deadline, slack); err == nil || !retry {
 			break
 		}
-		if n >= attempts || once {
+		if n >= upstreamAttempts || once {
 			break
 		}
 		if now = monoNow(); now >= deadline {
@@ -101,39 +98,37 @@ func isIdempotent(h *fasthttp.RequestHeader) bool {
 }
 
 // roundTrip is one attempt; retry reports whether the request may be sent again.
-func (c upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now, deadline, slack int64) (retry bool, err error) {
-	hc := c.HostClient
-	cc, err := hc.AcquireConn(time.Duration(deadline-now), req.ConnectionClose())
+func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now, deadline, slack int64) (retry bool, err error) {
+	pc, err := c.acquire(time.Duration(deadline - now))
 	if err != nil {
 		return false, err
 	}
-	conn := cc.Conn()
-	uc := upstreamConnOf(conn)
-	if uc != nil {
-		err = uc.bound(deadline, slack)
+	conn := pc.Conn
+	if pc.uc != nil {
+		err = pc.uc.bound(deadline, slack)
 	} else {
 		err = setDeadlines(conn, deadline)
 	}
 	if err != nil {
-		hc.CloseConn(cc)
+		c.closeConn(pc)
 		return true, err
 	}
 
-	bw := hc.AcquireWriter(conn)
+	bw := c.acquireWriter(conn)
 	err = req.Write(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
-	hc.ReleaseWriter(bw)
+	c.releaseWriter(bw)
 	if err != nil {
 		if t, ok := err.(interface{ Timeout() bool }); ok && t.Timeout() {
 			err = fasthttp.ErrTimeout
 		}
-		hc.CloseConn(cc)
+		c.closeConn(pc)
 		return true, err
 	}
 
-	if uc != nil && uc.yield {
+	if pc.uc != nil && pc.uc.yield {
 		// The upstream cannot have answered yet: let other connections' work go first.
 		runtime.Gosched()
 	}
@@ -141,45 +136,42 @@ func (c upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response
 	if req.Header.IsHead() {
 		resp.SkipBody = true
 	}
-	if hc.DisableHeaderNamesNormalizing {
-		resp.Header.DisableNormalizing()
-	}
+	resp.Header.DisableNormalizing() // header names pass through as the upstream wrote them
 	resp.ResetBody()
-	br := hc.AcquireReader(conn)
+	br := c.acquireReader(conn)
 	if err = readResponseHeader(&resp.Header, br); err != nil {
-		hc.ReleaseReader(br)
-		hc.CloseConn(cc)
+		c.releaseReader(br)
+		c.closeConn(pc)
 		return true, err
 	}
 	closeConn := req.ConnectionClose() || resp.ConnectionClose()
 	cl := resp.Header.ContentLength()
 	skip := resp.SkipBody || noBody(resp.Header.StatusCode())
-	if !skip && hc.StreamResponseBody && (cl < 0 || cl > maxBufferedBody) {
-		resp.SetBodyStream(newUpstreamBody(hc, cc, (*fasthttp.HostClient).ReleaseConn, (*fasthttp.HostClient).CloseConn,
-			br, &resp.Header, cl, closeConn), cl)
+	if !skip && c.stream && (cl < 0 || cl > maxBufferedBody) {
+		resp.SetBodyStream(newUpstreamBody(c, pc, br, &resp.Header, cl, closeConn), cl)
 		return false, nil
 	}
 	if !skip {
 		// A body delimited by the upstream closing leaves nothing to reuse.
 		closeConn = closeConn || cl == -2
 		resp.StreamBody = false
-		err = resp.ReadBody(br, hc.MaxResponseBodySize)
+		err = resp.ReadBody(br, 0)
 		if err == nil && resp.Header.ContentLength() == -1 {
 			if err = resp.Header.ReadTrailer(br); err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
 		}
 		if err != nil {
-			hc.ReleaseReader(br)
-			hc.CloseConn(cc)
-			return err != fasthttp.ErrBodyTooLarge, err
+			c.releaseReader(br)
+			c.closeConn(pc)
+			return true, err
 		}
 	}
-	hc.ReleaseReader(br)
+	c.releaseReader(br)
 	if closeConn {
-		hc.CloseConn(cc)
+		c.closeConn(pc)
 	} else {
-		hc.ReleaseConn(cc)
+		c.release(pc)
 	}
 	return false, nil
 }
@@ -238,41 +230,38 @@ func setDeadlines(conn net.Conn, deadline int64) error {
 // closing the connection (-2). The server reads it and then closes it with
 // CloseWithError (fasthttp.ReadCloserWithError), always from the connection's goroutine;
 // the connection goes back to the pool when the body was read to its end, and is closed
-// otherwise. C is fasthttp's (unexported) pooled connection type.
-type upstreamBody[C any] struct {
-	hc        *fasthttp.HostClient
-	cc        C
-	release   func(*fasthttp.HostClient, C) // HostClient.ReleaseConn
-	closeConn func(*fasthttp.HostClient, C) // HostClient.CloseConn
-	br        *bufio.Reader
-	h         *fasthttp.ResponseHeader
-	length    int
-	left      int   // bytes left of the body (length ≥ 0) or of the current chunk (-1)
-	done      bool  // the body ended where its framing said
-	close     bool  // the connection may not be reused after the body
-	closed    bool  // CloseWithError was called: the body is back in the pool
-	err       error // the error that stopped the body
-	sent      int64 // body bytes handed to the reader (fasthttp, writing them to the client)
-	use       usage // the request's meter record, made at close (metering.go)
-	metered   bool
+// otherwise.
+type upstreamBody struct {
+	c       *upstreamClient
+	pc      *poolConn
+	br      *bufio.Reader
+	h       *fasthttp.ResponseHeader
+	length  int
+	left    int   // bytes left of the body (length ≥ 0) or of the current chunk (-1)
+	done    bool  // the body ended where its framing said
+	close   bool  // the connection may not be reused after the body
+	closed  bool  // CloseWithError was called: the body is back in the pool
+	err     error // the error that stopped the body
+	sent    int64 // body bytes handed to the reader (fasthttp, writing them to the client)
+	use     usage // the request's meter record, made at close (metering.go)
+	metered bool
 }
 
 var upstreamBodyPool sync.Pool
 
-func newUpstreamBody[C any](hc *fasthttp.HostClient, cc C, release, closeConn func(*fasthttp.HostClient, C),
-	br *bufio.Reader, h *fasthttp.ResponseHeader, length int, closeAfter bool) *upstreamBody[C] {
-	b, _ := upstreamBodyPool.Get().(*upstreamBody[C])
+func newUpstreamBody(c *upstreamClient, pc *poolConn, br *bufio.Reader, h *fasthttp.ResponseHeader, length int, closeAfter bool) *upstreamBody {
+	b, _ := upstreamBodyPool.Get().(*upstreamBody)
 	if b == nil {
-		b = new(upstreamBody[C])
+		b = new(upstreamBody)
 	}
-	*b = upstreamBody[C]{hc: hc, cc: cc, release: release, closeConn: closeConn, br: br, h: h, length: length, close: closeAfter}
+	*b = upstreamBody{c: c, pc: pc, br: br, h: h, length: length, close: closeAfter}
 	if length >= 0 {
 		b.left = length
 	}
 	return b
 }
 
-func (b *upstreamBody[C]) Read(p []byte) (int, error) {
+func (b *upstreamBody) Read(p []byte) (int, error) {
 	switch {
 	case b.closed:
 		return 0, io.ErrClosedPipe
@@ -292,9 +281,9 @@ func (b *upstreamBody[C]) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *upstreamBody[C]) recordAtClose(u usage) { b.use, b.metered = u, true }
+func (b *upstreamBody) recordAtClose(u usage) { b.use, b.metered = u, true }
 
-func (b *upstreamBody[C]) read(p []byte) (int, error) {
+func (b *upstreamBody) read(p []byte) (int, error) {
 	switch {
 	case b.length >= 0:
 		if b.left == 0 {
@@ -358,7 +347,7 @@ func (b *upstreamBody[C]) read(p []byte) (int, error) {
 
 // CloseWithError ends the relay: the connection goes back to the pool when the body was
 // read to its end without error, and is closed otherwise.
-func (b *upstreamBody[C]) CloseWithError(err error) error {
+func (b *upstreamBody) CloseWithError(err error) error {
 	if b.closed {
 		return nil
 	}
@@ -366,14 +355,14 @@ func (b *upstreamBody[C]) CloseWithError(err error) error {
 		b.use.out = b.sent
 		b.use.record()
 	}
-	hc, cc := b.hc, b.cc
-	hc.ReleaseReader(b.br)
+	c, pc := b.c, b.pc
+	c.releaseReader(b.br)
 	if err != nil || !b.done || b.err != nil || b.close {
-		b.closeConn(hc, cc)
+		c.closeConn(pc)
 	} else {
-		b.release(hc, cc)
+		c.release(pc)
 	}
-	*b = upstreamBody[C]{closed: true}
+	*b = upstreamBody{closed: true}
 	upstreamBodyPool.Put(b)
 	return nil
 }

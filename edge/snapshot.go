@@ -6,8 +6,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/meter"
 	"tollgate/edge/policy"
@@ -115,7 +113,7 @@ func decodeKeyHash(h string) ([32]byte, error) {
 // an unchanged route keeps its upstream (and its place in the weighted rotation) and a
 // recompile of a tenant with 50,000 routes does not rebuild 50,000 of them.
 type compiled struct {
-	pools     map[string]*fasthttp.HostClient
+	pools     map[string]*upstreamClient
 	upstreams map[*tenants.Route]*upstream
 	canaries  map[*tenants.Route]*canary
 	auth      compiledAuth
@@ -124,7 +122,7 @@ type compiled struct {
 
 // compile builds a tenant's snapshot. The pools the snapshot no longer uses are removed
 // from c and returned for closing.
-func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snapshot, []*fasthttp.HostClient) {
+func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snapshot, []*upstreamClient) {
 	s := &Snapshot{
 		TenantID:  v.tenant.ID,
 		Slug:      v.tenant.Slug,
@@ -240,7 +238,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 	c.upstreams = upstreams
 	c.canaries = canaries
 	c.caches = caches
-	var unused []*fasthttp.HostClient
+	var unused []*upstreamClient
 	for k, hc := range c.pools {
 		if !used[k] {
 			unused = append(unused, hc)

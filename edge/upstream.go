@@ -84,7 +84,7 @@ func (u *upstream) bind(rm *routeMetrics) { u.rm.Store(rm) }
 // target is one upstream server of a route.
 type target struct {
 	url    string
-	client upstreamClient // the target's pool, with the edge's own exchange (perf_roundtrip.go)
+	client *upstreamClient // the target's pool (upstreamclient.go) and exchange (perf_roundtrip.go)
 	tls    bool
 	host   []byte // the Host header sent upstream: the target URL's host[:port]
 	base   []byte // the target URL's path, prepended to the request path ("" or "/v1")
@@ -164,9 +164,9 @@ type dialer struct {
 	resolver *net.Resolver
 }
 
-// dial returns a fasthttp dial function bounded by connectTimeout (and by the request's
-// remaining time, when fasthttp passes one).
-func (d *dialer) dial(connectTimeout time.Duration) fasthttp.DialFuncWithTimeout {
+// dial returns a dial function bounded by connectTimeout (and by the request's
+// remaining time, when one is passed).
+func (d *dialer) dial(connectTimeout time.Duration) func(addr string, timeout time.Duration) (net.Conn, error) {
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
 		if timeout <= 0 || timeout > connectTimeout {
 			timeout = connectTimeout
@@ -243,41 +243,37 @@ func parseTarget(raw string) (tlsOn bool, hostport string, hostHeader, base stri
 	return tlsOn, net.JoinHostPort(u.Hostname(), port), u.Host, strings.TrimSuffix(u.EscapedPath(), "/"), nil
 }
 
-// newHostClient is the keep-alive pool of one upstream server.
-func (e *Edge) newHostClient(tlsOn bool, hostport string, connectTimeout time.Duration) *fasthttp.HostClient {
-	hc := &fasthttp.HostClient{
-		Addr:                      hostport,
-		IsTLS:                     tlsOn,
-		DialTimeout:               e.dialer.dial(connectTimeout),
-		MaxConns:                  e.cfg.MaxConnsPerTarget,
-		MaxIdleConnDuration:       e.cfg.MaxIdleConnDuration,
-		MaxConnWaitTimeout:        e.cfg.MaxConnWait,
-		MaxIdemponentCallAttempts: 2, // one retry of an idempotent request on a stale pooled connection
-		ReadBufferSize:            e.cfg.ReadBufferSize,
-		NoDefaultUserAgentHeader:  true,
-		// The path sent is the normalized one the router matched; fasthttp must not
-		// re-normalize (or decode) it.
-		DisablePathNormalizing: true,
-		// Response header names are passed through as the upstream wrote them.
-		DisableHeaderNamesNormalizing: true,
-		ConnPoolStrategy:              fasthttp.LIFO,
-		SecureErrorLogMessage:         true,
+// newUpstreamClient is the keep-alive pool of one upstream server.
+func (e *Edge) newUpstreamClient(tlsOn bool, hostport string, connectTimeout time.Duration) *upstreamClient {
+	c := &upstreamClient{
+		Addr:           hostport,
+		dial:           e.dialer.dial(connectTimeout),
+		maxConns:       e.cfg.MaxConnsPerTarget,
+		maxIdle:        e.cfg.MaxIdleConnDuration,
+		maxWait:        e.cfg.MaxConnWait,
+		readBufferSize: e.cfg.ReadBufferSize,
 		// Stream bodies from the upstream to the client instead of buffering them whole
-		// (S5: 1 MB responses must not cost 1 MB of memory per request in flight). The
-		// edge's exchange (upstreamClient.DoTimeout) streams bodies over maxBufferedBody
-		// or of unknown length, reads smaller ones whole, and returns the connection to
-		// the pool once the body has been relayed.
-		StreamResponseBody: !e.cfg.BufferResponses,
+		// (S5: 1 MB responses must not cost 1 MB of memory per request in flight): bodies
+		// over maxBufferedBody or of unknown length stream, smaller ones are read whole,
+		// and the connection returns to the pool once the body has been relayed.
+		stream: !e.cfg.BufferResponses,
+	}
+	if c.maxConns <= 0 {
+		c.maxConns = fasthttp.DefaultMaxConnsPerHost
+	}
+	if c.readBufferSize <= 0 {
+		c.readBufferSize = 4 << 10
 	}
 	if tlsOn {
-		hc.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
+		host, _, _ := net.SplitHostPort(hostport)
+		c.tlsConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
 	}
-	return hc
+	return c
 }
 
 // newUpstream builds an upstream (a route's, or its canary's) from its validated
 // settings, taking pools from (and adding them to) the tenant's pool set.
-func (e *Edge) newUpstream(spec *tenants.Upstream, ct time.Duration, pools map[string]*fasthttp.HostClient, used map[string]bool) (*upstream, error) {
+func (e *Edge) newUpstream(spec *tenants.Upstream, ct time.Duration, pools map[string]*upstreamClient, used map[string]bool) (*upstream, error) {
 	u := &upstream{}
 	weights := make([]int, len(spec.Targets))
 	for i, t := range spec.Targets {
@@ -286,14 +282,14 @@ func (e *Edge) newUpstream(spec *tenants.Upstream, ct time.Duration, pools map[s
 			return nil, fmt.Errorf("upstream.targets[%d]: %v", i, err)
 		}
 		key := poolKey(tlsOn, hostport, ct)
-		hc := pools[key]
-		if hc == nil {
-			hc = e.newHostClient(tlsOn, hostport, ct)
-			pools[key] = hc
+		c := pools[key]
+		if c == nil {
+			c = e.newUpstreamClient(tlsOn, hostport, ct)
+			pools[key] = c
 		}
 		used[key] = true
 		u.pools = append(u.pools, key)
-		u.targets = append(u.targets, &target{url: t.URL, client: upstreamClient{hc}, tls: tlsOn, host: []byte(hostHeader), base: []byte(base),
+		u.targets = append(u.targets, &target{url: t.URL, client: c, tls: tlsOn, host: []byte(hostHeader), base: []byte(base),
 			weight: t.Weight, index: uint8(i)})
 		weights[i] = t.Weight
 	}

@@ -1,0 +1,274 @@
+package edge
+
+import (
+	"bufio"
+	"crypto/tls"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The edge's connection pool to one upstream server.
+//
+// It stands on net and crypto/tls only: the edge dials (dialer.dial), pools and frames
+// its upstream connections itself, and uses fasthttp for what fasthttp documents for
+// any reader or writer (Request.Write, ResponseHeader.Read, Response.ReadBody,
+// ResponseHeader.ReadTrailer). A fasthttp release may change how its own client pools
+// connections without touching the proxy.
+//
+// The pool keeps what fasthttp's HostClient did for the edge: at most maxConns
+// connections (open or being dialed); the most recently used idle connection first
+// (LIFO, so a quiet period lets the others age out); idle ones closed after maxIdle; a
+// request that finds every connection busy waits up to maxWait (or its own remaining
+// time, when shorter) for one to come back or for a slot to dial in, first come first
+// served, and then fails with fasthttp.ErrNoFreeConns (fasthttp.ErrTimeout when its own
+// time ran out first). Read and write buffers are pooled, not held by idle connections.
+
+// upstreamClient is a target's keep-alive pool; DoTimeout (perf_roundtrip.go) is the
+// exchange over it.
+type upstreamClient struct {
+	Addr      string                                                     // host:port
+	dial      func(addr string, timeout time.Duration) (net.Conn, error) // dialer.dial
+	tlsConfig *tls.Config                                                // nil: plain HTTP
+	maxConns  int
+	maxIdle   time.Duration
+	maxWait   time.Duration
+	// stream: bodies over maxBufferedBody or of unknown length stream to the client
+	// (upstreamBody); otherwise every body is read whole (Config.BufferResponses).
+	stream bool
+
+	readBufferSize   int
+	readers, writers sync.Pool
+
+	mu       sync.Mutex
+	idle     []*poolConn   // idle[len-1] most recently used, idle[0] longest idle
+	open     int           // connections open or being dialed
+	waiters  []*connWaiter // requests waiting for a connection, oldest first
+	cleaning bool          // the idle cleaner runs
+}
+
+// poolConn is one connection of the pool.
+type poolConn struct {
+	net.Conn
+	uc      *upstreamConn // the dialer's connection under Conn (also under TLS); nil for others
+	lastUse int64         // when it went idle, on monoNow's clock
+}
+
+// connWaiter is a request waiting for a connection: it receives an idle one, or nil
+// for a slot of the pool to dial in.
+type connWaiter struct{ ch chan *poolConn }
+
+// writeBufferSize is the request write buffer (fasthttp's default).
+const writeBufferSize = 4 << 10
+
+// defaultMaxIdle applies when the pool is given no idle timeout.
+const defaultMaxIdle = 10 * time.Second
+
+// acquire returns a connection: an idle one, a new one, or, with every slot taken, one
+// that frees up within maxWait (and timeout, the request's remaining time).
+func (c *upstreamClient) acquire(timeout time.Duration) (*poolConn, error) {
+	c.mu.Lock()
+	if n := len(c.idle); n > 0 {
+		pc := c.idle[n-1]
+		c.idle[n-1] = nil
+		c.idle = c.idle[:n-1]
+		c.mu.Unlock()
+		return pc, nil
+	}
+	if c.open < c.maxConns {
+		c.open++
+		c.mu.Unlock()
+		return c.dialConn(timeout)
+	}
+	if c.maxWait <= 0 {
+		c.mu.Unlock()
+		return nil, fasthttp.ErrNoFreeConns
+	}
+	w := &connWaiter{ch: make(chan *poolConn, 1)}
+	c.waiters = append(c.waiters, w)
+	c.mu.Unlock()
+
+	wait, own := c.maxWait, false
+	if timeout < wait {
+		wait, own = timeout, true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case pc := <-w.ch:
+		if pc == nil {
+			return c.dialConn(timeout)
+		}
+		return pc, nil
+	case <-t.C:
+	}
+	c.mu.Lock()
+	removed := c.removeWaiter(w)
+	c.mu.Unlock()
+	if !removed {
+		// Handed a connection or a slot as the timer fired: pass it on.
+		if pc := <-w.ch; pc != nil {
+			c.release(pc)
+		} else {
+			c.dropSlot()
+		}
+	}
+	if own {
+		return nil, fasthttp.ErrTimeout
+	}
+	return nil, fasthttp.ErrNoFreeConns
+}
+
+func (c *upstreamClient) removeWaiter(w *connWaiter) bool {
+	for i, x := range c.waiters {
+		if x == w {
+			copy(c.waiters[i:], c.waiters[i+1:])
+			c.waiters[len(c.waiters)-1] = nil
+			c.waiters = c.waiters[:len(c.waiters)-1]
+			return true
+		}
+	}
+	return false
+}
+
+// popWaiter takes the oldest waiter; c.mu is held.
+func (c *upstreamClient) popWaiter() *connWaiter {
+	if len(c.waiters) == 0 {
+		return nil
+	}
+	w := c.waiters[0]
+	copy(c.waiters, c.waiters[1:])
+	c.waiters[len(c.waiters)-1] = nil
+	c.waiters = c.waiters[:len(c.waiters)-1]
+	return w
+}
+
+// dialConn connects in a slot already counted in c.open, giving the slot up on failure.
+// A TLS connection shakes hands on its first write, within the request's deadlines.
+func (c *upstreamClient) dialConn(timeout time.Duration) (*poolConn, error) {
+	conn, err := c.dial(c.Addr, timeout)
+	if err != nil {
+		c.dropSlot()
+		return nil, err
+	}
+	pc := &poolConn{Conn: conn, uc: upstreamConnOf(conn)}
+	if c.tlsConfig != nil {
+		pc.Conn = tls.Client(conn, c.tlsConfig)
+	}
+	return pc, nil
+}
+
+// release puts a connection whose exchange ended cleanly back: to the oldest waiter,
+// else into the idle list.
+func (c *upstreamClient) release(pc *poolConn) {
+	pc.lastUse = monoNow()
+	c.mu.Lock()
+	if w := c.popWaiter(); w != nil {
+		c.mu.Unlock()
+		w.ch <- pc
+		return
+	}
+	c.idle = append(c.idle, pc)
+	start := !c.cleaning
+	c.cleaning = true
+	c.mu.Unlock()
+	if start {
+		go c.cleanIdle()
+	}
+}
+
+// closeConn closes a connection that may not be reused and frees its slot.
+func (c *upstreamClient) closeConn(pc *poolConn) {
+	_ = pc.Conn.Close()
+	c.dropSlot()
+}
+
+// dropSlot frees a slot: the oldest waiter dials in it, else the pool shrinks.
+func (c *upstreamClient) dropSlot() {
+	c.mu.Lock()
+	if w := c.popWaiter(); w != nil {
+		c.mu.Unlock()
+		w.ch <- nil
+		return
+	}
+	c.open--
+	c.mu.Unlock()
+}
+
+// cleanIdle closes connections idle for maxIdle, and stops when none is idle (release
+// starts it again).
+func (c *upstreamClient) cleanIdle() {
+	maxIdle := c.maxIdle
+	if maxIdle <= 0 {
+		maxIdle = defaultMaxIdle
+	}
+	var expired []*poolConn
+	for {
+		now := monoNow()
+		c.mu.Lock()
+		i := 0
+		for i < len(c.idle) && now-c.idle[i].lastUse >= int64(maxIdle) {
+			i++
+		}
+		expired = append(expired[:0], c.idle[:i]...)
+		n := copy(c.idle, c.idle[i:])
+		clear(c.idle[n:])
+		c.idle = c.idle[:n]
+		stop := n == 0
+		var sleep time.Duration
+		if stop {
+			c.cleaning = false
+		} else {
+			sleep = time.Duration(c.idle[0].lastUse+int64(maxIdle)-now) + time.Millisecond
+		}
+		c.mu.Unlock()
+		for i, pc := range expired {
+			c.closeConn(pc)
+			expired[i] = nil
+		}
+		if stop {
+			return
+		}
+		time.Sleep(sleep)
+	}
+}
+
+// CloseIdleConnections closes the idle connections; those in use close or come back as
+// usual.
+func (c *upstreamClient) CloseIdleConnections() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle = nil
+	c.mu.Unlock()
+	for _, pc := range idle {
+		c.closeConn(pc)
+	}
+}
+
+func (c *upstreamClient) acquireReader(conn net.Conn) *bufio.Reader {
+	if br, _ := c.readers.Get().(*bufio.Reader); br != nil {
+		br.Reset(conn)
+		return br
+	}
+	return bufio.NewReaderSize(conn, c.readBufferSize)
+}
+
+func (c *upstreamClient) releaseReader(br *bufio.Reader) {
+	br.Reset(nil)
+	c.readers.Put(br)
+}
+
+func (c *upstreamClient) acquireWriter(conn net.Conn) *bufio.Writer {
+	if bw, _ := c.writers.Get().(*bufio.Writer); bw != nil {
+		bw.Reset(conn)
+		return bw
+	}
+	return bufio.NewWriterSize(conn, writeBufferSize)
+}
+
+func (c *upstreamClient) releaseWriter(bw *bufio.Writer) {
+	bw.Reset(nil)
+	c.writers.Put(bw)
+}
