@@ -342,7 +342,7 @@ func (r *soakRun) startBilling(ctx context.Context) error {
 		return err
 	}
 	admin := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := startProc("tollgate billing", filepath.Join(r.s.dir, "billing.log"), "", r.s.env("TOLLGATE_BILLING_ADMIN_ADDR="+admin), r.b.bin, "billing")
+	p, err := startProc("tollgate billing", filepath.Join(r.s.dir, "billing.log"), "", r.s.env("TOLLGATE_BILLING_ADMIN_ADDR="+admin), r.s.bin, "billing")
 	if err != nil {
 		return err
 	}
