@@ -246,6 +246,29 @@ func TestDoor(t *testing.T) {
 		doorUpstreamCuts(t, d)
 	})
 
+	t.Run("upstream-sends-more-than-content-length", func(t *testing.T) {
+		t.Parallel()
+		doorUpstreamOverruns(t, d)
+	})
+
+	t.Run("upstream-interim-answers", func(t *testing.T) {
+		t.Parallel()
+		up := newRawUpstream(t, func(c net.Conn, head string) {
+			if pathOf(head) != "/d/ready" {
+				io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok")
+		})
+		d.route(t, "door-interim", up.url(), d.routed("door-interim"))
+		c := d.dial(t)
+		c.send("GET /d/i HTTP/1.1\r\nHost: " + d.host("door-interim") + "\r\n\r\n")
+		// The interim answers stay between the edge and the upstream: the client's first
+		// answer is the final one.
+		if r := c.mustRead("GET"); r.Status != 200 || string(r.Body) != "ok" || r.Header.Get("Link") != "" {
+			t.Fatalf("answer %s (Link %q), want 200 ok alone", r, r.Header.Get("Link"))
+		}
+	})
+
 	t.Run("trickling-upstream-body", func(t *testing.T) {
 		t.Parallel()
 		doorTrickle(t, d)
@@ -770,4 +793,35 @@ func doorTrickle(t *testing.T, d *door) {
 			return nil
 		})
 	})
+}
+
+// doorUpstreamOverruns: an upstream whose answer carries more bytes than its
+// Content-Length says (here a whole second response, at once or a moment later) must not
+// have those bytes taken for the answer to a later request on its connection: the edge
+// closes such a connection instead of pooling it (nginx: "upstream sent more data than
+// specified").
+func doorUpstreamOverruns(t *testing.T, d *door) {
+	t.Skip("known: the edge pools an upstream connection with bytes left over after a Content-Length body, and the next request sent on it gets them as its answer (\"poisoned\" below)")
+	up := newRawUpstream(t, func(c net.Conn, head string) {
+		if pathOf(head) == "/d/ready" {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nfirst")
+		if pathOf(head) == "/d/late" {
+			time.Sleep(100 * time.Millisecond)
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 8\r\n\r\npoisoned")
+	})
+	d.route(t, "door-overrun", up.url(), d.routed("door-overrun"))
+	for i := range 8 {
+		path := "/d/now"
+		if i%2 == 1 {
+			path = "/d/late"
+		}
+		if r := d.ec.get(t, "door-overrun", path); r.Status != 200 || string(r.Body) != "first" {
+			t.Fatalf("request %d (%s): %s, want the upstream's 200 first", i, path, r)
+		}
+		time.Sleep(200 * time.Millisecond) // the late leftover is in by the next request
+	}
 }
