@@ -27,6 +27,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // compareSettings are -compare's flags.
@@ -312,12 +314,10 @@ func cpuListString(cpus []int) string {
 // into a directory under dir, built there with goBuild into dir/name, and removed. It
 // returns the binary and the full commit id.
 func buildRevision(ctx context.Context, root, ref, dir, name string) (bin, commit string, err error) {
-	out, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--verify", "--quiet", ref+"^{commit}").Output()
-	if err != nil {
-		return "", "", fmt.Errorf("git revision %q: not a commit of the repository at %s", ref, root)
+	if commit, err = resolveCommit(ctx, root, ref); err != nil {
+		return "", "", err
 	}
-	commit = strings.TrimSpace(string(out))
-	out, err = exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--show-toplevel").Output()
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--show-toplevel").Output()
 	if err != nil {
 		return "", "", fmt.Errorf("git rev-parse --show-toplevel: %v", err)
 	}
@@ -345,6 +345,15 @@ func buildRevision(ctx context.Context, root, ref, dir, name string) (bin, commi
 		return "", "", fmt.Errorf("building %s (%s): %w", ref, commit[:12], err)
 	}
 	return bin, commit, nil
+}
+
+// resolveCommit is the full id of the commit ref names.
+func resolveCommit(ctx context.Context, root, ref string) (string, error) {
+	out, err := exec.CommandContext(ctx, "git", "-C", root, "rev-parse", "--verify", "--quiet", ref+"^{commit}").Output()
+	if err != nil {
+		return "", fmt.Errorf("git revision %q: not a commit of the repository at %s", ref, root)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // gitArchive unpacks commit's tree into dst.
@@ -459,4 +468,40 @@ func describeWorkTree(ctx context.Context, root string) string {
 		return fmt.Sprintf("working tree (= HEAD %s)", strings.TrimSpace(string(head)))
 	}
 	return fmt.Sprintf("working tree (HEAD %s + %d changed or untracked paths)", strings.TrimSpace(string(head)), n)
+}
+
+// machineLock keeps two benches on one machine from measuring at once: both pin their
+// gateways to CPU 0 and their load to CPU 1, so each would read the other as noise. It
+// waits (saying for whom) until no other bench holds the lock file at path, or ctx ends.
+func machineLock(ctx context.Context, path string) (release func(), err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("bench lock %s: %v", path, err)
+	}
+	said := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("bench lock %s: %v", path, err)
+		}
+		if !said {
+			holder, _ := os.ReadFile(path)
+			fmt.Fprintf(os.Stderr, "bench: another bench is measuring on this machine (%s); waiting for it (%s)\n",
+				strings.TrimSpace(string(holder)), path)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d, %s", os.Getpid(), strings.Join(os.Args[1:], " "))), 0)
+	return func() { f.Close() }, nil // closing the file releases the lock
 }

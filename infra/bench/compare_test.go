@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSpreadOf(t *testing.T) {
@@ -250,4 +252,28 @@ func TestCompareMarkdown(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
+}
+
+// A second bench waits for the first to release the machine.
+func TestMachineLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bench.lock")
+	ctx := context.Background()
+	release, err := machineLock(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holder, _ := os.ReadFile(path); !strings.Contains(string(holder), "pid ") {
+		t.Errorf("the lock file says %q, want the holder's pid", holder)
+	}
+	short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	if _, err := machineLock(short, path); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second lock while the first is held: %v, want it to wait until its context ends", err)
+	}
+	release()
+	again, err := machineLock(ctx, path)
+	if err != nil {
+		t.Fatalf("the lock once released: %v", err)
+	}
+	again()
 }

@@ -202,6 +202,11 @@ func run() int {
 		Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 30 * time.Second},
 	}
 
+	release, err := machineLock(ctx, filepath.Join(os.TempDir(), "tollgate-bench.lock"))
+	if err != nil {
+		return fail(err)
+	}
+	b.clean.add(release) // after every process the sweep starts is stopped
 	sweep := b.sweep
 	if b.cmp.ref != "" {
 		sweep = b.compareSweep
