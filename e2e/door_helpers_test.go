@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"tollgate/billing"
 )
 
 // The door suite's plumbing: one stack and edge shared by the suite's parallel cases (a
@@ -40,11 +46,13 @@ func startDoor(t *testing.T) *door {
 
 // route gives the case a tenant of its own (named after it) with one route, /d, to
 // upstream, and waits until the edge serves it. extra is routeSpec's.
-func (d *door) route(t *testing.T, slug, upstream string, ready func() error, extra ...any) {
+// It returns the tenant's id.
+func (d *door) route(t *testing.T, slug, upstream string, ready func() error, extra ...any) string {
 	t.Helper()
-	d.api.createTenant(slug)
+	id := str(t, d.api.createTenant(slug), "id")
 	d.api.createRoute(slug, routeSpec("door", "/d", upstream, "none", extra...))
 	eventually(t, 10*time.Second, "route "+slug+" served", ready)
+	return id
 }
 
 // routed is a ready check for route: the edge knows the route (whatever the upstream
@@ -84,6 +92,67 @@ func (d *door) requestsOf(slug string) float64 {
 		}
 	}
 	return sum
+}
+
+// metered is what the edge's meter has published for tenant id so far: the requests of
+// every usage batch in the stack's usage stream (the edge publishes a batch a second).
+func (d *door) metered(tenantID string) (int64, error) {
+	nc, err := nats.Connect(d.s.natsURL())
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, billing.UsageStream(d.s.prefix))
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			return 0, fmt.Errorf("usage batch %d: %w", seq, err)
+		}
+		b, err := billing.DecodeBatch(m.Data)
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range b.Records {
+			if r.TenantID == tenantID {
+				n += r.Requests
+			}
+		}
+	}
+	return n, nil
+}
+
+// meteredOnce waits until the meter has published as many requests of the tenant as the
+// edge's http_requests_total counts for it, and fails the test if it publishes more.
+func (d *door) meteredOnce(t *testing.T, slug, tenantID string) {
+	t.Helper()
+	want := int64(d.requestsOf(slug))
+	eventually(t, 15*time.Second, "the meter publishes the tenant's requests", func() error {
+		n, err := d.metered(tenantID)
+		if err != nil {
+			return err
+		}
+		if n < want {
+			return fmt.Errorf("metered %d requests, want %d", n, want)
+		}
+		if n > want {
+			return fmt.Errorf("metered %d requests, want %d: counted twice", n, want)
+		}
+		return nil
+	})
 }
 
 // ---------------------------------------------------------------------------------------

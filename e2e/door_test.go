@@ -611,7 +611,7 @@ func doorClientAborts(t *testing.T, d *door) {
 		}
 		wrote <- err
 	})
-	d.route(t, "door-abort", rec.url(), d.routed("door-abort"))
+	tenant := d.route(t, "door-abort", rec.url(), d.routed("door-abort"))
 	c := d.dial(t)
 	c.send("GET /d/big HTTP/1.1\r\nHost: " + d.host("door-abort") + "\r\n\r\n")
 	_ = c.c.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -656,6 +656,7 @@ func doorClientAborts(t *testing.T, d *door) {
 	if n := rec.opened.Load() - opened; n != 1 {
 		t.Fatalf("the later requests opened %d upstream connections, want 1 kept alive", n)
 	}
+	d.meteredOnce(t, "door-abort", tenant)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -676,7 +677,7 @@ func doorUpstreamCuts(t *testing.T, d *door) {
 		c.Write(chunk([]byte("wor")))
 		c.Close()
 	})
-	d.route(t, "door-cut", up.url(), d.routed("door-cut"))
+	tenant := d.route(t, "door-cut", up.url(), d.routed("door-cut"))
 	before := d.requestsOf("door-cut")
 	c := d.dial(t)
 	c.send("GET /d/cut HTTP/1.1\r\nHost: " + d.host("door-cut") + "\r\n\r\n")
@@ -705,6 +706,7 @@ func doorUpstreamCuts(t *testing.T, d *door) {
 	if n := d.requestsOf("door-cut"); n != want {
 		t.Fatalf("http_requests_total %v after the cut request, want %v: counted twice", n, want)
 	}
+	d.meteredOnce(t, "door-cut", tenant)
 }
 
 // doorTrickle: an upstream that sends its head at once and then its body a byte at a
@@ -713,7 +715,7 @@ func doorTrickle(t *testing.T, d *door) {
 	t.Run("chunked", func(t *testing.T) {
 		t.Parallel()
 		up := newEndless(t, 1, 50*time.Millisecond)
-		d.route(t, "door-trickle", up.url(), d.routed("door-trickle"), "timeout_ms", 1000)
+		tenant := d.route(t, "door-trickle", up.url(), d.routed("door-trickle"), "timeout_ms", 1000)
 		before := d.requestsOf("door-trickle")
 		c := d.dial(t)
 		c.send("GET /d/trickle HTTP/1.1\r\nHost: " + d.host("door-trickle") + "\r\n\r\n")
@@ -738,6 +740,7 @@ func doorTrickle(t *testing.T, d *door) {
 			}
 			return nil
 		})
+		d.meteredOnce(t, "door-trickle", tenant)
 	})
 	t.Run("content-length", func(t *testing.T) {
 		t.Parallel()
@@ -755,7 +758,7 @@ func doorTrickle(t *testing.T, d *door) {
 			}
 			ended <- err
 		})
-		d.route(t, "door-trickle-cl", up.url(), d.routed("door-trickle-cl"), "timeout_ms", 1000)
+		tenant := d.route(t, "door-trickle-cl", up.url(), d.routed("door-trickle-cl"), "timeout_ms", 1000)
 		before := d.requestsOf("door-trickle-cl")
 		c := d.dial(t)
 		c.send("GET /d/trickle HTTP/1.1\r\nHost: " + d.host("door-trickle-cl") + "\r\n\r\n")
@@ -792,6 +795,7 @@ func doorTrickle(t *testing.T, d *door) {
 			}
 			return nil
 		})
+		d.meteredOnce(t, "door-trickle-cl", tenant)
 	})
 }
 
