@@ -40,9 +40,9 @@ import (
 //	ErrorHandler                    ErrorHandler (the edge's envelope, doorError)
 //
 // Three have no fiber.Config field and are set on the fasthttp server Fiber made, which
-// App.Server returns for exactly this: CloseOnShutdown (Shutdown closes idle keep-alive
-// connections, and a connection's next request gets Connection: close, instead of
-// waiting for clients to leave), SecureErrorLogMessage (fasthttp's log lines do not
+// App.Server returns for exactly this: CloseOnShutdown (an answer written while the edge
+// drains carries Connection: close, so a keep-alive client goes elsewhere for its next
+// request instead of holding the drain open), SecureErrorLogMessage (fasthttp's log lines do not
 // quote request bytes) and Logger (the edge's, at debug level; Fiber's own logs
 // nothing).
 //
