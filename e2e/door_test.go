@@ -54,6 +54,59 @@ func TestDoor(t *testing.T) {
 		}
 	})
 
+	t.Run("connection-close-and-http10", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t, echoPath)
+		d.route(t, "door-conn", rec.url(), d.routed("door-conn"))
+		h := d.host("door-conn")
+		for _, c := range []struct {
+			name, req string
+			closes    bool
+		}{
+			{"1.1 Connection: close", "GET /d/a HTTP/1.1\r\nHost: " + h + "\r\nConnection: close\r\n\r\n", true},
+			{"1.0", "GET /d/a HTTP/1.0\r\nHost: " + h + "\r\n\r\n", true},
+			{"1.0 keep-alive", "GET /d/a HTTP/1.0\r\nHost: " + h + "\r\nConnection: keep-alive\r\n\r\n", false},
+		} {
+			rc := d.dial(t)
+			rc.send(c.req)
+			if r := rc.mustRead("GET"); r.Status != 200 || string(r.Body) != "/d/a" {
+				t.Fatalf("%s: answer %s, want 200 /d/a", c.name, r)
+			}
+			if c.closes {
+				rc.mustClose(5 * time.Second)
+				continue
+			}
+			rc.send(c.req)
+			if r := rc.mustRead("GET"); r.Status != 200 {
+				t.Fatalf("%s: second answer on the connection %s, want 200", c.name, r)
+			}
+		}
+	})
+
+	// Whatever the client's HTTP version, the upstream connection is the edge's business.
+	t.Run("http10-client-upstream-keepalive", func(t *testing.T) {
+		t.Parallel()
+		t.Skip("known: an HTTP/1.0 client's request goes to the upstream with Connection: close, so each one costs an upstream connection (ab and other HTTP/1.0 load tools defeat the pool)")
+		rec := newRecorder(t, echoPath)
+		d.route(t, "door-http10", rec.url(), d.routed("door-http10"))
+		for range 3 {
+			rc := d.dial(t)
+			rc.send("GET /d/a HTTP/1.0\r\nHost: " + d.host("door-http10") + "\r\n\r\n")
+			if r := rc.mustRead("GET"); r.Status != 200 {
+				t.Fatalf("answer %s, want 200", r)
+			}
+			rc.mustClose(5 * time.Second)
+		}
+		for _, r := range withoutReady(rec.requests()) {
+			if v := r.Header.Get("Connection"); v != "" {
+				t.Errorf("the upstream got Connection: %s", v)
+			}
+		}
+		if n := rec.opened.Load(); n != 1 {
+			t.Fatalf("%d upstream connections opened, want 1 kept alive", n)
+		}
+	})
+
 	t.Run("expect-100-continue", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder(t, echoPath)
