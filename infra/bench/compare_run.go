@@ -46,18 +46,28 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 		return nil, fmt.Errorf("-load-cpus: %w", err)
 	}
 	A, B := &compareSide{name: "A"}, &compareSide{name: "B"}
-	var commitA, commitB string
-	if A.bin, A.label, commitA, err = b.buildRef(ctx, b.cmp.ref, "tollgate-a", ""); err != nil {
+	// Both names are resolved before anything is built: HEAD may move meanwhile (others
+	// commit in this checkout), and HEAD against HEAD must stay one commit.
+	commitA, err := resolveCommit(ctx, b.root, b.cmp.ref)
+	if err != nil {
+		return nil, err
+	}
+	commitB := ""
+	if b.cmp.refB != "" {
+		if commitB, err = resolveCommit(ctx, b.root, b.cmp.refB); err != nil {
+			return nil, err
+		}
+	}
+	if A.bin, A.label, err = b.buildRef(ctx, b.cmp.ref, commitA, "tollgate-a"); err != nil {
 		return nil, err
 	}
 	switch {
-	case b.cmp.refB != "":
+	case commitB == commitA:
 		// The same commit twice (the A/A run) is built once: both sides run that binary.
-		if B.bin, B.label, commitB, err = b.buildRef(ctx, b.cmp.refB, "tollgate-b", commitA); err != nil {
+		B.bin, B.label = A.bin, A.label
+	case commitB != "":
+		if B.bin, B.label, err = b.buildRef(ctx, b.cmp.refB, commitB, "tollgate-b"); err != nil {
 			return nil, err
-		}
-		if commitB == commitA {
-			B.bin = A.bin
 		}
 	case b.bin != "":
 		B.bin, B.label = b.bin, "-bin "+b.bin
@@ -211,20 +221,13 @@ func sideWhy(side, why string) string {
 	return "; " + side + ": " + why
 }
 
-// buildRef builds revision ref into the run's directory and labels it, unless it is the
-// commit already built (then bin is empty).
-func (b *bench) buildRef(ctx context.Context, ref, name, built string) (bin, label, commit string, err error) {
-	if built != "" {
-		if c, err := resolveCommit(ctx, b.root, ref); err == nil && c == built {
-			return "", fmt.Sprintf("%s (%s)", ref, c[:12]), c, nil
-		}
+// buildRef builds commit, which ref named, into the run's directory and labels it.
+func (b *bench) buildRef(ctx context.Context, ref, commit, name string) (bin, label string, err error) {
+	fmt.Fprintf(os.Stderr, "bench: building %s (%s) from git (git archive into %s, go build -trimpath)\n", ref, commit[:12], b.dir)
+	if bin, _, err = buildRevision(ctx, b.root, commit, b.dir, name); err != nil {
+		return "", "", err
 	}
-	fmt.Fprintf(os.Stderr, "bench: building %s from git (git archive into %s, go build -trimpath)\n", ref, b.dir)
-	bin, commit, err = buildRevision(ctx, b.root, ref, b.dir, name)
-	if err != nil {
-		return "", "", "", err
-	}
-	return bin, fmt.Sprintf("%s (%s)", ref, commit[:12]), commit, nil
+	return bin, fmt.Sprintf("%s (%s)", ref, commit[:12]), nil
 }
 
 // compareMarkdown renders -compare's result: a summary row per scenario and procs, then
