@@ -274,6 +274,31 @@ func TestDoor(t *testing.T) {
 		}
 	})
 
+	// A client still sending a huge head when the edge has seen enough of it.
+	t.Run("oversized-headers-still-sending", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t, echoPath)
+		d.route(t, "door-huge-head", rec.url(), d.routed("door-huge-head"))
+		c := d.dial(t)
+		var hdr strings.Builder
+		for i := range 1024 {
+			fmt.Fprintf(&hdr, "X-Pad-%d: %s\r\n", i, strings.Repeat("b", 1000))
+		}
+		wrote := make(chan error, 1)
+		go func() {
+			_ = c.c.SetWriteDeadline(time.Now().Add(20 * time.Second))
+			_, err := io.WriteString(c.c, "GET /d/h HTTP/1.1\r\nHost: "+d.host("door-huge-head")+"\r\n"+hdr.String()+"\r\n")
+			wrote <- err
+		}()
+		// The answer reaches the client, not a reset, while it still writes.
+		wantEnvelope(t, c.mustRead("GET"), 400, "invalid_request")
+		<-wrote
+		c.mustClose(10 * time.Second)
+		if got := without(rec.paths(), "GET /d/ready"); len(got) != 0 {
+			t.Fatalf("the upstream saw %q, want nothing", got)
+		}
+	})
+
 	t.Run("smuggling", func(t *testing.T) {
 		t.Parallel()
 		doorSmuggling(t, d)
