@@ -54,16 +54,25 @@ func (c *compareSettings) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.all, "compare-all-rounds", false, "-compare: keep flagged rounds in the medians")
 }
 
-// setup checks -compare's flags and settles the scenarios and gateways it measures.
+// setup checks -compare's flags and settles the scenarios and gateways it measures; without
+// -compare it only refuses the flags that need it.
 func (c *compareSettings) setup(b *bench, scs []string) ([]string, error) {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.ref == "" {
+		for _, f := range []string{"compare-b", "rounds", "compare-busy", "compare-all-rounds"} {
+			if set[f] {
+				return nil, fmt.Errorf("-%s is a setting of -compare, which is not given", f)
+			}
+		}
+		return scs, nil
+	}
 	if c.rounds < minCompareRounds {
 		return nil, fmt.Errorf("-rounds: %d; -compare needs at least %d", c.rounds, minCompareRounds)
 	}
 	if c.busyMin <= 0 || c.busyMin > 1 {
 		return nil, fmt.Errorf("-compare-busy: %g is not in (0, 1]", c.busyMin)
 	}
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !set["scenarios"] {
 		scs = compareDefaultScenarios
 	}

@@ -297,18 +297,33 @@ func (r *report) compareMarkdown(s *strings.Builder) {
 	}
 	s.WriteString("\n### Rounds\n\n")
 	s.WriteString("busy: the gateway's CPU seconds ÷ wall seconds; load CPU: the share of time the load side's CPUs were busy (every process, /proc/stat).\n\n")
-	s.WriteString("| scenario | procs | round | first | A µs/req | B µs/req | µs/req B÷A | A QPS | B QPS | QPS B÷A | A busy | B busy | load CPU A/B | flag |\n")
-	s.WriteString("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	s.WriteString("| scenario | procs | round | first | A µs/req | B µs/req | µs/req B÷A | A QPS | B QPS | QPS B÷A | A busy | B busy | load CPU A/B |")
+	if withNginx {
+		s.WriteString(" nginx µs/req |")
+	}
+	s.WriteString(" flag |\n|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	if withNginx {
+		s.WriteString("---:|")
+	}
+	s.WriteString("---|\n")
 	loadCPUs, _ := parseCPUList(b.loadCPUs)
 	for _, rd := range c.rounds {
 		flag := ""
 		if rd.flagged() {
 			flag = strings.TrimPrefix(sideWhy("A", rd.aWhy)+sideWhy("B", rd.bWhy), "; ")
 		}
-		fmt.Fprintf(s, "| %s | %d | %d | %s | %.2f | %.2f | %s | %.0f | %.0f | %s | %.2f | %.2f | %s/%s | %s |\n",
+		fmt.Fprintf(s, "| %s | %d | %d | %s | %.2f | %.2f | %s | %.0f | %.0f | %s | %.2f | %.2f | %s/%s |",
 			rd.scenario, rd.procs, rd.n, rd.first, rd.a.usPerReq, rd.b.usPerReq, fmtRatio(rd.cpuRatio(), 1),
 			rd.a.load.qps(), rd.b.load.qps(), fmtRatio(rd.qpsRatio(), 1), rd.a.busy, rd.b.busy,
-			fmtPct(busyShare(rd.a.sys0, rd.a.sys1, loadCPUs)), fmtPct(busyShare(rd.b.sys0, rd.b.sys1, loadCPUs)), flag)
+			fmtPct(busyShare(rd.a.sys0, rd.a.sys1, loadCPUs)), fmtPct(busyShare(rd.b.sys0, rd.b.sys1, loadCPUs)))
+		if withNginx {
+			if rd.nginx != nil {
+				fmt.Fprintf(s, " %.2f |", rd.nginx.usPerReq)
+			} else {
+				s.WriteString(" - |")
+			}
+		}
+		fmt.Fprintf(s, " %s |\n", flag)
 	}
 	s.WriteString("\n")
 }

@@ -277,3 +277,28 @@ func TestMachineLock(t *testing.T) {
 	}
 	again()
 }
+
+// With nginx asked for, each round shows its figure and the summary both builds' ratio to it.
+func TestCompareMarkdownNginx(t *testing.T) {
+	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}}
+	r := newReport(b)
+	var rounds []compareRound
+	for n := 1; n <= 5; n++ {
+		rd := round("S1", n, 20, 22, 50000, 50000, "")
+		rd.nginx = &perfResult{usPerReq: 16}
+		rounds = append(rounds, rd)
+	}
+	r.cmp = &compareResult{set: compareSettings{rounds: 5, busyMin: 0.9}, rounds: rounds}
+	md := r.markdown()
+	for _, want := range []string{
+		"| A µs/req | B µs/req | A÷nginx | B÷nginx |",
+		"| S1 | 1 | 5 of 5 | 1.100 | 1.100–1.100 | 1.100–1.100 | 1.000 |",
+		"| 20.00 | 22.00 | 1.250 | 1.375 |",
+		"| nginx µs/req | flag |",
+		"| ?/? | 16.00 |  |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}

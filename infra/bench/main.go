@@ -153,11 +153,9 @@ func run() int {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
-	if b.cmp.ref != "" {
-		var err error
-		if scs, err = b.cmp.setup(b, scs); err != nil {
-			return fail(err)
-		}
+	scs, cerr := b.cmp.setup(b, scs) // -compare's scenarios and gateways (compare.go)
+	if cerr != nil {
+		return fail(cerr)
 	}
 	if b.routes < 1 || b.rssRoutes < 1 || b.cfgN < 1 || b.burst < 1 || b.workers < 1 {
 		return fail(fmt.Errorf("-routes, -rss-routes, -config-n, -burst and -workers must be at least 1"))
