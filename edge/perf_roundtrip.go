@@ -114,12 +114,23 @@ func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Respons
 		return true, err
 	}
 
+	// A client's "Connection: close" (an HTTP/1.0 client's, implicitly) ends its own
+	// connection, not the upstream one: the request is written without it, so the pooled
+	// connection stays open, and the flag is put back for the server, which reads it to
+	// close the client's connection after the answer.
+	clientClose := req.Header.ConnectionClose()
+	if clientClose {
+		req.Header.ResetConnectionClose()
+	}
 	bw := c.acquireWriter(conn)
 	err = req.Write(bw)
 	if err == nil {
 		err = bw.Flush()
 	}
 	c.releaseWriter(bw)
+	if clientClose {
+		req.Header.SetConnectionClose()
+	}
 	if err != nil {
 		if t, ok := err.(interface{ Timeout() bool }); ok && t.Timeout() {
 			err = fasthttp.ErrTimeout
@@ -144,7 +155,8 @@ func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Respons
 		c.closeConn(pc)
 		return true, err
 	}
-	closeConn := req.ConnectionClose() || resp.ConnectionClose()
+	// After 101 Switching Protocols the connection speaks another protocol: never pooled.
+	closeConn := resp.ConnectionClose() || resp.Header.StatusCode() == fasthttp.StatusSwitchingProtocols
 	cl := resp.Header.ContentLength()
 	skip := resp.SkipBody || noBody(resp.Header.StatusCode())
 	if !skip && c.stream && (cl < 0 || cl > maxBufferedBody) {
@@ -167,6 +179,10 @@ func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Respons
 			return true, err
 		}
 	}
+	// Bytes already read past the answer's end are not an answer to anything the edge
+	// sent: pooled, they would become the next request's answer. Such a connection is
+	// closed.
+	closeConn = closeConn || br.Buffered() > 0
 	c.releaseReader(br)
 	if closeConn {
 		c.closeConn(pc)
@@ -356,8 +372,9 @@ func (b *upstreamBody) CloseWithError(err error) error {
 		b.use.record()
 	}
 	c, pc := b.c, b.pc
+	extra := b.done && b.br.Buffered() > 0 // bytes past the body's end: see roundTrip
 	c.releaseReader(b.br)
-	if err != nil || !b.done || b.err != nil || b.close {
+	if err != nil || !b.done || b.err != nil || b.close || extra {
 		c.closeConn(pc)
 	} else {
 		c.release(pc)
