@@ -387,17 +387,23 @@ type smugglingForm struct {
 	known string
 }
 
+// teThenCL builds a POST whose head has the te line(s) (Transfer-Encoding in some form),
+// then a Content-Length covering an empty chunked body followed by the hidden request.
+func teThenCL(proto, te string) func(host, hidden string) string {
+	return func(host, hidden string) string {
+		body := "0\r\n\r\n" + hidden
+		return "POST /d/x " + proto + "\r\nHost: " + host + "\r\n" + te + "\r\nContent-Length: " +
+			strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	}
+}
+
 var smugglingForms = []smugglingForm{
 	{name: "cl-and-te", want: "answered-closed", build: func(host, hidden string) string {
 		body := "0\r\n\r\n" + hidden
 		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: " + strconv.Itoa(len(body)) +
 			"\r\nTransfer-Encoding: chunked\r\n\r\n" + body
 	}},
-	{name: "te-and-cl", want: "answered-closed", build: func(host, hidden string) string {
-		body := "0\r\n\r\n" + hidden
-		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding: chunked\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	}},
+	{name: "te-and-cl", want: "answered-closed", build: teThenCL("HTTP/1.1", "Transfer-Encoding: chunked")},
 	{name: "two-content-lengths", want: "refused", build: func(host, hidden string) string {
 		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: 0\r\nContent-Length: " +
 			strconv.Itoa(len(hidden)) + "\r\n\r\n" + hidden
@@ -410,50 +416,18 @@ var smugglingForms = []smugglingForm{
 		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: 0, " + strconv.Itoa(len(hidden)) +
 			"\r\n\r\n" + hidden
 	}},
-	{name: "te-chunked-identity", want: "refused", build: func(host, hidden string) string {
-		body := "0\r\n\r\n" + hidden
-		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding: chunked, identity\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	}},
-	{name: "te-space-before-colon", want: "refused", build: func(host, hidden string) string {
-		body := "0\r\n\r\n" + hidden
-		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding : chunked\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	}},
-	{name: "te-tab-chunked", want: "answered-closed", build: func(host, hidden string) string {
-		body := "0\r\n\r\n" + hidden
-		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding:\tchunked\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	}},
-	{name: "te-obs-fold", want: "answered-closed", build: func(host, hidden string) string {
-		body := "0\r\n\r\n" + hidden
-		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding:\r\n chunked\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	}},
-	{name: "two-te-headers", want: "refused", build: func(host, hidden string) string {
-		body := "0\r\n\r\n" + hidden
-		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	}},
-	{name: "te-xchunked", want: "refused", build: func(host, hidden string) string {
-		body := "0\r\n\r\n" + hidden
-		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding: xchunked\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	}},
-	{name: "te-uppercase", want: "answered-closed", build: func(host, hidden string) string {
-		body := "0\r\n\r\n" + hidden
-		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding: CHUNKED\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	}},
+	{name: "te-chunked-identity", want: "refused", build: teThenCL("HTTP/1.1", "Transfer-Encoding: chunked, identity")},
+	{name: "te-space-before-colon", want: "refused", build: teThenCL("HTTP/1.1", "Transfer-Encoding : chunked")},
+	{name: "te-tab-chunked", want: "answered-closed", build: teThenCL("HTTP/1.1", "Transfer-Encoding:\tchunked")},
+	{name: "te-obs-fold", want: "answered-closed", build: teThenCL("HTTP/1.1", "Transfer-Encoding:\r\n chunked")},
+	{name: "two-te-headers", want: "refused", build: teThenCL("HTTP/1.1", "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity")},
+	{name: "te-xchunked", want: "refused", build: teThenCL("HTTP/1.1", "Transfer-Encoding: xchunked")},
+	{name: "te-uppercase", want: "answered-closed", build: teThenCL("HTTP/1.1", "Transfer-Encoding: CHUNKED")},
 	{name: "content-length-plus-sign", want: "refused", build: func(host, hidden string) string {
 		return "POST /d/x HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: +" + strconv.Itoa(len(hidden)) +
 			"\r\n\r\n" + hidden
 	}},
-	{name: "te-http10", want: "refused", build: func(host, hidden string) string {
-		body := "0\r\n\r\n" + hidden
-		return "POST /d/x HTTP/1.0\r\nHost: " + host + "\r\nTransfer-Encoding: chunked\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	}},
+	{name: "te-http10", want: "refused", build: teThenCL("HTTP/1.0", "Transfer-Encoding: chunked")},
 	{name: "chunk-size-negative", want: "refused", build: chunkedWith("-1\r\nx\r\n0\r\n\r\n")},
 	{name: "chunk-size-0x-prefix", want: "refused", build: chunkedWith("0x5\r\nhello\r\n0\r\n\r\n")},
 	{name: "chunk-size-overflow", want: "refused", build: chunkedWith("10000000000000001\r\nx\r\n0\r\n\r\n")},
