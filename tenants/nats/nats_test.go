@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -619,4 +620,20 @@ func TestWatcherStartsDuringOutage(t *testing.T) {
 		return nil
 	})
 	r.check(t)
+}
+
+// TestWatcherWaitsWithoutLeaking: a watcher that sits idle for a few of its reconnect
+// polls holds one waiter on its consumer's end, not one per poll.
+func TestWatcherWaitsWithoutLeaking(t *testing.T) {
+	// Not parallel: it counts goroutines, so no other test's watchers may run meanwhile.
+	e := newEnv(t)
+	r := newRecorder()
+	w := watch(t, e.js, e.bucket, r.config(""))
+	waitReady(t, w)
+	time.Sleep(8 * 250 * time.Millisecond) // eight polls
+	buf := make([]byte, 1<<22)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	if n := strings.Count(stacks, "orderedSubscription).Closed"); n > 2 {
+		t.Errorf("%d goroutines wait on consumers' Closed: a watcher leaks one per poll", n)
+	}
 }

@@ -172,12 +172,15 @@ func (w *Watcher) run(ctx context.Context) {
 		reconnects := w.js.Conn().Stats().Reconnects
 		tick := time.NewTicker(reconnectPoll)
 		again := false
+		// Taken once: each call of Closed starts a goroutine that lives as long as the
+		// consumer, and this loop wakes four times a second.
+		closed := cc.Closed()
 	wait:
 		for {
 			select {
 			case <-ctx.Done():
 			case <-w.stop:
-			case <-cc.Closed(): // the connection was closed for good, or the consumer gave up
+			case <-closed: // the connection was closed for good, or the consumer gave up
 				again = !w.js.Conn().IsClosed()
 			case <-lost:
 				again = true
@@ -198,7 +201,7 @@ func (w *Watcher) run(ctx context.Context) {
 		w.gen++
 		w.mu.Unlock()
 		go func() {
-			<-cc.Closed()
+			<-closed
 			// The server drops an idle consumer by itself (after 5 minutes); don't wait for that.
 			if info := cons.CachedInfo(); info != nil {
 				dctx, cancel := context.WithTimeout(context.Background(), time.Second)
