@@ -163,7 +163,15 @@ func TestEnsureBucket(t *testing.T) {
 	if err := e.js.DeleteKeyValue(ctx, e.bucket); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: e.bucket, History: 5, Storage: jetstream.FileStorage}); err != nil {
+	// The server removes a deleted stream's files after answering; a create of the same
+	// name meanwhile can fail to make its store ("error creating store for stream"), so
+	// it is tried again for a while.
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(100 * time.Millisecond) {
+		if _, err = e.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: e.bucket, History: 5, Storage: jetstream.FileStorage}); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
