@@ -40,7 +40,7 @@ func TestClusterBucketReplicas(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartNATSCluster(t, 3)
 	_, js := connectList(t, c.URLs())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
 	fresh, old := testenv.Name("tgcfg_"), testenv.Name("tgcfg_")
@@ -64,7 +64,7 @@ func TestClusterBucketReplicas(t *testing.T) {
 	if _, err := tgnats.EnsureBucket(ctx, js, old, 3); err != nil {
 		t.Fatalf("raise to 3: %v", err)
 	}
-	waitFor(t, 10*time.Second, func() error {
+	waitFor(t, 30*time.Second, func() error {
 		if r, peers, _ := testenv.StreamReplicas(t, js, tgnats.KVStream(old)); r != 3 || peers != 3 {
 			return fmt.Errorf("raised bucket: %d replicas on %d peers, want 3 on 3", r, peers)
 		}
@@ -157,7 +157,7 @@ func TestClusterConfigExactlyOnce(t *testing.T) {
 	c := testenv.StartNATSCluster(t, 3)
 	relayNC, relayJS := connectList(t, c.URLs())
 	_, edgeJS := connectList(t, c.URLs())
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	bucket := testenv.Name("tgcfg_")
 	if _, err := tgnats.EnsureBucket(ctx, relayJS, bucket, 3); err != nil {
@@ -241,7 +241,7 @@ func TestClusterConfigExactlyOnce(t *testing.T) {
 			t.Fatalf("republish: %v", err)
 		}
 	}
-	waitFor(t, 20*time.Second, func() error {
+	waitFor(t, 60*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		for k, r := range latest {
@@ -283,7 +283,7 @@ func TestClusterWatcherFollowsLeaderLoss(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartNATSCluster(t, 3)
 	relayNC, relayJS := connectList(t, c.URLs())
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	bucket := testenv.Name("tgcfg_")
 	if _, err := tgnats.EnsureBucket(ctx, relayJS, bucket, 3); err != nil {
@@ -320,7 +320,7 @@ func TestClusterWatcherFollowsLeaderLoss(t *testing.T) {
 		}
 	}
 	publish(1)
-	waitFor(t, 5*time.Second, func() error {
+	waitFor(t, 30*time.Second, func() error {
 		if _, ok := r.get(key("t1", 1)); !ok {
 			return fmt.Errorf("rev 1 not seen")
 		}
@@ -347,7 +347,7 @@ func TestClusterWatcherFollowsLeaderLoss(t *testing.T) {
 	c.Kill(ki)
 	publish(2)
 	acked := time.Since(start)
-	waitFor(t, 30*time.Second, func() error {
+	waitFor(t, 60*time.Second, func() error {
 		if _, ok := r.get(key("t1", 2)); !ok {
 			return fmt.Errorf("rev 2 not seen %s after the leader's loss", time.Since(start).Round(time.Millisecond))
 		}
