@@ -33,11 +33,19 @@ type responseCache struct {
 	// before the shards are emptied, read under a shard's lock.
 	dead     atomic.Bool
 	shards   [cacheShards]cacheShard
+	nshards  int // the shards in use: fewer for a small cache
 	maxCount int // per shard
 	maxBytes int // per shard
 }
 
-const cacheShards = 16
+// cacheShards is the most shards a route's cache has; cacheShardEntries the fewest
+// entries a shard is given. Keys fall into shards by hash, unevenly: a shard sized for a
+// handful of entries would evict while the route's cache is nearly empty (with 16
+// entries in 16 shards, two keys in one shard already evict each other).
+const (
+	cacheShards       = 16
+	cacheShardEntries = 64
+)
 
 type cacheShard struct {
 	mu         sync.Mutex
@@ -87,10 +95,11 @@ func newResponseCache(c *tenants.Cache, auth string, t *tenantCache) *responseCa
 	for _, v := range c.Vary {
 		rc.vary = append(rc.vary, []byte(v))
 	}
-	rc.maxCount = (c.MaxEntries + cacheShards - 1) / cacheShards
+	rc.nshards = min(max(c.MaxEntries/cacheShardEntries, 1), cacheShards)
+	rc.maxCount = (c.MaxEntries + rc.nshards - 1) / rc.nshards
 	total := min(c.MaxEntries*c.MaxBodyBytes, tenants.MaxCacheRouteBytes)
-	rc.maxBytes = max(total/cacheShards, c.MaxBodyBytes)
-	for i := range rc.shards {
+	rc.maxBytes = max(total/rc.nshards, c.MaxBodyBytes)
+	for i := range rc.shards[:rc.nshards] {
 		rc.shards[i].m = make(map[string]*cacheEntry)
 	}
 	return rc
@@ -115,7 +124,7 @@ func (rc *responseCache) key(dst []byte, x *exchange) []byte {
 }
 
 func (rc *responseCache) shard(k []byte) *cacheShard {
-	return &rc.shards[maphash.Bytes(rc.seed, k)%cacheShards]
+	return &rc.shards[maphash.Bytes(rc.seed, k)%uint64(rc.nshards)]
 }
 
 func (rc *responseCache) get(k []byte, now time.Time) *cacheEntry {
