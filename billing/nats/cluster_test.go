@@ -41,21 +41,6 @@ func connectList(t testing.TB, servers, name string) (*nats.Conn, jetstream.JetS
 	return nc, js
 }
 
-func waitFor(t testing.TB, d time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", d, err)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
-
 // TestClusterStreamReplicas: the usage stream and the totals bucket are created at the
 // configured replicas, raised from 1 to 3 (with billing's durable consumer following the
 // stream), and kept at 3 by a lower setting.
@@ -97,14 +82,14 @@ func TestClusterStreamReplicas(t *testing.T) {
 		t.Fatalf("raise the bucket: %v", err)
 	}
 	for _, s := range []string{billing.UsageStream(old), tgnats.KVStream(billing.TotalsBucket(old))} {
-		waitFor(t, 10*time.Second, func() error {
+		testenv.WaitFor(t, 10*time.Second, func() error {
 			if r, peers, _ := testenv.StreamReplicas(t, js, s); r != 3 || peers != 3 {
 				return fmt.Errorf("%s raised to %d replicas on %d peers, want 3 on 3", s, r, peers)
 			}
 			return nil
 		})
 	}
-	waitFor(t, 10*time.Second, func() error {
+	testenv.WaitFor(t, 10*time.Second, func() error {
 		info, err := cons.Info(ctx)
 		if err != nil {
 			return err
@@ -180,7 +165,7 @@ func TestClusterUsageExactlyOnce(t *testing.T) {
 	c.Kill(li)
 	record(2 * time.Second)
 	var newLeader string
-	waitFor(t, 15*time.Second, func() error {
+	testenv.WaitFor(t, 15*time.Second, func() error {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		s, err := js.Stream(pctx, billing.UsageStream(prefix))
@@ -200,7 +185,7 @@ func TestClusterUsageExactlyOnce(t *testing.T) {
 	if err := m.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, func() error {
+	testenv.WaitFor(t, 30*time.Second, func() error {
 		if got := folded(); got != recorded {
 			return fmt.Errorf("folded %d of %d requests (spooled %d)", got, recorded, m.Spooled())
 		}

@@ -129,3 +129,20 @@ func RestartNATS(tb testing.TB, s *server.Server) *server.Server {
 func RedisPrefix(tb testing.TB) string {
 	return Name("tgtest_")
 }
+
+// WaitFor polls fn until it returns nil, and fails the test with fn's last error once
+// total has passed.
+func WaitFor(tb testing.TB, total time.Duration, fn func() error) {
+	tb.Helper()
+	deadline := time.Now().Add(total)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("after %v: %v", total, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -64,7 +64,7 @@ func TestClusterBucketReplicas(t *testing.T) {
 	if _, err := tgnats.EnsureBucket(ctx, js, old, 3); err != nil {
 		t.Fatalf("raise to 3: %v", err)
 	}
-	waitFor(t, 30*time.Second, func() error {
+	testenv.WaitFor(t, 30*time.Second, func() error {
 		if r, peers, _ := testenv.StreamReplicas(t, js, tgnats.KVStream(old)); r != 3 || peers != 3 {
 			return fmt.Errorf("raised bucket: %d replicas on %d peers, want 3 on 3", r, peers)
 		}
@@ -122,7 +122,7 @@ func TestClusterFailover(t *testing.T) {
 	c.Kill(li)
 	var reconnected, written time.Duration
 	// Generous: an election takes seconds, more while the machine is busy.
-	waitFor(t, 60*time.Second, func() error {
+	testenv.WaitFor(t, 60*time.Second, func() error {
 		if !nc.IsConnected() || nc.ConnectedServerName() == leader {
 			return fmt.Errorf("still not reconnected (status %v)", nc.Status())
 		}
@@ -241,7 +241,7 @@ func TestClusterConfigExactlyOnce(t *testing.T) {
 			t.Fatalf("republish: %v", err)
 		}
 	}
-	waitFor(t, 60*time.Second, func() error {
+	testenv.WaitFor(t, 60*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		for k, r := range latest {
@@ -320,7 +320,7 @@ func TestClusterWatcherFollowsLeaderLoss(t *testing.T) {
 		}
 	}
 	publish(1)
-	waitFor(t, 30*time.Second, func() error {
+	testenv.WaitFor(t, 30*time.Second, func() error {
 		if _, ok := r.get(key("t1", 1)); !ok {
 			return fmt.Errorf("rev 1 not seen")
 		}
@@ -347,7 +347,7 @@ func TestClusterWatcherFollowsLeaderLoss(t *testing.T) {
 	c.Kill(ki)
 	publish(2)
 	acked := time.Since(start)
-	waitFor(t, 60*time.Second, func() error {
+	testenv.WaitFor(t, 60*time.Second, func() error {
 		if _, ok := r.get(key("t1", 2)); !ok {
 			return fmt.Errorf("rev 2 not seen %s after the leader's loss", time.Since(start).Round(time.Millisecond))
 		}

@@ -98,22 +98,6 @@ func (e *env) publisher(t testing.TB) *tgnats.Publisher {
 	return p
 }
 
-// waitFor polls fn until it returns nil or the time is up.
-func waitFor(t testing.TB, total time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", total, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func value(rev int64, s string) []byte { return fmt.Appendf(nil, `{"rev":%d,"x":%q}`, rev, s) }
 
 func put(rev int64, key, s string) tenants.Change {
@@ -289,7 +273,7 @@ func TestPublishDuringOutage(t *testing.T) {
 
 	e.s.Shutdown()
 	e.s.WaitForShutdown()
-	waitFor(t, 5*time.Second, func() error {
+	testenv.WaitFor(t, 5*time.Second, func() error {
 		if e.nc.IsConnected() {
 			return errors.New("client has not noticed the outage")
 		}
@@ -308,7 +292,7 @@ func TestPublishDuringOutage(t *testing.T) {
 
 	e.restart(t)
 	// The relay retries the same batch until it goes through.
-	waitFor(t, 15*time.Second, func() error { return p.Publish(ctx, batch) })
+	testenv.WaitFor(t, 15*time.Second, func() error { return p.Publish(ctx, batch) })
 	got := bucketState(t, e.kv)
 	want := map[string]string{key("t1", 2): string(value(2, "during")), key("t1", 3): string(value(4, "during"))}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -526,7 +510,7 @@ func TestWatcherLoadsThenFollows(t *testing.T) {
 	if err := p.Publish(ctx, []tenants.Change{put(103, key("t1", 1), "v2"), del(104, key("t1", 2)), put(105, "t2.tenant", "renamed")}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	testenv.WaitFor(t, 5*time.Second, func() error {
 		if v, _ := r.get(key("t1", 1)); v != string(value(103, "v2")) {
 			return fmt.Errorf("update not seen: %s", v)
 		}
@@ -574,9 +558,9 @@ func TestWatcherSurvivesRestart(t *testing.T) {
 			del(int64(10*round+4), key("t1", 2)),
 			put(int64(10*round+5), key("t1", 2), fmt.Sprint("recreated ", round)),
 		}
-		waitFor(t, 15*time.Second, func() error { return p.Publish(ctx, batch) })
+		testenv.WaitFor(t, 15*time.Second, func() error { return p.Publish(ctx, batch) })
 		start := time.Now()
-		waitFor(t, 20*time.Second, func() error {
+		testenv.WaitFor(t, 20*time.Second, func() error {
 			if v, _ := r.get(key("t1", 2)); v != string(batch[2].Value) {
 				return fmt.Errorf("round %d: watcher holds %s", round, v)
 			}
@@ -620,8 +604,8 @@ func TestWatcherStartsDuringOutage(t *testing.T) {
 		t.Errorf("loaded %q", v)
 	}
 	// And it follows from there.
-	waitFor(t, 10*time.Second, func() error { return p.Publish(context.Background(), []tenants.Change{put(2, key("t1", 1), "v2")}) })
-	waitFor(t, 5*time.Second, func() error {
+	testenv.WaitFor(t, 10*time.Second, func() error { return p.Publish(context.Background(), []tenants.Change{put(2, key("t1", 1), "v2")}) })
+	testenv.WaitFor(t, 5*time.Second, func() error {
 		if v, _ := r.get(key("t1", 1)); v != string(value(2, "v2")) {
 			return fmt.Errorf("holds %q", v)
 		}

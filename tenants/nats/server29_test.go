@@ -65,7 +65,7 @@ func TestMachineServer(t *testing.T) {
 	if err := p.Publish(ctx, []tenants.Change{put(202, key("t1", 1), "v2"), del(203, key("t1", 3))}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() error {
+	testenv.WaitFor(t, 5*time.Second, func() error {
 		for _, rec := range []*recorder{r, r1} {
 			if v, _ := rec.get(key("t1", 1)); v != string(value(202, "v2")) {
 				return fmt.Errorf("update not seen: %s", v)
