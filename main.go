@@ -1,4 +1,8 @@
 // Command tollgate is the whole product in one binary; the first argument picks the part.
+// The files beside this one wire Tollgate's concrete parts into those commands: this is the
+// only package that imports both the domain implementations (Postgres, NATS) and the
+// servers (api, edge, billing). End-to-end tests start the built binary; each command
+// (program.go, dev.go) reads top to bottom.
 package main
 
 import (
@@ -7,8 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	"tollgate/infra/program"
 )
 
 const usage = `usage: tollgate <command> [flags]
@@ -31,11 +33,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	run, ok := map[string]func(context.Context, []string) error{
-		"dev":     program.Dev,
-		"api":     program.API,
-		"edge":    program.Edge,
-		"billing": program.Billing,
-		"migrate": program.Migrate,
+		"dev":     Dev,
+		"api":     API,
+		"edge":    Edge,
+		"billing": Billing,
+		"migrate": Migrate,
 	}[os.Args[1]]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "tollgate: unknown command %q\n\n%s", os.Args[1], usage)

@@ -1,6 +1,6 @@
 // Package cli is `tollgate billing`: it wires billing's Postgres store, the JetStream
 // usage consumer and (when a Stripe key is set) the Stripe pusher into a process, and
-// provides the finance subcommands. infra/program calls Main; `tollgate dev` may call Run
+// provides the finance subcommands. the tollgate command (main package) calls Main; `tollgate dev` may call Run
 // to run billing inside its own process.
 package cli
 

@@ -34,7 +34,7 @@ import (
 )
 
 // shutdownGrace is how long tollgate api and edge wait for in-flight requests after
-// SIGTERM (infra/program's shutdownGrace); a pod's grace period must cover it after preStop.
+// SIGTERM (shutdownGrace in the main package); a pod's grace period must cover it after preStop.
 const shutdownGrace = 25
 
 // objects is one kustomize build, decoded into the Kubernetes types.

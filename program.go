@@ -1,8 +1,4 @@
-// Package program wires Tollgate's concrete parts into the subcommands main dispatches:
-// it is the only package that imports both the domain implementations (Postgres, NATS)
-// and the servers (api, edge). End-to-end tests start the built binary; the pieces here
-// are kept small so each subcommand reads top to bottom.
-package program
+package main
 
 import (
 	"context"
