@@ -26,7 +26,7 @@ func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *sl
 		JWTIssuers: cp.db,
 		Policies:   cp.db,
 		Usage:      billingpg.New(cp.db.Pool()),
-		Upstreams:  cfg.UpstreamPolicy(),
+		Upstreams:  cfg.UpstreamAddressRule(),
 		EdgeDomain: cfg.EdgeDomain,
 		EdgePort:   port,
 		Mailer:     cp.mail,

@@ -75,7 +75,7 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 	if err := postgres.Migrate(ctx, cfg.DatabaseURL); err != nil {
 		return nil, err
 	}
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamPolicy(cfg.UpstreamPolicy()), postgres.WithTimeout(cfg.DBTimeout))
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamAddressRule(cfg.UpstreamAddressRule()), postgres.WithTimeout(cfg.DBTimeout))
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 
 		Usage:      billingpg.New(cp.db.Pool()), // rollups folded by `tollgate billing`, same database
 		AdminToken: cfg.AdminToken,
-		Upstreams:  cfg.UpstreamPolicy(),
+		Upstreams:  cfg.UpstreamAddressRule(),
 		Mailer:     cp.mail,
 		PublicURL:  cfg.PublicURL,
 		Logger:     log,
@@ -362,7 +362,7 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		Registry:       fc.reg,
 		Limiter:        fc.lim,
 		Domain:         cfg.EdgeDomain,
-		Policy:         cfg.UpstreamPolicy(),
+		AddressRule:    cfg.UpstreamAddressRule(),
 		TrustedProxies: cfg.TrustedProxy,
 		Logger:         log,
 		AccessLog:      cfg.AccessLog,

@@ -52,7 +52,7 @@ type Config struct {
 	Tokens    tenants.TokenService
 	// JWTIssuers and Policies serve /v1/tenants/{slug}/jwt-issuers and .../policy.
 	JWTIssuers tenants.JWTIssuerService
-	Policies   tenants.PolicyService
+	Policies   tenants.AccessRulesService
 	// PlatformPlans serves /v1/platform/plans. Default: Tenants, when it implements
 	// tenants.PlatformPlanService (the Postgres store does).
 	PlatformPlans tenants.PlatformPlanService
@@ -63,7 +63,7 @@ type Config struct {
 	// decides each tenant-scoped request. Defaults: nil, nil, rbac.Must().
 	People tenants.PeopleService
 	Audit  tenants.AuditService
-	Access *rbac.Policy
+	Access *rbac.Roles
 
 	// Usage serves GET /v1/tenants/{slug}/usage and GET /v1/billing/export (see
 	// usage.go): billing/postgres in production. Nil: both answer 404 not_found.
@@ -92,7 +92,7 @@ type Config struct {
 
 	// Upstreams is the operator's rule on where route targets may point, applied when a
 	// route is saved. Default: the zero policy (loopback, private, link-local refused).
-	Upstreams *tenants.UpstreamPolicy
+	Upstreams *tenants.UpstreamAddressRule
 
 	// Logger receives internal errors (with the request id) and, at debug level, one line
 	// per request. Default: a logger that discards everything.
@@ -162,7 +162,7 @@ func New(cfg Config) *Server {
 		cfg.PlatformPlans = pp
 	}
 	if cfg.Upstreams == nil {
-		cfg.Upstreams = &tenants.UpstreamPolicy{}
+		cfg.Upstreams = &tenants.UpstreamAddressRule{}
 	}
 	if cfg.Access == nil {
 		cfg.Access = rbac.Must()

@@ -198,7 +198,7 @@ func (b *routeBody) route() *tenants.Route {
 		Paths:            b.Paths,
 		Methods:          b.Methods,
 		Auth:             b.Auth,
-		Policy:           b.Policy,
+		CheckAccess:      b.Policy,
 		StripPrefix:      b.StripPrefix,
 		MaxBodyBytes:     b.MaxBodyBytes,
 		ConnectTimeoutMS: b.ConnectTimeoutMS,
@@ -227,7 +227,7 @@ func (b *planRateBody) domain() *tenants.RateLimit {
 	return &tenants.RateLimit{RPS: b.RPS, RPM: b.RPM, Burst: b.Burst}
 }
 
-func decodeRoute(ct string, body []byte, limit int, p *tenants.UpstreamPolicy) (*tenants.Route, error) {
+func decodeRoute(ct string, body []byte, limit int, p *tenants.UpstreamAddressRule) (*tenants.Route, error) {
 	var b routeBody
 	if err := decodeBody(ct, body, limit, &b, false); err != nil {
 		return nil, err
@@ -239,7 +239,7 @@ func decodeRoute(ct string, body []byte, limit int, p *tenants.UpstreamPolicy) (
 	return r, nil
 }
 
-func decodeRouteUpdate(ct string, body []byte, limit int, p *tenants.UpstreamPolicy) (*tenants.Route, *int64, error) {
+func decodeRouteUpdate(ct string, body []byte, limit int, p *tenants.UpstreamAddressRule) (*tenants.Route, *int64, error) {
 	var b routeUpdate
 	if err := decodeBody(ct, body, limit, &b, false); err != nil {
 		return nil, nil, err

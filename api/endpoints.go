@@ -148,12 +148,12 @@ func (s *Server) table() []endpoint {
 			summary: "Remove a JWT issuer", desc: "Its tokens stop working at the edges within moments." + scopedDoc, status: 204},
 
 		{method: http.MethodGet, path: "/v1/tenants/:slug/policy", access: tenantScoped, class: rbac.Read, handle: s.getPolicy, tag: tagPolicy,
-			summary: "Get the tenant's policy", desc: "404 not_found until one is put." + scopedDoc, status: 200, result: tenants.Policy{}, etag: true},
+			summary: "Get the tenant's policy", desc: "404 not_found until one is put." + scopedDoc, status: 200, result: tenants.AccessRules{}, etag: true},
 		{method: http.MethodPut, path: "/v1/tenants/:slug/policy", access: tenantScoped, class: rbac.Write, handle: s.putPolicy, tag: tagPolicy,
 			summary: "Create or replace the tenant's policy",
 			desc: "Routes with \"policy\": true are checked against it at the edge; without a policy they deny every call. Validated by compiling it: a bad rule is 400 validation_failed with field naming it (\"rules[2][1]\")." + scopedDoc +
 				` Optionally conditional: send If-Match with the ETag you read (or "version" in the body); a stale version gets 409 version_conflict. Without either, PUT replaces whatever is current.`,
-			body: policyBody{}, status: 200, result: tenants.Policy{}, etag: true, ifMatch: true},
+			body: policyBody{}, status: 200, result: tenants.AccessRules{}, etag: true, ifMatch: true},
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/tokens", access: tenantScoped, class: rbac.TenantAdmin, handle: s.createToken, tag: tagTokens,
 			summary: "Create a management token for the tenant",

@@ -11,7 +11,7 @@ import (
 // kind is one of BodyKinds.
 func Decode(kind, contentType string, body []byte) error {
 	const limit = DefaultBodyLimit
-	p := &tenants.UpstreamPolicy{}
+	p := &tenants.UpstreamAddressRule{}
 	var err error
 	switch kind {
 	case "tenant":

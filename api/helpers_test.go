@@ -26,7 +26,7 @@ const adminToken = "test-admin-token-0123456789"
 
 // policy lets routes point at loopback, as the dev stack does, so bodies can use
 // http://127.0.0.1:9; the refusal of private ranges is tested with other addresses.
-var policy = &tenants.UpstreamPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+var policy = &tenants.UpstreamAddressRule{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 
 // env is one API server on its own fresh, migrated Postgres database.
 type env struct {
@@ -57,7 +57,7 @@ func (s *syncBuffer) String() string {
 // newEnv starts a server; edit may change the config before New.
 func newEnv(t *testing.T, edit ...func(*api.Config)) *env {
 	t.Helper()
-	db, _ := pgtest.Open(t, postgres.WithUpstreamPolicy(policy))
+	db, _ := pgtest.Open(t, postgres.WithUpstreamAddressRule(policy))
 	logs := &syncBuffer{}
 	cfg := api.Config{
 		Tenants: db, Routes: db, Consumers: db, Plans: db, Tokens: db,

@@ -25,11 +25,11 @@ const (
 // e.db stays a direct store, for fixtures made while the proxy is down.
 func newProxiedEnv(t *testing.T) (*env, *pgtest.Proxy) {
 	t.Helper()
-	direct, url := pgtest.Open(t, postgres.WithUpstreamPolicy(policy))
+	direct, url := pgtest.Open(t, postgres.WithUpstreamAddressRule(policy))
 	p, purl := pgtest.NewProxy(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db, err := postgres.Open(ctx, purl, postgres.WithUpstreamPolicy(policy), postgres.WithTimeout(dbBound))
+	db, err := postgres.Open(ctx, purl, postgres.WithUpstreamAddressRule(policy), postgres.WithTimeout(dbBound))
 	if err != nil {
 		t.Fatal(err)
 	}

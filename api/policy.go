@@ -6,12 +6,12 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"tollgate/edge/policy"
+	"tollgate/accessrules"
 	"tollgate/tenants"
 )
 
 // The tenant's policy: one per tenant, replaced whole by PUT. It is validated by
-// compiling it with the engine the edges run (edge/policy), so what the api accepts the
+// compiling it with the engine the edges run (accessrules), so what the api accepts the
 // edges can enforce, and its errors name the rule at fault ("rules[2][1]").
 
 type policyBody struct {
@@ -22,7 +22,7 @@ type policyBody struct {
 	Version *int64 `json:"version" doc:"Replace only at this version; or send If-Match. Optional: without either, PUT replaces whatever is current."`
 }
 
-func decodePolicy(ct string, body []byte, limit int) (*tenants.Policy, *int64, error) {
+func decodePolicy(ct string, body []byte, limit int) (*tenants.AccessRules, *int64, error) {
 	var b policyBody
 	if err := decodeBody(ct, body, limit, &b, false); err != nil {
 		return nil, nil, err
@@ -30,18 +30,18 @@ func decodePolicy(ct string, body []byte, limit int) (*tenants.Policy, *int64, e
 	if b.Rules == nil {
 		return nil, nil, tenants.Invalid("rules", "is required: a list of rules, [] for none (then every call to a policy route is denied)")
 	}
-	if _, err := policy.Compile(b.Rules, b.Roles); err != nil {
+	if _, err := accessrules.Compile(b.Rules, b.Roles); err != nil {
 		return nil, nil, err
 	}
 	roles := b.Roles
 	if roles == nil {
 		roles = [][]string{}
 	}
-	return &tenants.Policy{Rules: b.Rules, Roles: roles}, b.Version, nil
+	return &tenants.AccessRules{Rules: b.Rules, Roles: roles}, b.Version, nil
 }
 
 func (s *Server) getPolicy(c *fiber.Ctx, r *request) error {
-	p, err := s.cfg.Policies.FindPolicy(r.ctx, r.tenant.ID)
+	p, err := s.cfg.Policies.FindAccessRules(r.ctx, r.tenant.ID)
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (s *Server) putPolicy(c *fiber.Ctx, r *request) error {
 		}
 	}
 	p.TenantID, p.Version = r.tenant.ID, v
-	if err := s.cfg.Policies.PutPolicy(r.ctx, p); err != nil {
+	if err := s.cfg.Policies.PutAccessRules(r.ctx, p); err != nil {
 		return err
 	}
 	return reply(c, http.StatusOK, p, p.Version)

@@ -7,15 +7,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tollgate/accessrules"
 	"tollgate/edge/jwtauth"
-	"tollgate/edge/policy"
 	"tollgate/tenants"
 )
 
 // JWT authentication and policy at the edge.
 //
 // A tenant's compile turns its jwt-issuer entries into one jwtauth.Verifier and its
-// policy entry into one policy.Enforcer, both kept in the snapshot (and carried over to
+// policy entry into one accessrules.Enforcer, both kept in the snapshot (and carried over to
 // the next compile while their entries are unchanged, so a route change keeps the
 // verified-token and decision caches). An issuer entry the edge cannot use is left out
 // and logged; a verifier or policy that does not compile is nil. Either way the routes
@@ -87,7 +87,7 @@ func (e *Edge) initAuth() error {
 	}
 	jc := e.cfg.JWKS
 	if jc.CheckAddr == nil {
-		jc.CheckAddr = e.cfg.Policy.CheckAddr
+		jc.CheckAddr = e.cfg.AddressRule.CheckAddr
 	}
 	if jc.Logger == nil {
 		jc.Logger = e.log
@@ -101,8 +101,8 @@ func (e *Edge) initAuth() error {
 type compiledAuth struct {
 	issuers  []*tenants.Issuer // sorted by id
 	verifier *jwtauth.Verifier
-	policy   *tenants.Policy
-	enforcer *policy.Enforcer
+	policy   *tenants.AccessRules
+	enforcer *accessrules.Enforcer
 }
 
 // compileAuth builds (or keeps) the tenant's verifier and enforcer.
@@ -115,7 +115,7 @@ func (e *Edge) compileAuth(s *Snapshot, v *tenantView, c *compiledAuth) {
 	if v.policy != c.policy {
 		c.policy, c.enforcer = v.policy, nil
 		if p := v.policy; p != nil {
-			enf, err := policy.Compile(p.Rules, p.Roles)
+			enf, err := accessrules.Compile(p.Rules, p.Roles)
 			if err != nil {
 				e.log.Error("edge: tenant policy does not compile; policy routes deny every call", "tenant", s.Slug, "err", err)
 			} else {

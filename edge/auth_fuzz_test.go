@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"tollgate/accessrules"
 	"tollgate/edge"
-	"tollgate/edge/policy"
 )
 
 // FuzzBearer: the token is the header's value after "Bearer " (any case), trimmed, and
@@ -41,7 +41,7 @@ func FuzzBearer(f *testing.F) {
 // could read as /admin — any letter case, percent-decoded, with or without a trailing
 // slash — and a path with ";" is never allowed.
 func FuzzPolicyPath(f *testing.F) {
-	enf, err := policy.Compile([][]string{
+	enf, err := accessrules.Compile([][]string{
 		{"*", "/*", "*"},
 		{"*", "/admin/*", "*", "deny"},
 	}, nil)

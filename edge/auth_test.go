@@ -458,7 +458,7 @@ func TestPolicyHostilePaths(t *testing.T) {
 	alice := h.key(acme, "c-alice", "ka")
 	bob := h.key(acme, "c-bob", "kb")
 	h.put(&tenants.Issuer{ID: "ia", TenantID: acme, Issuer: issA, Audiences: []string{audA}, Keys: []tenants.JWK{rsaJWK(rsaKey(0), "a1")}})
-	h.put(&tenants.Policy{TenantID: acme, Rules: [][]string{
+	h.put(&tenants.AccessRules{TenantID: acme, Rules: [][]string{
 		{"reader", "/orders/:id", "GET"},
 		{"reader", "/public/*", "GET"},
 		{"admin", "/orders/*", "*"},
@@ -467,12 +467,12 @@ func TestPolicyHostilePaths(t *testing.T) {
 		{"c-bob", "/orders/audit", "GET", "deny"},
 		{issA + "|auditor", "/orders/audit", "GET"},
 	}, Roles: [][]string{{"alice", "reader"}, {"bob", "admin"}, {"admin", "reader"}}})
-	r := &tenants.Route{ID: "r-all", TenantID: acme, Name: "all", Paths: []string{"/"}, Auth: tenants.AuthKeyOrJWT, Policy: true,
+	r := &tenants.Route{ID: "r-all", TenantID: acme, Name: "all", Paths: []string{"/"}, Auth: tenants.AuthKeyOrJWT, CheckAccess: true,
 		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.URL, Weight: 1}}}}
 	h.put(r)
-	h.put(&tenants.Route{ID: "r-strip", TenantID: acme, Name: "strip", Paths: []string{"/api"}, Auth: tenants.AuthKey, Policy: true, StripPrefix: true,
+	h.put(&tenants.Route{ID: "r-strip", TenantID: acme, Name: "strip", Paths: []string{"/api"}, Auth: tenants.AuthKey, CheckAccess: true, StripPrefix: true,
 		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.URL, Weight: 1}}}})
-	h.put(&tenants.Route{ID: "r-open", TenantID: acme, Name: "open", Paths: []string{"/open"}, Auth: tenants.AuthNone, Policy: true,
+	h.put(&tenants.Route{ID: "r-open", TenantID: acme, Name: "open", Paths: []string{"/open"}, Auth: tenants.AuthNone, CheckAccess: true,
 		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.URL, Weight: 1}}}})
 	h.e.Loaded()
 	waitFor(t, 5*time.Second, func() string {
@@ -591,8 +591,8 @@ func TestPolicyHostilePaths(t *testing.T) {
 		return ""
 	})
 	// A policy that does not compile (the api would refuse it) fails closed too.
-	h.put(&tenants.Policy{TenantID: acme, Rules: [][]string{{"alice", "orders", "GET"}}})
-	h.put(&tenants.Route{ID: "r-new", TenantID: acme, Name: "new", Paths: []string{"/new"}, Auth: tenants.AuthKey, Policy: true,
+	h.put(&tenants.AccessRules{TenantID: acme, Rules: [][]string{{"alice", "orders", "GET"}}})
+	h.put(&tenants.Route{ID: "r-new", TenantID: acme, Name: "new", Paths: []string{"/new"}, Auth: tenants.AuthKey, CheckAccess: true,
 		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.URL, Weight: 1}}}})
 	waitFor(t, 5*time.Second, func() string {
 		if r := h.get("acme."+domain, "/new", "X-API-Key: "+alice); r.status != 403 {
@@ -614,10 +614,10 @@ func TestPolicyTenantIsolation(t *testing.T) {
 	for _, slug := range []string{"acme", bSlug} {
 		id := h.tenant(slug)
 		h.put(&tenants.Consumer{ID: "c-" + slug, TenantID: id, Name: "alice"})
-		h.put(&tenants.Route{ID: "r-" + slug, TenantID: id, Name: "all", Paths: []string{"/"}, Auth: tenants.AuthKey, Policy: true,
+		h.put(&tenants.Route{ID: "r-" + slug, TenantID: id, Name: "all", Paths: []string{"/"}, Auth: tenants.AuthKey, CheckAccess: true,
 			Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.URL, Weight: 1}}}})
 	}
-	h.put(&tenants.Policy{TenantID: "t-acme", Rules: [][]string{{"alice", "/*", "*"}}})
+	h.put(&tenants.AccessRules{TenantID: "t-acme", Rules: [][]string{{"alice", "/*", "*"}}})
 	ka := h.key("t-acme", "c-acme", "ka")
 	kb := h.key("t-"+bSlug, "c-"+bSlug, "kb")
 	h.e.Loaded()
@@ -658,8 +658,8 @@ func BenchmarkJWTPolicy(b *testing.B) {
 	h.put(&tenants.Consumer{ID: "c", TenantID: acme, Name: "c"})
 	key := h.key(acme, "c", "k")
 	h.put(&tenants.Issuer{ID: "ia", TenantID: acme, Issuer: issA, Audiences: []string{audA}, Keys: []tenants.JWK{rsaJWK(rsaKey(0), "a1")}})
-	h.put(&tenants.Policy{TenantID: acme, Rules: [][]string{{"reader", "/orders/:id", "GET"}, {"*", "/orders/admin/*", "*", "deny"}}})
-	h.put(&tenants.Route{ID: "r-jwt", TenantID: acme, Name: "orders", Paths: []string{"/orders"}, Auth: tenants.AuthJWT, Policy: true,
+	h.put(&tenants.AccessRules{TenantID: acme, Rules: [][]string{{"reader", "/orders/:id", "GET"}, {"*", "/orders/admin/*", "*", "deny"}}})
+	h.put(&tenants.Route{ID: "r-jwt", TenantID: acme, Name: "orders", Paths: []string{"/orders"}, Auth: tenants.AuthJWT, CheckAccess: true,
 		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: upURL, Weight: 1}}}})
 	h.e.Loaded()
 	tok := rs256(b, rsaKey(0), "a1", claims(issA, "bench", func(c jwt.MapClaims) { c["roles"] = []string{"reader"} }))

@@ -46,9 +46,9 @@ import (
 type Config struct {
 	// Domain is the edge domain: tenant "demo" is served on demo.{Domain}. Required.
 	Domain string
-	// Policy is checked on every address the edge connects to (UpstreamPolicy.CheckAddr).
+	// AddressRule is checked on every address the edge connects to (UpstreamAddressRule.CheckAddr).
 	// Default: the zero policy, which refuses every address that is not globally reachable.
-	Policy *tenants.UpstreamPolicy
+	AddressRule *tenants.UpstreamAddressRule
 	// TrustedProxies are the peers whose X-Forwarded-* headers the edge keeps (appending
 	// to X-Forwarded-For). Default: none, every client's X-Forwarded-* is replaced.
 	TrustedProxies []netip.Prefix
@@ -138,8 +138,8 @@ func (c *Config) setDefaults() error {
 	if c.Domain == "" {
 		return errors.New("edge: Config.Domain is required")
 	}
-	if c.Policy == nil {
-		c.Policy = &tenants.UpstreamPolicy{}
+	if c.AddressRule == nil {
+		c.AddressRule = &tenants.UpstreamAddressRule{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -266,7 +266,7 @@ type tenantState struct {
 	keys      map[string]keyEntry
 	plans     map[string]*tenants.Plan
 	issuers   map[string]*tenants.Issuer
-	policy    *tenants.Policy
+	policy    *tenants.AccessRules
 	domains   map[string]domainEntry // custom domains (tls.go), by id
 	// domainsDirty: domains changed since the host maps were last rebuilt.
 	domainsDirty bool
@@ -311,7 +311,7 @@ func New(cfg Config) (*Edge, error) {
 		log:      cfg.Logger.With("edge", cfg.EdgeID),
 		m:        m,
 		labels:   newLabeler(m, cfg.MaxTenantLabels, cfg.MaxRouteLabels, cfg.MaxRouteLabelsTotal),
-		dialer:   &dialer{policy: cfg.Policy, resolver: net.DefaultResolver},
+		dialer:   &dialer{policy: cfg.AddressRule, resolver: net.DefaultResolver},
 		state:    map[string]*tenantState{},
 		tombs:    map[string]int64{},
 		dirty:    map[string]time.Time{},
@@ -445,7 +445,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	case tenants.KindJWTIssuer:
 		ts.issuers[pk.ID] = ent.JWTIssuer
 	case tenants.KindPolicy:
-		ts.policy = ent.Policy
+		ts.policy = ent.AccessRules
 	case tenants.KindDomain:
 		ts.domains[pk.ID] = dom
 		ts.domainsDirty = true
@@ -554,7 +554,7 @@ func validateEntry(pk tenants.ParsedKey, ent *tenants.Entry) error {
 }
 
 // anyUpstream admits every unicast address, for validating a route's shape at the edge.
-var anyUpstream = &tenants.UpstreamPolicy{AllowCIDRs: []netip.Prefix{
+var anyUpstream = &tenants.UpstreamAddressRule{AllowCIDRs: []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"),
 }}
 

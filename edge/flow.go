@@ -71,15 +71,15 @@ func newFlowMetrics(reg prometheus.Registerer) (*flowMetrics, error) {
 	}, nil
 }
 
-// planPolicies are the rate, quota and concurrency cap of one plan (each may be nil).
-type planPolicies [3]*limit.Policy
+// planRules are the rate, quota and concurrency cap of one plan (each may be nil).
+type planRules [3]*limit.Rule
 
-func (p *planPolicies) any() bool { return p[0] != nil || p[1] != nil || p[2] != nil }
+func (p *planRules) any() bool { return p[0] != nil || p[1] != nil || p[2] != nil }
 
 // compilePlan compiles a plan of tenant tenantID under scope name; a plan that does not
 // compile (validated input, so a bug) is logged and enforces nothing.
-func (e *Edge) compilePlan(tenantID, slug, name string, p *tenants.Plan) planPolicies {
-	var out planPolicies
+func (e *Edge) compilePlan(tenantID, slug, name string, p *tenants.Plan) planRules {
+	var out planRules
 	if p == nil {
 		return out
 	}
@@ -89,7 +89,7 @@ func (e *Edge) compilePlan(tenantID, slug, name string, p *tenants.Plan) planPol
 		e.log.Error("edge: plan limits skipped", "tenant", slug, "plan", p.Name, "err", err)
 		return out
 	}
-	return planPolicies{r, q, c}
+	return planRules{r, q, c}
 }
 
 // compileLimits compiles the tenant's platform plan and its consumers' plans. It runs
@@ -109,8 +109,8 @@ func (e *Edge) compileLimits(s *Snapshot, t *tenants.Tenant) {
 // routeLimits is a route's compiled limits.
 type routeLimits struct {
 	template      []limit.Check // the tenant's limits and the route-wide one
-	perIP         *limit.Policy
-	perConsumer   *limit.Policy
+	perIP         *limit.Rule
+	perConsumer   *limit.Rule
 	consumerPlans bool // the route authenticates and some consumer has a plan
 }
 
@@ -119,7 +119,7 @@ func (e *Edge) compileRouteLimits(rt *route, rl *tenants.RateLimit) routeLimits 
 	var out routeLimits
 	for _, p := range s.limits {
 		if p != nil {
-			out.template = append(out.template, limit.Check{Policy: p})
+			out.template = append(out.template, limit.Check{Rule: p})
 		}
 	}
 	if rl != nil {
@@ -144,7 +144,7 @@ func (e *Edge) compileRouteLimits(rt *route, rl *tenants.RateLimit) routeLimits 
 		case rl.Per == tenants.PerConsumer:
 			out.perConsumer = p
 		default:
-			out.template = append(out.template, limit.Check{Policy: p})
+			out.template = append(out.template, limit.Check{Rule: p})
 		}
 	}
 	out.consumerPlans = rt.auth != tenants.AuthNone && s.consumerLimits
@@ -163,18 +163,18 @@ func (e *Edge) limitStep(rt *route, next func(*exchange)) func(*exchange) {
 	return func(x *exchange) {
 		n := copy(x.checks[:], tmpl)
 		if perIP != nil {
-			x.checks[n] = limit.Check{Policy: perIP, Key: x.clientIP()}
+			x.checks[n] = limit.Check{Rule: perIP, Key: x.clientIP()}
 			n++
 		}
 		if c := x.consumer; c != nil {
 			if perConsumer != nil {
-				x.checks[n] = limit.Check{Policy: perConsumer, Key: c.id}
+				x.checks[n] = limit.Check{Rule: perConsumer, Key: c.id}
 				n++
 			}
 			if consumerPlans {
 				for _, p := range c.limits {
 					if p != nil {
-						x.checks[n] = limit.Check{Policy: p, Key: c.id}
+						x.checks[n] = limit.Check{Rule: p, Key: c.id}
 						n++
 					}
 				}

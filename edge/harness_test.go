@@ -28,8 +28,8 @@ import (
 const domain = "edge.test"
 
 // loopbackPolicy admits the 127.0.0.0/8 upstreams the tests start.
-func loopbackPolicy() *tenants.UpstreamPolicy {
-	return &tenants.UpstreamPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+func loopbackPolicy() *tenants.UpstreamAddressRule {
+	return &tenants.UpstreamAddressRule{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 }
 
 // harness is one edge on loopback listeners, fed entries like a KV watcher would.
@@ -52,7 +52,7 @@ func newHarness(t testing.TB, opts ...func(*edge.Config)) *harness {
 	}
 	cfg := edge.Config{
 		Domain:       domain,
-		Policy:       loopbackPolicy(),
+		AddressRule:  loopbackPolicy(),
 		Logger:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level})),
 		Registry:     reg,
 		EdgeID:       "test",
@@ -121,8 +121,8 @@ func (h *harness) putRev(obj any, rev int64) {
 		e.Plan = o
 	case *tenants.Issuer:
 		e.JWTIssuer = o
-	case *tenants.Policy:
-		e.Policy = o
+	case *tenants.AccessRules:
+		e.AccessRules = o
 	default:
 		h.t.Fatalf("put: %T is not a config object", obj)
 	}

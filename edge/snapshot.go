@@ -6,9 +6,9 @@ import (
 	"sort"
 	"time"
 
+	"tollgate/accessrules"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/meter"
-	"tollgate/edge/policy"
 	"tollgate/tenants"
 )
 
@@ -27,11 +27,11 @@ type Snapshot struct {
 	consumers map[string]*Consumer   // by id
 	plans     map[string]*tenants.Plan
 	labels    *tenantLabels
-	jwt       *jwtauth.Verifier // nil: no usable issuer (jwt routes refuse every token)
-	policy    *policy.Enforcer  // nil: no policy (policy routes deny every call)
+	jwt       *jwtauth.Verifier     // nil: no usable issuer (jwt routes refuse every token)
+	policy    *accessrules.Enforcer // nil: no policy (policy routes deny every call)
 	// limits is the tenant's platform plan, compiled; consumerLimits: some consumer
 	// has a plan with limits (see flow.go).
-	limits         planPolicies
+	limits         planRules
 	consumerLimits bool
 	// meter counts the tenant's requests that matched no route (metering.go); nil: off.
 	meter *meter.Route
@@ -45,7 +45,7 @@ type Consumer struct {
 
 	id, name []byte          // header values, made once
 	subjects []string        // who the policy sees: id and name (a JWT caller: <iss>|<claim>, the claim, its roles)
-	limits   planPolicies    // Plan, compiled
+	limits   planRules       // Plan, compiled
 	meter    *meter.Consumer // nil: metering off, or a JWT caller (metering.go)
 }
 
@@ -88,7 +88,7 @@ type tenantView struct {
 	keys      []keyEntry
 	plans     []*tenants.Plan
 	issuers   []*tenants.Issuer
-	policy    *tenants.Policy
+	policy    *tenants.AccessRules
 }
 
 // keyEntry is a key entry with its hash decoded at apply time.
@@ -205,7 +205,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 			metrics:        rms[i],
 			snapshot:       s,
 			rateLimit:      r.RateLimit,
-			policy:         r.Policy,
+			policy:         r.CheckAccess,
 			meter:          e.meterRoute(v.tenant.ID, r.ID),
 			transform:      compileTransform(r.Transform),
 		}

@@ -156,11 +156,11 @@ func (e *dialError) Unwrap() error { return e.err }
 func (e *dialError) Timeout() bool { return e.timeout }
 
 // dialer connects to upstreams. It resolves the target's name itself and checks every
-// address with UpstreamPolicy.CheckAddr before connecting, and then connects to the
+// address with UpstreamAddressRule.CheckAddr before connecting, and then connects to the
 // checked address, so a name that resolves somewhere refused (or is rebound between check
 // and connect) never reaches it.
 type dialer struct {
-	policy   *tenants.UpstreamPolicy
+	policy   *tenants.UpstreamAddressRule
 	resolver *net.Resolver
 }
 

@@ -105,7 +105,7 @@ func TestSpecialRanges(t *testing.T) {
 			continue
 		}
 		covered[r] = true
-		err := (&UpstreamPolicy{}).CheckAddr(a, 443)
+		err := (&UpstreamAddressRule{}).CheckAddr(a, 443)
 		if tc.ok {
 			if err != nil {
 				t.Errorf("%s (%s, %s): refused: %v", tc.addr, r.prefix, r.name, err)
@@ -158,13 +158,13 @@ func TestEmbeddedIPv4(t *testing.T) {
 		"2606:4700::5efe:a00:1":      "has an ISATAP interface id (RFC 5214) that embeds 10.0.0.1",
 		"2606:4700::200:5efe:7f00:1": "embeds 127.0.0.1: 127.0.0.1 is in 127.0.0.0/8, loopback",
 	} {
-		err := (&UpstreamPolicy{}).CheckAddr(netip.MustParseAddr(addr), 443)
+		err := (&UpstreamAddressRule{}).CheckAddr(netip.MustParseAddr(addr), 443)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: want an error with %q, got %v", addr, want, err)
 		}
 	}
 	for _, addr := range []string{"::ffff:8.8.8.8", "64:ff9b::808:808", "64:ff9b::1.1.1.1", "2002:808:808::1", "2606:4700::5efe:808:808", "2606:4700::5efe:c000:9"} {
-		if err := (&UpstreamPolicy{}).CheckAddr(netip.MustParseAddr(addr), 443); err != nil {
+		if err := (&UpstreamAddressRule{}).CheckAddr(netip.MustParseAddr(addr), 443); err != nil {
 			t.Errorf("%s: %v", addr, err)
 		}
 	}
@@ -174,7 +174,7 @@ func TestEmbeddedIPv4(t *testing.T) {
 // that names no single host. A re-admitted address on one of the gateway's ports is
 // refused as the gateway itself.
 func TestAllowCIDRs(t *testing.T) {
-	p := &UpstreamPolicy{
+	p := &UpstreamAddressRule{
 		AllowCIDRs: []netip.Prefix{
 			netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8"),
 			netip.MustParsePrefix("198.18.0.0/16"), netip.MustParsePrefix("0.0.0.0/0"),
@@ -214,7 +214,7 @@ func TestAllowCIDRs(t *testing.T) {
 
 // CheckAddr runs on every upstream dial: an allowed address costs no allocation.
 func TestCheckAddrAllocs(t *testing.T) {
-	p := &UpstreamPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, GatewayPorts: []int{8000}}
+	p := &UpstreamAddressRule{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, GatewayPorts: []int{8000}}
 	for _, s := range []string{"8.8.8.8", "2606:4700:4700::1111", "64:ff9b::808:808", "127.0.0.1", "192.0.0.9", "2001:1::1"} {
 		a := netip.MustParseAddr(s)
 		if n := testing.AllocsPerRun(100, func() { _ = p.CheckAddr(a, 443) }); n != 0 {
@@ -224,7 +224,7 @@ func TestCheckAddrAllocs(t *testing.T) {
 }
 
 func BenchmarkCheckAddr(b *testing.B) {
-	p := &UpstreamPolicy{}
+	p := &UpstreamAddressRule{}
 	for _, s := range []string{"93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "10.0.0.1"} {
 		a := netip.MustParseAddr(s)
 		b.Run(s, func(b *testing.B) {
@@ -247,7 +247,7 @@ func FuzzCheckAddr(f *testing.F) {
 		b := netip.MustParseAddr(s).As16()
 		f.Add(b[:], netip.MustParseAddr(s).Is4())
 	}
-	zero := &UpstreamPolicy{}
+	zero := &UpstreamAddressRule{}
 	f.Fuzz(func(t *testing.T, raw []byte, is4 bool) {
 		if len(raw) != 16 {
 			return
@@ -283,7 +283,7 @@ func FuzzCheckAddr(f *testing.F) {
 		}
 		if err != nil {
 			r := specialRangeOf(a)
-			only := &UpstreamPolicy{AllowCIDRs: []netip.Prefix{netip.PrefixFrom(a, a.BitLen())}}
+			only := &UpstreamAddressRule{AllowCIDRs: []netip.Prefix{netip.PrefixFrom(a, a.BitLen())}}
 			err2 := only.CheckAddr(a, 443)
 			never := strings.Contains(err.Error(), "names no single remote host")
 			if (err2 == nil) == never {

@@ -44,8 +44,8 @@ func TestAuthEntryKeys(t *testing.T) {
 
 // A jwks_url's host is judged by the upstream policy at save time.
 func TestIssuerJWKSHost(t *testing.T) {
-	strict := &tenants.UpstreamPolicy{}
-	dev := &tenants.UpstreamPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, EdgeDomain: "edge.example", GatewayPorts: []int{443}}
+	strict := &tenants.UpstreamAddressRule{}
+	dev := &tenants.UpstreamAddressRule{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, EdgeDomain: "edge.example", GatewayPorts: []int{443}}
 	for _, c := range []struct {
 		url        string
 		strict, ok bool // refused by the strict policy, by the dev one

@@ -37,8 +37,8 @@ type Entry struct {
 	Key      *KeyEntry `json:"key,omitempty"`
 	Plan     *Plan     `json:"plan,omitempty"`
 	// JWTIssuer carries its HS256Secret, if any: the edges verify with it.
-	JWTIssuer *Issuer `json:"jwt_issuer,omitempty"`
-	Policy    *Policy `json:"policy,omitempty"`
+	JWTIssuer   *Issuer      `json:"jwt_issuer,omitempty"`
+	AccessRules *AccessRules `json:"policy,omitempty"`
 	// Domain carries the certificate's private key: the edges terminate TLS with it.
 	Domain *Domain `json:"domain,omitempty"`
 }
@@ -88,8 +88,8 @@ func (e *Entry) EntryKey() (string, error) {
 		return ObjectKey(e.Plan.TenantID, KindPlan, e.Plan.ID), nil
 	case e.JWTIssuer != nil:
 		return ObjectKey(e.JWTIssuer.TenantID, KindJWTIssuer, e.JWTIssuer.ID), nil
-	case e.Policy != nil:
-		return PolicyKey(e.Policy.TenantID), nil
+	case e.AccessRules != nil:
+		return PolicyKey(e.AccessRules.TenantID), nil
 	case e.Domain != nil:
 		return ObjectKey(e.Domain.TenantID, KindDomain, e.Domain.ID), nil
 	}
@@ -132,7 +132,7 @@ func DecodeEntry(key string, value []byte) (ParsedKey, *Entry, error) {
 		return pk, nil, fmt.Errorf("config entry %s: %v", key, err)
 	}
 	n := 0
-	for _, set := range []bool{e.Tenant != nil, e.Route != nil, e.Consumer != nil, e.Key != nil, e.Plan != nil, e.JWTIssuer != nil, e.Policy != nil, e.Domain != nil} {
+	for _, set := range []bool{e.Tenant != nil, e.Route != nil, e.Consumer != nil, e.Key != nil, e.Plan != nil, e.JWTIssuer != nil, e.AccessRules != nil, e.Domain != nil} {
 		if set {
 			n++
 		}
@@ -154,8 +154,8 @@ func DecodeEntry(key string, value []byte) (ParsedKey, *Entry, error) {
 		tenantID, id, kind = e.Plan.TenantID, e.Plan.ID, KindPlan
 	case e.JWTIssuer != nil:
 		tenantID, id, kind = e.JWTIssuer.TenantID, e.JWTIssuer.ID, KindJWTIssuer
-	case e.Policy != nil:
-		tenantID, id, kind = e.Policy.TenantID, "", KindPolicy
+	case e.AccessRules != nil:
+		tenantID, id, kind = e.AccessRules.TenantID, "", KindPolicy
 	case e.Domain != nil:
 		tenantID, id, kind = e.Domain.TenantID, e.Domain.ID, KindDomain
 	}

@@ -43,7 +43,7 @@ func FuzzSlugAndPath(f *testing.F) {
 		}
 		_ = tenants.ValidatePath(s)
 		_ = tenants.ValidateName(s)
-		_, _ = (&tenants.UpstreamPolicy{}).ValidateTarget(s)
+		_, _ = (&tenants.UpstreamAddressRule{}).ValidateTarget(s)
 	})
 }
 

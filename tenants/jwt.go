@@ -492,7 +492,7 @@ func (j *JWK) PublicKey() (*PublicKey, error) {
 // or the gateway's own edge, is EValidation on "jwks_url". The edge checks every address
 // it connects to again when it fetches, so a name that resolves somewhere refused fails
 // then.
-func (is *Issuer) CheckJWKSHost(p *UpstreamPolicy) error {
+func (is *Issuer) CheckJWKSHost(p *UpstreamAddressRule) error {
 	if is.JWKSURL == "" {
 		return nil
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"tollgate/edge/policy"
+	"tollgate/accessrules"
 	"tollgate/tenants"
 )
 
@@ -155,8 +155,8 @@ func TestResourceLimits(t *testing.T) {
 		t.Fatalf("a plan without resources gets the ceilings, got %+v", p.Resources)
 	}
 	// The policy ceiling is the engine's own bound on rules and role links together.
-	if tenants.MaxResources.PolicyRules != policy.MaxRules+policy.MaxRoleLinks {
-		t.Errorf("policy_rules ceiling %d, engine bound %d", tenants.MaxResources.PolicyRules, policy.MaxRules+policy.MaxRoleLinks)
+	if tenants.MaxResources.PolicyRules != accessrules.MaxRules+accessrules.MaxRoleLinks {
+		t.Errorf("policy_rules ceiling %d, engine bound %d", tenants.MaxResources.PolicyRules, accessrules.MaxRules+accessrules.MaxRoleLinks)
 	}
 	if tenants.MaxResources.JWTIssuers != tenants.MaxIssuersPerTenant {
 		t.Errorf("jwt_issuers ceiling %d", tenants.MaxResources.JWTIssuers)

@@ -35,9 +35,9 @@ type Route struct {
 	Upstream Upstream `json:"upstream"`
 	// Auth is AuthNone, AuthKey, AuthJWT or AuthKeyOrJWT. Default: AuthNone.
 	Auth string `json:"auth"`
-	// Policy makes the edge check the tenant's policy for this route.
-	Policy    bool       `json:"policy"`
-	RateLimit *RateLimit `json:"rate_limit,omitempty"`
+	// CheckAccess makes the edge check the tenant's policy for this route.
+	CheckAccess bool       `json:"policy"`
+	RateLimit   *RateLimit `json:"rate_limit,omitempty"`
 	// StripPrefix removes the matched path prefix before proxying.
 	StripPrefix bool `json:"strip_prefix"`
 	// WebSocket lets upgrade requests through to the upstream as WebSocket tunnels.
@@ -268,13 +268,13 @@ type JWTIssuerService interface {
 	DeleteJWTIssuer(ctx context.Context, tenantID, id string) error
 }
 
-// PolicyService manages a tenant's policy. Validating a policy is the compiler's job
-// (edge/policy.Compile); callers validate before PutPolicy.
-type PolicyService interface {
-	// FindPolicy: ENotFound when the tenant has none.
-	FindPolicy(ctx context.Context, tenantID string) (*Policy, error)
-	// PutPolicy creates or replaces the tenant's policy; when p.Version is not 0 only if
+// AccessRulesService manages a tenant's policy. Validating a policy is the compiler's job
+// (accessrules.Compile); callers validate before PutAccessRules.
+type AccessRulesService interface {
+	// FindAccessRules: ENotFound when the tenant has none.
+	FindAccessRules(ctx context.Context, tenantID string) (*AccessRules, error)
+	// PutAccessRules creates or replaces the tenant's policy; when p.Version is not 0 only if
 	// it is current. ENotFound (tenant, or no policy to update at that version),
 	// EVersionConflict.
-	PutPolicy(ctx context.Context, p *Policy) error
+	PutAccessRules(ctx context.Context, p *AccessRules) error
 }

@@ -227,7 +227,7 @@ func validateHeaderName(n string) error {
 
 // Validate checks c (the route's own targets are checked by Route.Validate; c's are
 // checked here against the same policy).
-func (c *Canary) Validate(p *UpstreamPolicy, auth string) error {
+func (c *Canary) Validate(p *UpstreamAddressRule, auth string) error {
 	if c == nil {
 		return nil
 	}
@@ -281,7 +281,7 @@ func (c *Canary) Validate(p *UpstreamPolicy, auth string) error {
 
 // validateTargets checks and normalizes u's targets: 1–MaxTargets URLs the policy
 // allows, weights 0–MaxWeight (all omitted: equal shares).
-func validateTargets(u *Upstream, at string, p *UpstreamPolicy) error {
+func validateTargets(u *Upstream, at string, p *UpstreamAddressRule) error {
 	if len(u.Targets) == 0 {
 		return Invalid(at+".targets", "needs at least one target")
 	}

@@ -11,9 +11,9 @@ import (
 	"unicode/utf8"
 )
 
-// UpstreamPolicy is the operator's say on where upstreams may point. The zero value
+// UpstreamAddressRule is the operator's say on where upstreams may point. The zero value
 // refuses every address that is not globally reachable (specialRanges).
-type UpstreamPolicy struct {
+type UpstreamAddressRule struct {
 	// AllowCIDRs re-admits ranges that are refused by default (TOLLGATE_UPSTREAM_ALLOW_CIDRS).
 	AllowCIDRs []netip.Prefix
 	// GatewayPorts are the ports Tollgate itself listens on; a target on a local or
@@ -48,7 +48,7 @@ func ParseCIDRs(s string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-func (p *UpstreamPolicy) allowed(a netip.Addr) bool {
+func (p *UpstreamAddressRule) allowed(a netip.Addr) bool {
 	for _, c := range p.AllowCIDRs {
 		if c.Contains(a) {
 			return true
@@ -64,7 +64,7 @@ func (p *UpstreamPolicy) allowed(a netip.Addr) bool {
 // id…) is judged by that IPv4 address. AllowCIDRs re-admits a refused address it names
 // (or whose embedded IPv4 address it names), never an unspecified, broadcast or
 // multicast one. It allocates nothing for an address it allows.
-func (p *UpstreamPolicy) CheckAddr(a netip.Addr, port int) error {
+func (p *UpstreamAddressRule) CheckAddr(a netip.Addr, port int) error {
 	if !a.IsValid() {
 		return fmt.Errorf("is not an IP address")
 	}
@@ -110,7 +110,7 @@ func (p *UpstreamPolicy) CheckAddr(a netip.Addr, port int) error {
 }
 
 // ValidateTarget checks one upstream URL at save time and returns it normalized.
-func (p *UpstreamPolicy) ValidateTarget(raw string) (string, error) {
+func (p *UpstreamAddressRule) ValidateTarget(raw string) (string, error) {
 	if raw == "" {
 		return "", fmt.Errorf("is required")
 	}
@@ -459,7 +459,7 @@ func (t *Tenant) Validate() error {
 // Validate checks r against the rules and the operator's upstream policy, and normalizes
 // it: methods upper-cased and sorted by first appearance, weights defaulted to 1, auth to
 // "none", sizes and timeouts to their defaults, target URLs lower-cased hosts.
-func (r *Route) Validate(p *UpstreamPolicy) error {
+func (r *Route) Validate(p *UpstreamAddressRule) error {
 	if err := ValidateName(r.Name); err != nil {
 		return Invalid("name", "%v", err)
 	}

@@ -9,9 +9,9 @@ import (
 	"tollgate/tenants"
 )
 
-var strict = &tenants.UpstreamPolicy{GatewayPorts: []int{8000, 8080, 9000}, EdgeDomain: "localhost"}
+var strict = &tenants.UpstreamAddressRule{GatewayPorts: []int{8000, 8080, 9000}, EdgeDomain: "localhost"}
 
-var devPolicy = &tenants.UpstreamPolicy{
+var devPolicy = &tenants.UpstreamAddressRule{
 	AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 	GatewayPorts: []int{8000, 8080, 9000},
 	EdgeDomain:   "tollgate.test",
@@ -42,7 +42,7 @@ func TestRouteValidateDefaults(t *testing.T) {
 func TestRouteValidateRejects(t *testing.T) {
 	cases := []struct {
 		name   string
-		policy *tenants.UpstreamPolicy
+		policy *tenants.UpstreamAddressRule
 		mut    func(r *tenants.Route)
 		field  string
 		msg    string

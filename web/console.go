@@ -53,13 +53,13 @@ type Config struct {
 	// the page says the setting is not managed here.
 	Plans      tenants.PlanService
 	JWTIssuers tenants.JWTIssuerService
-	Policies   tenants.PolicyService
+	Policies   tenants.AccessRulesService
 	// Usage draws the usage page. Nil: the page says usage is not collected here.
 	Usage billing.UsageService
-	// Policy decides what each role may do. Default: rbac.Must().
-	Policy *rbac.Policy
+	// Roles decides what each role may do. Default: rbac.Must().
+	Roles *rbac.Roles
 	// Upstreams is the operator's rule on route targets (as the API's). Default: zero policy.
-	Upstreams *tenants.UpstreamPolicy
+	Upstreams *tenants.UpstreamAddressRule
 	// EdgeDomain and EdgePort make the example URLs: http://{slug}.{EdgeDomain}:{EdgePort}/.
 	// Defaults: "localhost", "8000".
 	EdgeDomain string
@@ -103,11 +103,11 @@ func New(cfg Config) *Console {
 	if cfg.Tenants == nil || cfg.Routes == nil || cfg.Consumers == nil || cfg.People == nil || cfg.Audit == nil {
 		panic("web.New: Config needs Tenants, Routes, Consumers, People and Audit")
 	}
-	if cfg.Policy == nil {
-		cfg.Policy = rbac.Must()
+	if cfg.Roles == nil {
+		cfg.Roles = rbac.Must()
 	}
 	if cfg.Upstreams == nil {
-		cfg.Upstreams = &tenants.UpstreamPolicy{}
+		cfg.Upstreams = &tenants.UpstreamAddressRule{}
 	}
 	if cfg.EdgeDomain == "" {
 		cfg.EdgeDomain = "localhost"

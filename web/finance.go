@@ -29,7 +29,7 @@ type financeData struct {
 // mayExport reports whether the signed-in user may export the bill.
 func (c *Console) mayExport(ctx *fiber.Ctx) bool {
 	u := user(ctx)
-	return u != nil && c.cfg.Policy.Allow(u.PlatformRole, rbac.PlatformDomain, rbac.BillingExport)
+	return u != nil && c.cfg.Roles.Allow(u.PlatformRole, rbac.PlatformDomain, rbac.BillingExport)
 }
 
 // zeroDecimal are ISO 4217 currencies without minor units.

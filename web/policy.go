@@ -9,14 +9,14 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"tollgate/edge/policy"
+	"tollgate/accessrules"
 	"tollgate/tenants"
 	"tollgate/tenants/rbac"
 )
 
 // The tenant's access policy as two texts: rules, one "subject, path, action[, effect]"
 // a line, and role links, one "member, role" a line; blank lines and # comments are
-// skipped. It is validated by the engine the edges run (edge/policy.Compile), as the API
+// skipped. It is validated by the engine the edges run (accessrules.Compile), as the API
 // does, and an error is shown on the line it is about.
 
 type policyLine struct {
@@ -136,7 +136,7 @@ func policyError(err error, f *policyForm, ruleAt, roleAt []int) bool {
 func (c *Console) policyPage(ctx *fiber.Ctx) error {
 	f := policyForm{Errors: map[string]string{}, Version: "0"}
 	if c.cfg.Policies != nil {
-		p, err := c.cfg.Policies.FindPolicy(c.ctx(ctx), tenantOf(ctx).ID)
+		p, err := c.cfg.Policies.FindAccessRules(c.ctx(ctx), tenantOf(ctx).ID)
 		switch {
 		case err == nil:
 			f.Rules, f.Roles, f.Version, f.Exists = joinLines(p.Rules), joinLines(p.Roles), strconv.FormatInt(p.Version, 10), true
@@ -159,11 +159,11 @@ func (c *Console) policySave(ctx *fiber.Ctx) error {
 	f.Exists = f.Version != "" && f.Version != "0"
 	rules, ruleAt := parseLines(f.Rules)
 	roles, roleAt := parseLines(f.Roles)
-	_, err := policy.Compile(rules, roles)
+	_, err := accessrules.Compile(rules, roles)
 	if err == nil {
 		v, _ := strconv.ParseInt(f.Version, 10, 64)
-		p := &tenants.Policy{TenantID: tv.ID, Rules: rules, Roles: roles, Version: v}
-		err = c.cfg.Policies.PutPolicy(c.ctx(ctx), p)
+		p := &tenants.AccessRules{TenantID: tv.ID, Rules: rules, Roles: roles, Version: v}
+		err = c.cfg.Policies.PutAccessRules(c.ctx(ctx), p)
 		if err == nil {
 			c.record(ctx, user(ctx), tv.ID, "policy.update", "")
 			return ctx.Redirect(c.tenantURL(ctx, "/policy?done=policy-saved"), http.StatusSeeOther)

@@ -300,7 +300,7 @@ func (c *Console) tenantScope(ctx *fiber.Ctx) error {
 	case tenants.ErrorCode(err) != tenants.ENotFound:
 		return c.internal(ctx, err)
 	}
-	p := c.cfg.Policy
+	p := c.cfg.Roles
 	if !p.Allow(role, t.ID, rbac.Read) {
 		return c.notFound(ctx, u)
 	}
@@ -317,7 +317,7 @@ func tenantOf(ctx *fiber.Ctx) *tenantView {
 // may checks a write's class; false means the 403 page has been rendered.
 func (c *Console) may(ctx *fiber.Ctx, class rbac.Class) (bool, error) {
 	tv := tenantOf(ctx)
-	if c.cfg.Policy.Allow(tv.Role, tv.ID, class) {
+	if c.cfg.Roles.Allow(tv.Role, tv.ID, class) {
 		return true, nil
 	}
 	return false, c.errorPage(ctx, http.StatusForbidden, "Not allowed",

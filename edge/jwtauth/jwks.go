@@ -26,8 +26,8 @@ import (
 // JWKSConfig configures a JWKSCache. Zero fields take the default in their comment.
 type JWKSConfig struct {
 	// CheckAddr vets every address a fetch would connect to; the edge passes its
-	// UpstreamPolicy.CheckAddr so a jwks_url can no more reach the metadata service or
-	// the private network than an upstream can. Default: the zero UpstreamPolicy, which
+	// UpstreamAddressRule.CheckAddr so a jwks_url can no more reach the metadata service or
+	// the private network than an upstream can. Default: the zero UpstreamAddressRule, which
 	// refuses every address that is not globally reachable.
 	CheckAddr func(a netip.Addr, port int) error
 	// AllowHTTPLoopback admits http:// key set URLs on a loopback host, and loopback
@@ -82,7 +82,7 @@ type JWKSCache struct {
 // NewJWKSCache returns an empty cache.
 func NewJWKSCache(cfg JWKSConfig) *JWKSCache {
 	if cfg.CheckAddr == nil {
-		cfg.CheckAddr = (&tenants.UpstreamPolicy{}).CheckAddr
+		cfg.CheckAddr = (&tenants.UpstreamAddressRule{}).CheckAddr
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultJWKSTimeout

@@ -14,13 +14,13 @@ import (
 
 // Limits that never refuse, so benchmarks measure the admitting path (S2's "rate limit
 // never triggered").
-func generous(b *testing.B, name string, mode limit.Mode) *limit.Policy {
+func generous(b *testing.B, name string, mode limit.Mode) *limit.Rule {
 	return rate(b, "t1", name, mode, 1_000_000, time.Millisecond, 1_000_000_000) // 10⁹/s
 }
 
 func BenchmarkAllowLocal(b *testing.B) {
 	l := newLimiter(b, limit.Config{})
-	checks := []limit.Check{{Policy: generous(b, "tenant", limit.ModeLocal)}}
+	checks := []limit.Check{{Rule: generous(b, "tenant", limit.ModeLocal)}}
 	b.ReportAllocs()
 	for b.Loop() {
 		l.Allow(bg, checks)
@@ -30,7 +30,7 @@ func BenchmarkAllowLocal(b *testing.B) {
 // AllowAt with the request's timestamp (fasthttp's ctx.Time()): no clock read.
 func BenchmarkAllowAtLocal(b *testing.B) {
 	l := newLimiter(b, limit.Config{})
-	checks := []limit.Check{{Policy: generous(b, "tenant", limit.ModeLocal)}}
+	checks := []limit.Check{{Rule: generous(b, "tenant", limit.ModeLocal)}}
 	now := time.Now()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -42,9 +42,9 @@ func BenchmarkAllowAtLocal(b *testing.B) {
 func BenchmarkAllowLocalThreeLimits(b *testing.B) {
 	l := newLimiter(b, limit.Config{})
 	checks := []limit.Check{
-		{Policy: generous(b, "tenant", limit.ModeLocal)},
-		{Policy: generous(b, "consumer", limit.ModeLocal), Key: []byte("consumer-0123456789")},
-		{Policy: generous(b, "route:r1", limit.ModeLocal)},
+		{Rule: generous(b, "tenant", limit.ModeLocal)},
+		{Rule: generous(b, "consumer", limit.ModeLocal), Key: []byte("consumer-0123456789")},
+		{Rule: generous(b, "route:r1", limit.ModeLocal)},
 	}
 	var h fasthttp.ResponseHeader
 	b.ReportAllocs()
@@ -62,7 +62,7 @@ func BenchmarkAllowLocalParallelManyKeys(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		key := make([]byte, 4)
-		checks := []limit.Check{{Policy: p, Key: key}}
+		checks := []limit.Check{{Rule: p, Key: key}}
 		i := next.Add(1) << 24
 		for pb.Next() {
 			i++
@@ -75,7 +75,7 @@ func BenchmarkAllowLocalParallelManyKeys(b *testing.B) {
 // One hot key (a tenant's plan) from all cores: contention on one slot.
 func BenchmarkAllowLocalParallelOneKey(b *testing.B) {
 	l := newLimiter(b, limit.Config{})
-	checks := []limit.Check{{Policy: generous(b, "tenant", limit.ModeLocal)}}
+	checks := []limit.Check{{Rule: generous(b, "tenant", limit.ModeLocal)}}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -87,7 +87,7 @@ func BenchmarkAllowLocalParallelOneKey(b *testing.B) {
 func BenchmarkAcquireRelease(b *testing.B) {
 	l := newLimiter(b, limit.Config{})
 	p, _ := limit.NewConcurrency(limit.Scope{Tenant: "t1", Name: "tenant"}, 1000)
-	checks := []limit.Check{{Policy: p}}
+	checks := []limit.Check{{Rule: p}}
 	b.ReportAllocs()
 	for b.Loop() {
 		ts, _ := l.AcquireAll(checks)
@@ -121,7 +121,7 @@ func reportCommands(b *testing.B, l *limit.Limiter, before uint64) {
 // One exact limit: one EVALSHA per request.
 func BenchmarkAllowExact(b *testing.B) {
 	l, _ := redisBench(b)
-	checks := []limit.Check{{Policy: generous(b, "tenant", limit.ModeExact)}}
+	checks := []limit.Check{{Rule: generous(b, "tenant", limit.ModeExact)}}
 	before := l.State().RedisCommands
 	b.ReportAllocs()
 	for b.Loop() {
@@ -136,10 +136,10 @@ func BenchmarkAllowExact(b *testing.B) {
 func BenchmarkAllowExactThreeLimitsAndQuota(b *testing.B) {
 	l, _ := redisBench(b)
 	checks := []limit.Check{
-		{Policy: generous(b, "tenant", limit.ModeExact)},
-		{Policy: generous(b, "consumer", limit.ModeExact), Key: []byte("c1")},
-		{Policy: generous(b, "route:r1", limit.ModeExact)},
-		{Policy: quota(b, "t1", "consumer", limit.ModeExact, 1<<40), Key: []byte("c1")},
+		{Rule: generous(b, "tenant", limit.ModeExact)},
+		{Rule: generous(b, "consumer", limit.ModeExact), Key: []byte("c1")},
+		{Rule: generous(b, "route:r1", limit.ModeExact)},
+		{Rule: quota(b, "t1", "consumer", limit.ModeExact, 1<<40), Key: []byte("c1")},
 	}
 	before := l.State().RedisCommands
 	b.ReportAllocs()
@@ -151,7 +151,7 @@ func BenchmarkAllowExactThreeLimitsAndQuota(b *testing.B) {
 
 func BenchmarkAllowExactParallel(b *testing.B) {
 	l, _ := redisBench(b)
-	checks := []limit.Check{{Policy: generous(b, "tenant", limit.ModeExact)}}
+	checks := []limit.Check{{Rule: generous(b, "tenant", limit.ModeExact)}}
 	before := l.State().RedisCommands
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -167,8 +167,8 @@ func BenchmarkAllowExactParallel(b *testing.B) {
 func BenchmarkAllowApproximate(b *testing.B) {
 	l, _ := redisBench(b)
 	checks := []limit.Check{
-		{Policy: generous(b, "tenant", limit.ModeApproximate)},
-		{Policy: quota(b, "t1", "tenant", limit.ModeApproximate, 1<<40)},
+		{Rule: generous(b, "tenant", limit.ModeApproximate)},
+		{Rule: quota(b, "t1", "tenant", limit.ModeApproximate, 1<<40)},
 	}
 	l.Allow(bg, checks)
 	before := l.State().RedisCommands

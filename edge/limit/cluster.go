@@ -147,7 +147,7 @@ func (l *Limiter) callExact(ctx context.Context, checks []Check, remote uint64, 
 		if !inMask(remote, i) {
 			continue
 		}
-		if p := checks[i].Policy; p.kind == kindRate {
+		if p := checks[i].Rule; p.kind == kindRate {
 			keys = append(keys, l.redisKey(p, checks[i].Key, nil))
 			args = append(args, float64(p.interval)/1e3, float64(p.tol)/1e3)
 			nr++
@@ -160,7 +160,7 @@ func (l *Limiter) callExact(ctx context.Context, checks []Check, remote uint64, 
 			if !inMask(remote, i) {
 				continue
 			}
-			if p := checks[i].Policy; p.kind == kindQuota {
+			if p := checks[i].Rule; p.kind == kindQuota {
 				keys = append(keys, l.redisKey(p, checks[i].Key, m))
 				args = append(args, p.limit, m.end/int64(time.Second)+quotaKeySlack)
 			}
@@ -185,7 +185,7 @@ func (l *Limiter) applyExact(checks []Check, remote uint64, res []int64, now int
 	allowed := res[0] == 1
 	j := 1
 	for i := range checks {
-		p := checks[i].Policy
+		p := checks[i].Rule
 		if !inMask(remote, i) || p.kind != kindRate {
 			continue
 		}
@@ -200,7 +200,7 @@ func (l *Limiter) applyExact(checks []Check, remote uint64, res []int64, now int
 	}
 	var m *month
 	for i := range checks {
-		p := checks[i].Policy
+		p := checks[i].Rule
 		if !inMask(remote, i) || p.kind != kindQuota {
 			continue
 		}

@@ -135,10 +135,10 @@ func TestRedisCluster(t *testing.T) {
 			// A request of a consumer on a route: the platform plan's rate, the consumer
 			// plan's rate and quota, the route's rate: four keys in one EVALSHA.
 			tc[i].rate = []limit.Check{
-				{Policy: rate(t, tn, "tenant", limit.ModeExact, 100, time.Second, 50)},
-				{Policy: rate(t, tn, "plan:gold", limit.ModeExact, 1000, time.Second, 1000), Key: []byte("c1")},
-				{Policy: quota(t, tn, "plan:gold", limit.ModeExact, 100000), Key: []byte("c1")},
-				{Policy: rate(t, tn, "route:r1", limit.ModeExact, 1000, time.Second, 1000)},
+				{Rule: rate(t, tn, "tenant", limit.ModeExact, 100, time.Second, 50)},
+				{Rule: rate(t, tn, "plan:gold", limit.ModeExact, 1000, time.Second, 1000), Key: []byte("c1")},
+				{Rule: quota(t, tn, "plan:gold", limit.ModeExact, 100000), Key: []byte("c1")},
+				{Rule: rate(t, tn, "route:r1", limit.ModeExact, 1000, time.Second, 1000)},
 			}
 			tc[i].quota = one(quota(t, tn, "plan:small", limit.ModeExact, 200), "c2")
 		}
@@ -214,8 +214,8 @@ func TestRedisCluster(t *testing.T) {
 		ls, _ := edges(t, 2, c)
 		const r, b, rps = 100, 50, 300
 		interval := 100 * time.Millisecond
-		rates := make([]*limit.Policy, len(tenants))
-		quotas := make([]*limit.Policy, len(tenants))
+		rates := make([]*limit.Rule, len(tenants))
+		quotas := make([]*limit.Rule, len(tenants))
 		for j, tn := range tenants {
 			rates[j] = rate(t, tn, "tenant", limit.ModeApproximate, r, time.Second, b)
 			quotas[j] = quota(t, tn, "plan:small", limit.ModeApproximate, 300)
@@ -297,8 +297,8 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatalf("no replica of %s in %+v", old, shards)
 		}
 		checks := []limit.Check{
-			{Policy: rate(t, tn, "tenant", limit.ModeExact, 1_000_000, time.Second, 1_000_000)},
-			{Policy: quota(t, tn, "plan:gold", limit.ModeExact, 1_000_000_000), Key: []byte("c1")},
+			{Rule: rate(t, tn, "tenant", limit.ModeExact, 1_000_000, time.Second, 1_000_000)},
+			{Rule: quota(t, tn, "plan:gold", limit.ModeExact, 1_000_000_000), Key: []byte("c1")},
 		}
 		rc := redis.NewClient(&redis.Options{Addr: replica})
 		defer rc.Close()
@@ -345,9 +345,9 @@ func TestRedisCluster(t *testing.T) {
 			Timeout: timeout, ProbeInterval: 200 * time.Millisecond})
 		tn, victim := tenants[0], master(slots[0])
 		checks := []limit.Check{
-			{Policy: rate(t, tn, "tenant", limit.ModeExact, 1_000_000, time.Second, 1_000_000)},
-			{Policy: quota(t, tn, "plan:gold", limit.ModeExact, 1_000_000_000), Key: []byte("c1")},
-			{Policy: rate(t, tn, "approx", limit.ModeApproximate, 1_000_000, time.Second, 1_000_000)},
+			{Rule: rate(t, tn, "tenant", limit.ModeExact, 1_000_000, time.Second, 1_000_000)},
+			{Rule: quota(t, tn, "plan:gold", limit.ModeExact, 1_000_000_000), Key: []byte("c1")},
+			{Rule: rate(t, tn, "approx", limit.ModeApproximate, 1_000_000, time.Second, 1_000_000)},
 		}
 		var (
 			total, refused, degraded atomic.Int64
@@ -463,8 +463,8 @@ func TestRedisSentinel(t *testing.T) {
 		t.Fatalf("quota of 20 admitted %d", n)
 	}
 	checks := []limit.Check{
-		{Policy: rate(t, "acme", "tenant", limit.ModeExact, 1_000_000, time.Second, 1_000_000)},
-		{Policy: rate(t, "acme", "approx", limit.ModeApproximate, 1_000_000, time.Second, 1_000_000)},
+		{Rule: rate(t, "acme", "tenant", limit.ModeExact, 1_000_000, time.Second, 1_000_000)},
+		{Rule: rate(t, "acme", "approx", limit.ModeApproximate, 1_000_000, time.Second, 1_000_000)},
 	}
 	var total, refused, degraded int
 	// Replication is asynchronous: what the master acknowledged in its last moment
@@ -520,7 +520,7 @@ func scriptsFlushed(t *testing.T, l *limit.Limiter, admin redis.UniversalClient,
 	ex := rate(t, tn, "tenant", limit.ModeExact, 1000, time.Second, 1000)
 	ap := rate(t, tn, "approx", limit.ModeApproximate, 10, time.Second, 200)
 	for range 60 {
-		if d := l.Allow(bg, []limit.Check{{Policy: ex}, {Policy: ap}}); !d.Allowed || d.Degraded {
+		if d := l.Allow(bg, []limit.Check{{Rule: ex}, {Rule: ap}}); !d.Allowed || d.Degraded {
 			t.Fatalf("%+v", d)
 		}
 	}
@@ -533,7 +533,7 @@ func scriptsFlushed(t *testing.T, l *limit.Limiter, admin redis.UniversalClient,
 	}
 	errs := l.State().RedisErrors
 	for range 30 {
-		if d := l.Allow(bg, []limit.Check{{Policy: ex}, {Policy: ap}}); !d.Allowed || d.Degraded {
+		if d := l.Allow(bg, []limit.Check{{Rule: ex}, {Rule: ap}}); !d.Allowed || d.Degraded {
 			t.Fatalf("after SCRIPT FLUSH: %+v (%s)", d, l.State().LastError)
 		}
 	}

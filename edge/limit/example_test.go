@@ -26,7 +26,7 @@ func Example() {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := 0; i < 3; i++ {
 		consumer := []byte("consumer-1")
-		checks := []limit.Check{{Policy: route}, {Policy: rate, Key: consumer}, {Policy: conc, Key: consumer}}
+		checks := []limit.Check{{Rule: route}, {Rule: rate, Key: consumer}, {Rule: conc, Key: consumer}}
 		tickets, d := lim.AcquireAll(checks)
 		if d.Allowed {
 			d = lim.AllowAt(context.Background(), checks, now)

@@ -20,9 +20,9 @@ const slack = 25 * time.Millisecond
 // requestMix is one request's checks in every mode that talks to Redis.
 func requestMix(tb testing.TB) []limit.Check {
 	return []limit.Check{
-		{Policy: rate(tb, "t1", "tenant", limit.ModeExact, 1_000_000, time.Second, 1_000_000)},
-		{Policy: rate(tb, "t1", "consumer", limit.ModeApproximate, 1_000_000, time.Second, 1_000_000), Key: []byte("c1")},
-		{Policy: quota(tb, "t1", "consumer", limit.ModeExact, 1_000_000), Key: []byte("c1")},
+		{Rule: rate(tb, "t1", "tenant", limit.ModeExact, 1_000_000, time.Second, 1_000_000)},
+		{Rule: rate(tb, "t1", "consumer", limit.ModeApproximate, 1_000_000, time.Second, 1_000_000), Key: []byte("c1")},
+		{Rule: quota(tb, "t1", "consumer", limit.ModeExact, 1_000_000), Key: []byte("c1")},
 	}
 }
 

@@ -95,7 +95,7 @@ func newLimiter(tb testing.TB, cfg limit.Config) *limit.Limiter {
 	return l
 }
 
-func rate(tb testing.TB, tenant, name string, mode limit.Mode, n int64, per time.Duration, burst int64) *limit.Policy {
+func rate(tb testing.TB, tenant, name string, mode limit.Mode, n int64, per time.Duration, burst int64) *limit.Rule {
 	tb.Helper()
 	p, err := limit.NewRate(limit.Scope{Tenant: tenant, Name: name, Mode: mode}, limit.Rate{Limit: n, Per: per, Burst: burst})
 	if err != nil {
@@ -104,7 +104,7 @@ func rate(tb testing.TB, tenant, name string, mode limit.Mode, n int64, per time
 	return p
 }
 
-func quota(tb testing.TB, tenant, name string, mode limit.Mode, n int64) *limit.Policy {
+func quota(tb testing.TB, tenant, name string, mode limit.Mode, n int64) *limit.Rule {
 	tb.Helper()
 	p, err := limit.NewQuota(limit.Scope{Tenant: tenant, Name: name, Mode: mode}, n)
 	if err != nil {
@@ -113,8 +113,8 @@ func quota(tb testing.TB, tenant, name string, mode limit.Mode, n int64) *limit.
 	return p
 }
 
-func one(p *limit.Policy, key string) []limit.Check {
-	return []limit.Check{{Policy: p, Key: []byte(key)}}
+func one(p *limit.Rule, key string) []limit.Check {
+	return []limit.Check{{Rule: p, Key: []byte(key)}}
 }
 
 // logRecorder keeps the messages logged.

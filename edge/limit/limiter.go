@@ -95,8 +95,8 @@ const MaxChecks = 8
 // varies per request (a consumer id, a client IP; empty for a tenant- or route-wide
 // limit). The limiter does not keep Key.
 type Check struct {
-	Policy *Policy
-	Key    []byte
+	Rule *Rule
+	Key  []byte
 }
 
 // Decision is the outcome of Allow. When Allowed, Limit, Remaining and Reset describe the
@@ -113,7 +113,7 @@ type Decision struct {
 	// Reset is the time until the bucket is full again, or until the quota's month ends.
 	Reset      time.Duration
 	RetryAfter time.Duration
-	Policy     *Policy // the limit reported
+	Rule       *Rule // the limit reported
 	// Degraded: some limit was decided from this edge's local share because Redis was
 	// unavailable.
 	Degraded bool
@@ -300,10 +300,10 @@ func (l *Limiter) AllowAt(ctx context.Context, checks []Check, at time.Time) Dec
 	cluster := l.rdb != nil && !l.open.Load()
 	for i := range checks {
 		c := &checks[i]
-		if c.Policy == nil || c.Policy.kind == kindConcurrency {
+		if c.Rule == nil || c.Rule.kind == kindConcurrency {
 			continue
 		}
-		if cluster && c.Policy.mode == ModeExact && i < 64 {
+		if cluster && c.Rule.mode == ModeExact && i < 64 {
 			remote |= 1 << i
 			continue
 		}
@@ -342,7 +342,7 @@ func inMask(m uint64, i int) bool { return i < 64 && m&(1<<i) != 0 }
 // while Redis is unavailable) on this edge's share, an approximate rate on its view of
 // the shared state, a quota on its last known count.
 func (l *Limiter) local(c *Check, now int64, cluster bool, v *verdict) bool {
-	p := c.Policy
+	p := c.Rule
 	if l.rdb != nil && !cluster && p.mode != ModeLocal {
 		v.d.Degraded = true
 	}
@@ -402,7 +402,7 @@ func (l *Limiter) local(c *Check, now int64, cluster bool, v *verdict) bool {
 func (l *Limiter) refund(checks []Check, now int64, cluster bool, mask uint64, in bool) {
 	for i := range checks {
 		c := &checks[i]
-		p := c.Policy
+		p := c.Rule
 		if p == nil || p.kind == kindConcurrency || inMask(mask, i) != in {
 			continue
 		}
@@ -433,7 +433,7 @@ type verdict struct {
 	refused bool
 }
 
-func (v *verdict) admit(p *Policy, limit, remaining, reset int64) {
+func (v *verdict) admit(p *Rule, limit, remaining, reset int64) {
 	if remaining < 0 {
 		remaining = 0
 	}
@@ -441,22 +441,22 @@ func (v *verdict) admit(p *Policy, limit, remaining, reset int64) {
 		return
 	}
 	v.set = true
-	v.d.Policy, v.d.Limit, v.d.Remaining, v.d.Reset = p, limit, remaining, time.Duration(max(reset, 0))
+	v.d.Rule, v.d.Limit, v.d.Remaining, v.d.Reset = p, limit, remaining, time.Duration(max(reset, 0))
 }
 
 // refuse records a refusal; of several, the one that lasts longest is reported.
-func (v *verdict) refuse(p *Policy, code string, limit, reset, retry int64) {
+func (v *verdict) refuse(p *Rule, code string, limit, reset, retry int64) {
 	if v.refused && time.Duration(retry) <= v.d.RetryAfter {
 		return
 	}
 	v.refused = true
-	v.d = Decision{Code: code, Policy: p, Limit: limit, Reset: time.Duration(max(reset, 0)),
+	v.d = Decision{Code: code, Rule: p, Limit: limit, Reset: time.Duration(max(reset, 0)),
 		RetryAfter: time.Duration(max(retry, 1)), Degraded: v.d.Degraded}
 }
 
 // hash is the in-process key of (policy, key, salt): seeded per process, so clients
 // cannot aim keys at one bucket.
-func (l *Limiter) hash(p *Policy, key []byte, salt uint64) uint64 {
+func (l *Limiter) hash(p *Rule, key []byte, salt uint64) uint64 {
 	h := maphash.Bytes(l.seed, key) ^ p.id ^ salt*0x9e3779b97f4a7c15
 	h ^= h >> 30
 	h *= 0xbf58476d1ce4e5b9
@@ -470,7 +470,7 @@ func (l *Limiter) hash(p *Policy, key []byte, salt uint64) uint64 {
 }
 
 // entry returns the synced state of a key, creating it on first use.
-func (l *Limiter) entry(p *Policy, key []byte, h uint64, m *month, now int64) *entry {
+func (l *Limiter) entry(p *Rule, key []byte, h uint64, m *month, now int64) *entry {
 	if e := l.entries.get(h); e != nil {
 		return e
 	}
@@ -525,7 +525,7 @@ func (l *Limiter) touch(e *entry, now int64) {
 	}
 }
 
-func (l *Limiter) redisKey(p *Policy, key []byte, m *month) string {
+func (l *Limiter) redisKey(p *Rule, key []byte, m *month) string {
 	n := len(l.prefix) + 1 + len(p.keyBase) + len(key)
 	if m != nil {
 		n += 1 + len(m.tag)
@@ -577,7 +577,7 @@ func (t Ticket) Release() {
 // the cap: ⌈max ÷ live edges⌉). ok is false, immediately, when the cap is reached:
 // nothing queues, and each key has its own counter, so one tenant at its cap does not
 // slow another.
-func (l *Limiter) Acquire(p *Policy, key []byte) (Ticket, bool) {
+func (l *Limiter) Acquire(p *Rule, key []byte) (Ticket, bool) {
 	if p.kind != kindConcurrency {
 		return Ticket{}, true
 	}
@@ -612,13 +612,13 @@ func (l *Limiter) AcquireAll(checks []Check) (Tickets, Decision) {
 	var ts Tickets
 	for i := range checks {
 		c := &checks[i]
-		if c.Policy == nil || c.Policy.kind != kindConcurrency || ts.n == MaxChecks {
+		if c.Rule == nil || c.Rule.kind != kindConcurrency || ts.n == MaxChecks {
 			continue
 		}
-		t, ok := l.Acquire(c.Policy, c.Key)
+		t, ok := l.Acquire(c.Rule, c.Key)
 		if !ok {
 			ts.Release()
-			return ts, Decision{Code: tenants.EOverloaded, Policy: c.Policy, RetryAfter: time.Second}
+			return ts, Decision{Code: tenants.EOverloaded, Rule: c.Rule, RetryAfter: time.Second}
 		}
 		ts.t[ts.n] = t
 		ts.n++

@@ -126,16 +126,16 @@ func TestTightestLimitWins(t *testing.T) {
 	consumer := rate(t, "t1", "consumer", limit.ModeLocal, 10, time.Second, 10)
 	route := rate(t, "t1", "route-ip:r1", limit.ModeLocal, 3, time.Second, 3)
 	checks := func(ip string) []limit.Check {
-		return []limit.Check{{Policy: tenant}, {Policy: consumer, Key: []byte("c1")}, {Policy: route, Key: []byte(ip)}}
+		return []limit.Check{{Rule: tenant}, {Rule: consumer, Key: []byte("c1")}, {Rule: route, Key: []byte(ip)}}
 	}
 	// The per-IP route limit is tightest for one IP.
 	for i := 0; i < 3; i++ {
 		d := l.Allow(bg, checks("10.0.0.1"))
-		if !d.Allowed || d.Policy != route || d.Limit != 3 || d.Remaining != int64(2-i) {
+		if !d.Allowed || d.Rule != route || d.Limit != 3 || d.Remaining != int64(2-i) {
 			t.Fatalf("request %d: %+v, want the route limit reported", i, d)
 		}
 	}
-	if d := l.Allow(bg, checks("10.0.0.1")); d.Allowed || d.Policy != route {
+	if d := l.Allow(bg, checks("10.0.0.1")); d.Allowed || d.Rule != route {
 		t.Fatalf("4th from one IP: %+v, want refused by the route limit", d)
 	}
 	// Over many IPs the consumer's 10 is tightest: 3 already taken, 7 left.
@@ -146,15 +146,15 @@ func TestTightestLimitWins(t *testing.T) {
 			admitted++
 			continue
 		}
-		if d.Policy != consumer {
-			t.Fatalf("refused by %v, want the consumer limit", d.Policy)
+		if d.Rule != consumer {
+			t.Fatalf("refused by %v, want the consumer limit", d.Rule)
 		}
 	}
 	if admitted != 7 {
 		t.Fatalf("%d admitted past the consumer's 10, want 7", admitted)
 	}
 	// The tenant limit saw exactly the 10 admitted requests.
-	d := l.Allow(bg, []limit.Check{{Policy: tenant}})
+	d := l.Allow(bg, []limit.Check{{Rule: tenant}})
 	if !d.Allowed || d.Remaining != 100-11 {
 		t.Fatalf("tenant after 10 admitted and many refused: %+v, want 89 remaining", d)
 	}
@@ -166,34 +166,34 @@ func TestRefusalByALaterLimitConsumesNothing(t *testing.T) {
 	wide := rate(t, "t1", "wide", limit.ModeLocal, 5, time.Second, 5)
 	narrow := rate(t, "t1", "narrow", limit.ModeLocal, 1, time.Second, 1)
 	q := quota(t, "t1", "q", limit.ModeLocal, 100)
-	both := []limit.Check{{Policy: wide}, {Policy: q}, {Policy: narrow}}
+	both := []limit.Check{{Rule: wide}, {Rule: q}, {Rule: narrow}}
 	if !l.Allow(bg, both).Allowed {
 		t.Fatal("first refused")
 	}
 	for i := 0; i < 10; i++ {
-		if d := l.Allow(bg, both); d.Allowed || d.Policy != narrow {
+		if d := l.Allow(bg, both); d.Allowed || d.Rule != narrow {
 			t.Fatalf("call %d: %+v, want refused by narrow", i, d)
 		}
 	}
 	// wide and q were refunded each time: one use each.
-	if d := l.Allow(bg, []limit.Check{{Policy: wide}}); d.Remaining != 3 {
+	if d := l.Allow(bg, []limit.Check{{Rule: wide}}); d.Remaining != 3 {
 		t.Fatalf("wide: %+v, want 3 remaining after 2 uses", d)
 	}
-	if d := l.Allow(bg, []limit.Check{{Policy: q}}); d.Remaining != 98 {
+	if d := l.Allow(bg, []limit.Check{{Rule: q}}); d.Remaining != 98 {
 		t.Fatalf("quota: %+v, want 98 remaining after 2 uses", d)
 	}
 	// Refused by the first: the later ones are not touched at all.
 	for i := 0; i < 3; i++ {
-		l.Allow(bg, []limit.Check{{Policy: wide}})
+		l.Allow(bg, []limit.Check{{Rule: wide}})
 	}
 	c.Advance(time.Second) // narrow full again; wide got 5 back too
 	for i := 0; i < 5; i++ {
-		l.Allow(bg, []limit.Check{{Policy: wide}})
+		l.Allow(bg, []limit.Check{{Rule: wide}})
 	}
-	if d := l.Allow(bg, both); d.Allowed || d.Policy != wide {
+	if d := l.Allow(bg, both); d.Allowed || d.Rule != wide {
 		t.Fatalf("%+v, want refused by wide", d)
 	}
-	if d := l.Allow(bg, []limit.Check{{Policy: narrow}}); !d.Allowed {
+	if d := l.Allow(bg, []limit.Check{{Rule: narrow}}); !d.Allowed {
 		t.Fatalf("narrow was consumed by a call wide refused: %+v", d)
 	}
 }
@@ -289,7 +289,7 @@ func TestLocalPathAllocatesNothing(t *testing.T) {
 	l := localLimiter(t, c)
 	tenant := rate(t, "t1", "tenant", limit.ModeLocal, 1_000_000, time.Second, 1_000_000)
 	consumer := rate(t, "t1", "consumer", limit.ModeLocal, 1_000_000, time.Second, 1_000_000)
-	checks := []limit.Check{{Policy: tenant}, {Policy: consumer, Key: []byte("c1")}}
+	checks := []limit.Check{{Rule: tenant}, {Rule: consumer, Key: []byte("c1")}}
 	var h fasthttp.ResponseHeader
 	if n := testing.AllocsPerRun(1000, func() {
 		d := l.Allow(bg, checks)
@@ -303,7 +303,7 @@ func TestLocalPathAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() {
 		i++
 		key = strconv.AppendInt(key[:0], int64(i), 10)
-		l.Allow(bg, []limit.Check{{Policy: consumer, Key: key}})
+		l.Allow(bg, []limit.Check{{Rule: consumer, Key: key}})
 	}); n != 0 {
 		t.Fatalf("Allow of new keys allocates %.1f times per call", n)
 	}
@@ -316,13 +316,13 @@ func TestMemoryBoundUnderAMillionKeys(t *testing.T) {
 	l := newLimiter(t, limit.Config{Clock: c.Now, MaxKeys: 1 << 16})
 	perIP := rate(t, "t1", "route-ip:r1", limit.ModeLocal, 10, time.Second, 10)
 	hot := rate(t, "t1", "tenant", limit.ModeLocal, 10, time.Second, 10)
-	l.Allow(bg, []limit.Check{{Policy: hot}}) // one request: 9 left
+	l.Allow(bg, []limit.Check{{Rule: hot}}) // one request: 9 left
 
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	key := []byte{10, 0, 0, 0} // an IPv4 address
-	checks := []limit.Check{{Policy: perIP, Key: key}}
+	checks := []limit.Check{{Rule: perIP, Key: key}}
 	keys := 1_000_000
 	if raceEnabled {
 		keys = 200_000 // still three times the table
@@ -344,7 +344,7 @@ func TestMemoryBoundUnderAMillionKeys(t *testing.T) {
 		t.Fatalf("heap grew by %d bytes over %d keys", growth, keys)
 	}
 	// The flood evicts keys (this one's TAT is long past, so it forgets nothing).
-	if d := l.Allow(bg, []limit.Check{{Policy: hot}}); !d.Allowed {
+	if d := l.Allow(bg, []limit.Check{{Rule: hot}}); !d.Allowed {
 		t.Fatalf("hot key after the flood: %+v", d)
 	}
 }
@@ -365,10 +365,10 @@ func TestConcurrentAllow(t *testing.T) {
 			defer wg.Done()
 			key := []byte("k" + strconv.Itoa(w%4))
 			for i := 0; i < calls; i++ {
-				if l.Allow(bg, []limit.Check{{Policy: p}}).Allowed {
+				if l.Allow(bg, []limit.Check{{Rule: p}}).Allowed {
 					admitted.Add(1)
 				}
-				if l.Allow(bg, []limit.Check{{Policy: per, Key: key}}).Allowed {
+				if l.Allow(bg, []limit.Check{{Rule: per, Key: key}}).Allowed {
 					perAdmitted.Add(1)
 				}
 			}
@@ -396,7 +396,7 @@ func TestConcurrentCombinedRefunds(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 500; i++ {
-				if l.Allow(bg, []limit.Check{{Policy: wide}, {Policy: narrow}}).Allowed {
+				if l.Allow(bg, []limit.Check{{Rule: wide}, {Rule: narrow}}).Allowed {
 					admitted.Add(1)
 				}
 			}
@@ -406,7 +406,7 @@ func TestConcurrentCombinedRefunds(t *testing.T) {
 	if admitted.Load() != 100 {
 		t.Fatalf("%d admitted, want 100", admitted.Load())
 	}
-	if d := l.Allow(bg, []limit.Check{{Policy: wide}}); d.Remaining != 1000-101 {
+	if d := l.Allow(bg, []limit.Check{{Rule: wide}}); d.Remaining != 1000-101 {
 		t.Fatalf("wide: %+v, want 899 left: refused calls were not refunded", d)
 	}
 }
@@ -440,7 +440,7 @@ func TestConcurrencyCap(t *testing.T) {
 
 	// All or nothing: the consumer's cap refuses, the tenant's place is given back.
 	checks := func(c string) []limit.Check {
-		return []limit.Check{{Policy: tenant}, {Policy: consumer, Key: []byte(c)}}
+		return []limit.Check{{Rule: tenant}, {Rule: consumer, Key: []byte(c)}}
 	}
 	a, d1 := l.AcquireAll(checks("c1"))
 	b, d2 := l.AcquireAll(checks("c1"))

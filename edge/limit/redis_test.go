@@ -73,22 +73,22 @@ func TestExactAllOrNothing(t *testing.T) {
 	narrow := rate(t, "t1", "narrow", limit.ModeExact, 1, time.Second, 1)
 	q := quota(t, "t1", "q", limit.ModeExact, 100)
 	local := rate(t, "t1", "local", limit.ModeLocal, 10, time.Second, 10)
-	all := []limit.Check{{Policy: local}, {Policy: wide}, {Policy: q, Key: []byte("c1")}, {Policy: narrow}}
-	if d := l.Allow(bg, all); !d.Allowed || d.Policy != narrow || d.Remaining != 0 {
+	all := []limit.Check{{Rule: local}, {Rule: wide}, {Rule: q, Key: []byte("c1")}, {Rule: narrow}}
+	if d := l.Allow(bg, all); !d.Allowed || d.Rule != narrow || d.Remaining != 0 {
 		t.Fatalf("first: %+v, want allowed, narrow tightest", d)
 	}
 	for i := 0; i < 5; i++ {
-		if d := l.Allow(bg, all); d.Allowed || d.Policy != narrow || d.RetryAfter != time.Second {
+		if d := l.Allow(bg, all); d.Allowed || d.Rule != narrow || d.RetryAfter != time.Second {
 			t.Fatalf("call %d: %+v, want refused by narrow for 1s", i, d)
 		}
 	}
-	if d := l.Allow(bg, []limit.Check{{Policy: wide}}); d.Remaining != 8 {
+	if d := l.Allow(bg, []limit.Check{{Rule: wide}}); d.Remaining != 8 {
 		t.Fatalf("wide: %+v, want 8 left after 2 uses", d)
 	}
-	if d := l.Allow(bg, []limit.Check{{Policy: q, Key: []byte("c1")}}); d.Remaining != 98 {
+	if d := l.Allow(bg, []limit.Check{{Rule: q, Key: []byte("c1")}}); d.Remaining != 98 {
 		t.Fatalf("quota: %+v, want 98 left after 2 uses", d)
 	}
-	if d := l.Allow(bg, []limit.Check{{Policy: local}}); d.Remaining != 8 {
+	if d := l.Allow(bg, []limit.Check{{Rule: local}}); d.Remaining != 8 {
 		t.Fatalf("local: %+v, want 8 left after 2 uses", d)
 	}
 }
@@ -308,7 +308,7 @@ func TestSyncedKeysStayBounded(t *testing.T) {
 	key := make([]byte, 0, 16)
 	for i := 0; i < 20_000; i++ {
 		key = strconv.AppendInt(key[:0], int64(i), 10)
-		if !l.Allow(bg, []limit.Check{{Policy: p, Key: key}}).Allowed {
+		if !l.Allow(bg, []limit.Check{{Rule: p, Key: key}}).Allowed {
 			t.Fatalf("new key %d refused", i)
 		}
 		if i%1000 == 999 {
@@ -333,8 +333,8 @@ func TestApproximatePathAllocatesNothing(t *testing.T) {
 	c := newClock(t0)
 	l := edges(t, 1, c, prefix)[0]
 	checks := []limit.Check{
-		{Policy: rate(t, "t1", "tenant", limit.ModeApproximate, 1_000_000, time.Second, 1_000_000)},
-		{Policy: quota(t, "t1", "tenant", limit.ModeApproximate, 1_000_000)},
+		{Rule: rate(t, "t1", "tenant", limit.ModeApproximate, 1_000_000, time.Second, 1_000_000)},
+		{Rule: quota(t, "t1", "tenant", limit.ModeApproximate, 1_000_000)},
 	}
 	l.Allow(bg, checks)
 	if n := testing.AllocsPerRun(1000, func() { l.Allow(bg, checks) }); n != 0 {

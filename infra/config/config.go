@@ -302,10 +302,10 @@ func redactURL(s string) string {
 	return "<unparsable>"
 }
 
-// UpstreamPolicy is the operator's upstream rules derived from the config: the allowed
+// UpstreamAddressRule is the operator's upstream rules derived from the config: the allowed
 // CIDRs, and the gateway's own ports, which no local upstream may use.
-func (c *Config) UpstreamPolicy() *tenants.UpstreamPolicy {
-	p := &tenants.UpstreamPolicy{AllowCIDRs: c.AllowCIDRs, EdgeDomain: c.EdgeDomain}
+func (c *Config) UpstreamAddressRule() *tenants.UpstreamAddressRule {
+	p := &tenants.UpstreamAddressRule{AllowCIDRs: c.AllowCIDRs, EdgeDomain: c.EdgeDomain}
 	for _, addr := range []string{c.APIAddr, c.EdgeAddr, c.EdgeAdmin, c.EdgeTLSAddr, c.APIAdminAddr, c.BillingAdminAddr} {
 		if _, port, err := net.SplitHostPort(addr); err == nil {
 			if n, err := strconv.Atoi(port); err == nil && n > 0 {

@@ -164,12 +164,12 @@ func TestPolicyPut(t *testing.T) {
 	tn := mustTenant(t, db, "acme")
 	other := mustTenant(t, db, "other")
 
-	_, err := db.FindPolicy(ctx, tn.ID)
+	_, err := db.FindAccessRules(ctx, tn.ID)
 	wantCode(t, err, tenants.ENotFound)
 
 	before := maxOutboxID(t, conn)
-	p := &tenants.Policy{TenantID: tn.ID, Rules: [][]string{{"reader", "/orders/:id", "GET"}}}
-	if err := db.PutPolicy(ctx, p); err != nil {
+	p := &tenants.AccessRules{TenantID: tn.ID, Rules: [][]string{{"reader", "/orders/:id", "GET"}}}
+	if err := db.PutAccessRules(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	if p.Version != 1 || p.Roles == nil || len(p.Rules) != 1 {
@@ -179,26 +179,26 @@ func TestPolicyPut(t *testing.T) {
 	if len(rows) != 1 || rows[0].Key != tn.ID+".policy" {
 		t.Fatalf("outbox %v", rows)
 	}
-	if e := decode(t, rows[0]); e.Policy == nil || e.Policy.Rules[0][1] != "/orders/:id" {
+	if e := decode(t, rows[0]); e.AccessRules == nil || e.AccessRules.Rules[0][1] != "/orders/:id" {
 		t.Fatalf("entry %+v", e)
 	}
 	// Unconditional replace; then conditional.
-	p2 := &tenants.Policy{TenantID: tn.ID, Rules: [][]string{{"*", "/*", "GET"}}, Roles: [][]string{{"alice", "reader"}}}
-	if err := db.PutPolicy(ctx, p2); err != nil || p2.Version != 2 {
+	p2 := &tenants.AccessRules{TenantID: tn.ID, Rules: [][]string{{"*", "/*", "GET"}}, Roles: [][]string{{"alice", "reader"}}}
+	if err := db.PutAccessRules(ctx, p2); err != nil || p2.Version != 2 {
 		t.Fatalf("replace: %+v %v", p2, err)
 	}
-	p3 := &tenants.Policy{TenantID: tn.ID, Version: 2}
-	if err := db.PutPolicy(ctx, p3); err != nil || p3.Version != 3 || len(p3.Rules) != 0 {
+	p3 := &tenants.AccessRules{TenantID: tn.ID, Version: 2}
+	if err := db.PutAccessRules(ctx, p3); err != nil || p3.Version != 3 || len(p3.Rules) != 0 {
 		t.Fatalf("conditional: %+v %v", p3, err)
 	}
-	stale := &tenants.Policy{TenantID: tn.ID, Version: 2}
-	wantCode(t, db.PutPolicy(ctx, stale), tenants.EVersionConflict)
+	stale := &tenants.AccessRules{TenantID: tn.ID, Version: 2}
+	wantCode(t, db.PutAccessRules(ctx, stale), tenants.EVersionConflict)
 	// The other tenant has none, and a conditional put finds nothing to replace.
-	_, err = db.FindPolicy(ctx, other.ID)
+	_, err = db.FindAccessRules(ctx, other.ID)
 	wantCode(t, err, tenants.ENotFound)
-	wantCode(t, db.PutPolicy(ctx, &tenants.Policy{TenantID: other.ID, Version: 1}), tenants.ENotFound)
-	wantCode(t, db.PutPolicy(ctx, &tenants.Policy{TenantID: "00000000-0000-7000-8000-000000000000"}), tenants.ENotFound)
-	got, err := db.FindPolicy(ctx, tn.ID)
+	wantCode(t, db.PutAccessRules(ctx, &tenants.AccessRules{TenantID: other.ID, Version: 1}), tenants.ENotFound)
+	wantCode(t, db.PutAccessRules(ctx, &tenants.AccessRules{TenantID: "00000000-0000-7000-8000-000000000000"}), tenants.ENotFound)
+	got, err := db.FindAccessRules(ctx, tn.ID)
 	if err != nil || got.Version != 3 || got.TenantID != tn.ID {
 		t.Fatalf("find: %+v %v", got, err)
 	}
@@ -218,7 +218,7 @@ func TestAuthEntriesDeleteAndResync(t *testing.T) {
 		if err := db.CreateJWTIssuer(ctx, is); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.PutPolicy(ctx, &tenants.Policy{TenantID: id, Rules: [][]string{{"*", "/*", "*"}}}); err != nil {
+		if err := db.PutAccessRules(ctx, &tenants.AccessRules{TenantID: id, Rules: [][]string{{"*", "/*", "*"}}}); err != nil {
 			t.Fatal(err)
 		}
 		if id == keep.ID {

@@ -19,7 +19,7 @@ import (
 // in dev.
 func openDB(t *testing.T) (*postgres.DB, string) {
 	t.Helper()
-	return pgtest.Open(t, postgres.WithUpstreamPolicy(&tenants.UpstreamPolicy{
+	return pgtest.Open(t, postgres.WithUpstreamAddressRule(&tenants.UpstreamAddressRule{
 		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 	}))
 }

@@ -213,7 +213,7 @@ func (db *DB) Entries(ctx context.Context, fn func(tenants.Change) error) (first
 			if err != nil {
 				return err
 			}
-			return emitEntry(p.TenantID, tenants.PolicyKey(p.TenantID), &tenants.Entry{Policy: p})
+			return emitEntry(p.TenantID, tenants.PolicyKey(p.TenantID), &tenants.Entry{AccessRules: p})
 		}},
 		{`SELECT ` + domainColumns + ` FROM domains ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
 			d, err := scanDomain(rows)

@@ -17,9 +17,9 @@ type policySpec struct {
 
 const policyColumns = `tenant_id::text, spec, version, created_at, updated_at`
 
-func scanPolicy(row pgx.Row) (*tenants.Policy, error) {
+func scanPolicy(row pgx.Row) (*tenants.AccessRules, error) {
 	var (
-		p tenants.Policy
+		p tenants.AccessRules
 		s policySpec
 	)
 	if err := row.Scan(&p.TenantID, &s, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
@@ -36,13 +36,13 @@ func scanPolicy(row pgx.Row) (*tenants.Policy, error) {
 	return &p, nil
 }
 
-func policyChange(p *tenants.Policy) change {
+func policyChange(p *tenants.AccessRules) change {
 	c := *p
-	return put(p.TenantID, tenants.PolicyKey(p.TenantID), &tenants.Entry{Policy: &c})
+	return put(p.TenantID, tenants.PolicyKey(p.TenantID), &tenants.Entry{AccessRules: &c})
 }
 
-// FindPolicy: ENotFound when the tenant has no policy.
-func (db *DB) FindPolicy(ctx context.Context, tenantID string) (*tenants.Policy, error) {
+// FindAccessRules: ENotFound when the tenant has no policy.
+func (db *DB) FindAccessRules(ctx context.Context, tenantID string) (*tenants.AccessRules, error) {
 	if !parseID(tenantID) {
 		return nil, notFound("policy")
 	}
@@ -53,12 +53,12 @@ func (db *DB) FindPolicy(ctx context.Context, tenantID string) (*tenants.Policy,
 	return p, constraintError(err, "find policy", nil)
 }
 
-// PutPolicy creates the tenant's policy or replaces it (version + 1), and fills in p.
+// PutAccessRules creates the tenant's policy or replaces it (version + 1), and fills in p.
 // When p.Version is not 0 the replacement happens only at that version. The caller has
-// validated p (edge/policy.Compile). ENotFound (tenant, or no policy to replace),
+// validated p (accessrules.Compile). ENotFound (tenant, or no policy to replace),
 // EVersionConflict, EValidation (more rules and role links than the platform plan's
 // policy_rules, and than the current policy has).
-func (db *DB) PutPolicy(ctx context.Context, p *tenants.Policy) error {
+func (db *DB) PutAccessRules(ctx context.Context, p *tenants.AccessRules) error {
 	if !parseID(p.TenantID) {
 		return notFound("tenant")
 	}
@@ -74,7 +74,7 @@ func (db *DB) PutPolicy(ctx context.Context, p *tenants.Policy) error {
 			return err
 		}
 		var (
-			saved *tenants.Policy
+			saved *tenants.AccessRules
 			err   error
 		)
 		if p.Version == 0 {
@@ -97,4 +97,4 @@ func (db *DB) PutPolicy(ctx context.Context, p *tenants.Policy) error {
 	return constraintError(err, "put policy", nil)
 }
 
-var _ tenants.PolicyService = (*DB)(nil)
+var _ tenants.AccessRulesService = (*DB)(nil)

@@ -119,7 +119,7 @@ func ensureDatabase(ctx context.Context, cfg *pgx.ConnConfig) error {
 // for concurrent use.
 type DB struct {
 	pool     *pgxpool.Pool
-	upstream *tenants.UpstreamPolicy
+	upstream *tenants.UpstreamAddressRule
 	timeout  time.Duration // bounds background calls that come without a deadline; 0: none
 }
 
@@ -129,10 +129,10 @@ const DefaultTimeout = 5 * time.Second
 // Option configures a DB at Open.
 type Option func(*DB)
 
-// WithUpstreamPolicy sets the operator's rules that route upstreams are validated
+// WithUpstreamAddressRule sets the operator's rules that route upstreams are validated
 // against. Default: the zero policy, which refuses loopback, link-local and private
 // addresses.
-func WithUpstreamPolicy(p *tenants.UpstreamPolicy) Option {
+func WithUpstreamAddressRule(p *tenants.UpstreamAddressRule) Option {
 	return func(db *DB) { db.upstream = p }
 }
 
@@ -152,7 +152,7 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*DB, error) 
 	if err != nil {
 		return nil, fmt.Errorf("postgres: database url: %w", err)
 	}
-	db := &DB{upstream: &tenants.UpstreamPolicy{}, timeout: DefaultTimeout}
+	db := &DB{upstream: &tenants.UpstreamAddressRule{}, timeout: DefaultTimeout}
 	for _, o := range opts {
 		o(db)
 	}

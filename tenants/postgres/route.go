@@ -31,7 +31,7 @@ type routeSpec struct {
 
 func specOf(r *tenants.Route) routeSpec {
 	return routeSpec{
-		Paths: r.Paths, Methods: r.Methods, Upstream: r.Upstream, Auth: r.Auth, Policy: r.Policy,
+		Paths: r.Paths, Methods: r.Methods, Upstream: r.Upstream, Auth: r.Auth, Policy: r.CheckAccess,
 		RateLimit: r.RateLimit, StripPrefix: r.StripPrefix, MaxBodyBytes: r.MaxBodyBytes,
 		ConnectTimeoutMS: r.ConnectTimeoutMS, TimeoutMS: r.TimeoutMS, WebSocket: r.WebSocket,
 		Transform: r.Transform, Cache: r.Cache, Canary: r.Canary,
@@ -48,7 +48,7 @@ func scanRoute(row pgx.Row) (*tenants.Route, error) {
 	if err := row.Scan(&r.TenantID, &r.ID, &r.Name, &s, &r.Version, &r.CreatedAt, &r.UpdatedAt); err != nil {
 		return nil, err
 	}
-	r.Paths, r.Methods, r.Upstream, r.Auth, r.Policy = s.Paths, s.Methods, s.Upstream, s.Auth, s.Policy
+	r.Paths, r.Methods, r.Upstream, r.Auth, r.CheckAccess = s.Paths, s.Methods, s.Upstream, s.Auth, s.Policy
 	r.RateLimit, r.StripPrefix, r.MaxBodyBytes = s.RateLimit, s.StripPrefix, s.MaxBodyBytes
 	r.ConnectTimeoutMS, r.TimeoutMS, r.WebSocket = s.ConnectTimeoutMS, s.TimeoutMS, s.WebSocket
 	r.Transform, r.Cache, r.Canary = s.Transform, s.Cache, s.Canary

@@ -43,13 +43,13 @@ var modelText string
 //go:embed policy.csv
 var policyText string
 
-// Policy decides. It is safe for concurrent use and never changes after New.
-type Policy struct {
+// Roles are the management roles and what each may do. It is safe for concurrent use and never changes after New.
+type Roles struct {
 	e *casbin.SyncedEnforcer
 }
 
 // New compiles the embedded model and policy.
-func New() (*Policy, error) {
+func New() (*Roles, error) {
 	m, err := model.NewModelFromString(modelText)
 	if err != nil {
 		return nil, fmt.Errorf("rbac: model: %w", err)
@@ -81,11 +81,11 @@ func New() (*Policy, error) {
 			return nil, fmt.Errorf("rbac: policy.csv line %d: %w", n+1, perr)
 		}
 	}
-	return &Policy{e: e}, nil
+	return &Roles{e: e}, nil
 }
 
 // Must is New for program start-up: the embedded files are part of the build.
-func Must() *Policy {
+func Must() *Roles {
 	p, err := New()
 	if err != nil {
 		panic(err)
@@ -95,7 +95,7 @@ func Must() *Policy {
 
 // Allow reports whether role may do class in domain (a tenant id, or PlatformDomain).
 // An empty role may do nothing.
-func (p *Policy) Allow(role, domain string, c Class) bool {
+func (p *Roles) Allow(role, domain string, c Class) bool {
 	if role == "" || domain == "" {
 		return false
 	}

@@ -34,7 +34,7 @@ func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := edge.Config{
 		Domain:          "localhost",
-		Policy:          &tenants.UpstreamPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		AddressRule:     &tenants.UpstreamAddressRule{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 		Logger:          log,
 		AccessLog:       *accessLog,
 		Pprof:           true,

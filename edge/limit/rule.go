@@ -88,10 +88,10 @@ type Scope struct {
 	Mode   Mode
 }
 
-// Policy is one compiled limit: a rate, a monthly quota or a concurrency cap, with its
+// Rule is one compiled limit: a rate, a monthly quota or a concurrency cap, with its
 // mode. Policies are built when config compiles and only read afterwards; any number of
 // requests use one concurrently.
-type Policy struct {
+type Rule struct {
 	kind   kind
 	mode   Mode
 	tenant string
@@ -112,7 +112,7 @@ type Policy struct {
 const maxEdges = 1024
 
 // NewRate compiles a rate limit.
-func NewRate(s Scope, r Rate) (*Policy, error) {
+func NewRate(s Scope, r Rate) (*Rule, error) {
 	if r.Burst == 0 {
 		r.Burst = r.Limit
 	}
@@ -129,7 +129,7 @@ func NewRate(s Scope, r Rate) (*Policy, error) {
 	if r.Burst > (math.MaxInt64/4)/t/maxEdges-maxEdges {
 		return nil, fmt.Errorf("limit: %s: burst %d of %d per %s is too large", s.Name, r.Burst, r.Limit, r.Per)
 	}
-	p, err := newPolicy(kindRate, s)
+	p, err := newRule(kindRate, s)
 	if err != nil {
 		return nil, err
 	}
@@ -139,11 +139,11 @@ func NewRate(s Scope, r Rate) (*Policy, error) {
 }
 
 // NewQuota compiles a quota of requests per calendar month (UTC).
-func NewQuota(s Scope, requests int64) (*Policy, error) {
+func NewQuota(s Scope, requests int64) (*Rule, error) {
 	if requests < 1 {
 		return nil, fmt.Errorf("limit: %s: quota must be at least 1, got %d", s.Name, requests)
 	}
-	p, err := newPolicy(kindQuota, s)
+	p, err := newRule(kindQuota, s)
 	if err != nil {
 		return nil, err
 	}
@@ -154,11 +154,11 @@ func NewQuota(s Scope, requests int64) (*Policy, error) {
 
 // NewConcurrency compiles a cap on requests in flight. The cap is enforced per edge, at
 // the edge's share (max ÷ live edges, at least 1); the mode is not used.
-func NewConcurrency(s Scope, max int64) (*Policy, error) {
+func NewConcurrency(s Scope, max int64) (*Rule, error) {
 	if max < 1 {
 		return nil, fmt.Errorf("limit: %s: concurrency must be at least 1, got %d", s.Name, max)
 	}
-	p, err := newPolicy(kindConcurrency, s)
+	p, err := newRule(kindConcurrency, s)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +169,7 @@ func NewConcurrency(s Scope, max int64) (*Policy, error) {
 // PlanPolicies compiles a plan into its rate, quota and concurrency policies, each nil
 // when the plan sets none. The three share the scope's name (they count different
 // things, so their state is kept apart).
-func PlanPolicies(s Scope, p *tenants.Plan) (rate, quota, concurrency *Policy, err error) {
+func PlanPolicies(s Scope, p *tenants.Plan) (rate, quota, concurrency *Rule, err error) {
 	if p == nil {
 		return nil, nil, nil, nil
 	}
@@ -191,7 +191,7 @@ func PlanPolicies(s Scope, p *tenants.Plan) (rate, quota, concurrency *Policy, e
 	return rate, quota, concurrency, nil
 }
 
-func newPolicy(k kind, s Scope) (*Policy, error) {
+func newRule(k kind, s Scope) (*Rule, error) {
 	if s.Name == "" {
 		return nil, errors.New("limit: a policy needs a scope name")
 	}
@@ -203,19 +203,19 @@ func newPolicy(k kind, s Scope) (*Policy, error) {
 	h.Write([]byte(s.Tenant))
 	h.Write([]byte{0})
 	h.Write([]byte(s.Name))
-	return &Policy{kind: k, mode: s.Mode, tenant: s.Tenant, name: s.Name, id: h.Sum64()}, nil
+	return &Rule{kind: k, mode: s.Mode, tenant: s.Tenant, name: s.Name, id: h.Sum64()}, nil
 }
 
 // Mode is where the policy counts.
-func (p *Policy) Mode() Mode { return p.mode }
+func (p *Rule) Mode() Mode { return p.mode }
 
 // Name is the scope name the policy was built with.
-func (p *Policy) Name() string { return p.name }
+func (p *Rule) Name() string { return p.name }
 
 // Tenant is the tenant id the policy was built with.
-func (p *Policy) Tenant() string { return p.tenant }
+func (p *Rule) Tenant() string { return p.tenant }
 
-func (p *Policy) String() string {
+func (p *Rule) String() string {
 	switch p.kind {
 	case kindRate:
 		return fmt.Sprintf("%s/%s: %d per %s, burst %d (%s)", p.tenant, p.name, p.rate.Limit, p.rate.Per, p.rate.Burst, p.mode)
@@ -228,7 +228,7 @@ func (p *Policy) String() string {
 
 // share is a rate policy's GCRA parameters for one of n edges: T·n, and a burst of
 // ⌈burst/n⌉ (at least 1).
-func (p *Policy) share(n int64) (t, tol, burst int64) {
+func (p *Rule) share(n int64) (t, tol, burst int64) {
 	if n <= 1 {
 		return p.interval, p.tol, p.rate.Burst
 	}

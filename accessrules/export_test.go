@@ -1,4 +1,4 @@
-package policy
+package accessrules
 
 // NormalPath is normalPath: whether Allow would decide on path at all.
 func NormalPath(path []byte) bool { return normalPath(path) }

@@ -1,15 +1,15 @@
-package policy_test
+package accessrules_test
 
 import (
 	"fmt"
 	"strconv"
 	"testing"
 
-	"tollgate/edge/policy"
+	"tollgate/accessrules"
 )
 
 // benchPolicy has n rules over n/4 resources plus role links, like a tenant's API.
-func benchPolicy(b *testing.B, n int) *policy.Enforcer {
+func benchPolicy(b *testing.B, n int) *accessrules.Enforcer {
 	var rules, roles [][]string
 	for i := 0; len(rules) < n; i++ {
 		res := fmt.Sprintf("/v1/res%d", i)

@@ -1,11 +1,13 @@
-// Package policy decides, for one tenant, whether a caller may make a request: the
-// tenant's rules (subject, path pattern, action, allow|deny) and role links, evaluated
-// by Casbin under the model in model.conf.
+// Package accessrules is the engine of a tenant's access rules (tenants.AccessRules, the
+// "policy" of the management API): it decides, for one tenant, whether a caller may make
+// a request from the tenant's rules (subject, path pattern, action, allow|deny) and role
+// links, evaluated by Casbin under the model in model.conf. The api and the console
+// validate with it, and the edge compiles it again for each snapshot.
 //
 // An Enforcer is compiled once per tenant snapshot and is immutable; Allow is safe for
 // concurrent use and, for a (subjects, method, path) it has decided before, answers
 // from a bounded lock-free cache without running any matcher. There is nothing to
-// invalidate: a policy change compiles a new Enforcer (with an empty cache) and the
+// invalidate: a change of the rules compiles a new Enforcer (with an empty cache) and the
 // snapshot swap retires the old one.
 //
 // Allow decides on the path exactly as the upstream receives it: the edge's normalized
@@ -14,7 +16,7 @@
 // and deny rules match differently.
 //
 // The package must not do I/O or depend on the edge's internals; it knows only strings.
-package policy
+package accessrules
 
 import (
 	_ "embed"

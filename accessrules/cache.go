@@ -1,4 +1,4 @@
-package policy
+package accessrules
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package policy_test
+package accessrules_test
 
 import (
 	"regexp"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"tollgate/edge/policy"
+	"tollgate/accessrules"
 )
 
 var fuzzRules = [][]string{
@@ -65,7 +65,7 @@ func FuzzAllow(f *testing.F) {
 				t.Fatalf("allowed a path outside the normal form: %q", path)
 			}
 		}
-		if !policy.NormalPath([]byte(path)) {
+		if !accessrules.NormalPath([]byte(path)) {
 			if got {
 				t.Fatalf("allowed %q, which is not in normal form", path)
 			}

@@ -1,4 +1,4 @@
-package policy_test
+package accessrules_test
 
 import (
 	"errors"
@@ -9,20 +9,20 @@ import (
 
 	"github.com/casbin/casbin/v2/util"
 
-	"tollgate/edge/policy"
+	"tollgate/accessrules"
 	"tollgate/tenants"
 )
 
-func mustCompile(t testing.TB, rules, roles [][]string) *policy.Enforcer {
+func mustCompile(t testing.TB, rules, roles [][]string) *accessrules.Enforcer {
 	t.Helper()
-	e, err := policy.Compile(rules, roles)
+	e, err := accessrules.Compile(rules, roles)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
 	return e
 }
 
-func allow(e *policy.Enforcer, method, path string, subjects ...string) bool {
+func allow(e *accessrules.Enforcer, method, path string, subjects ...string) bool {
 	return e.Allow(subjects, []byte(method), []byte(path))
 }
 
@@ -77,7 +77,7 @@ func TestPatternSemantics(t *testing.T) {
 				t.Errorf("allow rule matches = %v, want %v", got, c.allow)
 			}
 			// The /* allow rule is strict too; the deny decides.
-			if got := !allow(d, "GET", c.path, "u"); got != c.deny && policy.NormalPath([]byte(c.path)) {
+			if got := !allow(d, "GET", c.path, "u"); got != c.deny && accessrules.NormalPath([]byte(c.path)) {
 				t.Errorf("deny rule matches = %v, want %v", got, c.deny)
 			}
 			if got := util.KeyMatch2(c.path, c.pattern); got != c.keyMatch2 {
@@ -135,7 +135,7 @@ func TestCompileErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := policy.Compile(c.rules, c.roles)
+			_, err := accessrules.Compile(c.rules, c.roles)
 			var te *tenants.Error
 			if !errors.As(err, &te) || te.Code != tenants.EValidation {
 				t.Fatalf("err = %v, want a validation error", err)
@@ -281,7 +281,7 @@ func TestHostilePaths(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.raw, func(t *testing.T) {
-			for _, e := range []*policy.Enforcer{allowList, denyAdmin} {
+			for _, e := range []*accessrules.Enforcer{allowList, denyAdmin} {
 				if c.raw != c.normal && allow(e, "GET", c.raw, "user") {
 					t.Errorf("raw, unnormalized path %q allowed", c.raw)
 				}
