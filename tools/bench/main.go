@@ -1,5 +1,5 @@
-// Command bench measures Tollgate against nginx on the seeds' scenarios (README, "Benchmarks";
-// "Performance"): the primary figure is the gateway process's CPU time per request, with
+// Command bench measures Tollgate against nginx on the seeds' scenarios (README,
+// "Benchmarks"): the primary figure is the gateway process's CPU time per request, with
 // QPS and p50/p99 beside it, each run pinned with taskset (gateway on CPU 0, wrk and the
 // upstream on CPU 1) at GOMAXPROCS / nginx workers 1 and 2, and Tollgate's config fan-out
 // latency and idle RSS with many routes.

@@ -1,6 +1,6 @@
 package main
 
-// The seeds' payload and routing scenarios beside S1 (README, "Benchmarks"; "Performance"):
+// The seeds' payload and routing scenarios beside S1 (README, "Benchmarks"):
 //
 //   - S3: a POST with a ~1 KB JSON body that the route rewrites (transform.request.json:
 //     set, remove, rename). nginx has no JSON rewrite, so it proxies the same POST
