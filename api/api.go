@@ -59,7 +59,8 @@ type Config struct {
 
 	// People enables console users: the session cookie is accepted in place of a token,
 	// and a user acts in a tenant with its membership's role (or its platform role).
-	// Audit records every successful write to a tenant. Access is the policy that
+	// Audit serves the audit log, and is what makes the writes to a tenant record
+	// their entries (the store's write transactions insert them). Access is the policy that
 	// decides each tenant-scoped request. Defaults: nil, nil, rbac.Must().
 	People tenants.PeopleService
 	Audit  tenants.AuditService

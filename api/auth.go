@@ -82,11 +82,8 @@ func (s *Server) wrap(ep *endpoint) fiber.Handler {
 				return err
 			}
 		}
-		if err := ep.handle(c, r); err != nil {
-			return err
-		}
 		s.audit(c, ep, r)
-		return nil
+		return ep.handle(c, r)
 	}
 }
 

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
@@ -126,51 +125,46 @@ func (who principal) actor() string {
 	return "anonymous"
 }
 
-// audit records a successful write to a tenant. A failure to record is logged, not
-// returned: the change is already committed.
+// audit makes the write ep is about to do to r's tenant record its audit entry, in the
+// store's transaction of the change: a change and its entry commit or roll back together.
+// The object is the one the path names; a create's new object is named by the store.
 func (s *Server) audit(c *fiber.Ctx, ep *endpoint, r *request) {
-	if s.cfg.Audit == nil || r.tenant == nil || c.Response().StatusCode() >= 400 {
+	if r.tenant == nil {
 		return
 	}
-	verb := map[string]string{http.MethodPost: "create", http.MethodPut: "update", http.MethodPatch: "update", http.MethodDelete: "delete"}[ep.method]
+	verb := map[string]string{http.MethodPost: tenants.AuditCreate, http.MethodPut: tenants.AuditUpdate,
+		http.MethodPatch: tenants.AuditUpdate, http.MethodDelete: tenants.AuditDelete}[ep.method]
 	if strings.HasSuffix(ep.path, "/verify") {
-		verb = "verify"
+		verb = tenants.AuditVerify
 	}
 	if verb == "" {
 		return
 	}
-	tag := ep.tag
-	if tag == "" {
-		tag = "tenant"
+	kind := ep.tag
+	if kind == "" {
+		kind = "tenant"
 	}
-	object := c.Params("key_id")
-	if object == "" {
-		object = c.Params("id")
-	}
-	if object == "" {
-		object, _ = url.PathUnescape(c.Params("email"))
-	}
-	if object == "" && ep.method == http.MethodPost {
-		var created struct {
-			ID     string `json:"id"`
-			UserID string `json:"user_id"` // a membership
-			Email  string `json:"email"`   // an invite
+	object := ""
+	if verb != tenants.AuditCreate { // the path of a key's create names its consumer
+		object = c.Params("key_id")
+		if object == "" {
+			object = c.Params("id")
 		}
-		if json.Unmarshal(c.Response().Body(), &created) == nil {
-			switch {
-			case created.ID != "":
-				object = created.ID
-			case created.UserID != "":
-				object = created.UserID
-			case created.Email != "":
-				object = created.Email
-			}
+		if object == "" {
+			object, _ = url.PathUnescape(c.Params("email"))
 		}
 	}
-	e := &tenants.AuditEntry{TenantID: r.tenant.ID, Actor: r.who.actor(), Action: strings.ReplaceAll(tag, "-", "_") + "." + verb, Object: object}
-	if err := s.cfg.Audit.RecordAudit(r.ctx, e); err != nil {
-		s.log.Error("api: audit", "request_id", requestID(c), "action", e.Action, "err", err)
+	r.ctx = s.audited(r.ctx, r, r.tenant.ID, kind, verb, object)
+}
+
+// audited is ctx made to record, in the transaction of the write made with it, that r's
+// caller did verb to object, of kind, in tenantID. The store fills in what is left empty:
+// the tenant of an invitation answered by its token, the id of a created object.
+func (s *Server) audited(ctx context.Context, r *request, tenantID, kind, verb, object string) context.Context {
+	if s.cfg.Audit == nil {
+		return ctx
 	}
+	return tenants.WithAudit(ctx, tenants.Audit{TenantID: tenantID, Actor: r.who.actor(), Action: tenants.AuditAction(kind, verb), Object: object})
 }
 
 func (s *Server) listAudit(c *fiber.Ctx, r *request) error {

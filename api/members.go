@@ -159,6 +159,7 @@ func (s *Server) mailInvite(c *fiber.Ctx, r *request, inv *tenants.Invite, token
 		// A fresh context: the request's may be what ran out.
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RequestTimeout)
 		defer cancel()
+		ctx = s.audited(ctx, r, inv.TenantID, tagInvites, tenants.AuditDelete, inv.Email) // the create is in the log
 		if derr := s.cfg.People.DeleteInvite(ctx, inv.TenantID, inv.Email); derr != nil && tenants.ErrorCode(derr) != tenants.ENotFound {
 			s.log.Error("api: withdraw an unsent invite", "request_id", requestID(c), "err", derr)
 		}
@@ -228,12 +229,12 @@ func (s *Server) acceptInvite(c *fiber.Ctx, r *request) error {
 	if err != nil {
 		return err
 	}
-	m, err := p.AcceptInvite(r.ctx, token, r.who.user.ID)
+	// Not scoped to a tenant: the store knows the invitation's tenant, and records there
+	// the acceptance and the membership it makes.
+	m, err := p.AcceptInvite(s.audited(r.ctx, r, "", tagInvites, tenants.AuditAccept, ""), token, r.who.user.ID)
 	if err != nil {
 		return err
 	}
-	s.recordInvitee(c, r, m.TenantID, "invites.accept", m.Email)
-	s.recordInvitee(c, r, m.TenantID, "members.create", m.UserID)
 	return reply(c, http.StatusOK, m, 0)
 }
 
@@ -242,22 +243,8 @@ func (s *Server) declineInvite(c *fiber.Ctx, r *request) error {
 	if err != nil {
 		return err
 	}
-	o, err := p.DeclineInvite(r.ctx, token, r.who.user.ID)
-	if err != nil {
+	if _, err := p.DeclineInvite(s.audited(r.ctx, r, "", tagInvites, tenants.AuditDecline, ""), token, r.who.user.ID); err != nil {
 		return err
 	}
-	s.recordInvitee(c, r, o.TenantID, "invites.decline", o.Email)
 	return noContent(c)
-}
-
-// recordInvitee writes an audit entry of the tenant an invitation was to: these endpoints
-// are not scoped to a tenant, so the generic audit does not see them.
-func (s *Server) recordInvitee(c *fiber.Ctx, r *request, tenantID, action, object string) {
-	if s.cfg.Audit == nil {
-		return
-	}
-	e := &tenants.AuditEntry{TenantID: tenantID, Actor: r.who.actor(), Action: action, Object: object}
-	if err := s.cfg.Audit.RecordAudit(r.ctx, e); err != nil {
-		s.log.Error("api: audit", "request_id", requestID(c), "action", action, "err", err)
-	}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // People of the management plane: console users, their memberships in tenants,
-// their sessions, and the audit log of what they and tokens changed.
+// their sessions. The audit log of what they and tokens changed is in audit.go.
 
 // Roles within a tenant, from most to least powerful. A membership or a token carries one;
 // what each may do is the access policy's business (tenants/rbac), not this package's.
@@ -122,17 +122,6 @@ type Session struct {
 	CSRF      string
 	ExpiresAt time.Time
 	CreatedAt time.Time
-}
-
-// AuditEntry records one management write: who (a user's email, "token:<name>" or
-// "admin"), in which tenant, what action on which object, and when.
-type AuditEntry struct {
-	ID       int64     `json:"id"`
-	TenantID string    `json:"tenant_id"`
-	Actor    string    `json:"actor"`
-	Action   string    `json:"action"` // "<tag>.<verb>": routes.create, keys.delete…
-	Object   string    `json:"object"` // the object's id, or "" for the tenant itself
-	At       time.Time `json:"at"`
 }
 
 // PeopleService stores users, memberships and sessions.
@@ -251,13 +240,6 @@ type ThrottleService interface {
 	Hit(ctx context.Context, key string, rule ThrottleRule) (time.Duration, error)
 	// ClearHits forgets the attempts on key (a successful sign-in clears its failures).
 	ClearHits(ctx context.Context, key string) error
-}
-
-// AuditService keeps the audit log. Entries are never changed or deleted by the api.
-type AuditService interface {
-	RecordAudit(ctx context.Context, e *AuditEntry) error
-	// ListAudit returns a page of a tenant's entries, newest first; the cursor is an id.
-	ListAudit(ctx context.Context, tenantID string, p Page) ([]*AuditEntry, string, error)
 }
 
 // Password bounds. bcrypt reads at most 72 bytes; a longer password would be silently cut.

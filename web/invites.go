@@ -43,6 +43,8 @@ func (c *Console) mailInvite(ctx *fiber.Ctx, inv *tenants.Invite, t *tenants.Ten
 		c.log.Error("console: mail an invitation", "err", err)
 		bg, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		bg = tenants.WithAudit(bg, tenants.Audit{TenantID: inv.TenantID, Actor: user(ctx).Email,
+			Action: tenants.AuditAction("invites", tenants.AuditDelete), Object: inv.Email}) // the create is in the log
 		if derr := c.cfg.People.DeleteInvite(bg, inv.TenantID, inv.Email); derr != nil && tenants.ErrorCode(derr) != tenants.ENotFound {
 			c.log.Error("console: withdraw an unsent invite", "err", derr)
 		}
@@ -90,12 +92,12 @@ func (c *Console) inviteAccept(ctx *fiber.Ctx) error {
 		return c.errorPage(ctx, http.StatusUnauthorized, "Signed out", "Your session has ended. Sign in again and open the invitation link once more.")
 	}
 	token := ctx.FormValue("token")
-	m, err := c.cfg.People.AcceptInvite(c.ctx(ctx), token, u.ID)
+	// The store knows the invitation's tenant, and records there the acceptance and the
+	// membership it makes.
+	m, err := c.cfg.People.AcceptInvite(c.audited(ctx, u, "", tenants.AuditAction("invites", tenants.AuditAccept), ""), token, u.ID)
 	if err != nil {
 		return c.inviteRefused(ctx, token, err)
 	}
-	c.record(ctx, u, m.TenantID, "invites.accept", m.Email)
-	c.record(ctx, u, m.TenantID, "members.create", m.UserID)
 	return ctx.Redirect(Prefix+"/t/"+m.TenantSlug+"/routes?done=invite-accepted", http.StatusSeeOther)
 }
 
@@ -106,11 +108,10 @@ func (c *Console) inviteDecline(ctx *fiber.Ctx) error {
 		return c.errorPage(ctx, http.StatusUnauthorized, "Signed out", "Your session has ended. Sign in again and open the invitation link once more.")
 	}
 	token := ctx.FormValue("token")
-	o, err := c.cfg.People.DeclineInvite(c.ctx(ctx), token, u.ID)
+	o, err := c.cfg.People.DeclineInvite(c.audited(ctx, u, "", tenants.AuditAction("invites", tenants.AuditDecline), ""), token, u.ID)
 	if err != nil {
 		return c.inviteRefused(ctx, token, err)
 	}
-	c.record(ctx, u, o.TenantID, "invites.decline", o.Email)
 	return c.inviteRender(ctx, http.StatusOK, inviteView{State: "declined", Offer: o})
 }
 

@@ -238,9 +238,8 @@ func (c *Console) issuerDelete(ctx *fiber.Ctx) error {
 		return err
 	}
 	tv := tenantOf(ctx)
-	if err := c.cfg.JWTIssuers.DeleteJWTIssuer(c.ctx(ctx), tv.ID, ctx.Params("id")); err != nil {
+	if err := c.cfg.JWTIssuers.DeleteJWTIssuer(c.audited(ctx, user(ctx), tv.ID, "jwt_issuers.delete", ctx.Params("id")), tv.ID, ctx.Params("id")); err != nil {
 		return c.internal(ctx, err)
 	}
-	c.record(ctx, user(ctx), tv.ID, "jwt_issuers.delete", ctx.Params("id"))
 	return ctx.Redirect(c.tenantURL(ctx, "/jwt-issuers?done=issuer-deleted"), http.StatusSeeOther)
 }

@@ -220,10 +220,9 @@ func (c *Console) routeDelete(ctx *fiber.Ctx) error {
 		return err
 	}
 	tv := tenantOf(ctx)
-	if err := c.cfg.Routes.DeleteRoute(c.ctx(ctx), tv.ID, ctx.Params("id")); err != nil {
+	if err := c.cfg.Routes.DeleteRoute(c.audited(ctx, user(ctx), tv.ID, "routes.delete", ctx.Params("id")), tv.ID, ctx.Params("id")); err != nil {
 		return c.internal(ctx, err)
 	}
-	c.record(ctx, user(ctx), tv.ID, "routes.delete", ctx.Params("id"))
 	return ctx.Redirect(c.tenantURL(ctx, "/routes?done=route-deleted"), http.StatusSeeOther)
 }
 
@@ -253,9 +252,8 @@ func (c *Console) consumerCreate(ctx *fiber.Ctx) error {
 	tv := tenantOf(ctx)
 	f := consumerForm{Name: strings.TrimSpace(ctx.FormValue("name")), Errors: map[string]string{}}
 	cs := &tenants.Consumer{TenantID: tv.ID, Name: f.Name}
-	err := c.cfg.Consumers.CreateConsumer(c.ctx(ctx), cs)
+	err := c.cfg.Consumers.CreateConsumer(c.audited(ctx, user(ctx), tv.ID, "consumers.create", ""), cs)
 	if err == nil {
-		c.record(ctx, user(ctx), tv.ID, "consumers.create", cs.ID)
 		return ctx.Redirect(c.tenantURL(ctx, "/consumers/"+cs.ID+"?done=consumer-created"), http.StatusSeeOther)
 	}
 	if !fieldError(err, f.Errors, nil) {
@@ -328,11 +326,10 @@ func (c *Console) consumerPlan(ctx *fiber.Ctx) error {
 	cs.Plan = ctx.FormValue("plan")
 	err = cs.Validate()
 	if err == nil {
-		err = c.cfg.Consumers.UpdateConsumer(c.ctx(ctx), cs)
+		err = c.cfg.Consumers.UpdateConsumer(c.audited(ctx, user(ctx), tv.ID, "consumers.update", cs.ID), cs)
 	}
 	switch code := tenants.ErrorCode(err); {
 	case err == nil:
-		c.record(ctx, user(ctx), tv.ID, "consumers.update", cs.ID)
 		return ctx.Redirect(c.tenantURL(ctx, "/consumers/"+cs.ID+"?done=consumer-updated"), http.StatusSeeOther)
 	case code == tenants.EVersionConflict:
 		return c.consumerView(ctx, http.StatusConflict, consumerData{PlanError: "Someone changed this consumer since you opened it. Reload the page, then choose again."})
@@ -350,10 +347,9 @@ func (c *Console) keyCreate(ctx *fiber.Ctx) error {
 	tv := tenantOf(ctx)
 	plain, hash, display := tenants.NewSecret(tenants.KeyPrefix)
 	k := &tenants.Key{TenantID: tv.ID, ConsumerID: ctx.Params("id"), Prefix: display, Hash: hash}
-	if err := c.cfg.Consumers.CreateKey(c.ctx(ctx), k); err != nil {
+	if err := c.cfg.Consumers.CreateKey(c.audited(ctx, user(ctx), tv.ID, "keys.create", ""), k); err != nil {
 		return c.internal(ctx, err)
 	}
-	c.record(ctx, user(ctx), tv.ID, "keys.create", k.ID)
 	return c.consumer(ctx, plain)
 }
 
@@ -362,10 +358,9 @@ func (c *Console) keyDelete(ctx *fiber.Ctx) error {
 		return err
 	}
 	tv := tenantOf(ctx)
-	if err := c.cfg.Consumers.DeleteKey(c.ctx(ctx), tv.ID, ctx.Params("id"), ctx.Params("key_id")); err != nil {
+	if err := c.cfg.Consumers.DeleteKey(c.audited(ctx, user(ctx), tv.ID, "keys.delete", ctx.Params("key_id")), tv.ID, ctx.Params("id"), ctx.Params("key_id")); err != nil {
 		return c.internal(ctx, err)
 	}
-	c.record(ctx, user(ctx), tv.ID, "keys.delete", ctx.Params("key_id"))
 	return ctx.Redirect(c.tenantURL(ctx, "/consumers/"+ctx.Params("id")+"?done=key-revoked"), http.StatusSeeOther)
 }
 
@@ -374,10 +369,9 @@ func (c *Console) consumerDelete(ctx *fiber.Ctx) error {
 		return err
 	}
 	tv := tenantOf(ctx)
-	if err := c.cfg.Consumers.DeleteConsumer(c.ctx(ctx), tv.ID, ctx.Params("id")); err != nil {
+	if err := c.cfg.Consumers.DeleteConsumer(c.audited(ctx, user(ctx), tv.ID, "consumers.delete", ctx.Params("id")), tv.ID, ctx.Params("id")); err != nil {
 		return c.internal(ctx, err)
 	}
-	c.record(ctx, user(ctx), tv.ID, "consumers.delete", ctx.Params("id"))
 	return ctx.Redirect(c.tenantURL(ctx, "/consumers?done=consumer-deleted"), http.StatusSeeOther)
 }
 
@@ -443,7 +437,7 @@ func (c *Console) inviteCreate(ctx *fiber.Ctx) error {
 		return c.members(ctx, http.StatusForbidden, f)
 	}
 	inv := &tenants.Invite{TenantID: tv.ID, Email: f.Email, Role: f.Role, InvitedBy: user(ctx).Email}
-	token, err := c.cfg.People.Invite(c.ctx(ctx), inv)
+	token, err := c.cfg.People.Invite(c.audited(ctx, user(ctx), tv.ID, "invites.create", ""), inv)
 	if err != nil {
 		if !fieldError(err, f.Errors, nil) {
 			return c.internal(ctx, err)
@@ -461,7 +455,6 @@ func (c *Console) inviteCreate(ctx *fiber.Ctx) error {
 		f.Errors["form"] = "The invitation mail could not be sent, so nothing was saved. Try again in a moment."
 		return c.members(ctx, http.StatusServiceUnavailable, f)
 	}
-	c.record(ctx, user(ctx), tv.ID, "invites.create", inv.Email)
 	return ctx.Redirect(c.tenantURL(ctx, "/members?done=member-invited"), http.StatusSeeOther)
 }
 
@@ -486,14 +479,13 @@ func (c *Console) memberRole(ctx *fiber.Ctx) error {
 	if ok, err := c.ownerGuard(ctx, id, role); !ok {
 		return err
 	}
-	if _, err := c.cfg.People.SetMemberRole(c.ctx(ctx), tv.ID, id, role); err != nil {
+	if _, err := c.cfg.People.SetMemberRole(c.audited(ctx, user(ctx), tv.ID, "members.update", id), tv.ID, id, role); err != nil {
 		if tenants.ErrorCode(err) == tenants.EConflict || tenants.ErrorCode(err) == tenants.EValidation {
 			f := memberForm{Role: tenants.RoleViewer, Errors: map[string]string{"members": tenants.ErrorMessage(err)}}
 			return c.members(ctx, tenants.Status(tenants.ErrorCode(err)), f)
 		}
 		return c.internal(ctx, err)
 	}
-	c.record(ctx, user(ctx), tv.ID, "members.update", id)
 	return ctx.Redirect(c.tenantURL(ctx, "/members?done=member-updated"), http.StatusSeeOther)
 }
 
@@ -505,14 +497,13 @@ func (c *Console) memberRemove(ctx *fiber.Ctx) error {
 	if ok, err := c.ownerGuard(ctx, id, ""); !ok {
 		return err
 	}
-	if err := c.cfg.People.RemoveMember(c.ctx(ctx), tv.ID, id); err != nil {
+	if err := c.cfg.People.RemoveMember(c.audited(ctx, user(ctx), tv.ID, "members.delete", id), tv.ID, id); err != nil {
 		if tenants.ErrorCode(err) == tenants.EConflict {
 			f := memberForm{Role: tenants.RoleViewer, Errors: map[string]string{"members": tenants.ErrorMessage(err)}}
 			return c.members(ctx, http.StatusConflict, f)
 		}
 		return c.internal(ctx, err)
 	}
-	c.record(ctx, user(ctx), tv.ID, "members.delete", id)
 	if id == user(ctx).ID {
 		return ctx.Redirect(Prefix+"/", http.StatusSeeOther)
 	}
@@ -524,13 +515,12 @@ func (c *Console) inviteDelete(ctx *fiber.Ctx) error {
 		return err
 	}
 	tv, email := tenantOf(ctx), ctx.FormValue("email")
-	if err := c.cfg.People.DeleteInvite(c.ctx(ctx), tv.ID, email); err != nil {
+	if err := c.cfg.People.DeleteInvite(c.audited(ctx, user(ctx), tv.ID, "invites.delete", email), tv.ID, email); err != nil {
 		if tenants.ErrorCode(err) == tenants.ENotFound {
 			// Already accepted, declined or withdrawn by another admin: nothing to do.
 			return ctx.Redirect(c.tenantURL(ctx, "/members?done=invite-withdrawn"), http.StatusSeeOther)
 		}
 		return c.internal(ctx, err)
 	}
-	c.record(ctx, user(ctx), tv.ID, "invites.delete", email)
 	return ctx.Redirect(c.tenantURL(ctx, "/members?done=invite-withdrawn"), http.StatusSeeOther)
 }

@@ -205,13 +205,12 @@ func (c *Console) planDelete(ctx *fiber.Ctx) error {
 		return err
 	}
 	tv := tenantOf(ctx)
-	if err := c.cfg.Plans.DeletePlan(c.ctx(ctx), tv.ID, ctx.Params("id")); err != nil {
+	if err := c.cfg.Plans.DeletePlan(c.audited(ctx, user(ctx), tv.ID, "plans.delete", ctx.Params("id")), tv.ID, ctx.Params("id")); err != nil {
 		if tenants.ErrorCode(err) == tenants.EConflict {
 			return c.errorPage(ctx, http.StatusConflict, "Plan in use",
 				"Consumers are on this plan. Move them to another plan (or none), then delete it.")
 		}
 		return c.internal(ctx, err)
 	}
-	c.record(ctx, user(ctx), tv.ID, "plans.delete", ctx.Params("id"))
 	return ctx.Redirect(c.tenantURL(ctx, "/plans?done=plan-deleted"), http.StatusSeeOther)
 }

@@ -163,9 +163,8 @@ func (c *Console) policySave(ctx *fiber.Ctx) error {
 	if err == nil {
 		v, _ := strconv.ParseInt(f.Version, 10, 64)
 		p := &tenants.AccessRules{TenantID: tv.ID, Rules: rules, Roles: roles, Version: v}
-		err = c.cfg.Policies.PutAccessRules(c.ctx(ctx), p)
+		err = c.cfg.Policies.PutAccessRules(c.audited(ctx, user(ctx), tv.ID, tenants.AuditAction("policy", tenants.AuditUpdate), ""), p)
 		if err == nil {
-			c.record(ctx, user(ctx), tv.ID, "policy.update", "")
 			return ctx.Redirect(c.tenantURL(ctx, "/policy?done=policy-saved"), http.StatusSeeOther)
 		}
 	}

@@ -242,23 +242,27 @@ type formSave struct {
 	save  func() error      // validates and stores the object
 	field func(error) bool  // puts a validation error on its field; false: not one
 	noun  string            // "route", in the message of a version conflict
-	audit string            // the audit action, "routes.update"
-	id    func() string     // the object's id, once saved
+	audit string            // the audit action, "routes.update" (tenants.AuditAction)
+	id    func() string     // the object's id; "" for a new one until saved
 	done  string            // where the browser goes next, under the tenant
 }
 
-// submit saves the form's object unless the form found errors itself. Once saved it
-// records the change and redirects (sent: the response is written). A version conflict
+// submit saves the form's object unless the form found errors itself, the save recording
+// the change in the audit log, and once saved redirects (sent: the response is written). A version conflict
 // or a validation error goes onto the form for the caller to render again; any other
 // error is answered as internal (sent).
 func (c *Console) submit(ctx *fiber.Ctx, s formSave) (sent bool, err error) {
 	if len(s.errs) > 0 {
 		return false, nil
 	}
+	// save stores with the request's context: for its one write, that context carries
+	// the audit entry.
+	plain := ctx.UserContext()
+	ctx.SetUserContext(c.audited(ctx, user(ctx), tenantOf(ctx).ID, s.audit, s.id()))
 	err = s.save()
+	ctx.SetUserContext(plain)
 	switch {
 	case err == nil:
-		c.record(ctx, user(ctx), tenantOf(ctx).ID, s.audit, s.id())
 		return true, ctx.Redirect(c.tenantURL(ctx, s.done), http.StatusSeeOther)
 	case tenants.ErrorCode(err) == tenants.EVersionConflict:
 		s.errs["form"] = "Someone changed this " + s.noun + " since you opened it. Reload the page to see their change, then edit again."

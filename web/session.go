@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
@@ -163,10 +164,9 @@ func (c *Console) signup(ctx *fiber.Ctx) error {
 	}
 	if !taken {
 		u := &tenants.User{Email: email, PasswordHash: hash}
-		err = c.cfg.People.SignUp(c.ctx(ctx), u, t)
+		err = c.cfg.People.SignUp(c.audited(ctx, u, "", tenants.AuditAction("tenant", tenants.AuditCreate), ""), u, t)
 		switch {
 		case err == nil:
-			c.record(ctx, u, t.ID, "tenant.create", t.ID)
 			if err := c.sendVerification(ctx, u, f.Next); err != nil {
 				return c.internal(ctx, err)
 			}
@@ -328,13 +328,13 @@ func (c *Console) tenantURL(ctx *fiber.Ctx, path string) string {
 	return Prefix + "/t/" + ctx.Params("slug") + path
 }
 
-// record writes the audit entry of a console write; a failure is logged, since the change
-// itself is committed.
-func (c *Console) record(ctx *fiber.Ctx, u *tenants.User, tenantID, action, object string) {
-	e := &tenants.AuditEntry{TenantID: tenantID, Actor: u.Email, Action: action, Object: object}
-	if err := c.cfg.Audit.RecordAudit(c.ctx(ctx), e); err != nil {
-		c.log.Error("console: audit", "action", action, "err", err)
-	}
+// audited is the context for the one store write of a console request: the write records
+// that u did action (named by tenants.AuditAction, as the API names it) to object in
+// tenantID, in the write's own transaction, so the change and its entry commit together.
+// The store fills in what is left empty: a created object's id, the tenant of an
+// invitation answered by its token.
+func (c *Console) audited(ctx *fiber.Ctx, u *tenants.User, tenantID, action, object string) context.Context {
+	return tenants.WithAudit(c.ctx(ctx), tenants.Audit{TenantID: tenantID, Actor: u.Email, Action: action, Object: object})
 }
 
 func humanWait(d time.Duration) string {

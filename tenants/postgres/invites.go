@@ -39,7 +39,8 @@ func (db *DB) SetMemberRole(ctx context.Context, tenantID, userID, role string) 
 	if !parseID(tenantID) || !parseID(userID) {
 		return nil, notFound("membership")
 	}
-	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err := db.change(ctx, false, func(tx pgx.Tx) error {
+		auditObject(tx, tenantID, userID)
 		if role != tenants.RoleOwner {
 			last, err := lastOwner(ctx, tx, tenantID, userID)
 			if err != nil {
@@ -69,7 +70,8 @@ func (db *DB) RemoveMember(ctx context.Context, tenantID, userID string) error {
 	if !parseID(tenantID) || !parseID(userID) {
 		return notFound("membership")
 	}
-	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err := db.change(ctx, false, func(tx pgx.Tx) error {
+		auditObject(tx, tenantID, userID)
 		last, err := lastOwner(ctx, tx, tenantID, userID)
 		if err != nil {
 			return err
@@ -149,7 +151,8 @@ func (db *DB) Invite(ctx context.Context, inv *tenants.Invite) (string, error) {
 		}
 	}
 	token, hash, _ := tenants.NewSecret(tenants.InvitePrefix)
-	err = pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err = db.change(ctx, false, func(tx pgx.Tx) error {
+		auditObject(tx, inv.TenantID, email)
 		// The tenant row's lock (one that does not block inserts referencing it) orders
 		// concurrent invites of one tenant, so the pending count below holds.
 		var one int
@@ -225,14 +228,18 @@ func (db *DB) DeleteInvite(ctx context.Context, tenantID, email string) error {
 	if err != nil || !parseID(tenantID) {
 		return notFound("invite")
 	}
-	tag, err := db.pool.Exec(ctx, `DELETE FROM invites WHERE tenant_id = $1 AND email = $2`, tenantID, email)
-	if err != nil {
-		return constraintError(err, "delete invite", nil)
-	}
-	if tag.RowsAffected() == 0 {
-		return notFound("invite")
-	}
-	return nil
+	err = db.change(ctx, false, func(tx pgx.Tx) error {
+		auditObject(tx, tenantID, email)
+		tag, err := tx.Exec(ctx, `DELETE FROM invites WHERE tenant_id = $1 AND email = $2`, tenantID, email)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return notFound("invite")
+		}
+		return nil
+	})
+	return constraintError(err, "delete invite", nil)
 }
 
 // inviteHash is the stored form of an invitation token; ok is false for a string that
@@ -275,6 +282,7 @@ func (db *DB) AcceptInvite(ctx context.Context, token, userID string) (*tenants.
 	o, err := db.consumeInvite(ctx, token, userID, func(tx pgx.Tx, o *tenants.InviteOffer) error {
 		_, err := tx.Exec(ctx, `INSERT INTO memberships (tenant_id, user_id, role) VALUES ($1, $2, $3)
 			ON CONFLICT (tenant_id, user_id) DO NOTHING`, o.TenantID, userID, o.Role)
+		auditAlso(tx, o.TenantID, tenants.AuditAction("members", tenants.AuditCreate), userID)
 		return err
 	})
 	if err != nil {
@@ -300,11 +308,13 @@ func (db *DB) consumeInvite(ctx context.Context, token, userID string, then func
 		return nil, notFound("user")
 	}
 	var o *tenants.InviteOffer
-	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+	err := db.change(ctx, false, func(tx pgx.Tx) error {
 		var err error
 		if o, err = scanOffer(tx.QueryRow(ctx, offerSelect+` FOR UPDATE OF i`, hash)); err != nil {
 			return err
 		}
+		// The caller knows the invitation only by its token: the entry is the tenant's.
+		auditObject(tx, o.TenantID, o.Email)
 		var expired, verified bool
 		var email string
 		if err := tx.QueryRow(ctx, `SELECT $2::timestamptz <= now(), email, email_verified_at IS NOT NULL FROM users WHERE id = $1`,

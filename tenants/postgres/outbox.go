@@ -37,6 +37,9 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 	if len(changes) == 0 {
 		return nil
 	}
+	if wt, ok := tx.(*writeTx); ok {
+		wt.emitted(changes)
+	}
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", revLockID); err != nil {
 		return err
 	}

@@ -58,6 +58,7 @@ func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) er
 			return err
 		}
 		*u, *t = *saved, *st
+		auditObject(tx, t.ID, t.ID) // a tenant's creation names it, unlike its other changes
 		return emit(ctx, tx, tenantChange(t))
 	})
 	return constraintError(err, "sign up", map[string]*tenants.Error{
@@ -176,17 +177,6 @@ func (db *DB) FindSession(ctx context.Context, hash string) (*tenants.Session, e
 func (db *DB) DeleteSession(ctx context.Context, hash string) error {
 	_, err := db.pool.Exec(ctx, `DELETE FROM sessions WHERE hash = $1`, hash)
 	return constraintError(err, "delete session", nil)
-}
-
-// RecordAudit appends e, filling in its id and time.
-func (db *DB) RecordAudit(ctx context.Context, e *tenants.AuditEntry) error {
-	if !parseID(e.TenantID) {
-		return notFound("tenant")
-	}
-	err := db.pool.QueryRow(ctx, `INSERT INTO audit_log (tenant_id, actor, action, object) VALUES ($1, $2, $3, $4)
-		RETURNING id, at`, e.TenantID, e.Actor, e.Action, e.Object).Scan(&e.ID, &e.At)
-	e.At = utc(e.At)
-	return constraintError(err, "record audit", nil)
 }
 
 // ListAudit returns a page of the tenant's audit log, newest first.

@@ -207,13 +207,28 @@ func (db *DB) Ping(ctx context.Context) error {
 }
 
 // write runs fn in one transaction that holds the writer lock shared, so a resync snapshot
-// never sees half of the writes in flight.
+// never sees half of the writes in flight. The transaction also records ctx's audit
+// entry (see change).
 func (db *DB) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return db.change(ctx, true, fn)
+}
+
+// change runs fn in one transaction and, when ctx carries an audit entry
+// (tenants.WithAudit), inserts it in that transaction once fn succeeds: a change and its
+// entry commit together or not at all. writer takes the writer lock shared, as every
+// write of config entries must; the api's own data (tokens, people) needs no lock.
+func (db *DB) change(ctx context.Context, writer bool, fn func(tx pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", writerLockID); err != nil {
+		if writer {
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", writerLockID); err != nil {
+				return err
+			}
+		}
+		wt := &writeTx{Tx: tx}
+		if err := fn(wt); err != nil {
 			return err
 		}
-		return fn(tx)
+		return wt.recordAudit(ctx)
 	})
 }
 

@@ -157,6 +157,7 @@ func (db *DB) DeleteTenant(ctx context.Context, tenantID string) error {
 		if err != nil {
 			return err
 		}
+		auditObject(tx, tenantID, "") // the tenant itself, not the first object deleted
 		// The tenant entry goes first: an edge drops the whole tenant on it, and the
 		// object deletes that follow are then no-ops.
 		changes := []change{del(tenantID, tenants.TenantKey(tenantID))}

@@ -10,7 +10,7 @@ import (
 )
 
 // Tokens are the api's own credentials: they are not config entries and go through no
-// outbox.
+// outbox, but their changes are audited like any other.
 
 const tokenColumns = `tenant_id::text, id::text, name, role, prefix, hash, created_at`
 
@@ -36,8 +36,16 @@ func (db *DB) CreateToken(ctx context.Context, t *tenants.Token) error {
 	if !validHash(t.Hash) {
 		return tenants.Invalid("hash", "must be the hex SHA-256 of the token")
 	}
-	saved, err := scanToken(db.pool.QueryRow(ctx, `INSERT INTO tokens (tenant_id, id, name, role, prefix, hash)
-		VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+tokenColumns, t.TenantID, newID(), t.Name, t.Role, t.Prefix, t.Hash))
+	var saved *tenants.Token
+	err := db.change(ctx, false, func(tx pgx.Tx) error {
+		var err error
+		saved, err = scanToken(tx.QueryRow(ctx, `INSERT INTO tokens (tenant_id, id, name, role, prefix, hash)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+tokenColumns, t.TenantID, newID(), t.Name, t.Role, t.Prefix, t.Hash))
+		if err == nil {
+			auditObject(tx, saved.TenantID, saved.ID)
+		}
+		return err
+	})
 	if err != nil {
 		return constraintError(err, "create token", map[string]*tenants.Error{
 			"tokens_hash_key": tenants.Errorf(tenants.EConflict, "this token is already registered"),
@@ -84,14 +92,18 @@ func (db *DB) DeleteToken(ctx context.Context, tenantID, id string) error {
 	if !parseID(tenantID) || !parseID(id) {
 		return notFound("token")
 	}
-	tag, err := db.pool.Exec(ctx, `DELETE FROM tokens WHERE tenant_id = $1 AND id = $2`, tenantID, id)
-	if err != nil {
-		return constraintError(err, "delete token", nil)
-	}
-	if tag.RowsAffected() == 0 {
-		return notFound("token")
-	}
-	return nil
+	err := db.change(ctx, false, func(tx pgx.Tx) error {
+		auditObject(tx, tenantID, id)
+		tag, err := tx.Exec(ctx, `DELETE FROM tokens WHERE tenant_id = $1 AND id = $2`, tenantID, id)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return notFound("token")
+		}
+		return nil
+	})
+	return constraintError(err, "delete token", nil)
 }
 
 var _ tenants.TokenService = (*DB)(nil)
