@@ -22,8 +22,8 @@ import (
 // streamed, a read that timed out) with the contract's JSON envelope.
 //
 // The listeners stay the edge's: Serve is given a listener whose connections already
-// carry the edge's connection handling (coalescingListener and lingerListener in
-// deadline.go, raw socket I/O in perf_rawio.go), and Fiber serves it with App.Listener.
+// carry the edge's connection handling (conn.ClientListener and conn.LingerListener,
+// raw socket I/O: package conn), and Fiber serves it with App.Listener.
 //
 // How the edge's server settings reach Fiber:
 //

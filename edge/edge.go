@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"tollgate/edge/conn"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
 	"tollgate/edge/meter"
@@ -88,7 +89,7 @@ type Config struct {
 	// Client side of the public listener. ReadBufferSize also bounds the request and
 	// response header size. Defaults: 16 KiB; 60s to read a request, 60s to write a
 	// response, idle keep-alive as long as ReadTimeout (equal, they let a busy connection
-	// skip most deadline updates: see deadline.go); a negative timeout disables it.
+	// skip most deadline updates: see edge/conn); a negative timeout disables it.
 	ReadBufferSize int
 	ReadTimeout    time.Duration
 	WriteTimeout   time.Duration
@@ -780,6 +781,14 @@ func (e *Edge) Snapshot(slug string) *Snapshot {
 	return nil
 }
 
+// SetRawIO chooses whether the edge's sockets, its clients' and its upstreams', are read
+// and written with raw system calls from the next connection on (conn.SetRawIO;
+// TOLLGATE_EDGE_RAW_IO). Default: on; always off in race-detector builds.
+func SetRawIO(on bool) { conn.SetRawIO(on) }
+
+// RawIO reports whether new connections use raw system calls (SetRawIO).
+func RawIO() bool { return conn.RawIO() }
+
 // Serve serves tenant traffic on public and the admin endpoints (/metrics, /healthz,
 // /readyz, and /debug/pprof/ when Pprof) on admin, which may be nil. It returns nil once
 // Shutdown has drained the edge, or the first error of either listener (after shutting
@@ -787,7 +796,7 @@ func (e *Edge) Snapshot(slug string) *Snapshot {
 func (e *Edge) Serve(public, admin net.Listener) error {
 	errc := make(chan error, 2)
 	n := 1
-	go func() { errc <- e.public.Serve(coalescingListener{public}) }()
+	go func() { errc <- e.public.Serve(conn.ClientListener(public)) }()
 	if admin != nil {
 		n++
 		go func() {

@@ -834,24 +834,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func TestDeadlineCoalescing(t *testing.T) {
-	now := time.Now()
-	for _, c := range []struct {
-		cur, next time.Time
-		skip      bool
-	}{
-		{time.Time{}, now, false},                   // first deadline
-		{now, now.Add(10 * time.Millisecond), true}, // a little later: keep the current one
-		{now, now.Add(2 * time.Second), false},      // much later: move
-		{now, now.Add(-time.Millisecond), false},    // earlier: always move
-		{now, time.Time{}, false},                   // clearing: always
-	} {
-		if got := edge.Coalesce(c.cur, c.next); got != c.skip {
-			t.Errorf("cur %v next %v: skip=%v, want %v", c.cur, c.next, got, c.skip)
-		}
-	}
-}
-
 func TestRouteUpdateSwitchesUpstream(t *testing.T) {
 	h := newHarness(t)
 	a, b := newUpstream(t, "a"), newUpstream(t, "b")

@@ -162,9 +162,6 @@ func (e *Edge) ServePreProxy(ctx *fasthttp.RequestCtx) int {
 	return 200
 }
 
-// Coalesce reports whether moving a deadline from cur to t is skipped.
-func Coalesce(cur, t time.Time) bool { return coalesce(cur, t) }
-
 // RecompileForTest compiles a tenant now, as the compiler goroutine would.
 func (e *Edge) RecompileForTest(tenantID string) {
 	e.mu.Lock()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/conn"
 	"tollgate/edge/limit"
 )
 
@@ -207,8 +208,8 @@ func (e *Edge) finish(x *exchange) {
 	resp := &x.ctx.Response
 	if x.reply != nil && x.ctx.Request.Header.ContentLength() != 0 {
 		// The edge answered itself, maybe before reading the body: should fasthttp close
-		// the connection with the body unread, it closes gracefully (deadline.go).
-		lingerClose(x.ctx.Conn())
+		// the connection with the body unread, it closes gracefully (conn.LingerClose).
+		conn.LingerClose(x.ctx.Conn())
 	}
 	resp.Header.SetCanonical(hdrRequestID, x.reqID)
 	status := resp.StatusCode()
@@ -346,9 +347,9 @@ func (e *Edge) proxyStep(rt *route) func(*exchange) {
 		e.forwardHeaders(x) // before Host changes: x.host may point into it
 		req.Header.SetHostBytes(t.host)
 
-		start := monoNow()
+		start := conn.MonoNow()
 		err := t.client.DoTimeout(req, &ctx.Response, rt.timeout)
-		x.upstream += time.Duration(monoNow() - start)
+		x.upstream += time.Duration(conn.MonoNow() - start)
 		if err != nil {
 			e.upstreamFailed(x, err)
 			return

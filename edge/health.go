@@ -22,7 +22,7 @@ type targetHealth struct {
 	// down: the active check counts the target unhealthy, or passive health ejected it
 	// on an upstream with an active check, which then has to see it healthy again.
 	down atomic.Bool
-	// ejectedUntil is the monoNow time passive health's ejection ends (no active check);
+	// ejectedUntil is the conn.MonoNow time passive health's ejection ends (no active check);
 	// 0 when never ejected.
 	ejectedUntil atomic.Int64
 	// fails counts the live exchanges that failed in a row (passive health).
@@ -172,12 +172,12 @@ type breaker struct {
 	bucketLen, open           int64 // ns
 
 	state     atomic.Int32
-	openUntil atomic.Int64 // monoNow time an open circuit may go half-open
+	openUntil atomic.Int64 // conn.MonoNow time an open circuit may go half-open
 	trial     atomic.Bool  // half-open: the trial request is in flight
 
 	mu      sync.Mutex
 	buckets [breakerBuckets]struct {
-		n             int64 // bucket number (monoNow / bucketLen)
+		n             int64 // bucket number (conn.MonoNow / bucketLen)
 		total, failed int
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"tollgate/edge/conn"
 )
 
 // The edge's exchange with an upstream.
@@ -19,12 +21,12 @@ import (
 // and reads the answer, with what a proxy needs and a general client (fasthttp's
 // HostClient.Do) spends on every request besides: no parse of the request URI the edge
 // has just built, one clock read, the connection's deadlines moved only when they must
-// (upstreamConn.bound in deadline.go), no allocation for a small answer.
+// (conn.Upstream.Bound), no allocation for a small answer.
 //
 //   - the request is written as the edge built it: request line, Host and headers (the
 //     target's Host also for a target whose scheme is not the listener's);
 //   - with GOMAXPROCS=1 it yields between writing the request and reading the answer
-//     (yieldReads in deadline.go);
+//     (conn.Upstream.YieldsReads);
 //   - interim (1xx) answers but 101 are skipped, at most maxInterimResponses of them;
 //   - a response whose Content-Length is at most maxBufferedBody is read whole and its
 //     connection goes back to the pool at once; a larger body, a chunked one or one
@@ -67,9 +69,9 @@ func (c *upstreamClient) DoTimeout(req *fasthttp.Request, resp *fasthttp.Respons
 	// not the listener's. Marking the URI unparsed makes Write send the request as the
 	// edge built it.
 	req.SetRequestURIBytes(req.Header.RequestURI())
-	now := monoNow()
+	now := conn.MonoNow()
 	deadline := now + int64(timeout)
-	slack := min(int64(timeout)/deadlineSlackDivisor, int64(deadlineSlack))
+	slack := conn.UpstreamSlack(timeout)
 	// Sending a streamed body uses the stream up (and clears IsBodyStream): such a request
 	// cannot be sent again, which must be known before the first attempt.
 	once := req.IsBodyStream() || !isIdempotent(&req.Header)
@@ -82,7 +84,7 @@ func (c *upstreamClient) DoTimeout(req *fasthttp.Request, resp *fasthttp.Respons
 		if n >= upstreamAttempts || once {
 			break
 		}
-		if now = monoNow(); now >= deadline {
+		if now = conn.MonoNow(); now >= deadline {
 			err = fasthttp.ErrTimeout
 			break
 		}
@@ -105,7 +107,7 @@ func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Respons
 	}
 	conn := pc.Conn
 	if pc.uc != nil {
-		err = pc.uc.bound(deadline, slack)
+		err = pc.uc.Bound(deadline, slack)
 	} else {
 		err = setDeadlines(conn, deadline)
 	}
@@ -139,7 +141,7 @@ func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Respons
 		return true, err
 	}
 
-	if pc.uc != nil && pc.uc.yield {
+	if pc.uc != nil && pc.uc.YieldsReads() {
 		// The upstream cannot have answered yet: let other connections' work go first.
 		runtime.Gosched()
 	}
@@ -221,23 +223,23 @@ func noBody(status int) bool {
 	return status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified
 }
 
-// upstreamConnOf returns the dialer's connection under conn (also under TLS), or nil.
-func upstreamConnOf(conn net.Conn) *upstreamConn {
-	if tc, ok := conn.(*tls.Conn); ok {
-		conn = tc.NetConn() // tls.Conn passes deadlines to the connection below it
+// upstreamConnOf returns the dialer's connection under c (also under TLS), or nil.
+func upstreamConnOf(c net.Conn) *conn.Upstream {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn() // tls.Conn passes deadlines to the connection below it
 	}
-	uc, _ := conn.(*upstreamConn)
+	uc, _ := c.(*conn.Upstream)
 	return uc
 }
 
 // setDeadlines bounds the exchange on a connection the dialer did not make (none
-// today) by deadline, on monoNow's clock.
-func setDeadlines(conn net.Conn, deadline int64) error {
-	t := monoTime(deadline)
-	if err := conn.SetWriteDeadline(t); err != nil {
+// today) by deadline, on conn.MonoNow's clock.
+func setDeadlines(c net.Conn, deadline int64) error {
+	t := conn.MonoTime(deadline)
+	if err := c.SetWriteDeadline(t); err != nil {
 		return err
 	}
-	return conn.SetReadDeadline(t)
+	return c.SetReadDeadline(t)
 }
 
 // upstreamBody is a response body relayed while it is read from the upstream

@@ -263,7 +263,7 @@ func TestHugeResponseStreams(t *testing.T) {
 }
 
 // TestOneProcYield runs requests of every kind with GOMAXPROCS=1, where the edge's
-// connections yield before reading an answer (deadline.go), many at a time.
+// connections yield before reading an answer (conn.Upstream.YieldsReads), many at a time.
 func TestOneProcYield(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	up := newUpstream(t, "up")

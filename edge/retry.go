@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/conn"
 	"tollgate/tenants"
 )
 
@@ -83,7 +84,7 @@ func (e *Edge) proxyResilient(x *exchange, rt *route, u *upstream) {
 	ctx := x.ctx
 	req := &ctx.Request
 	resp := &ctx.Response
-	start := monoNow()
+	start := conn.MonoNow()
 	deadline := start + int64(rt.timeout)
 	// A retry needs the body in memory to send it again. fasthttp hands every body over
 	// as a stream (only its first 8 KiB read); one within the edge's in-memory size
@@ -124,19 +125,19 @@ func (e *Edge) proxyResilient(x *exchange, rt *route, u *upstream) {
 	var tried uint64
 	for attempt := 0; ; attempt++ {
 		req.Header.SetHostBytes(t.host)
-		remaining := time.Duration(deadline - monoNow())
+		remaining := time.Duration(deadline - conn.MonoNow())
 		if remaining <= 0 {
 			// The route's time ran out before this retry could go: not the target's
 			// failure (and not its half-open trial).
-			u.report(t, outcomeNeutral, isTrial, monoNow())
+			u.report(t, outcomeNeutral, isTrial, conn.MonoNow())
 			e.upstreamFailed(x, fasthttp.ErrTimeout)
 			return
 		}
 		t.inflight.Add(1)
-		sent := monoNow()
+		sent := conn.MonoNow()
 		err := t.client.DoTimeout(req, resp, remaining)
 		t.inflight.Add(-1)
-		now := monoNow()
+		now := conn.MonoNow()
 		x.upstream += time.Duration(now - sent)
 		o := outcomeOf(err, resp.StatusCode())
 		u.report(t, o, isTrial, now)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"tollgate/edge/conn"
 	"tollgate/tenants"
 )
 
@@ -568,7 +569,7 @@ func (e *Edge) ServeAdmin(ln net.Listener) error {
 // the listen queue; none is answered 503 not_ready. It returns nil once Shutdown has
 // stopped it.
 func (e *Edge) ServePublic(ln net.Listener) error {
-	err := e.public.Serve(coalescingListener{ln})
+	err := e.public.Serve(conn.ClientListener(ln))
 	if e.draining.Load() {
 		return nil
 	}

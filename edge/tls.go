@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"tollgate/edge/conn"
 	"tollgate/tenants"
 )
 
@@ -203,7 +204,7 @@ func (e *Edge) tlsConfig() *tls.Config {
 // until Shutdown, which also closes ln. It returns nil after Shutdown, and the listener's
 // error otherwise.
 func (e *Edge) ServeTLS(ln net.Listener) error {
-	err := e.public.Serve(tls.NewListener(lingerListener{ln}, e.tlsConfig()))
+	err := e.public.Serve(tls.NewListener(conn.LingerListener(ln), e.tlsConfig()))
 	if e.draining.Load() {
 		return nil
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/conn"
 	"tollgate/tenants"
 )
 
@@ -72,7 +73,7 @@ func (u *upstream) pickFor(x *exchange) *target {
 	if u.balance == balanceHash {
 		key, hasKey = u.hashKey(x)
 	}
-	t, _ := u.choose(monoNow(), 0, key, hasKey, false)
+	t, _ := u.choose(conn.MonoNow(), 0, key, hasKey, false)
 	return t
 }
 
@@ -201,7 +202,7 @@ func (d *dialer) dial(connectTimeout time.Duration) func(addr string, timeout ti
 			if err == nil {
 				if tc, ok := c.(*net.TCPConn); ok {
 					_ = tc.SetNoDelay(true)
-					return newUpstreamConn(tc), nil
+					return conn.Dialed(tc), nil
 				}
 				return c, nil
 			}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"tollgate/edge/conn"
 )
 
 // The edge's connection pool to one upstream server.
@@ -52,8 +54,8 @@ type upstreamClient struct {
 // poolConn is one connection of the pool.
 type poolConn struct {
 	net.Conn
-	uc      *upstreamConn // the dialer's connection under Conn (also under TLS); nil for others
-	lastUse int64         // when it went idle, on monoNow's clock
+	uc      *conn.Upstream // the dialer's connection under Conn (also under TLS); nil for others
+	lastUse int64          // when it went idle, on conn.MonoNow's clock
 }
 
 // connWaiter is a request waiting for a connection: it receives an idle one, or nil
@@ -163,7 +165,7 @@ func (c *upstreamClient) dialConn(timeout time.Duration) (*poolConn, error) {
 // release puts a connection whose exchange ended cleanly back: to the oldest waiter,
 // else into the idle list.
 func (c *upstreamClient) release(pc *poolConn) {
-	pc.lastUse = monoNow()
+	pc.lastUse = conn.MonoNow()
 	c.mu.Lock()
 	if w := c.popWaiter(); w != nil {
 		c.mu.Unlock()
@@ -206,7 +208,7 @@ func (c *upstreamClient) cleanIdle() {
 	}
 	var expired []*poolConn
 	for {
-		now := monoNow()
+		now := conn.MonoNow()
 		c.mu.Lock()
 		i := 0
 		for i < len(c.idle) && now-c.idle[i].lastUse >= int64(maxIdle) {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"tollgate/edge/conn"
 )
 
 // WebSocket. A route with "websocket": true passes an upgrade request
@@ -110,9 +112,7 @@ func (e *Edge) wsStep(rt *route, next func(*exchange)) func(*exchange) {
 			e.upstreamFailed(x, err)
 			return
 		}
-		if uc, ok := up.(*upstreamConn); ok {
-			up = uc.TCPConn // the tunnel reads and writes it from two goroutines
-		}
+		up = conn.TCP(up) // the tunnel reads and writes it from two goroutines
 		if t.tls {
 			host, _, _ := net.SplitHostPort(t.client.Addr)
 			tc := tls.Client(up, &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
@@ -174,10 +174,7 @@ func (e *Edge) wsStep(rt *route, next func(*exchange)) func(*exchange) {
 		// hijacked wrapper (whose Close does nothing until the handler returns) nor the
 		// deadline-coalescing wrapper (meant for one goroutine); reads go through the
 		// hijacked wrapper, which first returns what fasthttp had buffered.
-		direct := ctx.Conn()
-		if cc, ok := direct.(*coalescingConn); ok {
-			direct = cc.TCPConn
-		}
+		direct := conn.TCP(ctx.Conn())
 		ws := &wsConn{e: e, up: up, ack: ack, early: early, direct: direct}
 		if mr := rt.meter; mr != nil {
 			ws.use = usage{route: mr, consumer: e.meterHandleFor(x.snap, x.consumer), status: fasthttp.StatusSwitchingProtocols, upstream: true}

@@ -1,6 +1,6 @@
 //go:build !race
 
-package edge
+package conn
 
 // raceDetector: this is not a race-detector build (SetRawIO).
 const raceDetector = false

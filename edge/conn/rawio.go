@@ -1,4 +1,4 @@
-package edge
+package conn
 
 import (
 	"errors"
@@ -138,7 +138,7 @@ func (r *rawIO) write(b []byte) (int, error) {
 		case o.n == 0:
 			return nn, r.opError("write", io.ErrUnexpectedEOF)
 		case o.n > len(p):
-			panic("edge: write returned more than it was given")
+			panic("conn: write returned more than it was given")
 		}
 		nn += o.n
 	}

@@ -1,4 +1,8 @@
-package edge
+// Package conn holds the edge's connection plumbing: the wrappers its listeners hand out
+// and its upstream dialer makes, which coalesce deadline moves, close gracefully and read
+// and write with raw system calls (SetRawIO), and the monotonic clock those deadlines use.
+// It knows nothing of HTTP, tenants or routes; package edge decides when to use what.
+package conn
 
 import (
 	"crypto/tls"
@@ -20,7 +24,7 @@ import (
 // time the goroutine runs again and the read succeeds at once. nginx gets the same by
 // trusting epoll: it reads only a socket reported readable. Measured on one core under
 // wrk: 4.0 reads per request become 2.1–2.8, and a request costs about a quarter less
-// CPU (with the other changes of this file and perf_*.go).
+// CPU (with the other changes of this file, rawio.go and the edge's upstream round trip).
 //
 // With a single P a yield with nothing else to run costs a trip through the scheduler
 // (a fraction of a microsecond). With more Ps it also wakes an idle P's thread to run
@@ -42,8 +46,12 @@ func yieldReads() bool { return runtime.GOMAXPROCS(0) == 1 }
 // deadlineSlack earlier than fasthttp asked.
 const deadlineSlack = time.Second
 
-// coalescingListener hands out connections that coalesce deadline moves. Only plain TCP
-// connections are wrapped: a TLS connection keeps its type, which fasthttp inspects.
+// ClientListener returns a listener for the edge's plain-text clients: its connections
+// coalesce deadline moves, yield before reading after a write (yieldReads), use raw I/O
+// (SetRawIO) and can close gracefully (LingerClose). Only plain TCP connections are
+// wrapped: a TLS connection keeps its type, which fasthttp inspects.
+func ClientListener(ln net.Listener) net.Listener { return coalescingListener{ln} }
+
 type coalescingListener struct{ net.Listener }
 
 func (l coalescingListener) Accept() (net.Conn, error) {
@@ -61,7 +69,7 @@ func (l coalescingListener) Accept() (net.Conn, error) {
 // hijacked WebSocket connection reads through it and writes to the TCPConn itself).
 type coalescingConn struct {
 	*net.TCPConn
-	raw    *rawIO // perf_rawio.go; nil: the TCPConn's own Read and Write
+	raw    *rawIO // rawio.go; nil: the TCPConn's own Read and Write
 	rd, wd time.Time
 	yield  bool // yieldReads when the connection was accepted
 	wrote  bool // a Write since the last Read
@@ -81,9 +89,9 @@ const (
 	lingerBytes = 64 << 20
 )
 
-// lingerClose asks for a graceful close of the client connection c (see above); it does
+// LingerClose asks for a graceful close of the client connection c (see above); it does
 // nothing for connections it does not know.
-func lingerClose(c net.Conn) {
+func LingerClose(c net.Conn) {
 	switch c := c.(type) {
 	case *coalescingConn:
 		c.linger = true
@@ -116,8 +124,11 @@ func closeLingering(tc *net.TCPConn) error {
 	return nil
 }
 
-// lingerListener hands out the TCP connections under the TLS listener's, which only add
-// the lingering close (tls.Conn's Close sends close_notify, then closes this).
+// LingerListener returns the listener to put under a TLS listener: its connections only
+// add the lingering close (LingerClose; tls.Conn's Close sends close_notify, then closes
+// this).
+func LingerListener(ln net.Listener) net.Listener { return lingerListener{ln} }
+
 type lingerListener struct{ net.Listener }
 
 func (l lingerListener) Accept() (net.Conn, error) {
@@ -142,6 +153,19 @@ func (c *lingerConn) Close() error {
 	}
 	c.linger = false
 	return closeLingering(c.TCPConn)
+}
+
+// TCP returns the TCP connection under a connection of ClientListener or Dialed, or c
+// itself: for a hijacked connection that more than one goroutine uses (a WebSocket
+// tunnel), which the wrappers, meant for one goroutine at a time, must not be.
+func TCP(c net.Conn) net.Conn {
+	switch w := c.(type) {
+	case *coalescingConn:
+		return w.TCPConn
+	case *Upstream:
+		return w.TCPConn
+	}
+	return c
 }
 
 // Read reads the client's next request; right after a response it yields first
@@ -195,8 +219,8 @@ func (c *coalescingConn) SetDeadline(t time.Time) error {
 // Upstream connection deadlines.
 //
 // The route's timeout bounds each exchange with an upstream: fasthttp would move a pooled
-// connection's write and read deadlines to now+timeout on every request. upstreamConn
-// remembers the deadlines it has and bound moves them only when they fall outside
+// connection's write and read deadlines to now+timeout on every request. Upstream
+// remembers the deadlines it has and Bound moves them only when they fall outside
 // [deadline, deadline+slack], setting them to deadline+slack, where slack is 1/16 of the
 // route's timeout and at most deadlineSlack: a connection that serves a stream of
 // requests moves its deadlines about once per slack instead of twice per request, and
@@ -204,27 +228,38 @@ func (c *coalescingConn) SetDeadline(t time.Time) error {
 // before it.
 const deadlineSlackDivisor = 16
 
-// upstreamConn is a connection the dialer made to an upstream. It is used by one request
-// at a time (the pool hands it out), as fasthttp does with any connection.
-type upstreamConn struct {
+// UpstreamSlack is the slack of a route's timeout: how much later than asked an upstream
+// exchange's deadline may fire, so that Upstream.Bound seldom moves it.
+func UpstreamSlack(timeout time.Duration) int64 {
+	return min(int64(timeout)/deadlineSlackDivisor, int64(deadlineSlack))
+}
+
+// Upstream is a connection the edge's dialer made to an upstream. It is used by one
+// request at a time (the pool hands it out), as fasthttp does with any connection.
+type Upstream struct {
 	*net.TCPConn
-	raw    *rawIO // perf_rawio.go; nil: the TCPConn's own Read and Write
-	rd, wd int64  // the deadlines set, on monoNow's clock; noDeadline when none
+	raw    *rawIO // rawio.go; nil: the TCPConn's own Read and Write
+	rd, wd int64  // the deadlines set, on MonoNow's clock; noDeadline when none
 	yield  bool   // yield before reading the answer (yieldReads)
 }
 
-func newUpstreamConn(tc *net.TCPConn) *upstreamConn {
-	return &upstreamConn{TCPConn: tc, raw: newRawIO(tc), yield: yieldReads()}
+// Dialed wraps a connection just dialed to an upstream.
+func Dialed(tc *net.TCPConn) *Upstream {
+	return &Upstream{TCPConn: tc, raw: newRawIO(tc), yield: yieldReads()}
 }
 
-func (c *upstreamConn) Read(b []byte) (int, error) {
+// YieldsReads reports whether the caller should yield (runtime.Gosched) between writing a
+// request and reading its answer (yieldReads).
+func (c *Upstream) YieldsReads() bool { return c.yield }
+
+func (c *Upstream) Read(b []byte) (int, error) {
 	if c.raw == nil {
 		return c.TCPConn.Read(b)
 	}
 	return c.raw.read(b)
 }
 
-func (c *upstreamConn) Write(b []byte) (int, error) {
+func (c *Upstream) Write(b []byte) (int, error) {
 	if c.raw == nil {
 		return c.TCPConn.Write(b)
 	}
@@ -233,29 +268,31 @@ func (c *upstreamConn) Write(b []byte) (int, error) {
 
 const noDeadline = int64(^uint64(0) >> 1)
 
-func (c *upstreamConn) bound(deadline, slack int64) error {
+// Bound makes the connection's deadlines fall in [deadline, deadline+slack], on MonoNow's
+// clock, moving them only when they are outside.
+func (c *Upstream) Bound(deadline, slack int64) error {
 	if c.wd < deadline || c.wd > deadline+slack {
-		if err := c.SetWriteDeadline(monoTime(deadline + slack)); err != nil {
+		if err := c.SetWriteDeadline(MonoTime(deadline + slack)); err != nil {
 			return err
 		}
 	}
 	if c.rd < deadline || c.rd > deadline+slack {
-		return c.SetReadDeadline(monoTime(deadline + slack))
+		return c.SetReadDeadline(MonoTime(deadline + slack))
 	}
 	return nil
 }
 
-func (c *upstreamConn) SetReadDeadline(t time.Time) error {
+func (c *Upstream) SetReadDeadline(t time.Time) error {
 	c.rd = monoOf(t)
 	return c.TCPConn.SetReadDeadline(t)
 }
 
-func (c *upstreamConn) SetWriteDeadline(t time.Time) error {
+func (c *Upstream) SetWriteDeadline(t time.Time) error {
 	c.wd = monoOf(t)
 	return c.TCPConn.SetWriteDeadline(t)
 }
 
-func (c *upstreamConn) SetDeadline(t time.Time) error {
+func (c *Upstream) SetDeadline(t time.Time) error {
 	c.rd = monoOf(t)
 	c.wd = c.rd
 	return c.TCPConn.SetDeadline(t)
@@ -265,9 +302,11 @@ func (c *upstreamConn) SetDeadline(t time.Time) error {
 // where time.Now is two.
 var monoBase = time.Now()
 
-func monoNow() int64 { return int64(time.Since(monoBase)) }
+// MonoNow is the edge's monotonic clock, in nanoseconds since the process started.
+func MonoNow() int64 { return int64(time.Since(monoBase)) }
 
-func monoTime(ns int64) time.Time { return monoBase.Add(time.Duration(ns)) }
+// MonoTime is the time.Time of a MonoNow reading.
+func MonoTime(ns int64) time.Time { return monoBase.Add(time.Duration(ns)) }
 
 func monoOf(t time.Time) int64 {
 	if t.IsZero() {

@@ -1,6 +1,6 @@
 //go:build race
 
-package edge
+package conn
 
 // raceDetector: this is a race-detector build, which never uses raw socket I/O (SetRawIO).
 const raceDetector = true
