@@ -8,6 +8,7 @@ import (
 
 	"tollgate/accessrules"
 	"tollgate/edge"
+	"tollgate/edge/routing"
 )
 
 // FuzzBearer: the token is the header's value after "Bearer " (any case), trimmed, and
@@ -52,7 +53,7 @@ func FuzzPolicyPath(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		p, err := edge.NormalizePath(nil, []byte(raw))
+		p, err := routing.NormalizePath(nil, []byte(raw))
 		if err != nil {
 			return
 		}

@@ -12,7 +12,7 @@ func SetCacheClock(now func() time.Time) (restore func()) {
 // CacheEntries is how many answers the cache of the route serving GET path of the
 // tenant slug keeps.
 func CacheEntries(e *Edge, slug, path string) int {
-	rt, _ := e.Snapshot(slug).routes.lookup([]byte("GET"), []byte(path))
+	rt, _ := e.Snapshot(slug).routes.Lookup([]byte("GET"), []byte(path))
 	if rt == nil || rt.cache == nil {
 		return -1
 	}

@@ -6,51 +6,12 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/routing"
 	"tollgate/tenants"
 )
 
 // Internals the external tests (edge_test) exercise directly: the parsers that take
 // untrusted input and the route table.
-
-// NormalizePath is normalizePath.
-func NormalizePath(dst, raw []byte) ([]byte, error) { return normalizePath(dst, raw) }
-
-// SplitTarget is splitTarget.
-func SplitTarget(target []byte) (path, query, authority []byte) { return splitTarget(target) }
-
-// TenantSlug is tenantSlug with its own buffer.
-func TenantSlug(host []byte, domain string) []byte {
-	var buf [maxHostLen]byte
-	s := tenantSlug(&buf, host, domain)
-	if s == nil {
-		return nil
-	}
-	return append([]byte(nil), s...)
-}
-
-// TestRouteTable is a RouteTable whose routes are named by their ids.
-type TestRouteTable struct{ t RouteTable }
-
-// NewTestRouteTable files the routes' paths and methods (they must be valid).
-func NewTestRouteTable(routes []*tenants.Route) *TestRouteTable {
-	t := &TestRouteTable{}
-	for _, r := range routes {
-		rt := &route{id: r.ID, name: r.Name}
-		for _, p := range r.Paths {
-			t.t.add(p, r.Methods, rt)
-		}
-	}
-	return t
-}
-
-// Lookup returns the matched route's id ("" for none) and the strip length.
-func (t *TestRouteTable) Lookup(method, path []byte) (string, int) {
-	r, n := t.t.lookup(method, path)
-	if r == nil {
-		return "", 0
-	}
-	return r.id, n
-}
 
 // ScanHeaders runs the request header classification on one header name.
 func ClassifyHeader(k []byte) int { return classify(k) }
@@ -116,13 +77,13 @@ func (e *Edge) ServePreProxy(ctx *fasthttp.RequestCtx) int {
 	} else {
 		x.newRequestID()
 	}
-	rawPath, query, authority := splitTarget(req.Header.RequestURI())
+	rawPath, query, authority := routing.SplitTarget(req.Header.RequestURI())
 	x.host = authority
 	if x.host == nil {
 		x.host = req.Header.Host()
 	}
 	var slot *tenantSlot
-	if slug := tenantSlug(&x.hostBuf, x.host, e.domain); slug != nil {
+	if slug := routing.TenantSlug(&x.hostBuf, x.host, e.domain); slug != nil {
 		slot = (*e.hosts.Load())[string(slug)]
 	}
 	if slot == nil {
@@ -130,11 +91,11 @@ func (e *Edge) ServePreProxy(ctx *fasthttp.RequestCtx) int {
 	}
 	snap := slot.snap.Load()
 	var err error
-	if x.path, err = normalizePath(x.path, rawPath); err != nil {
+	if x.path, err = routing.NormalizePath(x.path, rawPath); err != nil {
 		return 400
 	}
 	x.query = query
-	rt, n := snap.routes.lookup(req.Header.Method(), x.path)
+	rt, n := snap.routes.Lookup(req.Header.Method(), x.path)
 	if rt == nil {
 		return 404
 	}

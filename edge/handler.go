@@ -14,6 +14,7 @@ import (
 
 	"tollgate/edge/conn"
 	"tollgate/edge/limit"
+	"tollgate/edge/routing"
 )
 
 // exchange is the state of one request on the edge. Exchanges are pooled and their
@@ -39,7 +40,7 @@ type exchange struct {
 
 	reqID    []byte
 	reqIDBuf [reqIDLen]byte
-	hostBuf  [maxHostLen]byte
+	hostBuf  [routing.MaxHostLen]byte
 	uri      []byte
 	xff      []byte
 	scratch  []byte
@@ -144,7 +145,7 @@ func (e *Edge) handle(x *exchange) {
 		return
 	}
 
-	rawPath, query, authority := splitTarget(req.Header.RequestURI())
+	rawPath, query, authority := routing.SplitTarget(req.Header.RequestURI())
 	x.host = authority
 	if x.host == nil {
 		x.host = req.Header.Host()
@@ -171,12 +172,12 @@ func (e *Edge) handle(x *exchange) {
 	x.snap, x.rm = snap, snap.labels.none
 
 	var err error
-	if x.path, err = normalizePath(x.path, rawPath); err != nil {
-		x.fail(pathReplies[err.(pathError)])
+	if x.path, err = routing.NormalizePath(x.path, rawPath); err != nil {
+		x.fail(pathReplies[err.(routing.PathError)])
 		return
 	}
 	x.query = query
-	rt, n := snap.routes.lookup(req.Header.Method(), x.path)
+	rt, n := snap.routes.Lookup(req.Header.Method(), x.path)
 	if rt == nil {
 		x.fail(replyRouteNotFound)
 		return

@@ -377,3 +377,20 @@ func classifyResponse(k []byte) int {
 	}
 	return clsOther
 }
+
+// asciiEqualFold reports whether b equals s, ignoring ASCII case. s must be lower case.
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
+}

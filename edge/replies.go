@@ -3,6 +3,7 @@ package edge
 import (
 	"encoding/json"
 
+	"tollgate/edge/routing"
 	"tollgate/tenants"
 )
 
@@ -34,7 +35,7 @@ var (
 	replyDraining       = newReply(tenants.ENotReady, "the edge is shutting down; retry on another")
 	replyTenantNotFound = newReply(tenants.ETenantNotFound, "the Host header names no tenant of this edge")
 	replyRouteNotFound  = newReply(tenants.ERouteNotFound, "no route of this API matches the method and path")
-	replyBadTarget      = newReply(tenants.EInvalidRequest, string(errPathNotOrigin))
+	replyBadTarget      = newReply(tenants.EInvalidRequest, string(routing.ErrPathNotOrigin))
 	replyBadRequest     = newReply(tenants.EInvalidRequest, "the request is not valid HTTP")
 	replyHeaderTooLarge = newReply(tenants.EInvalidRequest, "the request headers are too large")
 	replyNoKey          = newReply(tenants.EUnauthenticated, "this API needs a key in the X-API-Key header")
@@ -51,10 +52,10 @@ var (
 )
 
 // pathReplies maps each path refusal to its answer.
-var pathReplies = map[pathError]*reply{
-	errPathNotOrigin:    replyBadTarget,
-	errPathEncodedSlash: newReply(tenants.EInvalidRequest, string(errPathEncodedSlash)),
-	errPathBadEscape:    newReply(tenants.EInvalidRequest, string(errPathBadEscape)),
-	errPathBadByte:      newReply(tenants.EInvalidRequest, string(errPathBadByte)),
-	errPathAboveRoot:    newReply(tenants.EInvalidRequest, string(errPathAboveRoot)),
+var pathReplies = map[routing.PathError]*reply{
+	routing.ErrPathNotOrigin:    replyBadTarget,
+	routing.ErrPathEncodedSlash: newReply(tenants.EInvalidRequest, string(routing.ErrPathEncodedSlash)),
+	routing.ErrPathBadEscape:    newReply(tenants.EInvalidRequest, string(routing.ErrPathBadEscape)),
+	routing.ErrPathBadByte:      newReply(tenants.EInvalidRequest, string(routing.ErrPathBadByte)),
+	routing.ErrPathAboveRoot:    newReply(tenants.EInvalidRequest, string(routing.ErrPathAboveRoot)),
 }

@@ -9,6 +9,7 @@ import (
 	"tollgate/accessrules"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/meter"
+	"tollgate/edge/routing"
 	"tollgate/tenants"
 )
 
@@ -22,7 +23,7 @@ type Snapshot struct {
 	// Rev is the newest entry rev the snapshot was built from.
 	Rev int64
 
-	routes    RouteTable
+	routes    routing.Table[route]
 	keys      map[[32]byte]*Consumer // by SHA-256 of the plaintext key
 	consumers map[string]*Consumer   // by id
 	plans     map[string]*tenants.Plan
@@ -217,7 +218,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 		}
 		rt.serve = e.chain(rt)
 		for _, p := range r.Paths {
-			if other := s.routes.add(p, r.Methods, rt); other != nil {
+			if other := s.routes.Add(p, r.Methods, rt); other != nil {
 				e.log.Warn("edge: route path taken by another route; the other keeps it",
 					"tenant", s.Slug, "route", r.ID, "path", p, "kept", other.id)
 			}

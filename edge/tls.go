@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/routing"
 	"tollgate/tenants"
 )
 
@@ -107,8 +108,8 @@ func (e *Edge) buildCustomHostsLocked(published map[string]*tenantSlot) *customH
 
 // hostName lower-cases a Host header value or server name into buf, without a port or
 // a trailing dot; nil when it cannot be a DNS name.
-func hostName(buf *[maxHostLen]byte, host []byte) []byte {
-	if len(host) == 0 || len(host) > maxHostLen || host[0] == '[' {
+func hostName(buf *[routing.MaxHostLen]byte, host []byte) []byte {
+	if len(host) == 0 || len(host) > routing.MaxHostLen || host[0] == '[' {
 		return nil
 	}
 	n := 0
@@ -132,7 +133,7 @@ func hostName(buf *[maxHostLen]byte, host []byte) []byte {
 }
 
 // customSlot is the slot of the tenant a custom domain Host belongs to, or nil.
-func (e *Edge) customSlot(buf *[maxHostLen]byte, host []byte) *tenantSlot {
+func (e *Edge) customSlot(buf *[routing.MaxHostLen]byte, host []byte) *tenantSlot {
 	ch := e.custom.Load()
 	if len(ch.slots) == 0 {
 		return nil
@@ -145,8 +146,8 @@ func (e *Edge) customSlot(buf *[maxHostLen]byte, host []byte) *tenantSlot {
 }
 
 // hostSlot finds the tenant slot a host name (Host header or SNI) names.
-func (e *Edge) hostSlot(buf *[maxHostLen]byte, host []byte) *tenantSlot {
-	if slug := tenantSlug(buf, host, e.domain); slug != nil {
+func (e *Edge) hostSlot(buf *[routing.MaxHostLen]byte, host []byte) *tenantSlot {
+	if slug := routing.TenantSlug(buf, host, e.domain); slug != nil {
 		return (*e.hosts.Load())[string(slug)]
 	}
 	return e.customSlot(buf, host)
@@ -163,7 +164,7 @@ func (x *exchange) sniAgrees(slot *tenantSlot) bool {
 	if sni == "" || isIPLiteral(sni) {
 		return true
 	}
-	var buf [maxHostLen]byte
+	var buf [routing.MaxHostLen]byte
 	return x.e.hostSlot(&buf, []byte(sni)) == slot
 }
 
@@ -178,7 +179,7 @@ func isIPLiteral(sni string) bool {
 // getCertificate is the TLS listener's tls.Config.GetCertificate.
 func (e *Edge) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	if hello.ServerName != "" {
-		var buf [maxHostLen]byte
+		var buf [routing.MaxHostLen]byte
 		if h := hostName(&buf, []byte(hello.ServerName)); h != nil {
 			if c := e.custom.Load().certs[string(h)]; c != nil {
 				return c, nil

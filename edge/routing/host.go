@@ -1,16 +1,16 @@
-package edge
+package routing
 
-// maxHostLen bounds the Host header the edge looks at: a DNS name is at most 253 bytes,
+// MaxHostLen bounds the Host header the edge looks at: a DNS name is at most 253 bytes,
 // plus a port.
-const maxHostLen = 260
+const MaxHostLen = 260
 
-// tenantSlug finds the tenant slug in a Host header value of the form
+// TenantSlug finds the tenant slug in a Host header value of the form
 // "{slug}.{domain}[:port]" (domain lower case, compared without case; a trailing dot of a
 // fully qualified name is accepted). It writes the lower-cased slug into buf and returns
 // it, or nil when host does not name a tenant: another domain, the bare domain, a nested
 // name ("a.b.{domain}"), an IP literal, or bytes a slug may not contain.
-func tenantSlug(buf *[maxHostLen]byte, host []byte, domain string) []byte {
-	if len(host) == 0 || len(host) > maxHostLen || host[0] == '[' {
+func TenantSlug(buf *[MaxHostLen]byte, host []byte, domain string) []byte {
+	if len(host) == 0 || len(host) > MaxHostLen || host[0] == '[' {
 		return nil
 	}
 	// Drop a port: everything after the last ':' when it is all digits.

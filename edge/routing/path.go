@@ -1,4 +1,4 @@
-package edge
+package routing
 
 // Request path normalization.
 //
@@ -23,17 +23,18 @@ package edge
 //
 // The query string is not part of matching and is passed through byte for byte.
 
-// pathError says why a request path was refused; the message is what the client reads.
-type pathError string
+// PathError says why a request path was refused; the message is what the client reads.
+type PathError string
 
-func (e pathError) Error() string { return string(e) }
+func (e PathError) Error() string { return string(e) }
 
+// The refusals of NormalizePath.
 const (
-	errPathNotOrigin    = pathError("the request target must be a path starting with /")
-	errPathEncodedSlash = pathError("the path contains an encoded / or \\ (%2F, %5C), which the edge refuses")
-	errPathBadEscape    = pathError("the path contains a malformed or NUL percent-escape")
-	errPathBadByte      = pathError("the path contains a control character, space, \\ or #")
-	errPathAboveRoot    = pathError("the path climbs above / with ..")
+	ErrPathNotOrigin    = PathError("the request target must be a path starting with /")
+	ErrPathEncodedSlash = PathError("the path contains an encoded / or \\ (%2F, %5C), which the edge refuses")
+	ErrPathBadEscape    = PathError("the path contains a malformed or NUL percent-escape")
+	ErrPathBadByte      = PathError("the path contains a control character, space, \\ or #")
+	ErrPathAboveRoot    = PathError("the path climbs above / with ..")
 )
 
 // unreserved marks the bytes RFC 3986 calls unreserved; their escapes are decoded.
@@ -81,11 +82,11 @@ func unhex(c byte) (byte, bool) {
 
 const upperHex = "0123456789ABCDEF"
 
-// normalizePath appends the normal form of raw (a path without query) to dst[:0] and
+// NormalizePath appends the normal form of raw (a path without query) to dst[:0] and
 // returns it. It does not allocate when dst has room for raw.
-func normalizePath(dst, raw []byte) ([]byte, error) {
+func NormalizePath(dst, raw []byte) ([]byte, error) {
 	if len(raw) == 0 || raw[0] != '/' {
-		return dst[:0], errPathNotOrigin
+		return dst[:0], ErrPathNotOrigin
 	}
 	dst = append(dst[:0], '/')
 	i := 1
@@ -105,19 +106,19 @@ func normalizePath(dst, raw []byte) ([]byte, error) {
 			c := raw[i]
 			if c == '%' {
 				if i+2 >= len(raw) {
-					return dst, errPathBadEscape
+					return dst, ErrPathBadEscape
 				}
 				hi, ok1 := unhex(raw[i+1])
 				lo, ok2 := unhex(raw[i+2])
 				if !ok1 || !ok2 {
-					return dst, errPathBadEscape
+					return dst, ErrPathBadEscape
 				}
 				d := hi<<4 | lo
 				switch {
 				case d == '/' || d == '\\':
-					return dst, errPathEncodedSlash
+					return dst, ErrPathEncodedSlash
 				case d == 0:
-					return dst, errPathBadEscape
+					return dst, ErrPathBadEscape
 				case unreserved[d]:
 					dst = append(dst, d)
 				default:
@@ -127,7 +128,7 @@ func normalizePath(dst, raw []byte) ([]byte, error) {
 				continue
 			}
 			if badPathByte[c] {
-				return dst, errPathBadByte
+				return dst, ErrPathBadByte
 			}
 			dst = append(dst, c)
 			i++
@@ -139,7 +140,7 @@ func normalizePath(dst, raw []byte) ([]byte, error) {
 			dst = dst[:segStart]
 		case len(seg) == 2 && seg[0] == '.' && seg[1] == '.':
 			if segStart == 1 {
-				return dst, errPathAboveRoot
+				return dst, ErrPathAboveRoot
 			}
 			// dst[:segStart] ends with the "/" after the previous segment; drop that
 			// segment, keeping the "/" before it.
@@ -160,10 +161,10 @@ func normalizePath(dst, raw []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// splitTarget takes a request target apart: the path (origin form), the query (without
+// SplitTarget takes a request target apart: the path (origin form), the query (without
 // "?", nil when absent) and, for an absolute-form target ("http://host/p"), its authority,
 // which then names the host instead of the Host header (RFC 9112 3.2.2).
-func splitTarget(target []byte) (path, query, authority []byte) {
+func SplitTarget(target []byte) (path, query, authority []byte) {
 	if len(target) > 0 && target[0] != '/' {
 		if n := schemeLen(target); n > 0 {
 			rest := target[n:]

@@ -1,39 +1,44 @@
-package edge
+// Package routing is the pure part of the edge's request dispatch: the route table (a
+// method and a normalized path to a route), request-path normalization and the reading
+// of a tenant slug from a Host header. It does no I/O and knows no HTTP library: inputs
+// are byte slices, so every function here can be fuzzed alone.
+package routing
 
 import (
 	"strings"
 )
 
-// RouteTable maps method + normalized path to a tenant's route. It is a tree of path
-// segments: a lookup walks one node per segment of the request path, so its cost depends
-// on the path's depth, not on how many routes the tenant has (50,000 routes cost what one
-// does). Nodes with many children use a map, small ones a slice scanned in order.
+// Table maps method + normalized path to a tenant's route (an R; the table holds *R). It
+// is a tree of path segments: a lookup walks one node per segment of the request path,
+// so its cost depends on the path's depth, not on how many routes the tenant has (50,000
+// routes cost what one does). Nodes with many children use a map, small ones a slice
+// scanned in order.
 //
-// Matching rules (DESIGN.md "Edge"): a route path is a prefix on segment boundaries
+// Matching rules (README, "The edge"): a route path is a prefix on segment boundaries
 // ("/hello" matches "/hello" and "/hello/x", not "/helloworld"); "=/hello" matches only
 // "/hello"; the longest matching path wins; at the same path an exact route beats a prefix
 // route, and a route listing the request's method beats one answering every method. A
 // longer path whose routes do not take the method falls back to a shorter one that does.
 //
-// A RouteTable is immutable once built; lookups need no lock and do not allocate.
-type RouteTable struct {
-	root node
+// A Table is immutable once built; lookups need no lock and do not allocate.
+type Table[R any] struct {
+	root node[R]
 	size int
 }
 
 // node is one path segment. slash is the child for an empty segment, which only a
 // trailing "/" produces ("/a/" is "a" then "").
-type node struct {
-	kids   []kid
-	kidMap map[string]*node
-	slash  *node
-	exact  methodSet
-	prefix methodSet
+type node[R any] struct {
+	kids   []kid[R]
+	kidMap map[string]*node[R]
+	slash  *node[R]
+	exact  methodSet[R]
+	prefix methodSet[R]
 }
 
-type kid struct {
+type kid[R any] struct {
 	seg  string
-	node *node
+	node *node[R]
 }
 
 // mapKidsAbove is the child count above which a node switches from a scanned slice to a
@@ -53,12 +58,12 @@ const (
 )
 
 // methodSet holds the routes of one path: per listed method, and for every method.
-type methodSet struct {
-	any *route
-	by  [numMethods]*route
+type methodSet[R any] struct {
+	any *R
+	by  [numMethods]*R
 }
 
-func (s *methodSet) pick(mi int) *route {
+func (s *methodSet[R]) pick(mi int) *R {
 	if mi >= 0 {
 		if r := s.by[mi]; r != nil {
 			return r
@@ -101,7 +106,7 @@ func methodIndex(m []byte) int {
 	return -1
 }
 
-func (n *node) child(seg []byte) *node {
+func (n *node[R]) child(seg []byte) *node[R] {
 	if len(seg) == 0 {
 		return n.slash
 	}
@@ -116,17 +121,17 @@ func (n *node) child(seg []byte) *node {
 	return nil
 }
 
-func (n *node) addChild(seg string) *node {
+func (n *node[R]) addChild(seg string) *node[R] {
 	if seg == "" {
 		if n.slash == nil {
-			n.slash = &node{}
+			n.slash = &node[R]{}
 		}
 		return n.slash
 	}
 	if n.kidMap != nil {
 		c := n.kidMap[seg]
 		if c == nil {
-			c = &node{}
+			c = &node[R]{}
 			n.kidMap[seg] = c
 		}
 		return c
@@ -136,10 +141,10 @@ func (n *node) addChild(seg string) *node {
 			return n.kids[i].node
 		}
 	}
-	c := &node{}
-	n.kids = append(n.kids, kid{seg, c})
+	c := &node[R]{}
+	n.kids = append(n.kids, kid[R]{seg, c})
 	if len(n.kids) > mapKidsAbove {
-		n.kidMap = make(map[string]*node, len(n.kids))
+		n.kidMap = make(map[string]*node[R], len(n.kids))
 		for _, k := range n.kids {
 			n.kidMap[k.seg] = k.node
 		}
@@ -148,10 +153,10 @@ func (n *node) addChild(seg string) *node {
 	return c
 }
 
-// add files r under one of its paths (validated: "/a/b", "=/a/b", "/a/") for the given
+// Add files r under one of its paths (validated: "/a/b", "=/a/b", "/a/") for the given
 // methods (empty: every method). When a slot is already taken the first route keeps it
-// and add returns the route that holds it.
-func (t *RouteTable) add(path string, methods []string, r *route) (conflict *route) {
+// and Add returns the route that holds it.
+func (t *Table[R]) Add(path string, methods []string, r *R) (conflict *R) {
 	exact := strings.HasPrefix(path, "=")
 	path = strings.TrimPrefix(path, "=")
 	n := &t.root
@@ -188,10 +193,10 @@ func (t *RouteTable) add(path string, methods []string, r *route) (conflict *rou
 	return conflict
 }
 
-// lookup finds the route for a method and a normalized path (see normalizePath). It
+// Lookup finds the route for a method and a normalized path (see NormalizePath). It
 // returns the route and the length of the path prefix the route's path covers, without a
 // trailing "/" (what strip_prefix removes); nil when no route matches.
-func (t *RouteTable) lookup(method, path []byte) (*route, int) {
+func (t *Table[R]) Lookup(method, path []byte) (*R, int) {
 	mi := methodIndex(method)
 	n := &t.root
 	best, bestLen := n.prefix.pick(mi), 0 // "/" matches everything
@@ -237,4 +242,4 @@ func (t *RouteTable) lookup(method, path []byte) (*route, int) {
 }
 
 // Len is the number of (path, route) entries in the table.
-func (t *RouteTable) Len() int { return t.size }
+func (t *Table[R]) Len() int { return t.size }
