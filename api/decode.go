@@ -256,50 +256,88 @@ func describe(v any) string {
 	return "null"
 }
 
-type field struct {
-	Type reflect.Type
+// jsonField is one member of a JSON object and the Go field it decodes into.
+type jsonField struct {
+	Name string
+	reflect.StructField
+	// Opts are the json tag's options ("omitempty").
+	Opts string
+	// Owner is the struct type that declares the field (an embedded one's for a promoted
+	// field).
+	Owner reflect.Type
 }
 
-var fieldCache sync.Map // reflect.Type → map[string]field
+// readOnly reports whether the server owns the field (id, version, timestamps…): a
+// request body may not set it, as if it were unknown.
+func readOnly(f reflect.StructField) bool { return f.Tag.Get("readonly") == "true" }
 
-// jsonFields maps the JSON names of t's fields (embedded structs promoted, as
-// encoding/json does) to their types.
-func jsonFields(t reflect.Type) map[string]field {
-	if m, ok := fieldCache.Load(t); ok {
-		return m.(map[string]field)
+var fieldCache sync.Map // fieldsKey → []jsonField
+
+type fieldsKey struct {
+	t     reflect.Type
+	input bool
+}
+
+// fieldsOf lists the JSON members of struct type t as encoding/json sees them: fields of
+// embedded structs promoted, a shallower field hiding a deeper one of the same name (so
+// a body type may embed a domain type and replace one of its members). input leaves
+// out the read-only fields: the members a request may send.
+func fieldsOf(t reflect.Type, input bool) []jsonField {
+	key := fieldsKey{t, input}
+	if fs, ok := fieldCache.Load(key); ok {
+		return fs.([]jsonField)
 	}
-	m := map[string]field{}
-	var walk func(t reflect.Type)
-	walk = func(t reflect.Type) {
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if name == "-" {
-				continue
-			}
-			if f.Anonymous && name == "" {
-				ft := f.Type
-				if ft.Kind() == reflect.Pointer {
-					ft = ft.Elem()
-				}
-				if ft.Kind() == reflect.Struct {
-					walk(ft)
+	var out []jsonField
+	seen := map[string]bool{}
+	for level := []reflect.Type{t}; len(level) > 0; {
+		var next []reflect.Type
+		var found []jsonField
+		for _, lt := range level {
+			for i := 0; i < lt.NumField(); i++ {
+				f := lt.Field(i)
+				name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+				if name == "-" {
 					continue
 				}
-			}
-			if !f.IsExported() {
-				continue
-			}
-			if name == "" {
-				name = f.Name
-			}
-			if _, dup := m[name]; !dup {
-				m[name] = field{Type: f.Type}
+				if f.Anonymous && name == "" {
+					ft := f.Type
+					if ft.Kind() == reflect.Pointer {
+						ft = ft.Elem()
+					}
+					if ft.Kind() == reflect.Struct {
+						next = append(next, ft)
+						continue
+					}
+				}
+				if !f.IsExported() {
+					continue
+				}
+				if name == "" {
+					name = f.Name
+				}
+				if !seen[name] {
+					found = append(found, jsonField{Name: name, StructField: f, Opts: opts, Owner: lt})
+				}
 			}
 		}
+		for _, f := range found {
+			seen[f.Name] = true // a read-only field still hides deeper ones of its name
+			if !(input && readOnly(f.StructField)) {
+				out = append(out, f)
+			}
+		}
+		level = next
 	}
-	walk(t)
-	fieldCache.Store(t, m)
+	fieldCache.Store(key, out)
+	return out
+}
+
+// jsonFields maps the names of the members a request may send in a t to their fields.
+func jsonFields(t reflect.Type) map[string]jsonField {
+	m := map[string]jsonField{}
+	for _, f := range fieldsOf(t, true) {
+		m[f.Name] = f
+	}
 	return m
 }
 

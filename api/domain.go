@@ -15,14 +15,10 @@ import (
 // or POST .../verify); only then do the edges serve it. The private key is write-only:
 // the store keeps it (the edges terminate TLS with it) and no response carries it.
 
-type domainBody struct {
-	Hostname       string `json:"hostname" required:"true" doc:"A DNS name of at least two labels, not under the edge domain. Several tenants may claim one name; only one claim of it can be verified (409 conflict when another tenant's is), and a tenant claims a name once."`
-	CertificatePEM string `json:"certificate_pem" required:"true" doc:"PEM certificate chain, the leaf first. The leaf must cover hostname and be valid now."`
-	PrivateKeyPEM  string `json:"private_key_pem" required:"true" doc:"PEM private key (PKCS#8, PKCS#1 or SEC 1) matching the leaf. Write-only: never returned."`
-}
-
+// domainUpdate is a domain as PUT takes it (a request body is a tenants.Domain, of which
+// a client sets the host name, the certificate and the key).
 type domainUpdate struct {
-	domainBody
+	tenants.Domain
 	Version *int64 `json:"version" doc:"The version the change is based on; or send If-Match."`
 }
 

@@ -91,7 +91,7 @@ func (s *Server) table() []endpoint {
 			summary: "Delete a tenant and everything it owns", desc: "Admin token only (a tenant token gets 403).", status: 204},
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/routes", access: tenantScoped, class: rbac.Write, handle: routes.handleCreate, tag: tagRoutes,
-			summary: "Create a route", desc: scopedDoc, body: routeBody{}, status: 201, result: tenants.Route{}, etag: true},
+			summary: "Create a route", desc: scopedDoc, body: tenants.Route{}, status: 201, result: tenants.Route{}, etag: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/routes", access: tenantScoped, class: rbac.Read, handle: routes.handleList, tag: tagRoutes,
 			summary: "List routes", desc: scopedDoc, status: 200, result: list[tenants.Route]{}, list: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/routes/:id", access: tenantScoped, class: rbac.Read, handle: routes.handleGet, tag: tagRoutes,
@@ -103,7 +103,7 @@ func (s *Server) table() []endpoint {
 			summary: "Delete a route", desc: scopedDoc, status: 204},
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/consumers", access: tenantScoped, class: rbac.Write, handle: consumers.handleCreate, tag: tagConsumers,
-			summary: "Create a consumer", desc: scopedDoc, body: consumerBody{}, status: 201, result: tenants.Consumer{}, etag: true},
+			summary: "Create a consumer", desc: scopedDoc, body: tenants.Consumer{}, status: 201, result: tenants.Consumer{}, etag: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/consumers", access: tenantScoped, class: rbac.Read, handle: consumers.handleList, tag: tagConsumers,
 			summary: "List consumers", desc: scopedDoc, status: 200, result: list[tenants.Consumer]{}, list: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/consumers/:id", access: tenantScoped, class: rbac.Read, handle: consumers.handleGet, tag: tagConsumers,
@@ -123,7 +123,7 @@ func (s *Server) table() []endpoint {
 			summary: "Revoke a key", desc: scopedDoc, status: 204},
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/plans", access: tenantScoped, class: rbac.Write, handle: plans.handleCreate, tag: tagPlans,
-			summary: "Create a plan", desc: scopedDoc, body: planBody{}, status: 201, result: tenants.Plan{}, etag: true},
+			summary: "Create a plan", desc: scopedDoc, body: planInput{}, status: 201, result: tenants.Plan{}, etag: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/plans", access: tenantScoped, class: rbac.Read, handle: plans.handleList, tag: tagPlans,
 			summary: "List plans", desc: scopedDoc, status: 200, result: list[tenants.Plan]{}, list: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, class: rbac.Read, handle: plans.handleGet, tag: tagPlans,
@@ -136,7 +136,7 @@ func (s *Server) table() []endpoint {
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/jwt-issuers", access: tenantScoped, class: rbac.Write, handle: jwtIssuers.handleCreate, tag: tagJWTIssuers,
 			summary: "Add a JWT issuer", desc: "Tokens the issuer signs authenticate callers of the tenant's jwt and key_or_jwt routes. hs256_secret is write-only." + scopedDoc,
-			body: jwtIssuerBody{}, status: 201, result: tenants.Issuer{}, etag: true},
+			body: tenants.Issuer{}, status: 201, result: tenants.Issuer{}, etag: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/jwt-issuers", access: tenantScoped, class: rbac.Read, handle: jwtIssuers.handleList, tag: tagJWTIssuers,
 			summary: "List JWT issuers", desc: "Without secrets." + scopedDoc, status: 200, result: list[tenants.Issuer]{}, list: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/jwt-issuers/:id", access: tenantScoped, class: rbac.Read, handle: jwtIssuers.handleGet, tag: tagJWTIssuers,
@@ -153,7 +153,7 @@ func (s *Server) table() []endpoint {
 			summary: "Create or replace the tenant's policy",
 			desc: "Routes with \"policy\": true are checked against it at the edge; without a policy they deny every call. Validated by compiling it: a bad rule is 400 validation_failed with field naming it (\"rules[2][1]\")." + scopedDoc +
 				` Optionally conditional: send If-Match with the ETag you read (or "version" in the body); a stale version gets 409 version_conflict. Without either, PUT replaces whatever is current.`,
-			body: policyBody{}, status: 200, result: tenants.AccessRules{}, etag: true, ifMatch: true},
+			body: policyPut{}, status: 200, result: tenants.AccessRules{}, etag: true, ifMatch: true},
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/tokens", access: tenantScoped, class: rbac.TenantAdmin, handle: s.createToken, tag: tagTokens,
 			summary: "Create a management token for the tenant",
@@ -178,7 +178,7 @@ func (s *Server) table() []endpoint {
 		{method: http.MethodPost, path: "/v1/tenants/:slug/domains", access: tenantScoped, class: rbac.Write, handle: domains.handleCreate, tag: tagDomains,
 			summary: "Claim a custom domain with its certificate",
 			desc:    "The domain is pending: publish a TXT record at verification.record_name holding verification.value. Once the api sees it (automatic checks start 10 s after the claim and back off to every 10 min; or POST .../verify) the domain is verified and the edges serve the tenant on hostname too (plain and TLS; on TLS the certificate is chosen by SNI) within moments; until then they answer it 421 misdirected_request. 400 validation_failed when the PEMs do not parse, the key does not match, the certificate does not cover hostname or is expired; 409 conflict when the tenant has hostname already or another tenant's claim of it is verified. private_key_pem is write-only." + scopedDoc,
-			body:    domainBody{}, status: 201, result: tenants.Domain{}, etag: true},
+			body:    tenants.Domain{}, status: 201, result: tenants.Domain{}, etag: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/domains", access: tenantScoped, class: rbac.Read, handle: domains.handleList, tag: tagDomains,
 			summary: "List custom domains", desc: "Without private keys." + scopedDoc, status: 200, result: list[tenants.Domain]{}, list: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/domains/:id", access: tenantScoped, class: rbac.Read, handle: domains.handleGet, tag: tagDomains,

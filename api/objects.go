@@ -232,8 +232,7 @@ func (s *Server) jwtIssuers() *collection[tenants.Issuer] {
 
 func (s *Server) domains() *collection[tenants.Domain] {
 	limit, edgeDomain := s.cfg.BodyLimit, s.cfg.EdgeDomain
-	domainOf := func(b *domainBody) (*tenants.Domain, error) {
-		d := &tenants.Domain{Hostname: b.Hostname, CertificatePEM: b.CertificatePEM, PrivateKeyPEM: b.PrivateKeyPEM}
+	validate := func(d *tenants.Domain) (*tenants.Domain, error) {
 		if err := d.Validate(edgeDomain, time.Now()); err != nil {
 			return nil, err
 		}
@@ -245,18 +244,18 @@ func (s *Server) domains() *collection[tenants.Domain] {
 		name: "domain", path: "domains",
 		meta: func(v *tenants.Domain) (*string, *string, *int64) { return &v.ID, &v.TenantID, &v.Version },
 		decode: func(ct string, body []byte) (*tenants.Domain, error) {
-			var b domainBody
-			if err := decodeBody(ct, body, limit, &b, false); err != nil {
+			var d tenants.Domain
+			if err := decodeBody(ct, body, limit, &d, false); err != nil {
 				return nil, err
 			}
-			return domainOf(&b)
+			return validate(&d)
 		},
 		decodeUpdate: func(ct string, body []byte) (*tenants.Domain, *int64, error) {
 			var b domainUpdate
 			if err := decodeBody(ct, body, limit, &b, false); err != nil {
 				return nil, nil, err
 			}
-			d, err := domainOf(&b.domainBody)
+			d, err := validate(&b.Domain)
 			return d, b.Version, err
 		},
 		create: s.createDomain,

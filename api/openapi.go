@@ -15,39 +15,54 @@ import (
 // the very structs the handlers decode and encode: a field added to a body shows up in the
 // document without anyone remembering to. Schemas are strict (additionalProperties: false)
 // so that tests validating responses against them catch drift in either direction.
+//
+// A domain type (tenants.Route…) is both a request body and a response, as two schemas:
+// its input schema (RouteCreate) leaves out the read-only fields and carries the request
+// rules of the required and enum tags; its output schema (Route) has every field, required
+// unless omitempty. A domain type inside a body that has no input schema of its own
+// (tenants.Canary, tenants.JWK…) is one component shared by requests and responses, so it
+// carries descriptions only.
 
 type obj = map[string]any
 
-// schemaNames gives the API's own types their public names; domain types keep theirs.
+// schemaNames gives the API's own types their public names, and domain types the name
+// of their output schema where it is not the type's.
 var schemaNames = map[reflect.Type]string{
 	reflect.TypeFor[tenantCreate]():        "TenantCreate",
 	reflect.TypeFor[tenantPatch]():         "TenantPatch",
-	reflect.TypeFor[routeBody]():           "RouteCreate",
 	reflect.TypeFor[routeUpdate]():         "RouteUpdate",
-	reflect.TypeFor[upstreamBody]():        "UpstreamInput",
-	reflect.TypeFor[targetBody]():          "TargetInput",
-	reflect.TypeFor[rateLimitBody]():       "RateLimitInput",
 	reflect.TypeFor[planRateBody]():        "PlanRateLimitInput",
 	reflect.TypeFor[platformPlanBody]():    "PlatformPlanPut",
 	reflect.TypeFor[resourcesBody]():       "PlatformPlanResourcesInput",
 	reflect.TypeFor[quotaBody]():           "QuotaInput",
-	reflect.TypeFor[consumerBody]():        "ConsumerCreate",
 	reflect.TypeFor[consumerUpdate]():      "ConsumerUpdate",
-	reflect.TypeFor[planBody]():            "PlanCreate",
+	reflect.TypeFor[planInput]():           "PlanCreate",
 	reflect.TypeFor[planUpdate]():          "PlanUpdate",
 	reflect.TypeFor[tokenBody]():           "TokenCreate",
 	reflect.TypeFor[keyBody]():             "KeyCreate",
 	reflect.TypeFor[domainVerifyBody]():    "DomainVerify",
 	reflect.TypeFor[createdKey]():          "CreatedKey",
 	reflect.TypeFor[createdToken]():        "CreatedToken",
-	reflect.TypeFor[jwtIssuerBody]():       "JWTIssuerCreate",
 	reflect.TypeFor[jwtIssuerUpdate]():     "JWTIssuerUpdate",
 	reflect.TypeFor[tenants.Issuer]():      "JWTIssuer",
 	reflect.TypeFor[tenants.AccessRules](): "Policy",
-	reflect.TypeFor[policyBody]():          "PolicyPut",
+	reflect.TypeFor[policyPut]():           "PolicyPut",
 	reflect.TypeFor[status]():              "Status",
 	reflect.TypeFor[errorBody]():           "Error",
 	reflect.TypeFor[errorDetail]():         "ErrorDetail",
+}
+
+// inputNames are the names of the domain types' input schemas. The domain's is the name
+// its body type had before domains took their bodies from tenants.Domain.
+var inputNames = map[reflect.Type]string{
+	reflect.TypeFor[tenants.Route]():     "RouteCreate",
+	reflect.TypeFor[tenants.Upstream]():  "UpstreamInput",
+	reflect.TypeFor[tenants.Target]():    "TargetInput",
+	reflect.TypeFor[tenants.RateLimit](): "RateLimitInput",
+	reflect.TypeFor[tenants.Quota]():     "QuotaInput",
+	reflect.TypeFor[tenants.Consumer]():  "ConsumerCreate",
+	reflect.TypeFor[tenants.Issuer]():    "JWTIssuerCreate",
+	reflect.TypeFor[tenants.Domain]():    "domainBody",
 }
 
 var (
@@ -58,18 +73,13 @@ var (
 // outputFields adds keywords to fields of the domain types in responses.
 var outputFields = map[string]obj{
 	"Tenant.version":       {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
-	"Route.version":        {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
-	"Consumer.version":     {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
-	"Plan.version":         {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
 	"Tenant.plan":          {"description": "Platform plan capping the whole tenant."},
 	"Route.auth":           {"enum": []string{tenants.AuthNone, tenants.AuthKey, tenants.AuthJWT, tenants.AuthKeyOrJWT}},
 	"Route.methods":        {"description": "Empty: every method."},
 	"Key.prefix":           {"description": "The key's first characters, to tell keys apart."},
 	"Token.prefix":         {"description": "The token's first characters, to tell tokens apart."},
 	"Token.role":           {"enum": tenants.TokenRoles},
-	"Issuer.version":       {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
 	"Issuer.hs256_secret":  {"description": "Never present in responses: the secret is write-only."},
-	"AccessRules.version":  {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
 	"Consumer.plan":        {"description": "Absent when the consumer has no plan."},
 	"Tenant.limits":        {"description": "The platform plan the tenant is on, with its limits (read-only: change the tenant's plan, or the plan)."},
 	"PlatformPlan.version": {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
@@ -85,7 +95,19 @@ type schemas struct {
 	comps obj
 }
 
-func (g *schemas) name(t reflect.Type) string {
+// mode is which of a type's schemas is built.
+type mode int
+
+const (
+	output mode = iota
+	input
+	shared // a domain type without an input schema, inside a request body
+)
+
+func (g *schemas) name(t reflect.Type, m mode) string {
+	if n, ok := inputNames[t]; ok && m == input {
+		return n
+	}
 	if n, ok := schemaNames[t]; ok {
 		return n
 	}
@@ -94,14 +116,14 @@ func (g *schemas) name(t reflect.Type) string {
 		for item.Kind() == reflect.Pointer {
 			item = item.Elem()
 		}
-		return g.name(item) + "List"
+		return g.name(item, output) + "List"
 	}
 	return t.Name()
 }
 
 // ref returns the schema of t: a $ref for named structs (building the component the first
-// time), inline otherwise. input selects request rules: required only where tagged.
-func (g *schemas) ref(t reflect.Type, input bool) obj {
+// time), inline otherwise.
+func (g *schemas) ref(t reflect.Type, m mode) obj {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -109,14 +131,17 @@ func (g *schemas) ref(t reflect.Type, input bool) obj {
 	case t == timeType:
 		return obj{"type": "string", "format": "date-time"}
 	case t.Kind() == reflect.Struct:
-		n := g.name(t)
+		if _, ok := inputNames[t]; m == input && !ok && t.PkgPath() == domainPkg {
+			m = shared
+		}
+		n := g.name(t, m)
 		if _, ok := g.comps[n]; !ok {
 			g.comps[n] = obj{} // reserve: types may refer to themselves
-			g.comps[n] = g.object(t, input)
+			g.comps[n] = g.object(t, m)
 		}
 		return obj{"$ref": "#/components/schemas/" + n}
 	case t.Kind() == reflect.Slice:
-		return obj{"type": "array", "items": g.ref(t.Elem(), input)}
+		return obj{"type": "array", "items": g.ref(t.Elem(), m)}
 	case t.Kind() == reflect.Map:
 		return obj{"type": "object"}
 	case t.Kind() == reflect.String:
@@ -131,57 +156,34 @@ func (g *schemas) ref(t reflect.Type, input bool) obj {
 	return obj{}
 }
 
-func (g *schemas) object(t reflect.Type, input bool) obj {
+// object is the schema of struct type t. Input schemas leave out the read-only fields and
+// require what is tagged required; output schemas require every field but omitempty ones.
+// Only input schemas take enum tags: the enums of responses are outputFields'.
+func (g *schemas) object(t reflect.Type, m mode) obj {
 	props := obj{}
 	var required []string
-	var walk func(t reflect.Type)
-	walk = func(t reflect.Type) {
-		for i := 0; i < t.NumField(); i++ {
-			f := t.Field(i)
-			tag := f.Tag.Get("json")
-			name, opts, _ := strings.Cut(tag, ",")
-			if name == "-" {
-				continue
+	for _, f := range fieldsOf(t, m == input) {
+		s := g.ref(f.Type, m)
+		if d := f.Tag.Get("doc"); d != "" {
+			s["description"] = d
+		}
+		if m == output {
+			// Set beside the doc tag where responses say more (or otherwise) than requests.
+			for k, v := range outputFields[f.Owner.Name()+"."+f.Name] {
+				s[k] = v
 			}
-			if f.Anonymous && name == "" {
-				ft := f.Type
-				if ft.Kind() == reflect.Pointer {
-					ft = ft.Elem()
-				}
-				if ft.Kind() == reflect.Struct {
-					walk(ft)
-					continue
-				}
-			}
-			if !f.IsExported() {
-				continue
-			}
-			if name == "" {
-				name = f.Name
-			}
-			s := g.ref(f.Type, input)
-			if d := f.Tag.Get("doc"); d != "" {
-				s["description"] = d
-			}
-			if !input {
-				// Domain types cannot carry doc tags; their fields are described here.
-				for k, v := range outputFields[t.Name()+"."+name] {
-					s[k] = v
-				}
-				if t.PkgPath() == domainPkg && s["type"] == "string" && (name == "id" || strings.HasSuffix(name, "_id")) {
-					s["format"] = "uuid"
-				}
-			}
-			if e := f.Tag.Get("enum"); e != "" {
-				s["enum"] = strings.Split(e, ",")
-			}
-			props[name] = s
-			if input && f.Tag.Get("required") == "true" || !input && !strings.Contains(opts, "omitempty") {
-				required = append(required, name)
+			if f.Owner.PkgPath() == domainPkg && s["type"] == "string" && (f.Name == "id" || strings.HasSuffix(f.Name, "_id")) {
+				s["format"] = "uuid"
 			}
 		}
+		if e := f.Tag.Get("enum"); e != "" && (m == input || f.Owner.PkgPath() != domainPkg) {
+			s["enum"] = strings.Split(e, ",")
+		}
+		props[f.Name] = s
+		if m == input && f.Tag.Get("required") == "true" || m == output && !strings.Contains(f.Opts, "omitempty") {
+			required = append(required, f.Name)
+		}
 	}
-	walk(t)
 	o := obj{"type": "object", "properties": props, "additionalProperties": false}
 	if len(required) > 0 {
 		slices.Sort(required)
@@ -271,7 +273,7 @@ func (ep *endpoint) errorStatuses() []int {
 
 func (s *Server) document() obj {
 	g := &schemas{comps: obj{}}
-	errRef := g.ref(reflect.TypeFor[errorBody](), false)
+	errRef := g.ref(reflect.TypeFor[errorBody](), output)
 	paths := obj{}
 	for i := range s.endpoints {
 		ep := &s.endpoints[i]
@@ -391,7 +393,7 @@ func (s *Server) operation(g *schemas, ep *endpoint) obj {
 	if ep.body != nil {
 		op["requestBody"] = obj{
 			"required": !ep.bodyOptional,
-			"content":  obj{"application/json": obj{"schema": g.ref(reflect.TypeOf(ep.body), true)}},
+			"content":  obj{"application/json": obj{"schema": g.ref(reflect.TypeOf(ep.body), input)}},
 		}
 	}
 	headers := obj{"X-Request-Id": obj{"$ref": "#/components/headers/X-Request-Id"}}
@@ -403,7 +405,7 @@ func (s *Server) operation(g *schemas, ep *endpoint) obj {
 	}
 	ok := obj{"description": http.StatusText(ep.status), "headers": headers}
 	if ep.result != nil {
-		ok["content"] = obj{"application/json": obj{"schema": g.ref(reflect.TypeOf(ep.result), false)}}
+		ok["content"] = obj{"application/json": obj{"schema": g.ref(reflect.TypeOf(ep.result), output)}}
 		if ep.csv {
 			ok["content"].(obj)["text/csv"] = obj{"schema": obj{"type": "string"}}
 		}

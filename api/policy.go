@@ -14,16 +14,16 @@ import (
 // compiling it with the engine the edges run (accessrules), so what the api accepts the
 // edges can enforce, and its errors name the rule at fault ("rules[2][1]").
 
-type policyBody struct {
-	Rules [][]string `json:"rules" required:"true" doc:"Up to 1000 rules [subject, path pattern, action] or [subject, path pattern, action, \"allow\"|\"deny\"]. subject: a consumer id or name, a role, or * (any authenticated caller). path pattern: a normalized path where a whole segment may be :param, and the last may be * (see the README). action: GET, GET|POST or * (any)."`
-	Roles [][]string `json:"roles" doc:"Up to 10000 links [member, role]: a consumer (id or name) or role holds the role. Roles may inherit roles, up to 10 deep, without cycles."`
+// policyPut is the body of PUT: the access rules and the version they replace.
+type policyPut struct {
+	tenants.AccessRules
 	// Version makes the replacement conditional; without it (and without If-Match) PUT
 	// replaces whatever is current.
 	Version *int64 `json:"version" doc:"Replace only at this version; or send If-Match. Optional: without either, PUT replaces whatever is current."`
 }
 
 func decodePolicy(ct string, body []byte, limit int) (*tenants.AccessRules, *int64, error) {
-	var b policyBody
+	var b policyPut
 	if err := decodeBody(ct, body, limit, &b, false); err != nil {
 		return nil, nil, err
 	}

@@ -24,38 +24,41 @@ import (
 // PrivateKeyPEM is write-only in the API. It travels in the domain's config entry (the
 // edges need it to terminate TLS), so anyone who can read the KV bucket can read it: the
 // bucket must be as closely guarded as the certificates' keys themselves.
+//
+// It is also the API's body (the tags are Route's): a request sets the host name, the
+// certificate and the key; the rest is the claim's state, which the server keeps.
 type Domain struct {
-	ID             string `json:"id"`
-	TenantID       string `json:"tenant_id"`
-	Hostname       string `json:"hostname"`
-	CertificatePEM string `json:"certificate_pem"`
-	PrivateKeyPEM  string `json:"private_key_pem,omitempty"`
+	ID             string `json:"id" readonly:"true"`
+	TenantID       string `json:"tenant_id" readonly:"true"`
+	Hostname       string `json:"hostname" required:"true" doc:"A DNS name of at least two labels, not under the edge domain. Several tenants may claim one name; only one claim of it can be verified (409 conflict when another tenant's is), and a tenant claims a name once."`
+	CertificatePEM string `json:"certificate_pem" required:"true" doc:"PEM certificate chain, the leaf first. The leaf must cover hostname and be valid now."`
+	PrivateKeyPEM  string `json:"private_key_pem,omitempty" required:"true" doc:"PEM private key (PKCS#8, PKCS#1 or SEC 1) matching the leaf. Write-only: never returned."`
 	// NotAfter is when the certificate (the leaf) expires; read-only.
-	NotAfter time.Time `json:"not_after"`
+	NotAfter time.Time `json:"not_after" readonly:"true"`
 
 	// Status is DomainPending or DomainVerified; read-only. An entry without one (written
 	// before domains were verified) counts as pending.
-	Status string `json:"status"`
+	Status string `json:"status" readonly:"true"`
 	// Verification is the DNS record that proves the claim; read-only. The record must
 	// stay in place while the domain is used: verified domains are checked again.
-	Verification *DomainVerification `json:"verification,omitempty"`
+	Verification *DomainVerification `json:"verification,omitempty" readonly:"true"`
 	// VerifiedAt is when the proof was first seen (since the domain last became
 	// verified); CheckedAt when it was last looked for; NextCheckAt when it will be
 	// looked for next (absent: no automatic check is scheduled). Read-only.
-	VerifiedAt  *time.Time `json:"verified_at,omitempty"`
-	CheckedAt   *time.Time `json:"checked_at,omitempty"`
-	NextCheckAt *time.Time `json:"next_check_at,omitempty"`
+	VerifiedAt  *time.Time `json:"verified_at,omitempty" readonly:"true"`
+	CheckedAt   *time.Time `json:"checked_at,omitempty" readonly:"true"`
+	NextCheckAt *time.Time `json:"next_check_at,omitempty" readonly:"true"`
 	// LastError says why the last check did not see the proof; empty after one that did.
-	LastError string `json:"last_error,omitempty"`
+	LastError string `json:"last_error,omitempty" readonly:"true"`
 	// Failures counts the consecutive checks that did not see the proof, and
 	// PendingSince is when the domain last became pending: the schedule's inputs, kept
 	// by the store, not shown.
 	Failures     int       `json:"-"`
 	PendingSince time.Time `json:"-"`
 
-	Version   int64     `json:"version"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Version   int64     `json:"version" readonly:"true"`
+	CreatedAt time.Time `json:"created_at" readonly:"true"`
+	UpdatedAt time.Time `json:"updated_at" readonly:"true"`
 }
 
 // Domain statuses.

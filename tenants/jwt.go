@@ -21,34 +21,37 @@ import (
 // (POST /v1/tenants/{slug}/jwt-issuers) and as its config entry carries it to the edge.
 // Exactly one of JWKSURL, Keys and HS256Secret says where the verification keys come from.
 // The edge compiles a tenant's issuers into a verifier (edge/jwtauth).
+//
+// It is also the API's body (the tags are Route's) and the stored object; the store
+// keeps the secret, and only the API's responses leave it out.
 type Issuer struct {
-	ID       string `json:"id,omitempty"`
-	TenantID string `json:"tenant_id,omitempty"`
+	ID       string `json:"id,omitempty" readonly:"true"`
+	TenantID string `json:"tenant_id,omitempty" readonly:"true"`
 	// Issuer is the exact "iss" value of the provider's tokens. Unique per tenant.
-	Issuer string `json:"issuer"`
+	Issuer string `json:"issuer" required:"true" doc:"The exact \"iss\" of the provider's tokens; unique within the tenant."`
 	// Audiences: a token must name at least one of them in "aud". Required (1–16): an
 	// issuer shared by several APIs or tenants (a public IdP) signs tokens for all of them.
-	Audiences []string `json:"audiences"`
+	Audiences []string `json:"audiences" required:"true" doc:"1–16 values; a token must name one of them in \"aud\"."`
 	// Algorithms the issuer's tokens may use. Default: ["HS256"] with HS256Secret,
 	// ["RS256"] otherwise.
-	Algorithms []string `json:"algorithms"`
+	Algorithms []string `json:"algorithms" doc:"Allowed algorithms: RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA, or HS256 (only with hs256_secret). Default: [\"HS256\"] with hs256_secret, else [\"RS256\"]."`
 	// JWKSURL is an https URL serving the provider's JWK set; the edge fetches and caches it.
-	JWKSURL string `json:"jwks_url,omitempty"`
+	JWKSURL string `json:"jwks_url,omitempty" doc:"https URL of the provider's JWK set, fetched and cached by the edges. Exactly one of jwks_url, keys and hs256_secret."`
 	// Keys are the public keys, inline (1–20).
-	Keys []JWK `json:"keys,omitempty"`
+	Keys []JWK `json:"keys,omitempty" doc:"1–20 public JWKs (RSA 2048–4096 bits, EC P-256/P-384, OKP Ed25519); an RSA key needs \"alg\" when algorithms allow several RSA algorithms."`
 	// HS256Secret is a shared secret (32–512 bytes, used as its UTF-8 bytes). It is
 	// write-only at the api: never returned, only carried to the edges.
-	HS256Secret string `json:"hs256_secret,omitempty"`
+	HS256Secret string `json:"hs256_secret,omitempty" doc:"Shared secret, 32–512 bytes. Write-only: never returned. On PUT, omit every key source to keep the stored secret."`
 	// ConsumerClaim names the claim that identifies the consumer. Default: "sub".
-	ConsumerClaim string `json:"consumer_claim"`
+	ConsumerClaim string `json:"consumer_claim" doc:"Claim naming the consumer (a dotted path reaches into objects). Default: sub."`
 	// RolesClaim names the claim that carries roles (a string of space-separated roles or
 	// an array of strings). Default: "roles".
-	RolesClaim string `json:"roles_claim"`
+	RolesClaim string `json:"roles_claim" doc:"Claim carrying roles: an array of strings or a space-separated string. Default: roles."`
 	// LeewaySeconds is the clock skew allowed on exp and nbf. Default: 30; 0–300.
-	LeewaySeconds *int      `json:"leeway_seconds,omitempty"`
-	Version       int64     `json:"version"`
-	CreatedAt     time.Time `json:"created_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	LeewaySeconds *int      `json:"leeway_seconds,omitempty" doc:"Clock skew allowed on exp, nbf and iat, 0–300. Default: 30."`
+	Version       int64     `json:"version" readonly:"true" doc:"Bumped by every change; the ETag. Send it back in If-Match."`
+	CreatedAt     time.Time `json:"created_at" readonly:"true"`
+	UpdatedAt     time.Time `json:"updated_at" readonly:"true"`
 }
 
 // JWK is one JSON Web Key (RFC 7517) of an inline key set. Only public RSA, EC (P-256,

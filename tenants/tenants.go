@@ -23,40 +23,47 @@ type Tenant struct {
 }
 
 // Route maps method + path at the edge to an upstream, with the checks to apply first.
+// It is one type from the management API's body (POST /v1/tenants/{slug}/routes decodes
+// into it) through the store and the config entry to the edge's compiler, so a new
+// setting is a field here, its rule in Validate and its use at the edge.
+//
+// Struct tags beyond json are the API's (api/openapi.go, api/decode.go): doc describes
+// the field, required and enum constrain requests, and readonly marks what the server
+// owns: a request may not set it, a response always shows it.
 type Route struct {
-	ID       string `json:"id"`
-	TenantID string `json:"tenant_id"`
-	Name     string `json:"name"`
+	ID       string `json:"id" readonly:"true"`
+	TenantID string `json:"tenant_id" readonly:"true"`
+	Name     string `json:"name" required:"true" doc:"Unique within the tenant."`
 	// Paths are prefixes on segment boundaries ("/hello" matches "/hello/x", not
 	// "/helloworld"); a leading "=" makes one exact ("=/hello"). Longest match wins.
-	Paths []string `json:"paths"`
+	Paths []string `json:"paths" required:"true" doc:"1–32 path prefixes (\"/hello\" matches /hello and /hello/x) or exact paths (\"=/hello\")."`
 	// Methods the route answers; empty means every method.
-	Methods  []string `json:"methods"`
-	Upstream Upstream `json:"upstream"`
+	Methods  []string `json:"methods" doc:"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS. Default: every method."`
+	Upstream Upstream `json:"upstream" required:"true"`
 	// Auth is AuthNone, AuthKey, AuthJWT or AuthKeyOrJWT. Default: AuthNone.
-	Auth string `json:"auth"`
+	Auth string `json:"auth" enum:"none,key,jwt,key_or_jwt" doc:"Default: none."`
 	// CheckAccess makes the edge check the tenant's policy for this route.
-	CheckAccess bool       `json:"policy"`
-	RateLimit   *RateLimit `json:"rate_limit,omitempty"`
+	CheckAccess bool       `json:"policy" doc:"Check the tenant's policy for this route."`
+	RateLimit   *RateLimit `json:"rate_limit,omitempty" doc:"Per-route limit. Default: none."`
 	// StripPrefix removes the matched path prefix before proxying.
-	StripPrefix bool `json:"strip_prefix"`
+	StripPrefix bool `json:"strip_prefix" doc:"Remove the matched prefix before proxying."`
 	// WebSocket lets upgrade requests through to the upstream as WebSocket tunnels.
-	WebSocket bool `json:"websocket"`
+	WebSocket bool `json:"websocket" doc:"Let WebSocket upgrades through (auth, policy and limits apply at the upgrade); the tunnel closes after 10 idle minutes or 24 hours. Default: false."`
 	// Transform rewrites requests and responses passing through (transform.go).
-	Transform *Transform `json:"transform,omitempty"`
+	Transform *Transform `json:"transform,omitempty" doc:"Request header, JSON body and path rewrites, response header rewrites. Default: none."`
 	// Cache keeps the route's answers in the edge's memory (cache.go).
-	Cache *Cache `json:"cache,omitempty"`
+	Cache *Cache `json:"cache,omitempty" doc:"Keep GET answers in the edge's memory for ttl_ms. Default: none."`
 	// Canary sends part of the traffic to another set of targets (upstream.go).
-	Canary *Canary `json:"canary,omitempty"`
+	Canary *Canary `json:"canary,omitempty" doc:"Send part of the traffic to upstream (same settings as the route's): requests matching match (a header, or a JWT claim; any of values, or any value when values is empty) always, others by weight percent (0–100; an exact schedule, or a hash of sticky_on when sticky: consumer, ip or header:<Name>). Default: none."`
 	// MaxBodyBytes caps the request body. Default: DefaultMaxBodyBytes.
-	MaxBodyBytes int64 `json:"max_body_bytes"`
+	MaxBodyBytes int64 `json:"max_body_bytes" doc:"Request body cap, 1–1073741824. Default: 10485760."`
 	// ConnectTimeoutMS and TimeoutMS bound dialing the upstream and the whole upstream
 	// exchange. Defaults: DefaultConnectTimeoutMS, DefaultTimeoutMS.
-	ConnectTimeoutMS int       `json:"connect_timeout_ms"`
-	TimeoutMS        int       `json:"timeout_ms"`
-	Version          int64     `json:"version"`
-	CreatedAt        time.Time `json:"created_at"`
-	UpdatedAt        time.Time `json:"updated_at"`
+	ConnectTimeoutMS int       `json:"connect_timeout_ms" doc:"Dial timeout, 1–300000 ms. Default: 2000."`
+	TimeoutMS        int       `json:"timeout_ms" doc:"Whole upstream exchange, 1–300000 ms. Default: 30000."`
+	Version          int64     `json:"version" readonly:"true" doc:"Bumped by every change; the ETag. Send it back in If-Match."`
+	CreatedAt        time.Time `json:"created_at" readonly:"true"`
+	UpdatedAt        time.Time `json:"updated_at" readonly:"true"`
 }
 
 // Route auth modes.
@@ -83,71 +90,74 @@ const (
 // Upstream is where a route's traffic goes: its targets, how requests are spread over
 // them, and how failing targets are found and avoided (upstream.go).
 type Upstream struct {
-	Targets []Target `json:"targets"`
+	Targets []Target `json:"targets" required:"true" doc:"1–64 servers."`
 	// Balance is BalanceRoundRobin (default), BalanceLeastConn or BalanceHash.
-	Balance string `json:"balance,omitempty"`
+	Balance string `json:"balance,omitempty" enum:"round_robin,least_conn,hash" doc:"How requests are spread: smooth weighted round-robin, fewest in flight relative to weight, or a consistent hash on hash_on. Default: round_robin."`
 	// HashOn is what BalanceHash hashes: HashOnConsumer (default), HashOnIP or
 	// "header:<Name>".
-	HashOn         string          `json:"hash_on,omitempty"`
-	HealthCheck    *HealthCheck    `json:"health_check,omitempty"`
-	Passive        *PassiveHealth  `json:"passive_health,omitempty"`
-	CircuitBreaker *CircuitBreaker `json:"circuit_breaker,omitempty"`
-	Retries        *Retries        `json:"retries,omitempty"`
+	HashOn         string          `json:"hash_on,omitempty" doc:"With balance hash: consumer (the client address when anonymous), ip, or header:<Name>. Default: consumer."`
+	HealthCheck    *HealthCheck    `json:"health_check,omitempty" doc:"Active check: GET path every interval_ms (default 5000, min 100), timeout_ms (default 1000); out after unhealthy_threshold failures in a row (default 3), back after healthy_threshold successes (default 2). Default: none."`
+	Passive        *PassiveHealth  `json:"passive_health,omitempty" doc:"Outlier ejection: failures in a row (connect error, timeout, 502/503/504; default 5) eject a target for eject_ms (default 30000). Default: none."`
+	CircuitBreaker *CircuitBreaker `json:"circuit_breaker,omitempty" doc:"Per target: open when error_percent (default 50) of at least min_requests (default 20) failed within window_ms (default 10000); stay open open_ms (default 30000), then let one trial through. Default: none."`
+	Retries        *Retries        `json:"retries,omitempty" doc:"Retry on another target up to attempts times (1–5, default 1): idempotent methods after any failure, others only when no connection was made; at most budget_percent (default 20) extra requests plus min_per_second (default 3). Default: none."`
 }
 
 // Target is one upstream server; traffic is spread by weight (0 drains a target).
 type Target struct {
-	URL    string `json:"url"`
-	Weight int    `json:"weight"`
+	URL    string `json:"url" required:"true" doc:"http:// or https:// URL of one upstream server; no credentials, query or fragment."`
+	Weight int    `json:"weight" doc:"Share of traffic, 0–1000 (0 drains the target). Default: equal shares."`
 }
 
 // RateLimit is a token bucket: RPS requests per second (or RPM per minute: exactly one
 // of the two is set) on average, bursts up to Burst. Per and Mode are route settings; a
 // plan's mode is the plan's.
 type RateLimit struct {
-	RPS   int `json:"rps,omitempty"`
-	RPM   int `json:"rpm,omitempty"`
-	Burst int `json:"burst"`
+	RPS   int `json:"rps,omitempty" doc:"Requests per second on average, 1–1000000. Set rps or rpm, not both."`
+	RPM   int `json:"rpm,omitempty" doc:"Requests per minute on average, 1–1000000, instead of rps."`
+	Burst int `json:"burst" doc:"Largest burst (the bucket size). Default: the rate (rps or rpm)."`
 	// Per says what a route's limit counts: PerRoute (all its traffic together), PerIP
 	// (each client address) or PerConsumer (each authenticated consumer). Default: PerRoute.
-	Per string `json:"per,omitempty"`
+	Per string `json:"per,omitempty" enum:"route,ip,consumer" doc:"What is counted: route (all its traffic together), ip (each client address; X-Forwarded-For only from trusted proxies) or consumer (each authenticated consumer; not with auth none). Default: route."`
 	// Mode is where a route's limit is counted: ModeLocal, ModeExact or ModeApproximate.
 	// Default: ModeLocal for PerIP, else ModeApproximate (ModeExact when the burst is too
 	// small for approximate counting, see ValidateRateLimit).
-	Mode string `json:"mode,omitempty"`
+	Mode string `json:"mode,omitempty" enum:"local,exact,approximate" doc:"Where it is counted across edges (see the README for each mode's error bound). Default: local for per ip; else approximate, or exact when burst < rate × 0.1 s + 1 (approximate with such a burst is refused)."`
 }
 
 // Quota bounds the requests of a calendar month (UTC).
 type Quota struct {
-	Requests int64 `json:"requests"`
+	Requests int64 `json:"requests" required:"true" doc:"Requests per calendar month (UTC)."`
 }
 
 // Plan is a named bundle of limits a tenant assigns to consumers.
+// Like Route, it is the API's body, the stored object and the config entry alike; its
+// RateLimit takes only a rate (RPS or RPM, Burst): a plan's rate is per consumer, and
+// its mode is the plan's.
 type Plan struct {
-	ID          string     `json:"id"`
-	TenantID    string     `json:"tenant_id"`
-	Name        string     `json:"name"`
-	RateLimit   *RateLimit `json:"rate_limit,omitempty"`
-	Quota       *Quota     `json:"quota,omitempty"`
-	Concurrency int        `json:"concurrency"` // 0 = no cap
+	ID          string     `json:"id" readonly:"true"`
+	TenantID    string     `json:"tenant_id" readonly:"true"`
+	Name        string     `json:"name" required:"true" doc:"Unique within the tenant: lowercase letters, digits, '-' and '_'."`
+	RateLimit   *RateLimit `json:"rate_limit,omitempty" doc:"Per-consumer rate. Default: none."`
+	Quota       *Quota     `json:"quota,omitempty" doc:"Per-consumer monthly quota. Default: none."`
+	Concurrency int        `json:"concurrency" doc:"Concurrent requests per consumer; 0 = no cap."`
 	// Mode is where the plan's rate and quota are counted across the edges: ModeLocal,
 	// ModeExact or ModeApproximate. Default: ModeApproximate (ModeExact when the burst is
 	// too small for approximate counting).
-	Mode      string    `json:"mode,omitempty"`
-	Version   int64     `json:"version"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Mode      string    `json:"mode,omitempty" enum:"local,exact,approximate" doc:"Where the rate and quota are counted across edges (see the README for each mode's error bound). Default: approximate, or exact when burst < rate × 0.1 s + 1 (approximate with such a burst is refused)."`
+	Version   int64     `json:"version" readonly:"true" doc:"Bumped by every change; the ETag. Send it back in If-Match."`
+	CreatedAt time.Time `json:"created_at" readonly:"true"`
+	UpdatedAt time.Time `json:"updated_at" readonly:"true"`
 }
 
 // Consumer is a client of a tenant's APIs; it authenticates with its keys.
 type Consumer struct {
-	ID        string    `json:"id"`
-	TenantID  string    `json:"tenant_id"`
-	Name      string    `json:"name"`
-	Plan      string    `json:"plan,omitempty"` // a plan name of the tenant, or empty
-	Version   int64     `json:"version"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID        string    `json:"id" readonly:"true"`
+	TenantID  string    `json:"tenant_id" readonly:"true"`
+	Name      string    `json:"name" required:"true" doc:"Unique within the tenant."`
+	Plan      string    `json:"plan,omitempty" doc:"Name of one of the tenant's plans. Default: none."` // a plan name of the tenant, or empty
+	Version   int64     `json:"version" readonly:"true" doc:"Bumped by every change; the ETag. Send it back in If-Match."`
+	CreatedAt time.Time `json:"created_at" readonly:"true"`
+	UpdatedAt time.Time `json:"updated_at" readonly:"true"`
 }
 
 // Key is a consumer's API key. Only its SHA-256 is stored; the plaintext is shown once.
