@@ -10,40 +10,15 @@ import (
 	"tollgate/tenants"
 )
 
-// issuerSpec is the part of an issuer stored as one jsonb value: everything but its
-// identity, "issuer", version and timestamps. It holds the HS256 secret, which the edges
-// need to verify with; only the api keeps it from clients.
-type issuerSpec struct {
-	Audiences     []string      `json:"audiences"`
-	Algorithms    []string      `json:"algorithms"`
-	JWKSURL       string        `json:"jwks_url,omitempty"`
-	Keys          []tenants.JWK `json:"keys,omitempty"`
-	HS256Secret   string        `json:"hs256_secret,omitempty"`
-	ConsumerClaim string        `json:"consumer_claim"`
-	RolesClaim    string        `json:"roles_claim"`
-	LeewaySeconds *int          `json:"leeway_seconds,omitempty"`
-}
-
-func issuerSpecOf(is *tenants.Issuer) issuerSpec {
-	return issuerSpec{
-		Audiences: is.Audiences, Algorithms: is.Algorithms, JWKSURL: is.JWKSURL, Keys: is.Keys,
-		HS256Secret: is.HS256Secret, ConsumerClaim: is.ConsumerClaim, RolesClaim: is.RolesClaim,
-		LeewaySeconds: is.LeewaySeconds,
-	}
-}
-
-const issuerColumns = `tenant_id::text, id::text, issuer, spec, version, created_at, updated_at`
+// The spec holds the HS256 secret, which the edges need to verify with; only the api
+// keeps it from clients. It comes first, so the columns of their own fill in the rest.
+const issuerColumns = `spec, tenant_id::text, id::text, issuer, version, created_at, updated_at`
 
 func scanIssuer(row pgx.Row) (*tenants.Issuer, error) {
-	var (
-		is tenants.Issuer
-		s  issuerSpec
-	)
-	if err := row.Scan(&is.TenantID, &is.ID, &is.Issuer, &s, &is.Version, &is.CreatedAt, &is.UpdatedAt); err != nil {
+	var is tenants.Issuer
+	if err := row.Scan(&is, &is.TenantID, &is.ID, &is.Issuer, &is.Version, &is.CreatedAt, &is.UpdatedAt); err != nil {
 		return nil, err
 	}
-	is.Audiences, is.Algorithms, is.JWKSURL, is.Keys = s.Audiences, s.Algorithms, s.JWKSURL, s.Keys
-	is.HS256Secret, is.ConsumerClaim, is.RolesClaim, is.LeewaySeconds = s.HS256Secret, s.ConsumerClaim, s.RolesClaim, s.LeewaySeconds
 	is.CreatedAt, is.UpdatedAt = utc(is.CreatedAt), utc(is.UpdatedAt)
 	return &is, nil
 }
@@ -83,7 +58,7 @@ func (db *DB) CreateJWTIssuer(ctx context.Context, is *tenants.Issuer) error {
 			return err
 		}
 		saved, err := scanIssuer(tx.QueryRow(ctx, `INSERT INTO jwt_issuers (tenant_id, id, issuer, spec) VALUES ($1, $2, $3, $4)
-			RETURNING `+issuerColumns, is.TenantID, id, is.Issuer, issuerSpecOf(is)))
+			RETURNING `+issuerColumns, is.TenantID, id, is.Issuer, specOf(is, "issuer")))
 		if err != nil {
 			return err
 		}
@@ -158,7 +133,7 @@ func (db *DB) UpdateJWTIssuer(ctx context.Context, is *tenants.Issuer) error {
 		}
 		saved, err := scanIssuer(tx.QueryRow(ctx, `UPDATE jwt_issuers SET issuer = $4, spec = $5, version = version + 1, updated_at = now()
 			WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+issuerColumns,
-			is.TenantID, is.ID, is.Version, is.Issuer, issuerSpecOf(is)))
+			is.TenantID, is.ID, is.Version, is.Issuer, specOf(is, "issuer")))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return versionOrNotFound(ctx, tx, "jwt issuer", `SELECT version FROM jwt_issuers WHERE tenant_id = $1 AND id = $2`, is.Version, is.TenantID, is.ID)
 		}

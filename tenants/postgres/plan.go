@@ -10,7 +10,8 @@ import (
 	"tollgate/tenants"
 )
 
-// planLimits is the jsonb column of a plan.
+// planLimits is the limits column of a platform plan (platform.go); a tenant's plan
+// stores its limits as specOf.
 type planLimits struct {
 	RateLimit   *tenants.RateLimit `json:"rate_limit,omitempty"`
 	Quota       *tenants.Quota     `json:"quota,omitempty"`
@@ -18,21 +19,14 @@ type planLimits struct {
 	Mode        string             `json:"mode,omitempty"`
 }
 
-func limitsOf(p *tenants.Plan) planLimits {
-	return planLimits{RateLimit: p.RateLimit, Quota: p.Quota, Concurrency: p.Concurrency, Mode: p.Mode}
-}
-
-const planColumns = `tenant_id::text, id::text, name, limits, version, created_at, updated_at`
+// planColumns puts the limits first, so the columns of their own fill in the rest.
+const planColumns = `limits, tenant_id::text, id::text, name, version, created_at, updated_at`
 
 func scanPlan(row pgx.Row) (*tenants.Plan, error) {
-	var (
-		p tenants.Plan
-		l planLimits
-	)
-	if err := row.Scan(&p.TenantID, &p.ID, &p.Name, &l, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
+	var p tenants.Plan
+	if err := row.Scan(&p, &p.TenantID, &p.ID, &p.Name, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
 		return nil, err
 	}
-	p.RateLimit, p.Quota, p.Concurrency, p.Mode = l.RateLimit, l.Quota, l.Concurrency, l.Mode
 	p.CreatedAt, p.UpdatedAt = utc(p.CreatedAt), utc(p.UpdatedAt)
 	return &p, nil
 }
@@ -66,7 +60,7 @@ func (db *DB) CreatePlan(ctx context.Context, p *tenants.Plan) error {
 			return err
 		}
 		saved, err := scanPlan(tx.QueryRow(ctx, `INSERT INTO plans (tenant_id, id, name, limits) VALUES ($1, $2, $3, $4)
-			RETURNING `+planColumns, p.TenantID, id, p.Name, limitsOf(p)))
+			RETURNING `+planColumns, p.TenantID, id, p.Name, specOf(p, "name")))
 		if err != nil {
 			return err
 		}
@@ -124,7 +118,7 @@ func (db *DB) UpdatePlan(ctx context.Context, p *tenants.Plan) error {
 	err := db.write(ctx, func(tx pgx.Tx) error {
 		saved, err := scanPlan(tx.QueryRow(ctx, `UPDATE plans SET name = $4, limits = $5, version = version + 1, updated_at = now()
 			WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+planColumns,
-			p.TenantID, p.ID, p.Version, p.Name, limitsOf(p)))
+			p.TenantID, p.ID, p.Version, p.Name, specOf(p, "name")))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return versionOrNotFound(ctx, tx, "plan", `SELECT version FROM plans WHERE tenant_id = $1 AND id = $2`, p.Version, p.TenantID, p.ID)
 		}

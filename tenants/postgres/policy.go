@@ -9,23 +9,14 @@ import (
 	"tollgate/tenants"
 )
 
-// policySpec is the jsonb column of a policy.
-type policySpec struct {
-	Rules [][]string `json:"rules"`
-	Roles [][]string `json:"roles"`
-}
-
-const policyColumns = `tenant_id::text, spec, version, created_at, updated_at`
+// policyColumns puts the spec first, so the columns of their own fill in the rest.
+const policyColumns = `spec, tenant_id::text, version, created_at, updated_at`
 
 func scanPolicy(row pgx.Row) (*tenants.AccessRules, error) {
-	var (
-		p tenants.AccessRules
-		s policySpec
-	)
-	if err := row.Scan(&p.TenantID, &s, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
+	var p tenants.AccessRules
+	if err := row.Scan(&p, &p.TenantID, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
 		return nil, err
 	}
-	p.Rules, p.Roles = s.Rules, s.Roles
 	if p.Rules == nil {
 		p.Rules = [][]string{}
 	}
@@ -62,15 +53,15 @@ func (db *DB) PutAccessRules(ctx context.Context, p *tenants.AccessRules) error 
 	if !parseID(p.TenantID) {
 		return notFound("tenant")
 	}
-	spec := policySpec{Rules: p.Rules, Roles: p.Roles}
-	if spec.Rules == nil {
-		spec.Rules = [][]string{}
+	if p.Rules == nil {
+		p.Rules = [][]string{}
 	}
-	if spec.Roles == nil {
-		spec.Roles = [][]string{}
+	if p.Roles == nil {
+		p.Roles = [][]string{}
 	}
+	spec := specOf(p)
 	err := db.write(ctx, func(tx pgx.Tx) error {
-		if err := checkPolicySize(ctx, tx, p.TenantID, len(spec.Rules)+len(spec.Roles)); err != nil {
+		if err := checkPolicySize(ctx, tx, p.TenantID, len(p.Rules)+len(p.Roles)); err != nil {
 			return err
 		}
 		var (

@@ -10,48 +10,14 @@ import (
 	"tollgate/tenants"
 )
 
-// routeSpec is the part of a route stored as one jsonb value: everything but its identity,
-// name, version and timestamps.
-type routeSpec struct {
-	Paths            []string           `json:"paths"`
-	Methods          []string           `json:"methods"`
-	Upstream         tenants.Upstream   `json:"upstream"`
-	Auth             string             `json:"auth"`
-	Policy           bool               `json:"policy"`
-	RateLimit        *tenants.RateLimit `json:"rate_limit,omitempty"`
-	StripPrefix      bool               `json:"strip_prefix"`
-	MaxBodyBytes     int64              `json:"max_body_bytes"`
-	ConnectTimeoutMS int                `json:"connect_timeout_ms"`
-	TimeoutMS        int                `json:"timeout_ms"`
-	WebSocket        bool               `json:"websocket,omitempty"`
-	Transform        *tenants.Transform `json:"transform,omitempty"`
-	Cache            *tenants.Cache     `json:"cache,omitempty"`
-	Canary           *tenants.Canary    `json:"canary,omitempty"`
-}
-
-func specOf(r *tenants.Route) routeSpec {
-	return routeSpec{
-		Paths: r.Paths, Methods: r.Methods, Upstream: r.Upstream, Auth: r.Auth, Policy: r.CheckAccess,
-		RateLimit: r.RateLimit, StripPrefix: r.StripPrefix, MaxBodyBytes: r.MaxBodyBytes,
-		ConnectTimeoutMS: r.ConnectTimeoutMS, TimeoutMS: r.TimeoutMS, WebSocket: r.WebSocket,
-		Transform: r.Transform, Cache: r.Cache, Canary: r.Canary,
-	}
-}
-
-const routeColumns = `tenant_id::text, id::text, name, spec, version, created_at, updated_at`
+// routeColumns puts the spec first, so the columns of their own fill in the rest.
+const routeColumns = `spec, tenant_id::text, id::text, name, version, created_at, updated_at`
 
 func scanRoute(row pgx.Row) (*tenants.Route, error) {
-	var (
-		r tenants.Route
-		s routeSpec
-	)
-	if err := row.Scan(&r.TenantID, &r.ID, &r.Name, &s, &r.Version, &r.CreatedAt, &r.UpdatedAt); err != nil {
+	var r tenants.Route
+	if err := row.Scan(&r, &r.TenantID, &r.ID, &r.Name, &r.Version, &r.CreatedAt, &r.UpdatedAt); err != nil {
 		return nil, err
 	}
-	r.Paths, r.Methods, r.Upstream, r.Auth, r.CheckAccess = s.Paths, s.Methods, s.Upstream, s.Auth, s.Policy
-	r.RateLimit, r.StripPrefix, r.MaxBodyBytes = s.RateLimit, s.StripPrefix, s.MaxBodyBytes
-	r.ConnectTimeoutMS, r.TimeoutMS, r.WebSocket = s.ConnectTimeoutMS, s.TimeoutMS, s.WebSocket
-	r.Transform, r.Cache, r.Canary = s.Transform, s.Cache, s.Canary
 	if r.Methods == nil {
 		r.Methods = []string{}
 	}
@@ -90,7 +56,7 @@ func (db *DB) CreateRoute(ctx context.Context, r *tenants.Route) error {
 			return err
 		}
 		saved, err := scanRoute(tx.QueryRow(ctx, `INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
-			RETURNING `+routeColumns, r.TenantID, id, r.Name, specOf(r)))
+			RETURNING `+routeColumns, r.TenantID, id, r.Name, specOf(r, "name")))
 		if err != nil {
 			return err
 		}
@@ -211,7 +177,7 @@ func (db *DB) UpdateRoute(ctx context.Context, r *tenants.Route) error {
 		}
 		saved, err := scanRoute(tx.QueryRow(ctx, `UPDATE routes SET name = $4, spec = $5, version = version + 1, updated_at = now()
 			WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+routeColumns,
-			r.TenantID, r.ID, r.Version, r.Name, specOf(r)))
+			r.TenantID, r.ID, r.Version, r.Name, specOf(r, "name")))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return versionOrNotFound(ctx, tx, "route", `SELECT version FROM routes WHERE tenant_id = $1 AND id = $2`, r.Version, r.TenantID, r.ID)
 		}
