@@ -182,3 +182,39 @@ func toOpenAPI(p string) string {
 	}
 	return strings.Join(segs, "/")
 }
+
+// TestOpenAPIInputSchemas: a domain type's input schema leaves out what the server owns
+// and its update schema adds the version; its output schema has every field.
+func TestOpenAPIInputSchemas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	schemas := e.doc["components"].(map[string]any)["schemas"].(map[string]any)
+	props := func(name string) map[string]any {
+		t.Helper()
+		s, ok := schemas[name].(map[string]any)
+		if !ok {
+			t.Fatalf("no schema %s", name)
+		}
+		return s["properties"].(map[string]any)
+	}
+	owned := []string{"id", "tenant_id", "version", "created_at", "updated_at"}
+	for in, out := range map[string]string{"RouteCreate": "Route", "ConsumerCreate": "Consumer", "PlanCreate": "Plan",
+		"JWTIssuerCreate": "JWTIssuer", "domainBody": "Domain"} {
+		for _, f := range owned {
+			if _, ok := props(in)[f]; ok {
+				t.Errorf("%s has the server-owned %s", in, f)
+			}
+			if _, ok := props(out)[f]; !ok {
+				t.Errorf("%s lacks %s", out, f)
+			}
+		}
+	}
+	for _, name := range []string{"RouteUpdate", "ConsumerUpdate", "PlanUpdate", "JWTIssuerUpdate", "domainUpdate", "PolicyPut"} {
+		if _, ok := props(name)["version"]; !ok {
+			t.Errorf("%s lacks version", name)
+		}
+		if _, ok := props(name)["id"]; ok {
+			t.Errorf("%s has id", name)
+		}
+	}
+}

@@ -138,6 +138,15 @@ func TestDecoding(t *testing.T) {
 		{"form", routes, `name=r`, []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "unsupported_media_type", "", "application/json"},
 		{"no content type", routes, `{"name":"r"}`, []string{"Content-Type", ""}, 415, "unsupported_media_type", "", "Content-Type: application/json"},
 		{"latin1", routes, `{"name":"r"}`, []string{"Content-Type", "application/json; charset=latin1"}, 415, "unsupported_media_type", "", "UTF-8"},
+		// What the server owns is not known to a request, as if it were not a field.
+		{"id", routes, `{"id":"01900000-0000-7000-8000-000000000001","name":"r"}`, nil, 400, "invalid_request", "id", `field "id" is not known`},
+		{"version on create", routes, `{"name":"r","version":1}`, nil, 400, "invalid_request", "version", `field "version" is not known`},
+		{"created_at", "/v1/tenants/acme/consumers", `{"name":"c","created_at":"2026-01-01T00:00:00Z"}`, nil, 400, "invalid_request", "created_at", `field "created_at" is not known`},
+		{"tenant_id", "/v1/tenants/acme/plans", `{"name":"p","tenant_id":"x"}`, nil, 400, "invalid_request", "tenant_id", `field "tenant_id" is not known`},
+		{"domain status", "/v1/tenants/acme/domains", `{"hostname":"api.acme.example","status":"verified"}`, nil, 400, "invalid_request", "status", `field "status" is not known`},
+		{"issuer updated_at", "/v1/tenants/acme/jwt-issuers", `{"issuer":"https://idp.example","updated_at":"x"}`, nil, 400, "invalid_request", "updated_at", `field "updated_at" is not known`},
+		// A plan's rate is only a rate: the plan has the mode, and counts per consumer.
+		{"plan rate per", "/v1/tenants/acme/plans", `{"name":"p","rate_limit":{"rps":5,"per":"ip"}}`, nil, 400, "invalid_request", "rate_limit.per", `field "rate_limit.per" is not known`},
 		{"tenant body empty", "/v1/tenants", ``, nil, 400, "invalid_request", "", "request body is empty"},
 		{"patch empty", "/v1/tenants/acme", ``, nil, 400, "invalid_request", "", "request body is empty"},
 	}
@@ -157,6 +166,7 @@ func TestDecoding(t *testing.T) {
 	e.do("POST", routes, adminToken, routeBody("a", "/a"), "Content-Type", "application/json; charset=UTF-8").want(201)
 	e.do("PATCH", "/v1/tenants/acme", adminToken, `{"name":"Merge"}`, "Content-Type", "application/merge-patch+json", "If-Match", "*").want(200)
 	e.do("POST", "/v1/tenants/acme/consumers", adminToken, "\n  {\"name\":\"ws\"}\n").want(201)
+	e.do("PUT", "/v1/tenants/acme/policy", adminToken, `{"rules":[],"tenant_id":"x"}`).wantErr(400, "invalid_request", "tenant_id")
 	// Null is the zero value, then judged by the rules.
 	e.do("POST", "/v1/tenants/acme/consumers", adminToken, `{"name":null}`).wantErr(400, "validation_failed", "name")
 	if n := e.count(routes); n != 1 {
