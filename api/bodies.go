@@ -25,13 +25,16 @@ type tenantPatch struct {
 }
 
 // planRateBody is a plan's rate: a plan has one mode, and its rate applies per consumer
-// (per tenant for a platform plan).
+// (per tenant for a platform plan). tenants.Plan.Validate refuses a per or a mode too;
+// this body makes them unknown fields, as the document shows (PlanRateLimitInput).
 type planRateBody struct {
 	RPS   int `json:"rps" doc:"Requests per second on average, 1–1000000. Set rps or rpm, not both."`
 	RPM   int `json:"rpm" doc:"Requests per minute on average, 1–1000000, instead of rps."`
 	Burst int `json:"burst" doc:"Largest burst (the bucket size). Default: the rate (rps or rpm)."`
 }
 
+// quotaBody is a platform plan's quota (platform.go). A tenant's plan takes a
+// tenants.Quota, whose input schema has the same name and shape.
 type quotaBody struct {
 	Requests int64 `json:"requests" required:"true" doc:"Requests per calendar month (UTC)."`
 }

@@ -33,11 +33,10 @@ func decodePolicy(ct string, body []byte, limit int) (*tenants.AccessRules, *int
 	if _, err := accessrules.Compile(b.Rules, b.Roles); err != nil {
 		return nil, nil, err
 	}
-	roles := b.Roles
-	if roles == nil {
-		roles = [][]string{}
+	if b.Roles == nil {
+		b.Roles = [][]string{}
 	}
-	return &tenants.AccessRules{Rules: b.Rules, Roles: roles}, b.Version, nil
+	return &b.AccessRules, b.Version, nil
 }
 
 func (s *Server) getPolicy(c *fiber.Ctx, r *request) error {

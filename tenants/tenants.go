@@ -130,9 +130,9 @@ type Quota struct {
 }
 
 // Plan is a named bundle of limits a tenant assigns to consumers.
-// Like Route, it is the API's body, the stored object and the config entry alike; its
-// RateLimit takes only a rate (RPS or RPM, Burst): a plan's rate is per consumer, and
-// its mode is the plan's.
+// Like Route, it is the API's body, the stored object and the config entry alike. Its
+// RateLimit is only a rate (RPS or RPM, Burst; Validate refuses Per and Mode): a plan's
+// rate counts per consumer, and its mode is the plan's.
 type Plan struct {
 	ID          string     `json:"id" readonly:"true"`
 	TenantID    string     `json:"tenant_id" readonly:"true"`
