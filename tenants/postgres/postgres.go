@@ -3,8 +3,8 @@
 // transactional outbox.
 //
 // Every write is one transaction that also inserts the outbox rows of the KV entries it
-// changes (see tenants.Entry), so a change and its fan-out are committed together or not
-// at all. The Relay publishes those rows in order and marks them sent; only one relay per
+// changes (see tenants.Entry), and the audit entry its caller attached (tenants.WithAudit),
+// so a change, its fan-out and its audit entry are committed together or not at all. The Relay publishes those rows in order and marks them sent; only one relay per
 // database is active at a time. Nothing outside the api process may import this package:
 // edges read the KV bucket, never Postgres.
 package postgres
