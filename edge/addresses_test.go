@@ -79,9 +79,9 @@ func (s *hostsDNS) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 }
 
 // A route whose target is a name is judged again at every dial, on every address the
-// name resolves to: a name that resolves into a range the policy refuses gets 502
+// name resolves to: a name that resolves into a range the address rule refuses gets 502
 // upstream_failed and is never connected to, even with a good address beside it. The
-// edge's policy here admits 127.0.0.0/8 only, as a development setup would.
+// edge's address rule here admits 127.0.0.0/8 only, as a development setup would.
 func TestDialRefusesSpecialRanges(t *testing.T) {
 	up := newUpstream(t, "up")
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
@@ -115,7 +115,7 @@ func TestDialRefusesSpecialRanges(t *testing.T) {
 		before := up.hits.Load()
 		r := h.get("acme."+domain, "/"+n)
 		if r.status != 502 || r.errCode() != tenants.EUpstreamFailed || !strings.Contains(r.body, "refused by the operator's policy") {
-			t.Errorf("%s.test: want 502 upstream_failed refused by policy, got %s", n, r)
+			t.Errorf("%s.test: want 502 upstream_failed refused by the address rule, got %s", n, r)
 		}
 		if up.hits.Load() != before {
 			t.Errorf("%s.test: the upstream was reached", n)

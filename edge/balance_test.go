@@ -392,7 +392,7 @@ func TestOutcomeOf(t *testing.T) {
 		{nil, 504, outcomeFailed},
 		{&dialError{addr: "x"}, 0, outcomeFailed},
 		{&dialError{addr: "x", timeout: true}, 0, outcomeFailed},
-		{&dialError{addr: "x", policy: true}, 0, outcomeNeutral},
+		{&dialError{addr: "x", addressRule: true}, 0, outcomeNeutral},
 	} {
 		if got := outcomeOf(c.err, c.status); got != c.want {
 			t.Errorf("outcomeOf(%v, %d) = %d, want %d", c.err, c.status, got, c.want)

@@ -223,9 +223,9 @@ var (
 )
 
 // cacheStep answers GET requests from the route's cache, and keeps what the rest of the
-// chain answers when it may. It runs after auth, policy and limits, so a cached answer
+// chain answers when it may. It runs after authentication, access rules and limits, so a cached answer
 // is still only given to callers that may have it and still counts.
-func cacheStep(rt *route, next func(*exchange)) func(*exchange) {
+func cacheStep(rt *route, next handler) handler {
 	rc := rt.cache
 	return func(x *exchange) {
 		ctx := x.ctx

@@ -38,13 +38,13 @@ import (
 //
 // Weight 0 sends only matched requests to the canary; 100 sends everything.
 //
-// A claim is only known while the token is at hand: jwtStep asks the canary's claimMatch
+// A claim is only known while the token is at hand: bearerStep asks the canary's claimMatch
 // about the verified token and leaves the answer on the exchange (canaryClaim) for
 // choose, rather than keeping the token's claims around.
 
 // canary is a route's second set of targets and the rule that sends requests to it. It
 // is built once per route entry and kept across recompiles while the entry is unchanged
-// (snapshot.go), so the schedule keeps its place.
+// (compile.go), so the schedule keeps its place.
 type canary struct {
 	upstream *upstream
 	weight   int // percent of the unmatched requests
@@ -263,7 +263,7 @@ func newClaimMatch(name string, values []string) *claimMatch {
 	return m
 }
 
-// noteCanaryClaim records on x whether the claim of tok (a token jwtStep has just
+// noteCanaryClaim records on x whether the claim of tok (a token bearerStep has just
 // verified) selects the canary. The payload is decoded into the exchange's scratch
 // buffer, which is free until a later step takes it, so this allocates nothing once the
 // pooled exchange's buffer has grown to the tenant's token size.

@@ -9,6 +9,25 @@
 // takes no lock and, for routing and key lookup, allocates nothing: everything that can be
 // is computed when config changes, not when requests arrive.
 //
+// A request's journey, one file per step:
+//
+//	listen.go              the Fiber door and the listeners (connections: package conn)
+//	route.go               Host → tenant snapshot → route (package routing), then the chain
+//	chain.go               a route's chain of steps, assembled when its tenant compiles
+//	authenticate_key.go    X-API-Key → consumer
+//	authenticate_jwt.go    bearer token → caller
+//	authorize.go           the tenant's access rules
+//	limit.go               rate limits, quotas and concurrency (package limit)
+//	cache.go               answers from the route's response cache
+//	limit_body.go          the route's body limit
+//	transform.go           request and response rewrites
+//	websocket.go           upgrades, relayed as a tunnel
+//	proxy.go               the upstream exchange (targets: balance.go, upstream.go,
+//	                       retry.go, health.go, canary.go; the round trip: perf_roundtrip.go)
+//	meter.go               usage records for billing (package meter)
+//	reply.go               the edge's own JSON answers
+//	compile.go             tenant config → Snapshot (snapshot.go), published by edge.go
+//
 // The package must not import storage or transport of the control plane (tenants/postgres,
 // tenants/nats); it knows only the domain types of package tenants.
 package edge
@@ -36,7 +55,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"tollgate/edge/conn"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
 	"tollgate/edge/meter"
@@ -103,16 +121,16 @@ type Config struct {
 	BufferResponses bool
 
 	// Limiter enforces the tenants' rate limits, quotas and concurrency caps (see
-	// flow.go); the caller closes it after Shutdown. Default: a limiter of the edge's own
+	// limit.go); the caller closes it after Shutdown. Default: a limiter of the edge's own
 	// with local limits only (no Redis), closed by Shutdown.
 	Limiter *limit.Limiter
 
-	// Meter counts every request of a known tenant for billing (see metering.go); the
+	// Meter counts every request of a known tenant for billing (see meter.go); the
 	// caller closes it after Shutdown. Default: nil, nothing is metered.
 	Meter *meter.Meter
 
 	// JWKS configures the fetching of the key sets of jwks_url issuers (one cache for
-	// the process). Defaults: jwtauth's, with CheckAddr = Policy.CheckAddr (a key set URL
+	// the process). Defaults: jwtauth's, with CheckAddr = AddressRule.CheckAddr (a key set URL
 	// can reach no address an upstream may not) and Logger = Logger.
 	JWKS jwtauth.JWKSConfig
 
@@ -215,7 +233,7 @@ type Edge struct {
 	lim    *limit.Limiter
 	ownLim bool // lim is the edge's own: Shutdown closes it
 	flow   *flowMetrics
-	jwks   *jwtauth.JWKSCache // key sets of every tenant's jwks_url issuers (auth.go)
+	jwks   *jwtauth.JWKSCache // key sets of every tenant's jwks_url issuers (authenticate_jwt.go)
 	cache  *cacheBudget       // the response caches' shared budget (cache_budget.go); nil: off
 	auth   *authMetrics
 
@@ -243,7 +261,7 @@ type Edge struct {
 	// of tenantState marked "compiler" are guarded by it.
 	compileMu sync.Mutex
 
-	public *door // the Fiber app of the public and TLS listeners (door.go)
+	public *door // the Fiber app of the public and TLS listeners (listen.go)
 	admin  *http.Server
 	ws     wsSet // open WebSocket tunnels (websocket.go)
 
@@ -258,17 +276,17 @@ type tenantSlot struct {
 
 // tenantState is a tenant's entries as received.
 type tenantState struct {
-	id        string
-	revs      map[string]int64 // entry key → rev held (also kept after a delete)
-	maxRev    int64
-	tenant    *tenants.Tenant
-	routes    map[string]*tenants.Route
-	consumers map[string]*tenants.Consumer
-	keys      map[string]keyEntry
-	plans     map[string]*tenants.Plan
-	issuers   map[string]*tenants.Issuer
-	policy    *tenants.AccessRules
-	domains   map[string]domainEntry // custom domains (tls.go), by id
+	id          string
+	revs        map[string]int64 // entry key → rev held (also kept after a delete)
+	maxRev      int64
+	tenant      *tenants.Tenant
+	routes      map[string]*tenants.Route
+	consumers   map[string]*tenants.Consumer
+	keys        map[string]keyEntry
+	plans       map[string]*tenants.Plan
+	issuers     map[string]*tenants.Issuer
+	accessRules *tenants.AccessRules
+	domains     map[string]domainEntry // custom domains (tls.go), by id
 	// domainsDirty: domains changed since the host maps were last rebuilt.
 	domainsDirty bool
 	slot         *tenantSlot
@@ -312,7 +330,7 @@ func New(cfg Config) (*Edge, error) {
 		log:      cfg.Logger.With("edge", cfg.EdgeID),
 		m:        m,
 		labels:   newLabeler(m, cfg.MaxTenantLabels, cfg.MaxRouteLabels, cfg.MaxRouteLabelsTotal),
-		dialer:   &dialer{policy: cfg.AddressRule, resolver: net.DefaultResolver},
+		dialer:   &dialer{addressRule: cfg.AddressRule, resolver: net.DefaultResolver},
 		state:    map[string]*tenantState{},
 		tombs:    map[string]int64{},
 		dirty:    map[string]time.Time{},
@@ -340,7 +358,7 @@ func New(cfg Config) (*Edge, error) {
 	if cfg.AccessLog {
 		e.access = newAccessLog(e.log, m.logDropped)
 	}
-	e.public = e.newDoor() // door.go
+	e.public = e.newDoor() // listen.go
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(e.log.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -446,7 +464,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	case tenants.KindJWTIssuer:
 		ts.issuers[pk.ID] = ent.JWTIssuer
 	case tenants.KindPolicy:
-		ts.policy = ent.AccessRules
+		ts.accessRules = ent.AccessRules
 	case tenants.KindDomain:
 		ts.domains[pk.ID] = dom
 		ts.domainsDirty = true
@@ -490,7 +508,7 @@ func (e *Edge) applyDelete(key string) {
 	case tenants.KindJWTIssuer:
 		delete(ts.issuers, pk.ID)
 	case tenants.KindPolicy:
-		ts.policy = nil
+		ts.accessRules = nil
 	case tenants.KindDomain:
 		delete(ts.domains, pk.ID)
 		ts.domainsDirty = true
@@ -501,7 +519,7 @@ func (e *Edge) applyDelete(key string) {
 
 // validateEntry checks the object beyond its JSON shape, so an entry the api would never
 // have written cannot break a tenant's snapshot. Upstream addresses are not judged here:
-// the dialer checks them on every connect, so a target the operator's policy refuses
+// the dialer checks them on every connect, so a target the operator's address rule refuses
 // answers 502 with a clear code instead of the route vanishing.
 func validateEntry(pk tenants.ParsedKey, ent *tenants.Entry) error {
 	switch pk.Kind {
@@ -547,8 +565,8 @@ func validateEntry(pk tenants.ParsedKey, ent *tenants.Entry) error {
 		}
 		ent.JWTIssuer = &is
 	case tenants.KindPolicy:
-		// Compiled, and so checked, when the tenant compiles: a policy that does not
-		// compile denies every call of the policy routes, rather than an older one
+		// Compiled, and so checked, when the tenant compiles: access rules that do not
+		// compile deny every call of the routes that check access, rather than older ones
 		// staying in force.
 	}
 	return nil
@@ -726,7 +744,7 @@ func (ts *tenantState) viewLocked() *tenantView {
 	for _, is := range ts.issuers {
 		v.issuers = append(v.issuers, is)
 	}
-	v.policy = ts.policy
+	v.accessRules = ts.accessRules
 	return v
 }
 
@@ -779,48 +797,6 @@ func (e *Edge) Snapshot(slug string) *Snapshot {
 		return slot.snap.Load()
 	}
 	return nil
-}
-
-// SetRawIO chooses whether the edge's sockets, its clients' and its upstreams', are read
-// and written with raw system calls from the next connection on (conn.SetRawIO;
-// TOLLGATE_EDGE_RAW_IO). Default: on; always off in race-detector builds.
-func SetRawIO(on bool) { conn.SetRawIO(on) }
-
-// RawIO reports whether new connections use raw system calls (SetRawIO).
-func RawIO() bool { return conn.RawIO() }
-
-// Serve serves tenant traffic on public and the admin endpoints (/metrics, /healthz,
-// /readyz, and /debug/pprof/ when Pprof) on admin, which may be nil. It returns nil once
-// Shutdown has drained the edge, or the first error of either listener (after shutting
-// the edge down).
-func (e *Edge) Serve(public, admin net.Listener) error {
-	errc := make(chan error, 2)
-	n := 1
-	go func() { errc <- e.public.Serve(conn.ClientListener(public)) }()
-	if admin != nil {
-		n++
-		go func() {
-			err := e.admin.Serve(admin)
-			if errors.Is(err, http.ErrServerClosed) {
-				err = nil
-			}
-			errc <- err
-		}()
-	}
-	var first error
-	for i := 0; i < n; i++ {
-		err := <-errc
-		if err != nil && first == nil && !e.draining.Load() {
-			first = err
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = e.Shutdown(ctx)
-			cancel()
-		}
-	}
-	if e.draining.Load() {
-		<-e.shutDown
-	}
-	return first
 }
 
 // Shutdown stops the edge gracefully: /readyz turns 503 at once, the public listener

@@ -62,7 +62,7 @@ const (
 	outcomeOK outcome = iota
 	outcomeFailed
 	// outcomeNeutral: the exchange says nothing about the target (the edge's own pool
-	// was full, or the operator's policy refused the address).
+	// was full, or the operator's address rule refused the address).
 	outcomeNeutral
 )
 
@@ -76,7 +76,7 @@ func outcomeOf(err error, status int) outcome {
 		return outcomeOK
 	}
 	var de *dialError
-	if errors.As(err, &de) && de.policy || errors.Is(err, fasthttp.ErrNoFreeConns) {
+	if errors.As(err, &de) && de.addressRule || errors.Is(err, fasthttp.ErrNoFreeConns) {
 		return outcomeNeutral
 	}
 	return outcomeFailed
@@ -356,7 +356,7 @@ func (e *Edge) checkLoop(u *upstream, t *target) {
 	}
 }
 
-// probe sends one check to t through its pool (so the operator's policy, the dialer and
+// probe sends one check to t through its pool (so the operator's address rule, the dialer and
 // the target's TLS apply as to traffic). counts is false when the edge's own pool had no
 // free connection, which says nothing about the target.
 func (e *Edge) probe(u *upstream, t *target, req *fasthttp.Request, resp *fasthttp.Response) (ok, counts bool) {

@@ -261,7 +261,7 @@ type upstreamBody struct {
 	closed  bool  // CloseWithError was called: the body is back in the pool
 	err     error // the error that stopped the body
 	sent    int64 // body bytes handed to the reader (fasthttp, writing them to the client)
-	use     usage // the request's meter record, made at close (metering.go)
+	use     usage // the request's meter record, made at close (meter.go)
 	metered bool
 }
 

@@ -210,7 +210,7 @@ func idempotentMethod(h *fasthttp.RequestHeader) bool {
 }
 
 // neverConnected reports an attempt that did not reach the upstream: the dial failed
-// (or was refused by the policy), or the edge's pool had no connection to give.
+// (or was refused by the address rule), or the edge's pool had no connection to give.
 func neverConnected(err error) bool {
 	var de *dialError
 	return errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns)

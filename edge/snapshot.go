@@ -1,9 +1,6 @@
 package edge
 
 import (
-	"encoding/hex"
-	"fmt"
-	"sort"
 	"time"
 
 	"tollgate/accessrules"
@@ -23,18 +20,18 @@ type Snapshot struct {
 	// Rev is the newest entry rev the snapshot was built from.
 	Rev int64
 
-	routes    routing.Table[route]
-	keys      map[[32]byte]*Consumer // by SHA-256 of the plaintext key
-	consumers map[string]*Consumer   // by id
-	plans     map[string]*tenants.Plan
-	labels    *tenantLabels
-	jwt       *jwtauth.Verifier     // nil: no usable issuer (jwt routes refuse every token)
-	policy    *accessrules.Enforcer // nil: no policy (policy routes deny every call)
+	routes      routing.Table[route]
+	keys        map[[32]byte]*Consumer // by SHA-256 of the plaintext key
+	consumers   map[string]*Consumer   // by id
+	plans       map[string]*tenants.Plan
+	labels      *tenantLabels
+	jwt         *jwtauth.Verifier     // nil: no usable issuer (jwt routes refuse every token)
+	accessRules *accessrules.Enforcer // nil: none (routes that check access deny every call)
 	// limits is the tenant's platform plan, compiled; consumerLimits: some consumer
-	// has a plan with limits (see flow.go).
+	// has a plan with limits (see limit.go).
 	limits         planRules
 	consumerLimits bool
-	// meter counts the tenant's requests that matched no route (metering.go); nil: off.
+	// meter counts the tenant's requests that matched no route (meter.go); nil: off.
 	meter *meter.Route
 }
 
@@ -45,9 +42,9 @@ type Consumer struct {
 	Plan *tenants.Plan // nil when the consumer has no plan (or names an unknown one)
 
 	id, name []byte          // header values, made once
-	subjects []string        // who the policy sees: id and name (a JWT caller: <iss>|<claim>, the claim, its roles)
+	subjects []string        // who the access rules see: id and name (a JWT caller: <iss>|<claim>, the claim, its roles)
 	limits   planRules       // Plan, compiled
-	meter    *meter.Consumer // nil: metering off, or a JWT caller (metering.go)
+	meter    *meter.Consumer // nil: metering off, or a JWT caller (meter.go)
 }
 
 // route is one compiled route: its settings in the form the request path uses, and the
@@ -64,10 +61,10 @@ type route struct {
 	upstream       *upstream
 	canary         *canary // nil: none (canary.go)
 	metrics        *routeMetrics
-	serve          func(x *exchange)
+	serve          handler
 	snapshot       *Snapshot
 	rateLimit      *tenants.RateLimit
-	policy         bool           // check the tenant's policy
+	checkAccess    bool           // check the tenant's access rules
 	meter          *meter.Route   // nil: metering off
 	transform      *transform     // nil: none (transform.go)
 	cache          *responseCache // nil: none (cache.go)
@@ -78,217 +75,3 @@ func (s *Snapshot) Routes() int { return s.routes.Len() }
 
 // Consumer returns the consumer holding a key (its SHA-256), or nil.
 func (s *Snapshot) consumerByKey(sum *[32]byte) *Consumer { return s.keys[*sum] }
-
-// tenantView is what a compile needs of a tenant's entries, copied under the config lock
-// so the compile itself runs without it. The objects are never modified once stored.
-type tenantView struct {
-	tenant    *tenants.Tenant
-	rev       int64
-	routes    []*tenants.Route
-	consumers []*tenants.Consumer
-	keys      []keyEntry
-	plans     []*tenants.Plan
-	issuers   []*tenants.Issuer
-	policy    *tenants.AccessRules
-}
-
-// keyEntry is a key entry with its hash decoded at apply time.
-type keyEntry struct {
-	id, consumerID string
-	sum            [32]byte
-}
-
-func decodeKeyHash(h string) ([32]byte, error) {
-	var sum [32]byte
-	if len(h) != 64 {
-		return sum, fmt.Errorf("hash must be 64 hex digits, got %d characters", len(h))
-	}
-	if _, err := hex.Decode(sum[:], []byte(h)); err != nil {
-		return sum, fmt.Errorf("hash is not hex: %v", err)
-	}
-	return sum, nil
-}
-
-// compiled is what a tenant's compiles carry over from one to the next (owned by the
-// compiling goroutine): its connection pools, and the upstream of every route entry, so
-// an unchanged route keeps its upstream (and its place in the weighted rotation) and a
-// recompile of a tenant with 50,000 routes does not rebuild 50,000 of them.
-type compiled struct {
-	pools     map[string]*upstreamClient
-	upstreams map[*tenants.Route]*upstream
-	canaries  map[*tenants.Route]*canary
-	auth      compiledAuth
-	caches    map[*tenants.Route]*responseCache // an unchanged route keeps its cached answers
-}
-
-// compile builds a tenant's snapshot. The pools the snapshot no longer uses are removed
-// from c and returned for closing.
-func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snapshot, []*upstreamClient) {
-	s := &Snapshot{
-		TenantID:  v.tenant.ID,
-		Slug:      v.tenant.Slug,
-		Rev:       v.rev,
-		keys:      make(map[[32]byte]*Consumer, len(v.keys)),
-		consumers: make(map[string]*Consumer, len(v.consumers)),
-		plans:     make(map[string]*tenants.Plan, len(v.plans)),
-		labels:    labels,
-		meter:     e.meterRoute(v.tenant.ID, ""),
-	}
-	plansByName := make(map[string]*tenants.Plan, len(v.plans))
-	for _, p := range v.plans {
-		s.plans[p.ID] = p
-		plansByName[p.Name] = p
-	}
-	for _, c := range v.consumers {
-		s.consumers[c.ID] = &Consumer{ID: c.ID, Name: c.Name, Plan: plansByName[c.Plan], id: []byte(c.ID), name: []byte(c.Name),
-			subjects: []string{c.ID, c.Name}, meter: e.meterConsumer(v.tenant.ID, c.ID)}
-	}
-	for _, k := range v.keys {
-		if c := s.consumers[k.consumerID]; c != nil {
-			s.keys[k.sum] = c
-		}
-	}
-	e.compileLimits(s, v.tenant)
-	e.compileAuth(s, v, &c.auth)
-
-	// Routes in id order, so which of two conflicting routes wins does not depend on
-	// the order entries arrived in.
-	routes := append([]*tenants.Route(nil), v.routes...)
-	sort.Slice(routes, func(i, j int) bool { return routes[i].ID < routes[j].ID })
-	ids := make([]string, len(routes))
-	names := make([]string, len(routes))
-	for i, r := range routes {
-		ids[i], names[i] = r.ID, r.Name
-	}
-	rms := e.labels.routes(labels, ids, names)
-	used := make(map[string]bool)
-	upstreams := make(map[*tenants.Route]*upstream, len(routes))
-	caches := make(map[*tenants.Route]*responseCache)
-	tc := e.tenantCacheFor(v)
-	canaries := make(map[*tenants.Route]*canary)
-	for i, r := range routes {
-		var err error
-		up := c.upstreams[r]
-		if up != nil {
-			for _, k := range up.pools {
-				used[k] = true
-			}
-		} else {
-			if up, err = e.newUpstream(&r.Upstream, time.Duration(r.ConnectTimeoutMS)*time.Millisecond, c.pools, used); err != nil {
-				// Validated at apply time; a failure here is a bug, not bad input.
-				e.log.Error("edge: route skipped", "tenant", s.Slug, "route", r.ID, "err", err)
-				continue
-			}
-		}
-		up.bind(rms[i])
-		upstreams[r] = up
-		var cn *canary
-		if r.Canary != nil {
-			if cn = c.canaries[r]; cn != nil {
-				for _, k := range cn.upstream.pools {
-					used[k] = true
-				}
-			} else if cn, err = e.newCanary(r, c.pools, used); err != nil {
-				e.log.Error("edge: route skipped", "tenant", s.Slug, "route", r.ID, "err", err)
-				continue
-			}
-			cn.upstream.bind(rms[i])
-			canaries[r] = cn
-		}
-		rt := &route{
-			id: r.ID, name: r.Name, auth: r.Auth, strip: r.StripPrefix,
-			maxBody:        int(r.MaxBodyBytes),
-			timeout:        time.Duration(r.TimeoutMS) * time.Millisecond,
-			connectTimeout: time.Duration(r.ConnectTimeoutMS) * time.Millisecond,
-			websocket:      r.WebSocket,
-			upstream:       up,
-			canary:         cn,
-			metrics:        rms[i],
-			snapshot:       s,
-			rateLimit:      r.RateLimit,
-			policy:         r.CheckAccess,
-			meter:          e.meterRoute(v.tenant.ID, r.ID),
-			transform:      compileTransform(r.Transform),
-		}
-		if r.Cache != nil && tc != nil {
-			if rt.cache = c.caches[r]; rt.cache == nil {
-				rt.cache = newResponseCache(r.Cache, r.Auth, tc)
-			}
-			caches[r] = rt.cache
-		}
-		rt.serve = e.chain(rt)
-		for _, p := range r.Paths {
-			if other := s.routes.Add(p, r.Methods, rt); other != nil {
-				e.log.Warn("edge: route path taken by another route; the other keeps it",
-					"tenant", s.Slug, "route", r.ID, "path", p, "kept", other.id)
-			}
-		}
-	}
-	// The upstreams of changed and removed routes are dropped: stop their checkers.
-	for r, up := range c.upstreams {
-		if upstreams[r] != up {
-			up.close()
-		}
-	}
-	for r, cn := range c.canaries {
-		if canaries[r] != cn {
-			cn.upstream.close()
-		}
-	}
-	e.dropCaches(v.tenant.ID, c.caches, caches)
-	c.upstreams = upstreams
-	c.canaries = canaries
-	c.caches = caches
-	var unused []*upstreamClient
-	for k, hc := range c.pools {
-		if !used[k] {
-			unused = append(unused, hc)
-			delete(c.pools, k)
-		}
-	}
-	return s, unused
-}
-
-// closeUpstreams stops the health checkers of every upstream c holds (its tenant is gone,
-// or the edge is shutting down).
-func (c *compiled) closeUpstreams() {
-	for _, up := range c.upstreams {
-		up.close()
-	}
-	for _, cn := range c.canaries {
-		cn.upstream.close()
-	}
-}
-
-// chain builds a route's handler: authentication, then the body limit, then the proxy.
-// Later issues (policy, limits, metering) add their steps here, each doing its expensive
-// work now rather than per request.
-func (e *Edge) chain(rt *route) func(*exchange) {
-	next := e.proxyStep(rt)
-	if rt.transform != nil && rt.transform.respHeaders != nil {
-		next = responseTransformStep(rt, next)
-	}
-	if rt.websocket {
-		next = e.wsStep(rt, next)
-	}
-	if rt.transform != nil && (rt.transform.reqHeaders != nil || rt.transform.json != nil) {
-		next = requestTransformStep(rt, next)
-	}
-	next = bodyLimitStep(rt, next)
-	if rt.cache != nil {
-		next = cacheStep(rt, next)
-	}
-	next = e.limitStep(rt, next)
-	if rt.policy {
-		next = e.policyStep(rt, next)
-	}
-	switch rt.auth {
-	case tenants.AuthKey:
-		next = keyAuthStep(rt, next)
-	case tenants.AuthJWT:
-		next = e.jwtStep(rt, replyNoBearer, next)
-	case tenants.AuthKeyOrJWT:
-		next = e.keyOrJWTStep(rt, next)
-	}
-	return next
-}

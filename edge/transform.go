@@ -218,7 +218,7 @@ func (x *exchange) upstreamPath(rt *route) []byte {
 
 // requestTransformStep rewrites the request's JSON body and headers. It runs after the
 // body limit, so a body it has to read whole is bounded by the route's max_body_bytes.
-func requestTransformStep(rt *route, next func(*exchange)) func(*exchange) {
+func requestTransformStep(rt *route, next handler) handler {
 	t := rt.transform
 	limit := rt.maxBody
 	return func(x *exchange) {
@@ -259,7 +259,7 @@ func requestTransformStep(rt *route, next func(*exchange)) func(*exchange) {
 
 // responseTransformStep rewrites the headers of the upstream's answer; the body is left
 // to stream.
-func responseTransformStep(rt *route, next func(*exchange)) func(*exchange) {
+func responseTransformStep(rt *route, next handler) handler {
 	ops := rt.transform.respHeaders
 	return func(x *exchange) {
 		next(x)

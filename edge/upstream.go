@@ -143,13 +143,13 @@ func gcd(a, b int) int {
 	return a
 }
 
-// dialError is a failed connect to an upstream: refused by the operator's policy, timed
+// dialError is a failed connect to an upstream: refused by the operator's address rule, timed
 // out, or failed otherwise. The request path turns it into 502 or 504.
 type dialError struct {
-	addr    string
-	policy  bool
-	timeout bool
-	err     error
+	addr        string
+	addressRule bool
+	timeout     bool
+	err         error
 }
 
 func (e *dialError) Error() string { return fmt.Sprintf("dial %s: %v", e.addr, e.err) }
@@ -161,8 +161,8 @@ func (e *dialError) Timeout() bool { return e.timeout }
 // checked address, so a name that resolves somewhere refused (or is rebound between check
 // and connect) never reaches it.
 type dialer struct {
-	policy   *tenants.UpstreamAddressRule
-	resolver *net.Resolver
+	addressRule *tenants.UpstreamAddressRule
+	resolver    *net.Resolver
 }
 
 // dial returns a dial function bounded by connectTimeout (and by the request's
@@ -192,8 +192,8 @@ func (d *dialer) dial(connectTimeout time.Duration) func(addr string, timeout ti
 			}
 		}
 		for _, a := range addrs {
-			if err := d.policy.CheckAddr(a, port); err != nil {
-				return nil, &dialError{addr: addr, policy: true, err: err}
+			if err := d.addressRule.CheckAddr(a, port); err != nil {
+				return nil, &dialError{addr: addr, addressRule: true, err: err}
 			}
 		}
 		var nd net.Dialer

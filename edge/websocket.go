@@ -18,7 +18,7 @@ import (
 
 // WebSocket. A route with "websocket": true passes an upgrade request
 // (GET with Connection: upgrade and Upgrade: websocket) through the same chain as any
-// other request — auth, policy, limits and the body limit run before this step, so they
+// other request — authentication, access rules, limits and the body limit run before this step, so they
 // apply at the upgrade — and then, instead of the pooled proxy, dials the target on a
 // connection of its own, forwards the upgrade and, when the target answers 101, hijacks
 // the client connection and copies bytes both ways until either side closes.
@@ -33,7 +33,7 @@ import (
 // A request for a websocket route that is not an upgrade is proxied as usual. Limits
 // count the upgrade as one request; the concurrency cap does not hold for the tunnel's
 // lifetime. The meter counts the upgrade as one request too, and the bytes the tunnel
-// relays as they go (metering.go).
+// relays as they go (meter.go).
 
 var (
 	hdrUpgrade       = []byte("Upgrade")
@@ -80,7 +80,7 @@ func hasToken(v, tok []byte) bool {
 }
 
 // wsStep handles the upgrades of a websocket route; everything else goes to next.
-func (e *Edge) wsStep(rt *route, next func(*exchange)) func(*exchange) {
+func (e *Edge) wsStep(rt *route, next handler) handler {
 	connectTimeout := rt.connectTimeout
 	return func(x *exchange) {
 		ctx := x.ctx
@@ -202,7 +202,7 @@ type wsConn struct {
 	closed    bool         // under wmu
 	closeOnce sync.Once
 
-	// Metering (metering.go): the bytes relayed each way, and how many of them were
+	// Metering (meter.go): the bytes relayed each way, and how many of them were
 	// recorded; use.route is nil when the route is not metered.
 	use           usage
 	in, out       atomic.Int64

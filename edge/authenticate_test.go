@@ -445,10 +445,10 @@ func TestKeyOrJWT(t *testing.T) {
 	wantAuthFail(t, "bad token", h.get("acme."+domain, "/x", bearerH(tok+"x")), tenants.EInvalidCredential, tok)
 }
 
-// TestPolicyHostilePaths: encoding tricks cannot make the policy and the upstream
+// TestAccessRulesHostilePaths: encoding tricks cannot make the policy and the upstream
 // disagree about the path. Each case asserts the status and, when proxied, the exact
 // path the upstream received.
-func TestPolicyHostilePaths(t *testing.T) {
+func TestAccessRulesHostilePaths(t *testing.T) {
 	t.Parallel()
 	h := jwtHarness(t)
 	up := newUpstream(t, "api")
@@ -605,9 +605,9 @@ func TestPolicyHostilePaths(t *testing.T) {
 	}
 }
 
-// TestPolicyTenantIsolation: one tenant's policy and roles do not apply to another's
+// TestAccessRulesTenantIsolation: one tenant's policy and roles do not apply to another's
 // consumers of the same name.
-func TestPolicyTenantIsolation(t *testing.T) {
+func TestAccessRulesTenantIsolation(t *testing.T) {
 	t.Parallel()
 	h := jwtHarness(t)
 	up := newUpstream(t, "api")

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"sync"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/valyala/fasthttp"
+
+	"tollgate/edge/conn"
 )
 
 // The door: the public and TLS listeners serve through one Fiber v2 app.
@@ -15,8 +19,8 @@ import (
 // Fiber owns the connections (its fasthttp server reads requests, writes answers, keeps
 // connections alive and drains them on shutdown); the edge owns everything a request
 // means. The app has one catch-all handler that hands the request's fasthttp.RequestCtx
-// (Ctx.Context) to the gateway chain (Edge.serve); Fiber's router is not used, since the
-// per-tenant route tables are compiled with each snapshot (router.go). Fiber's
+// (Ctx.Context) to the gateway (Edge.serve, route.go); Fiber's router is not used, since the
+// per-tenant route tables are compiled with each snapshot (routing.Table, compile.go). Fiber's
 // ErrorHandler answers what its server rejects before a handler runs (an unparsable
 // request, headers over ReadBufferSize, a body over MaxInMemoryBody when it is not
 // streamed, a read that timed out) with the contract's JSON envelope.
@@ -182,4 +186,46 @@ func (d *door) ShutdownWithContext(ctx context.Context) error {
 		_ = ln.Close() // most were closed by the drain
 	}
 	return err
+}
+
+// SetRawIO chooses whether the edge's sockets, its clients' and its upstreams', are read
+// and written with raw system calls from the next connection on (conn.SetRawIO;
+// TOLLGATE_EDGE_RAW_IO). Default: on; always off in race-detector builds.
+func SetRawIO(on bool) { conn.SetRawIO(on) }
+
+// RawIO reports whether new connections use raw system calls (SetRawIO).
+func RawIO() bool { return conn.RawIO() }
+
+// Serve serves tenant traffic on public and the admin endpoints (/metrics, /healthz,
+// /readyz, and /debug/pprof/ when Pprof) on admin, which may be nil. It returns nil once
+// Shutdown has drained the edge, or the first error of either listener (after shutting
+// the edge down).
+func (e *Edge) Serve(public, admin net.Listener) error {
+	errc := make(chan error, 2)
+	n := 1
+	go func() { errc <- e.public.Serve(conn.ClientListener(public)) }()
+	if admin != nil {
+		n++
+		go func() {
+			err := e.admin.Serve(admin)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			errc <- err
+		}()
+	}
+	var first error
+	for i := 0; i < n; i++ {
+		err := <-errc
+		if err != nil && first == nil && !e.draining.Load() {
+			first = err
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = e.Shutdown(ctx)
+			cancel()
+		}
+	}
+	if e.draining.Load() {
+		<-e.shutDown
+	}
+	return first
 }

@@ -26,7 +26,7 @@ import (
 )
 
 // The metered bytes are the body bytes that went through, counted where they went
-// through (metering.go): these tests send known bodies through the real edge handler
+// through (meter.go): these tests send known bodies through the real edge handler
 // and real upstream servers on loopback and compare the meter's counts with what each
 // end actually sent and received.
 

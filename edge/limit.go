@@ -152,7 +152,7 @@ func (e *Edge) compileRouteLimits(rt *route, rl *tenants.RateLimit) routeLimits 
 }
 
 // limitStep enforces the route's limits, or is next itself when none can apply.
-func (e *Edge) limitStep(rt *route, next func(*exchange)) func(*exchange) {
+func (e *Edge) limitStep(rt *route, next handler) handler {
 	l := e.compileRouteLimits(rt, rt.rateLimit)
 	if len(l.template) == 0 && l.perIP == nil && l.perConsumer == nil && !l.consumerPlans {
 		return next

@@ -12,17 +12,18 @@ import (
 	"tollgate/tenants"
 )
 
-// JWT authentication and policy at the edge.
+// JWT authentication and the tenant's access rules at the edge.
 //
 // A tenant's compile turns its jwt-issuer entries into one jwtauth.Verifier and its
-// policy entry into one accessrules.Enforcer, both kept in the snapshot (and carried over to
-// the next compile while their entries are unchanged, so a route change keeps the
-// verified-token and decision caches). An issuer entry the edge cannot use is left out
-// and logged; a verifier or policy that does not compile is nil. Either way the routes
-// that need them fail closed: 401 for a token, 403 for a policy.
+// access rules (the API's "policy" entry) into one accessrules.Enforcer, both kept in the
+// snapshot (and carried over to the next compile while their entries are unchanged, so a
+// route change keeps the verified-token and decision caches). An issuer entry the edge
+// cannot use is left out and logged; a verifier or access rules that do not compile are
+// nil. Either way the routes that need them fail closed: 401 for a token, 403 for the
+// access rules.
 //
-// Per request, a route's chain is: authentication, policy, flow control, body limit,
-// proxy.
+// Per request, a route's chain is the one chain.go builds: authentication, access rules,
+// flow control, cache, body limit, transforms, proxy.
 //   - "jwt": the token is the Authorization header's value after a case-insensitive
 //     "Bearer " (spaces around it trimmed). None → 401 unauthenticated. Any verification
 //     failure → 401 invalid_credential with one fixed message, whatever failed: the body
@@ -34,19 +35,20 @@ import (
 //     claim>" (never a metric label); the upstream gets X-Consumer-Id: <iss>|<consumer
 //     claim> and X-Consumer-Name: <consumer claim>, as a key's consumer gets its id and
 //     name. The Authorization header itself is passed on unchanged.
-//   - "policy": true: the tenant's policy decides on (subjects, method, path), where the
-//     subjects are a key consumer's id and name, or a JWT caller's "<iss>|<consumer
-//     claim>", its consumer claim and its roles (the bare claim shares one namespace
-//     with key consumers' names and with roles: a rule naming "<iss>|<sub>" cannot be
-//     met by another issuer's token), and the path is the normalized request path exactly as the upstream receives
-//     it before strip_prefix (see path.go and package policy). No policy, no identity
-//     (auth "none") or no allowing rule → 403 policy_denied.
+//   - "policy": true (Route.CheckAccess): the tenant's access rules decide on (subjects,
+//     method, path), where the subjects are a key consumer's id and name, or a JWT
+//     caller's "<iss>|<consumer claim>", its consumer claim and its roles (the bare claim
+//     shares one namespace with key consumers' names and with roles: a rule naming
+//     "<iss>|<sub>" cannot be met by another issuer's token), and the path is the
+//     normalized request path exactly as the upstream receives it before strip_prefix
+//     (see routing.NormalizePath and package accessrules). No access rules, no identity
+//     (auth "none") or no allowing rule → 403 policy_denied (authorize.go).
 
 var (
 	replyNoBearer      = newReply(tenants.EUnauthenticated, "this API needs a JWT in the Authorization header (Bearer)")
 	replyNoCredential  = newReply(tenants.EUnauthenticated, "this API needs a key in the X-API-Key header or a JWT in the Authorization header (Bearer)")
 	replyBadJWT        = newReply(jwtauth.Code, jwtauth.Message)
-	replyPolicyDenied  = newReply(tenants.EPolicyDenied, "the API's policy does not allow this call")
+	replyAccessDenied  = newReply(tenants.EPolicyDenied, "the API's policy does not allow this call")
 	hdrAuthorization   = []byte("Authorization")
 	hdrWWWAuthenticate = []byte("WWW-Authenticate")
 	strBearer          = []byte("Bearer")
@@ -61,13 +63,13 @@ const (
 	rejClaims
 	rejNoKeys
 	rejNoVerifier
-	rejPolicy
+	rejAccess
 	numRejReasons
 )
 
 var rejReasons = [numRejReasons]string{"no_token", "malformed", "untrusted", "expired", "claims", "no_keys", "no_issuers", "policy_denied"}
 
-// authMetrics counts refusals of JWT authentication and policy, by reason.
+// authMetrics counts refusals of JWT authentication and access rules, by reason.
 type authMetrics struct {
 	rejected [numRejReasons]prometheus.Counter
 }
@@ -99,10 +101,10 @@ func (e *Edge) initAuth() error {
 // compiledAuth is what a tenant's compiles carry over (compiler-owned, in compiled): the
 // verifier and enforcer with the entries they were built from.
 type compiledAuth struct {
-	issuers  []*tenants.Issuer // sorted by id
-	verifier *jwtauth.Verifier
-	policy   *tenants.AccessRules
-	enforcer *accessrules.Enforcer
+	issuers     []*tenants.Issuer // sorted by id
+	verifier    *jwtauth.Verifier
+	accessRules *tenants.AccessRules
+	enforcer    *accessrules.Enforcer
 }
 
 // compileAuth builds (or keeps) the tenant's verifier and enforcer.
@@ -112,18 +114,18 @@ func (e *Edge) compileAuth(s *Snapshot, v *tenantView, c *compiledAuth) {
 	if !slices.Equal(issuers, c.issuers) {
 		c.issuers, c.verifier = issuers, e.newVerifier(s, issuers)
 	}
-	if v.policy != c.policy {
-		c.policy, c.enforcer = v.policy, nil
-		if p := v.policy; p != nil {
+	if v.accessRules != c.accessRules {
+		c.accessRules, c.enforcer = v.accessRules, nil
+		if p := v.accessRules; p != nil {
 			enf, err := accessrules.Compile(p.Rules, p.Roles)
 			if err != nil {
-				e.log.Error("edge: tenant policy does not compile; policy routes deny every call", "tenant", s.Slug, "err", err)
+				e.log.Error("edge: tenant access rules do not compile; routes that check access deny every call", "tenant", s.Slug, "err", err)
 			} else {
 				c.enforcer = enf
 			}
 		}
 	}
-	s.jwt, s.policy = c.verifier, c.enforcer
+	s.jwt, s.accessRules = c.verifier, c.enforcer
 }
 
 // newVerifier compiles the issuers the edge can use, leaving out (and logging) the rest,
@@ -177,9 +179,14 @@ func bearer(h []byte) []byte {
 	return t
 }
 
-// jwtStep authenticates a request by its bearer token; missing answers a request
+// jwtAuthStep authenticates a request by its bearer token.
+func (e *Edge) jwtAuthStep(rt *route, next handler) handler {
+	return e.bearerStep(rt, replyNoBearer, next)
+}
+
+// bearerStep authenticates a request by its bearer token; missing answers a request
 // without one.
-func (e *Edge) jwtStep(rt *route, missing *reply, next func(*exchange)) func(*exchange) {
+func (e *Edge) bearerStep(rt *route, missing *reply, next handler) handler {
 	s := rt.snapshot
 	rejected := &e.auth.rejected
 	var claim *claimMatch // the route's canary matches on a claim (canary.go)
@@ -219,10 +226,11 @@ func (e *Edge) jwtStep(rt *route, missing *reply, next func(*exchange)) func(*ex
 	}
 }
 
-// keyOrJWTStep takes X-API-Key when the request has the header, else the bearer token.
-func (e *Edge) keyOrJWTStep(rt *route, next func(*exchange)) func(*exchange) {
+// keyOrJWTAuthStep takes X-API-Key when the request has the header, else the bearer
+// token.
+func (e *Edge) keyOrJWTAuthStep(rt *route, next handler) handler {
 	key := keyAuthStep(rt, next)
-	jwt := e.jwtStep(rt, replyNoCredential, next)
+	jwt := e.bearerStep(rt, replyNoCredential, next)
 	return func(x *exchange) {
 		if x.hs.has&hXAPIKey != 0 {
 			key(x)
@@ -262,21 +270,4 @@ func (x *exchange) setJWTCaller(id *jwtauth.Identity) {
 	c.name = append(c.name[:0], id.Consumer...)
 	c.subjects = append(append(c.subjects[:0], id.ID, id.Consumer), id.Roles...)
 	x.consumer = c
-}
-
-// policyStep lets a request through only when the tenant's policy allows the caller the
-// method on the normalized path (before strip_prefix: what the policy sees is what the
-// upstream's router sees, plus the prefix).
-func (e *Edge) policyStep(rt *route, next func(*exchange)) func(*exchange) {
-	s := rt.snapshot
-	denied := e.auth.rejected[rejPolicy]
-	return func(x *exchange) {
-		c := x.consumer
-		if c == nil || s.policy == nil || !s.policy.Allow(c.subjects, x.ctx.Request.Header.Method(), x.path) {
-			denied.Inc()
-			x.fail(replyPolicyDenied)
-			return
-		}
-		next(x)
-	}
 }

@@ -37,11 +37,11 @@ func FuzzBearer(f *testing.F) {
 	})
 }
 
-// FuzzPolicyPath: whatever the raw request path, once the edge has normalized it (what
+// FuzzAccessRulesPath: whatever the raw request path, once the edge has normalized it (what
 // the upstream receives), a deny rule on /admin/* holds for every spelling an upstream
 // could read as /admin — any letter case, percent-decoded, with or without a trailing
 // slash — and a path with ";" is never allowed.
-func FuzzPolicyPath(f *testing.F) {
+func FuzzAccessRulesPath(f *testing.F) {
 	enf, err := accessrules.Compile([][]string{
 		{"*", "/*", "*"},
 		{"*", "/admin/*", "*", "deny"},

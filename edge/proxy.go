@@ -1,0 +1,181 @@
+package edge
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"tollgate/edge/conn"
+)
+
+var (
+	strHTTP   = []byte("http")
+	strHTTPS  = []byte("https")
+	strHTTP11 = []byte("HTTP/1.1")
+	slashOnly = []byte("/")
+)
+
+// proxyStep sends the request to one of the route's targets over a pooled keep-alive
+// connection and relays the answer. A plain upstream (round-robin, no health tracking,
+// no retries) is served here without a lock or an allocation; any other by
+// proxyResilient (retry.go).
+func (e *Edge) proxyStep(rt *route) handler {
+	return func(x *exchange) {
+		u := rt.pickUpstream(x)
+		if !u.plain {
+			e.proxyResilient(x, rt, u)
+			return
+		}
+		ctx := x.ctx
+		req := &ctx.Request
+		t := u.pick()
+		x.target = t
+		x.setUpstreamURI(rt, t)
+		if !req.Header.IsHTTP11() {
+			req.Header.SetProtocolBytes(strHTTP11) // keep the upstream connection alive
+		}
+		e.forwardHeaders(x) // before Host changes: x.host may point into it
+		req.Header.SetHostBytes(t.host)
+
+		start := conn.MonoNow()
+		err := t.client.DoTimeout(req, &ctx.Response, rt.timeout)
+		x.upstream += time.Duration(conn.MonoNow() - start)
+		if err != nil {
+			e.upstreamFailed(x, err)
+			return
+		}
+		x.cleanResponseHeaders()
+	}
+}
+
+// forwardHeaders sets what the edge tells the upstream: the consumer, the forwarding
+// chain and the request id. Hop-by-hop and spoofable identity headers were removed by
+// scanRequestHeaders.
+func (e *Edge) forwardHeaders(x *exchange) {
+	h := &x.ctx.Request.Header
+	hs := &x.hs
+	if x.hideKey && hs.has&hXAPIKey != 0 {
+		h.DelBytes(hdrXAPIKey)
+	}
+	if c := x.consumer; c != nil {
+		h.SetCanonical(hdrConsumerID, c.id)
+		h.SetCanonical(hdrConsumerName, c.name)
+	}
+
+	peer, _ := netip.AddrFromSlice(peerIP(x.ctx))
+	peer = peer.Unmap()
+	trusted := e.trusted(peer)
+	if trusted && hs.has&hXFF != 0 {
+		x.xff = append(x.xff, ", "...)
+	} else {
+		x.xff = x.xff[:0]
+	}
+	x.xff = peer.AppendTo(x.xff)
+	if hs.has&hXFF != 0 {
+		h.DelBytes(hdrXFF)
+	}
+	h.SetCanonical(hdrXFF, x.xff)
+	if !trusted || hs.has&hXFP == 0 {
+		if hs.has&hXFP != 0 {
+			h.DelBytes(hdrXFP)
+		}
+		if x.ctx.IsTLS() {
+			h.SetCanonical(hdrXFP, strHTTPS)
+		} else {
+			h.SetCanonical(hdrXFP, strHTTP)
+		}
+	}
+	if !trusted || hs.has&hXFH == 0 {
+		if hs.has&hXFH != 0 {
+			h.DelBytes(hdrXFH)
+		}
+		h.SetCanonical(hdrXFH, x.host)
+	}
+	if !trusted {
+		if hs.has&hForwarded != 0 {
+			h.DelBytes(hdrForwarded)
+		}
+		if hs.has&hXRealIP != 0 {
+			h.DelBytes(hdrXRealIP)
+		}
+	}
+	if !hs.clientReqID {
+		if hs.has&hXRequestID != 0 {
+			h.DelBytes(hdrRequestID)
+		}
+		h.SetCanonical(hdrRequestID, x.reqID)
+	}
+}
+
+func peerIP(ctx *fasthttp.RequestCtx) net.IP {
+	if a, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP
+	}
+	return nil
+}
+
+func (e *Edge) trusted(a netip.Addr) bool {
+	for _, p := range e.cfg.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// upstreamFailed answers a failed upstream exchange: 504 when the upstream (or its
+// connect) ran out of time, 503 when every pooled connection is busy, 502 otherwise.
+func (e *Edge) upstreamFailed(x *exchange, err error) {
+	var r *reply
+	var kind int
+	var de *dialError
+	switch {
+	case errors.As(err, &de):
+		switch {
+		case de.addressRule:
+			r, kind = replyUpstreamAddressRule, upAddressRule
+		case de.timeout:
+			r, kind = replyConnTimeout, upConnectTimeout
+		default:
+			r, kind = replyUpstreamConn, upConnect
+		}
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		r, kind = replyOverloaded, upOverloaded
+	case isTimeout(err):
+		r, kind = replyUpstreamSlow, upTimeout
+	default:
+		r, kind = replyUpstreamBad, upBadResponse
+	}
+	e.upstreamErrs[kind].Inc()
+	if e.debug {
+		e.log.Debug("edge: upstream failed", "tenant", x.route.snapshot.Slug, "route", x.route.name,
+			"upstream", x.target.url, "request_id", string(x.reqID), "err", err)
+	}
+	x.fail(r)
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrTLSHandshakeTimeout) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Upstream error kinds, the label values of tollgate_edge_upstream_errors_total
+// (upAddressRule counts as "policy", the README's name for it).
+const (
+	upAddressRule = iota
+	upConnect
+	upConnectTimeout
+	upTimeout
+	upOverloaded
+	upBadResponse
+	upNoHealthy // no target in rotation: the request was not sent
+	numUpstreamErrKinds
+)
+
+var upstreamErrKinds = [numUpstreamErrKinds]string{"policy", "connect", "connect_timeout", "timeout", "overloaded", "bad_response", "no_healthy_upstream"}

@@ -1,0 +1,75 @@
+package edge
+
+import (
+	"encoding/json"
+
+	"tollgate/edge/routing"
+	"tollgate/tenants"
+)
+
+// reply is an error the edge itself answers with, rendered once at start: the body is
+// prefix + request id + `"}}`, so sending one costs two appends.
+type reply struct {
+	status int
+	code   string
+	prefix []byte // {"error":{"code":"…","message":"…","request_id":"
+}
+
+var replySuffix = []byte(`"}}`)
+
+func newReply(code, message string) *reply {
+	c, _ := json.Marshal(code)
+	m, _ := json.Marshal(message)
+	p := make([]byte, 0, 64+len(c)+len(m))
+	p = append(p, `{"error":{"code":`...)
+	p = append(p, c...)
+	p = append(p, `,"message":`...)
+	p = append(p, m...)
+	p = append(p, `,"request_id":"`...)
+	return &reply{status: tenants.Status(code), code: code, prefix: p}
+}
+
+// The edge's own answers. Messages tell a client what to fix without naming internals.
+var (
+	replyLoading             = newReply(tenants.ENotReady, "the edge is still loading its configuration; retry shortly")
+	replyDraining            = newReply(tenants.ENotReady, "the edge is shutting down; retry on another")
+	replyTenantNotFound      = newReply(tenants.ETenantNotFound, "the Host header names no tenant of this edge")
+	replyRouteNotFound       = newReply(tenants.ERouteNotFound, "no route of this API matches the method and path")
+	replyBadTarget           = newReply(tenants.EInvalidRequest, string(routing.ErrPathNotOrigin))
+	replyBadRequest          = newReply(tenants.EInvalidRequest, "the request is not valid HTTP")
+	replyHeaderTooLarge      = newReply(tenants.EInvalidRequest, "the request headers are too large")
+	replyNoKey               = newReply(tenants.EUnauthenticated, "this API needs a key in the X-API-Key header")
+	replyBadKey              = newReply(tenants.EInvalidCredential, "the API key is not valid for this API")
+	replyBodyTooLarge        = newReply(tenants.EBodyTooLarge, "the request body is over this API's size limit")
+	replyBodyRead            = newReply(tenants.EInvalidRequest, "the request body could not be read")
+	replyUpstreamAddressRule = newReply(tenants.EUpstreamFailed, "the upstream address is refused by the operator's policy")
+	replyUpstreamConn        = newReply(tenants.EUpstreamFailed, "the upstream could not be reached")
+	replyUpstreamBad         = newReply(tenants.EUpstreamFailed, "the upstream failed to answer")
+	replyConnTimeout         = newReply(tenants.EUpstreamTimeout, "the upstream did not accept a connection in time")
+	replyUpstreamSlow        = newReply(tenants.EUpstreamTimeout, "the upstream did not answer in time")
+	replyOverloaded          = newReply(tenants.EOverloaded, "all connections to the upstream are busy; retry shortly")
+	replyInternalError       = newReply(tenants.EInternal, "internal error")
+)
+
+// pathReplies maps each path refusal to its answer.
+var pathReplies = map[routing.PathError]*reply{
+	routing.ErrPathNotOrigin:    replyBadTarget,
+	routing.ErrPathEncodedSlash: newReply(tenants.EInvalidRequest, string(routing.ErrPathEncodedSlash)),
+	routing.ErrPathBadEscape:    newReply(tenants.EInvalidRequest, string(routing.ErrPathBadEscape)),
+	routing.ErrPathBadByte:      newReply(tenants.EInvalidRequest, string(routing.ErrPathBadByte)),
+	routing.ErrPathAboveRoot:    newReply(tenants.EInvalidRequest, string(routing.ErrPathAboveRoot)),
+}
+
+// fail answers the request with one of the edge's own errors.
+func (x *exchange) fail(r *reply) {
+	x.reply = r
+	resp := &x.ctx.Response
+	resp.Reset()
+	resp.SetStatusCode(r.status)
+	resp.Header.SetContentTypeBytes(contentTypeJSON)
+	resp.AppendBody(r.prefix)
+	resp.AppendBody(x.reqID)
+	resp.AppendBody(replySuffix)
+}
+
+var contentTypeJSON = []byte("application/json")

@@ -1,0 +1,113 @@
+package edge
+
+import (
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"tollgate/edge/conn"
+	"tollgate/edge/routing"
+)
+
+// The way in: a request's tenant is found by its Host (a {slug}.{domain} name or a
+// custom domain, tls.go), its route by method and normalized path in the tenant's route
+// table (package routing), and then the route's chain (chain.go) serves it.
+
+// serve is the public listener's handler.
+func (e *Edge) serve(ctx *fasthttp.RequestCtx) {
+	x := exchangePool.Get().(*exchange)
+	x.ctx, x.e = ctx, e
+	e.handle(x)
+	e.finish(x)
+	x.reset()
+	exchangePool.Put(x)
+}
+
+// handle dispatches a request: host → tenant snapshot → route → the route's chain, or
+// one of the edge's own answers when any of them is missing.
+func (e *Edge) handle(x *exchange) {
+	req := &x.ctx.Request
+	x.scanRequestHeaders(req.Header.RawHeaders())
+	x.stripTrailers()
+	if x.hs.reqID != nil && validRequestID(x.hs.reqID) {
+		x.reqID = x.hs.reqID
+		x.hs.clientReqID = true
+	} else {
+		x.newRequestID()
+	}
+	if !e.ready.Load() {
+		x.rm = e.labels.noTenant
+		if e.draining.Load() {
+			x.fail(replyDraining)
+		} else {
+			x.fail(replyLoading)
+		}
+		return
+	}
+
+	rawPath, query, authority := routing.SplitTarget(req.Header.RequestURI())
+	x.host = authority
+	if x.host == nil {
+		x.host = req.Header.Host()
+	}
+	slot := e.hostSlot(&x.hostBuf, x.host) // {slug}.{domain} or a custom domain (tls.go)
+	if !x.sniAgrees(slot) {
+		x.rm = e.labels.noTenant
+		x.fail(replyMisdirected)
+		return
+	}
+	var snap *Snapshot
+	if slot != nil {
+		snap = slot.snap.Load()
+	}
+	if snap == nil {
+		x.rm = e.labels.noTenant
+		if slot == pendingDomain {
+			x.fail(replyUnverified)
+			return
+		}
+		x.fail(replyTenantNotFound)
+		return
+	}
+	x.snap, x.rm = snap, snap.labels.none
+
+	var err error
+	if x.path, err = routing.NormalizePath(x.path, rawPath); err != nil {
+		x.fail(pathReplies[err.(routing.PathError)])
+		return
+	}
+	x.query = query
+	rt, n := snap.routes.Lookup(req.Header.Method(), x.path)
+	if rt == nil {
+		x.fail(replyRouteNotFound)
+		return
+	}
+	x.route, x.rm, x.stripLen = rt, rt.metrics, n
+	if rt.meter != nil {
+		x.meterRequestBody()
+	}
+	rt.serve(x)
+}
+
+// finish stamps the request id on the response, counts the request and hands it to the
+// access log.
+func (e *Edge) finish(x *exchange) {
+	resp := &x.ctx.Response
+	if x.reply != nil && x.ctx.Request.Header.ContentLength() != 0 {
+		// The edge answered itself, maybe before reading the body: should fasthttp close
+		// the connection with the body unread, it closes gracefully (conn.LingerClose).
+		conn.LingerClose(x.ctx.Conn())
+	}
+	resp.Header.SetCanonical(hdrRequestID, x.reqID)
+	status := resp.StatusCode()
+	d := time.Since(x.ctx.Time())
+	x.rm.observe(status, d)
+	in, out := x.bodySizes(status)
+	x.rm.observeNode(status, d, x.upstream, in, out)
+	if x.snap != nil {
+		e.meterRecord(x, status)
+	}
+	if e.access != nil {
+		e.access.record(x, status, d)
+	}
+}
