@@ -52,8 +52,8 @@ var schemaNames = map[reflect.Type]string{
 	reflect.TypeFor[errorDetail]():         "ErrorDetail",
 }
 
-// inputNames are the names of the domain types' input schemas. The domain's is the name
-// its body type had before domains took their bodies from tenants.Domain.
+// inputNames are the names of the domain types' input schemas (domainBody's is the one
+// the published document has always had).
 var inputNames = map[reflect.Type]string{
 	reflect.TypeFor[tenants.Route]():     "RouteCreate",
 	reflect.TypeFor[tenants.Upstream]():  "UpstreamInput",
@@ -70,7 +70,8 @@ var (
 	domainPkg = reflect.TypeFor[tenants.Tenant]().PkgPath()
 )
 
-// outputFields adds keywords to fields of the domain types in responses.
+// outputFields adds keywords to fields of the domain types in responses: the enums, and
+// descriptions where a response says otherwise than the doc tag (written for requests).
 var outputFields = map[string]obj{
 	"Tenant.version":       {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
 	"Tenant.plan":          {"description": "Platform plan capping the whole tenant."},
@@ -83,11 +84,7 @@ var outputFields = map[string]obj{
 	"Consumer.plan":        {"description": "Absent when the consumer has no plan."},
 	"Tenant.limits":        {"description": "The platform plan the tenant is on, with its limits (read-only: change the tenant's plan, or the plan)."},
 	"PlatformPlan.version": {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
-	"Domain.version":       {"description": "Bumped by every change, including a change of status; the ETag. Send it back in If-Match."},
-	"Domain.status":        {"enum": []string{tenants.DomainPending, tenants.DomainVerified}, "description": "pending until the DNS TXT record of verification is seen; the edges serve only verified domains."},
-	"Domain.verification":  {"description": "The DNS record that proves the claim. Keep it published: verified domains are checked again hourly, and go back to pending after 3 checks in a row miss it."},
-	"Domain.last_error":    {"description": "Why the last check did not see the proof; absent after one that did."},
-	"Domain.next_check_at": {"description": "When the next automatic check runs; absent when none is scheduled (pending for 7 days: POST .../verify)."},
+	"Domain.status":        {"enum": []string{tenants.DomainPending, tenants.DomainVerified}},
 }
 
 // schemas builds component schemas by reflection.

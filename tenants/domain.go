@@ -38,25 +38,25 @@ type Domain struct {
 
 	// Status is DomainPending or DomainVerified; read-only. An entry without one (written
 	// before domains were verified) counts as pending.
-	Status string `json:"status" readonly:"true"`
+	Status string `json:"status" readonly:"true" doc:"pending until the DNS TXT record of verification is seen; the edges serve only verified domains."`
 	// Verification is the DNS record that proves the claim; read-only. The record must
 	// stay in place while the domain is used: verified domains are checked again.
-	Verification *DomainVerification `json:"verification,omitempty" readonly:"true"`
+	Verification *DomainVerification `json:"verification,omitempty" readonly:"true" doc:"The DNS record that proves the claim. Keep it published: verified domains are checked again hourly, and go back to pending after 3 checks in a row miss it."`
 	// VerifiedAt is when the proof was first seen (since the domain last became
 	// verified); CheckedAt when it was last looked for; NextCheckAt when it will be
 	// looked for next (absent: no automatic check is scheduled). Read-only.
 	VerifiedAt  *time.Time `json:"verified_at,omitempty" readonly:"true"`
 	CheckedAt   *time.Time `json:"checked_at,omitempty" readonly:"true"`
-	NextCheckAt *time.Time `json:"next_check_at,omitempty" readonly:"true"`
+	NextCheckAt *time.Time `json:"next_check_at,omitempty" readonly:"true" doc:"When the next automatic check runs; absent when none is scheduled (pending for 7 days: POST .../verify)."`
 	// LastError says why the last check did not see the proof; empty after one that did.
-	LastError string `json:"last_error,omitempty" readonly:"true"`
+	LastError string `json:"last_error,omitempty" readonly:"true" doc:"Why the last check did not see the proof; absent after one that did."`
 	// Failures counts the consecutive checks that did not see the proof, and
 	// PendingSince is when the domain last became pending: the schedule's inputs, kept
 	// by the store, not shown.
 	Failures     int       `json:"-"`
 	PendingSince time.Time `json:"-"`
 
-	Version   int64     `json:"version" readonly:"true"`
+	Version   int64     `json:"version" readonly:"true" doc:"Bumped by every change, including a change of status; the ETag. Send it back in If-Match."`
 	CreatedAt time.Time `json:"created_at" readonly:"true"`
 	UpdatedAt time.Time `json:"updated_at" readonly:"true"`
 }
