@@ -51,20 +51,22 @@ func (db *DB) CreateConsumer(ctx context.Context, c *tenants.Consumer) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	id := newID()
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		if err := checkCount(ctx, tx, c.TenantID, tenants.ResConsumers, countConsumers); err != nil {
-			return err
-		}
-		saved, err := scanConsumer(tx.QueryRow(ctx, `INSERT INTO consumers (tenant_id, id, name, plan) VALUES ($1, $2, $3, $4)
-			RETURNING `+consumerColumns, c.TenantID, id, c.Name, nullable(c.Plan)))
-		if err != nil {
-			return err
-		}
-		*c = *saved
-		return emit(ctx, tx, consumerChange(c))
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return insertConsumer(ctx, tx, c) })
 	return constraintError(err, "create consumer", consumerErrors(c))
+}
+
+// insertConsumer is CreateConsumer's work in tx, on a validated c.
+func insertConsumer(ctx context.Context, tx pgx.Tx, c *tenants.Consumer) error {
+	if err := checkCount(ctx, tx, c.TenantID, tenants.ResConsumers, countConsumers); err != nil {
+		return err
+	}
+	saved, err := scanConsumer(tx.QueryRow(ctx, `INSERT INTO consumers (tenant_id, id, name, plan) VALUES ($1, $2, $3, $4)
+		RETURNING `+consumerColumns, c.TenantID, newID(), c.Name, nullable(c.Plan)))
+	if err != nil {
+		return err
+	}
+	*c = *saved
+	return emit(ctx, tx, consumerChange(c))
 }
 
 // FindConsumer: ENotFound.
@@ -111,20 +113,23 @@ func (db *DB) UpdateConsumer(ctx context.Context, c *tenants.Consumer) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		saved, err := scanConsumer(tx.QueryRow(ctx, `UPDATE consumers SET name = $4, plan = $5, version = version + 1, updated_at = now()
-			WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+consumerColumns,
-			c.TenantID, c.ID, c.Version, c.Name, nullable(c.Plan)))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return versionOrNotFound(ctx, tx, "consumer", `SELECT version FROM consumers WHERE tenant_id = $1 AND id = $2`, c.Version, c.TenantID, c.ID)
-		}
-		if err != nil {
-			return err
-		}
-		*c = *saved
-		return emit(ctx, tx, consumerChange(c))
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return updateConsumer(ctx, tx, c) })
 	return constraintError(err, "update consumer", consumerErrors(c))
+}
+
+// updateConsumer is UpdateConsumer's work in tx, on a validated c.
+func updateConsumer(ctx context.Context, tx pgx.Tx, c *tenants.Consumer) error {
+	saved, err := scanConsumer(tx.QueryRow(ctx, `UPDATE consumers SET name = $4, plan = $5, version = version + 1, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+consumerColumns,
+		c.TenantID, c.ID, c.Version, c.Name, nullable(c.Plan)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return versionOrNotFound(ctx, tx, "consumer", `SELECT version FROM consumers WHERE tenant_id = $1 AND id = $2`, c.Version, c.TenantID, c.ID)
+	}
+	if err != nil {
+		return err
+	}
+	*c = *saved
+	return emit(ctx, tx, consumerChange(c))
 }
 
 // DeleteConsumer removes the consumer and its keys, and deletes their config entries:
@@ -133,37 +138,40 @@ func (db *DB) DeleteConsumer(ctx context.Context, tenantID, id string) error {
 	if !parseID(tenantID) || !parseID(id) {
 		return notFound("consumer")
 	}
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		// Lock the consumer first: a key being added to it (whose foreign key check locks
-		// it shared) either commits before, and is deleted below, or fails after.
-		var tid, cid string
-		err := tx.QueryRow(ctx, `SELECT tenant_id::text, id::text FROM consumers WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
-			tenantID, id).Scan(&tid, &cid)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("consumer")
-		}
-		if err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `DELETE FROM keys WHERE tenant_id = $1 AND consumer_id = $2 RETURNING id::text`, tid, cid)
-		if err != nil {
-			return err
-		}
-		keyIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM consumers WHERE tenant_id = $1 AND id = $2`, tid, cid); err != nil {
-			return err
-		}
-		changes := make([]change, 0, len(keyIDs)+1)
-		for _, k := range keyIDs {
-			changes = append(changes, del(tid, tenants.ObjectKey(tid, tenants.KindKey, k)))
-		}
-		changes = append(changes, del(tid, tenants.ObjectKey(tid, tenants.KindConsumer, cid)))
-		return emit(ctx, tx, changes...)
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return deleteConsumer(ctx, tx, tenantID, id) })
 	return constraintError(err, "delete consumer", nil)
+}
+
+// deleteConsumer is DeleteConsumer's work in tx.
+func deleteConsumer(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	// Lock the consumer first: a key being added to it (whose foreign key check locks
+	// it shared) either commits before, and is deleted below, or fails after.
+	var tid, cid string
+	err := tx.QueryRow(ctx, `SELECT tenant_id::text, id::text FROM consumers WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
+		tenantID, id).Scan(&tid, &cid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound("consumer")
+	}
+	if err != nil {
+		return err
+	}
+	rows, err := tx.Query(ctx, `DELETE FROM keys WHERE tenant_id = $1 AND consumer_id = $2 RETURNING id::text`, tid, cid)
+	if err != nil {
+		return err
+	}
+	keyIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM consumers WHERE tenant_id = $1 AND id = $2`, tid, cid); err != nil {
+		return err
+	}
+	changes := make([]change, 0, len(keyIDs)+1)
+	for _, k := range keyIDs {
+		changes = append(changes, del(tid, tenants.ObjectKey(tid, tenants.KindKey, k)))
+	}
+	changes = append(changes, del(tid, tenants.ObjectKey(tid, tenants.KindConsumer, cid)))
+	return emit(ctx, tx, changes...)
 }
 
 const keyColumns = `tenant_id::text, id::text, consumer_id::text, prefix, hash, created_at`

@@ -205,19 +205,22 @@ func (db *DB) DeleteDomain(ctx context.Context, tenantID, id string) error {
 	if !parseID(tenantID) || !parseID(id) {
 		return notFound("domain")
 	}
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		var tid, did string
-		err := tx.QueryRow(ctx, `DELETE FROM domains WHERE tenant_id = $1 AND id = $2
-			RETURNING tenant_id::text, id::text`, tenantID, id).Scan(&tid, &did)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("domain")
-		}
-		if err != nil {
-			return err
-		}
-		return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindDomain, did)))
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return deleteDomain(ctx, tx, tenantID, id) })
 	return constraintError(err, "delete domain", nil)
+}
+
+// deleteDomain is DeleteDomain's work in tx.
+func deleteDomain(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	var tid, did string
+	err := tx.QueryRow(ctx, `DELETE FROM domains WHERE tenant_id = $1 AND id = $2
+		RETURNING tenant_id::text, id::text`, tenantID, id).Scan(&tid, &did)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound("domain")
+	}
+	if err != nil {
+		return err
+	}
+	return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindDomain, did)))
 }
 
 // DueDomains leases up to n domains whose automatic check is due at now (see

@@ -52,20 +52,22 @@ func (db *DB) CreateJWTIssuer(ctx context.Context, is *tenants.Issuer) error {
 	if err := db.validateIssuer(is); err != nil {
 		return err
 	}
-	id := newID()
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		if err := checkCount(ctx, tx, is.TenantID, tenants.ResJWTIssuers, countIssuers); err != nil {
-			return err
-		}
-		saved, err := scanIssuer(tx.QueryRow(ctx, `INSERT INTO jwt_issuers (tenant_id, id, issuer, spec) VALUES ($1, $2, $3, $4)
-			RETURNING `+issuerColumns, is.TenantID, id, is.Issuer, specOf(is, "issuer")))
-		if err != nil {
-			return err
-		}
-		*is = *saved
-		return emit(ctx, tx, issuerChange(is))
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return insertIssuer(ctx, tx, is) })
 	return constraintError(err, "create jwt issuer", issuerConflicts(is))
+}
+
+// insertIssuer is CreateJWTIssuer's work in tx, on a validated is.
+func insertIssuer(ctx context.Context, tx pgx.Tx, is *tenants.Issuer) error {
+	if err := checkCount(ctx, tx, is.TenantID, tenants.ResJWTIssuers, countIssuers); err != nil {
+		return err
+	}
+	saved, err := scanIssuer(tx.QueryRow(ctx, `INSERT INTO jwt_issuers (tenant_id, id, issuer, spec) VALUES ($1, $2, $3, $4)
+		RETURNING `+issuerColumns, is.TenantID, newID(), is.Issuer, specOf(is, "issuer")))
+	if err != nil {
+		return err
+	}
+	*is = *saved
+	return emit(ctx, tx, issuerChange(is))
 }
 
 // FindJWTIssuer returns the issuer with its HS256 secret: ENotFound.
@@ -131,19 +133,24 @@ func (db *DB) UpdateJWTIssuer(ctx context.Context, is *tenants.Issuer) error {
 				return err
 			}
 		}
-		saved, err := scanIssuer(tx.QueryRow(ctx, `UPDATE jwt_issuers SET issuer = $4, spec = $5, version = version + 1, updated_at = now()
-			WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+issuerColumns,
-			is.TenantID, is.ID, is.Version, is.Issuer, specOf(is, "issuer")))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return versionOrNotFound(ctx, tx, "jwt issuer", `SELECT version FROM jwt_issuers WHERE tenant_id = $1 AND id = $2`, is.Version, is.TenantID, is.ID)
-		}
-		if err != nil {
-			return err
-		}
-		*is = *saved
-		return emit(ctx, tx, issuerChange(is))
+		return updateIssuer(ctx, tx, is)
 	})
 	return constraintError(err, "update jwt issuer", issuerConflicts(is))
+}
+
+// updateIssuer stores a validated is, secret included, in tx.
+func updateIssuer(ctx context.Context, tx pgx.Tx, is *tenants.Issuer) error {
+	saved, err := scanIssuer(tx.QueryRow(ctx, `UPDATE jwt_issuers SET issuer = $4, spec = $5, version = version + 1, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+issuerColumns,
+		is.TenantID, is.ID, is.Version, is.Issuer, specOf(is, "issuer")))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return versionOrNotFound(ctx, tx, "jwt issuer", `SELECT version FROM jwt_issuers WHERE tenant_id = $1 AND id = $2`, is.Version, is.TenantID, is.ID)
+	}
+	if err != nil {
+		return err
+	}
+	*is = *saved
+	return emit(ctx, tx, issuerChange(is))
 }
 
 // DeleteJWTIssuer: ENotFound.
@@ -151,20 +158,23 @@ func (db *DB) DeleteJWTIssuer(ctx context.Context, tenantID, id string) error {
 	if !parseID(tenantID) || !parseID(id) {
 		return notFound("jwt issuer")
 	}
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		// The ids as stored, not as sent, build the key.
-		var tid, iid string
-		err := tx.QueryRow(ctx, `DELETE FROM jwt_issuers WHERE tenant_id = $1 AND id = $2
-			RETURNING tenant_id::text, id::text`, tenantID, id).Scan(&tid, &iid)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("jwt issuer")
-		}
-		if err != nil {
-			return err
-		}
-		return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindJWTIssuer, iid)))
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return deleteIssuer(ctx, tx, tenantID, id) })
 	return constraintError(err, "delete jwt issuer", nil)
+}
+
+// deleteIssuer is DeleteJWTIssuer's work in tx.
+func deleteIssuer(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	// The ids as stored, not as sent, build the key.
+	var tid, iid string
+	err := tx.QueryRow(ctx, `DELETE FROM jwt_issuers WHERE tenant_id = $1 AND id = $2
+		RETURNING tenant_id::text, id::text`, tenantID, id).Scan(&tid, &iid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound("jwt issuer")
+	}
+	if err != nil {
+		return err
+	}
+	return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindJWTIssuer, iid)))
 }
 
 var _ tenants.JWTIssuerService = (*DB)(nil)

@@ -54,20 +54,22 @@ func (db *DB) CreatePlan(ctx context.Context, p *tenants.Plan) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	id := newID()
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		if err := checkCount(ctx, tx, p.TenantID, tenants.ResPlans, countPlans); err != nil {
-			return err
-		}
-		saved, err := scanPlan(tx.QueryRow(ctx, `INSERT INTO plans (tenant_id, id, name, limits) VALUES ($1, $2, $3, $4)
-			RETURNING `+planColumns, p.TenantID, id, p.Name, specOf(p, "name")))
-		if err != nil {
-			return err
-		}
-		*p = *saved
-		return emit(ctx, tx, planChange(p))
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return insertPlan(ctx, tx, p) })
 	return constraintError(err, "create plan", planConflicts(p))
+}
+
+// insertPlan is CreatePlan's work in tx, on a validated p.
+func insertPlan(ctx context.Context, tx pgx.Tx, p *tenants.Plan) error {
+	if err := checkCount(ctx, tx, p.TenantID, tenants.ResPlans, countPlans); err != nil {
+		return err
+	}
+	saved, err := scanPlan(tx.QueryRow(ctx, `INSERT INTO plans (tenant_id, id, name, limits) VALUES ($1, $2, $3, $4)
+		RETURNING `+planColumns, p.TenantID, newID(), p.Name, specOf(p, "name")))
+	if err != nil {
+		return err
+	}
+	*p = *saved
+	return emit(ctx, tx, planChange(p))
 }
 
 // FindPlan: ENotFound.
@@ -115,20 +117,23 @@ func (db *DB) UpdatePlan(ctx context.Context, p *tenants.Plan) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		saved, err := scanPlan(tx.QueryRow(ctx, `UPDATE plans SET name = $4, limits = $5, version = version + 1, updated_at = now()
-			WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+planColumns,
-			p.TenantID, p.ID, p.Version, p.Name, specOf(p, "name")))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return versionOrNotFound(ctx, tx, "plan", `SELECT version FROM plans WHERE tenant_id = $1 AND id = $2`, p.Version, p.TenantID, p.ID)
-		}
-		if err != nil {
-			return err
-		}
-		*p = *saved
-		return emit(ctx, tx, planChange(p))
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return updatePlan(ctx, tx, p) })
 	return constraintError(err, "update plan", planConflicts(p))
+}
+
+// updatePlan is UpdatePlan's work in tx, on a validated p.
+func updatePlan(ctx context.Context, tx pgx.Tx, p *tenants.Plan) error {
+	saved, err := scanPlan(tx.QueryRow(ctx, `UPDATE plans SET name = $4, limits = $5, version = version + 1, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+planColumns,
+		p.TenantID, p.ID, p.Version, p.Name, specOf(p, "name")))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return versionOrNotFound(ctx, tx, "plan", `SELECT version FROM plans WHERE tenant_id = $1 AND id = $2`, p.Version, p.TenantID, p.ID)
+	}
+	if err != nil {
+		return err
+	}
+	*p = *saved
+	return emit(ctx, tx, planChange(p))
 }
 
 // DeletePlan: ENotFound, EConflict while a consumer is assigned to it.
@@ -136,35 +141,40 @@ func (db *DB) DeletePlan(ctx context.Context, tenantID, id string) error {
 	if !parseID(tenantID) || !parseID(id) {
 		return notFound("plan")
 	}
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		// Lock the plan so no consumer is assigned to it between the check and the delete
-		// (assigning one locks the plan row shared through the foreign key).
-		var tid, pid, name string
-		err := tx.QueryRow(ctx, `SELECT tenant_id::text, id::text, name FROM plans WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
-			tenantID, id).Scan(&tid, &pid, &name)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("plan")
-		}
-		if err != nil {
-			return err
-		}
-		var users int64
-		var consumer string
-		if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(min(name), '') FROM consumers WHERE tenant_id = $1 AND plan = $2`,
-			tid, name).Scan(&users, &consumer); err != nil {
-			return err
-		}
-		if users > 0 {
-			return tenants.Errorf(tenants.EConflict, "plan %q is assigned to %d consumer(s), e.g. %q; move them to another plan first", name, users, consumer)
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM plans WHERE tenant_id = $1 AND id = $2`, tid, pid); err != nil {
-			return err
-		}
-		return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindPlan, pid)))
-	})
-	return constraintError(err, "delete plan", map[string]*tenants.Error{
-		"consumers_plan_fkey": {Code: tenants.EConflict, Message: "the plan is assigned to consumers; move them to another plan first"},
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return deletePlan(ctx, tx, tenantID, id) })
+	return constraintError(err, "delete plan", planDeleteConflicts)
+}
+
+var planDeleteConflicts = map[string]*tenants.Error{
+	"consumers_plan_fkey": {Code: tenants.EConflict, Message: "the plan is assigned to consumers; move them to another plan first"},
+}
+
+// deletePlan is DeletePlan's work in tx.
+func deletePlan(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	// Lock the plan so no consumer is assigned to it between the check and the delete
+	// (assigning one locks the plan row shared through the foreign key).
+	var tid, pid, name string
+	err := tx.QueryRow(ctx, `SELECT tenant_id::text, id::text, name FROM plans WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
+		tenantID, id).Scan(&tid, &pid, &name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound("plan")
+	}
+	if err != nil {
+		return err
+	}
+	var users int64
+	var consumer string
+	if err := tx.QueryRow(ctx, `SELECT count(*), coalesce(min(name), '') FROM consumers WHERE tenant_id = $1 AND plan = $2`,
+		tid, name).Scan(&users, &consumer); err != nil {
+		return err
+	}
+	if users > 0 {
+		return tenants.Errorf(tenants.EConflict, "plan %q is assigned to %d consumer(s), e.g. %q; move them to another plan first", name, users, consumer)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM plans WHERE tenant_id = $1 AND id = $2`, tid, pid); err != nil {
+		return err
+	}
+	return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindPlan, pid)))
 }
 
 var _ tenants.PlanService = (*DB)(nil)

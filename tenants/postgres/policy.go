@@ -59,33 +59,36 @@ func (db *DB) PutAccessRules(ctx context.Context, p *tenants.AccessRules) error 
 	if p.Roles == nil {
 		p.Roles = [][]string{}
 	}
-	spec := specOf(p)
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		if err := checkPolicySize(ctx, tx, p.TenantID, len(p.Rules)+len(p.Roles)); err != nil {
-			return err
-		}
-		var (
-			saved *tenants.AccessRules
-			err   error
-		)
-		if p.Version == 0 {
-			saved, err = scanPolicy(tx.QueryRow(ctx, `INSERT INTO policies (tenant_id, spec) VALUES ($1, $2)
-				ON CONFLICT (tenant_id) DO UPDATE SET spec = EXCLUDED.spec, version = policies.version + 1, updated_at = now()
-				RETURNING `+policyColumns, p.TenantID, spec))
-		} else {
-			saved, err = scanPolicy(tx.QueryRow(ctx, `UPDATE policies SET spec = $3, version = version + 1, updated_at = now()
-				WHERE tenant_id = $1 AND version = $2 RETURNING `+policyColumns, p.TenantID, p.Version, spec))
-			if errors.Is(err, pgx.ErrNoRows) {
-				return versionOrNotFound(ctx, tx, "policy", `SELECT version FROM policies WHERE tenant_id = $1`, p.Version, p.TenantID)
-			}
-		}
-		if err != nil {
-			return err
-		}
-		*p = *saved
-		return emit(ctx, tx, policyChange(p))
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return putPolicy(ctx, tx, p) })
 	return constraintError(err, "put policy", nil)
+}
+
+// putPolicy is PutAccessRules's work in tx.
+func putPolicy(ctx context.Context, tx pgx.Tx, p *tenants.AccessRules) error {
+	if err := checkPolicySize(ctx, tx, p.TenantID, len(p.Rules)+len(p.Roles)); err != nil {
+		return err
+	}
+	spec := specOf(p)
+	var (
+		saved *tenants.AccessRules
+		err   error
+	)
+	if p.Version == 0 {
+		saved, err = scanPolicy(tx.QueryRow(ctx, `INSERT INTO policies (tenant_id, spec) VALUES ($1, $2)
+			ON CONFLICT (tenant_id) DO UPDATE SET spec = EXCLUDED.spec, version = policies.version + 1, updated_at = now()
+			RETURNING `+policyColumns, p.TenantID, spec))
+	} else {
+		saved, err = scanPolicy(tx.QueryRow(ctx, `UPDATE policies SET spec = $3, version = version + 1, updated_at = now()
+			WHERE tenant_id = $1 AND version = $2 RETURNING `+policyColumns, p.TenantID, p.Version, spec))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return versionOrNotFound(ctx, tx, "policy", `SELECT version FROM policies WHERE tenant_id = $1`, p.Version, p.TenantID)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	*p = *saved
+	return emit(ctx, tx, policyChange(p))
 }
 
 var _ tenants.AccessRulesService = (*DB)(nil)

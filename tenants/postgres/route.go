@@ -47,26 +47,28 @@ func (db *DB) CreateRoute(ctx context.Context, r *tenants.Route) error {
 	if err := r.Validate(db.upstream); err != nil {
 		return err
 	}
-	id := newID()
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		if err := checkCount(ctx, tx, r.TenantID, tenants.ResRoutes, countRoutes); err != nil {
-			return err
-		}
-		if err := checkCacheAllowed(ctx, tx, r, ""); err != nil {
-			return err
-		}
-		saved, err := scanRoute(tx.QueryRow(ctx, `INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
-			RETURNING `+routeColumns, r.TenantID, id, r.Name, specOf(r, "name")))
-		if err != nil {
-			return err
-		}
-		if err := claimPaths(ctx, tx, saved); err != nil {
-			return err
-		}
-		*r = *saved
-		return emit(ctx, tx, routeChange(r))
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return insertRoute(ctx, tx, r) })
 	return constraintError(err, "create route", routeConflicts(r))
+}
+
+// insertRoute is CreateRoute's work in tx, on a validated r.
+func insertRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
+	if err := checkCount(ctx, tx, r.TenantID, tenants.ResRoutes, countRoutes); err != nil {
+		return err
+	}
+	if err := checkCacheAllowed(ctx, tx, r, ""); err != nil {
+		return err
+	}
+	saved, err := scanRoute(tx.QueryRow(ctx, `INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
+		RETURNING `+routeColumns, r.TenantID, newID(), r.Name, specOf(r, "name")))
+	if err != nil {
+		return err
+	}
+	if err := claimPaths(ctx, tx, saved); err != nil {
+		return err
+	}
+	*r = *saved
+	return emit(ctx, tx, routeChange(r))
 }
 
 // claimPaths records the path+method pairs r serves, or fails with EConflict naming the
@@ -171,29 +173,32 @@ func (db *DB) UpdateRoute(ctx context.Context, r *tenants.Route) error {
 	if err := r.Validate(db.upstream); err != nil {
 		return err
 	}
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		if err := checkCacheAllowed(ctx, tx, r, r.ID); err != nil {
-			return err
-		}
-		saved, err := scanRoute(tx.QueryRow(ctx, `UPDATE routes SET name = $4, spec = $5, version = version + 1, updated_at = now()
-			WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+routeColumns,
-			r.TenantID, r.ID, r.Version, r.Name, specOf(r, "name")))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return versionOrNotFound(ctx, tx, "route", `SELECT version FROM routes WHERE tenant_id = $1 AND id = $2`, r.Version, r.TenantID, r.ID)
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM route_paths WHERE tenant_id = $1 AND route_id = $2`, r.TenantID, r.ID); err != nil {
-			return err
-		}
-		if err := claimPaths(ctx, tx, saved); err != nil {
-			return err
-		}
-		*r = *saved
-		return emit(ctx, tx, routeChange(r))
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return updateRoute(ctx, tx, r) })
 	return constraintError(err, "update route", routeConflicts(r))
+}
+
+// updateRoute is UpdateRoute's work in tx, on a validated r.
+func updateRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
+	if err := checkCacheAllowed(ctx, tx, r, r.ID); err != nil {
+		return err
+	}
+	saved, err := scanRoute(tx.QueryRow(ctx, `UPDATE routes SET name = $4, spec = $5, version = version + 1, updated_at = now()
+		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+routeColumns,
+		r.TenantID, r.ID, r.Version, r.Name, specOf(r, "name")))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return versionOrNotFound(ctx, tx, "route", `SELECT version FROM routes WHERE tenant_id = $1 AND id = $2`, r.Version, r.TenantID, r.ID)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM route_paths WHERE tenant_id = $1 AND route_id = $2`, r.TenantID, r.ID); err != nil {
+		return err
+	}
+	if err := claimPaths(ctx, tx, saved); err != nil {
+		return err
+	}
+	*r = *saved
+	return emit(ctx, tx, routeChange(r))
 }
 
 // DeleteRoute: ENotFound.
@@ -201,20 +206,23 @@ func (db *DB) DeleteRoute(ctx context.Context, tenantID, id string) error {
 	if !parseID(tenantID) || !parseID(id) {
 		return notFound("route")
 	}
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		// The ids as stored, not as sent, build the key: "ABC…" and "abc…" are one UUID.
-		var tid, rid string
-		err := tx.QueryRow(ctx, `DELETE FROM routes WHERE tenant_id = $1 AND id = $2
-			RETURNING tenant_id::text, id::text`, tenantID, id).Scan(&tid, &rid)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("route")
-		}
-		if err != nil {
-			return err
-		}
-		return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindRoute, rid)))
-	})
+	err := db.write(ctx, func(tx pgx.Tx) error { return deleteRoute(ctx, tx, tenantID, id) })
 	return constraintError(err, "delete route", nil)
+}
+
+// deleteRoute is DeleteRoute's work in tx.
+func deleteRoute(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	// The ids as stored, not as sent, build the key: "ABC…" and "abc…" are one UUID.
+	var tid, rid string
+	err := tx.QueryRow(ctx, `DELETE FROM routes WHERE tenant_id = $1 AND id = $2
+		RETURNING tenant_id::text, id::text`, tenantID, id).Scan(&tid, &rid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound("route")
+	}
+	if err != nil {
+		return err
+	}
+	return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindRoute, rid)))
 }
 
 var _ tenants.RouteService = (*DB)(nil)
