@@ -22,8 +22,9 @@
 //	limit_body.go          the route's body limit
 //	transform.go           request and response rewrites
 //	websocket.go           upgrades, relayed as a tunnel
-//	proxy.go               the upstream exchange (targets: balance.go, upstream.go,
-//	                       retry.go, health.go, canary.go; the round trip: perf_roundtrip.go)
+//	proxy.go               the upstream exchange; its targets: upstream.go, balance.go,
+//	                       health.go, retry.go, canary.go; its connections:
+//	                       upstreamclient.go, upstreamclient_roundtrip.go
 //	meter.go               usage records for billing (package meter)
 //	reply.go               the edge's own JSON answers
 //	compile.go             tenant config → Snapshot (snapshot.go), published by edge.go

@@ -85,7 +85,7 @@ func (u *upstream) bind(rm *routeMetrics) { u.rm.Store(rm) }
 // target is one upstream server of a route.
 type target struct {
 	url    string
-	client *upstreamClient // the target's pool (upstreamclient.go) and exchange (perf_roundtrip.go)
+	client *upstreamClient // the target's pool (upstreamclient.go) and exchange (upstreamclient_roundtrip.go)
 	tls    bool
 	host   []byte // the Host header sent upstream: the target URL's host[:port]
 	base   []byte // the target URL's path, prepended to the request path ("" or "/v1")

@@ -28,7 +28,7 @@ import (
 // served, and then fails with fasthttp.ErrNoFreeConns (fasthttp.ErrTimeout when its own
 // time ran out first). Read and write buffers are pooled, not held by idle connections.
 
-// upstreamClient is a target's keep-alive pool; DoTimeout (perf_roundtrip.go) is the
+// upstreamClient is a target's keep-alive pool; DoTimeout (upstreamclient_roundtrip.go) is the
 // exchange over it.
 type upstreamClient struct {
 	Addr      string                                                     // host:port
