@@ -1,0 +1,401 @@
+package edge
+
+// Config changes arrive here: Apply takes KV entries, the compiler goroutine recompiles
+// the tenants they touch (compile.go) and swaps their snapshots in; no lock is taken on
+// the request path.
+
+import (
+	"errors"
+	"net/netip"
+	"sort"
+	"time"
+
+	"tollgate/tenants"
+)
+
+// Apply takes one KV entry: value is the entry's JSON, nil for a delete; kvRevision is
+// the KV sequence it came with. Entries whose Rev is not newer than the one held for
+// their key are ignored (replays, late publishes); invalid ones are rejected with a log
+// line and tollgate_edge_config_rejected_total, and the tenant keeps its config. Before
+// Loaded, entries only accumulate; afterwards the tenant recompiles within CompileDelay.
+// Apply is safe to call from any goroutine, but entries must arrive in KV order.
+func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
+	if kvRevision > 0 {
+		e.m.kvRevision.Set(float64(kvRevision))
+	}
+	if value == nil {
+		e.applyDelete(key)
+		return
+	}
+	pk, ent, err := tenants.DecodeEntry(key, value)
+	if err == nil {
+		err = validateEntry(pk, ent)
+	}
+	var dom domainEntry
+	if err == nil && pk.Kind == tenants.KindDomain {
+		dom, err = parseDomain(ent.Domain) // outside the lock: parsing a key takes a while
+	}
+	if err != nil {
+		e.reject(key, pk.Kind, err)
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if pk.Kind == tenants.KindTenant {
+		if tomb, ok := e.tombs[pk.TenantID]; ok && ent.Rev <= tomb {
+			e.m.configIgnored.Inc()
+			return
+		}
+	}
+	ts := e.state[pk.TenantID]
+	if ts == nil {
+		ts = newTenantState(pk.TenantID)
+		e.state[pk.TenantID] = ts
+	}
+	if held, ok := ts.revs[key]; ok && ent.Rev <= held {
+		e.m.configIgnored.Inc()
+		return
+	}
+	ts.revs[key] = ent.Rev
+	ts.maxRev = max(ts.maxRev, ent.Rev)
+	switch pk.Kind {
+	case tenants.KindTenant:
+		ts.tenant = ent.Tenant
+	case tenants.KindRoute:
+		ts.routes[pk.ID] = ent.Route
+	case tenants.KindConsumer:
+		ts.consumers[pk.ID] = ent.Consumer
+	case tenants.KindKey:
+		sum, _ := decodeKeyHash(ent.Key.Hash) // checked by validateEntry
+		ts.keys[pk.ID] = keyEntry{id: ent.Key.ID, consumerID: ent.Key.ConsumerID, sum: sum}
+	case tenants.KindPlan:
+		ts.plans[pk.ID] = ent.Plan
+	case tenants.KindJWTIssuer:
+		ts.issuers[pk.ID] = ent.JWTIssuer
+	case tenants.KindPolicy:
+		ts.accessRules = ent.AccessRules
+	case tenants.KindDomain:
+		ts.domains[pk.ID] = dom
+		ts.domainsDirty = true
+	}
+	e.m.configApplied.Inc()
+	e.markDirtyLocked(pk.TenantID)
+}
+
+func (e *Edge) applyDelete(key string) {
+	pk, err := tenants.ParseKey(key)
+	if err != nil {
+		e.reject(key, "", err)
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ts := e.state[pk.TenantID]
+	if ts == nil {
+		return // nothing held: a replayed delete
+	}
+	if pk.Kind == tenants.KindTenant {
+		// The tenant goes with everything it owns; its children's deletes follow and
+		// find nothing. The tombstone keeps a late put of the old entry from reviving it.
+		e.tombs[pk.TenantID] = ts.revs[key]
+		delete(e.state, pk.TenantID)
+		delete(e.dirty, pk.TenantID)
+		e.removed = append(e.removed, ts)
+		e.m.configApplied.Inc()
+		e.kickLocked()
+		return
+	}
+	switch pk.Kind {
+	case tenants.KindRoute:
+		delete(ts.routes, pk.ID)
+	case tenants.KindConsumer:
+		delete(ts.consumers, pk.ID)
+	case tenants.KindKey:
+		delete(ts.keys, pk.ID)
+	case tenants.KindPlan:
+		delete(ts.plans, pk.ID)
+	case tenants.KindJWTIssuer:
+		delete(ts.issuers, pk.ID)
+	case tenants.KindPolicy:
+		ts.accessRules = nil
+	case tenants.KindDomain:
+		delete(ts.domains, pk.ID)
+		ts.domainsDirty = true
+	}
+	e.m.configApplied.Inc()
+	e.markDirtyLocked(pk.TenantID)
+}
+
+// validateEntry checks the object beyond its JSON shape, so an entry the api would never
+// have written cannot break a tenant's snapshot. Upstream addresses are not judged here:
+// the dialer checks them on every connect, so a target the operator's address rule refuses
+// answers 502 with a clear code instead of the route vanishing.
+func validateEntry(pk tenants.ParsedKey, ent *tenants.Entry) error {
+	switch pk.Kind {
+	case tenants.KindTenant:
+		t := *ent.Tenant
+		if err := t.Validate(); err != nil {
+			return err
+		}
+		ent.Tenant = &t
+	case tenants.KindRoute:
+		r := *ent.Route
+		r.Paths = append([]string(nil), r.Paths...)
+		r.Methods = append([]string(nil), r.Methods...)
+		r.Upstream.Targets = append([]tenants.Target(nil), r.Upstream.Targets...)
+		if err := r.Validate(anyUpstream); err != nil {
+			return err
+		}
+		ent.Route = &r
+	case tenants.KindConsumer:
+		c := *ent.Consumer
+		if err := c.Validate(); err != nil {
+			return err
+		}
+	case tenants.KindKey:
+		if ent.Key.ConsumerID == "" {
+			return errors.New("key entry has no consumer_id")
+		}
+		if _, err := decodeKeyHash(ent.Key.Hash); err != nil {
+			return err
+		}
+	case tenants.KindPlan:
+		p := *ent.Plan
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		ent.Plan = &p
+	case tenants.KindJWTIssuer:
+		// The issuer's shape. Whether its jwks_url may be http:// (a test setting) is
+		// judged when the tenant compiles, which leaves out an issuer it cannot use.
+		is := *ent.JWTIssuer
+		if err := is.ValidateWithLoopback(true); err != nil {
+			return err
+		}
+		ent.JWTIssuer = &is
+	case tenants.KindPolicy:
+		// Compiled, and so checked, when the tenant compiles: access rules that do not
+		// compile deny every call of the routes that check access, rather than older ones
+		// staying in force.
+	}
+	return nil
+}
+
+// anyUpstream admits every unicast address, for validating a route's shape at the edge.
+var anyUpstream = &tenants.UpstreamAddressRule{AllowCIDRs: []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"),
+}}
+
+func (e *Edge) reject(key, kind string, err error) {
+	if kind == "" {
+		kind = "unknown"
+	}
+	e.m.configRejected.WithLabelValues(kind).Inc()
+	e.log.Warn("edge: config entry rejected; the tenant keeps its last good config", "key", key, "err", err)
+}
+
+func (e *Edge) markDirtyLocked(tenantID string) {
+	if _, ok := e.dirty[tenantID]; !ok {
+		e.dirty[tenantID] = time.Now()
+	}
+	if e.loaded {
+		e.kickLocked()
+	}
+}
+
+func (e *Edge) kickLocked() {
+	if !e.loaded {
+		return
+	}
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Loaded tells the edge the initial load is complete: every tenant compiles once and the
+// edge starts serving (and /readyz answers 200). Later calls do nothing.
+func (e *Edge) Loaded() {
+	e.mu.Lock()
+	if e.loaded {
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	start := time.Now()
+	n := e.compileDirty()
+	e.mu.Lock()
+	e.loaded = true
+	if len(e.dirty) > 0 || len(e.removed) > 0 {
+		e.kickLocked() // entries that arrived during the initial compile
+	}
+	e.mu.Unlock()
+	if !e.draining.Load() {
+		e.ready.Store(true)
+		e.m.ready.Set(1)
+	}
+	e.log.Info("edge: initial config loaded", "tenants", n, "took", time.Since(start).Round(time.Millisecond))
+}
+
+// compiler recompiles changed tenants after Loaded: it waits CompileDelay after the first
+// change of a burst, so a burst (5,000 route creations) costs a few compiles of its
+// tenant, not one per entry.
+func (e *Edge) compiler() {
+	defer close(e.stopped)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-e.kick:
+		}
+		t.Reset(e.cfg.CompileDelay)
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		e.compileDirty()
+	}
+}
+
+// compileDirty compiles every changed tenant and unpublishes deleted ones, then rebuilds
+// the host map when the set of tenants or their slugs changed. It returns the number of
+// tenants compiled.
+func (e *Edge) compileDirty() int {
+	e.compileMu.Lock()
+	defer e.compileMu.Unlock()
+
+	type job struct {
+		ts    *tenantState
+		view  *tenantView
+		since time.Time
+	}
+	e.mu.Lock()
+	loaded := e.loaded
+	jobs := make([]job, 0, len(e.dirty))
+	hostsChanged := false
+	for id, since := range e.dirty {
+		ts := e.state[id]
+		if ts == nil {
+			continue
+		}
+		if ts.domainsDirty {
+			ts.domainsDirty = false
+			hostsChanged = true
+		}
+		jobs = append(jobs, job{ts: ts, view: ts.viewLocked(), since: since})
+	}
+	clear(e.dirty)
+	removed := e.removed
+	e.removed = nil
+	e.mu.Unlock()
+
+	for _, ts := range removed {
+		if ts.published != "" {
+			hostsChanged = true
+		}
+		e.unpublish(ts)
+	}
+	sort.Slice(jobs, func(i, j int) bool { return jobs[i].ts.id < jobs[j].ts.id })
+	now := time.Now()
+	for _, j := range jobs {
+		ts, v := j.ts, j.view
+		if v.tenant == nil {
+			// Entries of a tenant whose tenant entry has not arrived (yet): nothing to serve.
+			continue
+		}
+		start := time.Now()
+		if ts.labels == nil || ts.labels.value != v.tenant.Slug && ts.labels.own {
+			ts.labels = e.labels.tenant(ts.id, v.tenant.Slug)
+		}
+		snap, unused := e.compile(v, ts.labels, &ts.compiled)
+		ts.slot.snap.Store(snap)
+		for _, hc := range unused {
+			hc.CloseIdleConnections()
+		}
+		e.m.compiles.Inc()
+		e.m.compileSeconds.Observe(time.Since(start).Seconds())
+		if ts.published != snap.Slug {
+			hostsChanged = true
+			ts.published = snap.Slug
+		}
+		if loaded {
+			e.m.applyDelay.Observe(now.Sub(j.since).Seconds())
+		}
+	}
+	if hostsChanged || !loaded {
+		e.rebuildHosts()
+	}
+	return len(jobs)
+}
+
+func (ts *tenantState) viewLocked() *tenantView {
+	v := &tenantView{tenant: ts.tenant, rev: ts.maxRev}
+	v.routes = make([]*tenants.Route, 0, len(ts.routes))
+	for _, r := range ts.routes {
+		v.routes = append(v.routes, r)
+	}
+	v.consumers = make([]*tenants.Consumer, 0, len(ts.consumers))
+	for _, c := range ts.consumers {
+		v.consumers = append(v.consumers, c)
+	}
+	v.keys = make([]keyEntry, 0, len(ts.keys))
+	for _, k := range ts.keys {
+		v.keys = append(v.keys, k)
+	}
+	v.plans = make([]*tenants.Plan, 0, len(ts.plans))
+	for _, p := range ts.plans {
+		v.plans = append(v.plans, p)
+	}
+	v.issuers = make([]*tenants.Issuer, 0, len(ts.issuers))
+	for _, is := range ts.issuers {
+		v.issuers = append(v.issuers, is)
+	}
+	v.accessRules = ts.accessRules
+	return v
+}
+
+// unpublish forgets a deleted tenant: requests stop finding it once the host map is
+// rebuilt, and its idle upstream connections close.
+func (e *Edge) unpublish(ts *tenantState) {
+	ts.slot.snap.Store(nil)
+	ts.compiled.closeUpstreams()
+	for _, hc := range ts.compiled.pools {
+		hc.CloseIdleConnections()
+	}
+	e.dropCaches(ts.id, ts.compiled.caches, nil)
+	ts.compiled = compiled{}
+	e.labels.drop(ts.id)
+}
+
+// rebuildHosts publishes a new host map from the compiled tenants. Two tenants claiming
+// one slug (only possible with inconsistent config) resolve to the smaller tenant id.
+func (e *Edge) rebuildHosts() {
+	e.mu.Lock()
+	hosts := make(map[string]*tenantSlot, len(e.state))
+	owner := make(map[string]string, len(e.state))
+	routes := 0
+	for id, ts := range e.state {
+		snap := ts.slot.snap.Load()
+		if snap == nil || ts.published == "" {
+			continue
+		}
+		if prev, ok := owner[ts.published]; ok {
+			e.log.Warn("edge: two tenants claim one slug", "slug", ts.published, "tenants", []string{prev, id})
+			if prev < id {
+				continue
+			}
+		}
+		hosts[ts.published] = ts.slot
+		owner[ts.published] = id
+		routes += snap.routes.Len()
+	}
+	custom := e.buildCustomHostsLocked(hosts)
+	e.mu.Unlock()
+	e.hosts.Store(&hosts)
+	e.custom.Store(custom)
+	e.m.tenants.Set(float64(len(hosts)))
+	e.m.routes.Set(float64(routes))
+}
