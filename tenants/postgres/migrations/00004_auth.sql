@@ -1,4 +1,4 @@
--- JWT issuers and access policies of tenants (issue 5).
+-- JWT issuers and access policies of tenants.
 --
 -- An issuer's settings (audiences, algorithms, keys or jwks_url or the HS256 secret,
 -- claims, leeway) are one jsonb value, read and written whole like a route's spec; only

@@ -1,4 +1,4 @@
--- Console users, their memberships and sessions, and the audit log (issue 7).
+-- Console users, their memberships and sessions, and the audit log.
 --
 -- Only hashes are stored: bcrypt for passwords, SHA-256 for session ids (the id itself
 -- lives only in the browser's cookie). Every membership, session and audit row is reached

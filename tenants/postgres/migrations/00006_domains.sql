@@ -1,4 +1,4 @@
--- Tenants' custom domains and their certificates (issue 8, TLS).
+-- Tenants' custom domains and their certificates, for TLS.
 --
 -- A host name belongs to at most one tenant: the constraint is global, not per tenant,
 -- because the edge finds the tenant by the host name alone. The private key is stored

@@ -1,4 +1,4 @@
--- Pending invitations to a tenant (issue 7). An owner or admin invites an email with a
+-- Pending invitations to a tenant. An owner or admin invites an email with a
 -- role; when no account has that email yet the invite waits here and sign-up turns it
 -- into a membership, in the sign-up's transaction. 00006 is another change's number.
 
