@@ -1,0 +1,462 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"tollgate/tenants"
+)
+
+// Config as code (tenants.ConfigService): a tenant's config read whole, and a document
+// applied as the writes of each object would be, all in one transaction, so the edges see
+// one burst of entries and a failure anywhere changes nothing.
+
+// configState is a tenant's config as stored, each list sorted by name.
+type configState struct {
+	slug      string
+	routes    []*tenants.Route
+	consumers []*tenants.Consumer
+	plans     []*tenants.Plan
+	issuers   []*tenants.Issuer
+	policy    *tenants.AccessRules // nil: none
+	domains   []*tenants.Domain
+}
+
+func collect[T any](ctx context.Context, tx pgx.Tx, scan func(pgx.Row) (*T, error), query, tenantID string) ([]*T, error) {
+	rows, err := tx.Query(ctx, query, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*T, error) { return scan(r) })
+}
+
+// loadConfig reads the tenant's config in tx; lock takes the tenant's row, so two applies
+// to one tenant run one after the other. ENotFound (tenant).
+func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*configState, error) {
+	q := `SELECT slug FROM tenants WHERE id = $1`
+	if lock {
+		q += ` FOR NO KEY UPDATE`
+	}
+	var st configState
+	err := tx.QueryRow(ctx, q, tenantID).Scan(&st.slug)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("tenant")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.routes, err = collect(ctx, tx, scanRoute, `SELECT `+routeColumns+` FROM routes WHERE tenant_id = $1 ORDER BY name`, tenantID); err != nil {
+		return nil, err
+	}
+	if st.consumers, err = collect(ctx, tx, scanConsumer, `SELECT `+consumerColumns+` FROM consumers WHERE tenant_id = $1 ORDER BY name`, tenantID); err != nil {
+		return nil, err
+	}
+	if st.plans, err = collect(ctx, tx, scanPlan, `SELECT `+planColumns+` FROM plans WHERE tenant_id = $1 ORDER BY name`, tenantID); err != nil {
+		return nil, err
+	}
+	if st.issuers, err = collect(ctx, tx, scanIssuer, `SELECT `+issuerColumns+` FROM jwt_issuers WHERE tenant_id = $1 ORDER BY issuer`, tenantID); err != nil {
+		return nil, err
+	}
+	if st.domains, err = collect(ctx, tx, scanDomain, `SELECT `+domainColumns+` FROM domains WHERE tenant_id = $1 ORDER BY hostname`, tenantID); err != nil {
+		return nil, err
+	}
+	st.policy, err = scanPolicy(tx.QueryRow(ctx, `SELECT `+policyColumns+` FROM policies WHERE tenant_id = $1`, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		st.policy, err = nil, nil
+	}
+	return &st, err
+}
+
+// revision stamps the state: every object's id and version. A domain counts by its id and
+// host name only, since its version also follows the DNS proof's checks and its
+// certificate's renewals, which are not in the document.
+func (st *configState) revision() string {
+	var lines []string
+	for _, r := range st.routes {
+		lines = append(lines, fmt.Sprintf("route %s %d", r.ID, r.Version))
+	}
+	for _, c := range st.consumers {
+		lines = append(lines, fmt.Sprintf("consumer %s %d", c.ID, c.Version))
+	}
+	for _, p := range st.plans {
+		lines = append(lines, fmt.Sprintf("plan %s %d", p.ID, p.Version))
+	}
+	for _, is := range st.issuers {
+		lines = append(lines, fmt.Sprintf("jwt_issuer %s %d", is.ID, is.Version))
+	}
+	if st.policy != nil {
+		lines = append(lines, fmt.Sprintf("policy %d", st.policy.Version))
+	}
+	for _, d := range st.domains {
+		lines = append(lines, fmt.Sprintf("domain %s %s", d.ID, d.Hostname))
+	}
+	slices.Sort(lines)
+	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
+	return hex.EncodeToString(sum[:12])
+}
+
+// document is the state as a config document: the objects without their secrets.
+func (st *configState) document() *tenants.ConfigDocument {
+	doc := &tenants.ConfigDocument{
+		Version:    tenants.ConfigDocumentVersion,
+		Tenant:     st.slug,
+		Revision:   st.revision(),
+		Routes:     st.routes,
+		Consumers:  st.consumers,
+		Plans:      st.plans,
+		JWTIssuers: make([]*tenants.Issuer, len(st.issuers)),
+		Policy:     st.policy,
+		Domains:    make([]tenants.ConfigDomain, len(st.domains)),
+	}
+	for i, is := range st.issuers {
+		c := *is
+		c.HS256Secret = ""
+		doc.JWTIssuers[i] = &c
+	}
+	for i, d := range st.domains {
+		doc.Domains[i] = tenants.ConfigDomain{Hostname: d.Hostname, Status: d.Status}
+	}
+	doc.Sort() // ORDER BY follows the database's collation; the document sorts bytewise
+	return doc
+}
+
+// ExportConfig returns the tenant's config document, read in one snapshot: ENotFound.
+func (db *DB) ExportConfig(ctx context.Context, tenantID string) (*tenants.ConfigDocument, error) {
+	if !parseID(tenantID) {
+		return nil, notFound("tenant")
+	}
+	var doc *tenants.ConfigDocument
+	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		st, err := loadConfig(ctx, tx, tenantID, false)
+		if err != nil {
+			return err
+		}
+		doc = st.document()
+		return nil
+	})
+	if err != nil {
+		return nil, constraintError(err, "export config", nil)
+	}
+	return doc, nil
+}
+
+// errNothingToCommit rolls back an apply that is dry or changes nothing, so it leaves no
+// audit entry either.
+var errNothingToCommit = errors.New("nothing to commit")
+
+// ApplyConfig makes the tenant's config what doc says (tenants.ConfigService). Each object
+// is validated and written as its own create, update or delete would be, in one
+// transaction: creates and updates of plans first (consumers name them), then consumers,
+// the deletes of plans (once no consumer names them), routes (deletes before updates
+// before creates, so paths move between routes), JWT issuers, the policy and the
+// domains. The transaction records ctx's audit entry once.
+func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.ConfigDocument, o tenants.ApplyOptions) (*tenants.ConfigPlan, error) {
+	if !parseID(tenantID) {
+		return nil, notFound("tenant")
+	}
+	if err := doc.CheckNames(); err != nil {
+		return nil, err
+	}
+	var plan *tenants.ConfigPlan
+	err := db.write(ctx, func(tx pgx.Tx) error {
+		// Its audit entry is of the tenant as a whole, not of the first object changed.
+		auditObject(tx, tenantID, "")
+		st, err := loadConfig(ctx, tx, tenantID, true)
+		if err != nil {
+			return err
+		}
+		if doc.Tenant != st.slug {
+			return tenants.Invalid("tenant", "the document is of tenant %q, not %q", doc.Tenant, st.slug)
+		}
+		var ops []func() error
+		plan, ops, err = db.planConfig(ctx, tx, tenantID, st, doc, o.Prune)
+		if err != nil {
+			return err
+		}
+		plan.Revision = st.revision()
+		if plan.Changes() == 0 {
+			return errNothingToCommit
+		}
+		if doc.Revision != "" && doc.Revision != plan.Revision && !o.Force {
+			e := tenants.Errorf(tenants.EVersionConflict, "the document was exported at revision %s and the tenant's config has changed since (now %s): export it again and redo the edit, or apply with force to overwrite", doc.Revision, plan.Revision)
+			e.Field = "revision"
+			return e
+		}
+		for _, op := range ops {
+			if err := op(); err != nil {
+				return err
+			}
+		}
+		if o.DryRun {
+			return errNothingToCommit
+		}
+		after, err := loadConfig(ctx, tx, tenantID, false)
+		if err != nil {
+			return err
+		}
+		plan.Revision, plan.Applied = after.revision(), true
+		return nil
+	})
+	if errors.Is(err, errNothingToCommit) {
+		return plan, nil
+	}
+	if err != nil {
+		return nil, constraintError(err, "apply config", nil)
+	}
+	return plan, nil
+}
+
+// same reports whether two objects agree on everything a document sets.
+func same(a, b any) bool {
+	x, err1 := tenants.WritableJSON(a)
+	y, err2 := tenants.WritableJSON(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
+
+// configOps collects an apply's plan and its writes in the order they must run.
+type configOps struct {
+	plan                                     *tenants.ConfigPlan
+	planWrites, consumers, planDeletes, rest []func() error
+}
+
+// at runs op and names the document path in its error; byConstraint maps the store's
+// constraint errors as the object's own write does.
+func at(path, op string, byConstraint map[string]*tenants.Error, fn func() error) func() error {
+	return func() error {
+		return tenants.AtPath(path, constraintError(fn(), op, byConstraint))
+	}
+}
+
+// planConfig validates doc's objects, compares them with st and returns the plan and the
+// writes that carry it out, in order. Validation errors name the document path.
+func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *configState, doc *tenants.ConfigDocument, prune bool) (*tenants.ConfigPlan, []func() error, error) {
+	c := &configOps{plan: &tenants.ConfigPlan{Created: []tenants.ConfigChange{}, Updated: []tenants.ConfigChange{}, Deleted: []tenants.ConfigChange{}}}
+	change := func(list *[]tenants.ConfigChange, kind, name string) {
+		*list = append(*list, tenants.ConfigChange{Kind: kind, Name: name})
+	}
+
+	if doc.Plans != nil {
+		have := byName(st.plans, func(p *tenants.Plan) string { return p.Name })
+		for i, p := range sortedIndex(doc.Plans, func(p *tenants.Plan) string { return p.Name }) {
+			want := doc.Plans[i]
+			path := fmt.Sprintf("plans[%d]", i)
+			want.TenantID = tenantID
+			if err := want.Validate(); err != nil {
+				return nil, nil, tenants.AtPath(path, err)
+			}
+			cur := have[p]
+			switch {
+			case cur == nil:
+				change(&c.plan.Created, tenants.ConfigKindPlan, p)
+				c.planWrites = append(c.planWrites, at(path, "create plan", planConflicts(want), func() error { return insertPlan(ctx, tx, want) }))
+			case !same(cur, want):
+				want.ID, want.Version = cur.ID, cur.Version
+				change(&c.plan.Updated, tenants.ConfigKindPlan, p)
+				c.planWrites = append(c.planWrites, at(path, "update plan", planConflicts(want), func() error { return updatePlan(ctx, tx, want) }))
+			default:
+				c.plan.Unchanged++
+			}
+			delete(have, p)
+		}
+		if prune {
+			for _, p := range st.plans {
+				if _, left := have[p.Name]; left {
+					change(&c.plan.Deleted, tenants.ConfigKindPlan, p.Name)
+					c.planDeletes = append(c.planDeletes, at("plans", "delete plan", planDeleteConflicts, func() error { return deletePlan(ctx, tx, tenantID, p.ID) }))
+				}
+			}
+		}
+	}
+
+	if doc.Consumers != nil {
+		have := byName(st.consumers, func(c *tenants.Consumer) string { return c.Name })
+		var writes []func() error
+		for i, name := range sortedIndex(doc.Consumers, func(c *tenants.Consumer) string { return c.Name }) {
+			want := doc.Consumers[i]
+			path := fmt.Sprintf("consumers[%d]", i)
+			want.TenantID = tenantID
+			if err := want.Validate(); err != nil {
+				return nil, nil, tenants.AtPath(path, err)
+			}
+			cur := have[name]
+			switch {
+			case cur == nil:
+				change(&c.plan.Created, tenants.ConfigKindConsumer, name)
+				writes = append(writes, at(path, "create consumer", consumerErrors(want), func() error { return insertConsumer(ctx, tx, want) }))
+			case !same(cur, want):
+				want.ID, want.Version = cur.ID, cur.Version
+				change(&c.plan.Updated, tenants.ConfigKindConsumer, name)
+				writes = append(writes, at(path, "update consumer", consumerErrors(want), func() error { return updateConsumer(ctx, tx, want) }))
+			default:
+				c.plan.Unchanged++
+			}
+			delete(have, name)
+		}
+		if prune {
+			for _, cur := range st.consumers {
+				if _, left := have[cur.Name]; left {
+					change(&c.plan.Deleted, tenants.ConfigKindConsumer, cur.Name)
+					c.consumers = append(c.consumers, at("consumers", "delete consumer", nil, func() error { return deleteConsumer(ctx, tx, tenantID, cur.ID) }))
+				}
+			}
+		}
+		c.consumers = append(c.consumers, writes...)
+	}
+
+	if doc.Routes != nil {
+		have := byName(st.routes, func(r *tenants.Route) string { return r.Name })
+		var updates, creates []func() error
+		for i, name := range sortedIndex(doc.Routes, func(r *tenants.Route) string { return r.Name }) {
+			want := doc.Routes[i]
+			path := fmt.Sprintf("routes[%d]", i)
+			want.TenantID = tenantID
+			if err := want.Validate(db.upstream); err != nil {
+				return nil, nil, tenants.AtPath(path, err)
+			}
+			cur := have[name]
+			switch {
+			case cur == nil:
+				change(&c.plan.Created, tenants.ConfigKindRoute, name)
+				creates = append(creates, at(path, "create route", routeConflicts(want), func() error { return insertRoute(ctx, tx, want) }))
+			case !same(cur, want):
+				want.ID, want.Version = cur.ID, cur.Version
+				change(&c.plan.Updated, tenants.ConfigKindRoute, name)
+				updates = append(updates, at(path, "update route", routeConflicts(want), func() error { return updateRoute(ctx, tx, want) }))
+			default:
+				c.plan.Unchanged++
+			}
+			delete(have, name)
+		}
+		if prune {
+			for _, cur := range st.routes {
+				if _, left := have[cur.Name]; left {
+					change(&c.plan.Deleted, tenants.ConfigKindRoute, cur.Name)
+					c.rest = append(c.rest, at("routes", "delete route", nil, func() error { return deleteRoute(ctx, tx, tenantID, cur.ID) }))
+				}
+			}
+		}
+		c.rest = append(append(c.rest, updates...), creates...)
+	}
+
+	if doc.JWTIssuers != nil {
+		have := byName(st.issuers, func(is *tenants.Issuer) string { return is.Issuer })
+		var writes []func() error
+		for i, name := range sortedIndex(doc.JWTIssuers, func(is *tenants.Issuer) string { return is.Issuer }) {
+			want := doc.JWTIssuers[i]
+			path := fmt.Sprintf("jwt_issuers[%d]", i)
+			want.TenantID = tenantID
+			cur := have[name]
+			// As on PUT: an issuer naming no key source keeps its stored secret, which
+			// export leaves out.
+			if cur != nil && want.JWKSURL == "" && want.Keys == nil && want.HS256Secret == "" {
+				want.HS256Secret = cur.HS256Secret
+			}
+			if err := db.validateIssuer(want); err != nil {
+				return nil, nil, tenants.AtPath(path, err)
+			}
+			switch {
+			case cur == nil:
+				change(&c.plan.Created, tenants.ConfigKindJWTIssuer, name)
+				writes = append(writes, at(path, "create jwt issuer", issuerConflicts(want), func() error { return insertIssuer(ctx, tx, want) }))
+			case !same(cur, want):
+				want.ID, want.Version = cur.ID, cur.Version
+				change(&c.plan.Updated, tenants.ConfigKindJWTIssuer, name)
+				writes = append(writes, at(path, "update jwt issuer", issuerConflicts(want), func() error { return updateIssuer(ctx, tx, want) }))
+			default:
+				c.plan.Unchanged++
+			}
+			delete(have, name)
+		}
+		if prune {
+			for _, cur := range st.issuers {
+				if _, left := have[cur.Issuer]; left {
+					change(&c.plan.Deleted, tenants.ConfigKindJWTIssuer, cur.Issuer)
+					c.rest = append(c.rest, at("jwt_issuers", "delete jwt issuer", nil, func() error { return deleteIssuer(ctx, tx, tenantID, cur.ID) }))
+				}
+			}
+		}
+		c.rest = append(c.rest, writes...)
+	}
+
+	if want := doc.Policy; want != nil {
+		want.TenantID = tenantID
+		if want.Rules == nil {
+			want.Rules = [][]string{}
+		}
+		if want.Roles == nil {
+			want.Roles = [][]string{}
+		}
+		switch {
+		case st.policy == nil:
+			change(&c.plan.Created, tenants.ConfigKindPolicy, tenants.ConfigKindPolicy)
+		case !same(st.policy, want):
+			change(&c.plan.Updated, tenants.ConfigKindPolicy, tenants.ConfigKindPolicy)
+		default:
+			c.plan.Unchanged++
+		}
+		if st.policy == nil || !same(st.policy, want) {
+			want.Version = 0 // the transaction holds the tenant: replace what it read
+			c.rest = append(c.rest, at("policy", "put policy", nil, func() error { return putPolicy(ctx, tx, want) }))
+		}
+	}
+
+	if doc.Domains != nil {
+		have := byName(st.domains, func(d *tenants.Domain) string { return d.Hostname })
+		for i, d := range doc.Domains {
+			host := strings.ToLower(strings.TrimSuffix(d.Hostname, "."))
+			if have[host] == nil {
+				return nil, nil, tenants.Invalid(fmt.Sprintf("domains[%d].hostname", i),
+					"the tenant has no custom domain %q: claim it with its certificate and key (POST /v1/tenants/%s/domains); a document keeps or removes domains, it does not claim them", d.Hostname, st.slug)
+			}
+			c.plan.Unchanged++
+			delete(have, host)
+		}
+		if prune {
+			for _, cur := range st.domains {
+				if _, left := have[cur.Hostname]; left {
+					change(&c.plan.Deleted, tenants.ConfigKindDomain, cur.Hostname)
+					c.rest = append(c.rest, at("domains", "delete domain", nil, func() error { return deleteDomain(ctx, tx, tenantID, cur.ID) }))
+				}
+			}
+		}
+	}
+
+	ops := slices.Concat(c.planWrites, c.consumers, c.planDeletes, c.rest)
+	return c.plan, ops, nil
+}
+
+func byName[T any](list []*T, name func(*T) string) map[string]*T {
+	m := make(map[string]*T, len(list))
+	for _, v := range list {
+		m[name(v)] = v
+	}
+	return m
+}
+
+// sortedIndex lists the indices of list's objects in the order of their names, each
+// with its name, so a plan reads in the order export writes while errors keep the
+// document's own indices.
+func sortedIndex[T any](list []*T, name func(*T) string) func(yield func(int, string) bool) {
+	idx := make([]int, len(list))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(name(list[a]), name(list[b])) })
+	return func(yield func(int, string) bool) {
+		for _, i := range idx {
+			if !yield(i, name(list[i])) {
+				return
+			}
+		}
+	}
+}
+
+var _ tenants.ConfigService = (*DB)(nil)

@@ -1,0 +1,252 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"tollgate/infra/testcert"
+	"tollgate/tenants"
+	"tollgate/tenants/postgres"
+)
+
+const configSecret = "0123456789abcdef0123456789abcdef-config"
+
+// exportJSON is the tenant's document as the API writes it.
+func exportJSON(t *testing.T, db *postgres.DB, tenantID string) []byte {
+	t.Helper()
+	doc, err := db.ExportConfig(context.Background(), tenantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// parseDoc reads a document back, as a client that edits it would.
+func parseDoc(t *testing.T, b []byte) *tenants.ConfigDocument {
+	t.Helper()
+	var doc tenants.ConfigDocument
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	return &doc
+}
+
+func apply(t *testing.T, ctx context.Context, db *postgres.DB, tenantID string, doc *tenants.ConfigDocument, o tenants.ApplyOptions) *tenants.ConfigPlan {
+	t.Helper()
+	plan, err := db.ApplyConfig(ctx, tenantID, doc, o)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	return plan
+}
+
+func changes(list []tenants.ConfigChange) string {
+	var s []string
+	for _, c := range list {
+		s = append(s, c.Kind+":"+c.Name)
+	}
+	return strings.Join(s, " ")
+}
+
+// seedConfig gives a tenant one object of each kind.
+func seedConfig(t *testing.T, db *postgres.DB, ca *testcert.CA, tn *tenants.Tenant) {
+	t.Helper()
+	ctx := context.Background()
+	if err := db.CreatePlan(ctx, &tenants.Plan{TenantID: tn.ID, Name: "gold", Concurrency: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateConsumer(ctx, &tenants.Consumer{TenantID: tn.ID, Name: "alice", Plan: "gold"}); err != nil {
+		t.Fatal(err)
+	}
+	mustRoute(t, db, newRoute(tn.ID, "hello", "/hello"))
+	mustRoute(t, db, newRoute(tn.ID, "admin", "/admin"))
+	if err := db.CreateJWTIssuer(ctx, &tenants.Issuer{TenantID: tn.ID, Issuer: "https://idp.example", Audiences: []string{"api"}, HS256Secret: configSecret}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.PutAccessRules(ctx, &tenants.AccessRules{TenantID: tn.ID, Rules: [][]string{{"alice", "/hello/*", "GET"}}}); err != nil {
+		t.Fatal(err)
+	}
+	mustDomain(t, db, ca, tn.ID, "api.example.com")
+}
+
+// TestConfigRoundTrip: an export applies to no change and exports the same bytes; it
+// holds no id, version, timestamp or secret; an applied edit is one transaction (one
+// audit entry, its entries only), and applying it again changes nothing.
+func TestConfigRoundTrip(t *testing.T) {
+	db, url := openDB(t)
+	ctx := context.Background()
+	conn := rawConn(t, url)
+	tn := mustTenant(t, db, "acme")
+	seedConfig(t, db, testcert.NewCA(t), tn)
+
+	first := exportJSON(t, db, tn.ID)
+	for _, leak := range []string{`"id"`, `"version":2`, `"tenant_id"`, `"created_at"`, configSecret, "PRIVATE KEY", "certificate_pem"} {
+		if strings.Contains(string(first), leak) {
+			t.Errorf("export holds %s:\n%s", leak, first)
+		}
+	}
+	for _, want := range []string{`"tenant":"acme"`, `"name":"hello"`, `"issuer":"https://idp.example"`, `"hostname":"api.example.com"`, `"status":"pending"`} {
+		if !strings.Contains(string(first), want) {
+			t.Errorf("export lacks %s:\n%s", want, first)
+		}
+	}
+	if strings.Index(string(first), `"admin"`) > strings.Index(string(first), `"hello"`) {
+		t.Errorf("routes not sorted by name:\n%s", first)
+	}
+
+	before := maxOutboxID(t, conn)
+	plan := apply(t, ctx, db, tn.ID, parseDoc(t, first), tenants.ApplyOptions{Prune: true})
+	if plan.Applied || plan.Changes() != 0 || plan.Unchanged != 7 {
+		t.Fatalf("applying the export: %+v", plan)
+	}
+	if got := outboxAfter(t, conn, before); len(got) != 0 {
+		t.Fatalf("no-op apply wrote %v", got)
+	}
+	if again := exportJSON(t, db, tn.ID); string(again) != string(first) {
+		t.Fatalf("export → apply → export differs:\n%s\n%s", first, again)
+	}
+	is, _, err := db.ListJWTIssuers(ctx, tn.ID, tenants.Page{})
+	if err != nil || is[0].HS256Secret != configSecret {
+		t.Fatalf("issuer secret not kept: %v %+v", err, is)
+	}
+
+	// An edit: one route changed, one added, nothing else.
+	doc := parseDoc(t, first)
+	doc.Routes[1].Paths = []string{"/hello", "/hi"}
+	doc.Routes = append(doc.Routes, newRoute("", "new", "/new"))
+	actx := tenants.WithAudit(ctx, tenants.Audit{TenantID: tn.ID, Actor: "ci", Action: "config.apply"})
+	plan = apply(t, actx, db, tn.ID, doc, tenants.ApplyOptions{})
+	if !plan.Applied || changes(plan.Created) != "route:new" || changes(plan.Updated) != "route:hello" || len(plan.Deleted) != 0 || plan.Unchanged != 6 {
+		t.Fatalf("edit: %+v", plan)
+	}
+	rows := outboxAfter(t, conn, before)
+	if len(rows) != 2 {
+		t.Fatalf("edit wrote %d entries, want 2: %v", len(rows), rows)
+	}
+	if log := auditLog(t, db, tn.ID); len(log) != 1 || log[0] != "config.apply  ci" {
+		t.Fatalf("audit: %q", log)
+	}
+	after := exportJSON(t, db, tn.ID)
+	if parseDoc(t, after).Revision != plan.Revision || plan.Revision == parseDoc(t, first).Revision {
+		t.Fatalf("revision %s after apply; export says %s", plan.Revision, parseDoc(t, after).Revision)
+	}
+
+	// Applying the same edit again changes nothing, even though its revision is now stale.
+	plan = apply(t, actx, db, tn.ID, doc, tenants.ApplyOptions{})
+	if plan.Applied || plan.Changes() != 0 {
+		t.Fatalf("second apply: %+v", plan)
+	}
+	if log := auditLog(t, db, tn.ID); len(log) != 1 {
+		t.Fatalf("a no-op apply was audited: %q", log)
+	}
+}
+
+// TestConfigApplyRules: dry runs, prune, stale documents and the errors' paths.
+func TestConfigApplyRules(t *testing.T) {
+	db, url := openDB(t)
+	ctx := context.Background()
+	conn := rawConn(t, url)
+	tn := mustTenant(t, db, "acme")
+	seedConfig(t, db, testcert.NewCA(t), tn)
+	exported := exportJSON(t, db, tn.ID)
+
+	t.Run("dry run changes nothing", func(t *testing.T) {
+		before := maxOutboxID(t, conn)
+		doc := parseDoc(t, exported)
+		doc.Consumers = []*tenants.Consumer{}
+		plan := apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{DryRun: true, Prune: true})
+		if plan.Applied || changes(plan.Deleted) != "consumer:alice" {
+			t.Fatalf("dry run: %+v", plan)
+		}
+		if got := outboxAfter(t, conn, before); len(got) != 0 || string(exportJSON(t, db, tn.ID)) != string(exported) {
+			t.Fatalf("dry run changed the config: %v", got)
+		}
+	})
+
+	t.Run("without prune nothing is deleted, a list left out is left alone", func(t *testing.T) {
+		doc := parseDoc(t, exported)
+		doc.Consumers = []*tenants.Consumer{}
+		doc.Routes = nil
+		plan := apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{})
+		if plan.Changes() != 0 {
+			t.Fatalf("%+v", plan)
+		}
+		doc.Revision = ""
+		plan = apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{Prune: true, DryRun: true})
+		if changes(plan.Deleted) != "consumer:alice" {
+			t.Fatalf("prune with routes left out: %+v", plan)
+		}
+	})
+
+	t.Run("errors name the document path", func(t *testing.T) {
+		for _, c := range []struct {
+			name, code, field string
+			edit              func(d *tenants.ConfigDocument)
+		}{
+			{"bad target", tenants.EValidation, "routes[1].upstream.targets[0].url", func(d *tenants.ConfigDocument) {
+				d.Routes[1].Upstream.Targets[0].URL = "ftp://x"
+			}},
+			{"path taken", tenants.EConflict, "routes[2].paths[0]", func(d *tenants.ConfigDocument) {
+				d.Routes = append(d.Routes, newRoute("", "zzz", "/hello"))
+			}},
+			{"unknown plan", tenants.EValidation, "consumers[0].plan", func(d *tenants.ConfigDocument) {
+				d.Consumers[0].Plan = "platinum"
+			}},
+			{"twice", tenants.EValidation, "routes[2].name", func(d *tenants.ConfigDocument) {
+				d.Routes = append(d.Routes, newRoute("", "hello", "/other"))
+			}},
+			{"unclaimed domain", tenants.EValidation, "domains[1].hostname", func(d *tenants.ConfigDocument) {
+				d.Domains = append(d.Domains, tenants.ConfigDomain{Hostname: "new.example.com"})
+			}},
+			{"other tenant", tenants.EValidation, "tenant", func(d *tenants.ConfigDocument) { d.Tenant = "other" }},
+			{"no key source", tenants.EValidation, "jwt_issuers[1]", func(d *tenants.ConfigDocument) {
+				d.JWTIssuers = append(d.JWTIssuers, &tenants.Issuer{Issuer: "https://other.example", Audiences: []string{"a"}})
+			}},
+		} {
+			before := maxOutboxID(t, conn)
+			doc := parseDoc(t, exported)
+			c.edit(doc)
+			_, err := db.ApplyConfig(ctx, tn.ID, doc, tenants.ApplyOptions{})
+			var te *tenants.Error
+			if !errors.As(err, &te) || te.Code != c.code || !strings.HasPrefix(te.Field, c.field) {
+				t.Errorf("%s: %v, want %s on %s", c.name, err, c.code, c.field)
+			}
+			if got := outboxAfter(t, conn, before); len(got) != 0 {
+				t.Errorf("%s: a failed apply wrote %v", c.name, got)
+			}
+		}
+	})
+
+	t.Run("stale document refused unless forced", func(t *testing.T) {
+		mustRoute(t, db, newRoute(tn.ID, "late", "/late"))
+		doc := parseDoc(t, exported)
+		doc.Routes[0].Paths = []string{"/admin", "/admin2"}
+		_, err := db.ApplyConfig(ctx, tn.ID, doc, tenants.ApplyOptions{})
+		wantCode(t, err, tenants.EVersionConflict)
+		plan := apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{Force: true, Prune: true})
+		if !plan.Applied || changes(plan.Updated) != "route:admin" || changes(plan.Deleted) != "route:late" {
+			t.Fatalf("forced: %+v", plan)
+		}
+	})
+
+	t.Run("prune deletes what the document dropped", func(t *testing.T) {
+		doc := parseDoc(t, exportJSON(t, db, tn.ID))
+		doc.Consumers, doc.Plans, doc.Domains = []*tenants.Consumer{}, []*tenants.Plan{}, []tenants.ConfigDomain{}
+		doc.JWTIssuers = []*tenants.Issuer{}
+		plan := apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{Prune: true})
+		if got := changes(plan.Deleted); got != "plan:gold consumer:alice jwt_issuer:https://idp.example domain:api.example.com" {
+			t.Fatalf("deleted %s", got)
+		}
+		left := parseDoc(t, exportJSON(t, db, tn.ID))
+		if len(left.Consumers)+len(left.Plans)+len(left.Domains)+len(left.JWTIssuers) != 0 || len(left.Routes) != 2 {
+			t.Fatalf("after prune: %+v", left)
+		}
+	})
+}
