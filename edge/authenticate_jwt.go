@@ -9,6 +9,7 @@ import (
 
 	"tollgate/accessrules"
 	"tollgate/edge/jwtauth"
+	"tollgate/edge/routing"
 	"tollgate/tenants"
 )
 
@@ -166,7 +167,7 @@ func (e *Edge) newVerifier(s *Snapshot, entries []*tenants.Issuer) *jwtauth.Veri
 
 // bearer returns the token of an "Authorization: Bearer <token>" header, or nil.
 func bearer(h []byte) []byte {
-	if len(h) < len(strBearer)+1 || !asciiEqualFold(h[:len(strBearer)], "bearer") || h[len(strBearer)] != ' ' {
+	if len(h) < len(strBearer)+1 || !routing.ASCIIEqualFold(h[:len(strBearer)], "bearer") || h[len(strBearer)] != ' ' {
 		return nil
 	}
 	t := h[len(strBearer)+1:]

@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"io"
+	"tollgate/edge/routing"
 
 	"github.com/valyala/fasthttp"
 )
@@ -92,70 +93,70 @@ const tollgatePrefix = "x-tollgate-"
 func classify(k []byte) int {
 	switch len(k) {
 	case 2:
-		if asciiEqualFold(k, "te") {
+		if routing.ASCIIEqualFold(k, "te") {
 			return clsHop
 		}
 	case 6:
-		if asciiEqualFold(k, "expect") {
+		if routing.ASCIIEqualFold(k, "expect") {
 			return clsHop
 		}
 	case 7:
-		if asciiEqualFold(k, "upgrade") || asciiEqualFold(k, "trailer") {
+		if routing.ASCIIEqualFold(k, "upgrade") || routing.ASCIIEqualFold(k, "trailer") {
 			return clsHop
 		}
 	case 9:
-		if asciiEqualFold(k, "x-api-key") {
+		if routing.ASCIIEqualFold(k, "x-api-key") {
 			return clsAPIKey
 		}
-		if asciiEqualFold(k, "forwarded") {
+		if routing.ASCIIEqualFold(k, "forwarded") {
 			return clsForwarded
 		}
-		if asciiEqualFold(k, "x-real-ip") {
+		if routing.ASCIIEqualFold(k, "x-real-ip") {
 			return clsXRealIP
 		}
 	case 10:
-		if asciiEqualFold(k, "connection") {
+		if routing.ASCIIEqualFold(k, "connection") {
 			return clsConnection
 		}
-		if asciiEqualFold(k, "keep-alive") {
+		if routing.ASCIIEqualFold(k, "keep-alive") {
 			return clsHop
 		}
 	case 12:
-		if asciiEqualFold(k, "x-request-id") {
+		if routing.ASCIIEqualFold(k, "x-request-id") {
 			return clsRequestID
 		}
 	case 13:
-		if asciiEqualFold(k, "x-consumer-id") {
+		if routing.ASCIIEqualFold(k, "x-consumer-id") {
 			return clsIdentity
 		}
 	case 15:
-		if asciiEqualFold(k, "x-forwarded-for") {
+		if routing.ASCIIEqualFold(k, "x-forwarded-for") {
 			return clsXFF
 		}
-		if asciiEqualFold(k, "x-consumer-name") {
+		if routing.ASCIIEqualFold(k, "x-consumer-name") {
 			return clsIdentity
 		}
 	case 16:
-		if asciiEqualFold(k, "x-forwarded-host") {
+		if routing.ASCIIEqualFold(k, "x-forwarded-host") {
 			return clsXFH
 		}
 	case 17:
-		if asciiEqualFold(k, "x-forwarded-proto") {
+		if routing.ASCIIEqualFold(k, "x-forwarded-proto") {
 			return clsXFP
 		}
-		if asciiEqualFold(k, "transfer-encoding") {
+		if routing.ASCIIEqualFold(k, "transfer-encoding") {
 			return clsHop
 		}
 	case 18:
-		if asciiEqualFold(k, "proxy-authenticate") {
+		if routing.ASCIIEqualFold(k, "proxy-authenticate") {
 			return clsHop
 		}
 	case 19:
-		if asciiEqualFold(k, "proxy-authorization") {
+		if routing.ASCIIEqualFold(k, "proxy-authorization") {
 			return clsHop
 		}
 	}
-	if len(k) >= len(tollgatePrefix) && asciiEqualFold(k[:len(tollgatePrefix)], tollgatePrefix) {
+	if len(k) >= len(tollgatePrefix) && routing.ASCIIEqualFold(k[:len(tollgatePrefix)], tollgatePrefix) {
 		return clsIdentity
 	}
 	return clsOther
@@ -288,8 +289,8 @@ func delConnectionTokens(v []byte, del func([]byte)) int {
 			tok, v = v, nil
 		}
 		tok = bytes.TrimSpace(tok)
-		if len(tok) == 0 || asciiEqualFold(tok, "host") || asciiEqualFold(tok, "content-length") ||
-			asciiEqualFold(tok, "close") || asciiEqualFold(tok, "keep-alive") {
+		if len(tok) == 0 || routing.ASCIIEqualFold(tok, "host") || routing.ASCIIEqualFold(tok, "content-length") ||
+			routing.ASCIIEqualFold(tok, "close") || routing.ASCIIEqualFold(tok, "keep-alive") {
 			// close/keep-alive are options, not header names (and Keep-Alive goes anyway).
 			continue
 		}
@@ -361,7 +362,7 @@ func (d *hopNames) add(k []byte) {
 // connectionOptionsOnly reports a Connection value that names no header: "keep-alive"
 // or "close", what nearly every upstream sends.
 func connectionOptionsOnly(v []byte) bool {
-	return asciiEqualFold(v, "keep-alive") || asciiEqualFold(v, "close")
+	return routing.ASCIIEqualFold(v, "keep-alive") || routing.ASCIIEqualFold(v, "close")
 }
 
 // classifyResponse is classify for response headers: only hop-by-hop ones matter.
@@ -376,21 +377,4 @@ func classifyResponse(k []byte) int {
 		return classify(k)
 	}
 	return clsOther
-}
-
-// asciiEqualFold reports whether b equals s, ignoring ASCII case. s must be lower case.
-func asciiEqualFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != s[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -198,17 +198,18 @@ var slashPath = []byte("/")
 
 // schemeLen is the length of a leading "http://" or "https://" (any case), or 0.
 func schemeLen(b []byte) int {
-	if len(b) >= 7 && asciiEqualFold(b[:7], "http://") {
+	if len(b) >= 7 && ASCIIEqualFold(b[:7], "http://") {
 		return 7
 	}
-	if len(b) >= 8 && asciiEqualFold(b[:8], "https://") {
+	if len(b) >= 8 && ASCIIEqualFold(b[:8], "https://") {
 		return 8
 	}
 	return 0
 }
 
-// asciiEqualFold reports whether b equals s, ignoring ASCII case. s must be lower case.
-func asciiEqualFold(b []byte, s string) bool {
+// ASCIIEqualFold reports whether b equals s, ignoring ASCII case. s must be lower case.
+// The edge matches header names with it too: unlike bytes.EqualFold it skips Unicode.
+func ASCIIEqualFold(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false
 	}
