@@ -30,7 +30,7 @@ func Dev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.LogLevel, "dev")
+	log := config.NewLogger(cfg.LogLevel, "dev")
 	if cfg.AdminToken == "" {
 		cfg.AdminToken, _, _ = tenants.NewSecret("tgadm_")
 	}

@@ -193,7 +193,7 @@ func API(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.LogLevel, "api")
+	log := config.NewLogger(cfg.LogLevel, "api")
 	if cfg.AdminToken == "" {
 		return errors.New("TOLLGATE_ADMIN_TOKEN must be set (the operator's token for the management API)")
 	}
@@ -289,7 +289,7 @@ func Edge(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.LogLevel, "edge")
+	log := config.NewLogger(cfg.LogLevel, "edge")
 	natsURL := cfg.NATSURL
 	if natsURL == "" {
 		natsURL = defaultNATSURL

@@ -105,7 +105,7 @@ func Main(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	o.Logger = newLogger(cfg.LogLevel)
+	o.Logger = config.NewLogger(cfg.LogLevel, "billing")
 	o.Stdout = os.Stdout
 	o.AdminAddr = cfg.BillingAdminAddr
 	if err := postgres.Migrate(ctx, o.DatabaseURL); err != nil {
@@ -366,21 +366,4 @@ func pushCmd(ctx context.Context, o Options) error {
 	n, err := p.PushDue(ctx)
 	fmt.Fprintf(o.stdout(), "%d meter events pushed\n", n)
 	return err
-}
-
-func newLogger(level string) *slog.Logger {
-	var l slog.Level
-	switch strings.ToLower(level) {
-	case "debug":
-		l = slog.LevelDebug
-	case "warn", "warning":
-		l = slog.LevelWarn
-	case "error":
-		l = slog.LevelError
-	default:
-		l = slog.LevelInfo
-	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
-	slog.SetDefault(log)
-	return log.With("process", "billing")
 }

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"log/slog"
@@ -6,8 +6,9 @@ import (
 	"strings"
 )
 
-// newLogger writes JSON lines to stderr at the configured level.
-func newLogger(level, component string) *slog.Logger {
+// NewLogger writes JSON lines to stderr at level (TOLLGATE_LOG_LEVEL: debug, info, warn,
+// error), each tagged with the process it comes from, and makes itself slog's default.
+func NewLogger(level, process string) *slog.Logger {
 	var l slog.Level
 	switch strings.ToLower(level) {
 	case "debug":
@@ -22,5 +23,5 @@ func newLogger(level, component string) *slog.Logger {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 	// Libraries that log through slog.Default (the NATS connection) write the same way.
 	slog.SetDefault(log)
-	return log.With("process", component)
+	return log.With("process", process)
 }
