@@ -139,6 +139,18 @@ var fuzzRoutes = []*testRoute{
 	{ID: "x-exact", Paths: []string{"=/x"}, Methods: []string{"DELETE"}},
 	{ID: "exact-root", Paths: []string{"=/"}},
 	{ID: "deep", Paths: []string{"/a/b/c/d/e/f"}, Methods: []string{"PATCH"}},
+	// Parameters: beside literals at the same depth, under them, trailing a slash, and
+	// where the literal branch dead-ends so the walk must come back for the parameter.
+	{ID: "a-p-z", Paths: []string{"/a/{p}/z"}, Methods: []string{"GET"}},
+	{ID: "u-id", Paths: []string{"=/u/{id}"}, Methods: []string{"GET", "HEAD"}},
+	{ID: "u-me", Paths: []string{"/u/me"}, Methods: []string{"POST"}},
+	{ID: "u-me-x", Paths: []string{"=/u/me/x"}, Methods: []string{"GET"}},
+	{ID: "u-id-y", Paths: []string{"=/u/{id}/y"}, Methods: []string{"GET"}},
+	{ID: "u-id-o", Paths: []string{"/u/{id}/o"}},
+	{ID: "u-x-slash", Paths: []string{"/u/{x}/"}, Methods: []string{"DELETE"}},
+	{ID: "two-params", Paths: []string{"/{a}/{b}/c"}, Methods: []string{"PUT", "OPTIONS"}},
+	{ID: "top-param", Paths: []string{"=/{a}"}, Methods: []string{"OPTIONS"}},
+	{ID: "m-param", Paths: []string{"=/m/{k}"}, Methods: []string{"PATCH"}},
 }
 
 func init() {
@@ -147,11 +159,90 @@ func init() {
 	}
 }
 
-// refMatch is the matching rule written out plainly: of the route paths that match
-// (prefix on a segment boundary, or exact), the longest wins; at equal length exact beats
-// prefix, then a route listing the method beats one taking every method.
+// routeMethods are the methods routes may list, in Allow's order.
+var routeMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+// refRank orders the route paths matching one request path, higher first: by the length
+// of the request path they cover, then segment by segment a literal before a parameter,
+// then exact before prefix, then a route listing the method before one taking every
+// method.
+type refRank struct {
+	covered int
+	literal []bool
+	exact   bool
+	listed  bool
+}
+
+func (a refRank) beats(b refRank) bool {
+	if a.covered != b.covered {
+		return a.covered > b.covered
+	}
+	for i := range a.literal {
+		if a.literal[i] != b.literal[i] {
+			return a.literal[i]
+		}
+	}
+	if a.exact != b.exact {
+		return a.exact
+	}
+	return a.listed && !b.listed
+}
+
+// refPathMatch matches one route path against a normalized request path, written out
+// plainly on segments: whether it matches, how much of the path it covers, which of its
+// segments are literal, and what strip_prefix leaves of the path.
+func refPathMatch(rp, p string) (ok bool, covered int, literal []bool, rest string) {
+	exact := strings.HasPrefix(rp, "=")
+	rp = strings.TrimPrefix(rp, "=")
+	if rp == "/" {
+		if exact && p != "/" {
+			return false, 0, nil, ""
+		}
+		return true, 0, nil, p
+	}
+	var psegs []string
+	if p != "/" {
+		psegs = strings.Split(p[1:], "/")
+	}
+	rsegs := strings.Split(rp[1:], "/")
+	slash := !exact && rsegs[len(rsegs)-1] == "" // "/a/" matches "/a/" and "/a/b"
+	if slash {
+		rsegs = rsegs[:len(rsegs)-1]
+	}
+	switch {
+	case exact && len(psegs) != len(rsegs):
+		return false, 0, nil, ""
+	case slash && len(psegs) <= len(rsegs), len(psegs) < len(rsegs):
+		return false, 0, nil, ""
+	}
+	covered = 0
+	for i, rs := range rsegs {
+		param := strings.HasPrefix(rs, "{")
+		if param && psegs[i] == "" || !param && rs != psegs[i] {
+			return false, 0, nil, ""
+		}
+		literal = append(literal, !param)
+		covered += 1 + len(psegs[i])
+	}
+	rest = p[covered:]
+	if slash {
+		literal = append(literal, true)
+		covered++
+	}
+	if exact {
+		rest = ""
+	}
+	if rest == "" {
+		rest = "/"
+	}
+	return true, covered, literal, rest
+}
+
+// refMatch is the matching rule written out plainly: of the route paths that match and
+// take the method, the one refRank puts first.
 func refMatch(method, p string) (id, rest string) {
-	bestRank := -1
+	var best refRank
+	found := false
 	for _, r := range fuzzRoutes {
 		listed := false
 		for _, m := range r.Methods {
@@ -161,43 +252,45 @@ func refMatch(method, p string) (id, rest string) {
 			continue
 		}
 		for _, rp := range r.Paths {
-			exact := strings.HasPrefix(rp, "=")
-			rp = strings.TrimPrefix(rp, "=")
-			ok := p == rp
-			if !exact && !ok {
-				ok = rp == "/" || strings.HasPrefix(p, rp) && (strings.HasSuffix(rp, "/") || p[len(rp)] == '/')
-			}
+			ok, covered, literal, rst := refPathMatch(rp, p)
 			if !ok {
 				continue
 			}
-			rank := len(rp) * 4
-			if exact {
-				rank += 2
-			}
-			if listed {
-				rank++
-			}
-			if rank > bestRank {
-				bestRank, id = rank, r.ID
-				rest = p
-				if !exact && rp != "/" {
-					rest = p[len(strings.TrimSuffix(rp, "/")):]
-				} else if exact && rp != "/" {
-					rest = ""
-				}
+			rank := refRank{covered, literal, strings.HasPrefix(rp, "="), listed}
+			if !found || rank.beats(best) {
+				found, best, id, rest = true, rank, r.ID, rst
 			}
 		}
-	}
-	if rest == "" {
-		rest = "/"
 	}
 	return id, rest
 }
 
+// refAllowed is the union of the methods the routes matching p list.
+func refAllowed(p string) string {
+	set := map[string]bool{}
+	for _, r := range fuzzRoutes {
+		for _, rp := range r.Paths {
+			if ok, _, _, _ := refPathMatch(rp, p); ok {
+				for _, m := range r.Methods {
+					set[m] = true
+				}
+			}
+		}
+	}
+	var names []string
+	for _, m := range routeMethods {
+		if set[m] {
+			names = append(names, m)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
 func FuzzRouteMatch(f *testing.F) {
 	table := newTestTable(fuzzRoutes)
-	for _, s := range []string{"/", "/a", "/a/", "/a/b", "/a/b/", "/a/b/c/d", "/ab", "/x", "/x/y/z", "/m/q", "/m/a/1", "//a/./b/../b"} {
-		for _, m := range []string{"GET", "POST", "PUT", "DELETE", "PATCH", "BREW"} {
+	for _, s := range []string{"/", "/a", "/a/", "/a/b", "/a/b/", "/a/b/c/d", "/ab", "/x", "/x/y/z", "/m/q", "/m/a/1", "//a/./b/../b",
+		"/u/7", "/u/me", "/u/me/x", "/u/me/y", "/u/7/o/1", "/u/7/", "/u/me/", "/q/r/c", "/a/b/z", "/a/q/z/1", "/zz"} {
+		for _, m := range []string{"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "BREW"} {
 			f.Add(m, s)
 		}
 	}
@@ -205,6 +298,9 @@ func FuzzRouteMatch(f *testing.F) {
 		p, err := routing.NormalizePath(nil, []byte(raw))
 		if err != nil {
 			return
+		}
+		if got, want := table.t.Allowed(p).String(), refAllowed(string(p)); got != want {
+			t.Fatalf("%q: allowed %q, want %q", p, got, want)
 		}
 		id, n := table.Lookup([]byte(method), p)
 		wantID, wantRest := refMatch(method, string(p))

@@ -16,9 +16,17 @@ import (
 //
 // Matching rules (README, "The edge"): a route path is a prefix on segment boundaries
 // ("/hello" matches "/hello" and "/hello/x", not "/helloworld"); "=/hello" matches only
-// "/hello"; the longest matching path wins; at the same path an exact route beats a prefix
-// route, and a route listing the request's method beats one answering every method. A
-// longer path whose routes do not take the method falls back to a shorter one that does.
+// "/hello"; a "{name}" segment matches any one non-empty segment ("=/users/{id}" matches
+// "/users/42", not "/users" nor "/users/42/x"). The longest matching path wins; between
+// paths of the same length, a literal segment beats a parameter at the first segment where
+// they differ ("/users/me" beats "/users/{id}"); at the same path an exact route beats a
+// prefix route, and a route listing the request's method beats one answering every
+// method. A path whose routes do not take the method falls back to a shorter one, or one
+// with a parameter where it had a literal, that does.
+//
+// Where a segment matches both a literal child and a parameter, the lookup tries both
+// (the literal first), so its cost grows with the parameters that could match the path,
+// still never with the routes that could not.
 //
 // A Table is immutable once built; lookups need no lock and do not allocate.
 type Table[R any] struct {
@@ -27,11 +35,13 @@ type Table[R any] struct {
 }
 
 // node is one path segment. slash is the child for an empty segment, which only a
-// trailing "/" produces ("/a/" is "a" then "").
+// trailing "/" produces ("/a/" is "a" then ""); param is the child for a "{name}" segment,
+// shared by every name (the names are documentation: "/a/{x}" and "/a/{y}" are one path).
 type node[R any] struct {
 	kids   []kid[R]
 	kidMap map[string]*node[R]
 	slash  *node[R]
+	param  *node[R]
 	exact  methodSet[R]
 	prefix methodSet[R]
 }
@@ -58,10 +68,40 @@ const (
 )
 
 // methodSet holds the routes of one path: per listed method, and for every method.
+// listed is the methods of by that are taken, kept at Add so that a 405's Allow costs no
+// request anything but the one it answers.
 type methodSet[R any] struct {
-	any *R
-	by  [numMethods]*R
+	any    *R
+	by     [numMethods]*R
+	listed Methods
 }
+
+// Methods is a set of the methods routes may list: what a 405 answer's Allow header
+// names.
+type Methods uint8
+
+// allowValues is the Allow header value of each set, in the order tenants.ValidatePath's
+// methods are documented.
+var allowValues = func() (v [1 << numMethods][]byte) {
+	names := [numMethods]string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+	for m := range v {
+		for i, name := range names {
+			if m&(1<<i) != 0 {
+				if len(v[m]) > 0 {
+					v[m] = append(v[m], ", "...)
+				}
+				v[m] = append(v[m], name...)
+			}
+		}
+	}
+	return v
+}()
+
+// Allow is the set as an Allow header value ("GET, HEAD"), shared: callers must not
+// modify it. The empty set is empty.
+func (m Methods) Allow() []byte { return allowValues[m] }
+
+func (m Methods) String() string { return string(allowValues[m]) }
 
 func (s *methodSet[R]) pick(mi int) *R {
 	if mi >= 0 {
@@ -128,6 +168,12 @@ func (n *node[R]) addChild(seg string) *node[R] {
 		}
 		return n.slash
 	}
+	if seg[0] == '{' { // a whole "{name}" segment: tenants.ValidatePath allows no other '{'
+		if n.param == nil {
+			n.param = &node[R]{}
+		}
+		return n.param
+	}
 	if n.kidMap != nil {
 		c := n.kidMap[seg]
 		if c == nil {
@@ -153,9 +199,10 @@ func (n *node[R]) addChild(seg string) *node[R] {
 	return c
 }
 
-// Add files r under one of its paths (validated: "/a/b", "=/a/b", "/a/") for the given
-// methods (empty: every method). When a slot is already taken the first route keeps it
-// and Add returns the route that holds it.
+// Add files r under one of its paths (validated: "/a/b", "=/a/b", "/a/", "/a/{id}") for
+// the given methods (empty: every method). When a slot is already taken the first route
+// keeps it and Add returns the route that holds it; paths that differ only in their
+// parameters' names take the same slots.
 func (t *Table[R]) Add(path string, methods []string, r *R) (conflict *R) {
 	exact := strings.HasPrefix(path, "=")
 	path = strings.TrimPrefix(path, "=")
@@ -182,6 +229,7 @@ func (t *Table[R]) Add(path string, methods []string, r *R) (conflict *R) {
 		if mi < 0 {
 			continue // Route.Validate admits only the methods above
 		}
+		set.listed |= 1 << mi
 		if set.by[mi] != nil {
 			if conflict == nil {
 				conflict = set.by[mi]
@@ -195,50 +243,129 @@ func (t *Table[R]) Add(path string, methods []string, r *R) (conflict *R) {
 
 // Lookup finds the route for a method and a normalized path (see NormalizePath). It
 // returns the route and the length of the path prefix the route's path covers, without a
-// trailing "/" (what strip_prefix removes); nil when no route matches.
+// trailing "/" (what strip_prefix removes: with parameters, the segments they matched
+// too); nil when no route matches.
 func (t *Table[R]) Lookup(method, path []byte) (*R, int) {
-	mi := methodIndex(method)
-	n := &t.root
-	best, bestLen := n.prefix.pick(mi), 0 // "/" matches everything
-	if len(path) <= 1 {
-		if r := n.exact.pick(mi); r != nil {
-			return r, 0
-		}
-		return best, 0
+	w := walker[R]{path: path, mi: methodIndex(method), score: -1}
+	w.start(&t.root)
+	return w.best, w.strip
+}
+
+// Allowed is the set of methods the routes matching path list: what a 405 answer's Allow
+// names when Lookup found no route for the request's method but Allowed is not empty.
+// It walks the table again, so only the request that gets the 405 pays for it.
+func (t *Table[R]) Allowed(path []byte) Methods {
+	w := walker[R]{path: path, allow: true}
+	w.start(&t.root)
+	return w.methods
+}
+
+// walker is one walk of the table along a request path. A Lookup keeps the best route
+// seen: score is the length of the request path its route path covers (a trailing-slash
+// prefix route covers its "/" too), and only a longer one replaces it, so of two paths of
+// the same length the one the walk meets first wins; the walk tries a literal child before
+// the parameter, which makes that the more literal one. Allowed collects the methods of
+// every matching path instead.
+type walker[R any] struct {
+	path    []byte
+	mi      int  // the request method's index (methodIndex)
+	allow   bool // collect methods (Allowed) rather than pick a route (Lookup)
+	methods Methods
+	best    *R
+	score   int
+	strip   int
+}
+
+func (w *walker[R]) start(root *node[R]) {
+	if len(w.path) <= 1 { // "/"
+		w.end(root, 0)
+		return
 	}
-	pos := 1
+	w.offer(&root.prefix, 0, 0) // "/" matches everything
+	w.walk(root, 1)
+}
+
+// walk matches the path from pos (the start of a segment) on, below n.
+func (w *walker[R]) walk(n *node[R], pos int) {
 	for {
 		e := pos
-		for e < len(path) && path[e] != '/' {
+		for e < len(w.path) && w.path[e] != '/' {
 			e++
 		}
-		c := n.child(path[pos:e])
+		c := n.child(w.path[pos:e])
+		if p := n.param; p != nil && e > pos {
+			if c != nil && (w.allow || w.score < len(w.path)) {
+				// Both match: the literal's subtree first. Once a route covers the whole
+				// path nothing under the parameter can cover more.
+				w.visit(c, e)
+			}
+			if c == nil || w.allow || w.score < len(w.path) {
+				c = p
+			} else {
+				return
+			}
+		}
 		if c == nil {
-			break
+			return
 		}
-		n = c
-		if e == len(path) {
-			if r := n.prefix.pick(mi); r != nil {
-				best, bestLen = r, e
-			}
-			if r := n.exact.pick(mi); r != nil {
-				best, bestLen = r, e
-			}
-			break
+		if e == len(w.path) {
+			w.end(c, e)
+			return
 		}
-		// The path goes on after a "/": prefix routes of this node match, and so do
-		// those of its trailing-slash child ("/a/" matches "/a/b").
-		if r := n.prefix.pick(mi); r != nil {
-			best, bestLen = r, e
-		}
-		if s := n.slash; s != nil {
-			if r := s.prefix.pick(mi); r != nil {
-				best, bestLen = r, e
-			}
-		}
-		pos = e + 1
+		w.through(c, e)
+		n, pos = c, e+1
 	}
-	return best, bestLen
+}
+
+// visit goes on from c, a node matching the path up to e.
+func (w *walker[R]) visit(c *node[R], e int) {
+	if e == len(w.path) {
+		w.end(c, e)
+		return
+	}
+	w.through(c, e)
+	w.walk(c, e+1)
+}
+
+// through offers the prefix routes of n, which matches the path up to e where it goes on
+// after a "/": those of n and those of its trailing-slash child ("/a/" matches "/a/b").
+func (w *walker[R]) through(n *node[R], e int) {
+	w.offer(&n.prefix, e, e)
+	if s := n.slash; s != nil && e+1 < len(w.path) {
+		w.offer(&s.prefix, e+1, e)
+	}
+}
+
+// end offers the routes of n, which matches the whole path (e is its length): an exact
+// route before a prefix one.
+func (w *walker[R]) end(n *node[R], e int) {
+	if w.allow {
+		w.methods |= n.exact.listed | n.prefix.listed
+		return
+	}
+	if e <= w.score {
+		return
+	}
+	r := n.exact.pick(w.mi)
+	if r == nil {
+		r = n.prefix.pick(w.mi)
+	}
+	if r != nil {
+		w.best, w.score, w.strip = r, e, e
+	}
+}
+
+func (w *walker[R]) offer(s *methodSet[R], score, strip int) {
+	if w.allow {
+		w.methods |= s.listed
+		return
+	}
+	if score <= w.score {
+		return
+	}
+	if r := s.pick(w.mi); r != nil {
+		w.best, w.score, w.strip = r, score, strip
+	}
 }
 
 // Len is the number of (path, route) entries in the table.
