@@ -10,6 +10,8 @@ import (
 	"sort"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"tollgate/tenants"
 )
 
@@ -58,6 +60,9 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	}
 	ts.revs[key] = ent.Rev
 	ts.maxRev = max(ts.maxRev, ent.Rev)
+	if e.cfg.Tracing != nil && ent.Trace != "" {
+		e.startApplyLocked(pk, key, ent) // trace.go
+	}
 	switch pk.Kind {
 	case tenants.KindTenant:
 		ts.tenant = ent.Tenant
@@ -268,9 +273,10 @@ func (e *Edge) compileDirty() int {
 	defer e.compileMu.Unlock()
 
 	type job struct {
-		ts    *tenantState
-		view  *tenantView
-		since time.Time
+		ts      *tenantState
+		view    *tenantView
+		since   time.Time
+		applies []trace.Span // ended once the snapshot is published (trace.go)
 	}
 	e.mu.Lock()
 	loaded := e.loaded
@@ -285,12 +291,17 @@ func (e *Edge) compileDirty() int {
 			ts.domainsDirty = false
 			hostsChanged = true
 		}
-		jobs = append(jobs, job{ts: ts, view: ts.viewLocked(), since: since})
+		jobs = append(jobs, job{ts: ts, view: ts.viewLocked(), since: since, applies: e.takeApplyingLocked(id)})
 	}
 	clear(e.dirty)
 	removed := e.removed
 	e.removed = nil
+	var unapplied []trace.Span // of deleted tenants
+	for _, ts := range removed {
+		unapplied = append(unapplied, e.takeApplyingLocked(ts.id)...)
+	}
 	e.mu.Unlock()
+	endApplying(unapplied, 0, false)
 
 	for _, ts := range removed {
 		if ts.published != "" {
@@ -304,6 +315,7 @@ func (e *Edge) compileDirty() int {
 		ts, v := j.ts, j.view
 		if v.tenant == nil {
 			// Entries of a tenant whose tenant entry has not arrived (yet): nothing to serve.
+			endApplying(j.applies, 0, false)
 			continue
 		}
 		start := time.Now()
@@ -327,6 +339,11 @@ func (e *Edge) compileDirty() int {
 	}
 	if hostsChanged || !loaded {
 		e.rebuildHosts()
+	}
+	for _, j := range jobs {
+		if j.view.tenant != nil {
+			endApplying(j.applies, j.view.rev, true)
+		}
 	}
 	return len(jobs)
 }

@@ -107,6 +107,11 @@ type Config struct {
 	// each tenant held to its plan's cache_bytes (cache_budget.go). Default: 256 MiB;
 	// negative: no response cache (routes with a cache answer without one).
 	CacheBytes int64
+
+	// Tracing, when set, makes a span of every recorded request and of every traced
+	// config change's apply (trace.go). Default: nil, no spans; a caller's traceparent
+	// goes upstream unchanged.
+	Tracing *Tracing
 }
 
 func (c *Config) setDefaults() error {
@@ -169,6 +174,12 @@ func (c *Config) setDefaults() error {
 	defD(&c.WebSocketMaxLifetime, 24*time.Hour)
 	if c.CacheBytes == 0 {
 		c.CacheBytes = 256 << 20
+	}
+	if c.Tracing != nil {
+		if c.Tracing.Tracer == nil {
+			return errors.New("edge: Config.Tracing needs a Tracer")
+		}
+		c.Tracing.setDefaults()
 	}
 	return nil
 }

@@ -51,6 +51,8 @@ type exchange struct {
 	upstream time.Duration // spent in upstream exchanges, for the latency split (metrics.go)
 
 	trailers trailerStrip // a chunked request body, read without its trailer (headers.go)
+
+	tr exchangeTrace // with Config.Tracing only (trace.go)
 }
 
 var exchangePool = sync.Pool{New: func() any {
@@ -72,6 +74,9 @@ func (x *exchange) reset() {
 	x.hs = headerScan{}
 	clear(x.checks[:x.nchecks]) // do not keep old snapshots' policies alive in the pool
 	x.nchecks = 0
+	if x.tr.state != traceUndecided {
+		x.tr = exchangeTrace{}
+	}
 }
 
 // Request ids: a random per-process prefix and a counter, hex; 24 characters.

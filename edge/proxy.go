@@ -108,6 +108,9 @@ func (e *Edge) forwardHeaders(x *exchange) {
 		}
 		h.SetCanonical(hdrRequestID, x.reqID)
 	}
+	if e.cfg.Tracing != nil {
+		e.traceUpstream(x) // trace.go
+	}
 }
 
 func peerIP(ctx *fasthttp.RequestCtx) net.IP {

@@ -41,6 +41,9 @@ type Entry struct {
 	AccessRules *AccessRules `json:"policy,omitempty"`
 	// Domain carries the certificate's private key: the edges terminate TLS with it.
 	Domain *Domain `json:"domain,omitempty"`
+	// Trace is the W3C traceparent of the request that made the change, when it was
+	// traced: the edges' apply spans join its trace.
+	Trace string `json:"trace,omitempty"`
 }
 
 // KeyEntry is what the edge needs of a key: the hash to look the request's key up by.

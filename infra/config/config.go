@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"tollgate/infra/tracing"
 	"tollgate/tenants"
 )
 
@@ -68,6 +69,10 @@ type Config struct {
 	// Surviving faults: the edge's local config snapshot, bounded database calls.
 	EdgeSnapshotMaxAge time.Duration // TOLLGATE_EDGE_SNAPSHOT_MAX_AGE [24h: the oldest config snapshot (in the spool directory) an edge starts from while NATS is unreachable; 0: never]
 	DBTimeout          time.Duration // TOLLGATE_DB_TIMEOUT [5s: the bound of one database call of the api and billing]
+
+	// Traces (infra/tracing): OTLP over HTTP, head-sampled.
+	OTELEndpoint string  // TOLLGATE_OTEL_ENDPOINT [unset: no spans are made; e.g. http://collector:4318]
+	OTELSample   float64 // TOLLGATE_OTEL_SAMPLE [0.01: the share of traces started here that are recorded; a caller's traceparent decides for its own]
 
 	// DomainChecks: TOLLGATE_DOMAIN_CHECK_MIN [10s], TOLLGATE_DOMAIN_CHECK_MAX [10m],
 	// TOLLGATE_DOMAIN_RECHECK [1h] (see tenants.DomainSchedule; the rest take defaults).
@@ -179,6 +184,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	if err := c.trust(getenv); err != nil {
 		return nil, err
 	}
+	if err := c.traces(getenv); err != nil {
+		return nil, err
+	}
 	if c.EdgeID == "" {
 		c.EdgeID, _ = os.Hostname()
 	}
@@ -237,6 +245,37 @@ func (c *Config) fleet(getenv func(string) string) error {
 		}
 	}
 	return nil
+}
+
+// DefaultOTELSample is TOLLGATE_OTEL_SAMPLE when unset: one trace in a hundred shows
+// where time goes without the edge paying for a span on every request.
+const DefaultOTELSample = 0.01
+
+// traces reads and checks the trace export settings.
+func (c *Config) traces(getenv func(string) string) error {
+	c.OTELSample = DefaultOTELSample
+	if c.OTELEndpoint = getenv("TOLLGATE_OTEL_ENDPOINT"); c.OTELEndpoint != "" {
+		if _, err := tracing.ExportURL(c.OTELEndpoint); err != nil {
+			return fmt.Errorf("TOLLGATE_OTEL_ENDPOINT: %q is not an http:// or https:// URL (like http://collector:4318)", c.OTELEndpoint)
+		}
+	}
+	if v := getenv("TOLLGATE_OTEL_SAMPLE"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f >= 0 && f <= 1) {
+			return fmt.Errorf("TOLLGATE_OTEL_SAMPLE: %q is not a number from 0 to 1 (like 0.01)", v)
+		}
+		c.OTELSample = f
+	}
+	return nil
+}
+
+// Tracing is the trace export of service (tollgate-edge, tollgate-api,
+// tollgate-billing); nil when TOLLGATE_OTEL_ENDPOINT is unset.
+func (c *Config) Tracing(service string, rootsSampled bool) (*tracing.Provider, error) {
+	if c.OTELEndpoint == "" {
+		return nil, nil
+	}
+	return tracing.New(tracing.Config{Endpoint: c.OTELEndpoint, Sample: c.OTELSample, Service: service, RootsSampled: rootsSampled})
 }
 
 // DefaultEdgeCacheBytes is the edge's response-cache budget when TOLLGATE_EDGE_CACHE_BYTES
