@@ -110,4 +110,5 @@ func (e *Edge) finish(x *exchange) {
 	if e.access != nil {
 		e.access.record(x, status, d)
 	}
+	e.traceFinish(x, status) // trace.go
 }
