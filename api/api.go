@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"go.opentelemetry.io/otel/trace"
 
 	"tollgate/billing"
 	"tollgate/tenants"
@@ -56,6 +57,10 @@ type Config struct {
 	// PlatformPlans serves /v1/platform/plans. Default: Tenants, when it implements
 	// tenants.PlatformPlanService (the Postgres store does).
 	PlatformPlans tenants.PlatformPlanService
+	// Config serves /v1/tenants/{slug}/config, the tenant's config as one document.
+	// Default: Tenants, when it implements tenants.ConfigService (the Postgres store
+	// does); else those endpoints answer 404 not_found.
+	Config tenants.ConfigService
 
 	// People enables console users: the session cookie is accepted in place of a token,
 	// and a user acts in a tenant with its membership's role (or its platform role).
@@ -112,6 +117,9 @@ type Config struct {
 	// Metrics, when set, counts every request (see NewMetrics).
 	Metrics *Metrics
 
+	// Tracer, when set, makes a span of every request (trace.go). Default: nil, no spans.
+	Tracer trace.Tracer
+
 	// BodyLimit caps request bodies in bytes. Default: 1 MB.
 	BodyLimit int
 	// ReadTimeout, WriteTimeout and IdleTimeout bound the connection phases.
@@ -162,6 +170,9 @@ func New(cfg Config) *Server {
 		}
 		cfg.PlatformPlans = pp
 	}
+	if cfg.Config == nil {
+		cfg.Config, _ = cfg.Tenants.(tenants.ConfigService)
+	}
 	if cfg.Upstreams == nil {
 		cfg.Upstreams = &tenants.UpstreamAddressRule{}
 	}
@@ -211,6 +222,9 @@ func New(cfg Config) *Server {
 		Immutable: true,
 	})
 	s.endpoints = s.table()
+	if cfg.Tracer != nil {
+		s.app.Use(s.traced)
+	}
 	if cfg.Metrics != nil {
 		s.app.Use(cfg.Metrics.handler)
 	}

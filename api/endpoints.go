@@ -31,6 +31,7 @@ type endpoint struct {
 	secret       bool     // the response holds a plaintext secret shown once
 	params       []string // query parameters it takes besides limit and cursor (documented as strings)
 	csv          bool     // the success response may also be text/csv (?format=csv)
+	yaml         bool     // the body and the success response may also be application/yaml
 }
 
 func (ep *endpoint) query() []string {
@@ -60,6 +61,8 @@ const (
 	tagUsage = "usage"
 	// Custom domains and their certificates.
 	tagDomains = "domains"
+	// Config as code.
+	tagConfig = "config"
 )
 
 const (
@@ -101,6 +104,10 @@ func (s *Server) table() []endpoint {
 			body: routeUpdate{}, status: 200, result: tenants.Route{}, etag: true, ifMatch: true},
 		{method: http.MethodDelete, path: "/v1/tenants/:slug/routes/:id", access: tenantScoped, class: rbac.Write, handle: routes.handleDelete, tag: tagRoutes,
 			summary: "Delete a route", desc: scopedDoc, status: 204},
+		{method: http.MethodPost, path: "/v1/tenants/:slug/routes:import", access: tenantScoped, class: rbac.Write, handle: s.importRoutes, tag: tagRoutes,
+			summary: "Import routes from an OpenAPI document",
+			desc:    "One route per path of the document (OpenAPI 3.0; 3.1 as far as kin-openapi reads it), named openapi:<api>:<path> where api is the document's title as a slug: the path exactly (\"=/v1/users/{id}\", each {param} a path parameter), under prefix or the first server URL's path; the methods of its operations (TRACE and others the edge does not route are left out, and noted); auth from its security, the strictest of its operations' (noted when they differ), unless auth is set. Paths that cannot be routes are listed in skipped, with why. All the routes are written in one transaction, each validated and limited as on POST .../routes; an error names the document path (openapi.paths[\"/users/{id}\"]) or the body field. Importing again updates the routes this document's imports made, lists those of paths it no longer has in stale (deleted with prune), and leaves every other route alone. dry_run answers the same and changes nothing. One audit entry, routes.import." + scopedDoc,
+			body:    importBody{}, status: 200, result: importResult{}},
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/consumers", access: tenantScoped, class: rbac.Write, handle: consumers.handleCreate, tag: tagConsumers,
 			summary: "Create a consumer", desc: scopedDoc, body: tenants.Consumer{}, status: 201, result: tenants.Consumer{}, etag: true},
@@ -173,6 +180,16 @@ func (s *Server) table() []endpoint {
 			summary: "Create or replace a platform plan",
 			desc:    "Admin token only. Full replacement: omitted rate, quota and concurrency limits are removed; omitted resource limits take their ceilings. The config of every tenant on the plan is re-published in the same transaction, so the edges apply the new limits within moments." + ifMatchDoc,
 			body:    platformPlanBody{}, status: 200, result: tenants.PlatformPlan{}, etag: true, ifMatch: true},
+
+		// Config as code: see config.go.
+		{method: http.MethodGet, path: "/v1/tenants/:slug/config", access: tenantScoped, class: rbac.Read, handle: s.getConfig, tag: tagConfig,
+			summary: "Export the tenant's config as one document",
+			desc:    "Routes, consumers, plans, JWT issuers, the policy and custom domains, each list sorted by name, without ids, versions, timestamps or secrets (no API keys, no hs256_secret, no certificates). JSON, or YAML with Accept: application/yaml. The same state always exports to the same bytes; revision stamps it." + scopedDoc,
+			status:  200, result: tenants.ConfigDocument{}, yaml: true},
+		{method: http.MethodPut, path: "/v1/tenants/:slug/config", access: tenantScoped, class: rbac.Write, handle: s.putConfig, tag: tagConfig,
+			summary: "Apply a config document",
+			desc:    "Makes the tenant's config what the document says, in one transaction: objects are matched by name and created or updated (only when they differ); with ?prune=true the objects of the kinds the document lists but leaves out are deleted (a list left out is left alone). Each object is validated as its own endpoint validates it; errors name the document path (routes[3].upstream.targets[0].url). ?dry_run=true answers the plan and changes nothing. A document whose revision is no longer current gets 409 version_conflict unless ?force=true (a document that changes nothing is never refused). A JWT issuer with no key source keeps its stored hs256_secret. Custom domains are kept or pruned, never claimed here. The body is JSON, or YAML with Content-Type: application/yaml. One audit entry, config.apply, records an apply that changed something." + scopedDoc,
+			body:    tenants.ConfigDocument{}, yaml: true, params: configParams, status: 200, result: tenants.ConfigPlan{}},
 
 		// Custom domains: see domain.go.
 		{method: http.MethodPost, path: "/v1/tenants/:slug/domains", access: tenantScoped, class: rbac.Write, handle: domains.handleCreate, tag: tagDomains,

@@ -50,6 +50,8 @@ func Decode(kind, contentType string, body []byte) error {
 		_, err = decodeInvite(contentType, body, limit)
 	case "invite_token":
 		_, err = decodeInviteToken(contentType, body, limit)
+	case "config":
+		_, err = decodeConfig(contentType, body, limit)
 	default:
 		panic("api.Decode: unknown kind " + kind)
 	}
@@ -57,4 +59,4 @@ func Decode(kind, contentType string, body []byte) error {
 }
 
 // BodyKinds are the kinds Decode takes: every request body of the API.
-var BodyKinds = []string{"tenant", "tenant_patch", "route", "route_update", "consumer", "consumer_update", "plan", "plan_update", "token", "key", "platform_plan", "jwt_issuer", "jwt_issuer_update", "policy", "invite", "invite_token"}
+var BodyKinds = []string{"tenant", "tenant_patch", "route", "route_update", "consumer", "consumer_update", "plan", "plan_update", "token", "key", "platform_plan", "jwt_issuer", "jwt_issuer_update", "policy", "invite", "invite_token", "config"}

@@ -53,7 +53,7 @@ func FuzzDecodeInvite(f *testing.F)       { fuzzDecode(f, "invite", "invite_toke
 func TestDecodeKindsCovered(t *testing.T) {
 	fuzzed := map[string]bool{"tenant": true, "tenant_patch": true, "route": true, "route_update": true,
 		"consumer": true, "consumer_update": true, "plan": true, "plan_update": true, "token": true, "key": true, "platform_plan": true,
-		"jwt_issuer": true, "jwt_issuer_update": true, "policy": true, "invite": true, "invite_token": true}
+		"jwt_issuer": true, "jwt_issuer_update": true, "policy": true, "invite": true, "invite_token": true, "config": true}
 	for _, k := range api.BodyKinds {
 		if !fuzzed[k] {
 			t.Errorf("body kind %s has no fuzz target", k)

@@ -63,6 +63,10 @@ var inputNames = map[reflect.Type]string{
 	reflect.TypeFor[tenants.Consumer]():  "ConsumerCreate",
 	reflect.TypeFor[tenants.Issuer]():    "JWTIssuerCreate",
 	reflect.TypeFor[tenants.Domain]():    "domainBody",
+	// The config document holds objects as requests send them, in its responses too.
+	reflect.TypeFor[tenants.ConfigDocument](): "ConfigDocument",
+	reflect.TypeFor[tenants.Plan]():           "PlanInput",
+	reflect.TypeFor[tenants.AccessRules]():    "PolicyInput",
 }
 
 var (
@@ -128,6 +132,9 @@ func (g *schemas) ref(t reflect.Type, m mode) obj {
 	case t == timeType:
 		return obj{"type": "string", "format": "date-time"}
 	case t.Kind() == reflect.Struct:
+		if t == reflect.TypeFor[tenants.ConfigDocument]() {
+			m = input // what GET .../config answers, PUT takes
+		}
 		if _, ok := inputNames[t]; m == input && !ok && t.PkgPath() == domainPkg {
 			m = shared
 		}
@@ -213,7 +220,7 @@ func operationID(method, path string) string {
 		if i+1 < len(segs) && strings.HasPrefix(segs[i+1], ":") {
 			s = strings.TrimSuffix(s, "s")
 		}
-		for _, w := range strings.FieldsFunc(s, func(r rune) bool { return r == '.' || r == '-' || r == '_' }) {
+		for _, w := range strings.FieldsFunc(s, func(r rune) bool { return r == '.' || r == '-' || r == '_' || r == ':' }) {
 			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
 		}
 	}
@@ -392,6 +399,9 @@ func (s *Server) operation(g *schemas, ep *endpoint) obj {
 			"required": !ep.bodyOptional,
 			"content":  obj{"application/json": obj{"schema": g.ref(reflect.TypeOf(ep.body), input)}},
 		}
+		if ep.yaml {
+			op["requestBody"].(obj)["content"].(obj)[mimeYAML] = obj{"schema": g.ref(reflect.TypeOf(ep.body), input)}
+		}
 	}
 	headers := obj{"X-Request-Id": obj{"$ref": "#/components/headers/X-Request-Id"}}
 	if ep.etag {
@@ -405,6 +415,9 @@ func (s *Server) operation(g *schemas, ep *endpoint) obj {
 		ok["content"] = obj{"application/json": obj{"schema": g.ref(reflect.TypeOf(ep.result), output)}}
 		if ep.csv {
 			ok["content"].(obj)["text/csv"] = obj{"schema": obj{"type": "string"}}
+		}
+		if ep.yaml && ep.body == nil {
+			ok["content"].(obj)[mimeYAML] = ok["content"].(obj)["application/json"]
 		}
 	}
 	if ep.secret {

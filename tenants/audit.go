@@ -37,6 +37,7 @@ const (
 	AuditVerify  = "verify"
 	AuditAccept  = "accept"
 	AuditDecline = "decline"
+	AuditApply   = "apply" // a config document applied: one entry however many objects it changed
 )
 
 // AuditAction names an action "<kind>.<verb>" from the kind of object changed, spelled as
