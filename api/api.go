@@ -57,6 +57,10 @@ type Config struct {
 	// PlatformPlans serves /v1/platform/plans. Default: Tenants, when it implements
 	// tenants.PlatformPlanService (the Postgres store does).
 	PlatformPlans tenants.PlatformPlanService
+	// Config serves /v1/tenants/{slug}/config, the tenant's config as one document.
+	// Default: Tenants, when it implements tenants.ConfigService (the Postgres store
+	// does); else those endpoints answer 404 not_found.
+	Config tenants.ConfigService
 
 	// People enables console users: the session cookie is accepted in place of a token,
 	// and a user acts in a tenant with its membership's role (or its platform role).
@@ -165,6 +169,9 @@ func New(cfg Config) *Server {
 			panic("api.New: Config needs PlatformPlans (Tenants does not implement it)")
 		}
 		cfg.PlatformPlans = pp
+	}
+	if cfg.Config == nil {
+		cfg.Config, _ = cfg.Tenants.(tenants.ConfigService)
 	}
 	if cfg.Upstreams == nil {
 		cfg.Upstreams = &tenants.UpstreamAddressRule{}
