@@ -234,9 +234,9 @@ func New(cfg Config) *Server {
 		ep := &s.endpoints[i]
 		h := s.wrap(ep)
 		if ep.method == fiber.MethodGet {
-			s.app.Add(fiber.MethodHead, ep.path, h) // as app.Get does
+			s.app.Add(fiber.MethodHead, fiberPath(ep.path), h) // as app.Get does
 		}
-		s.app.Add(ep.method, ep.path, h)
+		s.app.Add(ep.method, fiberPath(ep.path), h)
 	}
 	doc, err := json.Marshal(s.document())
 	if err != nil {

@@ -174,7 +174,7 @@ func TestConformanceCheckerBites(t *testing.T) {
 }
 
 func toOpenAPI(p string) string {
-	segs := strings.Split(p, "/")
+	segs := strings.Split(strings.ReplaceAll(p, `\:`, ":"), "/")
 	for i, s := range segs {
 		if strings.HasPrefix(s, ":") {
 			segs[i] = "{" + s[1:] + "}"
