@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"tollgate/billing"
 	billingnats "tollgate/billing/nats"
@@ -72,6 +73,8 @@ type Options struct {
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
 	Stdout   io.Writer
+	// Tracer, when set, makes a span of every usage batch's fold.
+	Tracer trace.Tracer
 }
 
 // OptionsFromEnv reads the TOLLGATE_* environment.
@@ -120,6 +123,14 @@ func Main(ctx context.Context, args []string) error {
 		fs := flag.NewFlagSet("billing", flag.ContinueOnError)
 		if err := fs.Parse(args); err != nil {
 			return err
+		}
+		tp, err := cfg.Tracing("tollgate-billing", false)
+		if err != nil {
+			return err
+		}
+		if tp != nil {
+			defer tp.Shutdown(context.WithoutCancel(ctx))
+			o.Tracer = tp.Tracer("tollgate/billing")
 		}
 		return Run(ctx, o)
 	case "reconcile":
@@ -199,7 +210,7 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		log.Info("billing: TOLLGATE_STRIPE_KEY not set; usage is not pushed to Stripe")
 	}
-	c := billingnats.NewConsumer(js, store, billingnats.ConsumerConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log, Metrics: metrics})
+	c := billingnats.NewConsumer(js, store, billingnats.ConsumerConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log, Metrics: metrics, Tracer: o.Tracer})
 	log.Info("billing: consuming usage", "stream", billing.UsageStream(o.NATSPrefix))
 	err = c.Run(ctx)
 	wg.Wait()

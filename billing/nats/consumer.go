@@ -9,6 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"tollgate/billing"
 )
@@ -48,6 +51,8 @@ type ConsumerConfig struct {
 	AfterFold func(batchID string, folded bool)
 	// Metrics, when set, counts batches and the fold lag.
 	Metrics *billing.Metrics
+	// Tracer, when set, makes a span of every batch's fold. Default: nil, no spans.
+	Tracer trace.Tracer
 }
 
 // Consumer is billing's durable pull consumer of the usage stream: each batch is folded
@@ -164,7 +169,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	folded, err := c.folder.Fold(ctx, b)
+	folded, err := c.fold(ctx, b)
 	if err != nil {
 		if ctx.Err() != nil {
 			return // shutting down: the batch is redelivered after AckWait
@@ -194,6 +199,22 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	if err := msg.DoubleAck(actx); err != nil && ctx.Err() == nil {
 		c.log.Warn("billing: ack failed; the batch will be redelivered and found folded", "batch", b.ID, "err", err)
 	}
+}
+
+// fold folds a batch, in a span of its own when tracing.
+func (c *Consumer) fold(ctx context.Context, b *billing.UsageBatch) (bool, error) {
+	if c.cfg.Tracer == nil {
+		return c.folder.Fold(ctx, b)
+	}
+	ctx, span := c.cfg.Tracer.Start(ctx, "fold", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("tollgate.batch_id", b.ID), attribute.Int("tollgate.batch_records", len(b.Records))))
+	defer span.End()
+	folded, err := c.folder.Fold(ctx, b)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.SetAttributes(attribute.Bool("tollgate.folded", folded))
+	return folded, err
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -11,6 +11,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"tollgate/tenants"
 )
@@ -36,7 +40,12 @@ type Publisher struct {
 	stream  string
 	timeout time.Duration
 	mu      sync.Mutex // one batch at a time
+	tracer  trace.Tracer
 }
+
+// SetTracer makes a span of every Publish, linked to the traces of the changes it
+// carries (tenants.Entry.Trace). Call it before the first Publish.
+func (p *Publisher) SetTracer(t trace.Tracer) { p.tracer = t }
 
 // NewPublisher returns a Publisher for bucket on nc. timeout bounds a whole Publish call:
 // every ack must be in by then. Default (0): DefaultPublishTimeout.
@@ -61,7 +70,7 @@ func NewPublisher(nc *nats.Conn, bucket string, timeout time.Duration) (*Publish
 // It sends the whole batch before waiting (one round trip of latency, not one per
 // change), and gives up after the Publisher's timeout or when ctx ends. While the
 // connection is down it fails at once, so the relay can back off without waiting.
-func (p *Publisher) Publish(ctx context.Context, changes []tenants.Change) error {
+func (p *Publisher) Publish(ctx context.Context, changes []tenants.Change) (err error) {
 	if len(changes) == 0 {
 		return nil
 	}
@@ -74,6 +83,16 @@ func (p *Publisher) Publish(ctx context.Context, changes []tenants.Change) error
 		if len(c.Value) > MaxValueSize {
 			return fmt.Errorf("publish rev %d: %s is %d bytes, over the %d byte limit", c.Rev, c.Key, len(c.Value), MaxValueSize)
 		}
+	}
+	if p.tracer != nil {
+		var span trace.Span
+		ctx, span = p.startSpan(ctx, changes)
+		defer func() {
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+		}()
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -111,6 +130,34 @@ func (p *Publisher) Publish(ctx context.Context, changes []tenants.Change) error
 		}
 	}
 	return nil
+}
+
+// startSpan starts a publish's span, linked to the trace of each change made by a traced
+// request.
+func (p *Publisher) startSpan(ctx context.Context, changes []tenants.Change) (context.Context, trace.Span) {
+	var links []trace.Link
+	for _, c := range changes {
+		if c.Value == nil {
+			continue
+		}
+		var e struct {
+			Trace string `json:"trace"`
+		}
+		if json.Unmarshal(c.Value, &e) != nil || e.Trace == "" {
+			continue
+		}
+		pctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": e.Trace})
+		if sc := trace.SpanContextFromContext(pctx); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	return p.tracer.Start(ctx, "relay publish", trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", p.bucket),
+			attribute.Int("messaging.batch.message_count", len(changes)),
+			attribute.Int64("tollgate.first_rev", changes[0].Rev),
+		))
 }
 
 // msgID is a change's Nats-Msg-Id: its outbox Rev, which no other change has. A batch

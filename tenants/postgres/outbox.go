@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"tollgate/tenants"
 )
@@ -47,6 +49,7 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 	if err != nil {
 		return err
 	}
+	tp := traceparent(ctx)
 	tenantIDs := make([]string, len(changes))
 	keys := make([]string, len(changes))
 	values := make([][]byte, len(changes))
@@ -54,6 +57,7 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 		tenantIDs[i], keys[i] = c.tenantID, c.key
 		if c.entry != nil {
 			c.entry.Rev = revs[i]
+			c.entry.Trace = tp
 			if values[i], err = json.Marshal(c.entry); err != nil {
 				return fmt.Errorf("encode entry %s: %w", c.key, err)
 			}
@@ -64,6 +68,18 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 		SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::bytea[])`, revs, tenantIDs, keys, values)
 	b.Queue(`SELECT pg_notify($1, '')`, NotifyChannel)
 	return tx.SendBatch(ctx, b).Close()
+}
+
+// traceparent is the W3C traceparent of the span in ctx (the api request's), "" when
+// there is none: put into the entries a change writes, it lets the edges' apply spans
+// join the request's trace.
+func traceparent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c["traceparent"]
 }
 
 // nextRevs draws n values from the outbox sequence, ascending.
