@@ -2,6 +2,7 @@ package tenants_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"tollgate/tenants"
@@ -33,7 +34,7 @@ func FuzzRouteValidate(f *testing.F) {
 }
 
 func FuzzSlugAndPath(f *testing.F) {
-	for _, s := range []string{"acme", "-x", "/a/b", "=/a", "/a/../b", "/%41",
+	for _, s := range []string{"acme", "-x", "/a/b", "=/a", "/a/../b", "/%41", "/users/{id}", "=/{a}/{b}/", "/a{b}", "/{}", "/{a}}", "/{a}/{a}",
 		"http://[64:ff9b::a00:1]/", "http://[2002:7f00:1::1]:8080", "http://[fe80::1%25eth0]/", "http://198.18.0.1", "https://[::ffff:0:7f00:1]"} {
 		f.Add(s)
 	}
@@ -41,7 +42,14 @@ func FuzzSlugAndPath(f *testing.F) {
 		if tenants.ValidateSlug(s) == nil && (len(s) == 0 || len(s) > 63) {
 			t.Fatalf("slug %q accepted", s)
 		}
-		_ = tenants.ValidatePath(s)
+		if tenants.ValidatePath(s) == nil && strings.ContainsAny(s, "{}") {
+			// Braces only as whole "{name}" segments: the pattern has no other.
+			for _, seg := range strings.Split(tenants.PathPattern(s), "/") {
+				if strings.ContainsAny(seg, "{}") && seg != "{}" {
+					t.Fatalf("path %q accepted with segment %q", s, seg)
+				}
+			}
+		}
 		_ = tenants.ValidateName(s)
 		_, _ = (&tenants.UpstreamAddressRule{}).ValidateTarget(s)
 	})

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -280,9 +281,11 @@ var knownMethods = map[string]bool{
 	"DELETE": true, "OPTIONS": true, "CONNECT": false, "TRACE": false,
 }
 
-// ValidatePath checks one route path: "/a/b" (prefix) or "=/a/b" (exact). Paths are
-// compared with the normalized request path, so they must themselves be normal: no empty,
-// "." or ".." segments, no percent-encoding, no query, nothing outside RFC 3986 pchar.
+// ValidatePath checks one route path: "/a/b" (prefix) or "=/a/b" (exact), whose segments
+// may be parameters, "{name}", each matching any one non-empty segment of a request path.
+// Paths are compared with the normalized request path, so they must themselves be normal:
+// no empty, "." or ".." segments, no percent-encoding, no query, nothing outside RFC 3986
+// pchar but a parameter's braces.
 func ValidatePath(p string) error {
 	raw := strings.TrimPrefix(p, "=")
 	switch {
@@ -297,6 +300,7 @@ func ValidatePath(p string) error {
 		return nil
 	}
 	segs := strings.Split(strings.TrimSuffix(raw[1:], "/"), "/")
+	var params []string
 	for _, seg := range segs {
 		switch seg {
 		case "":
@@ -304,19 +308,72 @@ func ValidatePath(p string) error {
 		case ".", "..":
 			return fmt.Errorf("must not contain . or .. segments")
 		}
+		if name, ok := pathParam(seg); ok {
+			if err := validParamName(name); err != nil {
+				return fmt.Errorf("parameter %s: %v", seg, err)
+			}
+			if slices.Contains(params, name) {
+				return fmt.Errorf("names parameter %s twice", seg)
+			}
+			params = append(params, name)
+			continue
+		}
 		for i := 0; i < len(seg); i++ {
 			c := seg[i]
 			ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
 				strings.IndexByte("-._~!$&'()*+,;=:@", c) >= 0
 			if !ok {
-				if c == '%' {
+				switch c {
+				case '%':
 					return fmt.Errorf("must not be percent-encoded: write the decoded character")
+				case '{', '}':
+					return fmt.Errorf("segment %q: a parameter is a whole segment, as in /users/{id}", seg)
 				}
 				return fmt.Errorf("contains %q, which a path may not contain", rune(c))
 			}
 		}
 	}
 	return nil
+}
+
+// MaxParamName is the longest name a path parameter may have.
+const MaxParamName = 64
+
+// pathParam is the name of a "{name}" segment; ok is false for any other segment.
+func pathParam(seg string) (name string, ok bool) {
+	if len(seg) < 2 || seg[0] != '{' || seg[len(seg)-1] != '}' {
+		return "", false
+	}
+	return seg[1 : len(seg)-1], true
+}
+
+func validParamName(name string) error {
+	if name == "" || len(name) > MaxParamName {
+		return fmt.Errorf("needs a name of 1 to %d characters", MaxParamName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return fmt.Errorf("a name may contain only letters, digits and '_'")
+		}
+	}
+	return nil
+}
+
+// PathPattern is a valid route path with its parameters' names left out ("/users/{id}" is
+// "/users/{}"): two paths with the same pattern match the same requests, so they are one
+// path to the route table and to uniqueness checks.
+func PathPattern(p string) string {
+	if !strings.Contains(p, "{") {
+		return p
+	}
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		if _, ok := pathParam(seg); ok {
+			segs[i] = "{}"
+		}
+	}
+	return strings.Join(segs, "/")
 }
 
 // ValidateRateLimit checks a limit's rate and burst and defaults Burst to the rate.
@@ -469,15 +526,19 @@ func (r *Route) Validate(p *UpstreamAddressRule) error {
 	if len(r.Paths) > MaxPaths {
 		return Invalid("paths", "may have at most %d paths, got %d", MaxPaths, len(r.Paths))
 	}
-	seen := make(map[string]bool, len(r.Paths))
+	seen := make(map[string]int, len(r.Paths))
 	for i, path := range r.Paths {
 		if err := ValidatePath(path); err != nil {
 			return Invalid(fmt.Sprintf("paths[%d]", i), "%v", err)
 		}
-		if seen[path] {
-			return Invalid(fmt.Sprintf("paths[%d]", i), "%s is listed twice", path)
+		pattern := PathPattern(path)
+		if j, ok := seen[pattern]; ok {
+			if r.Paths[j] == path {
+				return Invalid(fmt.Sprintf("paths[%d]", i), "%s is listed twice", path)
+			}
+			return Invalid(fmt.Sprintf("paths[%d]", i), "%s is %s with other parameter names", path, r.Paths[j])
 		}
-		seen[path] = true
+		seen[pattern] = i
 	}
 	if len(r.Methods) > len(knownMethods) {
 		return Invalid("methods", "lists too many methods")

@@ -59,6 +59,15 @@ func TestRouteValidateRejects(t *testing.T) {
 		{"space", strict, func(r *tenants.Route) { r.Paths = []string{"/a b"} }, "paths[0]", "may not contain"},
 		{"dup path", strict, func(r *tenants.Route) { r.Paths = []string{"/a", "/a"} }, "paths[1]", "twice"},
 		{"exact empty", strict, func(r *tenants.Route) { r.Paths = []string{"="} }, "paths[0]", "required"},
+		{"param in segment", strict, func(r *tenants.Route) { r.Paths = []string{"/a{b}"} }, "paths[0]", "a parameter is a whole segment"},
+		{"param after literal", strict, func(r *tenants.Route) { r.Paths = []string{"/users/{id}.json"} }, "paths[0]", "a parameter is a whole segment"},
+		{"lone brace", strict, func(r *tenants.Route) { r.Paths = []string{"/a}"} }, "paths[0]", "a parameter is a whole segment"},
+		{"empty param", strict, func(r *tenants.Route) { r.Paths = []string{"/users/{}"} }, "paths[0]", "needs a name of 1 to 64"},
+		{"long param", strict, func(r *tenants.Route) { r.Paths = []string{"/{" + strings.Repeat("p", 65) + "}"} }, "paths[0]", "needs a name of 1 to 64"},
+		{"param name", strict, func(r *tenants.Route) { r.Paths = []string{"/{user-id}"} }, "paths[0]", "letters, digits and '_'"},
+		{"nested braces", strict, func(r *tenants.Route) { r.Paths = []string{"/{{id}}"} }, "paths[0]", "letters, digits and '_'"},
+		{"param twice", strict, func(r *tenants.Route) { r.Paths = []string{"/{id}/x/{id}"} }, "paths[0]", "names parameter {id} twice"},
+		{"same pattern", strict, func(r *tenants.Route) { r.Paths = []string{"=/users/{id}", "=/users/{uid}"} }, "paths[1]", "=/users/{uid} is =/users/{id} with other parameter names"},
 		{"too many paths", strict, func(r *tenants.Route) { r.Paths = make([]string, 33) }, "paths", "at most 32"},
 		{"bad method", strict, func(r *tenants.Route) { r.Methods = []string{"FETCH"} }, "methods[0]", "not a method"},
 		{"trace", strict, func(r *tenants.Route) { r.Methods = []string{"TRACE"} }, "methods[0]", "not a method"},
@@ -116,6 +125,24 @@ func TestRouteValidateRejects(t *testing.T) {
 				t.Fatalf("want field %q with %q, got field %q: %s", tc.field, tc.msg, e.Field, e.Message)
 			}
 		})
+	}
+}
+
+func TestValidatePathParams(t *testing.T) {
+	for _, p := range []string{"/users/{id}", "=/users/{id}", "/users/{id}/", "/{a}/{b_2}/c", "=/{" + strings.Repeat("p", 64) + "}", "/users/{ID}/orders"} {
+		if err := tenants.ValidatePath(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	for p, want := range map[string]string{
+		"/users/{id}":        "/users/{}",
+		"=/users/{id}/x/{y}": "=/users/{}/x/{}",
+		"/users/{id}/":       "/users/{}/",
+		"/plain":             "/plain",
+	} {
+		if got := tenants.PathPattern(p); got != want {
+			t.Errorf("PathPattern(%s) = %s, want %s", p, got, want)
+		}
 	}
 }
 

@@ -72,7 +72,9 @@ func insertRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 }
 
 // claimPaths records the path+method pairs r serves, or fails with EConflict naming the
-// route that already serves one of them.
+// route that already serves one of them. A path is claimed as its pattern, parameter
+// names left out ("/users/{}"), since paths differing only in those match the same
+// requests.
 func claimPaths(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 	methods := r.Methods
 	if len(methods) == 0 {
@@ -80,6 +82,7 @@ func claimPaths(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 	}
 	var paths, ms []string
 	for _, p := range r.Paths {
+		p = tenants.PathPattern(p)
 		for _, m := range methods {
 			paths, ms = append(paths, p), append(ms, m)
 		}
@@ -123,7 +126,7 @@ func claimPaths(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 		return &tenants.Error{
 			Code:    tenants.EConflict,
 			Field:   fmt.Sprintf("paths[%d]", i/len(methods)),
-			Message: fmt.Sprintf("path %s (%s) is already served by route %q", p.path, method, other),
+			Message: fmt.Sprintf("path %s (%s) is already served by route %q", r.Paths[i/len(methods)], method, other),
 		}
 	}
 	return fmt.Errorf("route paths: %d of %d claimed, but none is taken", len(claimed), len(paths))
