@@ -15,12 +15,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"tollgate/api"
 	billingcli "tollgate/billing/cli"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/edge"
 	"tollgate/infra/config"
+	"tollgate/infra/tracing"
 	"tollgate/tenants"
 	"tollgate/tenants/dnsproof"
 	tgnats "tollgate/tenants/nats"
@@ -69,6 +71,8 @@ type controlPlane struct {
 	reg     *prometheus.Registry
 	metrics *api.Metrics
 	adminLn net.Listener
+
+	traces *tracing.Provider // nil: TOLLGATE_OTEL_ENDPOINT unset
 }
 
 func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, log *slog.Logger) (*controlPlane, error) {
@@ -102,7 +106,16 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 		db.Close()
 		return nil, err
 	}
-	cp := &controlPlane{db: db, nc: nc, relay: postgres.NewRelay(db, pub, log), mail: mail, reg: reg, metrics: metrics}
+	traces, err := cfg.Tracing("tollgate-api", false)
+	if err != nil {
+		nc.Close()
+		db.Close()
+		return nil, err
+	}
+	if traces != nil {
+		pub.SetTracer(traces.Tracer("tollgate/relay"))
+	}
+	cp := &controlPlane{db: db, nc: nc, relay: postgres.NewRelay(db, pub, log), mail: mail, reg: reg, metrics: metrics, traces: traces}
 	cp.relay.SetObserver(metrics)
 	return cp, nil
 }
@@ -139,6 +152,25 @@ func (cp *controlPlane) resync(ctx context.Context, kv jetstream.KeyValue) (post
 func (cp *controlPlane) close() {
 	cp.nc.Close()
 	cp.db.Close()
+	shutdownTraces(cp.traces)
+}
+
+// apiTracer is the api's tracer; nil (no spans) when traces are not exported.
+func (cp *controlPlane) apiTracer() trace.Tracer {
+	if cp.traces == nil {
+		return nil
+	}
+	return cp.traces.Tracer("tollgate/api")
+}
+
+// shutdownTraces exports the spans still queued, for a few seconds at most.
+func shutdownTraces(p *tracing.Provider) {
+	if p == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.Shutdown(ctx)
 }
 
 func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server {
@@ -166,6 +198,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		PublicURL:  cfg.PublicURL,
 		Logger:     log,
 		Metrics:    cp.metrics,
+		Tracer:     cp.apiTracer(),
 		// Each request's store work is bounded; the driver's errors tell an unreachable
 		// database (503 not_ready) from a bug (500).
 		RequestTimeout: cfg.DBTimeout,
@@ -354,8 +387,18 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 	if cacheBytes == 0 {
 		cacheBytes = -1 // TOLLGATE_EDGE_CACHE_BYTES=0: no response cache
 	}
+	traces, err := cfg.Tracing("tollgate-edge", true) // the edge decides which requests it records
+	if err != nil {
+		return err
+	}
+	var tr *edge.Tracing
+	if traces != nil {
+		defer shutdownTraces(traces) // after the edge has drained (deferred below)
+		tr = &edge.Tracing{Tracer: traces.Tracer("tollgate/edge"), Sample: cfg.OTELSample}
+	}
 	edge.SetRawIO(cfg.EdgeRawIO)
 	e, err := edge.New(edge.Config{
+		Tracing:        tr,
 		CacheBytes:     cacheBytes,
 		TLSCertificate: wildcard,
 		Meter:          m,
