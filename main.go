@@ -21,6 +21,7 @@ commands:
   edge      the data plane: proxies tenant traffic from the KV config
   billing   folds usage batches into Postgres rollups
   migrate   applies database migrations and exits
+  config    exports or applies a tenant's config document (config export|apply)
 
 configuration is read from TOLLGATE_* environment variables (see README.md)
 `
@@ -38,6 +39,7 @@ func main() {
 		"edge":    Edge,
 		"billing": Billing,
 		"migrate": Migrate,
+		"config":  ConfigCmd,
 	}[os.Args[1]]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "tollgate: unknown command %q\n\n%s", os.Args[1], usage)
