@@ -59,11 +59,13 @@ type bench struct {
 	pgAdmin      string
 	redisURL     string
 	s2Limit      bool
-	meterOff     bool   // the edges run with TOLLGATE_METER=off (metering's cost: compare with a run without)
-	s7Rate       int    // S7: the base rate (the burst is 10×)
-	noisyLimit   int    // noisy: tenant A's rate limit (flooded at 10×)
-	noisyRate    int    // noisy: tenant B's rate
-	perfAdmin    string // the perf edge's admin address (its /metrics)
+	meterOff     bool       // the edges run with TOLLGATE_METER=off (metering's cost: compare with a run without)
+	traceSamples []float64  // -traces: the perf scenarios again with the edge exporting traces at each rate (traces.go)
+	sink         *traceSink // where those traces go, once started
+	s7Rate       int        // S7: the base rate (the burst is 10×)
+	noisyLimit   int        // noisy: tenant A's rate limit (flooded at 10×)
+	noisyRate    int        // noisy: tenant B's rate
+	perfAdmin    string     // the perf edge's admin address (its /metrics)
 	bin          string
 	edgeInConfig bool
 	upPort       int // the shared upstream, once started
@@ -127,8 +129,13 @@ func run() int {
 	flag.IntVar(&b.wsRate, "ws-rate", 2000, "S6: messages per second, spread over all tunnels (each echoed back)")
 	flag.IntVar(&b.soakRate, "soak-rate", 500, "soak: requests per second of the mixed traffic")
 	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root); with -compare, side B")
+	traces := flag.String("traces", "off", "also measure the HTTP scenarios with the edge exporting traces to an in-process sink, at these sample rates (e.g. off,0.01,1)")
 	b.cmp.register(flag.CommandLine)
 	flag.Parse()
+	var terr error
+	if b.traceSamples, terr = parseTraceSamples(*traces); terr != nil {
+		return fail(terr)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

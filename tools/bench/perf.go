@@ -345,6 +345,7 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 			}
 			targets["nginx"], bases["nginx"] = p, fmt.Sprintf("http://127.0.0.1:%d", port)
 		}
+		var edgeEnv []string
 		if st != nil {
 			var extra []string
 			if withTLS {
@@ -359,6 +360,7 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 			if err := st.startEdge(ctx, procs, cpus, extra...); err != nil {
 				return err
 			}
+			edgeEnv = extra
 			targets["tollgate"], bases["tollgate"] = st.edge, "http://"+st.edgeAddr
 			b.perfAdmin = st.edgeAdmin
 		}
@@ -402,6 +404,9 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 			p.stop()
 		}
 		if st != nil {
+			if err := b.traceRuns(ctx, st, procs, cpus, edgeEnv, scs, rep); err != nil {
+				return err
+			}
 			st.stopEdge()
 		}
 	}
