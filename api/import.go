@@ -74,8 +74,8 @@ func (s *Server) importRoutes(c *fiber.Ctx, r *request) error {
 	if err != nil {
 		return err
 	}
-	svc, ok := s.cfg.Tenants.(tenants.ConfigService)
-	if !ok {
+	svc := s.cfg.Config
+	if svc == nil {
 		return tenants.Errorf(tenants.ENotFound, "this server does not import routes")
 	}
 	ctx := s.audited(r.ctx, r, r.tenant.ID, "routes", "import", "")

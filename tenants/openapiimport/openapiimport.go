@@ -257,9 +257,12 @@ var methods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS
 // convertPath makes the route of one document path, or says why it makes none.
 func convertPath(t *openapi3.T, p string, item *openapi3.PathItem, base string, o Options) (*tenants.Route, string, []Note) {
 	var notes []Note
-	routePath, reason := edgePath(base, p)
+	routePath, note, reason := edgePath(base, p)
 	if reason != "" {
 		return nil, reason, nil
+	}
+	if note != "" {
+		notes = append(notes, Note{Path: p, Message: note})
 	}
 	if item == nil {
 		return nil, "the path has no operations", nil
@@ -310,55 +313,43 @@ func copyUpstream(u tenants.Upstream) (tenants.Upstream, error) {
 	return c, err
 }
 
-// edgePath is the route path serving document path p under base: exact, with each
-// {param} segment kept as the edge's path parameter, or why there is none. Path
-// parameters must be whole segments: the edge matches a parameter to one segment.
-func edgePath(base, p string) (string, string) {
+// edgePath is the route path serving document path p under base: exact, each {param}
+// segment kept as the edge's path parameter (tenants.ValidatePath), or why there is none.
+// A parameter's name is the edge's when it has other characters than letters, digits
+// and '_': they become '_', and the note says so.
+func edgePath(base, p string) (path, note, why string) {
 	if !strings.HasPrefix(p, "/") {
-		return "", "a path must start with /"
+		return "", "", "a path must start with /"
 	}
 	full := base + p
 	if base != "" && p == "/" {
 		full = base
 	}
 	segs := strings.Split(full, "/")
-	plain := make([]string, len(segs))
+	var renamed []string
 	for i, s := range segs {
-		plain[i] = s
-		if name, ok := param(s); ok {
-			if name == "" {
-				return "", fmt.Sprintf("segment %q: a path parameter needs a name of letters, digits, '-', '_' and '.'", s)
-			}
-			plain[i] = "p"
+		if len(s) < 3 || s[0] != '{' || s[len(s)-1] != '}' {
 			continue
 		}
-		if strings.ContainsAny(s, "{}") {
-			return "", fmt.Sprintf("segment %q: a path parameter must be a whole segment ({id}), not part of one", s)
+		name := []byte(s[1 : len(s)-1])
+		for k, c := range name {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+				name[k] = '_'
+			}
+		}
+		if seg := "{" + string(name) + "}"; seg != s {
+			segs[i] = seg
+			renamed = append(renamed, s+" is "+seg)
 		}
 	}
-	if err := tenants.ValidatePath(strings.Join(plain, "/")); err != nil {
-		return "", fmt.Sprintf("the route path %s %v", full, err)
+	full = strings.Join(segs, "/")
+	if err := tenants.ValidatePath("=" + full); err != nil {
+		return "", "", fmt.Sprintf("the route path =%s %v", full, err)
 	}
-	return "=" + full, ""
-}
-
-// param reports whether segment s is a whole path parameter, "{name}", and its name (""
-// when the name is not one a route path may hold).
-func param(s string) (string, bool) {
-	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
-		return "", false
+	if len(renamed) > 0 {
+		note = "path parameters take letters, digits and '_': " + strings.Join(renamed, ", ")
 	}
-	name := s[1 : len(s)-1]
-	if name == "" {
-		return "", true
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return "", true
-		}
-	}
-	return name, true
+	return "=" + full, note, ""
 }
 
 func sortedPaths(ps *openapi3.Paths) []string {

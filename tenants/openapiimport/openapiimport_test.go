@@ -64,7 +64,7 @@ func TestConvertPetStore(t *testing.T) {
 	for _, s := range res.Skipped {
 		skipped[s.Path] = s.Reason
 	}
-	if !strings.Contains(skipped["/files/{name}.json"], "whole segment") {
+	if !strings.Contains(skipped["/files/{name}.json"], "a parameter is a whole segment") {
 		t.Errorf("/files/{name}.json: reason %q", skipped["/files/{name}.json"])
 	}
 	if !strings.Contains(skipped["/login"], "basic") {
@@ -188,5 +188,21 @@ func TestRouteNames(t *testing.T) {
 		if again.Routes[i].Route.Name != res.Routes[i].Route.Name {
 			t.Errorf("names are not stable: %q then %q", res.Routes[i].Route.Name, again.Routes[i].Route.Name)
 		}
+	}
+}
+
+func TestConvertParamNames(t *testing.T) {
+	doc := `{"openapi":"3.0.3","info":{"title":"p","version":"1"},"paths":{
+		"/pets/{pet-id}":{"get":{"parameters":[{"name":"pet-id","in":"path","required":true,"schema":{"type":"string"}}],"responses":{"200":{"description":"ok"}}}}}}`
+	res, err := openapiimport.Convert([]byte(doc), openapiimport.Options{Upstream: upstream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := byPath(res)["/pets/{pet-id}"]
+	if r == nil || r.Paths[0] != "=/pets/{pet_id}" || r.Name != "openapi:p:/pets/{pet-id}" {
+		t.Fatalf("route %+v", r)
+	}
+	if len(res.Notes) != 1 || !strings.Contains(res.Notes[0].Message, "{pet-id} is {pet_id}") {
+		t.Errorf("notes %+v", res.Notes)
 	}
 }
