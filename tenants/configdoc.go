@@ -94,10 +94,11 @@ type ConfigService interface {
 	ExportConfig(ctx context.Context, tenantID string) (*ConfigDocument, error)
 	// ApplyConfig makes the tenant's config what doc says, in one transaction (one burst
 	// of config entries, one audit entry of ctx's), and answers what it did. The
-	// caller has checked doc's tenant and validated its policy (accessrules.Compile,
-	// field "policy…"); the objects are validated here as their own writes do, with errors
-	// naming the document path ("routes[3].upstream.targets[0].url"). EValidation,
-	// EConflict, EVersionConflict (a stale revision, unless o.Force), ENotFound (tenant).
+	// caller has validated doc's policy (accessrules.Compile, field "policy…"); the
+	// objects are validated here as their own writes do, with errors naming the document
+	// path ("routes[3].upstream.targets[0].url"). EValidation (also when doc is of another
+	// tenant), EConflict, EVersionConflict (a stale revision, unless o.Force), ENotFound
+	// (tenant).
 	ApplyConfig(ctx context.Context, tenantID string, doc *ConfigDocument, o ApplyOptions) (*ConfigPlan, error)
 }
 
