@@ -314,6 +314,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 	if doc.Routes != nil {
 		have := byName(st.routes, func(r *tenants.Route) string { return r.Name })
 		var updates, creates []func() error
+		var updated []string
 		for i, name := range sortedIndex(doc.Routes, func(r *tenants.Route) string { return r.Name }) {
 			want := doc.Routes[i]
 			path := fmt.Sprintf("routes[%d]", i)
@@ -328,6 +329,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 				creates = append(creates, at(path, "create route", routeConflicts(want), func() error { return insertRoute(ctx, tx, want) }))
 			case !same(cur, want):
 				want.ID, want.Version = cur.ID, cur.Version
+				updated = append(updated, cur.ID)
 				change(&c.plan.Updated, tenants.ConfigKindRoute, name)
 				updates = append(updates, at(path, "update route", routeConflicts(want), func() error { return updateRoute(ctx, tx, want) }))
 			default:
@@ -342,6 +344,13 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 					c.rest = append(c.rest, at("routes", "delete route", nil, func() error { return deleteRoute(ctx, tx, tenantID, cur.ID) }))
 				}
 			}
+		}
+		if len(updated) > 1 {
+			// The updated routes give up their paths first, so two of them may swap paths.
+			c.rest = append(c.rest, func() error {
+				_, err := tx.Exec(ctx, `DELETE FROM route_paths WHERE tenant_id = $1 AND route_id = ANY($2::uuid[])`, tenantID, updated)
+				return err
+			})
 		}
 		c.rest = append(append(c.rest, updates...), creates...)
 	}

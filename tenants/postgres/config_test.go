@@ -224,6 +224,19 @@ func TestConfigApplyRules(t *testing.T) {
 		}
 	})
 
+	t.Run("two routes swap paths", func(t *testing.T) {
+		doc := parseDoc(t, exported)
+		doc.Routes[0].Paths, doc.Routes[1].Paths = doc.Routes[1].Paths, doc.Routes[0].Paths
+		plan := apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{})
+		if changes(plan.Updated) != "route:admin route:hello" {
+			t.Fatalf("swap: %+v", plan)
+		}
+		doc = parseDoc(t, exportJSON(t, db, tn.ID))
+		doc.Routes[0].Paths, doc.Routes[1].Paths = doc.Routes[1].Paths, doc.Routes[0].Paths
+		apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{})
+		exported = exportJSON(t, db, tn.ID)
+	})
+
 	t.Run("stale document refused unless forced", func(t *testing.T) {
 		mustRoute(t, db, newRoute(tn.ID, "late", "/late"))
 		doc := parseDoc(t, exported)
