@@ -58,7 +58,7 @@ func TestKeyAuthFlow(t *testing.T) {
 		{"unknown host", "GET", "nosuchtenant", "/hello", []string{"X-API-Key", key}, 404, "tenant_not_found"},
 		{"unknown path", "GET", "acme", "/nothing/here", []string{"X-API-Key", key}, 404, "route_not_found"},
 		{"not a segment boundary", "GET", "acme", "/helloworld", []string{"X-API-Key", key}, 404, "route_not_found"},
-		{"method not routed", "DELETE", "acme", "/hello", []string{"X-API-Key", key}, 404, "route_not_found"},
+		{"method not routed", "DELETE", "acme", "/hello", []string{"X-API-Key", key}, 405, "method_not_allowed"},
 	} {
 		r, err := edge.do(c.method, c.slug, c.path, c.header...)
 		if err != nil {

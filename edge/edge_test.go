@@ -63,10 +63,10 @@ func TestRouting(t *testing.T) {
 		{"GET", host, "/dir/", 200, "r-dir", "/dir/", ""},
 		{"GET", host, "/dir/a/b", 200, "r-dir", "/dir/a/b", ""},
 		{"POST", host, "/api/x", 200, "r-api-post", "/api/x", ""},
-		{"GET", host, "/api/x", 404, "", "", tenants.ERouteNotFound},
+		{"GET", host, "/api/x", 405, "", "", tenants.EMethodNotAllowed},
 		{"PUT", host, "/m2/x/1", 200, "r-multi", "/m2/x/1", ""},
 		{"DELETE", host, "/m1", 200, "r-multi", "/m1", ""},
-		{"GET", host, "/m1", 404, "", "", tenants.ERouteNotFound},
+		{"GET", host, "/m1", 405, "", "", tenants.EMethodNotAllowed},
 		{"GET", host, "/", 404, "", "", tenants.ERouteNotFound},
 		// The root route takes what nothing longer takes; a longer route that does not
 		// take the method falls back to it.

@@ -35,8 +35,8 @@ func TestDoorMethods(t *testing.T) {
 	}
 	for _, m := range []string{"POST", "PROPFIND"} {
 		r := send(t, h.public, m, "acme."+domain, "/get", nil, "")
-		if r.status != 404 || r.errCode() != tenants.ERouteNotFound || r.header.Get("X-Request-Id") == "" {
-			t.Errorf("%s /get: %s %v, want 404 %s with a request id", m, r, r.header, tenants.ERouteNotFound)
+		if r.status != 405 || r.errCode() != tenants.EMethodNotAllowed || r.header.Get("Allow") != "GET" || r.header.Get("X-Request-Id") == "" {
+			t.Errorf("%s /get: %s %v, want 405 %s with Allow: GET and a request id", m, r, r.header, tenants.EMethodNotAllowed)
 		}
 	}
 	for _, m := range []string{"POST", "PROPFIND"} {

@@ -34,7 +34,8 @@ var (
 	replyLoading             = newReply(tenants.ENotReady, "the edge is still loading its configuration; retry shortly")
 	replyDraining            = newReply(tenants.ENotReady, "the edge is shutting down; retry on another")
 	replyTenantNotFound      = newReply(tenants.ETenantNotFound, "the Host header names no tenant of this edge")
-	replyRouteNotFound       = newReply(tenants.ERouteNotFound, "no route of this API matches the method and path")
+	replyRouteNotFound       = newReply(tenants.ERouteNotFound, "no route of this API matches the path")
+	replyMethodNotAllowed    = newReply(tenants.EMethodNotAllowed, "this API's routes for the path do not take the method; Allow lists those they take")
 	replyBadTarget           = newReply(tenants.EInvalidRequest, string(routing.ErrPathNotOrigin))
 	replyBadRequest          = newReply(tenants.EInvalidRequest, "the request is not valid HTTP")
 	replyHeaderTooLarge      = newReply(tenants.EInvalidRequest, "the request headers are too large")
@@ -72,4 +73,13 @@ func (x *exchange) fail(r *reply) {
 	resp.AppendBody(replySuffix)
 }
 
-var contentTypeJSON = []byte("application/json")
+// failMethod answers a request whose path some route takes with other methods, allowed.
+func (x *exchange) failMethod(allowed routing.Methods) {
+	x.fail(replyMethodNotAllowed)
+	x.ctx.Response.Header.SetCanonical(hdrAllow, allowed.Allow())
+}
+
+var (
+	contentTypeJSON = []byte("application/json")
+	hdrAllow        = []byte("Allow")
+)

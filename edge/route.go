@@ -79,6 +79,12 @@ func (e *Edge) handle(x *exchange) {
 	x.query = query
 	rt, n := snap.routes.Lookup(req.Header.Method(), x.path)
 	if rt == nil {
+		// Only now is the table walked for the methods of the path: a request that
+		// finds its route never pays for the 405.
+		if allowed := snap.routes.Allowed(x.path); allowed != 0 {
+			x.failMethod(allowed)
+			return
+		}
 		x.fail(replyRouteNotFound)
 		return
 	}

@@ -24,9 +24,9 @@ const (
 	EPolicyDenied      = "policy_denied"       // the tenant's policy denies this call (edge)
 	ENotFound          = "not_found"           // no such object (or not visible to the caller)
 	ETenantNotFound    = "tenant_not_found"    // edge: the Host names no tenant
-	ERouteNotFound     = "route_not_found"     // edge: no route matches method and path
+	ERouteNotFound     = "route_not_found"     // edge: no route matches the path
 	EMisdirected       = "misdirected_request" // edge: the TLS SNI names another tenant than the Host, or an unverified custom domain
-	EMethodNotAllowed  = "method_not_allowed"  // api: the path exists, the method does not
+	EMethodNotAllowed  = "method_not_allowed"  // the path exists, the method does not; the edge's Allow lists those it takes
 	EConflict          = "conflict"            // a unique name or path is already taken
 	EVersionConflict   = "version_conflict"    // optimistic concurrency: the object changed
 	EBodyTooLarge      = "body_too_large"      // request body over the limit
@@ -59,9 +59,9 @@ var Codes = []CodeInfo{
 	{EPolicyDenied, http.StatusForbidden, "edge", "the tenant's policy denies this consumer this call"},
 	{ENotFound, http.StatusNotFound, "api", "no such object, or it belongs to another tenant"},
 	{ETenantNotFound, http.StatusNotFound, "edge", "the Host header names no tenant"},
-	{ERouteNotFound, http.StatusNotFound, "edge", "no route of the tenant matches the method and path"},
+	{ERouteNotFound, http.StatusNotFound, "edge", "no route of the tenant matches the path, whatever the method"},
 	{EMisdirected, http.StatusMisdirectedRequest, "edge", "the TLS server name (SNI) and the Host header name different tenants, or the host name is a custom domain whose DNS proof is not verified"},
-	{EMethodNotAllowed, http.StatusMethodNotAllowed, "api", "the path exists but not with this method"},
+	{EMethodNotAllowed, http.StatusMethodNotAllowed, "both", "the path exists but not with this method; at the edge, a route matches the path but none takes the method, and `Allow` lists those that do"},
 	{EConflict, http.StatusConflict, "api", "a unique value (slug, name, path) is already taken"},
 	{EVersionConflict, http.StatusConflict, "api", "the object changed since you read it: re-read and retry"},
 	{EBodyTooLarge, http.StatusRequestEntityTooLarge, "both", "the request body is over the size limit"},
