@@ -1,8 +1,10 @@
 // Package openapiimport turns a tenant's OpenAPI document into the routes that serve it:
 // one route per path of the document, answering that path exactly with the methods of its
-// operations and the auth its security asks for. It is pure: it reads bytes and returns
-// routes, and must not fetch anything (the document's external $refs are refused), store
-// anything or decide what already exists; the API compares and writes (api/import.go).
+// operations and the auth its security asks for. Convert is pure: it reads bytes and
+// returns routes, and must not fetch anything (the document's external $refs are
+// refused). Apply writes them through the tenants.ConfigService it is given, so the API
+// (api/import.go) and the console (web/import.go) import alike; it must not reach past
+// that interface.
 //
 // kin-openapi parses and validates the document. OpenAPI 3.0 is read fully; 3.1 and 3.2
 // documents are read as far as kin-openapi reads them, which covers everything used here
