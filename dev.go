@@ -113,6 +113,11 @@ func Dev(ctx context.Context, args []string) error {
 
 	// Billing folds the edge's usage, so the dev stack's usage and export count. It stops
 	// after the edge has drained its meter.
+	billingTraces, err := cfg.Tracing("tollgate-billing", false)
+	if err != nil {
+		return err
+	}
+	defer shutdownTraces(billingTraces)
 	billingCtx, stopBilling := context.WithCancel(context.Background())
 	defer stopBilling()
 	billingDone := make(chan error, 1)
@@ -123,6 +128,7 @@ func Dev(ctx context.Context, args []string) error {
 			StripeKey: cfg.StripeKey, StripeURL: cfg.StripeURL, StripeEvent: cfg.StripeEvent,
 			Registry: cp.reg,
 			Logger:   log.With("component", "billing"),
+			Tracer:   tracer(billingTraces, "tollgate/billing"),
 		})
 	}()
 

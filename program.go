@@ -155,12 +155,12 @@ func (cp *controlPlane) close() {
 	shutdownTraces(cp.traces)
 }
 
-// apiTracer is the api's tracer; nil (no spans) when traces are not exported.
-func (cp *controlPlane) apiTracer() trace.Tracer {
-	if cp.traces == nil {
+// tracer is p's tracer of scope; nil (no spans) when traces are not exported.
+func tracer(p *tracing.Provider, scope string) trace.Tracer {
+	if p == nil {
 		return nil
 	}
-	return cp.traces.Tracer("tollgate/api")
+	return p.Tracer(scope)
 }
 
 // shutdownTraces exports the spans still queued, for a few seconds at most.
@@ -198,7 +198,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		PublicURL:  cfg.PublicURL,
 		Logger:     log,
 		Metrics:    cp.metrics,
-		Tracer:     cp.apiTracer(),
+		Tracer:     tracer(cp.traces, "tollgate/api"),
 		// Each request's store work is bounded; the driver's errors tell an unreachable
 		// database (503 not_ready) from a bug (500).
 		RequestTimeout: cfg.DBTimeout,
