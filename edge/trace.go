@@ -33,7 +33,7 @@ import (
 // limited carry the time the request had passed them (when it was forwarded), "upstream
 // answered" the time the upstream exchanges ended.
 
-// Tracing turns on the edge's spans.
+// Tracing turns on the edge's spans. An Edge keeps state in it: one per Edge.
 type Tracing struct {
 	// Tracer makes the spans. Its provider must record every root span it is asked for
 	// (tracing.Config.RootsSampled): the edge has decided already. Required.
