@@ -246,8 +246,54 @@ func (t *Table[R]) Add(path string, methods []string, r *R) (conflict *R) {
 // trailing "/" (what strip_prefix removes: with parameters, the segments they matched
 // too); nil when no route matches.
 func (t *Table[R]) Lookup(method, path []byte) (*R, int) {
-	w := walker[R]{path: path, mi: methodIndex(method), score: -1}
-	w.start(&t.root)
+	mi := methodIndex(method)
+	n := &t.root
+	if len(path) <= 1 { // "/"
+		if r := n.exact.pick(mi); r != nil {
+			return r, 0
+		}
+		return n.prefix.pick(mi), 0
+	}
+	// This loop is walker.walk for nodes without a parameter child, where there is only
+	// one way on, with the best match kept in registers; at the first node with one the
+	// walker takes over from the same state.
+	best, score, strip := n.prefix.pick(mi), 0, 0 // "/" matches everything
+	pos := 1
+	for n.param == nil {
+		e := pos
+		for e < len(path) && path[e] != '/' {
+			e++
+		}
+		c := n.child(path[pos:e])
+		if c == nil {
+			return best, strip
+		}
+		n = c
+		if e == len(path) {
+			r := n.exact.pick(mi)
+			if r == nil {
+				r = n.prefix.pick(mi)
+			}
+			if r != nil {
+				return r, e
+			}
+			return best, strip
+		}
+		if r := n.prefix.pick(mi); r != nil {
+			best, score, strip = r, e, e
+		}
+		if s := n.slash; s != nil && e+1 < len(path) {
+			if r := s.prefix.pick(mi); r != nil {
+				best, score, strip = r, e+1, e
+			}
+		}
+		pos = e + 1
+	}
+	if best == nil {
+		score = -1
+	}
+	w := walker[R]{path: path, mi: mi, best: best, score: score, strip: strip}
+	w.walk(n, pos)
 	return w.best, w.strip
 }
 
