@@ -198,6 +198,8 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Get("/", func(ctx *fiber.Ctx) error { return ctx.Redirect(c.tenantURL(ctx, "/routes"), http.StatusSeeOther) })
 	t.Get("/routes", c.routesPage)
 	t.Get("/routes/new", c.routeNewPage)
+	t.Get("/routes/import", c.importPage)
+	t.Post("/routes/import", c.importRun)
 	t.Post("/routes/new", c.routeCreate)
 	t.Get("/routes/:id", c.routeEditPage)
 	t.Post("/routes/:id", c.routeUpdate)
