@@ -169,7 +169,11 @@ func fieldOf(err error) string {
 		case *openapi3.OperationValidationError:
 			b.WriteString("." + strings.ToLower(c.Method))
 		case *openapi3.ComponentValidationError:
-			fmt.Fprintf(&b, ".%s[%q]", c.Section, c.Name)
+			list := componentLists[c.Section]
+			if list == "" {
+				list = c.Section
+			}
+			fmt.Fprintf(&b, ".%s[%q]", list, c.Name)
 		case *openapi3.WebhookValidationError:
 			fmt.Fprintf(&b, "[%q]", c.Name)
 		case *openapi3.ParameterFieldValidationError:
@@ -177,6 +181,13 @@ func fieldOf(err error) string {
 		}
 	}
 	return b.String()
+}
+
+// componentLists are the document's names of the components kin-openapi's errors name
+// in the singular.
+var componentLists = map[string]string{
+	"schema": "schemas", "parameter": "parameters", "request body": "requestBodies", "response": "responses",
+	"header": "headers", "security scheme": "securitySchemes", "example": "examples", "link": "links", "callback": "callbacks",
 }
 
 // basePath is the path put before every document path: the prefix asked for, or the

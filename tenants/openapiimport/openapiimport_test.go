@@ -134,6 +134,8 @@ func TestConvertRefuses(t *testing.T) {
 		{"no version", `{"info":{"title":"x","version":"1"},"paths":{}}`, openapiimport.Options{}, "openapi.openapi", "required"},
 		{"invalid", `{"openapi":"3.0.3","info":{"title":"x"},"paths":{"/a":{"get":{"responses":{"200":{"description":"ok"}}}}}}`, openapiimport.Options{}, "openapi.info", "version"},
 		{"operation", `{"openapi":"3.0.3","info":{"title":"x","version":"1"},"paths":{"/a/{id}":{"get":{"responses":{"200":{"description":"ok"}}}}}}`, openapiimport.Options{}, "openapi.paths", "missing: [id]"},
+		{"component", `{"openapi":"3.0.3","info":{"title":"x","version":"1"},"paths":{"/a":{"get":{"responses":{"200":{"description":"ok"}}}}},"components":{"schemas":{"Pet":{"type":"bogus"}}}}`, openapiimport.Options{}, `openapi.components.schemas["Pet"]`, "bogus"},
+		{"parameter", `{"openapi":"3.0.3","info":{"title":"x","version":"1"},"paths":{"/a":{"get":{"parameters":[{"name":"q","in":"nowhere"}],"responses":{"200":{"description":"ok"}}}}}}`, openapiimport.Options{}, `openapi.paths["/a"].get`, "nowhere"},
 		{"no paths", `{"openapi":"3.0.3","info":{"title":"x","version":"1"},"paths":{}}`, openapiimport.Options{}, "openapi.paths", "no paths"},
 		{"external ref", `{"openapi":"3.0.3","info":{"title":"x","version":"1"},"paths":{"/a":{"$ref":"http://169.254.169.254/x.json#/a"}}}`, openapiimport.Options{}, "openapi", ""},
 		{"bad prefix", `{"openapi":"3.0.3","info":{"title":"x","version":"1"},"paths":{"/a":{"get":{"responses":{"200":{"description":"ok"}}}}}}`, openapiimport.Options{Prefix: &bad}, "prefix", "must start with /"},
