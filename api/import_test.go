@@ -183,3 +183,17 @@ func TestImportRoutesPathParameter(t *testing.T) {
 		t.Errorf("/pets/{id}: %v", one)
 	}
 }
+
+// TestImportRoutesPlanLimit: the plan's routes count the imported ones as any others, and
+// an import past it writes nothing.
+func TestImportRoutesPlanLimit(t *testing.T) {
+	t.Parallel()
+	e := quotaEnv(t, map[string]any{"routes": 2})
+	e.route("small", "mine", "/mine")
+	wantOver(t, e.do("POST", "/v1/tenants/small/routes:import", adminToken, importBody(petsDoc(""))), "routes", "tiny")
+	if n := e.count("/v1/tenants/small/routes"); n != 1 {
+		t.Errorf("an import past the plan left %d routes, want 1", n)
+	}
+	e.do("DELETE", "/v1/tenants/small/routes/"+e.do("GET", "/v1/tenants/small/routes", adminToken, nil).want(200).items()[0].(map[string]any)["id"].(string), adminToken, nil).want(204)
+	wantNames(t, e.do("POST", "/v1/tenants/small/routes:import", adminToken, importBody(petsDoc(""))).want(200), "created", "openapi:pets:/health", "openapi:pets:/pets")
+}

@@ -176,6 +176,8 @@ func importError(err error, res *Result) error {
 	switch rest := m[2]; {
 	case rest == "upstream" || strings.HasPrefix(rest, "upstream."):
 		c.Field = rest
+	case rest == tenants.ResRoutes:
+		c.Field = rest // past the plan's routes: the import as a whole, as on POST .../routes
 	default:
 		c.Field = fmt.Sprintf("openapi.paths[%q]", res.Routes[i].Path)
 		c.Message = fmt.Sprintf("route %s (%s): %s", res.Routes[i].Route.Name, strings.Join(res.Routes[i].Route.Paths, ", "), e.Message)
