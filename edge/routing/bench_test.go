@@ -2,6 +2,7 @@ package routing_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"tollgate/edge/routing"
@@ -56,6 +57,21 @@ func BenchmarkRouteLookupParams(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkRouteLookupCrafted: a path no route of a crafted table matches, whose walk
+// would visit 2^15 nodes without its bound.
+func BenchmarkRouteLookupCrafted(b *testing.B) {
+	const depth = 14
+	table := crafted(depth)
+	miss := []byte(strings.Repeat("/a", depth) + "/z")
+	get := []byte("GET")
+	b.ReportAllocs()
+	for b.Loop() {
+		if id, _ := table.Lookup(get, miss); id != "" || table.t.Allowed(miss) != 0 {
+			b.Fatal("matched")
+		}
 	}
 }
 

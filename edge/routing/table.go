@@ -26,7 +26,10 @@ import (
 //
 // Where a segment matches both a literal child and a parameter, the lookup tries both
 // (the literal first), so its cost grows with the parameters that could match the path,
-// still never with the routes that could not.
+// still never with the routes that could not. Routes crafted so that alternatives
+// multiply at every segment ("/a/a/…" beside "/{x}/a/…", "/a/{x}/…", …) could make that
+// exponential in the depth: a walk enters at most visitBudget nodes and then keeps what it
+// has found, a bound no table short of such a crafted one reaches.
 //
 // A Table is immutable once built; lookups need no lock and do not allocate.
 type Table[R any] struct {
@@ -292,7 +295,7 @@ func (t *Table[R]) Lookup(method, path []byte) (*R, int) {
 	if best == nil {
 		score = -1
 	}
-	w := walker[R]{path: path, mi: mi, best: best, score: score, strip: strip}
+	w := walker[R]{path: path, mi: mi, best: best, score: score, strip: strip, left: visitBudget(path)}
 	w.walk(n, pos)
 	return w.best, w.strip
 }
@@ -301,7 +304,7 @@ func (t *Table[R]) Lookup(method, path []byte) (*R, int) {
 // names when Lookup found no route for the request's method but Allowed is not empty.
 // It walks the table again, so only the request that gets the 405 pays for it.
 func (t *Table[R]) Allowed(path []byte) Methods {
-	w := walker[R]{path: path, allow: true}
+	w := walker[R]{path: path, allow: true, left: visitBudget(path)}
 	w.start(&t.root)
 	return w.methods
 }
@@ -320,7 +323,12 @@ type walker[R any] struct {
 	best    *R
 	score   int
 	strip   int
+	left    int // nodes the walk may still enter
 }
+
+// visitBudget is how many nodes a walk along path may enter: twice its segments, and
+// some, where a path matching parameters alone enters one a segment.
+func visitBudget(path []byte) int { return len(path) + 64 }
 
 func (w *walker[R]) start(root *node[R]) {
 	if len(w.path) <= 1 { // "/"
@@ -333,7 +341,7 @@ func (w *walker[R]) start(root *node[R]) {
 
 // walk matches the path from pos (the start of a segment) on, below n.
 func (w *walker[R]) walk(n *node[R], pos int) {
-	for {
+	for ; w.left > 0; w.left-- {
 		e := pos
 		for e < len(w.path) && w.path[e] != '/' {
 			e++

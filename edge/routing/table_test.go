@@ -1,9 +1,11 @@
 package routing_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRouteLookupParams(t *testing.T) {
@@ -108,4 +110,47 @@ func TestRouteAllowed(t *testing.T) {
 			}
 		}
 	}
+}
+
+// crafted is a table whose parameters multiply the alternatives at every segment: every
+// path of depth segments, each "a" or "{p}", as its own exact GET route.
+func crafted(depth int) *testTable {
+	var routes []*testRoute
+	for m := 0; m < 1<<depth; m++ {
+		p := ""
+		for i := 0; i < depth; i++ {
+			if m&(1<<i) != 0 {
+				p += "/{p}"
+			} else {
+				p += "/a"
+			}
+		}
+		routes = append(routes, &testRoute{ID: fmt.Sprint(m), Paths: []string{"=" + p}, Methods: []string{"GET"}})
+	}
+	return newTestTable(routes)
+}
+
+// A crafted table still answers: the literal route where it matches, a parameter where
+// only one does, nothing (and quickly: the walk's visits are bounded) where none does.
+func TestRouteLookupCrafted(t *testing.T) {
+	const depth = 14
+	table := crafted(depth)
+	all := strings.Repeat("/a", depth)
+	if id, _ := table.Lookup([]byte("GET"), []byte(all)); id != "0" {
+		t.Errorf("GET %s: %q, want the all-literal route", all, id)
+	}
+	if id, _ := table.Lookup([]byte("GET"), []byte("/b"+all[2:])); id != "1" {
+		t.Errorf("GET /b…: %q, want the route with a parameter first", id)
+	}
+	miss := []byte(all + "/z")
+	start := time.Now()
+	for range 100 {
+		if id, _ := table.Lookup([]byte("GET"), miss); id != "" {
+			t.Fatalf("GET %s: %q, want none", miss, id)
+		}
+		if got := table.t.Allowed(miss); got != 0 {
+			t.Fatalf("Allowed(%s) = %v, want none", miss, got)
+		}
+	}
+	t.Logf("100 misses in %v", time.Since(start))
 }
