@@ -19,6 +19,7 @@ func TestPathParams(t *testing.T) {
 	api.createRoute("params", routeSpec("user", "=/users/{id}", users.URL, "none", "methods", []string{"GET"}))
 	api.createRoute("params", routeSpec("orders", "/shops/{shop}/orders", shops.URL, "none", "strip_prefix", true))
 	eventually(t, applyDeadline, "GET /users/7 is served", served(edge, "params", "/users/7", "users"))
+	eventually(t, applyDeadline, "GET /shops/s1/orders is served", served(edge, "params", "/shops/s1/orders", "shops"))
 
 	if got := decodeEcho(t, edge.get(t, "params", "/users/7?full=1")); got.Path != "/users/7" || got.Query != "full=1" {
 		t.Errorf("upstream got %s?%s, want /users/7?full=1", got.Path, got.Query)
