@@ -35,8 +35,9 @@ type Route struct {
 	TenantID string `json:"tenant_id" readonly:"true"`
 	Name     string `json:"name" required:"true" doc:"Unique within the tenant."`
 	// Paths are prefixes on segment boundaries ("/hello" matches "/hello/x", not
-	// "/helloworld"); a leading "=" makes one exact ("=/hello"). Longest match wins.
-	Paths []string `json:"paths" required:"true" doc:"1–32 path prefixes (\"/hello\" matches /hello and /hello/x) or exact paths (\"=/hello\")."`
+	// "/helloworld"); a leading "=" makes one exact ("=/hello"). A "{name}" segment
+	// matches any one segment. Longest match wins.
+	Paths []string `json:"paths" required:"true" doc:"1–32 path prefixes (\"/hello\" matches /hello and /hello/x) or exact paths (\"=/hello\"); a {name} segment matches any one segment (\"=/users/{id}\")."`
 	// Methods the route answers; empty means every method.
 	Methods  []string `json:"methods" doc:"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS. Default: every method."`
 	Upstream Upstream `json:"upstream" required:"true"`
