@@ -244,155 +244,88 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 	}
 
 	if doc.Plans != nil {
-		have := byName(st.plans, func(p *tenants.Plan) string { return p.Name })
-		for i, p := range sortedIndex(doc.Plans, func(p *tenants.Plan) string { return p.Name }) {
-			want := doc.Plans[i]
-			path := fmt.Sprintf("plans[%d]", i)
-			want.TenantID = tenantID
-			if err := want.Validate(); err != nil {
-				return nil, nil, tenants.AtPath(path, err)
-			}
-			cur := have[p]
-			switch {
-			case cur == nil:
-				change(&c.plan.Created, tenants.ConfigKindPlan, p)
-				c.planWrites = append(c.planWrites, at(path, "create plan", planConflicts(want), func() error { return insertPlan(ctx, tx, want) }))
-			case !same(cur, want):
-				want.ID, want.Version = cur.ID, cur.Version
-				change(&c.plan.Updated, tenants.ConfigKindPlan, p)
-				c.planWrites = append(c.planWrites, at(path, "update plan", planConflicts(want), func() error { return updatePlan(ctx, tx, want) }))
-			default:
-				c.plan.Unchanged++
-			}
-			delete(have, p)
+		w, err := diffObjects(c.plan, &objectKind[tenants.Plan]{
+			kind: tenants.ConfigKindPlan, field: "plans", noun: "plan",
+			name: func(p *tenants.Plan) string { return p.Name }, id: func(p *tenants.Plan) string { return p.ID },
+			adopt:     func(want, cur *tenants.Plan) { want.ID, want.Version = cur.ID, cur.Version },
+			check:     func(want, _ *tenants.Plan) error { want.TenantID = tenantID; return want.Validate() },
+			conflicts: planConflicts, removeConflicts: planDeleteConflicts,
+			insert: func(p *tenants.Plan) error { return insertPlan(ctx, tx, p) },
+			update: func(p *tenants.Plan) error { return updatePlan(ctx, tx, p) },
+			remove: func(id string) error { return deletePlan(ctx, tx, tenantID, id) },
+		}, doc.Plans, st.plans, prune)
+		if err != nil {
+			return nil, nil, err
 		}
-		if prune {
-			for _, p := range st.plans {
-				if _, left := have[p.Name]; left {
-					change(&c.plan.Deleted, tenants.ConfigKindPlan, p.Name)
-					c.planDeletes = append(c.planDeletes, at("plans", "delete plan", planDeleteConflicts, func() error { return deletePlan(ctx, tx, tenantID, p.ID) }))
-				}
-			}
-		}
+		// Plans are written before the consumers that may name them, and deleted after.
+		c.planWrites, c.planDeletes = slices.Concat(w.updates, w.creates), w.deletes
 	}
 
 	if doc.Consumers != nil {
-		have := byName(st.consumers, func(c *tenants.Consumer) string { return c.Name })
-		var writes []func() error
-		for i, name := range sortedIndex(doc.Consumers, func(c *tenants.Consumer) string { return c.Name }) {
-			want := doc.Consumers[i]
-			path := fmt.Sprintf("consumers[%d]", i)
-			want.TenantID = tenantID
-			if err := want.Validate(); err != nil {
-				return nil, nil, tenants.AtPath(path, err)
-			}
-			cur := have[name]
-			switch {
-			case cur == nil:
-				change(&c.plan.Created, tenants.ConfigKindConsumer, name)
-				writes = append(writes, at(path, "create consumer", consumerErrors(want), func() error { return insertConsumer(ctx, tx, want) }))
-			case !same(cur, want):
-				want.ID, want.Version = cur.ID, cur.Version
-				change(&c.plan.Updated, tenants.ConfigKindConsumer, name)
-				writes = append(writes, at(path, "update consumer", consumerErrors(want), func() error { return updateConsumer(ctx, tx, want) }))
-			default:
-				c.plan.Unchanged++
-			}
-			delete(have, name)
+		w, err := diffObjects(c.plan, &objectKind[tenants.Consumer]{
+			kind: tenants.ConfigKindConsumer, field: "consumers", noun: "consumer",
+			name: func(c *tenants.Consumer) string { return c.Name }, id: func(c *tenants.Consumer) string { return c.ID },
+			adopt:     func(want, cur *tenants.Consumer) { want.ID, want.Version = cur.ID, cur.Version },
+			check:     func(want, _ *tenants.Consumer) error { want.TenantID = tenantID; return want.Validate() },
+			conflicts: consumerErrors,
+			insert:    func(c *tenants.Consumer) error { return insertConsumer(ctx, tx, c) },
+			update:    func(c *tenants.Consumer) error { return updateConsumer(ctx, tx, c) },
+			remove:    func(id string) error { return deleteConsumer(ctx, tx, tenantID, id) },
+		}, doc.Consumers, st.consumers, prune)
+		if err != nil {
+			return nil, nil, err
 		}
-		if prune {
-			for _, cur := range st.consumers {
-				if _, left := have[cur.Name]; left {
-					change(&c.plan.Deleted, tenants.ConfigKindConsumer, cur.Name)
-					c.consumers = append(c.consumers, at("consumers", "delete consumer", nil, func() error { return deleteConsumer(ctx, tx, tenantID, cur.ID) }))
-				}
-			}
-		}
-		c.consumers = append(c.consumers, writes...)
+		c.consumers = slices.Concat(w.deletes, w.updates, w.creates)
 	}
 
 	if doc.Routes != nil {
-		have := byName(st.routes, func(r *tenants.Route) string { return r.Name })
-		var updates, creates []func() error
-		var updated []string
-		for i, name := range sortedIndex(doc.Routes, func(r *tenants.Route) string { return r.Name }) {
-			want := doc.Routes[i]
-			path := fmt.Sprintf("routes[%d]", i)
-			want.TenantID = tenantID
-			if err := want.Validate(db.upstream); err != nil {
-				return nil, nil, tenants.AtPath(path, err)
-			}
-			cur := have[name]
-			switch {
-			case cur == nil:
-				change(&c.plan.Created, tenants.ConfigKindRoute, name)
-				creates = append(creates, at(path, "create route", routeConflicts(want), func() error { return insertRoute(ctx, tx, want) }))
-			case !same(cur, want):
-				want.ID, want.Version = cur.ID, cur.Version
-				updated = append(updated, cur.ID)
-				change(&c.plan.Updated, tenants.ConfigKindRoute, name)
-				updates = append(updates, at(path, "update route", routeConflicts(want), func() error { return updateRoute(ctx, tx, want) }))
-			default:
-				c.plan.Unchanged++
-			}
-			delete(have, name)
+		w, err := diffObjects(c.plan, &objectKind[tenants.Route]{
+			kind: tenants.ConfigKindRoute, field: "routes", noun: "route",
+			name: func(r *tenants.Route) string { return r.Name }, id: func(r *tenants.Route) string { return r.ID },
+			adopt:     func(want, cur *tenants.Route) { want.ID, want.Version = cur.ID, cur.Version },
+			check:     func(want, _ *tenants.Route) error { want.TenantID = tenantID; return want.Validate(db.upstream) },
+			conflicts: routeConflicts,
+			insert:    func(r *tenants.Route) error { return insertRoute(ctx, tx, r) },
+			update:    func(r *tenants.Route) error { return updateRoute(ctx, tx, r) },
+			remove:    func(id string) error { return deleteRoute(ctx, tx, tenantID, id) },
+		}, doc.Routes, st.routes, prune)
+		if err != nil {
+			return nil, nil, err
 		}
-		if prune {
-			for _, cur := range st.routes {
-				if _, left := have[cur.Name]; left {
-					change(&c.plan.Deleted, tenants.ConfigKindRoute, cur.Name)
-					c.rest = append(c.rest, at("routes", "delete route", nil, func() error { return deleteRoute(ctx, tx, tenantID, cur.ID) }))
-				}
-			}
-		}
-		if len(updated) > 1 {
+		c.rest = append(c.rest, w.deletes...)
+		if len(w.updated) > 1 {
 			// The updated routes give up their paths first, so two of them may swap paths.
 			c.rest = append(c.rest, func() error {
-				_, err := tx.Exec(ctx, `DELETE FROM route_paths WHERE tenant_id = $1 AND route_id = ANY($2::uuid[])`, tenantID, updated)
+				_, err := tx.Exec(ctx, `DELETE FROM route_paths WHERE tenant_id = $1 AND route_id = ANY($2::uuid[])`, tenantID, w.updated)
 				return err
 			})
 		}
-		c.rest = append(append(c.rest, updates...), creates...)
+		c.rest = append(append(c.rest, w.updates...), w.creates...)
 	}
 
 	if doc.JWTIssuers != nil {
-		have := byName(st.issuers, func(is *tenants.Issuer) string { return is.Issuer })
-		var writes []func() error
-		for i, name := range sortedIndex(doc.JWTIssuers, func(is *tenants.Issuer) string { return is.Issuer }) {
-			want := doc.JWTIssuers[i]
-			path := fmt.Sprintf("jwt_issuers[%d]", i)
-			want.TenantID = tenantID
-			cur := have[name]
-			// As on PUT: an issuer naming no key source keeps its stored secret, which
-			// export leaves out.
-			if cur != nil && want.JWKSURL == "" && want.Keys == nil && want.HS256Secret == "" {
-				want.HS256Secret = cur.HS256Secret
-			}
-			if err := db.validateIssuer(want); err != nil {
-				return nil, nil, tenants.AtPath(path, err)
-			}
-			switch {
-			case cur == nil:
-				change(&c.plan.Created, tenants.ConfigKindJWTIssuer, name)
-				writes = append(writes, at(path, "create jwt issuer", issuerConflicts(want), func() error { return insertIssuer(ctx, tx, want) }))
-			case !same(cur, want):
-				want.ID, want.Version = cur.ID, cur.Version
-				change(&c.plan.Updated, tenants.ConfigKindJWTIssuer, name)
-				writes = append(writes, at(path, "update jwt issuer", issuerConflicts(want), func() error { return updateIssuer(ctx, tx, want) }))
-			default:
-				c.plan.Unchanged++
-			}
-			delete(have, name)
-		}
-		if prune {
-			for _, cur := range st.issuers {
-				if _, left := have[cur.Issuer]; left {
-					change(&c.plan.Deleted, tenants.ConfigKindJWTIssuer, cur.Issuer)
-					c.rest = append(c.rest, at("jwt_issuers", "delete jwt issuer", nil, func() error { return deleteIssuer(ctx, tx, tenantID, cur.ID) }))
+		w, err := diffObjects(c.plan, &objectKind[tenants.Issuer]{
+			kind: tenants.ConfigKindJWTIssuer, field: "jwt_issuers", noun: "jwt issuer",
+			name: func(is *tenants.Issuer) string { return is.Issuer }, id: func(is *tenants.Issuer) string { return is.ID },
+			adopt: func(want, cur *tenants.Issuer) { want.ID, want.Version = cur.ID, cur.Version },
+			check: func(want, cur *tenants.Issuer) error {
+				want.TenantID = tenantID
+				// As on PUT: an issuer naming no key source keeps its stored secret, which
+				// export leaves out.
+				if cur != nil && want.JWKSURL == "" && want.Keys == nil && want.HS256Secret == "" {
+					want.HS256Secret = cur.HS256Secret
 				}
-			}
+				return db.validateIssuer(want)
+			},
+			conflicts: issuerConflicts,
+			insert:    func(is *tenants.Issuer) error { return insertIssuer(ctx, tx, is) },
+			update:    func(is *tenants.Issuer) error { return updateIssuer(ctx, tx, is) },
+			remove:    func(id string) error { return deleteIssuer(ctx, tx, tenantID, id) },
+		}, doc.JWTIssuers, st.issuers, prune)
+		if err != nil {
+			return nil, nil, err
 		}
-		c.rest = append(c.rest, writes...)
+		c.rest = append(c.rest, slices.Concat(w.deletes, w.updates, w.creates)...)
 	}
 
 	if want := doc.Policy; want != nil {
@@ -440,6 +373,66 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 
 	ops := slices.Concat(c.planWrites, c.consumers, c.planDeletes, c.rest)
 	return c.plan, ops, nil
+}
+
+// objectKind is how an apply tells one kind of a document's objects apart, checks them
+// and writes them; diffObjects does the same for routes, consumers, plans and issuers.
+type objectKind[T any] struct {
+	kind, field, noun string // the plan's kind, the document's field, the noun in store errors
+	name, id          func(*T) string
+	adopt             func(want, cur *T) // carries the stored object's id and version over
+	// check fills in what the document leaves to the store, then validates; cur is nil
+	// for a new object.
+	check           func(want, cur *T) error
+	conflicts       func(*T) map[string]*tenants.Error
+	removeConflicts map[string]*tenants.Error
+	insert, update  func(*T) error
+	remove          func(id string) error
+}
+
+// objectWrites are one kind's writes by what they do, for the caller to order; updated
+// lists the ids of the objects updated.
+type objectWrites struct {
+	creates, updates, deletes []func() error
+	updated                   []string
+}
+
+// diffObjects compares a document's objects of one kind (want) with the stored ones
+// (have) by name, records the differences in plan and returns the writes that carry them
+// out; with prune, stored objects the document leaves out are deleted. Errors name the
+// document path.
+func diffObjects[T any](plan *tenants.ConfigPlan, k *objectKind[T], want, have []*T, prune bool) (objectWrites, error) {
+	var w objectWrites
+	left := byName(have, k.name)
+	for i, name := range sortedIndex(want, k.name) {
+		obj, path := want[i], fmt.Sprintf("%s[%d]", k.field, i)
+		cur := left[name]
+		if err := k.check(obj, cur); err != nil {
+			return w, tenants.AtPath(path, err)
+		}
+		switch {
+		case cur == nil:
+			plan.Created = append(plan.Created, tenants.ConfigChange{Kind: k.kind, Name: name})
+			w.creates = append(w.creates, at(path, "create "+k.noun, k.conflicts(obj), func() error { return k.insert(obj) }))
+		case !same(cur, obj):
+			k.adopt(obj, cur)
+			plan.Updated = append(plan.Updated, tenants.ConfigChange{Kind: k.kind, Name: name})
+			w.updated = append(w.updated, k.id(cur))
+			w.updates = append(w.updates, at(path, "update "+k.noun, k.conflicts(obj), func() error { return k.update(obj) }))
+		default:
+			plan.Unchanged++
+		}
+		delete(left, name)
+	}
+	if prune {
+		for _, cur := range have {
+			if _, gone := left[k.name(cur)]; gone {
+				plan.Deleted = append(plan.Deleted, tenants.ConfigChange{Kind: k.kind, Name: k.name(cur)})
+				w.deletes = append(w.deletes, at(k.field, "delete "+k.noun, k.removeConflicts, func() error { return k.remove(k.id(cur)) }))
+			}
+		}
+	}
+	return w, nil
 }
 
 func byName[T any](list []*T, name func(*T) string) map[string]*T {
