@@ -141,8 +141,12 @@ func Hour(t time.Time) time.Time { return t.UTC().Truncate(time.Hour) }
 // it (rounded up to a whole minor unit). With PerConsumer the allowance and the amount
 // apply to each consumer of the tenant separately.
 type Price struct {
-	Plan             string `json:"plan"`
-	Currency         string `json:"currency"` // ISO 4217, lowercase ("usd")
+	TenantID string `json:"tenant_id,omitempty"` // "": a platform plan's price
+	Plan     string `json:"plan"`
+	// EffectiveFrom is the first month ("YYYY-MM") this version of the price applies to.
+	EffectiveFrom    string `json:"effective_from"`
+	Currency         string `json:"currency"`    // ISO 4217, lowercase ("usd")
+	MonthlyFee       int64  `json:"monthly_fee"` // minor units, charged every month on the plan
 	IncludedRequests int64  `json:"included_requests"`
 	UnitPrice        int64  `json:"unit_price"` // minor units (cents) per UnitRequests
 	UnitRequests     int64  `json:"unit_requests"`

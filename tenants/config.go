@@ -52,6 +52,8 @@ type KeyEntry struct {
 	TenantID   string `json:"tenant_id"`
 	ConsumerID string `json:"consumer_id"`
 	Hash       string `json:"hash"` // hex SHA-256
+	// ExpiresAt is the key's expiry in Unix seconds; 0: it does not expire.
+	ExpiresAt int64 `json:"expires_at,omitempty"`
 }
 
 // Entry kinds, the second token of a key.

@@ -3,6 +3,8 @@ package tenants
 import (
 	"context"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Tenant is a customer of the service: it owns routes, consumers, keys and plans, and is
@@ -144,10 +146,14 @@ type Plan struct {
 	// Mode is where the plan's rate and quota are counted across the edges: ModeLocal,
 	// ModeExact or ModeApproximate. Default: ModeApproximate (ModeExact when the burst is
 	// too small for approximate counting).
-	Mode      string    `json:"mode,omitempty" enum:"local,exact,approximate" doc:"Where the rate and quota are counted across edges (see the README for each mode's error bound). Default: approximate, or exact when burst < rate × 0.1 s + 1 (approximate with such a burst is refused)."`
-	Version   int64     `json:"version" readonly:"true" doc:"Bumped by every change; the ETag. Send it back in If-Match."`
-	CreatedAt time.Time `json:"created_at" readonly:"true"`
-	UpdatedAt time.Time `json:"updated_at" readonly:"true"`
+	Mode string `json:"mode,omitempty" enum:"local,exact,approximate" doc:"Where the rate and quota are counted across edges (see the README for each mode's error bound). Default: approximate, or exact when burst < rate × 0.1 s + 1 (approximate with such a burst is refused)."`
+	// Public plans are offered on the tenant's developer portal, where consumers choose
+	// one themselves (a priced one through Stripe Checkout).
+	Public      bool      `json:"public,omitempty" doc:"Offered on the tenant's developer portal. Default: false."`
+	Description string    `json:"description,omitempty" doc:"Shown beside the plan on the developer portal."`
+	Version     int64     `json:"version" readonly:"true" doc:"Bumped by every change; the ETag. Send it back in If-Match."`
+	CreatedAt   time.Time `json:"created_at" readonly:"true"`
+	UpdatedAt   time.Time `json:"updated_at" readonly:"true"`
 }
 
 // Consumer is a client of a tenant's APIs; it authenticates with its keys.
@@ -163,12 +169,36 @@ type Consumer struct {
 
 // Key is a consumer's API key. Only its SHA-256 is stored; the plaintext is shown once.
 type Key struct {
-	ID         string    `json:"id"`
-	TenantID   string    `json:"tenant_id"`
-	ConsumerID string    `json:"consumer_id"`
-	Prefix     string    `json:"prefix"` // the first characters, to tell keys apart
-	Hash       string    `json:"-"`      // hex SHA-256 of the plaintext
-	CreatedAt  time.Time `json:"created_at"`
+	ID         string `json:"id"`
+	TenantID   string `json:"tenant_id"`
+	ConsumerID string `json:"consumer_id"`
+	Prefix     string `json:"prefix"` // the first characters, to tell keys apart
+	Hash       string `json:"-"`      // hex SHA-256 of the plaintext
+	// Label tells a consumer's keys apart ("ci", "laptop"); up to 100 characters.
+	Label string `json:"label,omitempty"`
+	// ExpiresAt, when set, is when the edges stop taking the key (401 expired_key).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// LastUsedAt is when an edge last took the key, to the minute at best: the edges
+	// report uses in batches, so it trails the last request by up to a minute.
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+}
+
+// Validate checks what the key's owner chose: a label of up to 100 characters without
+// control characters and, if set, an expiry after now.
+func (k *Key) Validate(now time.Time) error {
+	if utf8.RuneCountInString(k.Label) > 100 {
+		return Invalid("label", "must be at most 100 characters")
+	}
+	for _, r := range k.Label {
+		if unicode.IsControl(r) {
+			return Invalid("label", "must not contain control characters")
+		}
+	}
+	if k.ExpiresAt != nil && !k.ExpiresAt.After(now) {
+		return Invalid("expires_at", "must be in the future")
+	}
+	return nil
 }
 
 // Token is a management API credential scoped to one tenant. Only its hash is stored.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -174,19 +175,28 @@ func deleteConsumer(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
 	return emit(ctx, tx, changes...)
 }
 
-const keyColumns = `tenant_id::text, id::text, consumer_id::text, prefix, hash, created_at`
+const keyColumns = `tenant_id::text, id::text, consumer_id::text, prefix, hash, label, expires_at, last_used_at, created_at`
 
 func scanKey(row pgx.Row) (*tenants.Key, error) {
 	var k tenants.Key
-	if err := row.Scan(&k.TenantID, &k.ID, &k.ConsumerID, &k.Prefix, &k.Hash, &k.CreatedAt); err != nil {
+	if err := row.Scan(&k.TenantID, &k.ID, &k.ConsumerID, &k.Prefix, &k.Hash, &k.Label, &k.ExpiresAt, &k.LastUsedAt, &k.CreatedAt); err != nil {
 		return nil, err
 	}
 	k.CreatedAt = utc(k.CreatedAt)
+	for _, t := range []*time.Time{k.ExpiresAt, k.LastUsedAt} {
+		if t != nil {
+			*t = utc(*t)
+		}
+	}
 	return &k, nil
 }
 
 func keyEntry(k *tenants.Key) *tenants.KeyEntry {
-	return &tenants.KeyEntry{ID: k.ID, TenantID: k.TenantID, ConsumerID: k.ConsumerID, Hash: k.Hash}
+	e := &tenants.KeyEntry{ID: k.ID, TenantID: k.TenantID, ConsumerID: k.ConsumerID, Hash: k.Hash}
+	if k.ExpiresAt != nil {
+		e.ExpiresAt = k.ExpiresAt.Unix()
+	}
+	return e
 }
 
 // validHash reports whether h is a hex SHA-256, as tenants.HashSecret makes.
@@ -212,6 +222,9 @@ func (db *DB) CreateKey(ctx context.Context, k *tenants.Key) error {
 	if !validHash(k.Hash) {
 		return tenants.Invalid("hash", "must be the hex SHA-256 of the key")
 	}
+	if err := k.Validate(time.Now()); err != nil {
+		return err
+	}
 	id := newID()
 	err := db.write(ctx, func(tx pgx.Tx) error {
 		if err := checkCount(ctx, tx, k.TenantID, tenants.ResKeysPerConsumer, countKeys, k.ConsumerID); err != nil {
@@ -220,8 +233,9 @@ func (db *DB) CreateKey(ctx context.Context, k *tenants.Key) error {
 			}
 			return err
 		}
-		saved, err := scanKey(tx.QueryRow(ctx, `INSERT INTO keys (tenant_id, id, consumer_id, prefix, hash) VALUES ($1, $2, $3, $4, $5)
-			RETURNING `+keyColumns, k.TenantID, id, k.ConsumerID, k.Prefix, k.Hash))
+		saved, err := scanKey(tx.QueryRow(ctx, `INSERT INTO keys (tenant_id, id, consumer_id, prefix, hash, label, expires_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			RETURNING `+keyColumns, k.TenantID, id, k.ConsumerID, k.Prefix, k.Hash, k.Label, k.ExpiresAt))
 		if err != nil {
 			return err
 		}
