@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,82 +19,13 @@ import (
 	"tollgate/billing"
 	"tollgate/billing/billingtest"
 	billingstripe "tollgate/billing/stripe"
+	"tollgate/infra/testenv"
 )
 
-// StripeMockVersion is the stripe-mock the tests run: the first release whose OpenAPI
-// spec serves /v1/billing/meter_events (v0.162.0 does not).
-const StripeMockVersion = "v0.203.0"
-
-// mockURL is the stripe-mock TestMain started.
-var mockURL string
-
-// TestMain builds stripe-mock once (go install of the pinned version into the user cache
-// directory, reused by later runs) and runs it on a free port for the package's tests.
-// TOLLGATE_STRIPE_MOCK names a prebuilt binary instead.
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	bin := os.Getenv("TOLLGATE_STRIPE_MOCK")
-	if bin == "" {
-		var err error
-		if bin, err = buildStripeMock(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "-http-port", fmt.Sprint(port))
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "starting stripe-mock: %v\n", err)
-		return 1
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	mockURL = fmt.Sprintf("http://127.0.0.1:%d", port)
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			fmt.Fprintln(os.Stderr, "stripe-mock did not start listening")
-			return 1
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return m.Run()
-}
-
-// buildStripeMock installs stripe-mock at StripeMockVersion into the user cache
-// directory (once per version; a later run reuses the binary).
-func buildStripeMock() (string, error) {
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "tollgate", "stripe-mock-"+StripeMockVersion)
-	bin := filepath.Join(dir, "stripe-mock")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	cmd := exec.Command("go", "install", "github.com/stripe/stripe-mock@"+StripeMockVersion)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=-mod=mod", "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building stripe-mock %s: %v\n%s", StripeMockVersion, err, out)
-	}
-	return bin, nil
+	code := m.Run()
+	testenv.StopStripeMock()
+	os.Exit(code)
 }
 
 // stripeProxy sits in front of stripe-mock: it records every request and can fail one,
@@ -118,7 +46,7 @@ type call struct {
 }
 
 func newProxy(t *testing.T) *stripeProxy {
-	target, _ := url.Parse(mockURL)
+	target, _ := url.Parse(testenv.StripeMock(t))
 	rp := httputil.NewSingleHostReverseProxy(target)
 	p := &stripeProxy{}
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
