@@ -153,9 +153,6 @@ type Price struct {
 	PerConsumer      bool   `json:"per_consumer"`
 }
 
-// FallbackPlan prices a tenant whose plan has no price of its own.
-const FallbackPlan = "free"
-
 // Charge is the overage over the price's allowance and its amount in minor units.
 func (p *Price) Charge(billable int64) (overage, amount int64) {
 	overage = billable - p.IncludedRequests
@@ -291,7 +288,7 @@ func (q *UsageQuery) ParseGroupBy(s string) error {
 }
 
 // ExportRow is one line of a period's bill: a tenant, or one consumer of a tenant whose
-// plan is priced per consumer. Rows are ordered by tenant slug, tenant id, consumer id.
+// plan is priced per consumer (in a tenant's bill of its consumers, one consumer). Rows are ordered by tenant slug, tenant id, consumer id.
 type ExportRow struct {
 	Period       string `json:"period"`
 	Tenant       string `json:"tenant"` // the slug; empty when the tenant was deleted
@@ -304,8 +301,12 @@ type ExportRow struct {
 	Overage      int64  `json:"overage"`
 	UnitPrice    int64  `json:"unit_price"`
 	UnitRequests int64  `json:"unit_requests"`
-	Amount       int64  `json:"amount"` // minor units of Currency
+	MonthlyFee   int64  `json:"monthly_fee"`
+	Amount       int64  `json:"amount"` // minor units of Currency: the monthly fee plus the overage's charge
 	Currency     string `json:"currency"`
+	// Status is StatusPriced, or StatusUnpriced when the plan had no price version in
+	// effect for the period (then every price field is 0 and Currency is empty).
+	Status string `json:"status"`
 }
 
 // Push is one Billing Meter event for Stripe: a tenant's billable requests of one hour,

@@ -11,7 +11,7 @@ import (
 // ExportHeader is the CSV header row of an export.
 var ExportHeader = []string{
 	"period", "tenant", "tenant_id", "consumer_id", "plan", "requests", "billable",
-	"included", "overage", "unit_price", "unit_requests", "amount", "currency",
+	"included", "overage", "unit_price", "unit_requests", "amount", "currency", "status", "monthly_fee",
 }
 
 // SortExport puts rows in export order: tenant slug, tenant id, consumer id.
@@ -41,6 +41,7 @@ func WriteCSV(w io.Writer, rows []ExportRow) error {
 		if err := cw.Write([]string{
 			r.Period, r.Tenant, r.TenantID, r.ConsumerID, r.Plan, i64(r.Requests), i64(r.Billable),
 			i64(r.Included), i64(r.Overage), i64(r.UnitPrice), i64(r.UnitRequests), i64(r.Amount), r.Currency,
+			r.Status, i64(r.MonthlyFee),
 		}); err != nil {
 			return err
 		}
@@ -56,7 +57,7 @@ type ExportDocument struct {
 	Items  []ExportRow     `json:"items"`
 }
 
-// CurrencyTotal sums an export's rows of one currency.
+// CurrencyTotal sums an export's priced rows of one currency.
 type CurrencyTotal struct {
 	Currency string `json:"currency"`
 	Requests int64  `json:"requests"`
@@ -64,7 +65,8 @@ type CurrencyTotal struct {
 	Amount   int64  `json:"amount"`
 }
 
-// WriteJSON writes rows as an ExportDocument; like WriteCSV it is deterministic.
+// WriteJSON writes rows as an ExportDocument; like WriteCSV it is deterministic. Unpriced
+// rows are listed but in no total: they have no currency to be summed in.
 func WriteJSON(w io.Writer, p Period, rows []ExportRow) error {
 	doc := ExportDocument{Period: p.String(), Totals: []CurrencyTotal{}, Items: rows}
 	if doc.Items == nil {
@@ -72,6 +74,9 @@ func WriteJSON(w io.Writer, p Period, rows []ExportRow) error {
 	}
 	byCur := map[string]*CurrencyTotal{}
 	for i := range rows {
+		if rows[i].Status == StatusUnpriced {
+			continue
+		}
 		t := byCur[rows[i].Currency]
 		if t == nil {
 			t = &CurrencyTotal{Currency: rows[i].Currency}

@@ -3,6 +3,8 @@ package billing
 import (
 	"context"
 	"time"
+
+	"tollgate/tenants"
 )
 
 // Prices are versioned by the month they take effect: a price set for a month applies to
@@ -17,19 +19,94 @@ const (
 	ScopeTenant   = "tenant"
 )
 
+// Export row statuses: a row priced by a version in effect for its period, or one whose
+// plan had none (amount 0, no currency).
+const (
+	StatusPriced   = "priced"
+	StatusUnpriced = "unpriced"
+)
+
+// DefaultUnitRequests is the unit of a price that names none: a price per 1,000 requests.
+const DefaultUnitRequests = 1000
+
 // PriceService manages plan prices. TenantID "" is the platform scope (the operator's
 // plans a tenant is on); otherwise the tenant's consumer plans.
 type PriceService interface {
 	// ListPrices returns every version of the scope's prices, by plan, then month.
 	ListPrices(ctx context.Context, tenantID string) ([]Price, error)
 	// SetPrice creates or replaces the version of p.Plan effective from p.EffectiveFrom
-	// (this month or a later one; EValidation for an earlier one or a bad price).
+	// (this month or a later one; EValidation for an earlier one or a bad price, or a plan
+	// the scope does not have).
 	SetPrice(ctx context.Context, p *Price) error
 	// DeletePrice removes a version that has not taken effect yet: ENotFound, EValidation
 	// (already in effect).
 	DeletePrice(ctx context.Context, tenantID, plan string, from Period) error
 	// PriceAt is the version of the plan in effect in period p: ENotFound when unpriced.
 	PriceAt(ctx context.Context, tenantID, plan string, p Period) (*Price, error)
+}
+
+// ConsumerBills is a tenant's bill of its own consumers.
+type ConsumerBills interface {
+	// ConsumerExport is one row per consumer of the tenant with usage in period p, priced
+	// by its consumer plan's version in effect in p (StatusUnpriced when none), in
+	// ExportRow order.
+	ConsumerExport(ctx context.Context, tenantID string, p Period) ([]ExportRow, error)
+}
+
+// Validate checks p's own fields against the rules every price follows, with now the
+// clock that decides which months are still open to change, and fills the default unit.
+// Whether the plan exists is the store's to check.
+func (p *Price) Validate(now time.Time) error {
+	from, err := ParsePeriod(p.EffectiveFrom)
+	if err != nil {
+		return tenants.Invalid("effective_from", "must be a month as YYYY-MM")
+	}
+	if p.UnitRequests == 0 {
+		p.UnitRequests = DefaultUnitRequests
+	}
+	switch {
+	case p.Plan == "":
+		return tenants.Invalid("plan", "is required")
+	case from.Before(PeriodOf(now)):
+		return tenants.Invalid("effective_from", "must be this month (%s) or a later one: a month begun is billed as it started", PeriodOf(now))
+	case !validCurrency(p.Currency):
+		return tenants.Invalid("currency", "must be a lowercase ISO 4217 code such as usd")
+	case p.MonthlyFee < 0:
+		return tenants.Invalid("monthly_fee", "must be ≥ 0")
+	case p.IncludedRequests < 0:
+		return tenants.Invalid("included_requests", "must be ≥ 0")
+	case p.UnitPrice < 0:
+		return tenants.Invalid("unit_price", "must be ≥ 0")
+	case p.UnitRequests < 0:
+		return tenants.Invalid("unit_requests", "must be > 0")
+	case p.PerConsumer && p.TenantID != "":
+		return tenants.Invalid("per_consumer", "only a platform plan's price may be per consumer")
+	}
+	return nil
+}
+
+func validCurrency(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if s[i] < 'a' || s[i] > 'z' {
+			return false
+		}
+	}
+	return true
+}
+
+// Before reports whether p is a month earlier than o.
+func (p Period) Before(o Period) bool {
+	return p.Year < o.Year || p.Year == o.Year && p.Month < o.Month
+}
+
+// Bill is the amount of a period on price p with billable requests: the monthly fee plus
+// the overage's charge.
+func (p *Price) Bill(billable int64) (overage, amount int64) {
+	overage, amount = p.Charge(billable)
+	return overage, p.MonthlyFee + amount
 }
 
 // CheckoutRequest asks for a Stripe Checkout session: a consumer of a tenant buying one of
@@ -50,6 +127,3 @@ type Checkout interface {
 	// StartCheckout creates the session and returns the URL to send the consumer to.
 	StartCheckout(ctx context.Context, r CheckoutRequest) (url string, err error)
 }
-
-// now is the clock of price checks; tests of this package may replace it.
-var now = time.Now

@@ -3,7 +3,9 @@
 // per batch, plan prices, Stripe customers and the record of every usage push.
 //
 // It reads the tenants table (slug and plan, for exports) but never writes tenant
-// config: that is the api's, through tenants/postgres and its outbox.
+// config: that is the api's, through tenants/postgres and its outbox. The one column of
+// the config tables it writes, keys.last_used_at (keyuse.go), is not config: no edge
+// reads it.
 package postgres
 
 import (
@@ -26,6 +28,7 @@ import (
 type Store struct {
 	pool *pgxpool.Pool
 	own  bool
+	now  func() time.Time // the clock of price changes (prices.go); nil: time.Now
 }
 
 // ConnectTimeout bounds connecting when the url (or PGCONNECT_TIMEOUT) sets no
@@ -136,6 +139,9 @@ func (s *Store) Fold(ctx context.Context, b *billing.UsageBatch) (folded bool, e
 			return nil // folded before
 		}
 		folded = true
+		if err := foldKeyUses(ctx, tx, b.KeyUses); err != nil {
+			return err
+		}
 		if n == 0 {
 			return nil
 		}
@@ -240,129 +246,6 @@ func (s *Store) Usage(ctx context.Context, q billing.UsageQuery) (*billing.Usage
 		return nil, fmt.Errorf("usage: %w", err)
 	}
 	return rep, nil
-}
-
-// Prices returns every plan price, by plan name.
-func (s *Store) Prices(ctx context.Context) (map[string]billing.Price, error) {
-	rows, err := s.pool.Query(ctx, `SELECT plan, currency, included_requests, unit_price, unit_requests, per_consumer FROM billing_prices`)
-	if err != nil {
-		return nil, fmt.Errorf("prices: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]billing.Price{}
-	for rows.Next() {
-		var p billing.Price
-		if err := rows.Scan(&p.Plan, &p.Currency, &p.IncludedRequests, &p.UnitPrice, &p.UnitRequests, &p.PerConsumer); err != nil {
-			return nil, err
-		}
-		out[p.Plan] = p
-	}
-	return out, rows.Err()
-}
-
-// SetPrice creates or replaces a plan's price: EValidation for a bad one.
-func (s *Store) SetPrice(ctx context.Context, p billing.Price) error {
-	switch {
-	case tenants.ValidatePlanName(p.Plan) != nil:
-		return tenants.Invalid("plan", "%v", tenants.ValidatePlanName(p.Plan))
-	case len(p.Currency) != 3 || strings.ToLower(p.Currency) != p.Currency:
-		return tenants.Invalid("currency", "must be a lowercase ISO 4217 code such as usd")
-	case p.IncludedRequests < 0:
-		return tenants.Invalid("included_requests", "must be ≥ 0")
-	case p.UnitPrice < 0:
-		return tenants.Invalid("unit_price", "must be ≥ 0")
-	case p.UnitRequests <= 0:
-		return tenants.Invalid("unit_requests", "must be > 0")
-	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO billing_prices (plan, currency, included_requests, unit_price, unit_requests, per_consumer)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (plan) DO UPDATE SET currency = EXCLUDED.currency, included_requests = EXCLUDED.included_requests,
-			unit_price = EXCLUDED.unit_price, unit_requests = EXCLUDED.unit_requests,
-			per_consumer = EXCLUDED.per_consumer, updated_at = now()`,
-		p.Plan, p.Currency, p.IncludedRequests, p.UnitPrice, p.UnitRequests, p.PerConsumer)
-	return err
-}
-
-// Export is every tenant's bill for period p: the period's rollups summed per tenant (per
-// consumer on per-consumer plans) and priced by the tenant's current plan (the
-// FallbackPlan's price when the plan has none, as for a tenant deleted since). Tenants
-// without usage in the period have no row.
-func (s *Store) Export(ctx context.Context, p billing.Period) ([]billing.ExportRow, error) {
-	prices, err := s.Prices(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.pool.Query(ctx, `
-		WITH u AS (
-			SELECT tenant_id, consumer_id, sum(requests) AS requests, sum(billable) AS billable
-			FROM usage_hourly WHERE hour >= $1 AND hour < $2
-			GROUP BY tenant_id, consumer_id
-		)
-		SELECT u.tenant_id::text, coalesce(t.slug, ''), coalesce(t.plan, ''), u.consumer_id, u.requests, u.billable
-		FROM u LEFT JOIN tenants t ON t.id = u.tenant_id
-		ORDER BY u.tenant_id, u.consumer_id`, p.Start(), p.End())
-	if err != nil {
-		return nil, fmt.Errorf("export: %w", err)
-	}
-	defer rows.Close()
-	type tenantUsage struct {
-		slug, plan string
-		consumers  []billing.ExportRow
-	}
-	var order []string
-	byTenant := map[string]*tenantUsage{}
-	for rows.Next() {
-		var (
-			id, slug, plan, consumer string
-			requests, billable       int64
-		)
-		if err := rows.Scan(&id, &slug, &plan, &consumer, &requests, &billable); err != nil {
-			return nil, fmt.Errorf("export: %w", err)
-		}
-		t := byTenant[id]
-		if t == nil {
-			t = &tenantUsage{slug: slug, plan: plan}
-			byTenant[id] = t
-			order = append(order, id)
-		}
-		t.consumers = append(t.consumers, billing.ExportRow{ConsumerID: consumer, Requests: requests, Billable: billable})
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("export: %w", err)
-	}
-	out := []billing.ExportRow{}
-	for _, id := range order {
-		t := byTenant[id]
-		price, ok := prices[t.plan]
-		if !ok {
-			price = prices[billing.FallbackPlan]
-			if price.Currency == "" {
-				price = billing.Price{Plan: billing.FallbackPlan, Currency: "usd", UnitRequests: 1}
-			}
-		}
-		row := func(consumer string, requests, billable int64) billing.ExportRow {
-			overage, amount := price.Charge(billable)
-			return billing.ExportRow{
-				Period: p.String(), Tenant: t.slug, TenantID: id, ConsumerID: consumer, Plan: t.plan,
-				Requests: requests, Billable: billable, Included: price.IncludedRequests, Overage: overage,
-				UnitPrice: price.UnitPrice, UnitRequests: price.UnitRequests, Amount: amount, Currency: price.Currency,
-			}
-		}
-		if price.PerConsumer {
-			for _, c := range t.consumers {
-				out = append(out, row(c.ConsumerID, c.Requests, c.Billable))
-			}
-			continue
-		}
-		var req, bill int64
-		for _, c := range t.consumers {
-			req += c.Requests
-			bill += c.Billable
-		}
-		out = append(out, row("", req, bill))
-	}
-	billing.SortExport(out)
-	return out, nil
 }
 
 // FoldedTotals sums the rollups per tenant and hour of period p.
