@@ -23,6 +23,18 @@ type UsageBatch struct {
 	Seq     uint64        `json:"seq"`
 	Created time.Time     `json:"created"` // when the edge cut the batch
 	Records []UsageRecord `json:"records"`
+	// KeyUses are the API keys the edge took since it last reported them, each at most
+	// once per its report interval; billing moves keys.last_used_at forward from them.
+	// Batches of edges that predate them have none.
+	KeyUses []KeyUse `json:"key_uses,omitempty"`
+}
+
+// KeyUse says an edge took an API key at At (Unix seconds): the first use in the edge's
+// report interval, so last_used_at trails the key's latest call by up to that interval.
+type KeyUse struct {
+	KeyID    string `json:"key_id"`
+	TenantID string `json:"tenant_id"`
+	At       int64  `json:"at"`
 }
 
 // UsageRecord is one cell of a batch. Billable is already decided (see Billable); billing
@@ -95,6 +107,14 @@ func (b *UsageBatch) Validate() error {
 		}
 		if r.Requests < 0 || r.Billable < 0 || r.BytesIn < 0 || r.BytesOut < 0 || r.Billable > r.Requests {
 			return bad("records[%d]: counts must be ≥ 0 with billable ≤ requests", i)
+		}
+	}
+	if len(b.KeyUses) > MaxBatchRecords {
+		return bad("%d key uses, over the limit of %d", len(b.KeyUses), MaxBatchRecords)
+	}
+	for i, u := range b.KeyUses {
+		if u.KeyID == "" || len(u.KeyID) > maxIDLen || u.TenantID == "" || len(u.TenantID) > maxIDLen || u.At <= 0 {
+			return bad("key_uses[%d]: key_id and tenant_id must be 1–%d characters and at a Unix time", i, maxIDLen)
 		}
 	}
 	return nil
