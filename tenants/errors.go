@@ -18,6 +18,7 @@ import (
 const (
 	EInvalidRequest    = "invalid_request"     // body is not the JSON the endpoint takes
 	EValidation        = "validation_failed"   // a field breaks a rule; Field names it
+	EInvalidSignature  = "invalid_signature"   // a webhook's signature does not sign its body with the endpoint's secret
 	EUnauthenticated   = "unauthenticated"     // no credential was sent
 	EInvalidCredential = "invalid_credential"  // a credential was sent and is not valid here
 	EForbidden         = "forbidden"           // authenticated, but not allowed to do this
@@ -53,6 +54,7 @@ type CodeInfo struct {
 var Codes = []CodeInfo{
 	{EInvalidRequest, http.StatusBadRequest, "both", "the request is malformed: bad JSON, unknown field, bad query parameter"},
 	{EValidation, http.StatusBadRequest, "api", "a field breaks a rule; `field` names it and `message` says which rule"},
+	{EInvalidSignature, http.StatusBadRequest, "api", "a webhook (`POST /v1/stripe/webhook`) whose `Stripe-Signature` is missing, wrong or over 5 minutes old"},
 	{EUnauthenticated, http.StatusUnauthorized, "both", "no credential was sent"},
 	{EInvalidCredential, http.StatusUnauthorized, "both", "the credential is unknown, expired or not valid for this tenant"},
 	{EForbidden, http.StatusForbidden, "api", "the credential may not do this"},

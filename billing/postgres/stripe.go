@@ -198,3 +198,336 @@ func (s *Store) PushFailed(ctx context.Context, identifier, msg string, next tim
 		last_error = $3, next_attempt_at = $4 WHERE identifier = $1 AND status = 'pending'`, identifier, status, msg, next)
 	return err
 }
+
+// Stripe objects made once, and what Stripe's webhooks report (migration 00016).
+
+// StripePrice returns the Stripe objects of a platform price version: ENotFound when
+// they were not made yet.
+func (s *Store) StripePrice(ctx context.Context, plan, from string) (*billing.StripePrice, error) {
+	p := &billing.StripePrice{Plan: plan, EffectiveFrom: from}
+	err := s.pool.QueryRow(ctx, `SELECT product_id, fee_price_id, usage_price_id FROM stripe_prices
+		WHERE plan = $1 AND effective_from = $2`, plan, from).Scan(&p.ProductID, &p.FeePriceID, &p.UsagePriceID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, tenants.Errorf(tenants.ENotFound, "no Stripe price for plan %q from %s", plan, from)
+	}
+	return p, err
+}
+
+// SetStripePrice remembers the Stripe objects of a price version unless some are
+// remembered already, and returns those (two racing subscribers agree on the first).
+func (s *Store) SetStripePrice(ctx context.Context, p *billing.StripePrice) (*billing.StripePrice, error) {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO stripe_prices (plan, effective_from, product_id, fee_price_id, usage_price_id)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, p.Plan, p.EffectiveFrom, p.ProductID, p.FeePriceID, p.UsagePriceID); err != nil {
+		return nil, fmt.Errorf("stripe price: %w", err)
+	}
+	return s.StripePrice(ctx, p.Plan, p.EffectiveFrom)
+}
+
+const subscriptionColumns = `s.tenant_id::text, s.stripe_customer_id, s.subscription_id, s.generation, s.plan,
+	s.effective_from, s.status, s.current_period_end`
+
+func scanSubscription(row pgx.Row) (*billing.Subscription, error) {
+	var sub billing.Subscription
+	if err := row.Scan(&sub.TenantID, &sub.CustomerID, &sub.SubscriptionID, &sub.Generation, &sub.Plan,
+		&sub.EffectiveFrom, &sub.Status, &sub.CurrentPeriodEnd); err != nil {
+		return nil, err
+	}
+	return &sub, nil
+}
+
+// BilledTenants lists every tenant with its subscription, and the deleted tenants whose
+// subscription is not canceled (Gone).
+func (s *Store) BilledTenants(ctx context.Context) ([]billing.BilledTenant, error) {
+	rows, err := s.pool.Query(ctx, `SELECT coalesce(t.id, s.tenant_id)::text, coalesce(t.slug, ''), coalesce(t.name, ''),
+			coalesce(t.plan, s.plan), t.id IS NULL, s.tenant_id IS NOT NULL,
+			coalesce(s.tenant_id::text, ''), coalesce(s.stripe_customer_id, ''), coalesce(s.subscription_id, ''),
+			coalesce(s.generation, 0), coalesce(s.plan, ''), coalesce(s.effective_from, ''), coalesce(s.status, ''), s.current_period_end
+		FROM tenants t FULL JOIN stripe_subscriptions s ON s.tenant_id = t.id
+		WHERE t.id IS NOT NULL OR s.status <> 'canceled'
+		ORDER BY 2, 1`)
+	if err != nil {
+		return nil, fmt.Errorf("billed tenants: %w", err)
+	}
+	defer rows.Close()
+	var out []billing.BilledTenant
+	for rows.Next() {
+		var t billing.BilledTenant
+		var sub billing.Subscription
+		var has bool
+		if err := rows.Scan(&t.ID, &t.Slug, &t.Name, &t.Plan, &t.Gone, &has, &sub.TenantID, &sub.CustomerID,
+			&sub.SubscriptionID, &sub.Generation, &sub.Plan, &sub.EffectiveFrom, &sub.Status, &sub.CurrentPeriodEnd); err != nil {
+			return nil, err
+		}
+		if has {
+			t.Subscription = &sub
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// Subscription returns a tenant's subscription: ENotFound when it never had one.
+func (s *Store) Subscription(ctx context.Context, tenantID string) (*billing.Subscription, error) {
+	if !validUUID(tenantID) {
+		return nil, tenants.Errorf(tenants.ENotFound, "no subscription for tenant %q", tenantID)
+	}
+	sub, err := scanSubscription(s.pool.QueryRow(ctx, `SELECT `+subscriptionColumns+`
+		FROM stripe_subscriptions s WHERE s.tenant_id = $1`, tenantID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, tenants.Errorf(tenants.ENotFound, "no subscription for tenant %q", tenantID)
+	}
+	return sub, err
+}
+
+// SaveSubscription records a tenant's subscription as the subscriber last made or changed
+// it.
+func (s *Store) SaveSubscription(ctx context.Context, sub *billing.Subscription) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO stripe_subscriptions (tenant_id, stripe_customer_id, subscription_id,
+			generation, plan, effective_from, status, current_period_end)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (tenant_id) DO UPDATE SET stripe_customer_id = $2, subscription_id = $3, generation = $4,
+			plan = $5, effective_from = $6, status = $7, current_period_end = coalesce($8, stripe_subscriptions.current_period_end),
+			updated_at = now()`,
+		sub.TenantID, sub.CustomerID, sub.SubscriptionID, sub.Generation, sub.Plan, sub.EffectiveFrom, sub.Status, sub.CurrentPeriodEnd)
+	if err != nil {
+		return fmt.Errorf("save subscription: %w", err)
+	}
+	return nil
+}
+
+// inEvent runs apply in the transaction that records the webhook event, unless the event
+// was recorded before: applied is false then, and nothing changes.
+func (s *Store) inEvent(ctx context.Context, id, typ, account string, apply func(pgx.Tx) error) (applied bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `INSERT INTO stripe_webhook_events (event_id, type, account) VALUES ($1, $2, $3)
+			ON CONFLICT DO NOTHING`, id, typ, account)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		applied = true
+		if apply == nil {
+			return nil
+		}
+		return apply(tx)
+	})
+	if err != nil {
+		return false, fmt.Errorf("stripe event %s: %w", id, err)
+	}
+	return applied, nil
+}
+
+// EventSeen reports whether a webhook event was recorded.
+func (s *Store) EventSeen(ctx context.Context, id string) (bool, error) {
+	var seen bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stripe_webhook_events WHERE event_id = $1)`, id).Scan(&seen)
+	return seen, err
+}
+
+// RecordEvent records an event that changes nothing (a type Tollgate does not act on).
+func (s *Store) RecordEvent(ctx context.Context, id, typ, account string) (bool, error) {
+	return s.inEvent(ctx, id, typ, account, nil)
+}
+
+// ApplyInvoice records the event and upserts the invoice it carries; the tenant is the
+// one whose Stripe customer it is.
+func (s *Store) ApplyInvoice(ctx context.Context, id, typ, account string, inv *billing.Invoice) (bool, error) {
+	return s.inEvent(ctx, id, typ, account, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO stripe_invoices (invoice_id, tenant_id, stripe_customer_id, status, amount_due,
+				amount_paid, currency, period_start, period_end, hosted_url)
+			VALUES ($1, (SELECT tenant_id FROM billing_customers WHERE stripe_customer_id = $2 LIMIT 1), $2, $3, $4, $5, $6, $7, $8, $9)
+			ON CONFLICT (invoice_id) DO UPDATE SET status = $3, amount_due = $4, amount_paid = $5, currency = $6,
+				period_start = $7, period_end = $8, hosted_url = $9, updated_at = now()`,
+			inv.ID, inv.CustomerID, inv.Status, inv.AmountDue, inv.AmountPaid, inv.Currency, inv.PeriodStart, inv.PeriodEnd, inv.HostedURL)
+		return err
+	})
+}
+
+// ApplySubscription records the event and sets the status and period end of the
+// subscription it names (a subscription Tollgate did not make changes nothing).
+func (s *Store) ApplySubscription(ctx context.Context, id, typ, account, subscriptionID, status string, periodEnd *time.Time) (bool, error) {
+	return s.inEvent(ctx, id, typ, account, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `UPDATE stripe_subscriptions SET status = $2,
+				current_period_end = coalesce($3, current_period_end), updated_at = now()
+			WHERE subscription_id = $1`, subscriptionID, status, periodEnd)
+		return err
+	})
+}
+
+// ApplyCheckout records the event and marks the session paid, returning the session as
+// recorded when it was made (nil: a session Tollgate did not make).
+func (s *Store) ApplyCheckout(ctx context.Context, id, typ, account, sessionID, subscriptionID string, at time.Time) (*billing.CheckoutSession, bool, error) {
+	var cs *billing.CheckoutSession
+	applied, err := s.inEvent(ctx, id, typ, account, func(tx pgx.Tx) error {
+		row := tx.QueryRow(ctx, `UPDATE stripe_checkouts SET status = 'paid', completed_at = $3,
+				subscription_id = CASE WHEN $2 = '' THEN subscription_id ELSE $2 END
+			WHERE session_id = $1 RETURNING `+checkoutColumns, sessionID, subscriptionID, at)
+		var err error
+		cs, err = scanCheckout(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			cs, err = nil, nil
+		}
+		return err
+	})
+	return cs, applied, err
+}
+
+const checkoutColumns = `session_id, tenant_id::text, consumer_id, plan, status, amount, currency, connected_account,
+	subscription_id, created_at, completed_at`
+
+func scanCheckout(row pgx.Row) (*billing.CheckoutSession, error) {
+	var c billing.CheckoutSession
+	if err := row.Scan(&c.SessionID, &c.TenantID, &c.ConsumerID, &c.Plan, &c.Status, &c.Amount, &c.Currency,
+		&c.Account, &c.SubscriptionID, &c.CreatedAt, &c.CompletedAt); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// RecordCheckout records a session made (pending); recording the same session again
+// changes nothing.
+func (s *Store) RecordCheckout(ctx context.Context, c *billing.CheckoutSession) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO stripe_checkouts (session_id, tenant_id, consumer_id, plan, amount, currency, connected_account)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (session_id) DO NOTHING`,
+		c.SessionID, c.TenantID, c.ConsumerID, c.Plan, c.Amount, c.Currency, c.Account)
+	if err != nil {
+		return fmt.Errorf("record checkout: %w", err)
+	}
+	return nil
+}
+
+// Checkouts returns a tenant's latest checkouts (up to limit), newest first.
+func (s *Store) Checkouts(ctx context.Context, tenantID string, limit int) ([]billing.CheckoutSession, error) {
+	if !validUUID(tenantID) {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+checkoutColumns+` FROM stripe_checkouts WHERE tenant_id = $1
+		ORDER BY created_at DESC, session_id LIMIT $2`, tenantID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("checkouts: %w", err)
+	}
+	defer rows.Close()
+	var out []billing.CheckoutSession
+	for rows.Next() {
+		c, err := scanCheckout(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *c)
+	}
+	return out, rows.Err()
+}
+
+// ConnectedAccount is the tenant's Stripe Connect account, "" when it has none.
+func (s *Store) ConnectedAccount(ctx context.Context, tenantID string) (string, error) {
+	if !validUUID(tenantID) {
+		return "", nil
+	}
+	var acct string
+	err := s.pool.QueryRow(ctx, `SELECT account_id FROM stripe_accounts WHERE tenant_id = $1`, tenantID).Scan(&acct)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return acct, err
+}
+
+// SetConnectedAccount sets the tenant's connected account; "" removes it. EValidation
+// when the id is not an acct_ id.
+func (s *Store) SetConnectedAccount(ctx context.Context, tenantID, account string) error {
+	if account == "" {
+		_, err := s.pool.Exec(ctx, `DELETE FROM stripe_accounts WHERE tenant_id = $1`, tenantID)
+		return err
+	}
+	if err := billing.ValidAccount(account); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO stripe_accounts (tenant_id, account_id) VALUES ($1, $2)
+		ON CONFLICT (tenant_id) DO UPDATE SET account_id = $2, updated_at = now()`, tenantID, account)
+	if err != nil {
+		return fmt.Errorf("connected account: %w", err)
+	}
+	return nil
+}
+
+const invoiceColumns = `i.invoice_id, coalesce(i.tenant_id::text, ''), coalesce(t.slug, ''), i.stripe_customer_id, i.status,
+	i.amount_due, i.amount_paid, i.currency, i.period_start, i.period_end, i.hosted_url, i.updated_at`
+
+func scanInvoice(row pgx.Row) (*billing.Invoice, error) {
+	var i billing.Invoice
+	if err := row.Scan(&i.ID, &i.TenantID, &i.Tenant, &i.CustomerID, &i.Status, &i.AmountDue, &i.AmountPaid,
+		&i.Currency, &i.PeriodStart, &i.PeriodEnd, &i.HostedURL, &i.UpdatedAt); err != nil {
+		return nil, err
+	}
+	return &i, nil
+}
+
+// Invoices lists the invoices whose billing period starts in p, by tenant slug.
+func (s *Store) Invoices(ctx context.Context, p billing.Period) ([]billing.Invoice, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+invoiceColumns+` FROM stripe_invoices i LEFT JOIN tenants t ON t.id = i.tenant_id
+		WHERE i.period_start >= $1 AND i.period_start < $2 ORDER BY 3, i.period_start, 1`, p.Start(), p.End())
+	if err != nil {
+		return nil, fmt.Errorf("invoices: %w", err)
+	}
+	defer rows.Close()
+	out := []billing.Invoice{}
+	for rows.Next() {
+		i, err := scanInvoice(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *i)
+	}
+	return out, rows.Err()
+}
+
+// Payments lists, for every tenant with a subscription or an invoice, its subscription and
+// its latest invoice, by slug.
+func (s *Store) Payments(ctx context.Context) ([]billing.TenantPayments, error) {
+	rows, err := s.pool.Query(ctx, `WITH ids AS (
+			SELECT tenant_id FROM stripe_subscriptions UNION SELECT tenant_id FROM stripe_invoices WHERE tenant_id IS NOT NULL
+		), latest AS (
+			SELECT DISTINCT ON (tenant_id) * FROM stripe_invoices WHERE tenant_id IS NOT NULL
+			ORDER BY tenant_id, period_start DESC NULLS LAST, created_at DESC
+		)
+		SELECT ids.tenant_id::text, coalesce(t.slug, ''), s.subscription_id IS NOT NULL, coalesce(s.subscription_id, ''),
+			coalesce(s.plan, ''), coalesce(s.status, ''), s.current_period_end,
+			i.invoice_id IS NOT NULL, coalesce(i.invoice_id, ''), coalesce(i.status, ''), coalesce(i.amount_due, 0),
+			coalesce(i.amount_paid, 0), coalesce(i.currency, ''), i.period_start, i.period_end, coalesce(i.hosted_url, '')
+		FROM ids LEFT JOIN tenants t ON t.id = ids.tenant_id
+		LEFT JOIN stripe_subscriptions s ON s.tenant_id = ids.tenant_id
+		LEFT JOIN latest i ON i.tenant_id = ids.tenant_id
+		ORDER BY 2, 1`)
+	if err != nil {
+		return nil, fmt.Errorf("payments: %w", err)
+	}
+	defer rows.Close()
+	var out []billing.TenantPayments
+	for rows.Next() {
+		var p billing.TenantPayments
+		var sub billing.Subscription
+		var inv billing.Invoice
+		var hasSub, hasInv bool
+		if err := rows.Scan(&p.TenantID, &p.Tenant, &hasSub, &sub.SubscriptionID, &sub.Plan, &sub.Status, &sub.CurrentPeriodEnd,
+			&hasInv, &inv.ID, &inv.Status, &inv.AmountDue, &inv.AmountPaid, &inv.Currency, &inv.PeriodStart, &inv.PeriodEnd,
+			&inv.HostedURL); err != nil {
+			return nil, err
+		}
+		if hasSub {
+			p.Subscription = &sub
+		}
+		if hasInv {
+			p.Invoice = &inv
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// CheckoutSession returns a recorded Checkout session: ENotFound for one Tollgate did
+// not make.
+func (s *Store) CheckoutSession(ctx context.Context, sessionID string) (*billing.CheckoutSession, error) {
+	c, err := scanCheckout(s.pool.QueryRow(ctx, `SELECT `+checkoutColumns+` FROM stripe_checkouts WHERE session_id = $1`, sessionID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, tenants.Errorf(tenants.ENotFound, "no checkout session %q", sessionID)
+	}
+	return c, err
+}

@@ -1,7 +1,9 @@
 package stripe_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,23 +40,28 @@ type stripeProxy struct {
 	fail     atomic.Int32
 	lose     atomic.Int32
 	badInput atomic.Int32
+	seq      atomic.Int64
 }
 
 type call struct {
+	method     string
 	path       string
 	form       url.Values
 	idempotent string
+	account    string // Stripe-Account: the connected account the call acts on
 }
 
 func newProxy(t *testing.T) *stripeProxy {
 	target, _ := url.Parse(testenv.StripeMock(t))
 	rp := httputil.NewSingleHostReverseProxy(target)
 	p := &stripeProxy{}
+	rp.ModifyResponse = p.uniqueID
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		form, _ := url.ParseQuery(string(body))
 		p.mu.Lock()
-		p.calls = append(p.calls, call{path: r.URL.Path, form: form, idempotent: r.Header.Get("Idempotency-Key")})
+		p.calls = append(p.calls, call{method: r.Method, path: r.URL.Path, form: form,
+			idempotent: r.Header.Get("Idempotency-Key"), account: r.Header.Get("Stripe-Account")})
 		p.mu.Unlock()
 		stripeErr := func(status int, typ string) {
 			w.Header().Set("Content-Type", "application/json")
@@ -80,6 +88,43 @@ func newProxy(t *testing.T) *stripeProxy {
 	}))
 	t.Cleanup(p.Close)
 	return p
+}
+
+// uniqueID makes the id of each object a POST creates unique (stripe-mock answers every
+// create with the same fixture), as Stripe's are; other answers pass unchanged.
+func (p *stripeProxy) uniqueID(res *http.Response) error {
+	if res.Request.Method != http.MethodPost || res.StatusCode != http.StatusOK || strings.Count(res.Request.URL.Path, "/") != 2 &&
+		!strings.HasPrefix(res.Request.URL.Path, "/v1/checkout/sessions") && !strings.HasPrefix(res.Request.URL.Path, "/v1/billing/meters") {
+		return nil
+	}
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err
+	}
+	var obj map[string]any
+	if json.Unmarshal(body, &obj) == nil {
+		if id, ok := obj["id"].(string); ok && id != "" {
+			obj["id"] = fmt.Sprintf("%s%d", id, p.seq.Add(1))
+			body, _ = json.Marshal(obj)
+		}
+	}
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	res.ContentLength = int64(len(body))
+	res.Header.Set("Content-Length", strconv.Itoa(len(body)))
+	return nil
+}
+
+// find returns the calls of a method and path.
+func (p *stripeProxy) find(method, path string) []call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []call
+	for _, c := range p.calls {
+		if c.method == method && c.path == path {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func (p *stripeProxy) meterEvents() []call {
