@@ -185,6 +185,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		JWTIssuers: cp.db,
 		Policies:   cp.db,
 		Domains:    cp.db,
+		APIDocs:    cp.db,
 		EdgeDomain: cfg.EdgeDomain,
 
 		// The same checker and schedule as runAPI's automatic checks.
@@ -211,6 +212,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		},
 	})
 	mountConsole(srv, cp, cfg, log)
+	mountPortal(srv, cp, cfg, log, nil) // Checkout: nil until Stripe checkout is wired here
 	return srv
 }
 

@@ -61,6 +61,9 @@ type Config struct {
 	// Default: Tenants, when it implements tenants.ConfigService (the Postgres store
 	// does); else those endpoints answer 404 not_found.
 	Config tenants.ConfigService
+	// APIDocs keeps the OpenAPI document of each import (POST …/routes:import), which the
+	// developer portal renders as the tenant's API documentation. Nil: not kept.
+	APIDocs tenants.APIDocStore
 
 	// People enables console users: the session cookie is accepted in place of a token,
 	// and a user acts in a tenant with its membership's role (or its platform role).

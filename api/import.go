@@ -51,6 +51,12 @@ func (s *Server) importRoutes(c *fiber.Ctx, r *request) error {
 	if err != nil {
 		return err
 	}
+	if !b.DryRun && s.cfg.APIDocs != nil {
+		// The routes are in; a document not kept only leaves the portal's docs behind.
+		if err := s.cfg.APIDocs.SaveAPIDoc(r.ctx, r.tenant.ID, doc); err != nil {
+			s.log.Warn("api: imported document not kept for the portal", "tenant", r.tenant.Slug, "err", err)
+		}
+	}
 	return reply(c, http.StatusOK, out, 0)
 }
 

@@ -56,6 +56,10 @@ type Config struct {
 	Policies   tenants.AccessRulesService
 	// Usage draws the usage page. Nil: the page says usage is not collected here.
 	Usage billing.UsageService
+	// Portals and Domains serve the developer portal's settings page (package portal
+	// serves the portal). Nil Portals: the page says the portal is not served here.
+	Portals tenants.PortalService
+	Domains tenants.DomainService
 	// Roles decides what each role may do. Default: rbac.Must().
 	Roles *rbac.Roles
 	// Upstreams is the operator's rule on route targets (as the API's). Default: zero policy.
@@ -231,6 +235,8 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Post("/jwt-issuers/:id", c.issuerUpdate)
 	t.Post("/jwt-issuers/:id/delete", c.issuerDelete)
 	t.Get("/policy", c.policyPage)
+	t.Get("/portal", c.portalPage)
+	t.Post("/portal", c.portalSave)
 	t.Post("/policy", c.policySave)
 	g.Get("/finance", c.financePage)
 	g.All("/*", func(ctx *fiber.Ctx) error { return c.notFound(ctx, nil) })

@@ -94,6 +94,12 @@ func (c *Console) importRun(ctx *fiber.Ctx) error {
 		actx := c.audited(ctx, user(ctx), tv.ID, tenants.AuditAction("routes", "import"), "")
 		view.Result, err = openapiimport.Apply(actx, svc, tv.ID, res, openapiimport.ApplyOptions{DryRun: view.Preview, Prune: f.Prune})
 	}
+	if err == nil && !view.Preview && c.cfg.Portals != nil {
+		// The routes are in; a document not kept only leaves the portal's docs behind.
+		if err := c.cfg.Portals.SaveAPIDoc(c.ctx(ctx), tv.ID, []byte(f.Document)); err != nil {
+			c.log.Warn("console: imported document not kept for the portal", "tenant", tv.Slug, "err", err)
+		}
+	}
 	if err != nil {
 		if !importFieldError(err, f.Errors) {
 			return c.internal(ctx, err)
