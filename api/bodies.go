@@ -1,6 +1,10 @@
 package api
 
-import "tollgate/tenants"
+import (
+	"time"
+
+	"tollgate/tenants"
+)
 
 // Request bodies. The config objects (routes, consumers, plans, JWT issuers, domains, the
 // policy) are their domain types, tenants.Route and the others: a request may set every
@@ -67,9 +71,12 @@ type tokenBody struct {
 	Role string `json:"role" enum:"admin,developer,viewer" doc:"Default: admin (everything within the tenant but deleting it). developer: read and change config, no keys or tokens. viewer: read only."`
 }
 
-// keyBody is the optional body of a key creation: nothing yet, but an object is accepted
-// so clients may always send one.
-type keyBody struct{}
+// keyBody is the optional body of a key creation. expires_at is a string here, parsed
+// by decodeKey, so a malformed time is a validation error on the field.
+type keyBody struct {
+	Label     string `json:"label" doc:"Tells the consumer's keys apart (\"ci\", \"laptop\"); up to 100 characters."`
+	ExpiresAt string `json:"expires_at" doc:"When the edges stop taking the key (401 expired_key), in RFC 3339 (2027-01-31T00:00:00Z); in the future. Absent: it does not expire."`
+}
 
 // Response bodies beyond the domain types.
 
@@ -229,7 +236,23 @@ func decodeToken(ct string, body []byte, limit int) (*tenants.Token, error) {
 	return t, nil
 }
 
-func decodeKey(ct string, body []byte, limit int) error {
+// decodeKey reads a key creation's body into a key that has no secret yet.
+func decodeKey(ct string, body []byte, limit int, now time.Time) (*tenants.Key, error) {
 	var b keyBody
-	return decodeBody(ct, body, limit, &b, true)
+	if err := decodeBody(ct, body, limit, &b, true); err != nil {
+		return nil, err
+	}
+	k := &tenants.Key{Label: b.Label}
+	if b.ExpiresAt != "" {
+		t, err := time.Parse(time.RFC3339, b.ExpiresAt)
+		if err != nil {
+			return nil, tenants.Invalid("expires_at", "must be a time in RFC 3339, like 2027-01-31T00:00:00Z")
+		}
+		t = t.UTC()
+		k.ExpiresAt = &t
+	}
+	if err := k.Validate(now); err != nil {
+		return nil, err
+	}
+	return k, nil
 }

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"time"
+
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/tenants"
@@ -20,11 +22,12 @@ func (s *Server) createKey(c *fiber.Ctx, r *request) error {
 	if err != nil {
 		return err
 	}
-	if err := decodeKey(contentType(c), c.Body(), s.cfg.BodyLimit); err != nil {
+	k, err := decodeKey(contentType(c), c.Body(), s.cfg.BodyLimit, time.Now())
+	if err != nil {
 		return err
 	}
 	plain, hash, display := tenants.NewSecret(tenants.KeyPrefix)
-	k := &tenants.Key{TenantID: r.tenant.ID, ConsumerID: id, Prefix: display, Hash: hash}
+	k.TenantID, k.ConsumerID, k.Prefix, k.Hash = r.tenant.ID, id, display, hash
 	if err := s.cfg.Consumers.CreateKey(r.ctx, k); err != nil {
 		return err
 	}

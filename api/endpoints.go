@@ -122,10 +122,10 @@ func (s *Server) table() []endpoint {
 			summary: "Delete a consumer and its keys", desc: scopedDoc, status: 204},
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/consumers/:id/keys", access: tenantScoped, class: rbac.Keys, handle: s.createKey, tag: tagKeys,
-			summary: "Create an API key", desc: "The plaintext key is in this response only; only its hash is stored. The body may be empty or {}." + scopedDoc,
+			summary: "Create an API key", desc: "The plaintext key is in this response only; only its hash is stored. The body may be empty or {}; label and expires_at are optional. From expires_at on the edges answer the key 401 expired_key." + scopedDoc,
 			body: keyBody{}, bodyOptional: true, status: 201, result: createdKey{}, secret: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/consumers/:id/keys", access: tenantScoped, class: rbac.Read, handle: s.listKeys, tag: tagKeys,
-			summary: "List a consumer's keys", desc: "Without plaintext: the prefix tells keys apart." + scopedDoc, status: 200, result: list[tenants.Key]{}, list: true},
+			summary: "List a consumer's keys", desc: "Without plaintext: the prefix and label tell keys apart. last_used_at is when an edge last took the key, reported in batches: it trails the last call by up to a minute." + scopedDoc, status: 200, result: list[tenants.Key]{}, list: true},
 		{method: http.MethodDelete, path: "/v1/tenants/:slug/consumers/:id/keys/:key_id", access: tenantScoped, class: rbac.Keys, handle: s.deleteKey, tag: tagKeys,
 			summary: "Revoke a key", desc: scopedDoc, status: 204},
 

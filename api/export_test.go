@@ -37,7 +37,7 @@ func Decode(kind, contentType string, body []byte) error {
 	case "token":
 		_, err = decodeToken(contentType, body, limit)
 	case "key":
-		err = decodeKey(contentType, body, limit)
+		_, err = decodeKey(contentType, body, limit, time.Now())
 	case "platform_plan":
 		_, _, err = decodePlatformPlan(contentType, body, limit, "gold")
 	case "jwt_issuer":

@@ -72,7 +72,11 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 		ts.consumers[pk.ID] = ent.Consumer
 	case tenants.KindKey:
 		sum, _ := decodeKeyHash(ent.Key.Hash) // checked by validateEntry
-		ts.keys[pk.ID] = keyEntry{id: ent.Key.ID, consumerID: ent.Key.ConsumerID, sum: sum}
+		use := ts.keys[pk.ID].use
+		if use == nil {
+			use = e.cfg.Meter.Key(pk.TenantID, ent.Key.ID)
+		}
+		ts.keys[pk.ID] = keyEntry{id: ent.Key.ID, consumerID: ent.Key.ConsumerID, sum: sum, expires: ent.Key.ExpiresAt, use: use}
 	case tenants.KindPlan:
 		ts.plans[pk.ID] = ent.Plan
 	case tenants.KindJWTIssuer:

@@ -1,10 +1,28 @@
 package edge
 
-import "crypto/sha256"
+import (
+	"crypto/sha256"
+
+	"tollgate/edge/meter"
+)
+
+// apiKey is one entry of a snapshot's key table.
+type apiKey struct {
+	consumer *Consumer
+	// expires is the key's expiry in Unix seconds (0: never). It is compared with the
+	// request's arrival, so a key lapses when the clock passes it, with no config change.
+	expires int64
+	// use reports the key's last use (nil: metering off). The handle outlives the
+	// snapshot: it is made when the key's entry first arrives and kept by every
+	// recompile, so a config change does not report the key again.
+	use *meter.Key
+}
 
 // keyAuthStep authenticates a request by its X-API-Key: the key's SHA-256 is looked up
 // in the tenant's key table, a map keyed by the fixed-size hash, so the lookup's timing
-// says nothing about how much of a key matched.
+// says nothing about how much of a key matched. The request's arrival time is
+// fasthttp's, read once per request already: checking the expiry and noting the use
+// cost a comparison each, and an atomic load.
 func keyAuthStep(rt *route, next handler) handler {
 	keys := rt.snapshot
 	return func(x *exchange) {
@@ -14,12 +32,18 @@ func keyAuthStep(rt *route, next handler) handler {
 			return
 		}
 		sum := sha256.Sum256(k)
-		c := keys.consumerByKey(&sum)
-		if c == nil {
+		ak, ok := keys.keys[sum]
+		if !ok {
 			x.fail(replyBadKey)
 			return
 		}
-		x.consumer = c
+		at := x.ctx.Time()
+		if ak.expires != 0 && at.Unix() >= ak.expires {
+			x.fail(replyExpiredKey)
+			return
+		}
+		ak.use.Use(at)
+		x.consumer = ak.consumer
 		x.hideKey = true
 		next(x)
 	}

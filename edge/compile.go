@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"tollgate/edge/meter"
 	"tollgate/tenants"
 )
 
@@ -26,6 +27,8 @@ type tenantView struct {
 type keyEntry struct {
 	id, consumerID string
 	sum            [32]byte
+	expires        int64
+	use            *meter.Key // kept by every later entry of the key (apiKey.use)
 }
 
 func decodeKeyHash(h string) ([32]byte, error) {
@@ -58,7 +61,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 		TenantID:  v.tenant.ID,
 		Slug:      v.tenant.Slug,
 		Rev:       v.rev,
-		keys:      make(map[[32]byte]*Consumer, len(v.keys)),
+		keys:      make(map[[32]byte]apiKey, len(v.keys)),
 		consumers: make(map[string]*Consumer, len(v.consumers)),
 		plans:     make(map[string]*tenants.Plan, len(v.plans)),
 		labels:    labels,
@@ -75,7 +78,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 	}
 	for _, k := range v.keys {
 		if c := s.consumers[k.consumerID]; c != nil {
-			s.keys[k.sum] = c
+			s.keys[k.sum] = apiKey{consumer: c, expires: k.expires, use: k.use}
 		}
 	}
 	e.compileLimits(s, v.tenant)

@@ -41,6 +41,7 @@ var (
 	replyHeaderTooLarge      = newReply(tenants.EInvalidRequest, "the request headers are too large")
 	replyNoKey               = newReply(tenants.EUnauthenticated, "this API needs a key in the X-API-Key header")
 	replyBadKey              = newReply(tenants.EInvalidCredential, "the API key is not valid for this API")
+	replyExpiredKey          = newReply(tenants.EExpiredKey, "the API key has expired; ask for a new one")
 	replyBodyTooLarge        = newReply(tenants.EBodyTooLarge, "the request body is over this API's size limit")
 	replyBodyRead            = newReply(tenants.EInvalidRequest, "the request body could not be read")
 	replyUpstreamAddressRule = newReply(tenants.EUpstreamFailed, "the upstream address is refused by the operator's policy")

@@ -21,8 +21,8 @@ type Snapshot struct {
 	Rev int64
 
 	routes      routing.Table[route]
-	keys        map[[32]byte]*Consumer // by SHA-256 of the plaintext key
-	consumers   map[string]*Consumer   // by id
+	keys        map[[32]byte]apiKey  // by SHA-256 of the plaintext key
+	consumers   map[string]*Consumer // by id
 	plans       map[string]*tenants.Plan
 	labels      *tenantLabels
 	jwt         *jwtauth.Verifier     // nil: no usable issuer (jwt routes refuse every token)
@@ -74,4 +74,4 @@ type route struct {
 func (s *Snapshot) Routes() int { return s.routes.Len() }
 
 // Consumer returns the consumer holding a key (its SHA-256), or nil.
-func (s *Snapshot) consumerByKey(sum *[32]byte) *Consumer { return s.keys[*sum] }
+func (s *Snapshot) consumerByKey(sum *[32]byte) *Consumer { return s.keys[*sum].consumer }

@@ -175,12 +175,12 @@ type Key struct {
 	Prefix     string `json:"prefix"` // the first characters, to tell keys apart
 	Hash       string `json:"-"`      // hex SHA-256 of the plaintext
 	// Label tells a consumer's keys apart ("ci", "laptop"); up to 100 characters.
-	Label string `json:"label,omitempty"`
+	Label string `json:"label,omitempty" doc:"Tells the consumer's keys apart; up to 100 characters."`
 	// ExpiresAt, when set, is when the edges stop taking the key (401 expired_key).
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty" doc:"RFC 3339; from then on the edges answer 401 expired_key. Absent: the key does not expire."`
 	// LastUsedAt is when an edge last took the key, to the minute at best: the edges
 	// report uses in batches, so it trails the last request by up to a minute.
-	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty" readonly:"true" doc:"When an edge last took the key, reported in batches: it trails the last call by up to a minute. Absent: never used."`
 	CreatedAt  time.Time  `json:"created_at"`
 }
 

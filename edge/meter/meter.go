@@ -107,6 +107,9 @@ type Config struct {
 	FlushInterval time.Duration
 	// PublishTimeout bounds one publish. Default: 5s.
 	PublishTimeout time.Duration
+	// KeyUseInterval is how often at most a use of one API key is reported (Key.Use):
+	// the precision of keys.last_used_at. Whole seconds. Default: 30s.
+	KeyUseInterval time.Duration
 	// TotalsRetention is how long running totals of a past hour are kept once
 	// published. Default: 72h.
 	TotalsRetention time.Duration
@@ -156,6 +159,8 @@ type Meter struct {
 
 	totalsMu sync.Mutex
 	totals   map[totalKey]*totalRec
+
+	keys keyUses // keyuse.go
 
 	late      atomic.Int64
 	lateBytes atomic.Int64 // RecordBytes calls after Close
@@ -231,6 +236,9 @@ func New(cfg Config) (*Meter, error) {
 	if cfg.PublishTimeout <= 0 {
 		cfg.PublishTimeout = 5 * time.Second
 	}
+	if cfg.KeyUseInterval < time.Second {
+		cfg.KeyUseInterval = 30 * time.Second
+	}
 	if cfg.TotalsRetention <= 0 {
 		cfg.TotalsRetention = 72 * time.Hour
 	}
@@ -268,6 +276,7 @@ func New(cfg Config) (*Meter, error) {
 		done:      make(chan struct{}),
 		m:         newMetrics(),
 	}
+	m.keys.every = int64(cfg.KeyUseInterval / time.Second)
 	for i := range m.shards {
 		m.shards[i].cells = map[cellKey]*cellRec{}
 	}
@@ -537,12 +546,19 @@ func (m *Meter) cycle(ctx context.Context) error {
 	now := time.Now().UTC()
 	first := m.seq + 1
 	acc := m.collect(now, first)
+	uses := m.takeKeyUses()
 	var out []encodedBatch
 	var firstErr error
-	if len(acc) > 0 {
+	if len(acc) > 0 || len(uses) > 0 {
 		var dropped []*billing.UsageBatch
 		var next uint64
 		out, next, dropped = cutBatches(m.cfg.EdgeID, m.cfg.BootID, first, now, acc.records(), false)
+		// After the counts' batches, so a restart that rebuilds those from the state file
+		// numbers them the same; the key uses' numbers are then left unused.
+		var err error
+		if out, next, err = cutKeyUses(out, m.cfg.EdgeID, m.cfg.BootID, next, now, uses); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("meter: encode key uses: %w", err)
+		}
 		m.seq = next - 1
 		for _, b := range dropped {
 			// Cannot happen with the ids the edge has; count it rather than lose it silently.
@@ -574,7 +590,7 @@ func (m *Meter) cycle(ctx context.Context) error {
 			}
 		}
 	}
-	if len(acc) > 0 {
+	if len(acc) > 0 || len(uses) > 0 {
 		m.commit(first, acc, now)
 	}
 	if up {
@@ -1104,6 +1120,9 @@ type metrics struct {
 	stateRejected *prometheus.CounterVec
 	stateFallback prometheus.Counter
 	recovered     prometheus.Counter
+	keyUses       *prometheus.CounterVec
+	keyNoted      prometheus.Counter
+	keyDropped    prometheus.Counter
 }
 
 func newMetrics() metrics {
@@ -1132,7 +1151,11 @@ func newMetrics() metrics {
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_meter_recovered_requests_total", Help: "Requests a run that died had counted and not handed over, handed over at this start from its state file.",
 		}),
+		keyUses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_meter_key_uses_total", Help: "API key uses noted for last_used_at (at most one per key per key use interval), and those dropped because too many were waiting for the flush.",
+		}, []string{"result"}),
 	}
+	m.keyNoted, m.keyDropped = m.keyUses.WithLabelValues("noted"), m.keyUses.WithLabelValues("dropped")
 	for _, r := range []string{"rejected", "unreadable", "unrecovered", "record"} {
 		m.stateRejected.WithLabelValues(r)
 	}
@@ -1147,7 +1170,7 @@ func newMetrics() metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.batches, m.dropped, m.publishErrors, m.spoolBytes, m.stateRejected, m.stateFallback, m.recovered} {
+	for _, c := range []prometheus.Collector{m.requests, m.batches, m.dropped, m.publishErrors, m.spoolBytes, m.stateRejected, m.stateFallback, m.recovered, m.keyUses} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("meter: register metrics: %w", err)
 		}
