@@ -21,6 +21,7 @@ const (
 	EInvalidSignature  = "invalid_signature"   // a webhook's signature does not sign its body with the endpoint's secret
 	EUnauthenticated   = "unauthenticated"     // no credential was sent
 	EInvalidCredential = "invalid_credential"  // a credential was sent and is not valid here
+	EExpiredKey        = "expired_key"         // edge: the API key is past its expires_at
 	EForbidden         = "forbidden"           // authenticated, but not allowed to do this
 	EPolicyDenied      = "policy_denied"       // the tenant's policy denies this call (edge)
 	ENotFound          = "not_found"           // no such object (or not visible to the caller)
@@ -57,6 +58,7 @@ var Codes = []CodeInfo{
 	{EInvalidSignature, http.StatusBadRequest, "api", "a webhook (`POST /v1/stripe/webhook`) whose `Stripe-Signature` is missing, wrong or over 5 minutes old"},
 	{EUnauthenticated, http.StatusUnauthorized, "both", "no credential was sent"},
 	{EInvalidCredential, http.StatusUnauthorized, "both", "the credential is unknown, expired or not valid for this tenant"},
+	{EExpiredKey, http.StatusUnauthorized, "edge", "the API key is past its `expires_at`; the consumer needs a new key"},
 	{EForbidden, http.StatusForbidden, "api", "the credential may not do this"},
 	{EPolicyDenied, http.StatusForbidden, "edge", "the tenant's policy denies this consumer this call"},
 	{ENotFound, http.StatusNotFound, "api", "no such object, or it belongs to another tenant"},
