@@ -193,6 +193,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		DomainChecks: cfg.DomainChecks,
 
 		Usage:      billingpg.New(cp.db.Pool()), // rollups folded by `tollgate billing`, same database
+		Prices:     billingpg.New(cp.db.Pool()),
 		AdminToken: cfg.AdminToken,
 		Upstreams:  cfg.UpstreamAddressRule(),
 		Mailer:     cp.mail,

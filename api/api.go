@@ -77,6 +77,10 @@ type Config struct {
 	// Usage serves GET /v1/tenants/{slug}/usage and GET /v1/billing/export (see
 	// usage.go): billing/postgres in production. Nil: both answer 404 not_found.
 	Usage billing.UsageService
+	// Prices serves /v1/billing/prices and /v1/tenants/{slug}/prices, and (when it is also
+	// a billing.ConsumerBills, as billing/postgres is) /v1/tenants/{slug}/billing/export.
+	// Nil: those endpoints answer 404 not_found.
+	Prices billing.PriceService
 
 	// Domains serves /v1/tenants/{slug}/domains, the tenants' custom domains and their
 	// certificates. Nil: those endpoints answer 404 not_found. EdgeDomain is

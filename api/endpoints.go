@@ -58,7 +58,8 @@ const (
 	tagMembers = "members"
 	tagInvites = "invites"
 	// Usage and billing.
-	tagUsage = "usage"
+	tagUsage  = "usage"
+	tagPrices = "prices"
 	// Custom domains and their certificates.
 	tagDomains = "domains"
 	// Config as code.
@@ -219,6 +220,31 @@ func (s *Server) table() []endpoint {
 		{method: http.MethodGet, path: "/v1/billing/export", access: anyToken, handle: s.billingExport, tag: tagUsage,
 			summary: "Every tenant's bill for a month",
 			desc:    "?period=YYYY-MM (a calendar month in UTC), ?format=csv|json (default csv). Per tenant (and per consumer on per-consumer plans): requests, billable, included, overage, amount in integer minor units of the currency. The same period exported twice gives the same bytes. The admin token, or a user with the finance platform role (403 otherwise).",
+			params:  billing.ExportParams, csv: true, status: 200, result: billing.ExportDocument{}},
+		// Prices and a tenant's bill of its consumers: see prices.go.
+		{method: http.MethodGet, path: "/v1/billing/prices", access: anyToken, handle: s.listPlatformPrices, tag: tagPrices,
+			summary: "List the platform plans' price versions", desc: "Every version, by plan, then month." + platformPricesDoc,
+			status: 200, result: list[billing.Price]{}},
+		{method: http.MethodPut, path: "/v1/billing/prices/:plan/:month", access: anyToken, handle: s.putPlatformPrice, tag: tagPrices,
+			summary: "Set a platform plan's price from a month",
+			desc:    "Creates or replaces the version. The month must be the current one or later and the plan a platform plan (400 validation_failed otherwise)." + pricesDoc + platformPricesDoc,
+			body:    priceBody{}, status: 200, result: billing.Price{}},
+		{method: http.MethodDelete, path: "/v1/billing/prices/:plan/:month", access: anyToken, handle: s.deletePlatformPrice, tag: tagPrices,
+			summary: "Delete a platform plan's future price version",
+			desc:    "Only a version of a later month than the current one (400 validation_failed otherwise)." + pricesDoc + platformPricesDoc, status: 204},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/prices", access: tenantScoped, class: rbac.Read, handle: s.listTenantPrices, tag: tagPrices,
+			summary: "List the price versions of the tenant's consumer plans", desc: "Every version, by plan, then month." + scopedDoc,
+			status: 200, result: list[billing.Price]{}},
+		{method: http.MethodPut, path: "/v1/tenants/:slug/prices/:plan/:month", access: tenantScoped, class: rbac.TenantAdmin, handle: s.putTenantPrice, tag: tagPrices,
+			summary: "Set a consumer plan's price from a month",
+			desc:    "Creates or replaces the version. The month must be the current one or later and the plan one of the tenant's plans; per_consumer is refused (400 validation_failed)." + pricesDoc + scopedDoc,
+			body:    priceBody{}, status: 200, result: billing.Price{}},
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/prices/:plan/:month", access: tenantScoped, class: rbac.TenantAdmin, handle: s.deleteTenantPrice, tag: tagPrices,
+			summary: "Delete a consumer plan's future price version",
+			desc:    "Only a version of a later month than the current one (400 validation_failed otherwise)." + pricesDoc + scopedDoc, status: 204},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/billing/export", access: tenantScoped, class: rbac.Read, handle: s.consumerExport, tag: tagPrices,
+			summary: "The tenant's bill of its consumers for a month",
+			desc:    "?period=YYYY-MM, ?format=csv|json (default csv), in the columns of GET /v1/billing/export: one row per consumer with usage in the month, priced by the version of its consumer plan in effect then; status unpriced (amount 0, no currency, in no total) when its plan has none or it has no plan." + scopedDoc,
 			params:  billing.ExportParams, csv: true, status: 200, result: billing.ExportDocument{}},
 
 		// People and audit.

@@ -246,7 +246,7 @@ func (ep *endpoint) errorStatuses() []int {
 		set[400], set[401] = true, true
 	}
 	invitee := strings.HasPrefix(ep.path, "/v1/invites/") // a person's answer to an invitation
-	if ep.access == adminOnly || ep.path == "/v1/tenants/:slug" && ep.method != http.MethodGet || ep.path == "/v1/billing/export" || invitee {
+	if ep.access == adminOnly || ep.path == "/v1/tenants/:slug" && ep.method != http.MethodGet || ep.path == "/v1/billing/export" || strings.HasPrefix(ep.path, "/v1/billing/prices") || invitee {
 		set[403] = true
 	}
 	if ep.access == tenantScoped || strings.HasSuffix(ep.path, "/platform/plans/:name") || invitee {

@@ -29,10 +29,12 @@ const (
 	Keys          Class = "keys"
 	TenantAdmin   Class = "tenant_admin"
 	BillingExport Class = "billing_export"
+	// BillingPrices is managing the platform plans' prices (domain "platform").
+	BillingPrices Class = "billing_prices"
 )
 
 // Classes lists every class, for tests and documentation.
-var Classes = []Class{Read, Write, Keys, TenantAdmin, BillingExport}
+var Classes = []Class{Read, Write, Keys, TenantAdmin, BillingExport, BillingPrices}
 
 // PlatformDomain is the domain of actions that span tenants.
 const PlatformDomain = "platform"

@@ -40,6 +40,11 @@ func TestMatrix(t *testing.T) {
 			t.Errorf("Allow(%q, platform, billing_export) = %v, want %v", role, got, want)
 		}
 	}
+	for role, want := range map[string]bool{"finance": true, "operator": true, "owner": false, "admin": false, "viewer": false} {
+		if got := p.Allow(role, rbac.PlatformDomain, rbac.BillingPrices); got != want {
+			t.Errorf("Allow(%q, platform, billing_prices) = %v, want %v", role, got, want)
+		}
+	}
 	// Unclassified means tenant_admin.
 	if p.Allow("developer", tenant, "") || !p.Allow("admin", tenant, "") {
 		t.Error("an unclassified action must need owner or admin")
