@@ -213,7 +213,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		},
 	})
 	mountConsole(srv, cp, cfg, log)
-	mountPortal(srv, cp, cfg, log, nil) // Checkout: nil until Stripe checkout is wired here
+	mountPortal(srv, cp, cfg, log, mountStripe(srv, cp, cfg, log))
 	return srv
 }
 

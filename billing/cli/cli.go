@@ -45,11 +45,14 @@ commands:
   export      --period YYYY-MM [--format csv|json]: the period's bill on stdout
   enable      --tenant SLUG: make the tenant a Stripe customer (needs TOLLGATE_STRIPE_KEY)
   push        push settled usage to Stripe once and exit
+  subscribe   bring paying tenants' Stripe subscriptions in line with their plans' prices
+              once and exit (the running process does it every 10 minutes)
 
 environment: the TOLLGATE_* variables of README.md, plus
   TOLLGATE_STRIPE_KEY        Stripe secret key [unset: no Stripe push]
   TOLLGATE_STRIPE_URL        Stripe API base URL [Stripe's; e.g. a stripe-mock]
   TOLLGATE_STRIPE_EVENT      meter event name [tollgate_requests]
+  TOLLGATE_STRIPE_METER      Billing Meter id of the subscriptions' usage prices [the event name's]
 `
 
 // Options are what billing needs to run.
@@ -64,6 +67,9 @@ type Options struct {
 	StripeKey    string // empty: no Stripe push
 	StripeURL    string
 	StripeEvent  string
+	// StripeMeter is the Billing Meter the subscriptions' usage prices charge (mtr_…);
+	// empty: the active meter of StripeEvent, made when there is none.
+	StripeMeter string
 	// PushInterval is how often settled usage is pushed to Stripe. Default: 1m.
 	PushInterval time.Duration
 	// AdminAddr, when set, is where Run serves /metrics, /healthz and /readyz.
@@ -95,6 +101,7 @@ func OptionsFromEnv(getenv func(string) string) (Options, *config.Config, error)
 		StripeKey:    getenv("TOLLGATE_STRIPE_KEY"),
 		StripeURL:    getenv("TOLLGATE_STRIPE_URL"),
 		StripeEvent:  getenv("TOLLGATE_STRIPE_EVENT"),
+		StripeMeter:  getenv("TOLLGATE_STRIPE_METER"),
 	}
 	if o.NATSURL == "" {
 		o.NATSURL = "nats://127.0.0.1:4222"
@@ -141,6 +148,8 @@ func Main(ctx context.Context, args []string) error {
 		return enableCmd(ctx, o, args)
 	case "push":
 		return pushCmd(ctx, o)
+	case "subscribe":
+		return subscribeCmd(ctx, o)
 	case "help", "-h", "--help":
 		fmt.Fprint(o.Stdout, usage)
 		return nil
@@ -202,10 +211,18 @@ func Run(ctx context.Context, o Options) error {
 		if err != nil {
 			return err
 		}
-		wg.Add(1)
+		sub, err := billingstripe.NewSubscriber(billingstripe.SubscriberConfig{Pusher: p, Store: store, Prices: store, Meter: o.StripeMeter})
+		if err != nil {
+			return err
+		}
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			p.Run(ctx, o.PushInterval)
+		}()
+		go func() {
+			defer wg.Done()
+			sub.Run(ctx, 10*time.Minute) // plans and prices change rarely; a price version starts a month
 		}()
 	} else {
 		log.Info("billing: TOLLGATE_STRIPE_KEY not set; usage is not pushed to Stripe")
@@ -376,5 +393,24 @@ func pushCmd(ctx context.Context, o Options) error {
 	}
 	n, err := p.PushDue(ctx)
 	fmt.Fprintf(o.stdout(), "%d meter events pushed\n", n)
+	return err
+}
+
+func subscribeCmd(ctx context.Context, o Options) error {
+	store, err := billingpg.Open(ctx, o.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	p, err := o.pusher(store, nil)
+	if err != nil {
+		return err
+	}
+	sub, err := billingstripe.NewSubscriber(billingstripe.SubscriberConfig{Pusher: p, Store: store, Prices: store, Meter: o.StripeMeter})
+	if err != nil {
+		return err
+	}
+	n, err := sub.Sync(ctx)
+	fmt.Fprintf(o.stdout(), "%d subscriptions created, changed or cancelled\n", n)
 	return err
 }

@@ -47,6 +47,8 @@ type Config struct {
 	StripeKey     string // TOLLGATE_STRIPE_KEY [unset: billing pushes nothing to Stripe]
 	StripeURL     string // TOLLGATE_STRIPE_URL [Stripe's API; e.g. a stripe-mock]
 	StripeEvent   string // TOLLGATE_STRIPE_EVENT [tollgate_requests: the Billing Meter's event name]
+	// StripeWebhookSecret: TOLLGATE_STRIPE_WEBHOOK_SECRET [unset: the api serves no webhook]
+	StripeWebhookSecret string
 	// The fleet: NATS clusters and credentials, admin listeners of the api and billing.
 	NATSReplicas     int    // TOLLGATE_NATS_REPLICAS [1: replicas of every stream and bucket Tollgate creates]
 	NATSCreds        string // TOLLGATE_NATS_CREDS [unset: a NATS credentials (JWT + seed) file]
@@ -109,6 +111,8 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		StripeKey:     getenv("TOLLGATE_STRIPE_KEY"),
 		StripeURL:     getenv("TOLLGATE_STRIPE_URL"),
 		StripeEvent:   get("TOLLGATE_STRIPE_EVENT", "tollgate_requests"),
+
+		StripeWebhookSecret: getenv("TOLLGATE_STRIPE_WEBHOOK_SECRET"),
 
 		NATSReplicas:     1,
 		NATSCreds:        getenv("TOLLGATE_NATS_CREDS"),
