@@ -1,0 +1,168 @@
+package web_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"tollgate/infra/testenv"
+)
+
+// portalAdmin calls the management API with the admin token and a JSON body, and fails
+// the test unless the answer is a success.
+func (s *stack) portalAdmin(t *testing.T, method, path, body string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.api+path, bytes.NewBufferString(body))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode >= 300 {
+		b, _ := io.ReadAll(res.Body)
+		t.Fatalf("%s %s: %d %s", method, path, res.StatusCode, b)
+	}
+}
+
+// waitEdge calls the edge until it answers want (the config or a revocation reaching it
+// takes moments).
+func (s *stack) waitEdge(t *testing.T, slug, path, key string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for got := s.callEdge(t, slug, path, key); got != want; got = s.callEdge(t, slug, path, key) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the edge answers %s with %d, want %d", path, got, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestPortal walks the developer portal in Chromium: the tenant turns it on in the
+// console (after a bad colour shown at its field); a consumer reads the docs, signs up,
+// follows the mailed link, signs in, creates a labelled key, calls the edge with it,
+// sees the call in its usage, revokes the key and is refused at the edge.
+func TestPortal(t *testing.T) {
+	if noBrowser != "" {
+		t.Fatal(noBrowser) // a browser test that cannot run fails: skipping would hide it
+	}
+	s := startDev(t)
+	up := upstream(t)
+	suffix := testenv.Name("")[:6]
+	slug, owner, dev := "shop-"+suffix, "owner-"+suffix+"@example.com", "dev-"+suffix+"@example.com"
+
+	tenant := newBrowser(t, s.api)
+	tenant.signUp(owner, slug)
+	s.portalAdmin(t, "POST", "/v1/tenants/"+slug+"/routes", `{"name":"hello","paths":["/hello"],"methods":["GET"],"auth":"key",
+		"upstream":{"targets":[{"url":"`+up.URL+`"}]}}`)
+	s.portalAdmin(t, "POST", "/v1/tenants/"+slug+"/plans", `{"name":"starter","public":true,"description":"To try the API","quota":{"requests":1000}}`)
+
+	// Off by default: the portal is a 404.
+	consumer := newBrowser(t, s.api)
+	consumer.open("/portal/" + slug + "/")
+	consumer.contains("Not found")
+
+	// The tenant turns it on; a bad colour is refused at its field.
+	tenant.open("/console/t/" + slug + "/portal")
+	tenant.do(chromedp.Click(chromedp.CSS(`#enabled`)))
+	tenant.fill(map[string]string{"#display_name": "Shop developers", "#primary_color": "#12"})
+	tenant.do(chromedp.Click(chromedp.CSS(`button[type=submit].primary`)), chromedp.WaitVisible(chromedp.CSS(`#primary_color-error`)))
+	tenant.contains("#rrggbb")
+	tenant.screenshot("portal-01-settings-error")
+	tenant.fill(map[string]string{"#primary_color": "#7a1f5c"})
+	tenant.do(chromedp.Click(chromedp.CSS(`button[type=submit].primary`)))
+	tenant.waitPath("/console/t/" + slug + "/portal?done=portal-saved")
+	tenant.contains("Portal settings saved", "/portal/"+slug+"/")
+	tenant.screenshot("portal-02-settings")
+
+	// The docs list the tenant's routes, the edge's URL and a curl line.
+	consumer.open("/portal/" + slug + "/")
+	consumer.contains("Shop developers", "/hello", "API key", "http://"+slug+".localhost:", "X-API-Key")
+	consumer.screenshot("portal-03-docs")
+
+	// Sign-up, the mailed link, sign-in.
+	consumer.open("/portal/" + slug + "/signup")
+	consumer.fill(map[string]string{"#email": dev, "#password": "short"})
+	consumer.do(chromedp.Click(chromedp.CSS(`button[type=submit].primary`)), chromedp.WaitVisible(chromedp.CSS(`#password-error`)))
+	consumer.screenshot("portal-04-signup-error")
+	consumer.fill(map[string]string{"#email": dev, "#password": password})
+	consumer.do(chromedp.Click(chromedp.CSS(`button[type=submit].primary`)), chromedp.WaitVisible(chromedp.CSS(`[data-notice]`)))
+	consumer.contains("Check your inbox", dev)
+	link := s.mail.WaitFor(t, dev)
+	verify := ""
+	for _, l := range strings.Fields(link.Text) {
+		if strings.HasPrefix(l, s.api+"/portal/"+slug+"/verify?token=") {
+			verify = l
+		}
+	}
+	if verify == "" {
+		t.Fatalf("no verification link in:\n%s", link.Text)
+	}
+	consumer.open(strings.TrimPrefix(verify, s.api))
+	consumer.contains("Address verified")
+	consumer.open("/portal/" + slug + "/login")
+	consumer.fill(map[string]string{"#email": dev, "#password": password})
+	consumer.do(chromedp.Click(chromedp.CSS(`button[type=submit].primary`)))
+	consumer.waitPath("/portal/" + slug + "/keys")
+	consumer.contains("No keys yet", dev)
+
+	// A labelled key, shown once.
+	consumer.fill(map[string]string{"#label": "laptop"})
+	consumer.do(chromedp.Click(chromedp.CSS(`form.inline-form button[type=submit]`)), chromedp.WaitVisible(chromedp.CSS(`#new-key`)))
+	key := consumer.eval(`document.querySelector("#new-key").innerText`)
+	if !strings.HasPrefix(key, "tg_") {
+		t.Fatalf("new key %q", key)
+	}
+	consumer.contains("shown only this once", "laptop")
+	consumer.screenshot("portal-05-key-created")
+	consumer.open("/portal/" + slug + "/keys")
+	if strings.Contains(consumer.text(), key) {
+		t.Error("the key's plaintext is shown again after a reload")
+	}
+
+	// The key works at the edge; the tenant sees the consumer the account made.
+	s.waitEdge(t, slug, "/hello", key, 200)
+	tenant.open("/console/t/" + slug + "/consumers")
+	tenant.contains(dev)
+
+	// The call reaches the consumer's usage (meter → billing → rollups, within seconds).
+	got := ""
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+		consumer.open("/portal/" + slug + "/usage")
+		if got = consumer.eval(`document.querySelector("[data-testid=total]").innerText`); got != "0" {
+			break
+		}
+	}
+	if got == "0" || got == "" {
+		t.Errorf("the usage page shows %q requests after a call", got)
+	}
+	consumer.screenshot("portal-06-usage")
+
+	consumer.open("/portal/" + slug + "/plans")
+	consumer.contains("starter", "To try the API", "1,000 requests per month")
+	consumer.do(chromedp.Click(chromedp.CSS(`[data-plan=starter] button[type=submit]`)))
+	consumer.waitPath("/portal/" + slug + "/plans?done=plan-chosen")
+	consumer.contains("your plan")
+	consumer.screenshot("portal-07-plans")
+
+	// On a phone.
+	consumer.do(chromedp.EmulateViewport(390, 844))
+	consumer.open("/portal/" + slug + "/keys")
+	if w := consumer.eval(`String(document.documentElement.scrollWidth)`); w != "390" {
+		t.Errorf("the keys page is %s px wide at 390 px", w)
+	}
+	consumer.screenshot("portal-08-keys-390")
+	consumer.do(chromedp.EmulateViewport(1280, 860))
+
+	// Revoked, the key is refused at the edge.
+	consumer.do(chromedp.Click(chromedp.CSS(`tr[data-key] button.danger`)))
+	consumer.waitPath("/portal/" + slug + "/keys?done=key-revoked")
+	consumer.contains("Key revoked", "No keys yet")
+	s.waitEdge(t, slug, "/hello", key, 401)
+}
