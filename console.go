@@ -37,5 +37,6 @@ func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *sl
 		TrustedProxies: cfg.TrustedProxy,
 		Logger:         log,
 		Unavailable:    postgres.Unavailable,
+		EdgePublicURL:  cfg.EdgePublicURL,
 	}).Mount(srv.App())
 }

@@ -48,6 +48,8 @@ func Dev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// The console's examples name the port the edge really got (":0" picks one).
+	cfg.EdgeAddr = edgeLn.Addr().String()
 	adminLn, err := listen("TOLLGATE_EDGE_ADMIN_ADDR", cfg.EdgeAdmin)
 	if err != nil {
 		return err

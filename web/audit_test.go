@@ -51,7 +51,7 @@ func TestAuditSameForAPIAndConsole(t *testing.T) {
 	console := func(path string, form url.Values) page {
 		t.Helper()
 		pg := e.post(owner, path, form)
-		if pg.status != http.StatusSeeOther && pg.status != http.StatusCreated {
+		if pg.status != http.StatusSeeOther && pg.status != http.StatusOK {
 			t.Fatalf("POST %s: %d\n%s", path, pg.status, pg.body)
 		}
 		return pg

@@ -68,6 +68,10 @@ type Config struct {
 	// Defaults: "localhost", "8000".
 	EdgeDomain string
 	EdgePort   string
+	// EdgePublicURL, when set, is the edges' address as clients reach it (a load balancer
+	// in front of them): scheme://host[:port]; a tenant's URL is scheme://{slug}.host[:port].
+	// It overrides EdgeDomain and EdgePort in the examples.
+	EdgePublicURL string
 	// SessionTTL bounds a session. Default: DefaultSessionTTL.
 	SessionTTL time.Duration
 	// Mailer sends verification, password-reset and invitation mail. Default: mail is
@@ -100,6 +104,7 @@ type Console struct {
 	cfg   Config
 	log   *slog.Logger
 	pages map[string]*template.Template
+	flash flashes // pages kept for the GET after a POST (flash.go)
 }
 
 // New parses the templates; it panics on a template error (a build bug).

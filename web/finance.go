@@ -54,7 +54,7 @@ func money(amount int64, currency string) string {
 
 func (c *Console) financePage(ctx *fiber.Ctx) error {
 	if user(ctx) == nil {
-		return ctx.Redirect(Prefix+"/login", http.StatusSeeOther)
+		return ctx.Redirect(loginFor(ctx), http.StatusSeeOther)
 	}
 	if !c.mayExport(ctx) {
 		return c.notFound(ctx, user(ctx))

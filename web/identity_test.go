@@ -110,6 +110,9 @@ func (c *idClient) do(method, target string, form url.Values) idPage {
 		c.csrf = string(m[1])
 	}
 	c.mu.Unlock()
+	if loc := res.Header.Get("Location"); method == http.MethodPost && res.StatusCode == http.StatusSeeOther && isReplay(target, loc) {
+		return c.do(http.MethodGet, loc, nil) // the form shown again, as a browser follows
+	}
 	return idPage{status: res.StatusCode, location: res.Header.Get("Location"), body: string(b), header: res.Header}
 }
 

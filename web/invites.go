@@ -112,12 +112,14 @@ func (c *Console) inviteDecline(ctx *fiber.Ctx) error {
 	if err != nil {
 		return c.inviteRefused(ctx, token, err)
 	}
+	backTo(ctx, invitePath+"?token="+url.QueryEscape(token))
 	return c.inviteRender(ctx, http.StatusOK, inviteView{State: "declined", Offer: o})
 }
 
 // inviteRefused shows why the store refused to accept or decline, on the invitation page.
 func (c *Console) inviteRefused(ctx *fiber.Ctx, token string, err error) error {
 	v := inviteView{Token: token, Next: invitePath + "?token=" + url.QueryEscape(token)}
+	backTo(ctx, v.Next)
 	switch tenants.ErrorCode(err) {
 	case tenants.ENotFound:
 		v.State = "gone"

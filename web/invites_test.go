@@ -92,7 +92,11 @@ func (e *consoleEnv) post(p person, path string, form url.Values) page {
 	if _, ok := form["_csrf"]; !ok {
 		form.Set("_csrf", p.csrf)
 	}
-	return e.call(p, http.MethodPost, path, form)
+	pg := e.call(p, http.MethodPost, path, form)
+	if pg.status == http.StatusSeeOther && isReplay(path, pg.location) {
+		return e.call(p, http.MethodGet, pg.location, nil) // the form shown again, as a browser follows
+	}
+	return pg
 }
 
 func (e *consoleEnv) call(p person, method, path string, form url.Values) page {

@@ -269,6 +269,15 @@ type consumerData struct {
 	Route     string          // a key-auth route's first path, for the example
 	Plans     []*tenants.Plan // the tenant's plans, to put the consumer on one; nil: plans are off
 	PlanError string
+	KeyForm   keyForm
+	Now       time.Time // for which keys have expired
+}
+
+// keyForm is the new key's label and expiry day (YYYY-MM-DD, the key stops working at
+// 00:00 UTC that day).
+type keyForm struct {
+	Label, Expires string
+	Errors         map[string]string
 }
 
 func (c *Console) consumerPage(ctx *fiber.Ctx) error { return c.consumer(ctx, "") }
@@ -293,7 +302,10 @@ func (c *Console) consumerView(ctx *fiber.Ctx, status int, d consumerData) error
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	d.Consumer, d.Keys, d.Route = cs, keys, "/hello"
+	d.Consumer, d.Keys, d.Route, d.Now = cs, keys, "/hello", c.cfg.Now()
+	if d.KeyForm.Errors == nil {
+		d.KeyForm.Errors = map[string]string{}
+	}
 	if c.cfg.Plans != nil {
 		if d.Plans, _, err = c.cfg.Plans.ListPlans(c.ctx(ctx), tv.ID, tenants.Page{Limit: tenants.MaxPageLimit}); err != nil {
 			return c.internal(ctx, err)
@@ -347,8 +359,24 @@ func (c *Console) keyCreate(ctx *fiber.Ctx) error {
 	tv := tenantOf(ctx)
 	plain, hash, display := tenants.NewSecret(tenants.KeyPrefix)
 	k := &tenants.Key{TenantID: tv.ID, ConsumerID: ctx.Params("id"), Prefix: display, Hash: hash}
-	if err := c.cfg.Consumers.CreateKey(c.audited(ctx, user(ctx), tv.ID, "keys.create", ""), k); err != nil {
+	f := keyForm{Label: strings.TrimSpace(ctx.FormValue("label")), Expires: strings.TrimSpace(ctx.FormValue("expires")), Errors: map[string]string{}}
+	k.Label = f.Label
+	if f.Expires != "" {
+		day, err := time.Parse(time.DateOnly, f.Expires)
+		if err != nil {
+			f.Errors["expires_at"] = "Give the day as YYYY-MM-DD, or leave it empty for a key that does not expire"
+		}
+		k.ExpiresAt = &day
+	}
+	err := k.Validate(c.cfg.Now())
+	if err == nil && len(f.Errors) == 0 {
+		err = c.cfg.Consumers.CreateKey(c.audited(ctx, user(ctx), tv.ID, "keys.create", ""), k)
+	}
+	if err != nil && !fieldError(err, f.Errors, nil) {
 		return c.internal(ctx, err)
+	}
+	if len(f.Errors) > 0 {
+		return c.consumerView(ctx, http.StatusUnprocessableEntity, consumerData{KeyForm: f})
 	}
 	return c.consumer(ctx, plain)
 }
@@ -377,12 +405,69 @@ func (c *Console) consumerDelete(ctx *fiber.Ctx) error {
 
 // ---- audit and members
 
+// auditRow is an entry as the page shows it: the object by its name, linked to its page
+// while it exists.
+type auditRow struct {
+	*tenants.AuditEntry
+	Name, Link string
+}
+
 func (c *Console) auditPage(ctx *fiber.Ctx) error {
 	items, next, err := c.cfg.Audit.ListAudit(c.ctx(ctx), tenantOf(ctx).ID, tenants.Page{Limit: 100, Cursor: ctx.Query("cursor")})
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	return c.render(ctx, http.StatusOK, "audit", page{Title: "Audit log", Nav: "audit", Data: map[string]any{"Items": items, "Next": next}})
+	names, err := c.objectNames(ctx)
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	rows := make([]auditRow, len(items))
+	for i, a := range items {
+		rows[i] = auditRow{AuditEntry: a}
+		kind, _, _ := strings.Cut(a.Action, ".")
+		if o, ok := names[kind+"/"+a.Object]; ok {
+			rows[i].Name, rows[i].Link = o[0], o[1]
+		}
+	}
+	return c.render(ctx, http.StatusOK, "audit", page{Title: "Audit log", Nav: "audit", Data: map[string]any{"Items": rows, "Next": next}})
+}
+
+// objectNames maps "kind/id" (the audit action's kind) to the name and page of the
+// tenant's routes, consumers, plans and members that still exist.
+func (c *Console) objectNames(ctx *fiber.Ctx) (map[string][2]string, error) {
+	tv, all := tenantOf(ctx), tenants.Page{Limit: tenants.MaxPageLimit}
+	out := map[string][2]string{}
+	routes, _, err := c.cfg.Routes.ListRoutes(c.ctx(ctx), tv.ID, all)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range routes {
+		out["routes/"+r.ID] = [2]string{r.Name, c.tenantURL(ctx, "/routes/"+r.ID)}
+	}
+	consumers, _, err := c.cfg.Consumers.ListConsumers(c.ctx(ctx), tv.ID, all)
+	if err != nil {
+		return nil, err
+	}
+	for _, cs := range consumers {
+		out["consumers/"+cs.ID] = [2]string{cs.Name, c.tenantURL(ctx, "/consumers/"+cs.ID)}
+	}
+	if c.cfg.Plans != nil {
+		plans, _, err := c.cfg.Plans.ListPlans(c.ctx(ctx), tv.ID, all)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range plans {
+			out["plans/"+p.ID] = [2]string{p.Name, c.tenantURL(ctx, "/plans/"+p.ID)}
+		}
+	}
+	members, err := c.cfg.People.ListMembers(c.ctx(ctx), tv.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range members {
+		out["members/"+m.UserID] = [2]string{m.Email, c.tenantURL(ctx, "/members")}
+	}
+	return out, nil
 }
 
 type memberForm struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"html/template"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -29,12 +30,16 @@ type page struct {
 	Form    any
 	Data    any
 	EdgeURL string // http://{slug}.{domain}:{port}
-	Finance bool   // the user may export the bill: the header links the export page
+	// EdgePattern is EdgeURL with <slug> for the slug, for pages without a tenant.
+	EdgePattern string
+	Finance     bool // the user may export the bill: the header links the export page
 }
 
 var funcs = template.FuncMap{
-	"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") },
-	"join": strings.Join,
+	"when":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") },
+	"day":       func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
+	"dayBefore": func(t time.Time) time.Time { return t.Add(-time.Nanosecond) },
+	"join":      strings.Join,
 	"has": func(list []string, s string) bool {
 		for _, x := range list {
 			if x == s {
@@ -111,13 +116,27 @@ func (c *Console) render(ctx *fiber.Ctx, status int, name string, p page) error 
 	if t == nil {
 		return c.internal(ctx, errors.New("no template "+name))
 	}
+	switch ctx.Method() {
+	case fiber.MethodPost:
+		// Error pages are drawn at once: there is no form to keep, and a reload that posts
+		// again meets the same refusal.
+		if name != "error" {
+			if kept, err := c.keep(ctx, status, name, p); kept {
+				return err
+			}
+		}
+	case fiber.MethodGet:
+		status, name, p = c.replayed(ctx, status, name, p)
+		t = c.pages[name]
+	}
 	p.User = user(ctx)
 	p.Tenant = tenantOf(ctx)
 	p.CSRF = csrfToken(ctx)
 	p.Status = status
 	p.Finance = c.mayExport(ctx)
+	p.EdgePattern = c.edgeURL("<slug>")
 	if p.Tenant != nil {
-		p.EdgeURL = "http://" + p.Tenant.Slug + "." + c.cfg.EdgeDomain + ":" + c.cfg.EdgePort
+		p.EdgeURL = c.edgeURL(p.Tenant.Slug)
 	}
 	if p.User != nil && p.Tenants == nil {
 		p.Tenants, _ = c.cfg.People.ListMemberships(c.ctx(ctx), p.User.ID)
@@ -135,6 +154,15 @@ func (c *Console) render(ctx *fiber.Ctx, status int, name string, p page) error 
 	ctx.Status(status)
 	ctx.Set(fiber.HeaderContentType, fiber.MIMETextHTMLCharsetUTF8)
 	return ctx.Send(buf.Bytes())
+}
+
+// edgeURL is where a tenant's APIs answer: http://{slug}.{EdgeDomain}:{EdgePort}, or under
+// EdgePublicURL when the edges sit behind a load balancer.
+func (c *Console) edgeURL(slug string) string {
+	if u, err := url.Parse(c.cfg.EdgePublicURL); err == nil && u.Host != "" && u.Scheme != "" {
+		return u.Scheme + "://" + slug + "." + u.Host
+	}
+	return "http://" + slug + "." + c.cfg.EdgeDomain + ":" + c.cfg.EdgePort
 }
 
 // flashOf turns the ?done= marker of a redirect after a write into a sentence.

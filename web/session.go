@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -200,7 +201,7 @@ func (c *Console) signup(ctx *fiber.Ctx) error {
 	return c.render(ctx, http.StatusOK, "notice", page{Title: "Check your inbox", Data: notice{
 		Heading: "Check your inbox",
 		Text:    "We sent a message to " + email + ". Follow the link in it to verify your address; you can sign in meanwhile.",
-		Link:    Prefix + "/login", LinkText: "Sign in"}})
+		Link:    loginNext(f.Next), LinkText: "Sign in"}})
 }
 
 func (c *Console) loginPage(ctx *fiber.Ctx) error {
@@ -253,6 +254,20 @@ func (c *Console) startSession(ctx *fiber.Ctx, u *tenants.User, next string) err
 	return ctx.Redirect(next, http.StatusSeeOther)
 }
 
+// loginFor is the sign-in page that comes back to the page asked for (when it is one of
+// the console's, see localNext).
+func loginFor(ctx *fiber.Ctx) string {
+	return loginNext(string(ctx.Request().URI().RequestURI()))
+}
+
+// loginNext is the sign-in page that goes on to next ("": the console's home).
+func loginNext(next string) string {
+	if next = localNext(next, ""); next != "" {
+		return Prefix + "/login?next=" + url.QueryEscape(next)
+	}
+	return Prefix + "/login"
+}
+
 func (c *Console) logout(ctx *fiber.Ctx) error {
 	if raw := ctx.Cookies(tenants.SessionCookie); raw != "" {
 		if err := c.cfg.People.DeleteSession(c.ctx(ctx), tenants.HashSecret(raw)); err != nil {
@@ -277,7 +292,7 @@ func (c *Console) tenantScope(ctx *fiber.Ctx) error {
 	u := user(ctx)
 	if u == nil {
 		if ctx.Method() == fiber.MethodGet {
-			return ctx.Redirect(Prefix+"/login", http.StatusSeeOther)
+			return ctx.Redirect(loginFor(ctx), http.StatusSeeOther)
 		}
 		return c.errorPage(ctx, http.StatusUnauthorized, "Signed out", "Your session has ended. Sign in again.")
 	}

@@ -35,7 +35,59 @@ type usageData struct {
 	QuotaPct          float64
 	OverTime          template.HTML
 	ByRoute, ByStatus template.HTML
-	From, To          time.Time
+	From, To          time.Time // [From, To): the range asked for, on whole hours
+	Range             usageRange
+	Routes, Consumers []usageRow // the range's calls by route and by consumer, most first
+}
+
+// usageRange is the date range of the form: whole UTC days, both included.
+type usageRange struct {
+	From, To string // YYYY-MM-DD
+	Errors   map[string]string
+}
+
+// usageRow is one route's or consumer's calls over the range; Link "" when the object is
+// gone or there is none (calls without a consumer, or that matched no route).
+type usageRow struct {
+	Name, Link         string
+	Requests, Billable int64
+	Share              float64 // of the range's requests, in percent
+}
+
+// maxUsageDays bounds a range: a year of daily rollups is what one page should draw.
+const maxUsageDays = 366
+
+// readRange reads ?from=&to= (default: this month so far); a bad one gets its message and
+// the default.
+func readRange(ctx *fiber.Ctx, now time.Time) (usageRange, time.Time, time.Time) {
+	today := now.UTC().Truncate(24 * time.Hour)
+	first := billing.PeriodOf(now).Start()
+	r := usageRange{From: ctx.Query("from", first.Format(time.DateOnly)), To: ctx.Query("to", today.Format(time.DateOnly)), Errors: map[string]string{}}
+	from, err := time.Parse(time.DateOnly, r.From)
+	if err != nil {
+		r.Errors["from"] = "Give the first day as YYYY-MM-DD"
+	}
+	to, err := time.Parse(time.DateOnly, r.To)
+	if err != nil {
+		r.Errors["to"] = "Give the last day as YYYY-MM-DD"
+	}
+	switch {
+	case len(r.Errors) > 0:
+	case to.Before(from):
+		r.Errors["to"] = "The last day must not be before the first"
+	case to.Sub(from) >= maxUsageDays*24*time.Hour:
+		r.Errors["to"] = "Ask for at most " + itoa(maxUsageDays) + " days at once"
+	case from.After(today):
+		r.Errors["from"] = "The first day is in the future: there is no usage yet"
+	}
+	if len(r.Errors) > 0 {
+		from, to = first, today
+	}
+	end := to.Add(24 * time.Hour)
+	if limit := billing.Hour(now).Add(time.Hour); end.After(limit) {
+		end = limit // the rollups end at the current hour
+	}
+	return r, from, end
 }
 
 func (c *Console) usagePage(ctx *fiber.Ctx) error {
@@ -45,14 +97,20 @@ func (c *Console) usagePage(ctx *fiber.Ctx) error {
 		return c.render(ctx, http.StatusOK, "usage", page{Title: "Usage", Nav: "usage", Data: d})
 	}
 	now := c.cfg.Now().UTC()
-	to := billing.Hour(now).Add(time.Hour)
-	from := to.Add(-24 * time.Hour)
-	d.From, d.To = from, to
-	rep, err := c.cfg.Usage.Usage(c.ctx(ctx), billing.UsageQuery{TenantID: tv.ID, From: from, To: to, Granularity: billing.GranularityHour, ByRoute: true, ByStatus: true})
+	d.Range, d.From, d.To = readRange(ctx, now)
+	gran := billing.GranularityDay
+	if d.To.Sub(d.From) <= 48*time.Hour {
+		gran = billing.GranularityHour
+	}
+	rep, err := c.cfg.Usage.Usage(c.ctx(ctx), billing.UsageQuery{TenantID: tv.ID, From: d.From, To: d.To, Granularity: gran, ByStatus: true})
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	month, err := c.cfg.Usage.Usage(c.ctx(ctx), billing.UsageQuery{TenantID: tv.ID, From: billing.PeriodOf(now).Start(), To: to, Granularity: billing.GranularityDay})
+	who, err := c.cfg.Usage.Usage(c.ctx(ctx), billing.UsageQuery{TenantID: tv.ID, From: d.From, To: d.To, Granularity: billing.GranularityDay, ByRoute: true, ByConsumer: true})
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	month, err := c.cfg.Usage.Usage(c.ctx(ctx), billing.UsageQuery{TenantID: tv.ID, From: billing.PeriodOf(now).Start(), To: billing.Hour(now).Add(time.Hour), Granularity: billing.GranularityDay})
 	if err != nil {
 		return c.internal(ctx, err)
 	}
@@ -61,35 +119,116 @@ func (c *Console) usagePage(ctx *fiber.Ctx) error {
 		d.Quota = tv.Limits.Quota.Requests
 		d.QuotaPct = math.Min(100, 100*float64(d.Month)/float64(d.Quota))
 	}
-	names := map[string]string{}
-	if routes, _, err := c.cfg.Routes.ListRoutes(c.ctx(ctx), tv.ID, tenants.Page{Limit: tenants.MaxPageLimit}); err == nil {
-		for _, r := range routes {
-			names[r.ID] = r.Name
-		}
-	}
-	hours := make([]bar, 24)
-	for i := range hours {
-		hours[i].Label = from.Add(time.Duration(i) * time.Hour).Format("15h")
-	}
-	byRoute, byStatus := map[string]int64{}, map[string]int64{}
+	d.OverTime = columns(overTimeTitle(gran), buckets(rep, d.From, d.To, gran))
+	byStatus := map[string]int64{}
 	for _, it := range rep.Items {
-		if i := int(it.Start.Sub(from) / time.Hour); i >= 0 && i < len(hours) {
-			hours[i].Value += it.Requests
-		}
-		route := "(no route matched)"
-		if it.RouteID != nil && *it.RouteID != "" {
-			route = names[*it.RouteID]
-			if route == "" {
-				route = "(deleted route)"
-			}
-		}
-		byRoute[route] += it.Requests
 		byStatus[it.Status] += it.Requests
 	}
-	d.OverTime = columns("Requests per hour, last 24 hours (UTC)", hours)
-	d.ByRoute = rows("Requests by route", sorted(byRoute, ""))
 	d.ByStatus = rows("Requests by status", sorted(byStatus, "status"))
-	return c.render(ctx, http.StatusOK, "usage", page{Title: "Usage", Nav: "usage", Data: d})
+	if d.Routes, d.Consumers, err = c.usageRows(ctx, who); err != nil {
+		return c.internal(ctx, err)
+	}
+	byRoute := map[string]int64{}
+	for _, r := range d.Routes {
+		byRoute[r.Name] += r.Requests
+	}
+	d.ByRoute = rows("Requests by route", sorted(byRoute, ""))
+	status := http.StatusOK
+	if len(d.Range.Errors) > 0 {
+		status = http.StatusUnprocessableEntity
+	}
+	return c.render(ctx, status, "usage", page{Title: "Usage", Nav: "usage", Data: d})
+}
+
+func overTimeTitle(gran string) string {
+	if gran == billing.GranularityHour {
+		return "Requests per hour (UTC)"
+	}
+	return "Requests per day (UTC)"
+}
+
+// buckets lays the report's items on every hour or day of [from, to), empty ones included.
+func buckets(rep *billing.UsageReport, from, to time.Time, gran string) []bar {
+	step, format := time.Hour, "15h"
+	if gran == billing.GranularityDay {
+		step, format = 24*time.Hour, "Jan 2"
+	}
+	var out []bar
+	for t := from; t.Before(to); t = t.Add(step) {
+		out = append(out, bar{Label: t.Format(format)})
+	}
+	for _, it := range rep.Items {
+		if i := int(it.Start.Sub(from) / step); i >= 0 && i < len(out) {
+			out[i].Value += it.Requests
+		}
+	}
+	return out
+}
+
+// usageRows sums the report by route and by consumer, named and linked to their pages.
+func (c *Console) usageRows(ctx *fiber.Ctx, rep *billing.UsageReport) (routes, consumers []usageRow, err error) {
+	tv := tenantOf(ctx)
+	base := c.tenantURL(ctx, "")
+	routeNames, consumerNames := map[string]string{}, map[string]string{}
+	rs, _, err := c.cfg.Routes.ListRoutes(c.ctx(ctx), tv.ID, tenants.Page{Limit: tenants.MaxPageLimit})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range rs {
+		routeNames[r.ID] = r.Name
+	}
+	cs, _, err := c.cfg.Consumers.ListConsumers(c.ctx(ctx), tv.ID, tenants.Page{Limit: tenants.MaxPageLimit})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, cs := range cs {
+		consumerNames[cs.ID] = cs.Name
+	}
+	byRoute, byConsumer := map[string]*usageRow{}, map[string]*usageRow{}
+	for _, it := range rep.Items {
+		add(byRoute, deref(it.RouteID), it.Counts, routeNames, base+"/routes/", "(no route matched)", "(deleted route)")
+		add(byConsumer, deref(it.ConsumerID), it.Counts, consumerNames, base+"/consumers/", "(no consumer: calls without a key or token)", "(deleted consumer)")
+	}
+	return ranked(byRoute, rep.Total.Requests), ranked(byConsumer, rep.Total.Requests), nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func add(into map[string]*usageRow, id string, n billing.Counts, names map[string]string, link, none, gone string) {
+	r := into[id]
+	if r == nil {
+		r = &usageRow{Name: names[id]}
+		switch {
+		case id == "":
+			r.Name = none
+		case r.Name == "":
+			r.Name = gone
+		default:
+			r.Link = link + id
+		}
+		into[id] = r
+	}
+	r.Requests += n.Requests
+	r.Billable += n.Billable
+}
+
+func ranked(m map[string]*usageRow, total int64) []usageRow {
+	out := make([]usageRow, 0, len(m))
+	for _, r := range m {
+		if total > 0 {
+			r.Share = 100 * float64(r.Requests) / float64(total)
+		}
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Requests > out[j].Requests || out[i].Requests == out[j].Requests && out[i].Name < out[j].Name
+	})
+	return out
 }
 
 func sorted(m map[string]int64, class string) []bar {

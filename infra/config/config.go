@@ -62,6 +62,7 @@ type Config struct {
 	SMTPURL        string // TOLLGATE_SMTP_URL [unset: mail is logged with its links, not sent]
 	SMTPFrom       string // TOLLGATE_SMTP_FROM [Tollgate <no-reply@<edge domain>>]
 	PublicURL      string // TOLLGATE_PUBLIC_URL [http://<api addr>: the console's address in mailed links]
+	EdgePublicURL  string // TOLLGATE_EDGE_PUBLIC_URL [unset: http://<slug>.<edge domain>:<edge port>; scheme://host[:port] of the edges' load balancer, for the console's examples]
 	DNSResolver    string // TOLLGATE_DNS_RESOLVER [unset: the system's resolver; host:port of a DNS server]
 	EdgeCacheBytes int64  // TOLLGATE_EDGE_CACHE_BYTES [256 MiB: the edge's whole response-cache budget]
 
@@ -126,6 +127,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		SMTPURL:        getenv("TOLLGATE_SMTP_URL"),
 		SMTPFrom:       getenv("TOLLGATE_SMTP_FROM"),
 		PublicURL:      strings.TrimSuffix(getenv("TOLLGATE_PUBLIC_URL"), "/"),
+		EdgePublicURL:  strings.TrimSuffix(getenv("TOLLGATE_EDGE_PUBLIC_URL"), "/"),
 		DNSResolver:    getenv("TOLLGATE_DNS_RESOLVER"),
 		EdgeCacheBytes: DefaultEdgeCacheBytes,
 
@@ -304,6 +306,9 @@ func (c *Config) trust(getenv func(string) string) error {
 		c.PublicURL = "http://" + c.APIAddr
 	} else if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("TOLLGATE_PUBLIC_URL: %q is not an http(s) URL", c.PublicURL)
+	}
+	if u, err := url.Parse(c.EdgePublicURL); c.EdgePublicURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "") {
+		return fmt.Errorf("TOLLGATE_EDGE_PUBLIC_URL: %q is not an http(s) URL without a path", c.EdgePublicURL)
 	}
 	if c.DNSResolver != "" {
 		if _, _, err := net.SplitHostPort(c.DNSResolver); err != nil {
