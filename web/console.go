@@ -56,10 +56,9 @@ type Config struct {
 	Policies   tenants.AccessRulesService
 	// Usage draws the usage page. Nil: the page says usage is not collected here.
 	Usage billing.UsageService
-	// Payments serves a tenant's payments page (connected Stripe account, consumers'
-	// checkouts) and the subscriptions and invoices on the finance page. Nil: the pages say
-	// payments are not recorded here.
-	Payments PaymentsStore
+	// Prices serves /console/finance/prices and the price versions on a plan's page.
+	// Nil: the pages say prices are not managed here.
+	Prices billing.PriceService
 	// Portals and Domains serve the developer portal's settings page (package portal
 	// serves the portal). Nil Portals: the page says the portal is not served here.
 	Portals tenants.PortalService
@@ -225,8 +224,6 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Post("/consumers/:id/delete", c.consumerDelete)
 	t.Post("/consumers/:id/plan", c.consumerPlan)
 	t.Get("/usage", c.usagePage)
-	t.Get("/payments", c.paymentsPage)
-	t.Post("/payments", c.paymentsSave)
 	t.Get("/audit", c.auditPage)
 	t.Get("/members", c.membersPage)
 	t.Post("/members/:user_id/role", c.memberRole)
@@ -239,6 +236,8 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Get("/plans/:id", c.planEditPage)
 	t.Post("/plans/:id", c.planUpdate)
 	t.Post("/plans/:id/delete", c.planDelete)
+	t.Post("/plans/:id/prices", c.planPriceCreate)
+	t.Post("/plans/:id/prices/delete", c.planPriceDelete)
 	t.Get("/jwt-issuers", c.issuersPage)
 	t.Get("/jwt-issuers/new", c.issuerNewPage)
 	t.Post("/jwt-issuers/new", c.issuerCreate)
@@ -250,6 +249,9 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Post("/portal", c.portalSave)
 	t.Post("/policy", c.policySave)
 	g.Get("/finance", c.financePage)
+	g.Get("/finance/prices", c.pricesPage)
+	g.Post("/finance/prices", c.priceCreate)
+	g.Post("/finance/prices/delete", c.priceDelete)
 	g.All("/*", func(ctx *fiber.Ctx) error { return c.notFound(ctx, nil) })
 }
 

@@ -24,8 +24,6 @@ type financeData struct {
 	Totals          []string // "12.34 EUR" per currency
 	CSVURL, JSONURL string
 	Error           string
-	// Payments are the tenants' Stripe subscriptions and latest invoices (payments.go).
-	Payments []billing.TenantPayments
 }
 
 // mayExport reports whether the signed-in user may export the bill.
@@ -79,6 +77,9 @@ func (c *Console) financePage(ctx *fiber.Ctx) error {
 		d.Rows = rows
 		sums, order := map[string]int64{}, []string{}
 		for _, r := range rows {
+			if r.Status == billing.StatusUnpriced {
+				continue // no currency: in no total
+			}
 			if _, ok := sums[r.Currency]; !ok {
 				order = append(order, r.Currency)
 			}
@@ -93,10 +94,5 @@ func (c *Console) financePage(ctx *fiber.Ctx) error {
 		q.Set("format", "json")
 		d.JSONURL = "/v1/billing/export?" + q.Encode()
 	}
-	pays, err := c.financePayments(ctx)
-	if err != nil {
-		return c.internal(ctx, err)
-	}
-	d.Payments = pays
 	return c.render(ctx, status, "finance", page{Title: "Billing export", Nav: "finance", Data: d})
 }

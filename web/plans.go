@@ -24,13 +24,16 @@ type planForm struct {
 	Quota       string
 	Concurrency string
 	Mode        string
+	Public      bool   // offered on the developer portal
+	Description string // shown beside it there
 	Errors      map[string]string
 }
 
 var planModes = []string{tenants.ModeApproximate, tenants.ModeExact, tenants.ModeLocal}
 
 func planFormOf(p *tenants.Plan) planForm {
-	f := planForm{ID: p.ID, Version: strconv.FormatInt(p.Version, 10), Name: p.Name, Unit: "rps", Mode: p.Mode, Errors: map[string]string{}}
+	f := planForm{ID: p.ID, Version: strconv.FormatInt(p.Version, 10), Name: p.Name, Unit: "rps", Mode: p.Mode,
+		Public: p.Public, Description: p.Description, Errors: map[string]string{}}
 	if rl := p.RateLimit; rl != nil {
 		switch {
 		case rl.RPM > 0:
@@ -72,7 +75,9 @@ func readPlanForm(ctx *fiber.Ctx, p *tenants.Plan) planForm {
 	f := planForm{ID: p.ID, Version: ctx.FormValue("version"), Name: strings.TrimSpace(ctx.FormValue("name")),
 		Rate: strings.TrimSpace(ctx.FormValue("rate")), Unit: ctx.FormValue("unit"), Burst: strings.TrimSpace(ctx.FormValue("burst")),
 		Quota: strings.TrimSpace(ctx.FormValue("quota")), Concurrency: strings.TrimSpace(ctx.FormValue("concurrency")),
-		Mode: ctx.FormValue("mode"), Errors: map[string]string{}}
+		Mode: ctx.FormValue("mode"), Public: ctx.FormValue("public") == "on",
+		Description: strings.TrimSpace(ctx.FormValue("description")), Errors: map[string]string{}}
+	p.Public, p.Description = f.Public, f.Description
 	if f.Unit != "rpm" {
 		f.Unit = "rps"
 	}
@@ -172,7 +177,12 @@ func (c *Console) planEditPage(ctx *fiber.Ctx) error {
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	return c.render(ctx, http.StatusOK, "plan", page{Title: "Plan " + p.Name, Nav: "plans", Form: planFormOf(p)})
+	prices, err := c.planPrices(ctx, p.Name, newPriceForm(c.thisMonth().String()))
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	return c.render(ctx, http.StatusOK, "plan", page{Title: "Plan " + p.Name, Nav: "plans", Form: planFormOf(p),
+		Data: prices, Flash: priceFlash(ctx.Query("done"))})
 }
 
 func (c *Console) planUpdate(ctx *fiber.Ctx) error {
