@@ -89,8 +89,8 @@ func (h *hostTable) reload() {
 	h.current.Store(&m)
 }
 
-// Refresh rereads the custom domains of portals at once (the console calls it after a
-// tenant changes its portal's settings; otherwise they are reread every HostRefresh).
+// Refresh rereads the custom domains of portals at once; otherwise they are reread every
+// HostRefresh, so a settings change takes up to that long to reach this process.
 func (p *Portal) Refresh() { p.hosts.refresh() }
 
 func onCustomHost(ctx *fiber.Ctx) bool {

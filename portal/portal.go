@@ -84,10 +84,11 @@ type Config struct {
 
 // Portal serves every tenant's portal. Create it with New and Mount it.
 type Portal struct {
-	cfg   Config
-	log   *slog.Logger
-	pages map[string]*template.Template
-	hosts *hostTable
+	cfg     Config
+	log     *slog.Logger
+	pages   map[string]*template.Template
+	hosts   *hostTable
+	replays replays
 }
 
 // New checks cfg and parses the templates; it panics on a missing service or a template
@@ -139,7 +140,7 @@ func New(cfg Config) *Portal {
 // that tenant's /portal/{slug}. Requests for any other host are not touched.
 func (p *Portal) Mount(app *fiber.App) {
 	p.hosts.wrap(app.Server())
-	g := app.Group(Prefix+"/:slug", p.headers, p.tenantScope, p.csrf)
+	g := app.Group(Prefix+"/:slug", p.headers, p.tenantScope, p.csrf, p.replayed)
 	g.Get("/", p.docsPage)
 	g.Get("/portal.css", p.css)
 	g.Get("/theme.css", p.theme)
@@ -282,7 +283,17 @@ func minor(n int64) string {
 	return groupDigits(n/100) + "." + fmt.Sprintf("%02d", n%100)
 }
 
+// render answers with the page: at once for a GET, through a kept page and a redirect
+// for a POST (replay.go).
 func (p *Portal) render(ctx *fiber.Ctx, status int, name string, pg page) error {
+	pg.Status = status
+	if kept, err := p.keep(ctx, name, pg); kept {
+		return err
+	}
+	return p.draw(ctx, status, name, pg)
+}
+
+func (p *Portal) draw(ctx *fiber.Ctx, status int, name string, pg page) error {
 	t := p.pages[name]
 	if t == nil {
 		return p.internal(ctx, errors.New("portal: no template "+name))

@@ -101,7 +101,9 @@ func (c *client) do(method, path string, form neturl.Values) answer {
 
 var csrfRE = regexp.MustCompile(`name="_csrf" value="([^"]+)"`)
 
-// post sends a form from the page at from, with that page's CSRF token.
+// post sends a form from the page at from, with that page's CSRF token, and follows
+// the redirect back to that page, as a browser would (a POST never answers with a page:
+// a form shown again comes from the GET it redirects to).
 func (c *client) post(from, path string, form neturl.Values) answer {
 	c.e.t.Helper()
 	page := c.do("GET", from, nil)
@@ -110,7 +112,20 @@ func (c *client) post(from, path string, form neturl.Values) answer {
 		c.e.t.Fatalf("GET %s (%d) has no form token:\n%s", from, page.status, page.body)
 	}
 	form.Set("_csrf", m[1])
-	return c.do("POST", path, form)
+	return c.back(from, c.do("POST", path, form))
+}
+
+// back follows a POST's redirect to the form's page from.
+func (c *client) back(from string, a answer) answer {
+	c.e.t.Helper()
+	if a.status != http.StatusSeeOther {
+		c.e.t.Errorf("a POST answered %d, not 303:\n%s", a.status, a.body)
+		return a
+	}
+	if a.location != from {
+		return a
+	}
+	return c.do("GET", from, nil)
 }
 
 func (a answer) want(t *testing.T, status int, texts ...string) {
@@ -167,9 +182,10 @@ func TestPortalForms(t *testing.T) {
 
 	c.post("/portal/acme/signup", "/portal/acme/signup", neturl.Values{"email": {"not-an-address"}, "password": {"short"}}).
 		want(t, 422, `id="email-error"`, `id="password-error"`, `value="not-an-address"`)
-	if a := c.do("POST", "/portal/acme/signup", neturl.Values{"email": {"dev@example.com"}, "password": {password}, "_csrf": {"forged"}}); a.status != 403 {
-		t.Errorf("forged sign-up: %d", a.status)
-	}
+	c.back("/portal/acme/signup", c.do("POST", "/portal/acme/signup", neturl.Values{"email": {"dev@example.com"}, "password": {password}, "_csrf": {"forged"}})).
+		want(t, 403, "Request refused")
+	// Reloading the page after a refused form draws the form afresh.
+	c.do("GET", "/portal/acme/signup", nil).want(t, 200, "Create your account")
 	if _, err := e.db.FindPortalAccountByEmail(ctx, a.ID, "dev@example.com"); tenants.ErrorCode(err) != tenants.ENotFound {
 		t.Errorf("a refused sign-up made an account: %v", err)
 	}
@@ -212,11 +228,7 @@ func TestPortalForms(t *testing.T) {
 	}
 
 	// A good key: the plaintext on the next page only, never in the URL.
-	r := c.post("/portal/acme/keys", "/portal/acme/keys", neturl.Values{"label": {"ci"}, "expires": {time.Now().AddDate(0, 1, 0).Format("2006-01-02")}})
-	if r.status != 303 || r.location != "/portal/acme/keys" {
-		t.Fatalf("create key: %d %q", r.status, r.location)
-	}
-	page := c.do("GET", "/portal/acme/keys", nil)
+	page := c.post("/portal/acme/keys", "/portal/acme/keys", neturl.Values{"label": {"ci"}, "expires": {time.Now().AddDate(0, 1, 0).Format("2006-01-02")}})
 	key := regexp.MustCompile(`id="new-key">(tg_[0-9A-Za-z]+)<`).FindStringSubmatch(page.body)
 	if key == nil {
 		t.Fatalf("no new key on the page:\n%s", page.body)

@@ -89,7 +89,7 @@ func (c *Console) portalSave(ctx *fiber.Ctx) error {
 		s.Logo = ""
 	}
 	if fh, err := ctx.FormFile("logo"); err == nil && fh.Size > 0 {
-		s.Logo = c.readLogo(fh.Size, fh.Header.Get(fiber.HeaderContentType), func() (io.ReadCloser, error) { return fh.Open() }, f.Errors)
+		s.Logo = c.readLogo(fh.Size, func() (io.ReadCloser, error) { return fh.Open() }, f.Errors)
 	}
 	f.HasLogo = s.Logo != ""
 	if len(f.Errors) == 0 {
@@ -106,7 +106,7 @@ func (c *Console) portalSave(ctx *fiber.Ctx) error {
 
 // readLogo reads an uploaded image into the data: URL the settings store, or puts why
 // it cannot on the logo field.
-func (c *Console) readLogo(size int64, mime string, open func() (io.ReadCloser, error), errs map[string]string) string {
+func (c *Console) readLogo(size int64, open func() (io.ReadCloser, error), errs map[string]string) string {
 	if size > tenants.MaxPortalLogo {
 		errs["logo"] = "The image is too large: logos up to 64 KiB are kept."
 		return ""
@@ -122,8 +122,8 @@ func (c *Console) readLogo(size int64, mime string, open func() (io.ReadCloser, 
 		errs["logo"] = "The image could not be read, or is larger than 64 KiB."
 		return ""
 	}
-	// The browser's type is a hint; the content decides what the image is.
-	switch mime = http.DetectContentType(b); mime {
+	// The content decides what the image is, not the type the browser claims.
+	switch mime := http.DetectContentType(b); mime {
 	case "image/png", "image/jpeg", "image/gif", "image/webp":
 		return "data:" + mime + ";base64," + base64.StdEncoding.EncodeToString(b)
 	}

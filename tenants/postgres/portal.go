@@ -49,17 +49,20 @@ func (db *DB) PutPortal(ctx context.Context, s *tenants.PortalSettings) error {
 	}
 	var domain *string
 	if s.DomainID != "" {
+		if !parseID(s.DomainID) {
+			return tenants.Invalid("domain_id", "must be one of the tenant's verified domains")
+		}
 		domain = &s.DomainID
 	}
 	err := db.change(ctx, false, func(tx pgx.Tx) error {
 		if domain != nil {
 			var ok bool
-			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM domains WHERE tenant_id = $1 AND id::text = $2 AND status = 'verified')`,
+			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM domains WHERE tenant_id = $1 AND id = $2 AND status = 'verified')`,
 				s.TenantID, *domain).Scan(&ok)
 			if err != nil {
 				return err
 			}
-			if !ok || !parseID(*domain) {
+			if !ok {
 				return tenants.Invalid("domain_id", "must be one of the tenant's verified domains")
 			}
 		}

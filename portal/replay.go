@@ -1,0 +1,163 @@
+package portal
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// Post/redirect/get, as the console's (web/flash.go): a POST never answers with a page.
+// A page a POST would draw (a form with its messages, the notice after a sign-up) is
+// kept here for the browser that posted, and the POST answers 303 to the form's own
+// page, whose next GET by that browser draws it, once. A reload then draws the page
+// afresh and posts nothing again; nothing of the form goes into a URL.
+//
+// Kept pages live in this process's memory: behind a load balancer the browser must come
+// back to the same api replica to see them (elsewhere it sees the page as a fresh GET
+// draws it). A new key's plaintext does not depend on that: it is kept in the store.
+
+const (
+	replayTTL    = 10 * time.Minute
+	replayPerKey = 16
+	replayMax    = 20000
+)
+
+type replay struct {
+	path, name string
+	pg         page
+	retry      string
+	expires    time.Time
+}
+
+type replays struct {
+	mu    sync.Mutex
+	byKey map[string][]replay
+	n     int
+}
+
+func (r *replays) put(key string, rp replay, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byKey == nil || r.n >= replayMax {
+		r.prune(now)
+	}
+	q := r.byKey[key]
+	if len(q) >= replayPerKey {
+		q = q[1:]
+		r.n--
+	}
+	r.byKey[key] = append(q, rp)
+	r.n++
+}
+
+// prune drops what has expired, and everything when that is not enough.
+func (r *replays) prune(now time.Time) {
+	if r.byKey == nil {
+		r.byKey = map[string][]replay{}
+	}
+	for k, q := range r.byKey {
+		kept := q[:0]
+		for _, rp := range q {
+			if now.Before(rp.expires) {
+				kept = append(kept, rp)
+			}
+		}
+		r.n -= len(q) - len(kept)
+		if len(kept) == 0 {
+			delete(r.byKey, k)
+		} else {
+			r.byKey[k] = kept
+		}
+	}
+	if r.n >= replayMax {
+		r.byKey, r.n = map[string][]replay{}, 0
+	}
+}
+
+// take removes and returns the oldest live page kept under key for path.
+func (r *replays) take(key, path string, now time.Time) (replay, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.byKey[key]
+	for i, rp := range q {
+		if rp.path != path || !now.Before(rp.expires) {
+			continue
+		}
+		r.byKey[key] = append(q[:i:i], q[i+1:]...)
+		r.n--
+		if len(r.byKey[key]) == 0 {
+			delete(r.byKey, key)
+		}
+		return rp, true
+	}
+	return replay{}, false
+}
+
+// backOf is the page (under the portal) each form lives on.
+var backOf = map[string]string{
+	"/signup": "/signup", "/login": "/login", "/logout": "/login", "/forgot": "/forgot", "/reset": "/reset",
+	"/keys": "/keys", "/plans/choose": "/plans",
+}
+
+// relPath is the request's path under its portal ("/keys"); a key's delete form lives on
+// the keys page.
+func relPath(ctx *fiber.Ctx) string {
+	rel := strings.TrimPrefix(ctx.Path(), Prefix+"/"+viewOf(ctx).Tenant.Slug)
+	if strings.HasPrefix(rel, "/keys/") {
+		return "/keys"
+	}
+	if rel == "" {
+		return "/"
+	}
+	return rel
+}
+
+// replayKey names the browser within the portal: its session, or its double-submit
+// cookie (a signed-out POST carries one, or csrf refused it). "": none.
+func replayKey(ctx *fiber.Ctx) string {
+	prefix := viewOf(ctx).Tenant.ID + "|"
+	if s := session(ctx); s != nil {
+		return prefix + "s:" + s.Hash
+	}
+	if v := ctx.Cookies(csrfCookie(ctx)); v != "" {
+		return prefix + "p:" + v
+	}
+	return ""
+}
+
+// keep stores the page a POST would draw and redirects to its form's page; false when
+// the request cannot be answered that way (then the page is drawn at once).
+func (p *Portal) keep(ctx *fiber.Ctx, name string, pg page) (bool, error) {
+	back, ok := backOf[relPath(ctx)]
+	key := replayKey(ctx)
+	if ctx.Method() != fiber.MethodPost || !ok || key == "" {
+		return false, nil
+	}
+	now := p.cfg.Now()
+	p.replays.put(key, replay{path: back, name: name, pg: pg, retry: string(ctx.Response().Header.Peek(fiber.HeaderRetryAfter)),
+		expires: now.Add(replayTTL)}, now)
+	ctx.Response().Header.Del(fiber.HeaderRetryAfter)
+	return true, ctx.Redirect(url(ctx, back), http.StatusSeeOther)
+}
+
+// replayed draws the page kept for this GET, if any.
+func (p *Portal) replayed(ctx *fiber.Ctx) error {
+	if ctx.Method() != fiber.MethodGet {
+		return ctx.Next()
+	}
+	key := replayKey(ctx)
+	if key == "" {
+		return ctx.Next()
+	}
+	rp, ok := p.replays.take(key, relPath(ctx), p.cfg.Now())
+	if !ok {
+		return ctx.Next()
+	}
+	if rp.retry != "" {
+		ctx.Set(fiber.HeaderRetryAfter, rp.retry)
+	}
+	return p.draw(ctx, rp.pg.Status, rp.name, rp.pg)
+}
