@@ -187,3 +187,28 @@ func TestSubscriberConfiguredMeter(t *testing.T) {
 		t.Fatalf("prices %+v, meter calls %d", pr, proxy.count("/v1/billing/meters"))
 	}
 }
+
+// With billing/postgres's own prices: the version in effect this month subscribes the
+// tenant, and the subscription records that version.
+func TestSubscriberStoredPrices(t *testing.T) {
+	db := billingtest.Open(t)
+	tn := db.Tenant(t, "acme", "pro")
+	ctx := context.Background()
+	if err := db.Store.SetPrice(ctx, &billing.Price{Plan: "pro", EffectiveFrom: thisMonth(), Currency: "usd",
+		MonthlyFee: 2900, UnitPrice: 20, UnitRequests: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	proxy := newProxy(t)
+	s, err := billingstripe.NewSubscriber(billingstripe.SubscriberConfig{
+		Pusher: newPusher(t, db, proxy, &clock{}), Store: db.Store, Prices: db.Store, Meter: "mtr_1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sync1(t, s, 1)
+	sub, err := db.Store.Subscription(ctx, tn.ID)
+	if err != nil || sub.Plan != "pro" || sub.EffectiveFrom != thisMonth() {
+		t.Fatalf("subscription %+v: %v", sub, err)
+	}
+	sync1(t, s, 0)
+}

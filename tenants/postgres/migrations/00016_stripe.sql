@@ -19,7 +19,7 @@ CREATE TABLE stripe_webhook_events (
     received_at timestamptz NOT NULL DEFAULT now()
 );
 
--- The Stripe objects of one platform price version (billing_plan_prices, 00015), keyed
+-- The Stripe objects of one platform price version (prices, 00015), keyed
 -- like it. '' when the version has no such part (no fee, no usage charge).
 CREATE TABLE stripe_prices (
     plan           text        NOT NULL,
