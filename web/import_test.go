@@ -101,9 +101,12 @@ func TestImportPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	if res.StatusCode != http.StatusOK || strings.Count(string(b), `data-change="none"`) != 2 {
-		t.Errorf("upload: %d\n%s", res.StatusCode, b)
+	if res.StatusCode != http.StatusSeeOther || !isReplay(req.URL.Path, res.Header.Get("Location")) {
+		t.Fatalf("upload: %d %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	pg = e.get(owner, res.Header.Get("Location")) // the result, as a browser follows
+	if pg.status != http.StatusOK || strings.Count(pg.body, `data-change="none"`) != 2 {
+		t.Errorf("upload: %d\n%s", pg.status, pg.body)
 	}
 }
