@@ -187,7 +187,12 @@ func (p *Portal) planChoose(ctx *fiber.Ctx) error {
 	case chosen.Paid && p.cfg.Checkout == nil:
 		return problem("Payments are not set up for this API yet, so the plan " + name + " cannot be bought here.")
 	case chosen.Paid:
-		return p.checkout(ctx, chosen)
+		err := p.checkout(ctx, chosen)
+		if tenants.ErrorCode(err) == tenants.EValidation {
+			// Checkout takes a monthly fee; a plan priced only by usage cannot be bought there.
+			return problem("The plan " + name + " cannot be bought here: " + tenants.ErrorMessage(err) + ".")
+		}
+		return err
 	}
 	c, err := p.cfg.Consumers.FindConsumer(p.ctx(ctx), v.Tenant.ID, a.ConsumerID)
 	if err != nil {
@@ -215,6 +220,9 @@ func (p *Portal) checkout(ctx *fiber.Ctx, o *offer) error {
 		TenantID: v.Tenant.ID, ConsumerID: a.ConsumerID, Plan: o.Name, Price: *o.Price, Email: a.Email,
 		SuccessURL: back + "/plans?done=checkout", CancelURL: back + "/plans",
 	})
+	if tenants.ErrorCode(err) == tenants.EValidation {
+		return err
+	}
 	if err != nil {
 		return p.internal(ctx, err)
 	}

@@ -2,15 +2,24 @@ package web_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	stripeapi "github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/webhook"
 
+	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/testenv"
+	"tollgate/tenants/smtp/smtptest"
 )
 
 // portalAdmin calls the management API with the admin token and a JSON body, and fails
@@ -165,4 +174,122 @@ func TestPortal(t *testing.T) {
 	consumer.waitPath("/portal/" + slug + "/keys?done=key-revoked")
 	consumer.contains("Key revoked", "No keys yet")
 	s.waitEdge(t, slug, "/hello", key, 401)
+}
+
+// portalReady makes a tenant with its portal on (through the console) and a verified,
+// signed-in portal account of it; it returns the account's browser.
+func (s *stack) portalReady(t *testing.T, slug, owner, dev string) *browser {
+	t.Helper()
+	tenant := newBrowser(t, s.api)
+	tenant.signUp(owner, slug)
+	tenant.open("/console/t/" + slug + "/portal")
+	tenant.do(chromedp.Click(chromedp.CSS(`#enabled`)), chromedp.Click(chromedp.CSS(`button[type=submit].primary`)))
+	tenant.waitPath("/console/t/" + slug + "/portal?done=portal-saved")
+	b := newBrowser(t, s.api)
+	b.open("/portal/" + slug + "/signup")
+	b.fill(map[string]string{"#email": dev, "#password": password})
+	b.do(chromedp.Click(chromedp.CSS(`button[type=submit].primary`)), chromedp.WaitVisible(chromedp.CSS(`[data-notice]`)))
+	link := smtptest.Link(t, s.mail.WaitFor(t, dev), s.api+"/portal/"+slug+"/verify")
+	b.open(strings.TrimPrefix(link, s.api))
+	b.contains("Address verified")
+	b.open("/portal/" + slug + "/login")
+	b.fill(map[string]string{"#email": dev, "#password": password})
+	b.do(chromedp.Click(chromedp.CSS(`button[type=submit].primary`)))
+	b.waitPath("/portal/" + slug + "/keys")
+	return b
+}
+
+// TestPortalCheckout: a priced public plan sends the consumer to Stripe Checkout (on
+// stripe-mock; the browser's navigation to Stripe is blocked: the test checks where it
+// was sent), and the plan applies when the signed checkout.session.completed webhook
+// arrives.
+func TestPortalCheckout(t *testing.T) {
+	if noBrowser != "" {
+		t.Fatal(noBrowser) // a browser test that cannot run fails: skipping would hide it
+	}
+	const secret = "whsec_portal_browser_test"
+	mock := testenv.StripeMock(t)
+	t.Setenv("TOLLGATE_STRIPE_KEY", "sk_test_portal")
+	t.Setenv("TOLLGATE_STRIPE_URL", mock)
+	t.Setenv("TOLLGATE_STRIPE_WEBHOOK_SECRET", secret)
+	s := startDev(t)
+	suffix := testenv.Name("")[:6]
+	slug := "paid-" + suffix
+	b := s.portalReady(t, slug, "owner-"+suffix+"@example.com", "buyer-"+suffix+"@example.com")
+	s.portalAdmin(t, "POST", "/v1/tenants/"+slug+"/plans", `{"name":"pro","public":true,"description":"For production","quota":{"requests":100000}}`)
+	month := time.Now().UTC().Format("2006-01")
+	s.portalAdmin(t, "PUT", "/v1/tenants/"+slug+"/prices/pro/"+month, `{"currency":"usd","monthly_fee":2900}`)
+
+	b.open("/portal/" + slug + "/plans")
+	b.contains("pro", "USD 29.00 a month", "Choose and pay")
+	b.screenshot("portal-09-paid-plan")
+	if _, err := chromedp.Call(b.ctx, network.SetBlockedURLs, network.SetBlockedURLsParams{
+		URLPatterns: []*network.BlockPattern{{URLPattern: "https://*.stripe.com/*", Block: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`[data-plan=pro] button[type=submit]`)))
+	want := stripeMockCheckoutURL(t, mock)
+	sent := ""
+	for end := time.Now().Add(20 * time.Second); sent != want && time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		h, err := chromedp.Call(b.ctx, cdppage.GetNavigationHistory, cdp.Empty{})
+		if err == nil && len(h.Entries) > 0 {
+			sent = h.Entries[len(h.Entries)-1].URL
+		}
+	}
+	if sent != want {
+		t.Fatalf("the browser was sent to %q, want stripe-mock's checkout URL %q", sent, want)
+	}
+
+	// Stripe calls back: the session Tollgate recorded is paid, the plan applies.
+	tenant := s.admin(t, "GET", "/v1/tenants/"+slug)
+	store, err := billingpg.Open(context.Background(), s.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	sessions, err := store.Checkouts(context.Background(), tenant["id"].(string), 1)
+	if err != nil || len(sessions) != 1 || sessions[0].Plan != "pro" {
+		t.Fatalf("recorded checkouts: %+v %v", sessions, err)
+	}
+	obj, _ := json.Marshal(map[string]any{"id": sessions[0].SessionID, "object": "checkout.session", "subscription": "sub_portal"})
+	payload, _ := json.Marshal(map[string]any{"id": "evt_portal_" + suffix, "object": "event", "type": "checkout.session.completed",
+		"api_version": stripeapi.APIVersion, "created": time.Now().Unix(), "data": map[string]any{"object": json.RawMessage(obj)}})
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret})
+	req, _ := http.NewRequest(http.MethodPost, s.api+"/v1/stripe/webhook", bytes.NewReader(payload))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Stripe-Signature", signed.Header)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("webhook: %d %s", res.StatusCode, body)
+	}
+	b.open("/portal/" + slug + "/plans")
+	if got := b.eval(`document.querySelector("[data-plan=pro].current") ? "current" : "not"`); got != "current" {
+		t.Errorf("after the webhook the plan pro is %s:\n%s", got, b.text())
+	}
+	b.screenshot("portal-10-paid-plan-active")
+}
+
+// stripeMockCheckoutURL is the URL stripe-mock answers for a new Checkout session (its
+// fixture's, the same for every session).
+func stripeMockCheckoutURL(t *testing.T, mock string) string {
+	t.Helper()
+	form := "mode=subscription&success_url=https%3A%2F%2Fexample.com%2Fok&line_items[0][price]=price_x&line_items[0][quantity]=1"
+	req, _ := http.NewRequest(http.MethodPost, mock+"/v1/checkout/sessions", strings.NewReader(form))
+	req.SetBasicAuth("sk_test_portal", "")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var s struct{ URL string }
+	if err := json.NewDecoder(res.Body).Decode(&s); err != nil || s.URL == "" {
+		t.Fatalf("stripe-mock's checkout session: %v", err)
+	}
+	return s.URL
 }
