@@ -7,6 +7,7 @@ import (
 	"net/http/cookiejar"
 	neturl "net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,10 +123,10 @@ func (c *client) back(from string, a answer) answer {
 		c.e.t.Errorf("a POST answered %d, not 303:\n%s", a.status, a.body)
 		return a
 	}
-	if a.location != from {
+	if path, _, _ := strings.Cut(from, "?"); a.location != path {
 		return a
 	}
-	return c.do("GET", from, nil)
+	return c.do("GET", a.location, nil)
 }
 
 func (a answer) want(t *testing.T, status int, texts ...string) {
@@ -349,4 +350,100 @@ func TestPortalCustomDomain(t *testing.T) {
 	if r := custom.do("GET", "/", nil); r.status != 404 {
 		t.Errorf("the custom domain of a portal turned off: %d", r.status)
 	}
+}
+
+// TestPortalDocs: the imported OpenAPI document's operations, with their parameters and
+// shapes; without one, the tenant's routes; always the edge's URL and a curl line.
+func TestPortalDocs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.tenant("acme", true)
+	c := e.client("api.test")
+	r := &tenants.Route{TenantID: a.ID, Name: "orders", Paths: []string{"/orders"}, Methods: []string{"GET"}, Auth: tenants.AuthKey,
+		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "https://orders.example.com"}}}}
+	if err := e.db.CreateRoute(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	c.do("GET", "/portal/acme/", nil).want(t, 200, "/orders", "API key", "http://acme.localhost:8000/",
+		"curl -i -H &#39;X-API-Key: YOUR_KEY&#39; http://acme.localhost:8000/orders")
+
+	doc := `openapi: 3.0.3
+info: {title: Orders API, version: "2.1", description: Orders of the shop.}
+security: [{key: []}]
+components:
+  securitySchemes: {key: {type: apiKey, in: header, name: X-API-Key}}
+  schemas:
+    Order: {type: object, required: [id], properties: {id: {type: string}, total: {type: integer, format: int64}}}
+paths:
+  /orders/{id}:
+    parameters: [{name: id, in: path, required: true, schema: {type: string}, description: The order's id}]
+    get:
+      summary: Read an order
+      parameters: [{name: expand, in: query, schema: {type: boolean}}]
+      responses:
+        "200": {description: The order, content: {application/json: {schema: {$ref: "#/components/schemas/Order"}}}}
+        "404": {description: No such order}
+    put:
+      summary: Replace an order
+      requestBody: {content: {application/json: {schema: {$ref: "#/components/schemas/Order"}}}}
+      responses: {"204": {description: Replaced}}
+`
+	if err := e.db.SaveAPIDoc(ctx, a.ID, []byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+	page := c.do("GET", "/portal/acme/", nil)
+	page.want(t, 200, "Orders API", "2.1", "Orders of the shop.", "Read an order", "Replace an order", "The order&#39;s id",
+		"expand", "{id: string (required), total: integer (int64)}", "No such order", "/orders/{id}")
+	if n := strings.Count(page.body, `data-testid="operation"`); n != 2 {
+		t.Errorf("%d operations drawn, want 2", n)
+	}
+	// A document that cannot be read leaves the routes in its place.
+	if err := e.db.SaveAPIDoc(ctx, a.ID, []byte("{not a document")); err != nil {
+		t.Fatal(err)
+	}
+	c.do("GET", "/portal/acme/", nil).want(t, 200, `data-testid="routes"`, "/orders")
+}
+
+// TestPortalPasswordReset: a reset link sets a new password once and ends the
+// account's sessions; an unknown address gets the same answer and no mail.
+func TestPortalPasswordReset(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.tenant("acme", true)
+	c := e.client("api.test")
+	c.signUp("acme", "dev@example.com")
+	c.do("GET", "/portal/acme/keys", nil).want(t, 200)
+
+	other := e.client("api.test")
+	other.post("/portal/acme/forgot", "/portal/acme/forgot", neturl.Values{"email": {"nobody@example.com"}}).want(t, 200, "If nobody@example.com has an account")
+	other.post("/portal/acme/forgot", "/portal/acme/forgot", neturl.Values{"email": {"dev@example.com"}}).want(t, 200, "If dev@example.com has an account")
+	e.mail.NoMoreFor(t, "nobody@example.com", 200*time.Millisecond)
+	u, _ := neturl.Parse(smtptest.Link(t, e.mail.WaitFor(t, "dev@example.com"), "http://api.test/portal/acme/reset"))
+	form := "/portal/acme/reset?" + u.RawQuery
+	other.post(form, "/portal/acme/reset", neturl.Values{"token": {u.Query().Get("token")}, "password": {"short"}}).want(t, 422, `id="password-error"`)
+	r := other.post(form, "/portal/acme/reset", neturl.Values{"token": {u.Query().Get("token")}, "password": {"a new long password"}})
+	if r.status != 303 || r.location != "/portal/acme/login?done=password-reset" {
+		t.Fatalf("reset: %d %s", r.status, r.location)
+	}
+	other.post(form, "/portal/acme/reset", neturl.Values{"token": {u.Query().Get("token")}, "password": {"another long password"}}).want(t, 404, "does not work")
+	if r := c.do("GET", "/portal/acme/keys", nil); r.status != 303 {
+		t.Errorf("a session outlived the reset: %d", r.status)
+	}
+	if r := other.post("/portal/acme/login", "/portal/acme/login", neturl.Values{"email": {"dev@example.com"}, "password": {"a new long password"}}); r.status != 303 || r.location != "/portal/acme/keys" {
+		t.Errorf("sign-in with the new password: %d %s", r.status, r.location)
+	}
+}
+
+// TestPortalSignUpThrottle: sign-ups from one address stop at the console's limit, with
+// Retry-After and the message on the form.
+func TestPortalSignUpThrottle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.tenant("acme", true)
+	c := e.client("api.test")
+	for i := 0; i < 10; i++ {
+		c.post("/portal/acme/signup", "/portal/acme/signup", neturl.Values{"email": {"dev" + strconv.Itoa(i) + "@example.com"}, "password": {password}}).want(t, 200, "Check your inbox")
+	}
+	c.post("/portal/acme/signup", "/portal/acme/signup", neturl.Values{"email": {"dev10@example.com"}, "password": {password}}).want(t, 429, "Too many sign-ups")
 }
