@@ -288,7 +288,8 @@ func (q *UsageQuery) ParseGroupBy(s string) error {
 }
 
 // ExportRow is one line of a period's bill: a tenant, or one consumer of a tenant whose
-// plan is priced per consumer (in a tenant's bill of its consumers, one consumer). Rows are ordered by tenant slug, tenant id, consumer id.
+// plan is priced per consumer (in a tenant's bill of its consumers, one consumer). Rows
+// are ordered by tenant slug, tenant id, consumer id.
 type ExportRow struct {
 	Period       string `json:"period"`
 	Tenant       string `json:"tenant"` // the slug; empty when the tenant was deleted
