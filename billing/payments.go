@@ -15,6 +15,7 @@ import (
 type StripePrice struct {
 	Plan          string
 	EffectiveFrom string // the version's first month, "YYYY-MM"
+	Fingerprint   string // of the version's numbers: a version replaced in effect differs
 	ProductID     string
 	FeePriceID    string // licensed, monthly
 	UsagePriceID  string // metered, on the Billing Meter
@@ -29,6 +30,7 @@ type Subscription struct {
 	Generation       int        `json:"-"`
 	Plan             string     `json:"plan"`
 	EffectiveFrom    string     `json:"effective_from"`
+	Fingerprint      string     `json:"-"`
 	Status           string     `json:"status"` // Stripe's: active, past_due, canceled…
 	CurrentPeriodEnd *time.Time `json:"current_period_end,omitempty"`
 }

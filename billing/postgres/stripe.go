@@ -203,10 +203,10 @@ func (s *Store) PushFailed(ctx context.Context, identifier, msg string, next tim
 
 // StripePrice returns the Stripe objects of a platform price version: ENotFound when
 // they were not made yet.
-func (s *Store) StripePrice(ctx context.Context, plan, from string) (*billing.StripePrice, error) {
-	p := &billing.StripePrice{Plan: plan, EffectiveFrom: from}
+func (s *Store) StripePrice(ctx context.Context, plan, from, fingerprint string) (*billing.StripePrice, error) {
+	p := &billing.StripePrice{Plan: plan, EffectiveFrom: from, Fingerprint: fingerprint}
 	err := s.pool.QueryRow(ctx, `SELECT product_id, fee_price_id, usage_price_id FROM stripe_prices
-		WHERE plan = $1 AND effective_from = $2`, plan, from).Scan(&p.ProductID, &p.FeePriceID, &p.UsagePriceID)
+		WHERE plan = $1 AND effective_from = $2 AND fingerprint = $3`, plan, from, fingerprint).Scan(&p.ProductID, &p.FeePriceID, &p.UsagePriceID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, tenants.Errorf(tenants.ENotFound, "no Stripe price for plan %q from %s", plan, from)
 	}
@@ -216,20 +216,20 @@ func (s *Store) StripePrice(ctx context.Context, plan, from string) (*billing.St
 // SetStripePrice remembers the Stripe objects of a price version unless some are
 // remembered already, and returns those (two racing subscribers agree on the first).
 func (s *Store) SetStripePrice(ctx context.Context, p *billing.StripePrice) (*billing.StripePrice, error) {
-	if _, err := s.pool.Exec(ctx, `INSERT INTO stripe_prices (plan, effective_from, product_id, fee_price_id, usage_price_id)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, p.Plan, p.EffectiveFrom, p.ProductID, p.FeePriceID, p.UsagePriceID); err != nil {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO stripe_prices (plan, effective_from, fingerprint, product_id, fee_price_id, usage_price_id)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, p.Plan, p.EffectiveFrom, p.Fingerprint, p.ProductID, p.FeePriceID, p.UsagePriceID); err != nil {
 		return nil, fmt.Errorf("stripe price: %w", err)
 	}
-	return s.StripePrice(ctx, p.Plan, p.EffectiveFrom)
+	return s.StripePrice(ctx, p.Plan, p.EffectiveFrom, p.Fingerprint)
 }
 
 const subscriptionColumns = `s.tenant_id::text, s.stripe_customer_id, s.subscription_id, s.generation, s.plan,
-	s.effective_from, s.status, s.current_period_end`
+	s.effective_from, s.fingerprint, s.status, s.current_period_end`
 
 func scanSubscription(row pgx.Row) (*billing.Subscription, error) {
 	var sub billing.Subscription
 	if err := row.Scan(&sub.TenantID, &sub.CustomerID, &sub.SubscriptionID, &sub.Generation, &sub.Plan,
-		&sub.EffectiveFrom, &sub.Status, &sub.CurrentPeriodEnd); err != nil {
+		&sub.EffectiveFrom, &sub.Fingerprint, &sub.Status, &sub.CurrentPeriodEnd); err != nil {
 		return nil, err
 	}
 	return &sub, nil
@@ -241,7 +241,8 @@ func (s *Store) BilledTenants(ctx context.Context) ([]billing.BilledTenant, erro
 	rows, err := s.pool.Query(ctx, `SELECT coalesce(t.id, s.tenant_id)::text, coalesce(t.slug, ''), coalesce(t.name, ''),
 			coalesce(t.plan, s.plan), t.id IS NULL, s.tenant_id IS NOT NULL,
 			coalesce(s.tenant_id::text, ''), coalesce(s.stripe_customer_id, ''), coalesce(s.subscription_id, ''),
-			coalesce(s.generation, 0), coalesce(s.plan, ''), coalesce(s.effective_from, ''), coalesce(s.status, ''), s.current_period_end
+			coalesce(s.generation, 0), coalesce(s.plan, ''), coalesce(s.effective_from, ''), coalesce(s.fingerprint, ''), coalesce(s.status, ''),
+			s.current_period_end
 		FROM tenants t FULL JOIN stripe_subscriptions s ON s.tenant_id = t.id
 		WHERE t.id IS NOT NULL OR s.status <> 'canceled'
 		ORDER BY 2, 1`)
@@ -255,7 +256,7 @@ func (s *Store) BilledTenants(ctx context.Context) ([]billing.BilledTenant, erro
 		var sub billing.Subscription
 		var has bool
 		if err := rows.Scan(&t.ID, &t.Slug, &t.Name, &t.Plan, &t.Gone, &has, &sub.TenantID, &sub.CustomerID,
-			&sub.SubscriptionID, &sub.Generation, &sub.Plan, &sub.EffectiveFrom, &sub.Status, &sub.CurrentPeriodEnd); err != nil {
+			&sub.SubscriptionID, &sub.Generation, &sub.Plan, &sub.EffectiveFrom, &sub.Fingerprint, &sub.Status, &sub.CurrentPeriodEnd); err != nil {
 			return nil, err
 		}
 		if has {
@@ -283,12 +284,13 @@ func (s *Store) Subscription(ctx context.Context, tenantID string) (*billing.Sub
 // it.
 func (s *Store) SaveSubscription(ctx context.Context, sub *billing.Subscription) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO stripe_subscriptions (tenant_id, stripe_customer_id, subscription_id,
-			generation, plan, effective_from, status, current_period_end)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+			generation, plan, effective_from, fingerprint, status, current_period_end)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 		ON CONFLICT (tenant_id) DO UPDATE SET stripe_customer_id = $2, subscription_id = $3, generation = $4,
-			plan = $5, effective_from = $6, status = $7, current_period_end = coalesce($8, stripe_subscriptions.current_period_end),
-			updated_at = now()`,
-		sub.TenantID, sub.CustomerID, sub.SubscriptionID, sub.Generation, sub.Plan, sub.EffectiveFrom, sub.Status, sub.CurrentPeriodEnd)
+			plan = $5, effective_from = $6, fingerprint = $7, status = $8,
+			current_period_end = coalesce($9, stripe_subscriptions.current_period_end), updated_at = now()`,
+		sub.TenantID, sub.CustomerID, sub.SubscriptionID, sub.Generation, sub.Plan, sub.EffectiveFrom, sub.Fingerprint,
+		sub.Status, sub.CurrentPeriodEnd)
 	if err != nil {
 		return fmt.Errorf("save subscription: %w", err)
 	}

@@ -46,11 +46,13 @@ func NewCheckout(p *Pusher, store checkoutStore) (*Checkout, error) {
 // click makes one session.
 const sameClick = 10 * time.Minute
 
-// StartCheckout creates the session and returns its URL. EValidation when the price has
-// no monthly fee (Checkout needs a recurring amount).
+// StartCheckout creates the session and returns its URL. A plan with a monthly fee is a
+// subscription to it; a plan that charges only for usage collects a payment method (mode
+// setup) for the tenant to charge the usage it invoices. EValidation when the plan charges
+// nothing.
 func (c *Checkout) StartCheckout(ctx context.Context, r billing.CheckoutRequest) (string, error) {
-	if r.Price.MonthlyFee <= 0 {
-		return "", tenants.Invalid("plan", "the plan has no monthly fee to pay")
+	if r.Price.MonthlyFee <= 0 && r.Price.UnitPrice <= 0 {
+		return "", tenants.Invalid("plan", "the plan charges nothing: choose it without a checkout")
 	}
 	acct, err := c.store.ConnectedAccount(ctx, r.TenantID)
 	if err != nil {
@@ -79,6 +81,23 @@ func (c *Checkout) StartCheckout(ctx context.Context, r billing.CheckoutRequest)
 
 func sessionParams(r billing.CheckoutRequest) *stripeapi.CheckoutSessionParams {
 	meta := map[string]string{"tenant_id": r.TenantID, "consumer_id": r.ConsumerID, "plan": r.Plan}
+	if r.Price.MonthlyFee <= 0 {
+		params := &stripeapi.CheckoutSessionParams{
+			Mode:              stripeapi.String(string(stripeapi.CheckoutSessionModeSetup)),
+			Currency:          stripeapi.String(strings.ToLower(r.Price.Currency)),
+			ClientReferenceID: stripeapi.String(r.ConsumerID),
+			SuccessURL:        stripeapi.String(r.SuccessURL),
+			CancelURL:         stripeapi.String(r.CancelURL),
+			Metadata:          meta,
+			SetupIntentData:   &stripeapi.CheckoutSessionSetupIntentDataParams{Metadata: meta},
+			// The payment method is kept on a customer the tenant can charge.
+			CustomerCreation: stripeapi.String(string(stripeapi.CheckoutSessionCustomerCreationAlways)),
+		}
+		if r.Email != "" {
+			params.CustomerEmail = stripeapi.String(r.Email)
+		}
+		return params
+	}
 	params := &stripeapi.CheckoutSessionParams{
 		Mode:              stripeapi.String(string(stripeapi.CheckoutSessionModeSubscription)),
 		ClientReferenceID: stripeapi.String(r.ConsumerID),

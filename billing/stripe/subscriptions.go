@@ -2,9 +2,12 @@ package stripe
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	stripeapi "github.com/stripe/stripe-go/v76"
@@ -32,7 +35,7 @@ type priceLookup interface {
 // subscriptionStore is what the subscriber needs of billing/postgres.Store.
 type subscriptionStore interface {
 	BilledTenants(ctx context.Context) ([]billing.BilledTenant, error)
-	StripePrice(ctx context.Context, plan, from string) (*billing.StripePrice, error)
+	StripePrice(ctx context.Context, plan, from, fingerprint string) (*billing.StripePrice, error)
 	SetStripePrice(ctx context.Context, p *billing.StripePrice) (*billing.StripePrice, error)
 	SaveSubscription(ctx context.Context, sub *billing.Subscription) error
 }
@@ -146,7 +149,7 @@ func (s *Subscriber) syncTenant(ctx context.Context, t billing.BilledTenant, per
 		return false, nil
 	case !live(sub):
 		return true, s.subscribe(ctx, t, price)
-	case sub.Plan != t.Plan || sub.EffectiveFrom != price.EffectiveFrom:
+	case sub.Plan != t.Plan || sub.EffectiveFrom != price.EffectiveFrom || sub.Fingerprint != fingerprint(price):
 		return true, s.change(ctx, sub, t.Plan, price)
 	}
 	return false, nil
@@ -189,7 +192,7 @@ func (s *Subscriber) subscribe(ctx context.Context, t billing.BilledTenant, pric
 	s.log.Info("stripe: tenant subscribed", "tenant", t.Slug, "subscription", created.ID, "plan", t.Plan, "from", price.EffectiveFrom)
 	return s.cfg.Store.SaveSubscription(ctx, &billing.Subscription{
 		TenantID: t.ID, CustomerID: cus, SubscriptionID: created.ID, Generation: gen, Plan: t.Plan,
-		EffectiveFrom: price.EffectiveFrom, Status: string(created.Status), CurrentPeriodEnd: unixTime(created.CurrentPeriodEnd),
+		EffectiveFrom: price.EffectiveFrom, Fingerprint: sp.Fingerprint, Status: string(created.Status), CurrentPeriodEnd: unixTime(created.CurrentPeriodEnd),
 	})
 }
 
@@ -207,20 +210,44 @@ func (s *Subscriber) change(ctx context.Context, sub *billing.Subscription, plan
 	if err != nil {
 		return fmt.Errorf("stripe: read subscription %s: %w", sub.SubscriptionID, err)
 	}
-	params := &stripeapi.SubscriptionParams{Items: itemChanges(cur, sp)}
+	next := *sub
+	next.Plan, next.EffectiveFrom, next.Fingerprint = plan, price.EffectiveFrom, sp.Fingerprint
+	items := itemChanges(cur, sp)
+	if len(items) == 0 { // already so (a retry after a lost answer): only the record lags
+		next.Status, next.CurrentPeriodEnd = string(cur.Status), unixTime(cur.CurrentPeriodEnd)
+		return s.cfg.Store.SaveSubscription(ctx, &next)
+	}
+	params := &stripeapi.SubscriptionParams{Items: items}
 	params.Context = ctx
 	params.AddMetadata("tollgate_plan", plan)
 	params.AddMetadata("tollgate_effective_from", price.EffectiveFrom)
-	params.SetIdempotencyKey(fmt.Sprintf("tollgate-subscription-%s-%s-%s", sub.SubscriptionID, plan, price.EffectiveFrom))
+	params.SetIdempotencyKey(changeKey(sub.SubscriptionID, items))
 	updated, err := s.p.api.Subscriptions.Update(sub.SubscriptionID, params)
 	if err != nil {
 		return fmt.Errorf("stripe: change subscription %s: %w", sub.SubscriptionID, err)
 	}
 	s.log.Info("stripe: subscription changed", "subscription", sub.SubscriptionID, "plan", plan, "from", price.EffectiveFrom)
-	next := *sub
-	next.Plan, next.EffectiveFrom = plan, price.EffectiveFrom
 	next.Status, next.CurrentPeriodEnd = string(updated.Status), unixTime(updated.CurrentPeriodEnd)
 	return s.cfg.Store.SaveSubscription(ctx, &next)
+}
+
+// changeKey is the Idempotency-Key of an item change: the items it deletes and the prices
+// it adds. A retry sends the same; a later change (back to an earlier plan, say) deletes
+// other items, since every change makes new ones, and so has a key of its own.
+func changeKey(sub string, items []*stripeapi.SubscriptionItemsParams) string {
+	h := sha256.New()
+	for _, it := range items {
+		fmt.Fprintf(h, "%s|%s\n", stripeapi.StringValue(it.ID), stripeapi.StringValue(it.Price))
+	}
+	return "tollgate-subscription-" + sub + "-" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// fingerprint sums up a price version's numbers: a version replaced while in effect
+// (billing.PriceService allows it for this month) needs new Stripe prices.
+func fingerprint(p *billing.Price) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s|%d|%d|%d|%d|%t", strings.ToLower(p.Currency), p.MonthlyFee,
+		p.IncludedRequests, p.UnitPrice, p.UnitRequests, p.PerConsumer))
+	return hex.EncodeToString(h[:])[:12]
 }
 
 // itemChanges turns the subscription's items into the price version's.
@@ -270,13 +297,14 @@ func (s *Subscriber) cancel(ctx context.Context, sub *billing.Subscription) erro
 // ensurePrices returns the Stripe product and prices of a price version, making them the
 // first time.
 func (s *Subscriber) ensurePrices(ctx context.Context, price *billing.Price) (*billing.StripePrice, error) {
-	sp, err := s.cfg.Store.StripePrice(ctx, price.Plan, price.EffectiveFrom)
+	fp := fingerprint(price)
+	sp, err := s.cfg.Store.StripePrice(ctx, price.Plan, price.EffectiveFrom, fp)
 	if err == nil {
 		return sp, nil
 	} else if tenants.ErrorCode(err) != tenants.ENotFound {
 		return nil, err
 	}
-	key := "tollgate-" + price.Plan + "-" + price.EffectiveFrom
+	key := "tollgate-" + price.Plan + "-" + price.EffectiveFrom + "-" + fp
 	prod := &stripeapi.ProductParams{Name: stripeapi.String("Tollgate " + price.Plan + " plan (from " + price.EffectiveFrom + ")")}
 	prod.Context = ctx
 	prod.AddMetadata("tollgate_plan", price.Plan)
@@ -286,7 +314,7 @@ func (s *Subscriber) ensurePrices(ctx context.Context, price *billing.Price) (*b
 	if err != nil {
 		return nil, fmt.Errorf("stripe: create product for plan %s: %w", price.Plan, err)
 	}
-	sp = &billing.StripePrice{Plan: price.Plan, EffectiveFrom: price.EffectiveFrom, ProductID: product.ID}
+	sp = &billing.StripePrice{Plan: price.Plan, EffectiveFrom: price.EffectiveFrom, Fingerprint: fp, ProductID: product.ID}
 	if price.MonthlyFee > 0 {
 		if sp.FeePriceID, err = s.newPrice(ctx, key+"-fee", feePrice(product.ID, price)); err != nil {
 			return nil, err

@@ -211,4 +211,18 @@ func TestSubscriberStoredPrices(t *testing.T) {
 		t.Fatalf("subscription %+v: %v", sub, err)
 	}
 	sync1(t, s, 0)
+
+	// This month's version replaced while in effect: new Stripe prices, the same
+	// subscription's items swapped for them.
+	if err := db.Store.SetPrice(ctx, &billing.Price{Plan: "pro", EffectiveFrom: thisMonth(), Currency: "usd",
+		MonthlyFee: 3900, UnitPrice: 20, UnitRequests: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	sync1(t, s, 1)
+	sync1(t, s, 0)
+	fees := proxy.find("POST", "/v1/prices")
+	if len(proxy.find("POST", "/v1/products")) != 2 || len(fees) != 4 || fees[2].form.Get("unit_amount") != "3900" ||
+		len(proxy.find("POST", "/v1/subscriptions/"+sub.SubscriptionID)) != 1 || len(proxy.find("POST", "/v1/subscriptions")) != 1 {
+		t.Fatalf("after replacing the price: %d products, prices %+v", len(proxy.find("POST", "/v1/products")), fees)
+	}
 }

@@ -263,7 +263,7 @@ func TestCheckoutConnectedOrNot(t *testing.T) {
 	if calls[0].idempotent == "" {
 		t.Fatal("a session create without an Idempotency-Key")
 	}
-	list, err := db.Store.Checkouts(ctx, tn.ID, 10)
+	list, err := db.Store.Checkouts(ctx, tn.ID, 2)
 	if err != nil || len(list) != 2 {
 		t.Fatalf("checkouts %+v: %v", list, err)
 	}
@@ -278,8 +278,19 @@ func TestCheckoutConnectedOrNot(t *testing.T) {
 		t.Fatalf("accounts recorded %v", accounts)
 	}
 
-	free := req
-	free.Price.MonthlyFee = 0
+	// A plan that charges only for usage: the session collects a payment method.
+	usage := req
+	usage.Price.MonthlyFee, usage.Price.UnitPrice, usage.Price.UnitRequests = 0, 5, 1000
+	if _, err := co.StartCheckout(ctx, usage); err != nil {
+		t.Fatal(err)
+	}
+	calls = proxy.find("POST", "/v1/checkout/sessions")
+	if f := calls[2].form; f.Get("mode") != "setup" || f.Get("currency") != "usd" || f.Get("line_items[0][quantity]") != "" ||
+		f.Get("metadata[plan]") != "gold" || f.Get("customer_creation") != "always" {
+		t.Fatalf("usage-only session %v", f)
+	}
+	free := usage
+	free.Price.UnitPrice = 0
 	if _, err := co.StartCheckout(ctx, free); tenants.ErrorCode(err) != tenants.EValidation {
 		t.Fatalf("a plan without a fee: %v", err)
 	}

@@ -19,16 +19,18 @@ CREATE TABLE stripe_webhook_events (
     received_at timestamptz NOT NULL DEFAULT now()
 );
 
--- The Stripe objects of one platform price version (prices, 00015), keyed
--- like it. '' when the version has no such part (no fee, no usage charge).
+-- The Stripe objects of one platform price version (prices, 00015), keyed like it and by
+-- a fingerprint of its numbers: a version replaced while in effect gets new objects. ''
+-- when the version has no such part (no fee, no usage charge).
 CREATE TABLE stripe_prices (
     plan           text        NOT NULL,
     effective_from text        NOT NULL CONSTRAINT stripe_prices_from_check CHECK (effective_from ~ '^[0-9]{4}-[0-9]{2}$'),
+    fingerprint    text        NOT NULL,
     product_id     text        NOT NULL,
     fee_price_id   text        NOT NULL DEFAULT '',
     usage_price_id text        NOT NULL DEFAULT '',
     created_at     timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (plan, effective_from)
+    PRIMARY KEY (plan, effective_from, fingerprint)
 );
 
 -- One row per paying tenant: its current (or last) subscription. generation counts the
@@ -40,6 +42,7 @@ CREATE TABLE stripe_subscriptions (
     generation         integer     NOT NULL DEFAULT 1,
     plan               text        NOT NULL,
     effective_from     text        NOT NULL,
+    fingerprint        text        NOT NULL DEFAULT '',
     status             text        NOT NULL,
     current_period_end timestamptz,
     updated_at         timestamptz NOT NULL DEFAULT now()
