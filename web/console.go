@@ -56,6 +56,10 @@ type Config struct {
 	Policies   tenants.AccessRulesService
 	// Usage draws the usage page. Nil: the page says usage is not collected here.
 	Usage billing.UsageService
+	// Payments serves a tenant's payments page (connected Stripe account, consumers'
+	// checkouts) and the subscriptions and invoices on the finance page. Nil: the pages say
+	// payments are not recorded here.
+	Payments PaymentsStore
 	// Prices serves /console/finance/prices and the price versions on a plan's page.
 	// Nil: the pages say prices are not managed here.
 	Prices billing.PriceService
@@ -224,6 +228,8 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Post("/consumers/:id/delete", c.consumerDelete)
 	t.Post("/consumers/:id/plan", c.consumerPlan)
 	t.Get("/usage", c.usagePage)
+	t.Get("/payments", c.paymentsPage)
+	t.Post("/payments", c.paymentsSave)
 	t.Get("/audit", c.auditPage)
 	t.Get("/members", c.membersPage)
 	t.Post("/members/:user_id/role", c.memberRole)
