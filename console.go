@@ -26,6 +26,7 @@ func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *sl
 		JWTIssuers: cp.db,
 		Policies:   cp.db,
 		Usage:      billingpg.New(cp.db.Pool()),
+		Payments:   billingpg.New(cp.db.Pool()),
 		Prices:     billingpg.New(cp.db.Pool()),
 		Portals:    cp.db,
 		Domains:    cp.db,

@@ -24,6 +24,8 @@ type financeData struct {
 	Totals          []string // "12.34 EUR" per currency
 	CSVURL, JSONURL string
 	Error           string
+	// Payments are the tenants' Stripe subscriptions and latest invoices (payments.go).
+	Payments []billing.TenantPayments
 }
 
 // mayExport reports whether the signed-in user may export the bill.
@@ -94,5 +96,10 @@ func (c *Console) financePage(ctx *fiber.Ctx) error {
 		q.Set("format", "json")
 		d.JSONURL = "/v1/billing/export?" + q.Encode()
 	}
+	pays, err := c.financePayments(ctx)
+	if err != nil {
+		return c.internal(ctx, err)
+	}
+	d.Payments = pays
 	return c.render(ctx, status, "finance", page{Title: "Billing export", Nav: "finance", Data: d})
 }
