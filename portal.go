@@ -33,6 +33,7 @@ func mountPortal(srv *api.Server, cp *controlPlane, cfg *config.Config, log *slo
 		PublicURL:      cfg.PublicURL,
 		EdgeDomain:     cfg.EdgeDomain,
 		EdgePort:       port,
+		EdgePublicURL:  cfg.EdgePublicURL,
 		Logger:         log,
 	}).Mount(srv.App())
 }

@@ -3,6 +3,7 @@ package portal
 import (
 	"context"
 	"net/http"
+	neturl "net/url"
 	"sort"
 	"strings"
 
@@ -53,7 +54,7 @@ type routeDoc struct {
 
 func (p *Portal) docsPage(ctx *fiber.Ctx) error {
 	v := viewOf(ctx)
-	d := docsView{EdgeURL: "http://" + v.Tenant.Slug + "." + p.cfg.EdgeDomain + ":" + p.cfg.EdgePort}
+	d := docsView{EdgeURL: p.edgeURL(v.Tenant.Slug)}
 	raw, err := p.cfg.Portals.FindAPIDoc(p.ctx(ctx), v.Tenant.ID)
 	switch {
 	case err == nil:
@@ -92,6 +93,7 @@ func readDocument(raw []byte, d *docsView) bool {
 	if doc.Info != nil {
 		d.Title, d.Version, d.About = doc.Info.Title, doc.Info.Version, doc.Info.Description
 	}
+	prefix := serverPath(doc)
 	paths := doc.Paths.InMatchingOrder()
 	sort.Strings(paths)
 	for _, path := range paths {
@@ -101,10 +103,24 @@ func readDocument(raw []byte, d *docsView) bool {
 			if op == nil {
 				continue
 			}
-			d.Operations = append(d.Operations, describe(method, path, item, op, doc))
+			d.Operations = append(d.Operations, describe(method, prefix+path, item, op, doc))
 		}
 	}
 	return true
+}
+
+// serverPath is the path of the document's first server URL, which an import puts
+// before every route's path unless told otherwise: the operations are shown at the
+// paths the edge serves them on.
+func serverPath(doc *openapi3.T) string {
+	if len(doc.Servers) == 0 || doc.Servers[0] == nil || strings.Contains(doc.Servers[0].URL, "{") {
+		return ""
+	}
+	u, err := neturl.Parse(doc.Servers[0].URL)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(u.Path, "/")
 }
 
 func describe(method, path string, item *openapi3.PathItem, op *openapi3.Operation, doc *openapi3.T) operation {

@@ -40,8 +40,7 @@ func (p *Portal) renderKeys(ctx *fiber.Ctx, status int, f keyForm, plaintext str
 	if err != nil {
 		return p.internal(ctx, err)
 	}
-	kv := keysView{Keys: keys, New: plaintext, Full: len(keys) >= MaxKeys, Now: p.cfg.Now(),
-		EdgeURL: "http://" + v.Tenant.Slug + "." + p.cfg.EdgeDomain + ":" + p.cfg.EdgePort}
+	kv := keysView{Keys: keys, New: plaintext, Full: len(keys) >= MaxKeys, Now: p.cfg.Now(), EdgeURL: p.edgeURL(v.Tenant.Slug)}
 	return p.render(ctx, status, "keys", page{Title: "Your API keys", Nav: "keys", Form: f, Data: kv})
 }
 

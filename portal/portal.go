@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	neturl "net/url"
 	"strings"
 	"time"
 
@@ -70,9 +71,14 @@ type Config struct {
 	TrustedProxies []netip.Prefix
 	// PublicURL is the api's address as mailed links name it. Default: http://localhost:8080.
 	PublicURL string
-	// EdgeDomain and EdgePort make the edge's base URL in the docs. Defaults: localhost, 8000.
+	// EdgeDomain and EdgePort make the edge's base URL in the docs and examples:
+	// http://{slug}.{EdgeDomain}:{EdgePort}. Defaults: localhost, 8000.
 	EdgeDomain string
 	EdgePort   string
+	// EdgePublicURL, when set, is the edges' address as clients reach it (a load
+	// balancer): scheme://host[:port]; a tenant's URL is then scheme://{slug}.host[:port],
+	// as in the console (TOLLGATE_EDGE_PUBLIC_URL).
+	EdgePublicURL string
 	// SessionTTL bounds a session. Default: DefaultSessionTTL.
 	SessionTTL time.Duration
 	// HostRefresh is how often the host names of portals on custom domains are reread.
@@ -360,6 +366,14 @@ func (p *Portal) internal(ctx *fiber.Ctx, err error) error {
 	p.log.Error("portal: internal error", "request_id", id, "path", ctx.Path(), "err", err)
 	return p.errorPage(ctx, http.StatusInternalServerError, "Something went wrong",
 		"Something failed on our side. Try again in a moment; if it keeps happening, tell the API's owner request id "+id+".")
+}
+
+// edgeURL is where the tenant's APIs answer, as the console's examples name it.
+func (p *Portal) edgeURL(slug string) string {
+	if u, err := neturl.Parse(p.cfg.EdgePublicURL); err == nil && u.Host != "" && u.Scheme != "" {
+		return u.Scheme + "://" + slug + "." + u.Host
+	}
+	return "http://" + slug + "." + p.cfg.EdgeDomain + ":" + p.cfg.EdgePort
 }
 
 func (p *Portal) css(ctx *fiber.Ctx) error {

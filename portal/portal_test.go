@@ -370,6 +370,7 @@ func TestPortalDocs(t *testing.T) {
 
 	doc := `openapi: 3.0.3
 info: {title: Orders API, version: "2.1", description: Orders of the shop.}
+servers: [{url: "https://api.example.com/v2"}]
 security: [{key: []}]
 components:
   securitySchemes: {key: {type: apiKey, in: header, name: X-API-Key}}
@@ -394,7 +395,7 @@ paths:
 	}
 	page := c.do("GET", "/portal/acme/", nil)
 	page.want(t, 200, "Orders API", "2.1", "Orders of the shop.", "Read an order", "Replace an order", "The order&#39;s id",
-		"expand", "{id: string (required), total: integer (int64)}", "No such order", "/orders/{id}")
+		"expand", "{id: string (required), total: integer (int64)}", "No such order", "/v2/orders/{id}")
 	if n := strings.Count(page.body, `data-testid="operation"`); n != 2 {
 		t.Errorf("%d operations drawn, want 2", n)
 	}

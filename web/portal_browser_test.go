@@ -68,8 +68,12 @@ func TestPortal(t *testing.T) {
 
 	tenant := newBrowser(t, s.api)
 	tenant.signUp(owner, slug)
-	s.portalAdmin(t, "POST", "/v1/tenants/"+slug+"/routes", `{"name":"hello","paths":["/hello"],"methods":["GET"],"auth":"key",
-		"upstream":{"targets":[{"url":"`+up.URL+`"}]}}`)
+	// The route comes from an OpenAPI import, which keeps the document for the docs.
+	s.portalAdmin(t, "POST", "/v1/tenants/"+slug+"/routes:import", `{"upstream":{"targets":[{"url":"`+up.URL+`"}]},
+		"openapi":{"openapi":"3.0.3","info":{"title":"Shop API","version":"1.0"},
+		"components":{"securitySchemes":{"key":{"type":"apiKey","in":"header","name":"X-API-Key"}}},"security":[{"key":[]}],
+		"paths":{"/hello":{"get":{"summary":"Say hello","parameters":[{"name":"name","in":"query","schema":{"type":"string"}}],
+		"responses":{"200":{"description":"A greeting"}}}}}}}`)
 	s.portalAdmin(t, "POST", "/v1/tenants/"+slug+"/plans", `{"name":"starter","public":true,"description":"To try the API","quota":{"requests":1000}}`)
 
 	// Off by default: the portal is a 404.
@@ -90,9 +94,9 @@ func TestPortal(t *testing.T) {
 	tenant.contains("Portal settings saved", "/portal/"+slug+"/")
 	tenant.screenshot("portal-02-settings")
 
-	// The docs list the tenant's routes, the edge's URL and a curl line.
+	// The docs show the imported document's operations, the edge's URL and a curl line.
 	consumer.open("/portal/" + slug + "/")
-	consumer.contains("Shop developers", "/hello", "API key", "http://"+slug+".localhost:", "X-API-Key")
+	consumer.contains("Shop developers", "Shop API", "GET /hello", "Say hello", "A greeting", "http://"+slug+".localhost:", "X-API-Key")
 	consumer.screenshot("portal-03-docs")
 
 	// Sign-up, the mailed link, sign-in.
