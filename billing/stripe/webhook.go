@@ -21,7 +21,8 @@ import (
 // WebhookTolerance old) is the credential. Each event is applied once: its id is recorded
 // in the transaction that applies it, and a redelivery answers 200 and changes nothing.
 //
-//   - invoice.*: the invoice's status and amounts, by customer → tenant;
+//   - invoice.*: the invoice's status and amounts, by customer → tenant (a connected
+//     account's invoices are the tenant's business: recorded only);
 //   - customer.subscription.*: the subscription's status and period end (deleted:
 //     canceled);
 //   - checkout.session.completed: the consumer's checkout is paid and the consumer is
@@ -137,6 +138,9 @@ func eventError(err error) error {
 func (w *Webhook) apply(ctx context.Context, ev *stripeapi.Event) (bool, error) {
 	id, typ, acct := ev.ID, string(ev.Type), ev.Account
 	switch {
+	case strings.HasPrefix(typ, "invoice.") && acct != "":
+		// A connected account's invoice is between the tenant and its consumer.
+		return w.cfg.Store.RecordEvent(ctx, id, typ, acct)
 	case strings.HasPrefix(typ, "invoice."):
 		var in stripeapi.Invoice
 		if err := json.Unmarshal(ev.Data.Raw, &in); err != nil {

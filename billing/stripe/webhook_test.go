@@ -119,6 +119,18 @@ func TestWebhookInvoicesOnce(t *testing.T) {
 		t.Fatalf("invoices %+v", list)
 	}
 
+	// A connected account's invoice (Connect) is recorded, not listed as the platform's.
+	var connected map[string]any
+	_ = json.Unmarshal(event("evt_connect", "invoice.paid", map[string]any{"id": "in_consumer", "customer": "cus_acme", "status": "paid",
+		"period_start": start.Unix()}), &connected)
+	connected["account"] = "acct_1Tenant"
+	body, _ := json.Marshal(connected)
+	if st, code := deliver(t, app, body, whsec, time.Now()); st != 200 {
+		t.Fatalf("connect invoice: %d %s", st, code)
+	}
+	if list := invoices(); len(list) != 1 {
+		t.Fatalf("a connected account's invoice was listed: %+v", list)
+	}
 	if st, code := deliver(t, app, []byte("not json"), whsec, time.Now()); st != 400 || code != tenants.EInvalidRequest {
 		t.Fatalf("garbage: %d %s", st, code)
 	}
