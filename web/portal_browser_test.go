@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -14,12 +16,17 @@ import (
 	"github.com/chromedp/cdproto/network"
 	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/gofiber/fiber/v2"
 	stripeapi "github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	billingpg "tollgate/billing/postgres"
+	"tollgate/infra/testcert"
 	"tollgate/infra/testenv"
+	"tollgate/tenants"
+	"tollgate/tenants/postgres/pgtest"
 	"tollgate/tenants/smtp/smtptest"
+	"tollgate/web"
 )
 
 // portalAdmin calls the management API with the admin token and a JSON body, and fails
@@ -296,4 +303,86 @@ func stripeMockCheckoutURL(t *testing.T, mock string) string {
 		t.Fatalf("stripe-mock's checkout session: %v", err)
 	}
 	return s.URL
+}
+
+// TestPortalSettingsForm: the portal's settings page (no browser: the console's handlers
+// on a real Postgres) shows each bad value at its field and saves nothing; a good form
+// with a logo is saved whole.
+func TestPortalSettingsForm(t *testing.T) {
+	db, _ := pgtest.Open(t)
+	app := fiber.New()
+	web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db, Portals: db, Domains: db}).Mount(app)
+	e := &consoleEnv{t: t, app: app, db: db}
+	owner := e.signUp("portalowner", true)
+	tn, err := db.FindTenant(context.Background(), "portalowner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := testcert.NewCA(t)
+	leaf := ca.Issue(t, []string{"dev.portalowner.example"}, time.Time{}, time.Time{})
+	d := &tenants.Domain{TenantID: tn.ID, Hostname: "dev.portalowner.example", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: leaf.KeyPEM}
+	if err := db.CreateDomain(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	png := append([]byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), make([]byte, 64)...)
+	save := func(fields map[string]string, file string, content []byte) page {
+		t.Helper()
+		var body bytes.Buffer
+		w := multipart.NewWriter(&body)
+		fields["_csrf"] = owner.csrf
+		for k, v := range fields {
+			_ = w.WriteField(k, v)
+		}
+		if file != "" {
+			fw, _ := w.CreateFormFile("logo", file)
+			_, _ = fw.Write(content)
+		}
+		_ = w.Close()
+		req := httptest.NewRequest(http.MethodPost, "/console/t/portalowner/portal", &body)
+		req.Header.Set("Content-Type", w.FormDataContentType())
+		req.Header.Set("Cookie", owner.cookie)
+		res, err := app.Test(req, 30_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		pg := page{status: res.StatusCode, location: res.Header.Get("Location"), body: string(b)}
+		if pg.status == http.StatusSeeOther && pg.location == "/console/t/portalowner/portal" {
+			return e.get(owner, pg.location) // the form shown again, as a browser follows
+		}
+		return pg
+	}
+	for _, c := range []struct {
+		field   string
+		fields  map[string]string
+		file    string
+		content []byte
+	}{
+		{"primary_color", map[string]string{"enabled": "1", "primary_color": "blue"}, "", nil},
+		{"accent_color", map[string]string{"enabled": "1", "accent_color": "#12345g"}, "", nil},
+		{"display_name", map[string]string{"enabled": "1", "display_name": strings.Repeat("n", 101)}, "", nil},
+		{"domain_id", map[string]string{"enabled": "1", "domain_id": d.ID}, "", nil}, // pending, not verified
+		{"logo", map[string]string{"enabled": "1"}, "logo.png", []byte("<svg onload=alert(1)></svg>")},
+		{"logo", map[string]string{"enabled": "1"}, "big.png", append(png, make([]byte, 64<<10)...)},
+	} {
+		pg := save(c.fields, c.file, c.content)
+		if !strings.Contains(pg.body, `id="`+c.field+`-error"`) {
+			t.Errorf("%s: %d, no message at the field:\n%s", c.field, pg.status, pg.body)
+		}
+		if s, _ := db.FindPortal(context.Background(), tn.ID); s.Enabled || s.Logo != "" {
+			t.Errorf("%s: a refused form saved %+v", c.field, s)
+		}
+	}
+	pg := save(map[string]string{"enabled": "1", "display_name": "Dev portal", "primary_color": "#112233"}, "logo.png", png)
+	if pg.status != http.StatusSeeOther || pg.location != "/console/t/portalowner/portal?done=portal-saved" {
+		t.Fatalf("good form: %d %s\n%s", pg.status, pg.location, pg.body)
+	}
+	s, _ := db.FindPortal(context.Background(), tn.ID)
+	if !s.Enabled || s.DisplayName != "Dev portal" || s.PrimaryColor != "#112233" || !strings.HasPrefix(s.Logo, "data:image/png;base64,") {
+		t.Errorf("saved: %+v", s)
+	}
+	if got := e.get(owner, "/console/t/portalowner/portal?done=portal-saved"); !strings.Contains(got.body, "Portal settings saved") || !strings.Contains(got.body, "/portal/portalowner/") {
+		t.Errorf("after saving:\n%s", got.body)
+	}
 }
