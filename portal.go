@@ -9,6 +9,7 @@ import (
 	"tollgate/infra/config"
 	"tollgate/portal"
 	"tollgate/tenants"
+	"tollgate/tenants/postgres"
 )
 
 // mountPortal serves the tenants' developer portals under /portal/{slug}/ on the api's
@@ -35,5 +36,6 @@ func mountPortal(srv *api.Server, cp *controlPlane, cfg *config.Config, log *slo
 		EdgePort:       port,
 		EdgePublicURL:  cfg.EdgePublicURL,
 		Logger:         log,
+		Unavailable:    postgres.Unavailable,
 	}).Mount(srv.App())
 }

@@ -86,6 +86,10 @@ type Config struct {
 	HostRefresh time.Duration
 	Logger      *slog.Logger
 	Now         func() time.Time
+	// Unavailable reports whether an error means the store could not be reached in
+	// time: the page then says so with 503 and Retry-After, as the console's do.
+	// Default: none is.
+	Unavailable func(error) bool
 }
 
 // Portal serves every tenant's portal. Create it with New and Mount it.
@@ -127,6 +131,9 @@ func New(cfg Config) *Portal {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Unavailable == nil {
+		cfg.Unavailable = func(error) bool { return false }
 	}
 	p := &Portal{cfg: cfg, log: cfg.Logger, pages: map[string]*template.Template{}}
 	p.hosts = newHostTable(cfg.Portals.PortalHosts, cfg.HostRefresh, cfg.Logger)
@@ -346,8 +353,13 @@ func (p *Portal) plainNotFound(ctx *fiber.Ctx) error {
 }
 
 func (p *Portal) internalPlain(ctx *fiber.Ctx, err error) error {
-	p.log.Error("portal: internal error", "path", ctx.Path(), "err", err)
 	ctx.Set(fiber.HeaderContentType, fiber.MIMETextPlainCharsetUTF8)
+	if p.cfg.Unavailable(err) {
+		p.log.Warn("portal: the store did not answer", "path", ctx.Path(), "err", err)
+		ctx.Set(fiber.HeaderRetryAfter, "5")
+		return ctx.Status(http.StatusServiceUnavailable).SendString("The database is not answering right now. Try again in a few seconds.")
+	}
+	p.log.Error("portal: internal error", "path", ctx.Path(), "err", err)
 	return ctx.Status(http.StatusInternalServerError).SendString("Something failed on our side. Try again in a moment.")
 }
 
@@ -363,6 +375,11 @@ func (p *Portal) internal(ctx *fiber.Ctx, err error) error {
 		return p.errorPage(ctx, status, http.StatusText(status), te.Message)
 	}
 	id := ctx.GetRespHeader(fiber.HeaderXRequestID)
+	if p.cfg.Unavailable(err) {
+		p.log.Warn("portal: the store did not answer", "request_id", id, "path", ctx.Path(), "err", err)
+		ctx.Set(fiber.HeaderRetryAfter, "5")
+		return p.errorPage(ctx, http.StatusServiceUnavailable, "Temporarily unavailable", "The database is not answering right now. Try again in a few seconds.")
+	}
 	p.log.Error("portal: internal error", "request_id", id, "path", ctx.Path(), "err", err)
 	return p.errorPage(ctx, http.StatusInternalServerError, "Something went wrong",
 		"Something failed on our side. Try again in a moment; if it keeps happening, tell the API's owner request id "+id+".")

@@ -2,6 +2,7 @@ package portal_test
 
 import (
 	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -447,4 +448,38 @@ func TestPortalSignUpThrottle(t *testing.T) {
 		c.post("/portal/acme/signup", "/portal/acme/signup", neturl.Values{"email": {"dev" + strconv.Itoa(i) + "@example.com"}, "password": {password}}).want(t, 200, "Check your inbox")
 	}
 	c.post("/portal/acme/signup", "/portal/acme/signup", neturl.Values{"email": {"dev10@example.com"}, "password": {password}}).want(t, 429, "Too many sign-ups")
+}
+
+// TestPortalLook: the tenant's name, colours and logo, all from the portal's own origin
+// under a CSP that allows nothing else.
+func TestPortalLook(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.tenant("acme", false)
+	png := []byte("\x89PNG\r\n\x1a\nimage")
+	s := &tenants.PortalSettings{TenantID: a.ID, Enabled: true, DisplayName: "Acme <developers>", PrimaryColor: "#112233", AccentColor: "#445566",
+		Logo: "data:image/png;base64," + base64.StdEncoding.EncodeToString(png)}
+	if err := e.db.PutPortal(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", "http://api.test/portal/acme/", nil)
+	res, err := e.app.Test(req, 10_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "img-src 'self';") || strings.Contains(csp, "unsafe-inline") {
+		t.Errorf("CSP %q", csp)
+	}
+	for _, want := range []string{"Acme &lt;developers&gt;", `src="/portal/acme/logo"`, `href="/portal/acme/theme.css"`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	c := e.client("api.test")
+	c.do("GET", "/portal/acme/theme.css", nil).want(t, 200, "--primary:#112233;", "--accent:#445566;")
+	if logo := c.do("GET", "/portal/acme/logo", nil); logo.status != 200 || logo.body != string(png) {
+		t.Errorf("logo: %d %q", logo.status, logo.body)
+	}
 }
