@@ -290,10 +290,12 @@ func (p *Portal) login(ctx *fiber.Ctx) error {
 		tenants.SpendPasswordCheck(pw)
 	case err != nil:
 		return p.internal(ctx, err)
-	case tenants.CheckPassword(a.PasswordHash, pw) && !a.EmailVerified:
+	case !tenants.CheckPassword(a.PasswordHash, pw):
+	case !a.EmailVerified:
+		// Only the right password learns that the account waits for its address.
 		f.Errors["form"] = "Verify your address first: follow the link we mailed to " + a.Email + "."
 		return p.render(ctx, http.StatusForbidden, "login", page{Title: "Sign in", Form: f})
-	case tenants.CheckPassword(a.PasswordHash, pw):
+	default:
 		if err := p.cfg.Throttle.ClearHits(p.ctx(ctx), accountKey); err != nil {
 			return p.internal(ctx, err)
 		}
