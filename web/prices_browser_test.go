@@ -99,6 +99,33 @@ func TestPricesConsole(t *testing.T) {
 	if !strings.Contains(csv, ","+slug+","+tenantID+",,"+plan+",1234,1234,1000,234,5,1000,1502,usd,priced,1500\n") {
 		t.Fatalf("the export does not price %s:\n%s", slug, csv)
 	}
+
+	// The same user owns a tenant: its consumer plan gets a public flag, a description and
+	// a price on the plan's page (a past month refused next to the field).
+	base := "/console/t/fin-" + suffix
+	fin.open(base + "/plans/new")
+	fin.fill(map[string]string{"#name": "basic", "#description": "For hobby projects"})
+	fin.do(chromedp.Click(chromedp.CSS(`#public`)))
+	fin.submit()
+	fin.waitPath(base + "/plans?done=plan-created")
+	fin.do(chromedp.Click(chromedp.CSS(`table a[href^="` + base + `/plans/"]`)))
+	fin.do(chromedp.WaitVisible(chromedp.CSS(`#price-form`)))
+	planURL := strings.TrimPrefix(fin.location(), fin.base)
+	if fin.eval(`String(document.querySelector("#public").checked)`) != "true" || fin.eval(`document.querySelector("#description").value`) != "For hobby projects" {
+		t.Errorf("the plan's public flag or description was not kept:\n%s", fin.text())
+	}
+	fin.fill(map[string]string{"#effective_from": "2020-01", "#monthly_fee": "900"})
+	fin.do(chromedp.Click(chromedp.CSS(`#price-form button[type=submit]`)))
+	fin.waitPath(planURL)
+	fin.do(chromedp.WaitVisible(chromedp.CSS(`#effective_from-error`)))
+	fin.fill(map[string]string{"#effective_from": month})
+	fin.do(chromedp.Click(chromedp.CSS(`#price-form button[type=submit]`)))
+	fin.waitPath(planURL + "?done=price-saved")
+	if fin.count(`table[data-testid=plan-prices] tr[data-from="`+month+`"]`) != 1 {
+		t.Fatalf("the consumer plan's price is not listed:\n%s", fin.text())
+	}
+	fin.contains("9.00 USD", "in effect")
+	fin.screenshot("32-plan-prices")
 }
 
 // jsonField reads a top-level string field of a JSON object.
