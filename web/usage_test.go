@@ -1,0 +1,79 @@
+package web_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"tollgate/billing"
+	billingpg "tollgate/billing/postgres"
+	"tollgate/tenants"
+)
+
+// TestUsageByConsumerAndRange: the usage page sums a date range by consumer and by route,
+// each named and linked to its page; calls without a consumer and a deleted route are
+// named as such; a bad range gets its messages at the fields.
+func TestUsageByConsumerAndRange(t *testing.T) {
+	e := fullConsole(t)
+	owner := e.signUp("acme", true)
+	ctx := context.Background()
+	tn, _ := e.db.FindTenant(ctx, "acme")
+	r := &tenants.Route{TenantID: tn.ID, Name: "hello", Paths: []string{"/hello"}, Auth: tenants.AuthKey,
+		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "https://api.example.com", Weight: 1}}}}
+	cs := &tenants.Consumer{TenantID: tn.ID, Name: "mobile-app"}
+	if err := e.db.CreateRoute(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.CreateConsumer(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	hour := billing.Hour(time.Now())
+	rec := func(route, consumer string, n int64) billing.UsageRecord {
+		return billing.UsageRecord{TenantID: tn.ID, Hour: hour, RouteID: route, ConsumerID: consumer, Class: 2, Counts: billing.Counts{Requests: n, Billable: n}}
+	}
+	gone := "01a00000-0000-7000-8000-000000000000"
+	if _, err := billingpg.New(e.db.Pool()).Fold(ctx, &billing.UsageBatch{ID: billing.BatchID("web-test", "usage", 1), EdgeID: "web-test", BootID: "usage", Seq: 1,
+		Created: time.Now().UTC(), Records: []billing.UsageRecord{rec(r.ID, cs.ID, 7), rec(r.ID, "", 2), rec(gone, cs.ID, 1)}}); err != nil {
+		t.Fatal(err)
+	}
+	pg := e.get(owner, "/console/t/acme/usage")
+	consumers := between(pg.body, `data-testid="by-consumer"`, "</table>")
+	routes := between(pg.body, `data-testid="by-route"`, "</table>")
+	for _, want := range []string{`href="/console/t/acme/consumers/` + cs.ID + `">mobile-app</a>`, ">8<", "(no consumer: calls without a key or token)", ">2<"} {
+		if !strings.Contains(consumers, want) {
+			t.Errorf("by consumer lacks %q:\n%s", want, consumers)
+		}
+	}
+	for _, want := range []string{`href="/console/t/acme/routes/` + r.ID + `">hello</a>`, ">9<", "(deleted route)"} {
+		if !strings.Contains(routes, want) {
+			t.Errorf("by route lacks %q:\n%s", want, routes)
+		}
+	}
+	if !strings.Contains(pg.body, `data-testid="total">10<`) {
+		t.Errorf("the month so far does not total 10")
+	}
+
+	// A range that ends before today's calls; then bad ones.
+	if pg := e.get(owner, "/console/t/acme/usage?from=2026-01-01&to=2026-01-31"); pg.status != http.StatusOK || !strings.Contains(pg.body, `data-testid="total">0<`) {
+		t.Errorf("January: %d", pg.status)
+	}
+	for q, field := range map[string]string{"from=2026-02-10&to=2026-02-01": "to-error", "from=yesterday": "from-error", "from=2020-01-01&to=2026-01-01": "to-error"} {
+		if pg := e.get(owner, "/console/t/acme/usage?"+q); pg.status != http.StatusUnprocessableEntity || !strings.Contains(pg.body, `id="`+field+`"`) {
+			t.Errorf("?%s: %d, want 422 with #%s", q, pg.status, field)
+		}
+	}
+}
+
+func between(s, from, to string) string {
+	i := strings.Index(s, from)
+	if i < 0 {
+		return ""
+	}
+	s = s[i:]
+	if j := strings.Index(s, to); j >= 0 {
+		return s[:j]
+	}
+	return s
+}
