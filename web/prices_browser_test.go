@@ -40,7 +40,8 @@ func (s *stack) adminSend(t *testing.T, method, path, body string) string {
 
 // TestPricesConsole: a tenant on a plan without a price is exported unpriced; the
 // finance user gives the plan a price on the prices page (after an inline error, every
-// answer a redirect) and the export prices the tenant with it.
+// answer a redirect) and the export prices the tenant with it; a consumer plan is priced
+// on its page; an operator reaches the prices from the header.
 func TestPricesConsole(t *testing.T) {
 	if noBrowser != "" {
 		t.Fatal(noBrowser)
@@ -126,6 +127,18 @@ func TestPricesConsole(t *testing.T) {
 	}
 	fin.contains("9.00 USD", "in effect")
 	fin.screenshot("32-plan-prices")
+
+	// An operator manages prices too (the header links them) but exports no bill.
+	s.adminPut(t, "/v1/platform/roles", `{"email":"`+finEmail+`","role":"operator"}`)
+	fin.open("/console/finance")
+	if fin.count(`[data-status="404"]`) != 1 {
+		t.Errorf("an operator sees the billing export:\n%s", fin.text())
+	}
+	fin.do(chromedp.Click(chromedp.CSS(`a.nav-finance[href="/console/finance/prices"]`)))
+	fin.waitPath("/console/finance/prices")
+	if fin.count(`tr[data-plan="`+plan+`"]`) != 1 {
+		t.Errorf("the operator does not see the prices:\n%s", fin.text())
+	}
 }
 
 // jsonField reads a top-level string field of a JSON object.

@@ -33,6 +33,7 @@ type page struct {
 	// EdgePattern is EdgeURL with <slug> for the slug, for pages without a tenant.
 	EdgePattern string
 	Finance     bool // the user may export the bill: the header links the export page
+	Prices      bool // the user may manage the platform's prices (prices.go)
 }
 
 var funcs = template.FuncMap{
@@ -134,6 +135,7 @@ func (c *Console) render(ctx *fiber.Ctx, status int, name string, p page) error 
 	p.CSRF = csrfToken(ctx)
 	p.Status = status
 	p.Finance = c.mayExport(ctx)
+	p.Prices = c.mayPrice(ctx)
 	p.EdgePattern = c.edgeURL("<slug>")
 	if p.Tenant != nil {
 		p.EdgeURL = c.edgeURL(p.Tenant.Slug)
