@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http/httptest"
@@ -76,6 +77,13 @@ func TestPricesAccess(t *testing.T) {
 	}
 	if !actions["owner@example.com prices.update gold/"+month] {
 		t.Errorf("no audit entry of the owner's price: %v", actions)
+	}
+	var n int
+	err := e.db.Pool().QueryRow(context.Background(), `SELECT count(*) FROM audit_log WHERE tenant_id = $1
+		AND actor = 'finance@example.com' AND action = 'prices.update' AND object = $2`,
+		billingpg.PlatformAuditTenant, "pro/"+month).Scan(&n)
+	if err != nil || n != 1 {
+		t.Errorf("the platform's audit entries of finance's price: %d %v", n, err)
 	}
 }
 
