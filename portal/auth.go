@@ -177,9 +177,10 @@ func (p *Portal) audited(ctx *fiber.Ctx, a *tenants.PortalAccount, action, objec
 }
 
 type authForm struct {
-	Email  string
-	Token  string
-	Errors map[string]string
+	Email      string
+	Token      string
+	Errors     map[string]string
+	Unverified bool // the sign-in form offers a new verification link
 }
 
 func (p *Portal) signupPage(ctx *fiber.Ctx) error {
@@ -260,6 +261,38 @@ func (p *Portal) verify(ctx *fiber.Ctx) error {
 		Link: url(ctx, "/login"), LinkText: "Sign in"}})
 }
 
+// verifyResend mails a new verification link to an unverified account of the address,
+// and answers the same whatever the address, throttled like the reset requests.
+func (p *Portal) verifyResend(ctx *fiber.Ctx) error {
+	email, err := tenants.NormalizeEmail(ctx.FormValue("email"))
+	if err != nil {
+		return ctx.Redirect(url(ctx, "/login"), http.StatusSeeOther)
+	}
+	if wait, err := p.throttled(ctx, []string{"portal-mail:" + p.clientIP(ctx)}, []tenants.ThrottleRule{mailRule}); err != nil {
+		return p.internal(ctx, err)
+	} else if wait > 0 {
+		return p.render(ctx, http.StatusTooManyRequests, "login", page{Title: "Sign in",
+			Form: authForm{Email: email, Errors: map[string]string{"form": tooMany(ctx, wait, "mail requests from your address")}}})
+	}
+	defer padTo(time.Now(), forgotFloor)
+	v := viewOf(ctx)
+	a, err := p.cfg.Portals.FindPortalAccountByEmail(p.ctx(ctx), v.Tenant.ID, email)
+	switch {
+	case err == nil && !a.EmailVerified:
+		if err := p.mailLink(ctx, a, tenants.TokenVerify, tenants.VerifyTokenTTL, "/verify", "Verify your address for "+v.Name,
+			"Here is a new link to verify your address on the developer portal of "+v.Name+".\n"+
+				"Follow it within 24 hours:\n\n  %s\n\nIf you did not ask for it, ignore this message.\n"); err != nil {
+			return p.internal(ctx, err)
+		}
+	case err != nil && tenants.ErrorCode(err) != tenants.ENotFound:
+		return p.internal(ctx, err)
+	}
+	return p.render(ctx, http.StatusOK, "notice", page{Title: "Check your inbox", Data: notice{
+		Heading: "Check your inbox",
+		Text:    "If " + email + " has an account here waiting for its address, we sent it a new link.",
+		Link:    url(ctx, "/login"), LinkText: "Back to sign in"}})
+}
+
 func (p *Portal) loginPage(ctx *fiber.Ctx) error {
 	if account(ctx) != nil {
 		return ctx.Redirect(url(ctx, "/keys"), http.StatusSeeOther)
@@ -294,6 +327,7 @@ func (p *Portal) login(ctx *fiber.Ctx) error {
 	case !a.EmailVerified:
 		// Only the right password learns that the account waits for its address.
 		f.Errors["form"] = "Verify your address first: follow the link we mailed to " + a.Email + "."
+		f.Unverified = true
 		return p.render(ctx, http.StatusForbidden, "login", page{Title: "Sign in", Form: f})
 	default:
 		if err := p.cfg.Throttle.ClearHits(p.ctx(ctx), accountKey); err != nil {

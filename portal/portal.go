@@ -164,6 +164,7 @@ func (p *Portal) Mount(app *fiber.App) {
 	g.Post("/login", p.login)
 	g.Post("/logout", p.logout)
 	g.Get("/verify", p.verify)
+	g.Post("/verify/resend", p.verifyResend)
 	g.Get("/forgot", p.forgotPage)
 	g.Post("/forgot", p.forgot)
 	g.Get("/reset", p.resetPage)

@@ -194,7 +194,11 @@ func TestPortalForms(t *testing.T) {
 
 	c.post("/portal/acme/signup", "/portal/acme/signup", neturl.Values{"email": {"dev@example.com"}, "password": {password}}).want(t, 200, "Check your inbox")
 	msg := e.mail.WaitFor(t, "dev@example.com")
-	c.post("/portal/acme/login", "/portal/acme/login", neturl.Values{"email": {"dev@example.com"}, "password": {password}}).want(t, 403, "Verify your address first")
+	c.post("/portal/acme/login", "/portal/acme/login", neturl.Values{"email": {"dev@example.com"}, "password": {password}}).want(t, 403, "Verify your address first", `data-testid="resend"`)
+	c.post("/portal/acme/login", "/portal/acme/verify/resend", neturl.Values{"email": {"dev@example.com"}}).want(t, 200, "we sent it a new link")
+	if again := e.mail.WaitFor(t, "dev@example.com"); !strings.Contains(again.Text, "new link") {
+		t.Errorf("the resent mail: %s", again.Text)
+	}
 	c.post("/portal/acme/login", "/portal/acme/login", neturl.Values{"email": {"dev@example.com"}, "password": {"wrong password!"}}).want(t, 401, "not right")
 
 	// The same address again: the same answer, and a note to the mailbox.

@@ -99,7 +99,7 @@ func (r *replays) take(key, path string, now time.Time) (replay, bool) {
 // backOf is the page (under the portal) each form lives on.
 var backOf = map[string]string{
 	"/signup": "/signup", "/login": "/login", "/logout": "/login", "/forgot": "/forgot", "/reset": "/reset",
-	"/keys": "/keys", "/plans/choose": "/plans",
+	"/keys": "/keys", "/plans/choose": "/plans", "/verify/resend": "/login",
 }
 
 // relPath is the request's path under its portal ("/keys"); a key's delete form lives on
