@@ -139,6 +139,10 @@ func startDev(t *testing.T) *stack {
 		"TOLLGATE_API_ADDR="+apiAddr,
 		"TOLLGATE_EDGE_ADDR="+s.edgeAddr,
 		"TOLLGATE_EDGE_ADMIN_ADDR="+adminAddr,
+		// The api's and billing's admin ports default to fixed ones: stacks of tests
+		// running at once would fight over them.
+		"TOLLGATE_API_ADMIN_ADDR=127.0.0.1:0",
+		"TOLLGATE_BILLING_ADMIN_ADDR=127.0.0.1:0",
 		"TOLLGATE_ADMIN_TOKEN="+adminToken,
 		"TOLLGATE_SMTP_URL="+s.mail.URL,
 		"TOLLGATE_PUBLIC_URL="+s.api,
