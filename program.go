@@ -174,6 +174,7 @@ func shutdownTraces(p *tracing.Provider) {
 }
 
 func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server {
+	stripe := newStripeSide(cp, cfg, log)
 	srv := api.New(api.Config{
 		People:     cp.db,
 		Audit:      cp.db,
@@ -192,15 +193,18 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		Proofs:       dnsproof.New(cfg.DNSResolver),
 		DomainChecks: cfg.DomainChecks,
 
-		Usage:      billingpg.New(cp.db.Pool()), // rollups folded by `tollgate billing`, same database
-		Prices:     billingpg.New(cp.db.Pool()),
-		AdminToken: cfg.AdminToken,
-		Upstreams:  cfg.UpstreamAddressRule(),
-		Mailer:     cp.mail,
-		PublicURL:  cfg.PublicURL,
-		Logger:     log,
-		Metrics:    cp.metrics,
-		Tracer:     tracer(cp.traces, "tollgate/api"),
+		Usage:  billingpg.New(cp.db.Pool()), // rollups folded by `tollgate billing`, same database
+		Prices: billingpg.New(cp.db.Pool()),
+		// Stripe's side of the bill; nil handlers answer 404.
+		Invoices:      stripe.invoices,
+		StripeWebhook: stripe.webhook,
+		AdminToken:    cfg.AdminToken,
+		Upstreams:     cfg.UpstreamAddressRule(),
+		Mailer:        cp.mail,
+		PublicURL:     cfg.PublicURL,
+		Logger:        log,
+		Metrics:       cp.metrics,
+		Tracer:        tracer(cp.traces, "tollgate/api"),
 		// Each request's store work is bounded; the driver's errors tell an unreachable
 		// database (503 not_ready) from a bug (500).
 		RequestTimeout: cfg.DBTimeout,
@@ -213,7 +217,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		},
 	})
 	mountConsole(srv, cp, cfg, log)
-	mountPortal(srv, cp, cfg, log, mountStripe(srv, cp, cfg, log))
+	mountPortal(srv, cp, cfg, log, stripe.checkout)
 	return srv
 }
 

@@ -6,28 +6,24 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"tollgate/api"
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
 	billingstripe "tollgate/billing/stripe"
 	"tollgate/infra/config"
 )
 
-// mountStripe serves Stripe's side of the api: GET /v1/billing/invoices (the export's
-// callers), POST /v1/stripe/webhook when TOLLGATE_STRIPE_WEBHOOK_SECRET is set (the
-// signature is its credential, so it takes no token; unset, the path is not served and
-// answers 404), and returns the portal's Checkout when TOLLGATE_STRIPE_KEY is set (nil
-// otherwise: priced plans then say payments are not set up).
-func mountStripe(srv *api.Server, cp *controlPlane, cfg *config.Config, log *slog.Logger) billing.Checkout {
+// stripeSide is Stripe's side of the api: the handler of GET /v1/billing/invoices (for the
+// export's callers), that of POST /v1/stripe/webhook when TOLLGATE_STRIPE_WEBHOOK_SECRET
+// is set (nil otherwise: the path answers 404), and the portal's Checkout when
+// TOLLGATE_STRIPE_KEY is set (nil otherwise: priced plans then say payments are not set up).
+type stripeSide struct {
+	invoices, webhook fiber.Handler
+	checkout          billing.Checkout
+}
+
+func newStripeSide(cp *controlPlane, cfg *config.Config, log *slog.Logger) stripeSide {
 	store := billingpg.New(cp.db.Pool())
-	app := srv.App()
-	invoices := billingstripe.Invoices(store, time.Now)
-	app.Get("/v1/billing/invoices", func(c *fiber.Ctx) error {
-		if err := srv.AuthorizeExport(c); err != nil {
-			return err
-		}
-		return invoices(c)
-	})
+	side := stripeSide{invoices: billingstripe.Invoices(store, time.Now)}
 	if cfg.StripeWebhookSecret != "" {
 		wh, err := billingstripe.NewWebhook(billingstripe.WebhookConfig{
 			Secret: cfg.StripeWebhookSecret, Store: store, Consumers: cp.db, Logger: log,
@@ -35,23 +31,24 @@ func mountStripe(srv *api.Server, cp *controlPlane, cfg *config.Config, log *slo
 		if err != nil {
 			log.Error("stripe: webhook not served", "err", err)
 		} else {
-			app.Post("/v1/stripe/webhook", wh.Handle)
+			side.webhook = wh.Handle
 		}
 	}
 	if cfg.StripeKey == "" {
-		return nil
+		return side
 	}
 	p, err := billingstripe.New(billingstripe.Config{
 		Key: cfg.StripeKey, URL: cfg.StripeURL, EventName: cfg.StripeEvent, Store: store, Logger: log,
 	})
 	if err != nil {
 		log.Error("stripe: checkout not available", "err", err)
-		return nil
+		return side
 	}
 	co, err := billingstripe.NewCheckout(p, store)
 	if err != nil {
 		log.Error("stripe: checkout not available", "err", err)
-		return nil
+		return side
 	}
-	return co
+	side.checkout = co
+	return side
 }

@@ -82,6 +82,12 @@ type Config struct {
 	// Nil: those endpoints answer 404 not_found.
 	Prices billing.PriceService
 
+	// Invoices answers GET /v1/billing/invoices once the caller may export the bill;
+	// StripeWebhook answers POST /v1/stripe/webhook (no token: it checks Stripe's
+	// signature). Nil: the path answers 404 not_found.
+	Invoices      fiber.Handler
+	StripeWebhook fiber.Handler
+
 	// Domains serves /v1/tenants/{slug}/domains, the tenants' custom domains and their
 	// certificates. Nil: those endpoints answer 404 not_found. EdgeDomain is
 	// the edge domain, under which no custom domain may be. Default: none checked.

@@ -221,6 +221,15 @@ func (s *Server) table() []endpoint {
 			summary: "Every tenant's bill for a month",
 			desc:    "?period=YYYY-MM (a calendar month in UTC), ?format=csv|json (default csv). Per tenant (and per consumer on per-consumer plans): requests, billable, included, overage, amount in integer minor units of the currency. The same period exported twice gives the same bytes. The admin token, or a user with the finance platform role (403 otherwise).",
 			params:  billing.ExportParams, csv: true, status: 200, result: billing.ExportDocument{}},
+		// Stripe's side of the bill: see stripe.go and the README's Stripe section.
+		{method: http.MethodGet, path: "/v1/billing/invoices", access: anyToken, handle: s.invoices, tag: tagUsage,
+			summary: "Stripe invoices of a month",
+			desc:    "?period=YYYY-MM (default: the current month): the invoices of the platform's Stripe account whose billing period starts in the month, as Stripe's webhooks last described them (status, amounts in minor units, hosted URL). The admin token, or a user with the finance platform role (403 otherwise).",
+			params:  []string{"period"}, status: 200, result: billing.InvoiceList{}},
+		{method: http.MethodPost, path: "/v1/stripe/webhook", access: public, handle: s.stripeWebhook, tag: tagUsage,
+			summary: "Receive a Stripe event",
+			desc:    "Stripe's webhook endpoint, served when TOLLGATE_STRIPE_WEBHOOK_SECRET is set (404 otherwise). No token: the Stripe-Signature header must verify against the secret within 5 minutes (400 invalid_signature otherwise). Each event is applied once (invoice.*, customer.subscription.*, checkout.session.completed); a redelivery answers 200 with duplicate true and changes nothing.",
+			status:  200, result: billing.WebhookResult{}},
 		// Prices and a tenant's bill of its consumers: see prices.go.
 		{method: http.MethodGet, path: "/v1/billing/prices", access: anyToken, handle: s.listPlatformPrices, tag: tagPrices,
 			summary: "List the platform plans' price versions", desc: "Every version, by plan, then month." + platformPricesDoc,

@@ -246,11 +246,14 @@ func (ep *endpoint) errorStatuses() []int {
 		set[400], set[401] = true, true
 	}
 	invitee := strings.HasPrefix(ep.path, "/v1/invites/") // a person's answer to an invitation
-	if ep.access == adminOnly || ep.path == "/v1/tenants/:slug" && ep.method != http.MethodGet || ep.path == "/v1/billing/export" || strings.HasPrefix(ep.path, "/v1/billing/prices") || invitee {
+	if ep.access == adminOnly || ep.path == "/v1/tenants/:slug" && ep.method != http.MethodGet || ep.path == "/v1/billing/export" || ep.path == "/v1/billing/invoices" || strings.HasPrefix(ep.path, "/v1/billing/prices") || invitee {
 		set[403] = true
 	}
 	if ep.access == tenantScoped || strings.HasSuffix(ep.path, "/platform/plans/:name") || invitee {
 		set[404] = true
+	}
+	if ep.path == "/v1/stripe/webhook" { // its signature may be refused; unset, it is not served
+		set[400], set[404], set[413] = true, true, true
 	}
 	if ep.body != nil {
 		set[400], set[413], set[415] = true, true, true
@@ -402,6 +405,11 @@ func (s *Server) operation(g *schemas, ep *endpoint) obj {
 		if ep.yaml {
 			op["requestBody"].(obj)["content"].(obj)[mimeYAML] = obj{"schema": g.ref(reflect.TypeOf(ep.body), input)}
 		}
+	}
+	if ep.path == "/v1/stripe/webhook" { // Stripe's own document, read as signed, not decoded into a type
+		op["requestBody"] = obj{"required": true, "content": obj{"application/json": obj{"schema": obj{
+			"type": "object", "description": "A Stripe event (https://docs.stripe.com/api/events/object), exactly as Stripe signed it.",
+		}}}}
 	}
 	headers := obj{"X-Request-Id": obj{"$ref": "#/components/headers/X-Request-Id"}}
 	if ep.etag {

@@ -106,3 +106,15 @@ func ValidAccount(id string) error {
 func isAlnum(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }
+
+// InvoiceList is the answer of GET /v1/billing/invoices.
+type InvoiceList struct {
+	Period   string    `json:"period"`
+	Invoices []Invoice `json:"invoices"`
+}
+
+// WebhookResult is the answer of POST /v1/stripe/webhook to a delivered event.
+type WebhookResult struct {
+	Received  bool `json:"received"`
+	Duplicate bool `json:"duplicate"` // delivered before: nothing changed
+}

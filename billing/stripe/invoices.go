@@ -15,12 +15,6 @@ type invoiceLister interface {
 	Invoices(ctx context.Context, p billing.Period) ([]billing.Invoice, error)
 }
 
-// InvoiceList is the answer of GET /v1/billing/invoices.
-type InvoiceList struct {
-	Period   string            `json:"period"`
-	Invoices []billing.Invoice `json:"invoices"`
-}
-
 // Invoices answers GET /v1/billing/invoices?period=YYYY-MM (default: this month) with the
 // Stripe invoices whose billing period starts in the month, as the webhooks last left
 // them. The caller must have passed the export's authorization.
@@ -39,6 +33,6 @@ func Invoices(store invoiceLister, now func() time.Time) fiber.Handler {
 			return err
 		}
 		c.Set(fiber.HeaderCacheControl, "no-store")
-		return c.JSON(InvoiceList{Period: p.String(), Invoices: list})
+		return c.JSON(billing.InvoiceList{Period: p.String(), Invoices: list})
 	}
 }

@@ -89,12 +89,6 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	return &Webhook{cfg: cfg, log: cfg.Logger.With("component", "stripe_webhook")}, nil
 }
 
-// WebhookResult is the answer to a delivered event.
-type WebhookResult struct {
-	Received  bool `json:"received"`
-	Duplicate bool `json:"duplicate"` // delivered before: nothing changed
-}
-
 // Handle is the Fiber handler of POST /v1/stripe/webhook. Errors are *tenants.Error for
 // the api's envelope: 400 invalid_signature, 400 invalid_request (not an event), 413.
 func (w *Webhook) Handle(c *fiber.Ctx) error {
@@ -121,7 +115,7 @@ func (w *Webhook) Handle(c *fiber.Ctx) error {
 	if !applied {
 		w.log.Info("stripe: duplicate event ignored", "event", ev.ID, "type", ev.Type)
 	}
-	return c.JSON(WebhookResult{Received: true, Duplicate: !applied})
+	return c.JSON(billing.WebhookResult{Received: true, Duplicate: !applied})
 }
 
 // eventError tells a bad signature from a body that is not an event.
