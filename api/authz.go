@@ -175,7 +175,11 @@ func (s *Server) listAudit(c *fiber.Ctx, r *request) error {
 	if p.Limit < 1 || p.Limit > tenants.MaxPageLimit {
 		return tenants.Errorf(tenants.EInvalidRequest, "limit must be 1–%d", tenants.MaxPageLimit)
 	}
-	items, next, err := s.cfg.Audit.ListAudit(r.ctx, r.tenant.ID, p)
+	from, to, err := tenants.ParseAuditRange(c.Query("from"), c.Query("to"))
+	if err != nil {
+		return err
+	}
+	items, next, err := s.cfg.Audit.ListAudit(r.ctx, r.tenant.ID, tenants.AuditQuery{Page: p, From: from, To: to})
 	if err != nil {
 		return err
 	}

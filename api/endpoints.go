@@ -258,8 +258,8 @@ func (s *Server) table() []endpoint {
 
 		// People and audit.
 		{method: http.MethodGet, path: "/v1/tenants/:slug/audit", access: tenantScoped, class: rbac.Read, handle: s.listAudit, tag: tagAudit,
-			summary: "The tenant's audit log", desc: "Every successful write to the tenant, newest first: who (a user's email, token:<name> or admin), what (<kind>.<create|update|delete>), which object, when." + scopedDoc,
-			status: 200, result: list[tenants.AuditEntry]{}, list: true},
+			summary: "The tenant's audit log", desc: "Every successful write to the tenant, newest first: who (a user's email, token:<name> or admin), what (<kind>.<create|update|delete>), which object, when. ?from= and ?to= (RFC 3339, or YYYY-MM-DD for a whole UTC day, to included) bound when; either may be left out." + scopedDoc,
+			status: 200, result: list[tenants.AuditEntry]{}, list: true, params: []string{"from", "to"}},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/members", access: tenantScoped, class: rbac.Read, handle: s.listMembers, tag: tagMembers,
 			summary: "List the tenant's console users and their roles", desc: scopedDoc, status: 200, result: list[tenants.Membership]{}},
 		{method: http.MethodPut, path: "/v1/tenants/:slug/members/:id", access: tenantScoped, class: rbac.TenantAdmin, handle: s.putMember, tag: tagMembers,

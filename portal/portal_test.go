@@ -218,7 +218,7 @@ func TestPortalForms(t *testing.T) {
 	if err != nil || cons.Name != "dev@example.com" {
 		t.Fatalf("the account's consumer: %+v %v", cons, err)
 	}
-	entries, _, _ := e.db.ListAudit(ctx, a.ID, tenants.Page{})
+	entries, _, _ := e.db.ListAudit(ctx, a.ID, tenants.AuditQuery{Page: tenants.Page{}})
 	if len(entries) == 0 || entries[0].Actor != "portal:dev@example.com" || entries[0].Action != "consumers.create" {
 		t.Errorf("audit: %+v", entries)
 	}

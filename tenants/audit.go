@@ -25,8 +25,46 @@ type AuditEntry struct {
 // AuditService reads the audit log. Entries are written only by the writes they record
 // (WithAudit), and never changed or deleted.
 type AuditService interface {
-	// ListAudit returns a page of a tenant's entries, newest first; the cursor is an id.
-	ListAudit(ctx context.Context, tenantID string, p Page) ([]*AuditEntry, string, error)
+	// ListAudit returns a page of a tenant's entries in q's range, newest first; the
+	// cursor is an id.
+	ListAudit(ctx context.Context, tenantID string, q AuditQuery) ([]*AuditEntry, string, error)
+}
+
+// AuditQuery asks for a page of the entries written in [From, To); a zero bound is open.
+type AuditQuery struct {
+	Page
+	From, To time.Time
+}
+
+// ParseAuditRange reads the bounds of an audit query as the API and the console take them:
+// RFC 3339, or YYYY-MM-DD for a whole UTC day (to: the day is included). Empty: open.
+func ParseAuditRange(from, to string) (f, t time.Time, err error) {
+	parse := func(field, s string, dayEnd bool) (time.Time, error) {
+		if s == "" {
+			return time.Time{}, nil
+		}
+		if d, err := time.Parse(time.DateOnly, s); err == nil {
+			if dayEnd {
+				d = d.AddDate(0, 0, 1)
+			}
+			return d, nil
+		}
+		v, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			return time.Time{}, Invalid(field, "must be YYYY-MM-DD or an RFC 3339 time")
+		}
+		return v.UTC(), nil
+	}
+	if f, err = parse("from", from, false); err != nil {
+		return f, t, err
+	}
+	if t, err = parse("to", to, true); err != nil {
+		return f, t, err
+	}
+	if !f.IsZero() && !t.IsZero() && !t.After(f) {
+		return f, t, Invalid("to", "must be after from")
+	}
+	return f, t, nil
 }
 
 // Audit verbs: the second half of an action.

@@ -2,9 +2,11 @@ package tenants_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"tollgate/tenants"
 )
@@ -220,5 +222,33 @@ func TestCodesHaveStatuses(t *testing.T) {
 	}
 	if tenants.Status("nope") != 500 {
 		t.Error("unknown code is not 500")
+	}
+}
+
+func TestParseAuditRange(t *testing.T) {
+	day := func(s string) time.Time { d, _ := time.Parse(time.DateOnly, s); return d }
+	for _, c := range []struct {
+		from, to     string
+		wantF, wantT time.Time
+		field        string
+	}{
+		{"", "", time.Time{}, time.Time{}, ""},
+		{"2026-11-01", "2026-11-30", day("2026-11-01"), day("2026-12-01"), ""},
+		{"2026-11-01T10:00:00Z", "", day("2026-11-01").Add(10 * time.Hour), time.Time{}, ""},
+		{"yesterday", "", time.Time{}, time.Time{}, "from"},
+		{"", "2026-13-01", time.Time{}, time.Time{}, "to"},
+		{"2026-11-02", "2026-11-01", time.Time{}, time.Time{}, "to"},
+	} {
+		f, to, err := tenants.ParseAuditRange(c.from, c.to)
+		var e *tenants.Error
+		if c.field != "" {
+			if !errors.As(err, &e) || e.Field != c.field {
+				t.Errorf("%q..%q: %v, want an error on %s", c.from, c.to, err, c.field)
+			}
+			continue
+		}
+		if err != nil || !f.Equal(c.wantF) || !to.Equal(c.wantT) {
+			t.Errorf("%q..%q: %v %v %v", c.from, c.to, f, to, err)
+		}
 	}
 }

@@ -99,7 +99,7 @@ func TestAuditSameForAPIAndConsole(t *testing.T) {
 	apiCall("DELETE", v1+"/invites/api@example.com", nil)
 	did("invites.delete", "api@example.com")
 
-	items, _, err := e.db.ListAudit(context.Background(), tenantID, tenants.Page{Limit: 100})
+	items, _, err := e.db.ListAudit(context.Background(), tenantID, tenants.AuditQuery{Page: tenants.Page{Limit: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,5 +109,27 @@ func TestAuditSameForAPIAndConsole(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("audit log\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestAuditPageRange: the audit page takes an optional date range, says which bound is
+// wrong, and keeps the range in its next page's link.
+func TestAuditPageRange(t *testing.T) {
+	e := newConsole(t)
+	owner := e.signUp("acme", true)
+	if pg := e.post(owner, "/console/t/acme/consumers", url.Values{"name": {"bob"}}); pg.status != http.StatusSeeOther {
+		t.Fatalf("create consumer: %d", pg.status)
+	}
+	for _, c := range []struct{ query, want string }{
+		{"", "consumers.create"},
+		{"?from=2000-01-01", "consumers.create"},
+		{"?from=2999-01-01", "No change in this range"},
+		{"?from=someday", "Give a day as YYYY-MM-DD"},
+		{"?from=2026-11-02&to=2026-11-01", "The last day must not be before the first"},
+	} {
+		pg := e.get(owner, "/console/t/acme/audit"+c.query)
+		if pg.status != http.StatusOK || !strings.Contains(pg.body, c.want) {
+			t.Errorf("audit%s: %d, want %q in\n%s", c.query, pg.status, c.want, pg.body)
+		}
 	}
 }

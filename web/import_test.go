@@ -74,7 +74,7 @@ func TestImportPage(t *testing.T) {
 			t.Errorf("route %s auth %q, want %q", r.Name, r.Auth, want)
 		}
 	}
-	entries, _, err := e.db.ListAudit(context.Background(), tenantID, tenants.Page{Limit: 10})
+	entries, _, err := e.db.ListAudit(context.Background(), tenantID, tenants.AuditQuery{Page: tenants.Page{Limit: 10}})
 	if err != nil || len(entries) == 0 || entries[0].Action != "routes.import" || entries[0].Actor != owner.email {
 		t.Errorf("audit: %v %+v", err, entries)
 	}

@@ -262,7 +262,7 @@ func TestInvitePages(t *testing.T) {
 		t.Errorf("a guessed link: %d %q", pg.status, pg.state())
 	}
 
-	audit, _, err := e.db.ListAudit(context.Background(), mustTenant(t, e, "acme"), tenants.Page{Limit: 50})
+	audit, _, err := e.db.ListAudit(context.Background(), mustTenant(t, e, "acme"), tenants.AuditQuery{Page: tenants.Page{Limit: 50}})
 	if err != nil {
 		t.Fatal(err)
 	}

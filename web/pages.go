@@ -2,8 +2,10 @@ package web
 
 import (
 	"context"
+	"errors"
 
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -412,8 +414,36 @@ type auditRow struct {
 	Name, Link string
 }
 
+// auditRange is the audit page's optional date range, as typed, with a message for a bad
+// bound (the page then shows every entry).
+type auditRange struct {
+	From, To string // YYYY-MM-DD, or ""
+	Errors   map[string]string
+	Query    string // the range as a query string, for the next page's link
+}
+
 func (c *Console) auditPage(ctx *fiber.Ctx) error {
-	items, next, err := c.cfg.Audit.ListAudit(c.ctx(ctx), tenantOf(ctx).ID, tenants.Page{Limit: 100, Cursor: ctx.Query("cursor")})
+	r := auditRange{From: ctx.Query("from"), To: ctx.Query("to"), Errors: map[string]string{}}
+	q := tenants.AuditQuery{Page: tenants.Page{Limit: 100, Cursor: ctx.Query("cursor")}}
+	from, to, err := tenants.ParseAuditRange(r.From, r.To)
+	var bad *tenants.Error
+	if errors.As(err, &bad) {
+		r.Errors[bad.Field] = "Give a day as YYYY-MM-DD"
+		if bad.Field == "to" && r.To != "" && !strings.Contains(bad.Message, "YYYY") {
+			r.Errors["to"] = "The last day must not be before the first"
+		}
+	} else {
+		q.From, q.To = from, to
+		v := url.Values{}
+		if r.From != "" {
+			v.Set("from", r.From)
+		}
+		if r.To != "" {
+			v.Set("to", r.To)
+		}
+		r.Query = v.Encode()
+	}
+	items, next, err := c.cfg.Audit.ListAudit(c.ctx(ctx), tenantOf(ctx).ID, q)
 	if err != nil {
 		return c.internal(ctx, err)
 	}
@@ -429,7 +459,7 @@ func (c *Console) auditPage(ctx *fiber.Ctx) error {
 			rows[i].Name, rows[i].Link = o[0], o[1]
 		}
 	}
-	return c.render(ctx, http.StatusOK, "audit", page{Title: "Audit log", Nav: "audit", Data: map[string]any{"Items": rows, "Next": next}})
+	return c.render(ctx, http.StatusOK, "audit", page{Title: "Audit log", Nav: "audit", Data: map[string]any{"Items": rows, "Next": next, "Range": r}})
 }
 
 // objectNames maps "kind/id" (the audit action's kind) to the name and page of the

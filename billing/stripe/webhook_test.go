@@ -201,7 +201,7 @@ func TestWebhookCheckoutCompleted(t *testing.T) {
 	if cs.Status != billing.CheckoutPaid || cs.SubscriptionID != "sub_c1" || cs.CompletedAt == nil {
 		t.Fatalf("checkout %+v", cs)
 	}
-	entries, _, err := db.Tenants.ListAudit(ctx, tn.ID, tenants.Page{Limit: 10})
+	entries, _, err := db.Tenants.ListAudit(ctx, tn.ID, tenants.AuditQuery{Page: tenants.Page{Limit: 10}})
 	if err != nil {
 		t.Fatal(err)
 	}

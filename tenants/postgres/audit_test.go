@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
@@ -13,7 +14,7 @@ import (
 // auditLog is a tenant's audit log, oldest first, as "action object actor".
 func auditLog(t *testing.T, db *postgres.DB, tenantID string) []string {
 	t.Helper()
-	items, _, err := db.ListAudit(context.Background(), tenantID, tenants.Page{Limit: tenants.MaxPageLimit})
+	items, _, err := db.ListAudit(context.Background(), tenantID, tenants.AuditQuery{Page: tenants.Page{Limit: tenants.MaxPageLimit}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,5 +155,42 @@ func TestAuditRollsBackTheChange(t *testing.T) {
 	}
 	if got := auditLog(t, db, tn.ID); len(got) != 1 {
 		t.Fatalf("audit log: %q", got)
+	}
+}
+
+// TestAuditRange: a range keeps the entries written inside it, either bound may be open.
+func TestAuditRange(t *testing.T) {
+	t.Parallel()
+	db, _ := openDB(t)
+	ctx := context.Background()
+	signUp(t, db, "owner@example.com", "acme", true)
+	tn, err := db.FindTenant(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CreateRoute(audit(tn.ID, "routes.create", ""), newRoute(tn.ID, "hello", "/hello")); err != nil {
+		t.Fatal(err)
+	}
+	all, _, err := db.ListAudit(ctx, tn.ID, tenants.AuditQuery{Page: tenants.Page{Limit: 10}})
+	if err != nil || len(all) != 1 {
+		t.Fatalf("all: %v entries, %v", len(all), err)
+	}
+	at := all[0].At
+	for _, c := range []struct {
+		name     string
+		from, to time.Time
+		want     int
+	}{
+		{"open", time.Time{}, time.Time{}, 1},
+		{"from before", at.Add(-time.Minute), time.Time{}, 1},
+		{"from after", at.Add(time.Second), time.Time{}, 0},
+		{"to after", time.Time{}, at.Add(time.Second), 1},
+		{"to at (exclusive)", time.Time{}, at, 0},
+		{"around", at.Add(-time.Hour), at.Add(time.Hour), 1},
+	} {
+		got, _, err := db.ListAudit(ctx, tn.ID, tenants.AuditQuery{Page: tenants.Page{Limit: 10}, From: c.from, To: c.to})
+		if err != nil || len(got) != c.want {
+			t.Errorf("%s: %d entries, want %d (%v)", c.name, len(got), c.want, err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -180,7 +181,8 @@ func (db *DB) DeleteSession(ctx context.Context, hash string) error {
 }
 
 // ListAudit returns a page of the tenant's audit log, newest first.
-func (db *DB) ListAudit(ctx context.Context, tenantID string, p tenants.Page) ([]*tenants.AuditEntry, string, error) {
+func (db *DB) ListAudit(ctx context.Context, tenantID string, q tenants.AuditQuery) ([]*tenants.AuditEntry, string, error) {
+	p := q.Page
 	// Audit ids are numbers, not UUIDs: the cursor is read here rather than by page.
 	limit, _, err := page(tenants.Page{Limit: p.Limit})
 	if err != nil {
@@ -195,8 +197,16 @@ func (db *DB) ListAudit(ctx context.Context, tenantID string, p tenants.Page) ([
 			return nil, "", tenants.Errorf(tenants.EInvalidRequest, "cursor is not one this list returned")
 		}
 	}
+	var from, to *time.Time // nil: open
+	if !q.From.IsZero() {
+		from = &q.From
+	}
+	if !q.To.IsZero() {
+		to = &q.To
+	}
 	rows, err := db.pool.Query(ctx, `SELECT id, tenant_id::text, actor, action, object, at FROM audit_log
-		WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3`, tenantID, before, limit+1)
+		WHERE tenant_id = $1 AND id < $2 AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
+		ORDER BY id DESC LIMIT $3`, tenantID, before, limit+1, from, to)
 	if err != nil {
 		return nil, "", constraintError(err, "list audit", nil)
 	}
