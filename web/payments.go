@@ -118,7 +118,12 @@ func (c *Console) paymentsSave(ctx *fiber.Ctx) error {
 		return ctx.Redirect(c.tenantURL(ctx, "/payments"), http.StatusSeeOther)
 	}
 	f := paymentsForm{Account: strings.TrimSpace(ctx.FormValue("account_id")), Errors: map[string]string{}}
-	err := c.cfg.Payments.SetConnectedAccount(c.ctx(ctx), tenantOf(ctx).ID, f.Account)
+	verb := tenants.AuditUpdate
+	if f.Account == "" {
+		verb = tenants.AuditDelete
+	}
+	actx := c.audited(ctx, user(ctx), tenantOf(ctx).ID, tenants.AuditAction("stripe_account", verb), f.Account)
+	err := c.cfg.Payments.SetConnectedAccount(actx, tenantOf(ctx).ID, f.Account)
 	switch {
 	case err == nil && f.Account == "":
 		return ctx.Redirect(c.tenantURL(ctx, "/payments?done=account-removed"), http.StatusSeeOther)

@@ -57,6 +57,10 @@ func TestPaymentsPage(t *testing.T) {
 	if acct, _ := store.ConnectedAccount(ctx, tn.ID); acct != "acct_1Acme" {
 		t.Fatalf("saved %q", acct)
 	}
+	entries, _, err := e.db.ListAudit(ctx, tn.ID, tenants.AuditQuery{Page: tenants.Page{Limit: 1}})
+	if err != nil || len(entries) != 1 || entries[0].Action != "stripe_account.update" || entries[0].Object != "acct_1Acme" {
+		t.Fatalf("audit: %+v %v", entries, err)
+	}
 
 	cs := &tenants.Consumer{TenantID: tn.ID, Name: "mobile-app"}
 	if err := e.db.CreateConsumer(ctx, cs); err != nil {

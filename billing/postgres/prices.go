@@ -103,7 +103,7 @@ func (s *Store) SetPrice(ctx context.Context, p *billing.Price) error {
 		if err != nil {
 			return fmt.Errorf("set price: %w", err)
 		}
-		return recordPriceAudit(ctx, tx, p.TenantID, p.Plan, from)
+		return recordAudit(ctx, tx, p.TenantID, p.Plan+"/"+from.String())
 	})
 }
 
@@ -126,7 +126,7 @@ func (s *Store) DeletePrice(ctx context.Context, tenantID, plan string, from bil
 		if tag.RowsAffected() == 0 {
 			return tenants.Errorf(tenants.ENotFound, "no price of plan %q from %s", plan, from)
 		}
-		return recordPriceAudit(ctx, tx, tenantID, plan, from)
+		return recordAudit(ctx, tx, tenantID, plan+"/"+from.String())
 	})
 }
 
@@ -174,10 +174,10 @@ func planExists(ctx context.Context, tx pgx.Tx, tenantID, plan string) error {
 	return nil
 }
 
-// recordPriceAudit writes the audit entry of ctx's audit, if any, in the change's
-// transaction: a tenant's prices in its log, the platform's under PlatformAuditTenant.
-// The object is "<plan>/<YYYY-MM>" unless the caller named one.
-func recordPriceAudit(ctx context.Context, tx pgx.Tx, tenantID, plan string, from billing.Period) error {
+// recordAudit writes the audit entry of ctx's audit, if any, in the change's own
+// transaction (as the tenants store does), naming object when the caller did not; a
+// change of no tenant (the platform's prices) is filed under PlatformAuditTenant.
+func recordAudit(ctx context.Context, tx pgx.Tx, tenantID, object string) error {
 	a, ok := tenants.AuditOf(ctx)
 	if !ok {
 		return nil
@@ -189,12 +189,12 @@ func recordPriceAudit(ctx context.Context, tx pgx.Tx, tenantID, plan string, fro
 		a.TenantID = PlatformAuditTenant
 	}
 	if a.Object == "" {
-		a.Object = plan + "/" + from.String()
+		a.Object = object
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO audit_log (tenant_id, actor, action, object) VALUES ($1, $2, $3, $4)`,
 		a.TenantID, a.Actor, a.Action, a.Object)
 	if err != nil {
-		return fmt.Errorf("price: audit: %w", err)
+		return fmt.Errorf("audit: %w", err)
 	}
 	return nil
 }

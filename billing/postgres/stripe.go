@@ -433,17 +433,27 @@ func (s *Store) ConnectedAccount(ctx context.Context, tenantID string) (string, 
 }
 
 // SetConnectedAccount sets the tenant's connected account; "" removes it. EValidation
-// when the id is not an acct_ id.
+// when the id is not an acct_ id. The audit entry attached to ctx (tenants.WithAudit), if
+// any, is written in the same transaction.
 func (s *Store) SetConnectedAccount(ctx context.Context, tenantID, account string) error {
-	if account == "" {
-		_, err := s.pool.Exec(ctx, `DELETE FROM stripe_accounts WHERE tenant_id = $1`, tenantID)
-		return err
+	if account != "" {
+		if err := billing.ValidAccount(account); err != nil {
+			return err
+		}
 	}
-	if err := billing.ValidAccount(account); err != nil {
-		return err
-	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO stripe_accounts (tenant_id, account_id) VALUES ($1, $2)
-		ON CONFLICT (tenant_id) DO UPDATE SET account_id = $2, updated_at = now()`, tenantID, account)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		if account == "" {
+			_, err = tx.Exec(ctx, `DELETE FROM stripe_accounts WHERE tenant_id = $1`, tenantID)
+		} else {
+			_, err = tx.Exec(ctx, `INSERT INTO stripe_accounts (tenant_id, account_id) VALUES ($1, $2)
+				ON CONFLICT (tenant_id) DO UPDATE SET account_id = $2, updated_at = now()`, tenantID, account)
+		}
+		if err != nil {
+			return err
+		}
+		return recordAudit(ctx, tx, tenantID, account)
+	})
 	if err != nil {
 		return fmt.Errorf("connected account: %w", err)
 	}
