@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -18,7 +19,8 @@ import (
 // its plan page. A version applies from its month until the plan's next one; only a
 // future version may be deleted, since a month begun is billed as it started.
 
-// priceForm is the form of a new version; amounts are whole minor units (cents).
+// priceForm is the form of a new version; amounts are typed in the currency's major unit
+// ("19.99" dollars), as people read prices, and stored in minor units.
 type priceForm struct {
 	Plan, EffectiveFrom, Currency           string
 	MonthlyFee, IncludedRequests, UnitPrice string
@@ -65,12 +67,50 @@ func readPriceForm(ctx *fiber.Ctx, tenantID, plan string) (priceForm, *billing.P
 		f.Plan = v("plan")
 	}
 	p := &billing.Price{TenantID: tenantID, Plan: f.Plan, EffectiveFrom: f.EffectiveFrom, Currency: f.Currency,
-		MonthlyFee:       number(f.MonthlyFee, "monthly_fee", "The monthly fee", f.Errors),
+		MonthlyFee:       amount(f.MonthlyFee, f.Currency, "monthly_fee", "The monthly fee", f.Errors),
 		IncludedRequests: number(f.IncludedRequests, "included_requests", "Included requests", f.Errors),
-		UnitPrice:        number(f.UnitPrice, "unit_price", "The unit price", f.Errors),
+		UnitPrice:        amount(f.UnitPrice, f.Currency, "unit_price", "The unit price", f.Errors),
 		UnitRequests:     number(f.UnitRequests, "unit_requests", "The unit", f.Errors),
 		PerConsumer:      f.PerConsumer && tenantID == ""}
 	return f, p
+}
+
+// amount reads a price typed in the currency's major unit ("1,234.5", "0.05"; whole
+// numbers only for a currency without minor units) as minor units.
+func amount(v, currency, key, what string, errs map[string]string) int64 {
+	v = strings.ReplaceAll(strings.TrimSpace(v), ",", "")
+	if v == "" {
+		return 0
+	}
+	digits := 2
+	if zeroDecimal[strings.ToUpper(currency)] {
+		digits = 0
+	}
+	whole, frac, _ := strings.Cut(v, ".")
+	if whole == "" {
+		whole = "0"
+	}
+	n, err := strconv.ParseInt(whole, 10, 64)
+	ok := err == nil && n >= 0 && n <= 1e13 && len(frac) <= digits && !strings.HasPrefix(whole, "+")
+	for i := 0; ok && i < digits; i++ {
+		n *= 10
+	}
+	if ok && frac != "" {
+		f, err := strconv.ParseUint(frac+strings.Repeat("0", digits-len(frac)), 10, 64)
+		ok = err == nil && !strings.HasPrefix(frac, "+")
+		n += int64(f)
+	}
+	if !ok {
+		if _, dup := errs[key]; !dup {
+			if digits == 0 {
+				errs[key] = what + " must be a whole amount, 0 or more"
+			} else {
+				errs[key] = what + " must be an amount like 19.99, 0 or more"
+			}
+		}
+		return 0
+	}
+	return n
 }
 
 // priceRows lists versions (of one plan, or every plan) with their state this month.

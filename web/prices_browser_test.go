@@ -75,11 +75,11 @@ func TestPricesConsole(t *testing.T) {
 	fin.do(chromedp.Click(chromedp.CSS(`a[href="/console/finance/prices"]`)))
 	fin.waitPath("/console/finance/prices")
 	fin.do(chromedp.SetValue(chromedp.CSS(`#plan`), plan))
-	fin.fill(map[string]string{"#currency": "US$", "#monthly_fee": "1500", "#included_requests": "1000", "#unit_price": "5", "#unit_requests": "1000"})
+	fin.fill(map[string]string{"#currency": "US$", "#monthly_fee": "15.00", "#included_requests": "1000", "#unit_price": "0.05", "#unit_requests": "1000"})
 	fin.submit()
 	fin.waitPath("/console/finance/prices")
 	fin.do(chromedp.WaitVisible(chromedp.CSS(`#currency-error`)))
-	if v := fin.eval(`document.querySelector("#monthly_fee").value`); v != "1500" {
+	if v := fin.eval(`document.querySelector("#monthly_fee").value`); v != "15.00" {
 		t.Errorf("the refused form lost its values: monthly fee %q", v)
 	}
 	fin.do(chromedp.SetValue(chromedp.CSS(`#plan`), plan))
@@ -115,7 +115,7 @@ func TestPricesConsole(t *testing.T) {
 	if fin.eval(`String(document.querySelector("#public").checked)`) != "true" || fin.eval(`document.querySelector("#description").value`) != "For hobby projects" {
 		t.Errorf("the plan's public flag or description was not kept:\n%s", fin.text())
 	}
-	fin.fill(map[string]string{"#effective_from": "2020-01", "#monthly_fee": "900"})
+	fin.fill(map[string]string{"#effective_from": "2020-01", "#monthly_fee": "9"})
 	fin.do(chromedp.Click(chromedp.CSS(`#price-form button[type=submit]`)))
 	fin.waitPath(planURL)
 	fin.do(chromedp.WaitVisible(chromedp.CSS(`#effective_from-error`)))
