@@ -16,6 +16,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/tenants"
+	"tollgate/web/forms"
 )
 
 // Sessions and CSRF work as the console's (web/session.go): the cookie holds a random
@@ -202,7 +203,7 @@ func (p *Portal) signup(ctx *fiber.Ctx) error {
 	if len(f.Errors) > 0 {
 		return p.render(ctx, http.StatusUnprocessableEntity, "signup", page{Title: "Create your account", Form: f})
 	}
-	if wait, err := p.throttled(ctx, []string{"portal-signup:" + p.clientIP(ctx)}, []tenants.ThrottleRule{signUpRule}); err != nil {
+	if wait, err := p.throttled(ctx, []string{"portal-signup:" + forms.ClientIP(ctx, p.cfg.TrustedProxies)}, []tenants.ThrottleRule{signUpRule}); err != nil {
 		return p.internal(ctx, err)
 	} else if wait > 0 {
 		f.Errors["form"] = tooMany(ctx, wait, "sign-ups from your address")
@@ -268,7 +269,7 @@ func (p *Portal) verifyResend(ctx *fiber.Ctx) error {
 	if err != nil {
 		return ctx.Redirect(url(ctx, "/login"), http.StatusSeeOther)
 	}
-	if wait, err := p.throttled(ctx, []string{"portal-mail:" + p.clientIP(ctx)}, []tenants.ThrottleRule{mailRule}); err != nil {
+	if wait, err := p.throttled(ctx, []string{"portal-mail:" + forms.ClientIP(ctx, p.cfg.TrustedProxies)}, []tenants.ThrottleRule{mailRule}); err != nil {
 		return p.internal(ctx, err)
 	} else if wait > 0 {
 		return p.render(ctx, http.StatusTooManyRequests, "login", page{Title: "Sign in",
@@ -305,7 +306,7 @@ func (p *Portal) login(ctx *fiber.Ctx) error {
 	pw := ctx.FormValue("password")
 	v := viewOf(ctx)
 	email, _ := tenants.NormalizeEmail(f.Email)
-	ip := p.clientIP(ctx)
+	ip := forms.ClientIP(ctx, p.cfg.TrustedProxies)
 	accountKey := "portal-account:" + v.Tenant.ID + "|" + email + "|" + ip
 	keys, rules := []string{"portal-signin:" + ip}, []tenants.ThrottleRule{signInRule}
 	if email != "" {
@@ -374,7 +375,7 @@ func (p *Portal) forgot(ctx *fiber.Ctx) error {
 		fieldError(err, f.Errors)
 		return p.render(ctx, http.StatusUnprocessableEntity, "forgot", page{Title: "Reset your password", Form: f})
 	}
-	if wait, err := p.throttled(ctx, []string{"portal-mail:" + p.clientIP(ctx)}, []tenants.ThrottleRule{mailRule}); err != nil {
+	if wait, err := p.throttled(ctx, []string{"portal-mail:" + forms.ClientIP(ctx, p.cfg.TrustedProxies)}, []tenants.ThrottleRule{mailRule}); err != nil {
 		return p.internal(ctx, err)
 	} else if wait > 0 {
 		f.Errors["form"] = tooMany(ctx, wait, "reset requests from your address")
@@ -446,18 +447,8 @@ func (p *Portal) mailLink(ctx *fiber.Ctx, a *tenants.PortalAccount, purpose stri
 	return nil
 }
 
-// mail sends m in the background, as the console does, so the mail server's delay never
-// tells a client which answer it got. A failure is logged without the body (its links
-// are secrets).
-func (p *Portal) mail(m tenants.Mail) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := p.cfg.Mailer.Send(ctx, m); err != nil {
-			p.log.Error("portal: mail not sent", "subject", m.Subject, "err", err)
-		}
-	}()
-}
+// mail sends m in the background, as the console does (forms.SendMail).
+func (p *Portal) mail(m tenants.Mail) { forms.SendMail(p.cfg.Mailer, m, p.log, "portal") }
 
 type dropMail struct{}
 

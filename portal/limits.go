@@ -2,9 +2,7 @@ package portal
 
 import (
 	"errors"
-	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -35,36 +33,6 @@ func (p *Portal) throttled(ctx *fiber.Ctx, keys []string, rules []tenants.Thrott
 	return 0, nil
 }
 
-// clientIP is the peer, or behind a trusted proxy the right-most X-Forwarded-For address
-// that is not one (the left-most entries are whatever the client wrote).
-func (p *Portal) clientIP(ctx *fiber.Ctx) string {
-	peer, _ := netip.AddrFromSlice(ctx.Context().RemoteIP())
-	peer = peer.Unmap()
-	if !p.trusted(peer) {
-		return peer.String()
-	}
-	hops := strings.Split(string(ctx.Request().Header.Peek(fiber.HeaderXForwardedFor)), ",")
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
-			break
-		}
-		if a = a.Unmap(); !p.trusted(a) {
-			return a.String()
-		}
-	}
-	return peer.String()
-}
-
-func (p *Portal) trusted(a netip.Addr) bool {
-	for _, pr := range p.cfg.TrustedProxies {
-		if pr.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
 // tooMany sets Retry-After and returns the sentence the form shows.
 func tooMany(ctx *fiber.Ctx, wait time.Duration, what string) string {
 	secs := int(wait.Seconds() + 0.999)
@@ -90,21 +58,4 @@ func fieldError(err error, into map[string]string) bool {
 		into[field] = te.Message
 	}
 	return true
-}
-
-func groupDigits(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
 }

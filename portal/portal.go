@@ -30,6 +30,7 @@ import (
 
 	"tollgate/billing"
 	"tollgate/tenants"
+	"tollgate/web/forms"
 )
 
 //go:embed templates/*.html
@@ -98,7 +99,7 @@ type Portal struct {
 	log     *slog.Logger
 	pages   map[string]*template.Template
 	hosts   *hostTable
-	replays replays
+	replays forms.Store[page]
 }
 
 // New checks cfg and parses the templates; it panics on a missing service or a template
@@ -267,7 +268,7 @@ var funcs = template.FuncMap{
 	"when":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") },
 	"day":   func(t time.Time) string { return t.UTC().Format("Jan 2") },
 	"join":  strings.Join,
-	"num":   groupDigits,
+	"num":   forms.GroupDigits,
 	"price": priceText,
 }
 
@@ -283,9 +284,9 @@ func priceText(pr *billing.Price) string {
 	}
 	if pr.UnitPrice > 0 {
 		unit := max(pr.UnitRequests, 1)
-		over := cur + minor(pr.UnitPrice) + " per " + groupDigits(unit) + " requests"
+		over := cur + minor(pr.UnitPrice) + " per " + forms.GroupDigits(unit) + " requests"
 		if pr.IncludedRequests > 0 {
-			over += " over " + groupDigits(pr.IncludedRequests)
+			over += " over " + forms.GroupDigits(pr.IncludedRequests)
 		}
 		parts = append(parts, over)
 	}
@@ -294,7 +295,7 @@ func priceText(pr *billing.Price) string {
 
 // minor writes an amount of minor units (cents) in major units.
 func minor(n int64) string {
-	return groupDigits(n/100) + "." + fmt.Sprintf("%02d", n%100)
+	return forms.GroupDigits(n/100) + "." + fmt.Sprintf("%02d", n%100)
 }
 
 // render answers with the page: at once for a GET, through a kept page and a redirect

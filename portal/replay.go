@@ -3,13 +3,12 @@ package portal
 import (
 	"net/http"
 	"strings"
-	"sync"
-	"time"
+	"tollgate/web/forms"
 
 	"github.com/gofiber/fiber/v2"
 )
 
-// Post/redirect/get, as the console's (web/flash.go): a POST never answers with a page.
+// Post/redirect/get, as the console's (web/flash.go, over the same forms.Store): a POST never answers with a page.
 // A page a POST would draw (a form with its messages, the notice after a sign-up) is
 // kept here for the browser that posted, and the POST answers 303 to the form's own
 // page, whose next GET by that browser draws it, once. A reload then draws the page
@@ -18,83 +17,6 @@ import (
 // Kept pages live in this process's memory: behind a load balancer the browser must come
 // back to the same api replica to see them (elsewhere it sees the page as a fresh GET
 // draws it). A new key's plaintext does not depend on that: it is kept in the store.
-
-const (
-	replayTTL    = 10 * time.Minute
-	replayPerKey = 16
-	replayMax    = 20000
-)
-
-type replay struct {
-	path, name string
-	pg         page
-	retry      string
-	expires    time.Time
-}
-
-type replays struct {
-	mu    sync.Mutex
-	byKey map[string][]replay
-	n     int
-}
-
-func (r *replays) put(key string, rp replay, now time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.byKey == nil || r.n >= replayMax {
-		r.prune(now)
-	}
-	q := r.byKey[key]
-	if len(q) >= replayPerKey {
-		q = q[1:]
-		r.n--
-	}
-	r.byKey[key] = append(q, rp)
-	r.n++
-}
-
-// prune drops what has expired, and everything when that is not enough.
-func (r *replays) prune(now time.Time) {
-	if r.byKey == nil {
-		r.byKey = map[string][]replay{}
-	}
-	for k, q := range r.byKey {
-		kept := q[:0]
-		for _, rp := range q {
-			if now.Before(rp.expires) {
-				kept = append(kept, rp)
-			}
-		}
-		r.n -= len(q) - len(kept)
-		if len(kept) == 0 {
-			delete(r.byKey, k)
-		} else {
-			r.byKey[k] = kept
-		}
-	}
-	if r.n >= replayMax {
-		r.byKey, r.n = map[string][]replay{}, 0
-	}
-}
-
-// take removes and returns the oldest live page kept under key for path.
-func (r *replays) take(key, path string, now time.Time) (replay, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	q := r.byKey[key]
-	for i, rp := range q {
-		if rp.path != path || !now.Before(rp.expires) {
-			continue
-		}
-		r.byKey[key] = append(q[:i:i], q[i+1:]...)
-		r.n--
-		if len(r.byKey[key]) == 0 {
-			delete(r.byKey, key)
-		}
-		return rp, true
-	}
-	return replay{}, false
-}
 
 // backOf is the page (under the portal) each form lives on.
 var backOf = map[string]string{
@@ -137,8 +59,8 @@ func (p *Portal) keep(ctx *fiber.Ctx, name string, pg page) (bool, error) {
 		return false, nil
 	}
 	now := p.cfg.Now()
-	p.replays.put(key, replay{path: back, name: name, pg: pg, retry: string(ctx.Response().Header.Peek(fiber.HeaderRetryAfter)),
-		expires: now.Add(replayTTL)}, now)
+	p.replays.Put(key, forms.Kept[page]{Path: back, Name: name, Page: pg, Retry: string(ctx.Response().Header.Peek(fiber.HeaderRetryAfter)),
+		Expires: now.Add(forms.TTL)}, now)
 	ctx.Response().Header.Del(fiber.HeaderRetryAfter)
 	return true, ctx.Redirect(url(ctx, back), http.StatusSeeOther)
 }
@@ -152,12 +74,12 @@ func (p *Portal) replayed(ctx *fiber.Ctx) error {
 	if key == "" {
 		return ctx.Next()
 	}
-	rp, ok := p.replays.take(key, relPath(ctx), p.cfg.Now())
+	rp, ok := p.replays.Take(key, relPath(ctx), p.cfg.Now())
 	if !ok {
 		return ctx.Next()
 	}
-	if rp.retry != "" {
-		ctx.Set(fiber.HeaderRetryAfter, rp.retry)
+	if rp.Retry != "" {
+		ctx.Set(fiber.HeaderRetryAfter, rp.Retry)
 	}
-	return p.draw(ctx, rp.pg.Status, rp.name, rp.pg)
+	return p.draw(ctx, rp.Page.Status, rp.Name, rp.Page)
 }

@@ -26,6 +26,7 @@ import (
 	"tollgate/billing"
 	"tollgate/tenants"
 	"tollgate/tenants/rbac"
+	"tollgate/web/forms"
 )
 
 //go:embed templates/*.html
@@ -111,7 +112,7 @@ type Console struct {
 	cfg   Config
 	log   *slog.Logger
 	pages map[string]*template.Template
-	flash flashes // pages kept for the GET after a POST (flash.go)
+	flash forms.Store[page] // pages kept for the GET after a POST (flash.go)
 }
 
 // New parses the templates; it panics on a template error (a build bug).

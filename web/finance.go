@@ -10,6 +10,7 @@ import (
 
 	"tollgate/billing"
 	"tollgate/tenants/rbac"
+	"tollgate/web/forms"
 )
 
 // The finance export page: the platform's bill for a month, previewed as a table, with
@@ -41,13 +42,13 @@ var zeroDecimal = map[string]bool{"JPY": true, "KRW": true, "VND": true, "CLP": 
 func money(amount int64, currency string) string {
 	cur := strings.ToUpper(currency)
 	if zeroDecimal[cur] {
-		return groupDigits(amount) + " " + cur
+		return forms.GroupDigits(amount) + " " + cur
 	}
 	neg := amount < 0
 	if neg {
 		amount = -amount
 	}
-	s := groupDigits(amount/100) + "." + strconv.FormatInt(100+amount%100, 10)[1:]
+	s := forms.GroupDigits(amount/100) + "." + strconv.FormatInt(100+amount%100, 10)[1:]
 	if neg {
 		s = "-" + s
 	}

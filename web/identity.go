@@ -11,6 +11,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/tenants"
+	"tollgate/web/forms"
 )
 
 // Proven addresses, password reset and the account page. Every mailed link carries a
@@ -41,18 +42,9 @@ type dropMail struct{}
 
 func (dropMail) Send(context.Context, tenants.Mail) error { return nil }
 
-// mail sends m in the background, so how long the mail server takes never tells a client
-// which answer it got (a taken address is mailed, an unknown one asking for a reset is
-// not). A failure is logged without the message, whose links are secrets.
-func (c *Console) mail(m tenants.Mail) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := c.cfg.Mailer.Send(ctx, m); err != nil {
-			c.log.Error("console: mail not sent", "subject", m.Subject, "err", err)
-		}
-	}()
-}
+// mail sends m in the background (forms.SendMail: the mail server's delay never tells a
+// client which answer it got).
+func (c *Console) mail(m tenants.Mail) { forms.SendMail(c.cfg.Mailer, m, c.log, "console") }
 
 // link makes a single-use token for u, stores its hash, and returns the console URL that
 // carries it.

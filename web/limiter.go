@@ -1,14 +1,13 @@
 package web
 
 import (
-	"net/netip"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/tenants"
+	"tollgate/web/forms"
 )
 
 // Limits are the console's throttles. Their counters live in the store
@@ -46,37 +45,9 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// clientIP is the address throttles count by: the peer, or, when the peer is one of the
-// trusted proxies, the right-most X-Forwarded-For address that is not one (the left-most
-// entries are whatever the client wrote). Without it every client behind a load balancer
-// would share one allowance, and a stranger could spend it for all of them.
-func (c *Console) clientIP(ctx *fiber.Ctx) string {
-	peer, _ := netip.AddrFromSlice(ctx.Context().RemoteIP())
-	peer = peer.Unmap()
-	if !trusted(c.cfg.TrustedProxies, peer) {
-		return peer.String()
-	}
-	hops := strings.Split(string(ctx.Request().Header.Peek(fiber.HeaderXForwardedFor)), ",")
-	for i := len(hops) - 1; i >= 0; i-- {
-		a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-		if err != nil {
-			break
-		}
-		if a = a.Unmap(); !trusted(c.cfg.TrustedProxies, a) {
-			return a.String()
-		}
-	}
-	return peer.String()
-}
-
-func trusted(list []netip.Prefix, a netip.Addr) bool {
-	for _, p := range list {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
+// clientIP is the address throttles count by (forms.ClientIP: the peer, or behind a
+// trusted proxy the client it names).
+func (c *Console) clientIP(ctx *fiber.Ctx) string { return forms.ClientIP(ctx, c.cfg.TrustedProxies) }
 
 // Throttle keys. An email is normalized before it is part of a key.
 func signInKey(ip string) string         { return "signin:" + ip }

@@ -14,6 +14,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/tenants"
+	"tollgate/web/forms"
 )
 
 // page is what every template gets.
@@ -55,7 +56,7 @@ var funcs = template.FuncMap{
 		}
 		return strings.TrimPrefix(list[0], "=")
 	},
-	"num":     func(n int64) string { return groupDigits(n) },
+	"num":     func(n int64) string { return forms.GroupDigits(n) },
 	"methods": func() []string { return allMethods },
 	"roles":   func() []string { return tenants.MemberRoles },
 	"modes":   func() []string { return planModes },
@@ -92,23 +93,6 @@ func shellQuote(parts ...string) string {
 		}
 	}
 	b.WriteByte('\'')
-	return b.String()
-}
-
-func groupDigits(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if neg {
-		return "-" + b.String()
-	}
 	return b.String()
 }
 

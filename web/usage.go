@@ -13,6 +13,7 @@ import (
 
 	"tollgate/billing"
 	"tollgate/tenants"
+	"tollgate/web/forms"
 )
 
 // The usage page draws the billing rollups as inline SVG: requests per hour over the last
@@ -292,7 +293,7 @@ func columns(title string, bars []bar) template.HTML {
 		y := float64(top) + plotH*float64(i)/float64(steps)
 		v := ymax - ymax*i/steps
 		fmt.Fprintf(&s, `<line class="grid" x1="%d" x2="%d" y1="%.1f" y2="%.1f"/><text class="axis" x="%d" y="%.1f" text-anchor="end">%s</text>`,
-			left, w, y, y, left-6, y+4, groupDigits(v))
+			left, w, y, y, left-6, y+4, forms.GroupDigits(v))
 	}
 	n := len(bars)
 	slot := float64(w-left) / float64(n)
@@ -300,7 +301,7 @@ func columns(title string, bars []bar) template.HTML {
 		bh := plotH * float64(b.Value) / float64(ymax)
 		x := float64(left) + slot*float64(i) + slot*0.15
 		fmt.Fprintf(&s, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %s requests</title></rect>`,
-			x, float64(top)+plotH-bh, slot*0.7, math.Max(bh, 0), esc(b.Label), groupDigits(b.Value))
+			x, float64(top)+plotH-bh, slot*0.7, math.Max(bh, 0), esc(b.Label), forms.GroupDigits(b.Value))
 		if i%3 == 0 {
 			fmt.Fprintf(&s, `<text class="axis" x="%.1f" y="%d" text-anchor="middle">%s</text>`, x+slot*0.35, h-6, esc(b.Label))
 		}
@@ -340,8 +341,8 @@ func rows(title string, bars []bar) template.HTML {
 		}
 		fmt.Fprintf(&s, `<text class="label" x="%d" y="%d" text-anchor="end">%s</text>`, label-10, y+19, esc(name))
 		fmt.Fprintf(&s, `<rect class="%s" x="%d" y="%d" width="%.1f" height="%d" rx="3"><title>%s: %s requests</title></rect>`,
-			cls, label, y+4, math.Max(bw, 2), rowH-10, esc(b.Label), groupDigits(b.Value))
-		fmt.Fprintf(&s, `<text class="value" x="%.1f" y="%d">%s</text>`, float64(label)+math.Max(bw, 2)+8, y+19, groupDigits(b.Value))
+			cls, label, y+4, math.Max(bw, 2), rowH-10, esc(b.Label), forms.GroupDigits(b.Value))
+		fmt.Fprintf(&s, `<text class="value" x="%.1f" y="%d">%s</text>`, float64(label)+math.Max(bw, 2)+8, y+19, forms.GroupDigits(b.Value))
 	}
 	s.WriteString(`</svg>`)
 	return template.HTML(s.String())
