@@ -153,6 +153,11 @@ func New(cfg Config) *Portal {
 // a request whose Host is one of them is routed as if it had asked for the path under
 // that tenant's /portal/{slug}. Requests for any other host are not touched.
 func (p *Portal) Mount(app *fiber.App) {
+	if !app.Config().Immutable {
+		// Values of a request outlive it in the pages kept for the next GET (forms.Store);
+		// without Immutable they alias buffers fasthttp reuses.
+		panic("portal: Mount needs a fiber app with Config.Immutable")
+	}
 	p.hosts.wrap(app.Server())
 	g := app.Group(Prefix+"/:slug", p.headers, p.tenantScope, p.csrf, p.replayed)
 	g.Get("/", p.docsPage)

@@ -174,6 +174,11 @@ func New(cfg Config) *Console {
 
 // Mount registers the console's routes on app under Prefix.
 func (c *Console) Mount(app *fiber.App) {
+	if !app.Config().Immutable {
+		// Values of a request (form fields, headers) outlive it in the pages kept for the
+		// next GET (forms.Store); without Immutable they alias buffers fasthttp reuses.
+		panic("web: Mount needs a fiber app with Config.Immutable")
+	}
 	static, _ := fs.Sub(staticFiles, "static")
 	app.Get(Prefix+"/static/:file", func(ctx *fiber.Ctx) error {
 		name := ctx.Params("file")

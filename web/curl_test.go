@@ -36,7 +36,7 @@ func TestCopiedCommandsAreShellQuoted(t *testing.T) {
 	}
 	ctx := context.Background()
 	db, _ := pgtest.Open(t)
-	app := fiber.New()
+	app := fiber.New(fiber.Config{Immutable: true})
 	web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db, EdgeDomain: "edge.test", EdgePort: "8000"}).Mount(app)
 
 	hash, _ := tenants.HashPassword("correct horse battery")

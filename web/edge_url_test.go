@@ -24,7 +24,7 @@ func TestEdgeAddressInExamples(t *testing.T) {
 	} {
 		cfg := tc.cfg
 		cfg.Tenants, cfg.Routes, cfg.Consumers, cfg.People, cfg.Audit = db, db, db, db, db
-		app := fiber.New()
+		app := fiber.New(fiber.Config{Immutable: true})
 		web.New(cfg).Mount(app)
 		e := &consoleEnv{t: t, app: app, db: db}
 		if pg := e.get(person{}, "/console/signup"); !strings.Contains(pg.body, `data-testid="edge-pattern">`+tc.signup+`<`) {

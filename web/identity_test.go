@@ -46,7 +46,7 @@ func newIDEnv(t *testing.T, limits web.Limits) *idEnv {
 		// In-process requests come from 0.0.0.0: trusting it lets each client name its
 		// address in X-Forwarded-For, as a load balancer would.
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/32")}})
-	app := fiber.New()
+	app := fiber.New(fiber.Config{Immutable: true})
 	c.Mount(app)
 	return &idEnv{t: t, app: app, db: db, mail: mail}
 }
@@ -397,7 +397,7 @@ func TestSignInThrottleIsSharedByReplicas(t *testing.T) {
 		Mailer: e.mail.Mailer(t), PublicURL: publicURL,
 		Limits:         web.Limits{Account: tenants.ThrottleRule{Limit: 4, Window: time.Hour, Backoff: time.Minute, MaxBackoff: time.Hour}},
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/32")}})
-	app2 := fiber.New()
+	app2 := fiber.New(fiber.Config{Immutable: true})
 	second.Mount(app2)
 	replicas := []*idEnv{e, {t: t, app: app2, db: e.db, mail: e.mail}}
 

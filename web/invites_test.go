@@ -37,7 +37,7 @@ func newConsole(t *testing.T) *consoleEnv {
 	mail := smtptest.Start(t)
 	c := web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db,
 		Mailer: mail.Mailer(t), PublicURL: "https://console.tollgate.test"})
-	app := fiber.New()
+	app := fiber.New(fiber.Config{Immutable: true})
 	c.Mount(app)
 	return &consoleEnv{t: t, app: app, db: db, mail: mail}
 }

@@ -25,7 +25,7 @@ func paymentsConsole(t *testing.T) (*consoleEnv, *billingpg.Store) {
 	store := billingpg.New(db.Pool())
 	c := web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db, Plans: db,
 		Usage: store, Payments: store, Mailer: mail.Mailer(t), PublicURL: "https://console.tollgate.test"})
-	app := fiber.New()
+	app := fiber.New(fiber.Config{Immutable: true})
 	c.Mount(app)
 	return &consoleEnv{t: t, app: app, db: db, mail: mail}, store
 }

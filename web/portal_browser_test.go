@@ -310,7 +310,7 @@ func stripeMockCheckoutURL(t *testing.T, mock string) string {
 // with a logo is saved whole.
 func TestPortalSettingsForm(t *testing.T) {
 	db, _ := pgtest.Open(t)
-	app := fiber.New()
+	app := fiber.New(fiber.Config{Immutable: true})
 	web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db, Portals: db, Domains: db}).Mount(app)
 	e := &consoleEnv{t: t, app: app, db: db}
 	owner := e.signUp("portalowner", true)
