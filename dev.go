@@ -245,8 +245,17 @@ func seedDemo(ctx context.Context, cp *controlPlane, upstreamAddr string) (strin
 		}
 	}
 	plain, hash, prefix := tenants.NewSecret(tenants.KeyPrefix)
-	if err := db.CreateKey(ctx, &tenants.Key{TenantID: t.ID, ConsumerID: c.ID, Hash: hash, Prefix: prefix}); err != nil {
+	if err := db.CreateKey(ctx, &tenants.Key{TenantID: t.ID, ConsumerID: c.ID, Hash: hash, Prefix: prefix, Label: "tollgate dev"}); err != nil {
 		return "", err
+	}
+	// The demo's developer portal is on, so a first look finds one; a portal its owner
+	// has set up since (or turned off) is left as it is.
+	if p, err := db.FindPortal(ctx, t.ID); err != nil {
+		return "", err
+	} else if p.UpdatedAt.IsZero() {
+		if err := db.PutPortal(ctx, &tenants.PortalSettings{TenantID: t.ID, Enabled: true, DisplayName: "Demo API"}); err != nil {
+			return "", err
+		}
 	}
 	return plain, nil
 }
@@ -311,6 +320,7 @@ func printBanner(cfg *config.Config, apiAddr, edgePort, adminAddr, natsURL, key 
 	fmt.Fprintf(&b, "  console          http://%s/console/  (sign up to create your own tenant)\n", apiAddr)
 	fmt.Fprintf(&b, "  management api   http://%s          (admin token below)\n", apiAddr)
 	fmt.Fprintf(&b, "  edge             http://%s:%s\n", host, edgePort)
+	fmt.Fprintf(&b, "  developer portal http://%s/portal/%s/  (the demo tenant's, for its API consumers)\n", apiAddr, demoSlug)
 	fmt.Fprintf(&b, "  edge metrics     http://%s/metrics\n", adminAddr)
 	fmt.Fprintf(&b, "  nats             %s   bucket %s\n", natsURL, cfg.KVBucket())
 	fmt.Fprintf(&b, "  database         %s\n", redactURL(cfg.DatabaseURL))
