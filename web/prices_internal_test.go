@@ -30,3 +30,25 @@ func TestAmount(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAmount: whatever is typed in a price field is read without panicking; a refused one
+// is 0 with a message, an accepted one is never negative.
+func FuzzAmount(f *testing.F) {
+	for _, s := range []string{"15", "0.05", "1,234.56", "-1", "1e3", "99999999999999999999", ".", "1.2.3"} {
+		f.Add(s, "usd")
+	}
+	f.Add("300", "jpy")
+	f.Fuzz(func(t *testing.T, in, currency string) {
+		errs := map[string]string{}
+		n := amount(in, currency, "fee", "The fee", errs)
+		if len(errs) > 0 {
+			if n != 0 {
+				t.Fatalf("amount(%q) = %d with an error", in, n)
+			}
+			return
+		}
+		if n < 0 {
+			t.Fatalf("amount(%q, %q) = %d", in, currency, n)
+		}
+	})
+}
