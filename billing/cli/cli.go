@@ -360,28 +360,31 @@ func enableCmd(ctx context.Context, o Options, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	store, err := billingpg.Open(ctx, o.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	p, err := o.pusher(store, nil)
-	if err != nil {
-		return err
-	}
-	id, name, err := store.TenantBySlug(ctx, *slug)
-	if err != nil {
-		return err
-	}
-	cus, err := p.EnableTenant(ctx, id, *slug, name)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(o.stdout(), "tenant %s is Stripe customer %s\n", *slug, cus)
-	return nil
+	return o.withPusher(ctx, func(store *billingpg.Store, p *billingstripe.Pusher) error {
+		id, name, err := store.TenantBySlug(ctx, *slug)
+		if err != nil {
+			return err
+		}
+		cus, err := p.EnableTenant(ctx, id, *slug, name)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(o.stdout(), "tenant %s is Stripe customer %s\n", *slug, cus)
+		return nil
+	})
 }
 
 func pushCmd(ctx context.Context, o Options) error {
+	return o.withPusher(ctx, func(_ *billingpg.Store, p *billingstripe.Pusher) error {
+		n, err := p.PushDue(ctx)
+		fmt.Fprintf(o.stdout(), "%d meter events pushed\n", n)
+		return err
+	})
+}
+
+// withPusher runs f with the billing store and a Stripe pusher over it: the one-shot
+// Stripe commands' common start.
+func (o Options) withPusher(ctx context.Context, f func(*billingpg.Store, *billingstripe.Pusher) error) error {
 	store, err := billingpg.Open(ctx, o.DatabaseURL)
 	if err != nil {
 		return err
@@ -391,26 +394,17 @@ func pushCmd(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	n, err := p.PushDue(ctx)
-	fmt.Fprintf(o.stdout(), "%d meter events pushed\n", n)
-	return err
+	return f(store, p)
 }
 
 func subscribeCmd(ctx context.Context, o Options) error {
-	store, err := billingpg.Open(ctx, o.DatabaseURL)
-	if err != nil {
+	return o.withPusher(ctx, func(store *billingpg.Store, p *billingstripe.Pusher) error {
+		sub, err := billingstripe.NewSubscriber(billingstripe.SubscriberConfig{Pusher: p, Store: store, Prices: store, Meter: o.StripeMeter})
+		if err != nil {
+			return err
+		}
+		n, err := sub.Sync(ctx)
+		fmt.Fprintf(o.stdout(), "%d subscriptions created, changed or cancelled\n", n)
 		return err
-	}
-	defer store.Close()
-	p, err := o.pusher(store, nil)
-	if err != nil {
-		return err
-	}
-	sub, err := billingstripe.NewSubscriber(billingstripe.SubscriberConfig{Pusher: p, Store: store, Prices: store, Meter: o.StripeMeter})
-	if err != nil {
-		return err
-	}
-	n, err := sub.Sync(ctx)
-	fmt.Fprintf(o.stdout(), "%d subscriptions created, changed or cancelled\n", n)
-	return err
+	})
 }
