@@ -201,7 +201,13 @@ func (d *Domain) ApplyProof(p Proof, now time.Time, s DomainSchedule, manual boo
 		next(s.Recheck)
 		return changed
 	}
+	// A domain that lost its verification keeps saying so on the failed checks that
+	// follow, so the tenant reading it later still learns why the edges stopped serving it.
+	demoted := d.Status == DomainPending && strings.Contains(d.LastError, pendingAgain)
 	d.LastError = p.Reason
+	if demoted {
+		d.LastError += " (it was verified before" + pendingAgain + ")"
+	}
 	if d.Status == DomainVerified {
 		if p.Outcome != ProofUnresolved {
 			d.Failures++
@@ -211,7 +217,7 @@ func (d *Domain) ApplyProof(p Proof, now time.Time, s DomainSchedule, manual boo
 			return false
 		}
 		d.Status, d.VerifiedAt, d.PendingSince, d.Failures = DomainPending, nil, now, 0
-		d.LastError = fmt.Sprintf("%s (%d checks in a row): the domain is pending again and the edges no longer serve it", p.Reason, s.Failures)
+		d.LastError = fmt.Sprintf("%s (%d checks in a row)%s", p.Reason, s.Failures, pendingAgain)
 		changed = true
 	}
 	d.Failures++
@@ -223,6 +229,8 @@ func (d *Domain) ApplyProof(p Proof, now time.Time, s DomainSchedule, manual boo
 	next(s.backoff(d.Failures))
 	return changed
 }
+
+const pendingAgain = ": the domain is pending again and the edges no longer serve it"
 
 // MaxDomainPEMBytes bounds each PEM field of a domain (a chain of a few certificates).
 const MaxDomainPEMBytes = 64 << 10

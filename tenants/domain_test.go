@@ -25,6 +25,8 @@ func TestDomainApplyProof(t *testing.T) {
 		v := t0.Add(-24 * time.Hour)
 		return tenants.Domain{Status: tenants.DomainVerified, Failures: failures, VerifiedAt: &v, PendingSince: v}
 	}
+	demoted := pending(1, t0)
+	demoted.LastError = "no TXT record at x (3 checks in a row): the domain is pending again and the edges no longer serve it"
 	cases := []struct {
 		name     string
 		d        tenants.Domain
@@ -51,6 +53,7 @@ func TestDomainApplyProof(t *testing.T) {
 		{"verified, first miss", verified(0), missing, false, tenants.DomainVerified, false, 1, time.Hour, "no TXT record"},
 		{"verified, second miss (wrong value)", verified(1), wrong, false, tenants.DomainVerified, false, 2, time.Hour, "wrong value"},
 		{"verified, third miss: pending again", verified(2), missing, false, tenants.DomainPending, true, 1, 10 * time.Second, "pending again"},
+		{"pending again, next miss still says so", demoted, wrong, false, tenants.DomainPending, false, 2, 20 * time.Second, "wrong value (it was verified before: the domain is pending again"},
 		{"verified, resolver failures never count", verified(2), unresolved, false, tenants.DomainVerified, false, 2, time.Hour, "resolver failed"},
 	}
 	for _, c := range cases {
