@@ -20,27 +20,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// compareSettings are -compare's flags.
+// compareSettings are -compare's flags; its rounds are -rounds and its flagging -busy and
+// -load-max, shared with the sweep (rounds.go).
 type compareSettings struct {
-	ref     string  // A: a git revision
-	refB    string  // B: a git revision; empty: the working tree (or -bin)
-	rounds  int     // rounds per scenario, each measuring A and B once
-	busyMin float64 // a side is the bottleneck when busy ≥ busyMin × its own CPUs
-	all     bool    // keep rounds whose gateway was not the bottleneck in the median
+	ref  string // A: a git revision
+	refB string // B: a git revision; empty: the working tree (or -bin)
 }
-
-const minCompareRounds = 5
 
 // compareDefaultScenarios are the ones -compare measures when -scenarios is not given.
 var compareDefaultScenarios = []string{"S1", "S2", "S2j", "S4r"}
@@ -49,9 +42,6 @@ func (c *compareSettings) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ref, "compare", "", "compare Tollgate built from this git revision (A) with the working tree's build (B) in interleaved rounds; "+
 		"proxy scenarios only (default "+strings.Join(compareDefaultScenarios, ",")+"), no nginx unless -gateways names it")
 	fs.StringVar(&c.refB, "compare-b", "", "-compare: build B from this git revision instead of the working tree (-compare HEAD -compare-b HEAD: the machine's own noise)")
-	fs.IntVar(&c.rounds, "rounds", minCompareRounds, "-compare: rounds per scenario and -cores value (at least 5), each measuring A and B once, back to back")
-	fs.Float64Var(&c.busyMin, "compare-busy", 0.90, "-compare: a gateway busy below this share of its own CPUs was not the bottleneck; its round is flagged")
-	fs.BoolVar(&c.all, "compare-all-rounds", false, "-compare: keep flagged rounds in the medians")
 }
 
 // setup checks -compare's flags and settles the scenarios and gateways it measures; without
@@ -60,18 +50,13 @@ func (c *compareSettings) setup(b *bench, scs []string) ([]string, error) {
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if c.ref == "" {
-		for _, f := range []string{"compare-b", "rounds", "compare-busy", "compare-all-rounds"} {
-			if set[f] {
-				return nil, fmt.Errorf("-%s is a setting of -compare, which is not given", f)
-			}
+		if set["compare-b"] {
+			return nil, fmt.Errorf("-compare-b is a setting of -compare, which is not given")
 		}
 		return scs, nil
 	}
-	if c.rounds < minCompareRounds {
-		return nil, fmt.Errorf("-rounds: %d; -compare needs at least %d", c.rounds, minCompareRounds)
-	}
-	if c.busyMin <= 0 || c.busyMin > 1 {
-		return nil, fmt.Errorf("-compare-busy: %g is not in (0, 1]", c.busyMin)
+	if b.rnd.rounds < minRounds {
+		return nil, fmt.Errorf("-rounds: %d; -compare needs at least %d", b.rnd.rounds, minRounds)
 	}
 	if !set["scenarios"] {
 		scs = compareDefaultScenarios
@@ -92,230 +77,6 @@ func (c *compareSettings) setup(b *bench, scs []string) ([]string, error) {
 		}
 	}
 	return scs, nil
-}
-
-// compareRound is one round of one scenario: A and B measured back to back (and nginx
-// after them when asked for).
-type compareRound struct {
-	scenario   string
-	procs, n   int    // n counts rounds from 1
-	first      string // "A" or "B", which ran first: the order alternates
-	a, b       perfResult
-	nginx      *perfResult
-	aWhy, bWhy string // why that side's gateway was not the bottleneck; empty: it was
-}
-
-func (r *compareRound) flagged() bool { return r.aWhy != "" || r.bWhy != "" }
-
-func (r *compareRound) cpuRatio() float64 { return quotient(r.b.usPerReq, r.a.usPerReq) }
-
-func (r *compareRound) qpsRatio() float64 { return quotient(r.b.load.qps(), r.a.load.qps()) }
-
-func quotient(x, y float64) float64 {
-	if x <= 0 || y <= 0 {
-		return math.NaN()
-	}
-	return x / y
-}
-
-// spread summarises a sample: its median, extremes and quartiles (linear interpolation
-// between order statistics, as R's default and numpy's).
-type spread struct {
-	n                        int
-	median, min, max, q1, q3 float64
-}
-
-func spreadOf(xs []float64) spread {
-	var v []float64
-	for _, x := range xs {
-		if !math.IsNaN(x) {
-			v = append(v, x)
-		}
-	}
-	if len(v) == 0 {
-		return spread{}
-	}
-	slices.Sort(v)
-	return spread{n: len(v), median: quantile(v, 0.5), min: v[0], max: v[len(v)-1], q1: quantile(v, 0.25), q3: quantile(v, 0.75)}
-}
-
-// quantile of a sorted, non-empty sample.
-func quantile(sorted []float64, q float64) float64 {
-	h := q * float64(len(sorted)-1)
-	lo := int(math.Floor(h))
-	if lo+1 >= len(sorted) {
-		return sorted[len(sorted)-1]
-	}
-	return sorted[lo] + (h-float64(lo))*(sorted[lo+1]-sorted[lo])
-}
-
-// compareSummary is one scenario at one procs value over its rounds.
-type compareSummary struct {
-	scenario       string
-	procs          int
-	rounds, used   int
-	cpu, qps       spread // B ÷ A over the rounds used
-	aUS, bUS       spread // each side's own µs/req over the rounds used
-	aNginx, bNginx spread // A ÷ nginx and B ÷ nginx µs/req, when nginx ran
-}
-
-// summarise groups rounds by scenario and procs, in the order they first ran. Flagged
-// rounds are left out unless all is set.
-func summarise(rounds []compareRound, all bool) []compareSummary {
-	var out []compareSummary
-	idx := map[string]int{}
-	var cpu, qps, aUS, bUS, aN, bN [][]float64
-	for i := range rounds {
-		r := &rounds[i]
-		k := fmt.Sprintf("%s/%d", r.scenario, r.procs)
-		j, ok := idx[k]
-		if !ok {
-			j = len(out)
-			idx[k] = j
-			out = append(out, compareSummary{scenario: r.scenario, procs: r.procs})
-			cpu, qps, aUS, bUS, aN, bN = append(cpu, nil), append(qps, nil), append(aUS, nil), append(bUS, nil), append(aN, nil), append(bN, nil)
-		}
-		out[j].rounds++
-		if r.flagged() && !all {
-			continue
-		}
-		out[j].used++
-		cpu[j] = append(cpu[j], r.cpuRatio())
-		qps[j] = append(qps[j], r.qpsRatio())
-		aUS[j] = append(aUS[j], r.a.usPerReq)
-		bUS[j] = append(bUS[j], r.b.usPerReq)
-		if r.nginx != nil {
-			aN[j] = append(aN[j], quotient(r.a.usPerReq, r.nginx.usPerReq))
-			bN[j] = append(bN[j], quotient(r.b.usPerReq, r.nginx.usPerReq))
-		}
-	}
-	for j := range out {
-		out[j].cpu, out[j].qps = spreadOf(cpu[j]), spreadOf(qps[j])
-		out[j].aUS, out[j].bUS = spreadOf(aUS[j]), spreadOf(bUS[j])
-		out[j].aNginx, out[j].bNginx = spreadOf(aN[j]), spreadOf(bN[j])
-	}
-	return out
-}
-
-// notBottleneck says why a measured gateway was not what limited the window, or "" when it
-// was: it kept its CPUs busy at least busyMin of the time. Only the CPUs it does not share
-// with the load side count (at 2 procs on this machine, CPU 0): on the shared one it
-// competes with wrk. /proc/stat's counters over the same window tell why it was idle: the
-// load side's CPUs were saturated, or other processes took the gateway's CPU.
-func notBottleneck(r perfResult, busyMin float64, gwCPUs, loadCPUs []int) string {
-	var own []int
-	for _, c := range gwCPUs {
-		if !slices.Contains(loadCPUs, c) {
-			own = append(own, c)
-		}
-	}
-	if len(own) == 0 {
-		return "" // gateway and load share every CPU: no side can be told apart
-	}
-	need := busyMin * float64(len(own))
-	if r.busy >= need {
-		return ""
-	}
-	why := fmt.Sprintf("gateway busy %.2f < %.2f", r.busy, need)
-	if load := busyShare(r.sys0, r.sys1, loadCPUs); load >= 0.95 {
-		why += fmt.Sprintf("; load side saturated (CPU %s %.0f%% busy)", cpuListString(loadCPUs), 100*load)
-	}
-	if all := busyShare(r.sys0, r.sys1, own); all >= 0 {
-		// The gateway's own use may spill onto the shared CPU, so this is at least what
-		// others took of its CPUs.
-		if others := all - r.busy/float64(len(own)); others >= 0.05 {
-			why += fmt.Sprintf("; other processes took %.0f%% of CPU %s", 100*others, cpuListString(own))
-		}
-	}
-	return why
-}
-
-// cpuTimes is each CPU's busy and total time in clock ticks, from /proc/stat.
-type cpuTimes map[int][2]uint64
-
-func readCPUTimes() cpuTimes {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return nil
-	}
-	return parseCPUTimes(string(b))
-}
-
-func parseCPUTimes(s string) cpuTimes {
-	t := cpuTimes{}
-	for _, line := range strings.Split(s, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 6 || len(f[0]) < 4 || !strings.HasPrefix(f[0], "cpu") {
-			continue
-		}
-		n, err := strconv.Atoi(f[0][3:])
-		if err != nil {
-			continue
-		}
-		var total, idle uint64
-		// user nice system idle iowait irq softirq steal; guest and guest_nice are
-		// already counted in user and nice.
-		for i, v := range f[1:min(len(f), 9)] {
-			x, _ := strconv.ParseUint(v, 10, 64)
-			total += x
-			if i == 3 || i == 4 {
-				idle += x
-			}
-		}
-		t[n] = [2]uint64{total - idle, total}
-	}
-	return t
-}
-
-// busyShare is the share of the time cpus were busy between t0 and t1, averaged over
-// them; -1 when a counter is missing.
-func busyShare(t0, t1 cpuTimes, cpus []int) float64 {
-	var busy, total uint64
-	for _, c := range cpus {
-		a, ok0 := t0[c]
-		b, ok1 := t1[c]
-		if !ok0 || !ok1 || b[1] < a[1] || b[0] < a[0] {
-			return -1
-		}
-		busy += b[0] - a[0]
-		total += b[1] - a[1]
-	}
-	if total == 0 {
-		return -1
-	}
-	return float64(busy) / float64(total)
-}
-
-// parseCPUList reads taskset's CPU list syntax: "1", "0-1", "0,2-3".
-func parseCPUList(s string) ([]int, error) {
-	var out []int
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("CPU list %q: %v", s, err)
-		}
-		z := a
-		if isRange {
-			if z, err = strconv.Atoi(hi); err != nil || z < a {
-				return nil, fmt.Errorf("CPU list %q: bad range %q", s, part)
-			}
-		}
-		for c := a; c <= z; c++ {
-			if !slices.Contains(out, c) {
-				out = append(out, c)
-			}
-		}
-	}
-	return out, nil
-}
-
-func cpuListString(cpus []int) string {
-	s := make([]string, len(cpus))
-	for i, c := range cpus {
-		s[i] = strconv.Itoa(c)
-	}
-	return strings.Join(s, ",")
 }
 
 // buildRevision builds the module at root as it is at git revision ref: the revision's

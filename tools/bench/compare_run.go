@@ -23,10 +23,10 @@ type compareSide struct {
 
 // compareResult is what -compare measured.
 type compareResult struct {
-	set        compareSettings
+	set        roundSettings
 	a, b       string // the sides' labels
 	aSum, bSum string // their binaries' sha256
-	rounds     []compareRound
+	rounds     []pairRound
 }
 
 // compareSweep builds both sides and measures them round by round: in each round every
@@ -78,7 +78,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 			return nil, fmt.Errorf("building the working tree: %w", err)
 		}
 	}
-	res := &compareResult{set: b.cmp, a: A.label, b: B.label, aSum: fileSHA256(A.bin), bSum: fileSHA256(B.bin)}
+	res := &compareResult{set: b.rnd, a: A.label, b: B.label, aSum: fileSHA256(A.bin), bSum: fileSHA256(B.bin)}
 	rep.cmp = res
 
 	upPort, err := b.upstream(ctx)
@@ -158,13 +158,13 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 			}
 		}
 
-		for n := 1; n <= b.cmp.rounds; n++ {
+		for n := 1; n <= b.rnd.rounds; n++ {
 			order := []*compareSide{A, B}
 			if n%2 == 0 {
 				order = []*compareSide{B, A}
 			}
 			for i := range A.scs {
-				rd := compareRound{scenario: A.scs[i].id, procs: procs, n: n, first: order[0].name}
+				rd := pairRound{scenario: A.scs[i].id, procs: procs, n: n, first: order[0].name}
 				for _, s := range order {
 					sc := s.scs[i]
 					addr := "http://" + s.st.edgeAddr
@@ -176,7 +176,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 					if err != nil {
 						return rep, fmt.Errorf("%s: %w", s.name, err)
 					}
-					why := notBottleneck(r, b.cmp.busyMin, gwCPUs, loadCPUs)
+					why := b.rnd.flag(r, gwCPUs, loadCPUs)
 					if s == A {
 						rd.a, rd.aWhy = r, why
 					} else {
@@ -200,7 +200,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 					flag = "  FLAGGED: " + strings.TrimPrefix(strings.Join([]string{sideWhy("A", rd.aWhy), sideWhy("B", rd.bWhy)}, ""), "; ")
 				}
 				fmt.Fprintf(os.Stderr, "bench: compare %-4s procs=%d round %d/%d (%s first)  A %6.2f µs/req %7.0f req/s busy %.2f | B %6.2f µs/req %7.0f req/s busy %.2f | B÷A µs/req %.3f, QPS %.3f%s\n",
-					rd.scenario, procs, n, b.cmp.rounds, rd.first, rd.a.usPerReq, rd.a.load.qps(), rd.a.busy,
+					rd.scenario, procs, n, b.rnd.rounds, rd.first, rd.a.usPerReq, rd.a.load.qps(), rd.a.busy,
 					rd.b.usPerReq, rd.b.load.qps(), rd.b.busy, rd.cpuRatio(), rd.qpsRatio(), flag)
 			}
 		}
@@ -251,50 +251,25 @@ func (r *report) compareMarkdown(s *strings.Builder) {
 		c.set.rounds, b.threads, b.conns, b.loadCPUs, b.warmup, b.duration)
 	s.WriteString("- per round: B ÷ A of the gateway's CPU µs/req (below 1: B spends less per request) and of QPS; " +
 		"the table gives their median over the rounds used, the extremes (min–max) and the interquartile range (Q1–Q3)\n")
-	what := "left out of the medians (-compare-all-rounds keeps them)"
+	what := "left out of the medians (-all-rounds keeps them)"
 	if c.set.all {
-		what = "kept in the medians (-compare-all-rounds)"
+		what = "kept in the medians (-all-rounds)"
 	}
 	fmt.Fprintf(s, "- a round is flagged when either build's gateway was not the bottleneck: busy below %.2f of the CPUs it does not share "+
 		"with the load side, with /proc/stat's reason (load side saturated, or other processes on the gateway's CPU); flagged rounds are %s\n\n",
 		c.set.busyMin, what)
-	withNginx := slices.ContainsFunc(c.rounds, func(r compareRound) bool { return r.nginx != nil })
-	s.WriteString("| scenario | procs | rounds used | µs/req B÷A median | min–max | Q1–Q3 | QPS B÷A median | min–max | Q1–Q3 | A µs/req | B µs/req |")
+	withNginx := slices.ContainsFunc(c.rounds, func(r pairRound) bool { return r.nginx != nil })
+	head := []string{"A µs/req", "B µs/req"}
 	if withNginx {
-		s.WriteString(" A÷nginx | B÷nginx |")
+		head = append(head, "A÷nginx", "B÷nginx")
 	}
-	s.WriteString("\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	if withNginx {
-		s.WriteString("---:|---:|")
-	}
-	s.WriteString("\n")
-	for _, m := range summarise(c.rounds, c.set.all) {
-		fmt.Fprintf(s, "| %s | %d | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s |", m.scenario, m.procs, m.used, m.rounds,
-			fmtRatio(m.cpu.median, m.cpu.n), fmtRange(m.cpu.min, m.cpu.max, m.cpu.n), fmtRange(m.cpu.q1, m.cpu.q3, m.cpu.n),
-			fmtRatio(m.qps.median, m.qps.n), fmtRange(m.qps.min, m.qps.max, m.qps.n), fmtRange(m.qps.q1, m.qps.q3, m.qps.n),
-			fmtFloat(m.aUS.median, m.aUS.n), fmtFloat(m.bUS.median, m.bUS.n))
+	pairTable(s, c.rounds, c.set.all, "B÷A", head, func(m pairSummary) []string {
+		cols := []string{fmtFloat(m.aUS.median, m.aUS.n), fmtFloat(m.bUS.median, m.bUS.n)}
 		if withNginx {
-			fmt.Fprintf(s, " %s | %s |", fmtRatio(m.aNginx.median, m.aNginx.n), fmtRatio(m.bNginx.median, m.bNginx.n))
+			cols = append(cols, fmtRatio(m.aNginx.median, m.aNginx.n), fmtRatio(m.bNginx.median, m.bNginx.n))
 		}
-		s.WriteString("\n")
-	}
-	if !c.set.all {
-		// What the flagged rounds would have said, so a run on a busy machine still shows
-		// its numbers, apart from the figure.
-		var notes []string
-		for _, m := range summarise(c.rounds, true) {
-			if used := summarise(c.rounds, false); slices.ContainsFunc(used, func(u compareSummary) bool {
-				return u.scenario == m.scenario && u.procs == m.procs && u.used < u.rounds
-			}) {
-				notes = append(notes, fmt.Sprintf("- %s at %d proc(s), all %d rounds with the flagged ones (not a figure to quote): µs/req B÷A median %s (%s), QPS B÷A median %s (%s)",
-					m.scenario, m.procs, m.rounds, fmtRatio(m.cpu.median, m.cpu.n), fmtRange(m.cpu.min, m.cpu.max, m.cpu.n),
-					fmtRatio(m.qps.median, m.qps.n), fmtRange(m.qps.min, m.qps.max, m.qps.n)))
-			}
-		}
-		if len(notes) > 0 {
-			s.WriteString("\n" + strings.Join(notes, "\n") + "\n")
-		}
-	}
+		return cols
+	})
 	s.WriteString("\n### Rounds\n\n")
 	s.WriteString("busy: the gateway's CPU seconds ÷ wall seconds; load CPU: the share of time the load side's CPUs were busy (every process, /proc/stat).\n\n")
 	s.WriteString("| scenario | procs | round | first | A µs/req | B µs/req | µs/req B÷A | A QPS | B QPS | QPS B÷A | A busy | B busy | load CPU A/B |")

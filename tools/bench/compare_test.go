@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -35,7 +36,7 @@ func TestSpreadOf(t *testing.T) {
 }
 
 // round makes a round of the given µs/req and QPS on each side; why flags side A.
-func round(sc string, n int, aUS, bUS, aQPS, bQPS float64, why string) compareRound {
+func round(sc string, n int, aUS, bUS, aQPS, bQPS float64, why string) pairRound {
 	res := func(us, qps float64) perfResult {
 		return perfResult{scenario: sc, gateway: "tollgate", procs: 1, usPerReq: us, busy: 1,
 			load: loadResult{Requests: int64(qps * 10), DurationUS: 10e6}}
@@ -44,11 +45,11 @@ func round(sc string, n int, aUS, bUS, aQPS, bQPS float64, why string) compareRo
 	if n%2 == 0 {
 		first = "B"
 	}
-	return compareRound{scenario: sc, procs: 1, n: n, first: first, a: res(aUS, aQPS), b: res(bUS, bQPS), aWhy: why}
+	return pairRound{scenario: sc, procs: 1, n: n, first: first, a: res(aUS, aQPS), b: res(bUS, bQPS), aWhy: why}
 }
 
 func TestSummarise(t *testing.T) {
-	rounds := []compareRound{
+	rounds := []pairRound{
 		round("S1", 1, 20, 20.4, 50000, 49000, ""),                  // 1.02, 0.98
 		round("S2", 1, 30, 30, 40000, 40000, ""),                    // 1, 1
 		round("S1", 2, 20, 19.8, 50000, 50500, ""),                  // 0.99, 1.01
@@ -56,7 +57,7 @@ func TestSummarise(t *testing.T) {
 		round("S1", 4, 20, 20, 50000, 50000, ""),                    // 1, 1
 		round("S1", 5, 0, 20, 0, 50000, ""),                         // A measured nothing: no ratio
 	}
-	sum := summarise(rounds, false)
+	sum := summarisePairs(rounds, false)
 	if len(sum) != 2 || sum[0].scenario != "S1" || sum[1].scenario != "S2" {
 		t.Fatalf("summarise grouped %+v, want S1 then S2", sum)
 	}
@@ -70,7 +71,7 @@ func TestSummarise(t *testing.T) {
 	if math.Abs(s1.qps.median-1.0) > 1e-9 || math.Abs(s1.qps.min-0.98) > 1e-9 || math.Abs(s1.qps.max-1.01) > 1e-9 {
 		t.Errorf("S1 QPS ratio %+v, want median 1.00 over 0.98–1.01", s1.qps)
 	}
-	all := summarise(rounds, true)[0]
+	all := summarisePairs(rounds, true)[0]
 	if all.used != 5 || math.Abs(all.cpu.max-1.5) > 1e-9 || math.Abs(all.cpu.median-1.01) > 1e-9 {
 		t.Errorf("S1 with all rounds: used %d, ratio %+v; want 5 used, max 1.5, median 1.01", all.used, all.cpu)
 	}
@@ -231,8 +232,8 @@ func TestBuildRevision(t *testing.T) {
 func TestCompareMarkdown(t *testing.T) {
 	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}}
 	r := newReport(b)
-	r.cmp = &compareResult{set: compareSettings{rounds: 5, busyMin: 0.9}, a: "HEAD (abc)", b: "HEAD (abc)", aSum: "same", bSum: "same",
-		rounds: []compareRound{
+	r.cmp = &compareResult{set: roundSettings{rounds: 5, busyMin: 0.9}, a: "HEAD (abc)", b: "HEAD (abc)", aSum: "same", bSum: "same",
+		rounds: []pairRound{
 			round("S1", 1, 20, 20.4, 50000, 49000, ""),
 			round("S1", 2, 20, 19.8, 50000, 50500, ""),
 			round("S1", 3, 20, 30, 50000, 30000, "gateway busy 0.50 < 0.90"),
@@ -282,13 +283,13 @@ func TestMachineLock(t *testing.T) {
 func TestCompareMarkdownNginx(t *testing.T) {
 	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}}
 	r := newReport(b)
-	var rounds []compareRound
+	var rounds []pairRound
 	for n := 1; n <= 5; n++ {
 		rd := round("S1", n, 20, 22, 50000, 50000, "")
 		rd.nginx = &perfResult{usPerReq: 16}
 		rounds = append(rounds, rd)
 	}
-	r.cmp = &compareResult{set: compareSettings{rounds: 5, busyMin: 0.9}, rounds: rounds}
+	r.cmp = &compareResult{set: roundSettings{rounds: 5, busyMin: 0.9}, rounds: rounds}
 	md := r.markdown()
 	for _, want := range []string{
 		"| A µs/req | B µs/req | A÷nginx | B÷nginx |",
@@ -296,6 +297,177 @@ func TestCompareMarkdownNginx(t *testing.T) {
 		"| 20.00 | 22.00 | 1.250 | 1.375 |",
 		"| nginx µs/req | flag |",
 		"| ?/? | 16.00 |  |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestRoundSettingsCheck(t *testing.T) {
+	ok := roundSettings{rounds: 5, busyMin: 0.9, loadMax: 0.98, warm: time.Second}
+	for _, n := range []int{1, 5, 9} {
+		c := ok
+		c.rounds = n
+		if err := c.check(); err != nil {
+			t.Errorf("-rounds %d: %v", n, err)
+		}
+	}
+	for _, c := range []roundSettings{
+		{rounds: 0, busyMin: 0.9},
+		{rounds: 2, busyMin: 0.9},
+		{rounds: 4, busyMin: 0.9},
+		{rounds: 5, busyMin: 0},
+		{rounds: 5, busyMin: 1.1},
+		{rounds: 5, busyMin: 0.9, loadMax: -0.1},
+		{rounds: 5, busyMin: 0.9, warm: -time.Second},
+	} {
+		if err := c.check(); err == nil {
+			t.Errorf("%+v: no error", c)
+		}
+	}
+}
+
+// A round whose load side saturated is flagged even when the gateway looked busy, unless
+// the two share a CPU (then the load side is always busy) or -load-max is 0.
+func TestRoundFlag(t *testing.T) {
+	res := func(busy float64, cpu0, cpu1 uint64) perfResult {
+		return perfResult{busy: busy, sys0: cpuTimes{0: {0, 0}, 1: {0, 0}}, sys1: cpuTimes{0: {cpu0, 100}, 1: {cpu1, 100}}}
+	}
+	set := roundSettings{rounds: 5, busyMin: 0.9, loadMax: 0.98}
+	one, two, load := []int{0}, []int{0, 1}, []int{1}
+	if why := set.flag(res(0.97, 98, 90), one, load); why != "" {
+		t.Errorf("busy gateway, load side at 90%%: got %q", why)
+	}
+	if why := set.flag(res(0.97, 98, 99), one, load); why != "load side saturated (CPU 1 99% busy)" {
+		t.Errorf("busy gateway, load side at 99%%: got %q", why)
+	}
+	if why := set.flag(res(0.70, 72, 100), one, load); !strings.HasPrefix(why, "gateway busy 0.70 < 0.90") {
+		t.Errorf("idle gateway: got %q, want notBottleneck's reason", why)
+	}
+	if why := set.flag(res(1.5, 100, 100), two, load); why != "" {
+		t.Errorf("2 procs share the load CPU: got %q", why)
+	}
+	off := set
+	off.loadMax = 0
+	if why := off.flag(res(0.97, 98, 100), one, load); why != "" {
+		t.Errorf("-load-max 0: got %q", why)
+	}
+}
+
+// measures makes a sweep's rounds: for each round, every scenario on nginx then Tollgate,
+// with µs/req from us(scenario, gateway, round); flag names measurements to flag.
+func measures(rounds int, scs []string, us func(sc, gw string, n int) float64, flag map[string]string) []roundMeasure {
+	var ms []roundMeasure
+	for n := 1; n <= rounds; n++ {
+		order := []string{"nginx", "tollgate"}
+		if n%2 == 0 {
+			order = []string{"tollgate", "nginx"}
+		}
+		for _, sc := range scs {
+			for _, gw := range order {
+				u := us(sc, gw, n)
+				ms = append(ms, roundMeasure{n: n, first: order[0], why: flag[fmt.Sprintf("%s/%s/%d", sc, gw, n)],
+					perfResult: perfResult{scenario: sc, gateway: gw, procs: 1, usPerReq: u, busy: 1,
+						load: loadResult{Requests: int64(1e7 / u), DurationUS: 10e6}}})
+			}
+		}
+	}
+	return ms
+}
+
+func TestSweepPairs(t *testing.T) {
+	// nginx spends 20 µs on S1 and 22 on S2; Tollgate 10% more on S1 in every round and
+	// 21 + n on S2; round 3's nginx S1 was disturbed.
+	ms := measures(5, []string{"S1", "S2", "S2j"}, func(sc, gw string, n int) float64 {
+		switch {
+		case gw == "nginx" && sc == "S1":
+			return 20
+		case gw == "nginx":
+			return 22
+		case sc == "S1":
+			return 22
+		case sc == "S2":
+			return 21 + float64(n)
+		}
+		return 0 // S2j measured nothing: no ratio
+	}, map[string]string{"S1/nginx/3": "gateway busy 0.50 < 0.90"})
+
+	gp := gatewayPairs(ms)
+	if len(gp) != 15 || gp[0].a.gateway != "nginx" || gp[0].b.gateway != "tollgate" || gp[3].first != "tollgate" {
+		t.Fatalf("gatewayPairs: %d pairs, first %+v", len(gp), gp[0])
+	}
+	sum := summarisePairs(gp, false)
+	if len(sum) != 3 || sum[0].scenario != "S1" || sum[0].used != 4 || math.Abs(sum[0].cpu.median-1.1) > 1e-9 {
+		t.Fatalf("Tollgate÷nginx S1: %+v; want 4 of 5 rounds used, median 1.1", sum[0])
+	}
+	if s2 := sum[1]; s2.used != 5 || math.Abs(s2.cpu.median-24.0/22) > 1e-9 || math.Abs(s2.cpu.min-1.0) > 1e-9 || math.Abs(s2.cpu.max-26.0/22) > 1e-9 {
+		t.Errorf("Tollgate÷nginx S2: %+v; want median 24/22 over 22/22–26/22", s2.cpu)
+	}
+	if sum[2].cpu.n != 0 {
+		t.Errorf("S2j measured nothing, yet has ratios %+v", sum[2].cpu)
+	}
+
+	own := ownPairs(ms, "tollgate")
+	if len(own) != 10 || own[0].scenario != "S2÷S1" || own[5].scenario != "S2j÷S1" {
+		t.Fatalf("ownPairs: %d pairs, first %q, sixth %q; want S2÷S1 ×5 then S2j÷S1 ×5", len(own), own[0].scenario, own[5].scenario)
+	}
+	o := summarisePairs(own, false)[0]
+	if o.used != 5 || math.Abs(o.cpu.median-24.0/22) > 1e-9 || math.Abs(o.cpu.min-22.0/22) > 1e-9 || math.Abs(o.cpu.max-26.0/22) > 1e-9 {
+		t.Errorf("S2÷S1: %+v; want median 24/22 over 22/22–26/22", o.cpu)
+	}
+	// A flagged baseline flags its round's ratio.
+	ngx := summarisePairs(ownPairs(ms, "nginx"), false)[0]
+	if ngx.used != 4 || ngx.rounds != 5 {
+		t.Errorf("nginx S2÷S1: %d of %d rounds used, want 4 of 5 (round 3's S1 flagged)", ngx.used, ngx.rounds)
+	}
+}
+
+func TestMedianRounds(t *testing.T) {
+	us := map[int]float64{1: 30, 2: 10, 3: 20, 4: 50, 5: 40}
+	ms := measures(5, []string{"S1"}, func(sc, gw string, n int) float64 { return us[n] }, map[string]string{"S1/tollgate/4": "x", "S1/nginx/1": "x", "S1/nginx/2": "x", "S1/nginx/3": "x", "S1/nginx/4": "x", "S1/nginx/5": "x"})
+	got := medianRounds(ms, []string{"nginx", "tollgate"}, false)
+	if len(got) != 2 || got[0].gateway != "nginx" || got[1].gateway != "tollgate" {
+		t.Fatalf("medianRounds: %+v, want nginx then Tollgate", got)
+	}
+	// Tollgate's used rounds: 30, 10, 20, 40 → the lower middle, 20; nginx's are all
+	// flagged, so all five count: 30.
+	if got[1].usPerReq != 20 || got[0].usPerReq != 30 {
+		t.Errorf("median rounds: nginx %v, Tollgate %v; want 30 and 20", got[0].usPerReq, got[1].usPerReq)
+	}
+	if all := medianRounds(ms, []string{"nginx", "tollgate"}, true); all[1].usPerReq != 30 {
+		t.Errorf("with every round: Tollgate %v, want 30", all[1].usPerReq)
+	}
+}
+
+// The sweep's report gives Tollgate ÷ nginx and Tollgate's own ratios per scenario, with the
+// rounds they rest on, and every measurement.
+func TestRoundsMarkdown(t *testing.T) {
+	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}, gateways: []string{"nginx", "tollgate"},
+		rnd: roundSettings{rounds: 5, busyMin: 0.9, loadMax: 0.98, warm: time.Second}, warmup: 2 * time.Second, duration: 5 * time.Second}
+	r := newReport(b)
+	r.rounds = measures(5, []string{"S1", "S2"}, func(sc, gw string, n int) float64 {
+		if gw == "nginx" {
+			return 20
+		}
+		if sc == "S1" {
+			return 18
+		}
+		return 19.8
+	}, map[string]string{"S2/tollgate/2": "load side saturated (CPU 1 99% busy)"})
+	r.perf = medianRounds(r.rounds, b.gateways, false)
+	md := r.markdown()
+	for _, want := range []string{
+		"nginx first in odd rounds, tollgate in even ones",
+		"| scenario | procs | rounds used | µs/req T÷N median | min–max | Q1–Q3 | QPS T÷N median | min–max | Q1–Q3 | Tollgate µs/req | nginx µs/req |",
+		"| S1 | 1 | 5 of 5 | 0.900 | 0.900–0.900 | 0.900–0.900 | 1.111 |",
+		"| S2 | 1 | 4 of 5 | 0.990 |",
+		"- S2 at 1 proc(s), all 5 rounds with the flagged ones (not a figure to quote)",
+		"### tollgate against its own baselines, same round",
+		"| S2÷S1 | 1 | 4 of 5 | 1.100 | 1.100–1.100 |",
+		"| S2 | tollgate | 1 | 2 | tollgate | 19.80 |",
+		"load side saturated (CPU 1 99% busy) |",
+		"Each row is the round with the median µs/req",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

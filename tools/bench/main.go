@@ -4,7 +4,8 @@
 // upstream on CPU 1) at GOMAXPROCS / nginx workers 1 and 2, and Tollgate's config fan-out
 // latency and idle RSS with many routes.
 //
-//	go run ./tools/bench [-scenarios S1,S2,S2j,S4r,config,rss10k] [-duration 10s] [-cores 1,2] [-out bench-results.md]
+//	go run ./tools/bench [-scenarios S1,S2,S2j,S4r,config,rss10k] [-duration 10s] [-cores 1,2] [-rounds 5] [-out bench-results.md]
+//	go run ./tools/bench -scenarios S1,S2,S2j,S4r -cores 1 -duration 5s -rounds 5   (README, "Performance")
 //	go run ./tools/bench -scenarios S3,S4,S5,S6,S9 -cores 1 -duration 5s
 //	go tool task bench -- -duration 3s -scenarios S1
 //	go run ./tools/bench -scenarios soak -duration 30m -out soak.md
@@ -80,6 +81,7 @@ type bench struct {
 	soakRate     int           // soak: requests per second
 
 	cmp compareSettings // -compare: another revision against the working tree (compare.go)
+	rnd roundSettings   // -rounds: interleaved rounds of the request scenarios, for the sweep and -compare (rounds.go)
 }
 
 func main() {
@@ -131,6 +133,7 @@ func run() int {
 	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root); with -compare, side B")
 	traces := flag.String("traces", "off", "also measure the HTTP scenarios with the edge exporting traces to an in-process sink, at these sample rates (e.g. off,0.01,1)")
 	b.cmp.register(flag.CommandLine)
+	b.rnd.register(flag.CommandLine)
 	flag.Parse()
 	var terr error
 	if b.traceSamples, terr = parseTraceSamples(*traces); terr != nil {
@@ -159,6 +162,9 @@ func run() int {
 		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "soak"}, s) {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
+	}
+	if err := b.rnd.check(); err != nil {
+		return fail(err)
 	}
 	scs, cerr := b.cmp.setup(b, scs) // -compare's scenarios and gateways (compare.go)
 	if cerr != nil {

@@ -374,6 +374,12 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 				}
 			}
 		}
+		addr := func(gw string, sc *perfScenario) string {
+			if sc.tls {
+				return tlsAddrs[gw]
+			}
+			return bases[gw]
+		}
 		for _, sc := range scs {
 			for _, gw := range b.gateways {
 				if sc.ws {
@@ -386,11 +392,10 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 						sc.id, gw, procs, w.client.Opened, w.kibPerConn(), w.usPerUpgrade, w.usPerMsg, fmtUS(w.client.P99), w.client.Sent-w.client.Received)
 					continue
 				}
-				addr := bases[gw]
-				if sc.tls {
-					addr = tlsAddrs[gw]
+				if b.rnd.rounds > 1 {
+					continue // measured in rounds, below
 				}
-				r, err := b.measure(ctx, gw, procs, sc, targets[gw], addr)
+				r, err := b.measure(ctx, gw, procs, sc, targets[gw], addr(gw, sc))
 				if err != nil {
 					return err
 				}
@@ -398,6 +403,11 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 				fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  %8.0f req/s  p50 %s  p99 %s  %6.2f µs/req  busy %.2f  rss %s (peak %s)  non-2xx %d  sock-err %d%s\n",
 					sc.id, gw, procs, r.load.qps(), fmtUS(r.load.P50), fmtUS(r.load.P99), r.usPerReq, r.busy,
 					fmtKB(r.rssKB), fmtKB(r.rssPeakKB), r.load.Status, r.load.socketErrors(), r.split.String())
+			}
+		}
+		if b.rnd.rounds > 1 {
+			if err := b.sweepRounds(ctx, procs, scs, targets, addr, rep); err != nil {
+				return err
 			}
 		}
 		if p := targets["nginx"]; p != nil {
@@ -417,6 +427,12 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 // window while reading the gateway's CPU time from /proc before and after, and sampling
 // its RSS meanwhile. base is the gateway's URL, or its TLS address for a TLS scenario.
 func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScenario, p *proc, base string) (perfResult, error) {
+	return b.measureWarm(ctx, b.warmup, gw, procs, sc, p, base)
+}
+
+// measureWarm is measure with warm as the warm-up: shorter in the sweep's later rounds,
+// whose gateway is already warm (rounds.go).
+func (b *bench) measureWarm(ctx context.Context, warm time.Duration, gw string, procs int, sc *perfScenario, p *proc, base string) (perfResult, error) {
 	tag := fmt.Sprintf("%s-%s-%d", sc.id, gw, procs)
 	load := func(d time.Duration, tag string) (loadResult, error) {
 		if sc.loader == "go" {
@@ -431,8 +447,8 @@ func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScena
 	}
 	// S9h's client connections are new on every request anyway, and S9 just before it
 	// warmed the same route's upstream pool: a warm-up would only lengthen the run.
-	if b.warmup > 0 && !sc.newConn {
-		if _, err := load(b.warmup, tag+"-warmup"); err != nil {
+	if warm > 0 && !sc.newConn {
+		if _, err := load(warm, tag+"-warmup"); err != nil {
 			return perfResult{}, err
 		}
 	}

@@ -21,6 +21,7 @@ type report struct {
 	ws     []wsResult
 	soak   *soakResult
 	cmp    *compareResult // -compare (compare_run.go)
+	rounds []roundMeasure // the sweep's rounds, every measurement (rounds.go)
 }
 
 func newReport(b *bench) *report { return &report{b: b, start: time.Now()} }
@@ -94,9 +95,18 @@ func (r *report) markdown() string {
 		s.WriteString("\n")
 	} else {
 		r.perfNotes(&s)
+		r.roundsMarkdown(&s)
 		s.WriteString("## Proxy scenarios\n\n")
 		s.WriteString("procs = GOMAXPROCS for Tollgate, worker processes for nginx. Ratios are to nginx in the same sweep (µs/req: lower is better); ")
-		s.WriteString("\"vs S1\" is the same gateway's µs/req over its S1 (the plugin tax).\n\n")
+		s.WriteString("\"vs S1\" is the same gateway's µs/req over its S1 (the plugin tax).")
+		if len(r.rounds) > 0 {
+			s.WriteString(" Each row is the round with the median µs/req of its scenario and gateway among the rounds used (a real measurement, " +
+				"so its figures belong together); the ratios in this table are between those rows, whereas the interleaved rounds above " +
+				"give the median of each round's own ratio, the figure to quote.")
+		} else if r.b.rnd.rounds == 1 && r.b.cmp.ref == "" {
+			s.WriteString(" One round (-rounds 1): each figure is one measurement, which swings by up to ±15% between runs on a shared machine; a quick look, not a figure to quote.")
+		}
+		s.WriteString("\n\n")
 		s.WriteString("| scenario | gateway | procs | QPS | p50 | p99 | CPU µs/req | busy | µs/req vs nginx | QPS vs nginx | µs/req vs S1 | RSS | non-2xx | socket errors |\n")
 		s.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, p := range r.perf {

@@ -1,0 +1,588 @@
+package main
+
+// Interleaved rounds: the machinery -compare and the normal sweep share.
+//
+// A figure measured once swings by up to 15% between runs on this machine (other work,
+// frequency, caches), more than the differences worth telling apart. Measuring the two
+// things compared back to back, many times over, with the order alternating, turns each
+// round into one ratio in which drift slower than a round cancels; the median of those
+// ratios is the figure and their spread says how far to trust it. A round in which a
+// gateway was not what limited the window (idle because the load side saturated, or
+// because other processes took its CPU) says little about the gateway and is flagged and
+// left out.
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// pairRound is two measurements of one round whose ratio b ÷ a is the round's figure:
+// -compare's builds A and B of one scenario (and nginx after them when asked for), or in
+// the sweep nginx (a) and Tollgate (b), or one gateway's baseline scenario (a, S1) and
+// another (b, S2) in the same round.
+type pairRound struct {
+	scenario   string // with two scenarios, "S2÷S1"
+	procs, n   int    // n counts rounds from 1
+	first      string // which of the two ran first: the order alternates
+	a, b       perfResult
+	nginx      *perfResult
+	aWhy, bWhy string // why that side's gateway was not the bottleneck; empty: it was
+}
+
+func (r *pairRound) flagged() bool { return r.aWhy != "" || r.bWhy != "" }
+
+func (r *pairRound) cpuRatio() float64 { return quotient(r.b.usPerReq, r.a.usPerReq) }
+
+func (r *pairRound) qpsRatio() float64 { return quotient(r.b.load.qps(), r.a.load.qps()) }
+
+func quotient(x, y float64) float64 {
+	if x <= 0 || y <= 0 {
+		return math.NaN()
+	}
+	return x / y
+}
+
+// spread summarises a sample: its median, extremes and quartiles (linear interpolation
+// between order statistics, as R's default and numpy's).
+type spread struct {
+	n                        int
+	median, min, max, q1, q3 float64
+}
+
+func spreadOf(xs []float64) spread {
+	var v []float64
+	for _, x := range xs {
+		if !math.IsNaN(x) {
+			v = append(v, x)
+		}
+	}
+	if len(v) == 0 {
+		return spread{}
+	}
+	slices.Sort(v)
+	return spread{n: len(v), median: quantile(v, 0.5), min: v[0], max: v[len(v)-1], q1: quantile(v, 0.25), q3: quantile(v, 0.75)}
+}
+
+// quantile of a sorted, non-empty sample.
+func quantile(sorted []float64, q float64) float64 {
+	h := q * float64(len(sorted)-1)
+	lo := int(math.Floor(h))
+	if lo+1 >= len(sorted) {
+		return sorted[len(sorted)-1]
+	}
+	return sorted[lo] + (h-float64(lo))*(sorted[lo+1]-sorted[lo])
+}
+
+// pairSummary is one scenario at one procs value over its rounds.
+type pairSummary struct {
+	scenario       string
+	procs          int
+	rounds, used   int
+	cpu, qps       spread // B ÷ A over the rounds used
+	aUS, bUS       spread // each side's own µs/req over the rounds used
+	aNginx, bNginx spread // A ÷ nginx and B ÷ nginx µs/req, when nginx ran
+}
+
+// summarise groups rounds by scenario and procs, in the order they first ran. Flagged
+// rounds are left out unless all is set.
+func summarisePairs(rounds []pairRound, all bool) []pairSummary {
+	var out []pairSummary
+	idx := map[string]int{}
+	var cpu, qps, aUS, bUS, aN, bN [][]float64
+	for i := range rounds {
+		r := &rounds[i]
+		k := fmt.Sprintf("%s/%d", r.scenario, r.procs)
+		j, ok := idx[k]
+		if !ok {
+			j = len(out)
+			idx[k] = j
+			out = append(out, pairSummary{scenario: r.scenario, procs: r.procs})
+			cpu, qps, aUS, bUS, aN, bN = append(cpu, nil), append(qps, nil), append(aUS, nil), append(bUS, nil), append(aN, nil), append(bN, nil)
+		}
+		out[j].rounds++
+		if r.flagged() && !all {
+			continue
+		}
+		out[j].used++
+		cpu[j] = append(cpu[j], r.cpuRatio())
+		qps[j] = append(qps[j], r.qpsRatio())
+		aUS[j] = append(aUS[j], r.a.usPerReq)
+		bUS[j] = append(bUS[j], r.b.usPerReq)
+		if r.nginx != nil {
+			aN[j] = append(aN[j], quotient(r.a.usPerReq, r.nginx.usPerReq))
+			bN[j] = append(bN[j], quotient(r.b.usPerReq, r.nginx.usPerReq))
+		}
+	}
+	for j := range out {
+		out[j].cpu, out[j].qps = spreadOf(cpu[j]), spreadOf(qps[j])
+		out[j].aUS, out[j].bUS = spreadOf(aUS[j]), spreadOf(bUS[j])
+		out[j].aNginx, out[j].bNginx = spreadOf(aN[j]), spreadOf(bN[j])
+	}
+	return out
+}
+
+// notBottleneck says why a measured gateway was not what limited the window, or "" when it
+// was: it kept its CPUs busy at least busyMin of the time. Only the CPUs it does not share
+// with the load side count (at 2 procs on this machine, CPU 0): on the shared one it
+// competes with wrk. /proc/stat's counters over the same window tell why it was idle: the
+// load side's CPUs were saturated, or other processes took the gateway's CPU.
+func notBottleneck(r perfResult, busyMin float64, gwCPUs, loadCPUs []int) string {
+	var own []int
+	for _, c := range gwCPUs {
+		if !slices.Contains(loadCPUs, c) {
+			own = append(own, c)
+		}
+	}
+	if len(own) == 0 {
+		return "" // gateway and load share every CPU: no side can be told apart
+	}
+	need := busyMin * float64(len(own))
+	if r.busy >= need {
+		return ""
+	}
+	why := fmt.Sprintf("gateway busy %.2f < %.2f", r.busy, need)
+	if load := busyShare(r.sys0, r.sys1, loadCPUs); load >= 0.95 {
+		why += fmt.Sprintf("; load side saturated (CPU %s %.0f%% busy)", cpuListString(loadCPUs), 100*load)
+	}
+	if all := busyShare(r.sys0, r.sys1, own); all >= 0 {
+		// The gateway's own use may spill onto the shared CPU, so this is at least what
+		// others took of its CPUs.
+		if others := all - r.busy/float64(len(own)); others >= 0.05 {
+			why += fmt.Sprintf("; other processes took %.0f%% of CPU %s", 100*others, cpuListString(own))
+		}
+	}
+	return why
+}
+
+// cpuTimes is each CPU's busy and total time in clock ticks, from /proc/stat.
+type cpuTimes map[int][2]uint64
+
+func readCPUTimes() cpuTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil
+	}
+	return parseCPUTimes(string(b))
+}
+
+func parseCPUTimes(s string) cpuTimes {
+	t := cpuTimes{}
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || len(f[0]) < 4 || !strings.HasPrefix(f[0], "cpu") {
+			continue
+		}
+		n, err := strconv.Atoi(f[0][3:])
+		if err != nil {
+			continue
+		}
+		var total, idle uint64
+		// user nice system idle iowait irq softirq steal; guest and guest_nice are
+		// already counted in user and nice.
+		for i, v := range f[1:min(len(f), 9)] {
+			x, _ := strconv.ParseUint(v, 10, 64)
+			total += x
+			if i == 3 || i == 4 {
+				idle += x
+			}
+		}
+		t[n] = [2]uint64{total - idle, total}
+	}
+	return t
+}
+
+// busyShare is the share of the time cpus were busy between t0 and t1, averaged over
+// them; -1 when a counter is missing.
+func busyShare(t0, t1 cpuTimes, cpus []int) float64 {
+	var busy, total uint64
+	for _, c := range cpus {
+		a, ok0 := t0[c]
+		b, ok1 := t1[c]
+		if !ok0 || !ok1 || b[1] < a[1] || b[0] < a[0] {
+			return -1
+		}
+		busy += b[0] - a[0]
+		total += b[1] - a[1]
+	}
+	if total == 0 {
+		return -1
+	}
+	return float64(busy) / float64(total)
+}
+
+// parseCPUList reads taskset's CPU list syntax: "1", "0-1", "0,2-3".
+func parseCPUList(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, fmt.Errorf("CPU list %q: %v", s, err)
+		}
+		z := a
+		if isRange {
+			if z, err = strconv.Atoi(hi); err != nil || z < a {
+				return nil, fmt.Errorf("CPU list %q: bad range %q", s, part)
+			}
+		}
+		for c := a; c <= z; c++ {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+func cpuListString(cpus []int) string {
+	s := make([]string, len(cpus))
+	for i, c := range cpus {
+		s[i] = strconv.Itoa(c)
+	}
+	return strings.Join(s, ",")
+}
+
+// minRounds is the fewest rounds whose median and spread mean something: with fewer, one
+// disturbed round moves the median.
+const minRounds = 5
+
+// roundSettings are the flags of interleaved rounds, for the sweep and -compare alike.
+type roundSettings struct {
+	rounds  int           // rounds per -cores value; 1: the sweep measures each scenario once (a quick look)
+	busyMin float64       // a gateway is the bottleneck when busy ≥ busyMin × the CPUs it does not share with the load
+	loadMax float64       // a load side busy ≥ loadMax of its CPUs was saturated: the round is flagged; 0: not checked
+	all     bool          // keep flagged rounds in the medians
+	warm    time.Duration // warm-up of every measurement after a scenario's first on a gateway
+}
+
+func (r *roundSettings) register(fs *flag.FlagSet) {
+	fs.IntVar(&r.rounds, "rounds", minRounds, "request scenarios: rounds per -cores value (1, or at least 5), each measuring every scenario once on every gateway "+
+		"(with -compare: on A and B), back to back, the order alternating; the report gives per-round ratios with their median and spread. "+
+		"1: each scenario once per gateway, no spread (a quick look; figures swing ±15% between runs here)")
+	fs.Float64Var(&r.busyMin, "busy", 0.90, "a gateway busy below this share of the CPUs it does not share with the load side was not the bottleneck; its round is flagged")
+	fs.Float64Var(&r.busyMin, "compare-busy", 0.90, "the same as -busy (its former name)")
+	fs.Float64Var(&r.loadMax, "load-max", 0.98, "a round whose load side (-load-cpus) was busy at least this share of the window is flagged as bound by the load side, "+
+		"even when the gateway looked busy; 0: not checked (only when the gateway and the load side have no CPU in common)")
+	fs.BoolVar(&r.all, "all-rounds", false, "keep flagged rounds in the medians")
+	fs.BoolVar(&r.all, "compare-all-rounds", false, "the same as -all-rounds (its former name)")
+	fs.DurationVar(&r.warm, "round-warmup", time.Second, "warm-up of each measurement after a scenario's first on a gateway (which gets -warmup): "+
+		"the stacks stay up across rounds, so only wrk's new connections need it")
+}
+
+func (r *roundSettings) check() error {
+	if r.rounds != 1 && r.rounds < minRounds {
+		return fmt.Errorf("-rounds: %d; at least %d, so that the median and spread mean something (or 1 for a quick look without them)", r.rounds, minRounds)
+	}
+	if r.busyMin <= 0 || r.busyMin > 1 {
+		return fmt.Errorf("-busy: %g is not in (0, 1]", r.busyMin)
+	}
+	if r.loadMax < 0 || r.loadMax > 1 {
+		return fmt.Errorf("-load-max: %g is not in [0, 1]", r.loadMax)
+	}
+	if r.warm < 0 {
+		return fmt.Errorf("-round-warmup: %s is negative", r.warm)
+	}
+	return nil
+}
+
+// flag says why a measurement's round is flagged, or "" when it is not: the gateway was not
+// the bottleneck (notBottleneck), or the load side's CPUs were saturated, which may have
+// held the gateway back even when it looked busy. The second is told only when the
+// gateway and the load side share no CPU: on a shared one the load side is always busy.
+func (r roundSettings) flag(m perfResult, gwCPUs, loadCPUs []int) string {
+	if why := notBottleneck(m, r.busyMin, gwCPUs, loadCPUs); why != "" || r.loadMax <= 0 {
+		return why
+	}
+	if slices.ContainsFunc(gwCPUs, func(c int) bool { return slices.Contains(loadCPUs, c) }) {
+		return ""
+	}
+	if load := busyShare(m.sys0, m.sys1, loadCPUs); load >= r.loadMax {
+		return fmt.Sprintf("load side saturated (CPU %s %.0f%% busy)", cpuListString(loadCPUs), 100*load)
+	}
+	return ""
+}
+
+// roundMeasure is one measurement of the sweep's rounds.
+type roundMeasure struct {
+	perfResult
+	n     int    // the round, from 1
+	first string // the gateway measured first in this round
+	why   string // why the round is flagged for this measurement; empty: it is not
+}
+
+// ownRatios are the ratios a gateway's scenarios are judged by against its own baseline in
+// the same round: the plugins' tax (S2 and S2j over S1), a large route table's (S4r over
+// S1), the rewrite's (S3 over its plain POST S3b) and TLS's (S9 over plain S9p).
+var ownRatios = [][2]string{
+	{"S2", "S1"}, {"S2j", "S1"}, {"S2l", "S1"}, {"S2x", "S1"}, {"S2a", "S1"}, {"S4", "S1"}, {"S4r", "S1"}, {"S5", "S1"},
+	{"S3", "S3b"}, {"S9", "S9p"},
+}
+
+// sweepRounds measures the request scenarios at one procs value b.rnd.rounds times. In
+// each round every scenario runs on every gateway back to back, the gateways' order
+// reversed in even rounds; the gateways keep running with their config throughout. Every
+// measurement goes to rep.rounds, and the round with the median µs/req of each scenario
+// and gateway (among the rounds used) to rep.perf, for the tables that show one row each.
+func (b *bench) sweepRounds(ctx context.Context, procs int, scs []*perfScenario, targets map[string]*proc,
+	addr func(gw string, sc *perfScenario) string, rep *report) error {
+	gwCPUs, err := parseCPUList(gatewayCPUs(procs))
+	if err != nil {
+		return err
+	}
+	loadCPUs, err := parseCPUList(b.loadCPUs)
+	if err != nil {
+		return fmt.Errorf("-load-cpus: %w", err)
+	}
+	warmed := map[string]bool{}
+	var ms []roundMeasure
+	for n := 1; n <= b.rnd.rounds; n++ {
+		order := slices.Clone(b.gateways)
+		if n%2 == 0 {
+			slices.Reverse(order)
+		}
+		for _, sc := range scs {
+			if sc.ws {
+				continue // S6 is no request scenario: measured once, before the rounds
+			}
+			for _, gw := range order {
+				warm := b.rnd.warm
+				if k := sc.id + "/" + gw; !warmed[k] {
+					warm, warmed[k] = b.warmup, true
+				}
+				r, err := b.measureWarm(ctx, warm, gw, procs, sc, targets[gw], addr(gw, sc))
+				if err != nil {
+					return err
+				}
+				m := roundMeasure{perfResult: r, n: n, first: order[0], why: b.rnd.flag(r, gwCPUs, loadCPUs)}
+				ms = append(ms, m)
+				note := ""
+				if m.why != "" {
+					note = "  FLAGGED: " + m.why
+				}
+				fmt.Fprintf(os.Stderr, "bench: round %d/%d  %-4s %-8s procs=%d  %8.0f req/s  p99 %s  %6.2f µs/req  busy %.2f  load CPU %s  non-2xx %d  sock-err %d%s\n",
+					n, b.rnd.rounds, sc.id, gw, procs, r.load.qps(), fmtUS(r.load.P99), r.usPerReq, r.busy,
+					fmtPct(busyShare(r.sys0, r.sys1, loadCPUs)), r.load.Status, r.load.socketErrors(), note)
+			}
+		}
+	}
+	rep.rounds = append(rep.rounds, ms...)
+	rep.perf = append(rep.perf, medianRounds(ms, b.gateways, b.rnd.all)...)
+	return nil
+}
+
+// medianRounds picks, per scenario and procs value (in the order they ran) and gateway (in
+// gws' order), the measurement with the median µs/req among the rounds used (the lower of
+// the two middle ones when their number is even; all rounds when every one is flagged):
+// a real measurement, so its QPS, latencies and RSS belong together.
+func medianRounds(ms []roundMeasure, gws []string, all bool) []perfResult {
+	type group struct {
+		scenario string
+		procs    int
+	}
+	type key struct {
+		group
+		gw string
+	}
+	used, flagged := map[key][]perfResult{}, map[key][]perfResult{}
+	var order []group
+	for _, m := range ms {
+		g := group{m.scenario, m.procs}
+		if !slices.Contains(order, g) {
+			order = append(order, g)
+		}
+		k := key{g, m.gateway}
+		if m.why != "" && !all {
+			flagged[k] = append(flagged[k], m.perfResult)
+		} else {
+			used[k] = append(used[k], m.perfResult)
+		}
+	}
+	var out []perfResult
+	for _, g := range order {
+		for _, gw := range gws {
+			rs := used[key{g, gw}]
+			if len(rs) == 0 {
+				rs = flagged[key{g, gw}]
+			}
+			if len(rs) == 0 {
+				continue
+			}
+			rs = slices.Clone(rs)
+			slices.SortStableFunc(rs, func(x, y perfResult) int { return cmpFloat(x.usPerReq, y.usPerReq) })
+			out = append(out, rs[(len(rs)-1)/2])
+		}
+	}
+	return out
+}
+
+func cmpFloat(x, y float64) int {
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
+
+// gatewayPairs pairs every round's Tollgate measurement of a scenario with nginx's in the
+// same round: a is nginx, b Tollgate, so the ratio is Tollgate ÷ nginx.
+func gatewayPairs(ms []roundMeasure) []pairRound {
+	type key struct {
+		scenario string
+		procs, n int
+	}
+	ngx := map[key]*roundMeasure{}
+	for i := range ms {
+		if m := &ms[i]; m.gateway == "nginx" {
+			ngx[key{m.scenario, m.procs, m.n}] = m
+		}
+	}
+	var out []pairRound
+	for _, m := range ms {
+		if m.gateway != "tollgate" {
+			continue
+		}
+		if x := ngx[key{m.scenario, m.procs, m.n}]; x != nil {
+			out = append(out, pairRound{scenario: m.scenario, procs: m.procs, n: m.n, first: m.first,
+				a: x.perfResult, b: m.perfResult, aWhy: x.why, bWhy: m.why})
+		}
+	}
+	return out
+}
+
+// ownPairs pairs every round's measurement of a scenario on gw with its baseline's
+// (ownRatios) on the same gateway in the same round: a is the baseline. The pairs are
+// named "S2÷S1" and come in ownRatios' order.
+func ownPairs(ms []roundMeasure, gw string) []pairRound {
+	type key struct {
+		scenario string
+		procs, n int
+	}
+	at := map[key]*roundMeasure{}
+	for i := range ms {
+		if m := &ms[i]; m.gateway == gw {
+			at[key{m.scenario, m.procs, m.n}] = m
+		}
+	}
+	var out []pairRound
+	for _, rt := range ownRatios {
+		for _, m := range ms {
+			if m.gateway != gw || m.scenario != rt[0] {
+				continue
+			}
+			if base := at[key{rt[1], m.procs, m.n}]; base != nil {
+				out = append(out, pairRound{scenario: rt[0] + "÷" + rt[1], procs: m.procs, n: m.n, first: rt[1],
+					a: base.perfResult, b: m.perfResult, aWhy: base.why, bWhy: m.why})
+			}
+		}
+	}
+	return out
+}
+
+// pairTable renders one row per scenario and procs value of rounds: how many rounds the
+// figure rests on, the median of the per-round ratios b ÷ a (named name) of µs/req and of
+// QPS with their extremes and interquartile range, then extra's columns. Below it, for
+// every row that left flagged rounds out, what all its rounds would give.
+func pairTable(s *strings.Builder, rounds []pairRound, all bool, name string, extraHead []string, extra func(pairSummary) []string) {
+	fmt.Fprintf(s, "| scenario | procs | rounds used | µs/req %s median | min–max | Q1–Q3 | QPS %s median | min–max | Q1–Q3 |", name, name)
+	for _, h := range extraHead {
+		s.WriteString(" " + h + " |")
+	}
+	s.WriteString("\n|---|---:|---:|---:|---:|---:|---:|---:|---:|" + strings.Repeat("---:|", len(extraHead)) + "\n")
+	used := summarisePairs(rounds, all)
+	for _, m := range used {
+		fmt.Fprintf(s, "| %s | %d | %d of %d | %s | %s | %s | %s | %s | %s |", m.scenario, m.procs, m.used, m.rounds,
+			fmtRatio(m.cpu.median, m.cpu.n), fmtRange(m.cpu.min, m.cpu.max, m.cpu.n), fmtRange(m.cpu.q1, m.cpu.q3, m.cpu.n),
+			fmtRatio(m.qps.median, m.qps.n), fmtRange(m.qps.min, m.qps.max, m.qps.n), fmtRange(m.qps.q1, m.qps.q3, m.qps.n))
+		if extra != nil {
+			for _, c := range extra(m) {
+				s.WriteString(" " + c + " |")
+			}
+		}
+		s.WriteString("\n")
+	}
+	if all {
+		return
+	}
+	// What the flagged rounds would have said, so a run on a busy machine still shows its
+	// numbers, apart from the figure.
+	var notes []string
+	for j, m := range summarisePairs(rounds, true) {
+		if used[j].used < used[j].rounds {
+			notes = append(notes, fmt.Sprintf("- %s at %d proc(s), all %d rounds with the flagged ones (not a figure to quote): µs/req %s median %s (%s), QPS %s median %s (%s)",
+				m.scenario, m.procs, m.rounds, name, fmtRatio(m.cpu.median, m.cpu.n), fmtRange(m.cpu.min, m.cpu.max, m.cpu.n),
+				name, fmtRatio(m.qps.median, m.qps.n), fmtRange(m.qps.min, m.qps.max, m.qps.n)))
+		}
+	}
+	if len(notes) > 0 {
+		s.WriteString("\n" + strings.Join(notes, "\n") + "\n")
+	}
+}
+
+// roundsMarkdown renders the sweep's rounds: Tollgate ÷ nginx per scenario, each gateway's
+// own ratios to its baselines, and every measurement.
+func (r *report) roundsMarkdown(s *strings.Builder) {
+	if len(r.rounds) == 0 {
+		return
+	}
+	b := r.b
+	set := b.rnd
+	firsts := "one gateway"
+	if len(b.gateways) == 2 {
+		firsts = fmt.Sprintf("%s first in odd rounds, %s in even ones", b.gateways[0], b.gateways[1])
+	}
+	s.WriteString("## Interleaved rounds\n\n")
+	fmt.Fprintf(s, "- %d rounds per procs value; in each, every request scenario is measured on every gateway back to back (%s), "+
+		"the gateways running throughout with the config of every scenario; a scenario's first measurement on a gateway after %s of warm-up, "+
+		"the following after %s; a %s window each\n", set.rounds, firsts, b.warmup, set.warm, b.duration)
+	s.WriteString("- per round: the ratio of the gateway's CPU µs/req (below 1: the first named spends less per request) and of QPS; " +
+		"the tables give their median over the rounds used, the extremes (min–max) and the interquartile range (Q1–Q3)\n")
+	what := "left out of the medians (-all-rounds keeps them)"
+	if set.all {
+		what = "kept in the medians (-all-rounds)"
+	}
+	load := "the load side's CPUs saturated"
+	if set.loadMax > 0 {
+		load = fmt.Sprintf("the load side's CPUs busy at least %.0f%% of the window (a gateway and load side on disjoint CPUs only)", 100*set.loadMax)
+	}
+	fmt.Fprintf(s, "- a round is flagged for a ratio when either of its two measurements was disturbed: the gateway busy below %.2f of the CPUs "+
+		"it does not share with the load side (with /proc/stat's reason: load side saturated, or other processes on the gateway's CPU), or %s; "+
+		"flagged rounds are %s\n\n", set.busyMin, load, what)
+	if pairs := gatewayPairs(r.rounds); len(pairs) > 0 {
+		s.WriteString("### Tollgate ÷ nginx\n\n")
+		pairTable(s, pairs, set.all, "T÷N", []string{"Tollgate µs/req", "nginx µs/req"}, func(m pairSummary) []string {
+			return []string{fmtFloat(m.bUS.median, m.bUS.n), fmtFloat(m.aUS.median, m.aUS.n)}
+		})
+		s.WriteString("\n")
+	}
+	for _, gw := range []string{"tollgate", "nginx"} {
+		pairs := ownPairs(r.rounds, gw)
+		if len(pairs) == 0 {
+			continue
+		}
+		fmt.Fprintf(s, "### %s against its own baselines, same round\n\n", gw)
+		s.WriteString("Each round's µs/req of the scenario ÷ its baseline's (S1; S3b for S3; S9p for S9) on the same gateway in the same round.\n\n")
+		pairTable(s, pairs, set.all, "÷ base", []string{"µs/req", "baseline µs/req"}, func(m pairSummary) []string {
+			return []string{fmtFloat(m.bUS.median, m.bUS.n), fmtFloat(m.aUS.median, m.aUS.n)}
+		})
+		s.WriteString("\n")
+	}
+	loadCPUs, _ := parseCPUList(b.loadCPUs)
+	s.WriteString("### Every measurement\n\n")
+	s.WriteString("busy: the gateway's CPU seconds ÷ wall seconds; load CPU: the share of time the load side's CPUs were busy (every process, /proc/stat).\n\n")
+	s.WriteString("| scenario | gateway | procs | round | first | CPU µs/req | QPS | p50 | p99 | busy | load CPU | flag |\n")
+	s.WriteString("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, m := range r.rounds {
+		fmt.Fprintf(s, "| %s | %s | %d | %d | %s | %.2f | %.0f | %s | %s | %.2f | %s | %s |\n", m.scenario, m.gateway, m.procs, m.n, m.first,
+			m.usPerReq, m.load.qps(), fmtUS(m.load.P50), fmtUS(m.load.P99), m.busy, fmtPct(busyShare(m.sys0, m.sys1, loadCPUs)), m.why)
+	}
+	s.WriteString("\n")
+}
