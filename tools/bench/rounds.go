@@ -543,7 +543,7 @@ func (r *report) roundsMarkdown(s *strings.Builder) {
 	fmt.Fprintf(s, "- %d rounds per procs value; in each, every request scenario is measured on every gateway back to back (%s), "+
 		"the gateways running throughout with the config of every scenario; a scenario's first measurement on a gateway after %s of warm-up, "+
 		"the following after %s; a %s window each\n", set.rounds, firsts, b.warmup, set.warm, b.duration)
-	s.WriteString("- per round: the ratio of the gateway's CPU µs/req (below 1: the first named spends less per request) and of QPS; " +
+	s.WriteString("- per round: the ratio of CPU µs/req (below 1: Tollgate spends less per request than nginx in T÷N, the scenario less than its baseline in ÷ base) and of QPS; " +
 		"the tables give their median over the rounds used, the extremes (min–max) and the interquartile range (Q1–Q3)\n")
 	what := "left out of the medians (-all-rounds keeps them)"
 	if set.all {
