@@ -423,6 +423,21 @@ func TestSweepPairs(t *testing.T) {
 	}
 }
 
+func TestRoundOrder(t *testing.T) {
+	gws := []string{"nginx", "tollgate"}
+	for n, want := range map[int][]string{1: {"nginx", "tollgate"}, 2: {"tollgate", "nginx"}, 3: {"nginx", "tollgate"}} {
+		if got := roundOrder(gws, n); !slices.Equal(got, want) {
+			t.Errorf("round %d: %v, want %v", n, got, want)
+		}
+	}
+	if !slices.Equal(gws, []string{"nginx", "tollgate"}) {
+		t.Errorf("roundOrder changed its argument: %v", gws)
+	}
+	if got := roundOrder([]string{"tollgate"}, 2); !slices.Equal(got, []string{"tollgate"}) {
+		t.Errorf("one gateway: %v", got)
+	}
+}
+
 func TestMedianRounds(t *testing.T) {
 	us := map[int]float64{1: 30, 2: 10, 3: 20, 4: 50, 5: 40}
 	ms := measures(5, []string{"S1"}, func(sc, gw string, n int) float64 { return us[n] }, map[string]string{"S1/tollgate/4": "x", "S1/nginx/1": "x", "S1/nginx/2": "x", "S1/nginx/3": "x", "S1/nginx/4": "x", "S1/nginx/5": "x"})

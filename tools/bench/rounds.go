@@ -343,10 +343,7 @@ func (b *bench) sweepRounds(ctx context.Context, procs int, scs []*perfScenario,
 	warmed := map[string]bool{}
 	var ms []roundMeasure
 	for n := 1; n <= b.rnd.rounds; n++ {
-		order := slices.Clone(b.gateways)
-		if n%2 == 0 {
-			slices.Reverse(order)
-		}
+		order := roundOrder(b.gateways, n)
 		for _, sc := range scs {
 			if sc.ws {
 				continue // S6 is no request scenario: measured once, before the rounds
@@ -375,6 +372,16 @@ func (b *bench) sweepRounds(ctx context.Context, procs int, scs []*perfScenario,
 	rep.rounds = append(rep.rounds, ms...)
 	rep.perf = append(rep.perf, medianRounds(ms, b.gateways, b.rnd.all)...)
 	return nil
+}
+
+// roundOrder is the order the gateways are measured in round n (from 1): as given in odd
+// rounds, reversed in even ones, so that none always runs first.
+func roundOrder(gws []string, n int) []string {
+	order := slices.Clone(gws)
+	if n%2 == 0 {
+		slices.Reverse(order)
+	}
+	return order
 }
 
 // medianRounds picks, per scenario and procs value (in the order they ran) and gateway (in
