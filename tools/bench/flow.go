@@ -154,12 +154,13 @@ func deleteRedisPrefix(redisURL, prefix string) error {
 
 // lgSpec is what the load generator runs: phases one after the other, each with streams
 // sent concurrently at fixed rates to the edge at Addr.
-// Closed (S9) or WS (S6), when set, replace the phases with that kind of run.
+// Closed (S9), WS (S6) or Tail (tail.go), when set, replace the phases with that kind of run.
 type lgSpec struct {
 	Addr   string      `json:"addr"`
 	Phases []lgPhase   `json:"phases"`
 	Closed *closedSpec `json:"closed,omitempty"`
 	WS     *wsSpec     `json:"ws,omitempty"`
+	Tail   *tailSpec   `json:"tail,omitempty"`
 }
 
 type lgPhase struct {
@@ -200,6 +201,8 @@ func runLoadgen() int {
 	switch {
 	case spec.Closed != nil:
 		return runClosedLoop(spec.Closed)
+	case spec.Tail != nil:
+		return runTailGen(spec.Tail)
 	case spec.WS != nil:
 		// The bench's go-ahead may already sit in the decoder's buffer.
 		return runWSClient(spec.WS, io.MultiReader(dec.Buffered(), os.Stdin))

@@ -80,8 +80,9 @@ type bench struct {
 	soakDuration time.Duration // soak: -duration when given, else soakDefaultDuration
 	soakRate     int           // soak: requests per second
 
-	cmp compareSettings // -compare: another revision against the working tree (compare.go)
-	rnd roundSettings   // -rounds: interleaved rounds of the request scenarios, for the sweep and -compare (rounds.go)
+	cmp  compareSettings // -compare: another revision against the working tree (compare.go)
+	tail tailSettings    // the tail scenario's flags (tail.go)
+	rnd  roundSettings   // -rounds: interleaved rounds of the request scenarios, for the sweep and -compare (rounds.go)
 }
 
 func main() {
@@ -101,7 +102,7 @@ func run() int {
 			"S3 (1 KB JSON POST rewritten, with its plain-POST baseline S3b), S4 (5% canary: split counted at the upstreams), S4r (many routes, hit one), S5 (1 MiB responses: CPU and peak RSS), "+
 			"S6 (-ws-conns WebSocket tunnels: RSS per tunnel, CPU per message), S7 (burst 10× for 1 s), S9 (TLS 1.3: keep-alive and a handshake per request, with the plain baseline S9p), "+
 			"noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with many routes), "+
-			"soak (-duration of mixed traffic, route changes and key rotations through api, billing and a metered edge: drift, and billed = served; -duration defaults to 10m for it)")
+			"tail (S1's latency at fixed open-loop rates of nginx's maximum, nginx and Tollgate interleaved: p50/p99/p99.9; -tail-*), soak (-duration of mixed traffic, route changes and key rotations through api, billing and a metered edge: drift, and billed = served; -duration defaults to 10m for it)")
 		gateways = flag.String("gateways", "nginx,tollgate", "gateways to measure: nginx, tollgate")
 		cores    = flag.String("cores", "1,2", "GOMAXPROCS / nginx workers per run; the gateway gets CPUs 0..n-1")
 		out      = flag.String("out", "bench-results.md", "also write the markdown report here (empty: stdout only)")
@@ -133,6 +134,7 @@ func run() int {
 	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root); with -compare, side B")
 	traces := flag.String("traces", "off", "also measure the HTTP scenarios with the edge exporting traces to an in-process sink, at these sample rates (e.g. off,0.01,1)")
 	b.cmp.register(flag.CommandLine)
+	b.tail.register(flag.CommandLine)
 	b.rnd.register(flag.CommandLine)
 	flag.Parse()
 	var terr error
@@ -159,7 +161,7 @@ func run() int {
 	}
 	scs := splitList(*scenarios)
 	for _, s := range scs {
-		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "soak"}, s) {
+		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "soak", "tail"}, s) {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
@@ -331,6 +333,13 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 		rep.flow = r
 		if err != nil {
 			return rep, fmt.Errorf("S7/noisy: %w", err)
+		}
+	}
+	if needTollgate && slices.Contains(scs, "tail") {
+		r, err := b.tailScenario(ctx)
+		rep.tail = r
+		if err != nil {
+			return rep, fmt.Errorf("tail: %w", err)
 		}
 	}
 	if needTollgate && slices.Contains(scs, "soak") {

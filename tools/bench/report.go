@@ -21,6 +21,7 @@ type report struct {
 	ws     []wsResult
 	soak   *soakResult
 	cmp    *compareResult // -compare (compare_run.go)
+	tail   *tailReport    // the tail scenario (tail.go)
 	rounds []roundMeasure // the sweep's rounds, every measurement (rounds.go)
 }
 
@@ -161,6 +162,7 @@ func (r *report) markdown() string {
 			float64(x.loaded-x.base)/float64(x.routes), x.create.Round(time.Millisecond), x.applied.Round(time.Millisecond))
 	}
 	r.soakMarkdown(&s)
+	r.tailMarkdown(&s)
 	r.compareMarkdown(&s)
 	return s.String()
 }

@@ -1,0 +1,776 @@
+package main
+
+// The tail scenario: latency at a fixed rate, free of coordinated omission.
+//
+// A closed-loop client (wrk) sends a connection's next request only once the previous
+// answer is in, so a stall of the gateway also stalls the requests that should have been
+// sent meanwhile: their latency is never measured, and the tail looks shorter than a
+// user would see it. The generator here is open loop: request j of the window is due at
+// start + j/rate on connection j mod conns, whatever the answers do, and its latency is
+// counted from that due time, not from when it was actually written. A request that waits
+// because its connection's previous answer is late is counted as late by that wait (it
+// is the gateway's delay); one the generator itself sent late, its connection free, is
+// the generator's own lag, reported apart so a run whose load side could not keep up is
+// flagged rather than blamed on the gateway. Latencies go to log-linear histograms
+// (tailHist, under 0.4% relative error) per connection, merged at the end, so the loop
+// allocates nothing.
+//
+// The scenario first takes nginx's one-core maximum on S1 (closed-loop wrk, the median of
+// tailRounds short runs), then runs nginx and Tollgate at fixed fractions of it (-tail-rates,
+// 50% and 80%), in interleaved rounds whose order alternates, each run with its own
+// warm-up, and reports p50/p99/p99.9/max of both and the per-round ratios Tollgate ÷ nginx.
+// -tail-env adds Tollgate variants (an edge started with extra environment) measured in
+// the same rounds, so a tail fix and its off switch are compared under the same drift.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// ---------------------------------------------------------------------------------------
+// Histogram
+
+// tailHistBits is the histogram's precision: values below 2^tailHistBits are counted
+// exactly, larger ones in buckets 1/2^(tailHistBits-1) of their value wide, reported at
+// the bucket's middle: at most 1/2^tailHistBits (0.39%) from the true value.
+const tailHistBits = 8
+
+const (
+	tailHistSub     = 1 << tailHistBits             // exact buckets, and the start of the first shifted range
+	tailHistHalf    = tailHistSub / 2               // buckets per doubling above that
+	tailHistBuckets = tailHistSub + 55*tailHistHalf // shifts 1..55: up to 2^63-1
+)
+
+// tailHist is a log-linear histogram of non-negative int64 values (nanoseconds here).
+// The zero value is empty and ready; it is not safe for concurrent use.
+type tailHist struct {
+	counts [tailHistBuckets]int64
+	n      int64
+	min    int64
+	max    int64
+}
+
+func tailHistIndex(v int64) int {
+	if v < tailHistSub {
+		return int(v)
+	}
+	shift := bits.Len64(uint64(v)) - tailHistBits // ≥ 1
+	mant := v >> shift                            // in [tailHistHalf, tailHistSub)
+	return tailHistSub + (shift-1)*tailHistHalf + int(mant-tailHistHalf)
+}
+
+// tailHistValue is the middle of bucket i (its value when i is exact).
+func tailHistValue(i int) int64 {
+	if i < tailHistSub {
+		return int64(i)
+	}
+	shift := (i-tailHistSub)/tailHistHalf + 1
+	mant := int64((i-tailHistSub)%tailHistHalf + tailHistHalf)
+	lo := mant << shift
+	return lo + (int64(1)<<shift)/2
+}
+
+// Record counts v; a negative v counts as 0.
+func (h *tailHist) Record(v int64) {
+	v = max(v, 0)
+	h.counts[tailHistIndex(v)]++
+	if h.n == 0 || v < h.min {
+		h.min = v
+	}
+	h.max = max(h.max, v)
+	h.n++
+}
+
+// Merge adds o's counts to h.
+func (h *tailHist) Merge(o *tailHist) {
+	if o.n == 0 {
+		return
+	}
+	for i, c := range o.counts {
+		h.counts[i] += c
+	}
+	if h.n == 0 || o.min < h.min {
+		h.min = o.min
+	}
+	h.max = max(h.max, o.max)
+	h.n += o.n
+}
+
+// Count is the number of values recorded.
+func (h *tailHist) Count() int64 { return h.n }
+
+// Max is the largest value recorded, exactly.
+func (h *tailHist) Max() int64 { return h.max }
+
+// Quantile is the value at quantile q (0..1): the smallest recorded value's bucket at or
+// above which a fraction q of the values lie, clamped to the exact min and max (q = 1:
+// the max).
+func (h *tailHist) Quantile(q float64) int64 {
+	if h.n == 0 {
+		return 0
+	}
+	rank := int64(math.Ceil(q * float64(h.n)))
+	rank = min(max(rank, 1), h.n)
+	if rank == h.n {
+		return h.max
+	}
+	var seen int64
+	for i, c := range h.counts {
+		seen += c
+		if seen >= rank {
+			return min(max(tailHistValue(i), h.min), h.max)
+		}
+	}
+	return h.max
+}
+
+// ---------------------------------------------------------------------------------------
+// The generator (the loadgen child's side)
+
+// tailSpec is one open-loop run: Rate requests per second over Conns connections to Addr,
+// for Warmup (not recorded) and then Duration.
+type tailSpec struct {
+	Addr     string            `json:"addr"`
+	Host     string            `json:"host"`
+	Path     string            `json:"path"`
+	Headers  map[string]string `json:"headers,omitempty"`
+	Rate     int               `json:"rate"`
+	Conns    int               `json:"conns"`
+	Warmup   time.Duration     `json:"warmup"`
+	Duration time.Duration     `json:"duration"`
+}
+
+// tailLateAfter is how far behind its due time the generator may send, its connection
+// free, before the send counts as late: the generator, not the gateway, was behind.
+const tailLateAfter = time.Millisecond
+
+// tailResult is a run's outcome over the recorded window. Latencies in µs, from each
+// request's due time to the end of its answer.
+type tailResult struct {
+	Rate    int     `json:"rate"`
+	Conns   int     `json:"conns"`
+	Seconds float64 `json:"seconds"`
+	Sent    int64   `json:"sent"`
+	OK      int64   `json:"ok"`     // 2xx
+	Bad     int64   `json:"bad"`    // another status
+	Errors  int64   `json:"errors"` // no answer (connection errors, timeouts)
+	P50     float64 `json:"p50"`
+	P90     float64 `json:"p90"`
+	P99     float64 `json:"p99"`
+	P999    float64 `json:"p999"`
+	Max     float64 `json:"max"`
+	// Late counts sends the generator made tailLateAfter or more behind their due time
+	// with the connection free; LagP99 and LagMax are its own lag over all such sends.
+	Late   int64   `json:"late"`
+	LagP99 float64 `json:"lag_p99"`
+	LagMax float64 `json:"lag_max"`
+	// Queued counts requests that waited for their connection's previous answer.
+	Queued int64 `json:"queued"`
+}
+
+// sentRate is the rate achieved over the window.
+func (r tailResult) sentRate() float64 {
+	if r.Seconds <= 0 {
+		return 0
+	}
+	return float64(r.Sent) / r.Seconds
+}
+
+// behind says whether the generator itself fell behind: more than 1% of the sends late,
+// or fewer than 99% of the requests due sent.
+func (r tailResult) behind() bool {
+	due := float64(r.Rate) * r.Seconds
+	return r.Sent > 0 && (float64(r.Late) > 0.01*float64(r.Sent) || float64(r.Sent) < 0.99*due)
+}
+
+// tailConn is one connection's loop state.
+type tailConn struct {
+	lat, lag       tailHist
+	sent, ok, bad  int64
+	errors, late   int64
+	queued         int64
+	conn           net.Conn
+	br             *bufio.Reader
+	resp           fasthttp.Response
+	readDeadlineAt time.Time
+}
+
+// runTailGen is the child's side of a tail run.
+func runTailGen(spec *tailSpec) int {
+	if spec.Rate < 1 || spec.Conns < 1 || spec.Duration <= 0 {
+		fmt.Fprintln(os.Stderr, "loadgen: tail: rate, conns and duration must be positive")
+		return 2
+	}
+	var req bytes.Buffer
+	fmt.Fprintf(&req, "GET %s HTTP/1.1\r\nHost: %s\r\n", spec.Path, spec.Host)
+	keys := make([]string, 0, len(spec.Headers))
+	for k := range spec.Headers {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&req, "%s: %s\r\n", k, spec.Headers[k])
+	}
+	req.WriteString("\r\n")
+	raw := req.Bytes()
+
+	conns := make([]*tailConn, spec.Conns)
+	for i := range conns {
+		conns[i] = &tailConn{}
+	}
+	// Every connection is open before the first request falls due, so a dial is never
+	// counted as latency.
+	for _, c := range conns {
+		if err := c.dial(spec.Addr); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen: tail:", err)
+			return 1
+		}
+	}
+	start := time.Now().Add(20 * time.Millisecond)
+	measureFrom := start.Add(spec.Warmup)
+	end := measureFrom.Add(spec.Duration)
+	// Request j is due at start + j/rate on connection j mod conns.
+	step := float64(time.Second) / float64(spec.Rate)
+	var wg sync.WaitGroup
+	for k, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.loop(spec.Addr, raw, start, measureFrom, end, k, spec.Conns, step)
+		}()
+	}
+	wg.Wait()
+
+	var lat, lag tailHist
+	r := tailResult{Rate: spec.Rate, Conns: spec.Conns, Seconds: spec.Duration.Seconds()}
+	for _, c := range conns {
+		lat.Merge(&c.lat)
+		lag.Merge(&c.lag)
+		r.Sent += c.sent
+		r.OK += c.ok
+		r.Bad += c.bad
+		r.Errors += c.errors
+		r.Late += c.late
+		r.Queued += c.queued
+		if c.conn != nil {
+			c.conn.Close()
+		}
+	}
+	us := func(ns int64) float64 { return float64(ns) / 1e3 }
+	r.P50, r.P90, r.P99, r.P999 = us(lat.Quantile(0.50)), us(lat.Quantile(0.90)), us(lat.Quantile(0.99)), us(lat.Quantile(0.999))
+	r.Max = us(lat.Max())
+	r.LagP99, r.LagMax = us(lag.Quantile(0.99)), us(lag.Max())
+	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func (c *tailConn) dial(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	c.conn = conn
+	if c.br == nil {
+		c.br = bufio.NewReaderSize(conn, 16<<10)
+	} else {
+		c.br.Reset(conn)
+	}
+	c.readDeadlineAt = time.Time{}
+	return nil
+}
+
+// loop sends connection k's share of the schedule: requests k, k+n, k+2n… each due at
+// start + j×step, recording those due in [measureFrom, end).
+func (c *tailConn) loop(addr string, raw []byte, start, measureFrom, end time.Time, k, n int, step float64) {
+	for j := k; ; j += n {
+		due := start.Add(time.Duration(float64(j) * step))
+		if !due.Before(end) {
+			return
+		}
+		now := time.Now()
+		queued := false
+		if d := due.Sub(now); d > 0 {
+			time.Sleep(d)
+			now = time.Now()
+		} else {
+			queued = true // the previous answer came after this request was due
+		}
+		measured := !due.Before(measureFrom)
+		if measured {
+			c.sent++
+			if queued {
+				c.queued++
+			} else {
+				lag := now.Sub(due)
+				c.lag.Record(int64(lag))
+				if lag >= tailLateAfter {
+					c.late++
+				}
+			}
+		}
+		status, err := c.roundTrip(addr, raw, now)
+		if !measured {
+			continue
+		}
+		// Counted from the due time: the wait for a busy connection is the gateway's delay.
+		c.lat.Record(int64(time.Since(due)))
+		switch {
+		case err != nil:
+			c.errors++
+		case status >= 200 && status < 300:
+			c.ok++
+		default:
+			c.bad++
+		}
+	}
+}
+
+// roundTrip writes the request and reads its answer, redialling after an error (the
+// request then counts as an error; the next one goes on a new connection).
+func (c *tailConn) roundTrip(addr string, raw []byte, now time.Time) (int, error) {
+	if c.conn == nil {
+		if err := c.dial(addr); err != nil {
+			time.Sleep(10 * time.Millisecond) // a refused connect must not spin
+			return 0, err
+		}
+	}
+	// One deadline move a few seconds, not one per request: the generator's own timers
+	// would be the churn it measures.
+	if c.readDeadlineAt.Sub(now) < 5*time.Second {
+		c.readDeadlineAt = now.Add(10 * time.Second)
+		_ = c.conn.SetDeadline(c.readDeadlineAt)
+	}
+	_, err := c.conn.Write(raw)
+	if err == nil {
+		c.resp.Reset()
+		err = c.resp.Read(c.br)
+	}
+	if err != nil {
+		c.conn.Close()
+		c.conn = nil
+		return 0, err
+	}
+	if c.resp.ConnectionClose() {
+		c.conn.Close()
+		c.conn = nil
+	}
+	return c.resp.StatusCode(), nil
+}
+
+// tailGen runs spec in a loadgen child pinned to the load CPUs.
+func (b *bench) tailGen(ctx context.Context, spec tailSpec, tag string) (tailResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return tailResult{}, err
+	}
+	in, err := json.Marshal(lgSpec{Tail: &spec})
+	if err != nil {
+		return tailResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, spec.Warmup+spec.Duration+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "taskset", "-c", b.loadCPUs, self)
+	cmd.Env = append(os.Environ(), "TOLLGATE_BENCH_LOADGEN=1")
+	cmd.Stdin = bytes.NewReader(in)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return tailResult{}, fmt.Errorf("tail generator (%s): %v\n%s", tag, err, stderr.String())
+	}
+	_ = os.WriteFile(filepath.Join(b.dir, "tail-"+tag+".json"), stdout.Bytes(), 0o644)
+	var r tailResult
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		return r, fmt.Errorf("tail generator (%s) output %q: %v", tag, stdout.String(), err)
+	}
+	return r, nil
+}
+
+// ---------------------------------------------------------------------------------------
+// The scenario
+
+// tailSettings are the tail scenario's flags.
+type tailSettings struct {
+	rounds int
+	rates  string
+	conns  int
+	env    string
+	trace  time.Duration
+}
+
+func (t *tailSettings) register(fs *flag.FlagSet) {
+	fs.IntVar(&t.rounds, "tail-rounds", 3, "tail: interleaved rounds at each rate (nginx and Tollgate, the order alternating)")
+	fs.StringVar(&t.rates, "tail-rates", "0.5,0.8", "tail: open-loop rates as fractions of nginx's closed-loop S1 maximum on -cores' first value")
+	fs.IntVar(&t.conns, "tail-conns", 64, "tail: connections of the open-loop generator")
+	fs.StringVar(&t.env, "tail-env", "", "tail: Tollgate variants measured beside the default edge in the same rounds, ';'-separated, each a ','-separated list of VAR=value for the edge (e.g. TOLLGATE_X=off)")
+	fs.DurationVar(&t.trace, "tail-trace", 0, "tail: also record a runtime execution trace of this length from each Tollgate variant during its first run at the highest rate (kept in the run's directory: use -keep)")
+}
+
+// tailGateway is one gateway measured by the tail scenario: nginx, or a Tollgate edge
+// with extra environment.
+type tailGateway struct {
+	name string
+	env  []string
+}
+
+// tailRun is one gateway's run at one rate in one round.
+type tailRun struct {
+	gateway string
+	frac    float64
+	round   int
+	res     tailResult
+	busy    float64 // the gateway's CPU seconds ÷ wall seconds over the window (warm-up included)
+}
+
+// tailReport is the tail scenario's outcome.
+type tailReport struct {
+	procs    int
+	maxQPS   float64
+	maxRuns  []float64
+	gateways []string
+	fracs    []float64
+	runs     []tailRun
+	traces   []string
+	conns    int
+	rounds   int
+}
+
+func parseTailRates(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range splitList(s) {
+		x, err := strconv.ParseFloat(f, 64)
+		if err != nil || x <= 0 || x > 2 {
+			return nil, fmt.Errorf("-tail-rates: %q is not a fraction in (0, 2]", f)
+		}
+		out = append(out, x)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-tail-rates: none given")
+	}
+	return out, nil
+}
+
+func parseTailEnv(s string) []tailGateway {
+	gws := []tailGateway{{name: "tollgate"}}
+	for _, v := range strings.Split(s, ";") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		gws = append(gws, tailGateway{name: "tollgate " + v, env: splitList(v)})
+	}
+	return gws
+}
+
+// tailScenario runs the tail scenario on S1 at the first -cores value.
+func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
+	fracs, err := parseTailRates(b.tail.rates)
+	if err != nil {
+		return nil, err
+	}
+	rounds := max(b.tail.rounds, 1)
+	procs := b.cores[0]
+	cpus := gatewayCPUs(procs)
+	rep := &tailReport{procs: procs, fracs: fracs, conns: b.tail.conns, rounds: rounds}
+
+	upPort, err := b.upstream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	upURL := fmt.Sprintf("http://127.0.0.1:%d", upPort)
+	scs := buildPerfScenarios(b, []string{"S1"})
+	sc := scs[0]
+
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	ngx, err := startProxy(ctx, b, port, 0, upPort, procs, cpus, proxySites(scs))
+	if err != nil {
+		return nil, err
+	}
+	defer ngx.stop()
+	ngxBase := fmt.Sprintf("http://127.0.0.1:%d", port)
+	if err := waitServed(ctx, b, ngx, ngxBase, sc.host, sc.paths, nil); err != nil {
+		return nil, fmt.Errorf("nginx: %w", err)
+	}
+
+	st, err := b.newStack(ctx, "tail", b.loadCPUs)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.configureTollgate(ctx, st, upURL, scs); err != nil {
+		return nil, err
+	}
+	variants := parseTailEnv(b.tail.env)
+	// One edge per variant, all idle but the one measured: a restart per run would add
+	// its start-up to every round.
+	edges := map[string]*stack{}
+	for i, v := range variants {
+		s := st
+		if i > 0 {
+			// A variant gets a stack view of its own: the same database and NATS prefix
+			// (so the same config), its own ports.
+			cp := *st
+			if cp.edgeAddr, err = freeAddr(); err != nil {
+				return nil, err
+			}
+			if cp.edgeAdmin, err = freeAddr(); err != nil {
+				return nil, err
+			}
+			cp.edge = nil
+			s = &cp
+		}
+		// Each edge its own id and meter spool: they share the stack's NATS prefix.
+		env := append([]string{"TOLLGATE_PPROF=true", fmt.Sprintf("TOLLGATE_EDGE_ID=tail-%d", i),
+			"TOLLGATE_METER_SPOOL_DIR=" + filepath.Join(b.dir, fmt.Sprintf("tail-spool-%d", i))}, v.env...)
+		if err := s.startEdge(ctx, procs, cpus, env...); err != nil {
+			return nil, fmt.Errorf("%s: %w", v.name, err)
+		}
+		defer s.stopEdge()
+		if err := waitServed(ctx, b, s.edge, "http://"+s.edgeAddr, sc.host, sc.paths, nil); err != nil {
+			return nil, fmt.Errorf("%s: %w", v.name, err)
+		}
+		edges[v.name] = s
+	}
+
+	// nginx's one-core maximum: closed-loop wrk, the median of rounds short runs.
+	d := max(b.duration/2, 2*time.Second)
+	if _, err := runWrk(ctx, b, loadTarget{url: ngxBase + sc.hit, host: sc.host}, b.warmup, "tail-max-warmup"); err != nil {
+		return nil, err
+	}
+	for i := range rounds {
+		lr, err := runWrk(ctx, b, loadTarget{url: ngxBase + sc.hit, host: sc.host}, d, fmt.Sprintf("tail-max-%d", i+1))
+		if err != nil {
+			return nil, err
+		}
+		rep.maxRuns = append(rep.maxRuns, lr.qps())
+	}
+	rep.maxQPS = tailMedian(rep.maxRuns)
+	fmt.Fprintf(os.Stderr, "bench: tail  nginx S1 closed-loop max at %d worker(s): %.0f req/s (median of %v)\n", procs, rep.maxQPS, fmtQPSList(rep.maxRuns))
+
+	rep.gateways = []string{"nginx"}
+	for _, v := range variants {
+		rep.gateways = append(rep.gateways, v.name)
+	}
+	type target struct {
+		addr string
+		p    *proc
+		s    *stack
+	}
+	targets := map[string]target{"nginx": {addr: fmt.Sprintf("127.0.0.1:%d", port), p: ngx}}
+	for name, s := range edges {
+		targets[name] = target{addr: s.edgeAddr, p: s.edge, s: s}
+	}
+	traced := map[string]bool{}
+	topFrac := slices.Max(fracs)
+	for _, frac := range fracs {
+		rate := int(frac * rep.maxQPS)
+		for round := 1; round <= rounds; round++ {
+			order := slices.Clone(rep.gateways)
+			if round%2 == 0 {
+				slices.Reverse(order)
+			}
+			for _, gw := range order {
+				t := targets[gw]
+				spec := tailSpec{Addr: t.addr, Host: sc.host, Path: sc.hit, Rate: rate, Conns: b.tail.conns,
+					Warmup: b.warmup, Duration: b.duration}
+				tag := fmt.Sprintf("%s-%.0f-%d", strings.ReplaceAll(gw, " ", "_"), frac*100, round)
+				var stopTrace func() (string, error)
+				if t.s != nil && b.tail.trace > 0 && frac == topFrac && !traced[gw] {
+					traced[gw] = true
+					stopTrace = b.tailTrace(ctx, t.s, tag, b.warmup+time.Second)
+				}
+				u0, err := groupUsage(t.p.pid())
+				if err != nil {
+					return rep, t.p.failure(err.Error())
+				}
+				t0 := time.Now()
+				res, err := b.tailGen(ctx, spec, tag)
+				wall := time.Since(t0)
+				if err != nil {
+					return rep, err
+				}
+				u1, err := groupUsage(t.p.pid())
+				if err != nil {
+					return rep, t.p.failure(err.Error())
+				}
+				if stopTrace != nil {
+					path, err := stopTrace()
+					if err != nil {
+						fmt.Fprintf(os.Stderr, "bench: tail trace of %s: %v\n", gw, err)
+					} else {
+						rep.traces = append(rep.traces, gw+": "+path)
+					}
+				}
+				run := tailRun{gateway: gw, frac: frac, round: round, res: res,
+					busy: float64(u1.ticks-u0.ticks) / float64(b.tick) / wall.Seconds()}
+				rep.runs = append(rep.runs, run)
+				flag := ""
+				if res.behind() {
+					flag = "  GENERATOR BEHIND"
+				}
+				fmt.Fprintf(os.Stderr, "bench: tail  %3.0f%% %6d/s round %d %-24s p50 %s  p99 %s  p99.9 %s  max %s  late %d  queued %d  errors %d  non-2xx %d  busy %.2f%s\n",
+					frac*100, rate, round, gw, fmtUS(res.P50), fmtUS(res.P99), fmtUS(res.P999), fmtUS(res.Max),
+					res.Late, res.Queued, res.Errors, res.Bad, run.busy, flag)
+			}
+		}
+	}
+	return rep, nil
+}
+
+// tailTrace starts recording a runtime execution trace of the stack's edge after delay
+// (past the generator's warm-up); the returned function waits for it and says where it is.
+func (b *bench) tailTrace(ctx context.Context, s *stack, tag string, delay time.Duration) func() (string, error) {
+	path := filepath.Join(b.dir, "trace-"+tag+".out")
+	done := make(chan error, 1)
+	go func() {
+		select {
+		case <-ctx.Done():
+			done <- ctx.Err()
+			return
+		case <-time.After(delay):
+		}
+		url := fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", s.edgeAdmin, max(1, int(b.tail.trace/time.Second)))
+		resp, err := b.http.Get(url)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil && resp.StatusCode != 200 {
+			err = fmt.Errorf("%s: status %d", url, resp.StatusCode)
+		}
+		done <- err
+	}()
+	return func() (string, error) { return path, <-done }
+}
+
+func freeAddr() (string, error) {
+	p, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", p), nil
+}
+
+func tailMedian(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func fmtQPSList(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// tailMarkdown renders the tail scenario: per rate, each gateway's medians over rounds,
+// the per-round ratios to nginx, then every run.
+func (r *report) tailMarkdown(s *strings.Builder) {
+	t := r.tail
+	if t == nil {
+		return
+	}
+	fmt.Fprintf(s, "## Tail: latency at a fixed open-loop rate (S1)\n\n")
+	fmt.Fprintf(s, "nginx's closed-loop S1 maximum at %d worker(s) (wrk, %d connections): %.0f req/s (median of %s). "+
+		"Then at fixed fractions of it, the bench's open-loop generator on CPU %s (%d connections; request j due at start + j/rate, "+
+		"its latency counted from that due time, so a stall counts for every request it delays: no coordinated omission; "+
+		"log-linear histograms, ≤0.4%% error), nginx and Tollgate at %d proc(s) in %d interleaved rounds, the order alternating, "+
+		"%s warm-up + %s measured per run. Figures are medians over rounds; ratios are Tollgate ÷ nginx per round, then their median (min–max). "+
+		"*late*: sends the generator itself made ≥1 ms behind schedule with its connection free (a run with more than 1%% late is flagged: the load side, not the gateway, was behind); "+
+		"*queued*: requests that waited for their connection's previous answer (counted in their latency).\n\n",
+		t.procs, r.b.conns, t.maxQPS, fmtQPSList(t.maxRuns), r.b.loadCPUs, t.conns, t.procs, t.rounds, r.b.warmup, r.b.duration)
+	s.WriteString("| load | gateway | rate sent | p50 | p99 | p99.9 | max | p99 ÷ nginx | p99.9 ÷ nginx | busy | late | queued | errors + non-2xx | flagged rounds |\n")
+	s.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, frac := range t.fracs {
+		for _, gw := range t.gateways {
+			var p50, p99, p999, mx, rate, busy, r99, r999 []float64
+			var late, queued, bad int64
+			flagged := 0
+			for _, run := range t.runs {
+				if run.frac != frac || run.gateway != gw {
+					continue
+				}
+				x := run.res
+				p50, p99, p999, mx = append(p50, x.P50), append(p99, x.P99), append(p999, x.P999), append(mx, x.Max)
+				rate, busy = append(rate, x.sentRate()), append(busy, run.busy)
+				late, queued, bad = late+x.Late, queued+x.Queued, bad+x.Errors+x.Bad
+				if x.behind() {
+					flagged++
+				}
+				if gw == "nginx" {
+					continue
+				}
+				for _, n := range t.runs {
+					if n.frac == frac && n.round == run.round && n.gateway == "nginx" && n.res.P99 > 0 && n.res.P999 > 0 {
+						r99 = append(r99, x.P99/n.res.P99)
+						r999 = append(r999, x.P999/n.res.P999)
+					}
+				}
+			}
+			if len(p99) == 0 {
+				continue
+			}
+			ratio := func(xs []float64) string {
+				if len(xs) == 0 {
+					return "-"
+				}
+				return fmt.Sprintf("%.2f× (%.2f–%.2f)", tailMedian(xs), slices.Min(xs), slices.Max(xs))
+			}
+			fmt.Fprintf(s, "| %.0f%% | %s | %.0f/s | %s | %s | %s | %s | %s | %s | %.2f | %d | %d | %d | %d of %d |\n",
+				frac*100, gw, tailMedian(rate), fmtUS(tailMedian(p50)), fmtUS(tailMedian(p99)), fmtUS(tailMedian(p999)), fmtUS(tailMedian(mx)),
+				ratio(r99), ratio(r999), tailMedian(busy), late, queued, bad, flagged, len(p99))
+		}
+	}
+	s.WriteString("\nEvery run:\n\n| load | round | gateway | rate sent | p50 | p90 | p99 | p99.9 | max | generator lag p99 / max | late | queued | busy |\n")
+	s.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, run := range t.runs {
+		x := run.res
+		fmt.Fprintf(s, "| %.0f%% | %d | %s | %.0f/s | %s | %s | %s | %s | %s | %s / %s | %d | %d | %.2f |\n", run.frac*100, run.round, run.gateway,
+			x.sentRate(), fmtUS(x.P50), fmtUS(x.P90), fmtUS(x.P99), fmtUS(x.P999), fmtUS(x.Max), fmtUS(x.LagP99), fmtUS(x.LagMax), x.Late, x.Queued, run.busy)
+	}
+	if len(t.traces) > 0 {
+		s.WriteString("\nExecution traces (`go tool trace FILE`):\n\n")
+		for _, p := range t.traces {
+			fmt.Fprintf(s, "- %s\n", p)
+		}
+	}
+	s.WriteString("\n")
+}
