@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -250,22 +251,24 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 	return res, nil
 }
 
-// rssResult is the edge's resident memory idle with one route, then with many.
+// rssResult is the edge's resident memory idle with one route, then with routes more.
 type rssResult struct {
-	routes          int
-	base, loaded    int64 // KB
+	routes          int   // routes beside the first
+	tenants         int   // the tenants holding them
+	base, loaded    int64 // KB: RSS with 1 route; with routes+1
+	heap            int64 // KB: the Go heap in use with routes+1 (go_memstats_heap_inuse_bytes)
 	create, applied time.Duration
 }
 
-// rssRoutesRun creates b.rssRoutes routes on a stack of its own and reads the idle edge's
-// RSS once every route is served.
-func (b *bench) rssRoutesRun(ctx context.Context) (*rssResult, error) {
+// rssRoutesRun loads each -rss-routes count of routes in turn (growing one tenant, on a
+// stack of its own) and reads the idle edge's RSS once the routes are served.
+func (b *bench) rssRoutesRun(ctx context.Context) ([]rssResult, error) {
 	upPort, err := b.upstream(ctx)
 	if err != nil {
 		return nil, err
 	}
 	upURL := fmt.Sprintf("http://127.0.0.1:%d", upPort)
-	s, err := b.newStack(ctx, "rss", "")
+	s, err := b.newStack(ctx, "rss", "", bulkAPIEnv...)
 	if err != nil {
 		return nil, err
 	}
@@ -284,26 +287,46 @@ func (b *bench) rssRoutesRun(ctx context.Context) (*rssResult, error) {
 		return nil, err
 	}
 	time.Sleep(time.Second)
-	res := &rssResult{routes: b.rssRoutes, base: rssKB(s.edge.pid())}
+	baseKB := rssKB(s.edge.pid())
+	// The routes go into tenants of their own, as many as the plan's ceiling of routes
+	// per tenant asks for, beside the one with the first route.
+	rs := &routeSet{per: tenants.MaxResources.Routes, upURL: upURL}
+	var out []rssResult
+	for _, n := range slices.Sorted(slices.Values(b.scale.rssRoutes)) {
+		res := rssResult{routes: n, base: baseKB, tenants: (n + rs.per - 1) / rs.per}
+		start := time.Now()
+		if err := s.addTenants(ctx, rs, "rss", res.tenants); err != nil {
+			return out, err
+		}
+		if res.create, err = s.fill(ctx, rs, n); err != nil {
+			return out, err
+		}
+		if err := s.served(ctx, s.edge, base, rs); err != nil {
+			return out, err
+		}
+		res.applied = time.Since(start)
+		time.Sleep(2 * time.Second)
+		res.loaded, res.heap = rssKB(s.edge.pid()), heapInuseKB(b, s.edgeAdmin)
+		out = append(out, res)
+		fmt.Fprintf(os.Stderr, "bench: rss10k: edge RSS %s with 1 route, %s with %d (Go heap %s); applied in %s, served after %s\n",
+			fmtKB(res.base), fmtKB(res.loaded), n+1, fmtKB(res.heap), res.create.Round(time.Millisecond), res.applied.Round(time.Millisecond))
+	}
+	return out, nil
+}
 
-	paths := make([]string, b.rssRoutes)
-	for i := range paths {
-		paths[i] = routePath(i)
+// rssMarkdown renders rss10k's rows.
+func (r *report) rssMarkdown(s *strings.Builder) {
+	if len(r.rss) == 0 {
+		return
 	}
-	start := time.Now()
-	err = s.client.createRoutes(ctx, slug, len(paths), b.workers, func(i int) map[string]any {
-		return routeBody(fmt.Sprintf("route-%d", i), paths[i], upURL, "none", false)
-	}, nil)
-	if err != nil {
-		return res, err
+	s.WriteString("## Edge RSS with many routes\n\n")
+	fmt.Fprintf(s, "Routes loaded with PUT /v1/tenants/{slug}/config (%d routes an apply) into tenants of up to %d routes (a platform plan's ceiling), "+
+		"each count on top of the one before, beside a tenant with 1 route, into the same running edge (GOMAXPROCS unset); "+
+		"RSS read 2 s after the last route of each tenant and 200 others answered. Per route = (RSS − RSS with 1 route) ÷ routes.\n\n", configChunk, tenants.MaxResources.Routes)
+	s.WriteString("| routes | tenants | RSS | RSS with 1 route | per route | Go heap in use | applied in | all served after |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.rss {
+		fmt.Fprintf(s, "| %d | %d | %s | %s | %.2f KiB | %s | %s | %s |\n", x.routes+1, x.tenants+1, fmtKB(x.loaded), fmtKB(x.base),
+			float64(x.loaded-x.base)/float64(x.routes), fmtKB(x.heap), x.create.Round(time.Millisecond), x.applied.Round(time.Millisecond))
 	}
-	res.create = time.Since(start)
-	if err := waitServed(ctx, b, s.edge, base, host, paths, nil); err != nil {
-		return res, err
-	}
-	res.applied = time.Since(start)
-	time.Sleep(2 * time.Second)
-	res.loaded = rssKB(s.edge.pid())
-	fmt.Fprintf(os.Stderr, "bench: rss10k: edge RSS %s with 1 route, %s with %d\n", fmtKB(res.base), fmtKB(res.loaded), b.rssRoutes+1)
-	return res, nil
+	s.WriteString("\n")
 }

@@ -51,7 +51,6 @@ type bench struct {
 	warmup       time.Duration
 	duration     time.Duration
 	routes       int // S4r
-	rssRoutes    int // rss10k
 	cfgN         int // config: sequential changes
 	burst        int // config: concurrent changes
 	workers      int // concurrent management API clients
@@ -80,9 +79,9 @@ type bench struct {
 	soakDuration time.Duration // soak: -duration when given, else soakDefaultDuration
 	soakRate     int           // soak: requests per second
 
-	cmp  compareSettings // -compare: another revision against the working tree (compare.go)
-	tail tailSettings    // the tail scenario's flags (tail.go)
-	rnd  roundSettings   // -rounds: interleaved rounds of the request scenarios, for the sweep and -compare (rounds.go)
+	cmp   compareSettings // -compare: another revision against the working tree (compare.go)
+	rnd   roundSettings   // -rounds: interleaved rounds of the request scenarios, for the sweep and -compare (rounds.go)
+	scale scaleSettings   // rss10k, hotupdate and cold (scale.go)
 }
 
 func main() {
@@ -101,8 +100,9 @@ func run() int {
 		scenarios = flag.String("scenarios", "S1,S2,S2j,S4r,config,rss10k", "comma-separated: S1 (1 route), S2 (key auth), S2j (JWT RS256 + policy + rate limit), S2l/S2x/S2a (key auth + a never-reached limit: local, exact, approximate), "+
 			"S3 (1 KB JSON POST rewritten, with its plain-POST baseline S3b), S4 (5% canary: split counted at the upstreams), S4r (many routes, hit one), S5 (1 MiB responses: CPU and peak RSS), "+
 			"S6 (-ws-conns WebSocket tunnels: RSS per tunnel, CPU per message), S7 (burst 10× for 1 s), S9 (TLS 1.3: keep-alive and a handshake per request, with the plain baseline S9p), "+
-			"noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with many routes), "+
-			"tail (S1's latency at fixed open-loop rates of nginx's maximum, nginx and Tollgate interleaved: p50/p99/p99.9; -tail-*), soak (-duration of mixed traffic, route changes and key rotations through api, billing and a metered edge: drift, and billed = served; -duration defaults to 10m for it)")
+			"noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with -rss-routes routes), "+
+			"hotupdate (a route changed under load with -hot-routes routes over -hot-tenants tenants: 200 → new upstream, failed calls, RSS), cold (a fresh edge started from a bucket of -cold-routes routes), "+
+			"soak (-duration of mixed traffic, route changes and key rotations through api, billing and a metered edge: drift, and billed = served; -duration defaults to 10m for it)")
 		gateways = flag.String("gateways", "nginx,tollgate", "gateways to measure: nginx, tollgate")
 		cores    = flag.String("cores", "1,2", "GOMAXPROCS / nginx workers per run; the gateway gets CPUs 0..n-1")
 		out      = flag.String("out", "bench-results.md", "also write the markdown report here (empty: stdout only)")
@@ -114,7 +114,6 @@ func run() int {
 	flag.IntVar(&b.threads, "threads", 2, "wrk threads")
 	flag.IntVar(&b.conns, "conns", 64, "wrk connections")
 	flag.IntVar(&b.routes, "routes", 5000, "routes of S4r")
-	flag.IntVar(&b.rssRoutes, "rss-routes", 10000, "routes of rss10k")
 	flag.IntVar(&b.cfgN, "config-n", 200, "config: sequential route creations")
 	flag.IntVar(&b.burst, "burst", 5000, "config: route creations fired concurrently")
 	flag.IntVar(&b.workers, "workers", 32, "concurrent management API clients for bulk creation")
@@ -134,7 +133,7 @@ func run() int {
 	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root); with -compare, side B")
 	traces := flag.String("traces", "off", "also measure the HTTP scenarios with the edge exporting traces to an in-process sink, at these sample rates (e.g. off,0.01,1)")
 	b.cmp.register(flag.CommandLine)
-	b.tail.register(flag.CommandLine)
+	b.scale.register(flag.CommandLine)
 	b.rnd.register(flag.CommandLine)
 	flag.Parse()
 	var terr error
@@ -161,7 +160,7 @@ func run() int {
 	}
 	scs := splitList(*scenarios)
 	for _, s := range scs {
-		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "soak", "tail"}, s) {
+		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "hotupdate", "cold", "soak"}, s) {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
@@ -172,8 +171,11 @@ func run() int {
 	if cerr != nil {
 		return fail(cerr)
 	}
-	if b.routes < 1 || b.rssRoutes < 1 || b.cfgN < 1 || b.burst < 1 || b.workers < 1 {
-		return fail(fmt.Errorf("-routes, -rss-routes, -config-n, -burst and -workers must be at least 1"))
+	if b.routes < 1 || b.cfgN < 1 || b.burst < 1 || b.workers < 1 {
+		return fail(fmt.Errorf("-routes, -config-n, -burst and -workers must be at least 1"))
+	}
+	if err := b.scale.check(); err != nil {
+		return fail(err)
 	}
 	if needsRedis(scs) && b.redisURL == "" {
 		b.redisURL = "redis://127.0.0.1:6379"
@@ -328,18 +330,25 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 			return rep, fmt.Errorf("rss10k: %w", err)
 		}
 	}
+	if needTollgate && slices.Contains(scs, "hotupdate") {
+		r, err := b.hotScenario(ctx)
+		rep.hot = r
+		if err != nil {
+			return rep, fmt.Errorf("hotupdate: %w", err)
+		}
+	}
+	if needTollgate && slices.Contains(scs, "cold") {
+		r, err := b.coldScenario(ctx)
+		rep.cold = r
+		if err != nil {
+			return rep, fmt.Errorf("cold: %w", err)
+		}
+	}
 	if needTollgate && (slices.Contains(scs, "S7") || slices.Contains(scs, "noisy")) {
 		r, err := b.flowScenarios(ctx, scs)
 		rep.flow = r
 		if err != nil {
 			return rep, fmt.Errorf("S7/noisy: %w", err)
-		}
-	}
-	if needTollgate && slices.Contains(scs, "tail") {
-		r, err := b.tailScenario(ctx)
-		rep.tail = r
-		if err != nil {
-			return rep, fmt.Errorf("tail: %w", err)
 		}
 	}
 	if needTollgate && slices.Contains(scs, "soak") {

@@ -281,16 +281,13 @@ func (b *bench) configureTollgate(ctx context.Context, s *stack, upURL string, s
 				return err
 			}
 		case "S4r":
-			start := time.Now()
-			err := s.client.createRoutes(ctx, slug, len(sc.paths), b.workers, func(i int) map[string]any {
-				return routeBody(fmt.Sprintf("route-%d", i), sc.paths[i], upURL, "none", false)
-			}, nil)
+			// Through config applies (scale.go): a POST per route is a transaction each.
+			d, err := s.fill(ctx, &routeSet{slugs: []string{slug}, upURL: upURL}, len(sc.paths))
 			if err != nil {
 				return err
 			}
-			d := time.Since(start)
-			fmt.Fprintf(os.Stderr, "bench: S4r: created %d routes in %s (%.0f/s, %d clients)\n",
-				len(sc.paths), d.Round(time.Millisecond), float64(len(sc.paths))/d.Seconds(), b.workers)
+			fmt.Fprintf(os.Stderr, "bench: S4r: created %d routes in %s (%.0f/s, %d an apply)\n",
+				len(sc.paths), d.Round(time.Millisecond), float64(len(sc.paths))/d.Seconds(), configChunk)
 		}
 	}
 	return nil
@@ -313,7 +310,7 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 	var st *stack
 	if b.has("tollgate") {
 		// The api is idle while measuring; it stays off the gateway's CPU.
-		if st, err = b.newStack(ctx, "perf", b.loadCPUs); err != nil {
+		if st, err = b.newStack(ctx, "perf", b.loadCPUs, bulkAPIEnv...); err != nil { // S4r's routes in bulk (scale.go)
 			return err
 		}
 		if err := b.configureTollgate(ctx, st, upURL, scs); err != nil {

@@ -16,12 +16,13 @@ type report struct {
 	tools  []string
 	perf   []perfResult
 	config *configResult
-	rss    *rssResult
+	rss    []rssResult
+	hot    []hotResult // hotupdate (scale.go)
+	cold   *coldResult // cold (scale.go)
 	flow   *flowResult
 	ws     []wsResult
 	soak   *soakResult
 	cmp    *compareResult // -compare (compare_run.go)
-	tail   *tailReport    // the tail scenario (tail.go)
 	rounds []roundMeasure // the sweep's rounds, every measurement (rounds.go)
 }
 
@@ -155,14 +156,10 @@ func (r *report) markdown() string {
 		row(fmt.Sprintf("burst of %d, 201 → bucket", c.burstN), c.burstBucket, note)
 		s.WriteString("\n")
 	}
-	if x := r.rss; x != nil && x.loaded > 0 {
-		s.WriteString("## Edge RSS with many routes\n\n")
-		fmt.Fprintf(&s, "| routes | RSS | RSS with 1 route | per route | created in | all served after |\n|---:|---:|---:|---:|---:|---:|\n")
-		fmt.Fprintf(&s, "| %d | %s | %s | %.2f KiB | %s | %s |\n\n", x.routes+1, fmtKB(x.loaded), fmtKB(x.base),
-			float64(x.loaded-x.base)/float64(x.routes), x.create.Round(time.Millisecond), x.applied.Round(time.Millisecond))
-	}
+	r.rssMarkdown(&s)
+	r.hotMarkdown(&s)
+	r.coldMarkdown(&s)
 	r.soakMarkdown(&s)
-	r.tailMarkdown(&s)
 	r.compareMarkdown(&s)
 	return s.String()
 }

@@ -61,8 +61,9 @@ func (b *bench) buildTollgate(ctx context.Context) error {
 }
 
 // newStack creates the database, migrates it, and starts the api pinned to apiCPUs (empty:
-// anywhere) with the outbox relay publishing into this stack's bucket.
-func (b *bench) newStack(ctx context.Context, name, apiCPUs string) (*stack, error) {
+// anywhere) with the outbox relay publishing into this stack's bucket, apiEnv added to its
+// environment.
+func (b *bench) newStack(ctx context.Context, name, apiCPUs string, apiEnv ...string) (*stack, error) {
 	id := randomHex(4)
 	s := &stack{
 		b:      b,
@@ -116,7 +117,7 @@ func (b *bench) newStack(ctx context.Context, name, apiCPUs string) (*stack, err
 		return nil, fmt.Errorf("tollgate migrate (%s): %v\n%s", s.dbURL, err, out)
 	}
 
-	p, err := startProc("tollgate api", filepath.Join(s.dir, "api.log"), apiCPUs, s.env(), s.bin, "api")
+	p, err := startProc("tollgate api", filepath.Join(s.dir, "api.log"), apiCPUs, s.env(apiEnv...), s.bin, "api")
 	if err != nil {
 		return nil, err
 	}

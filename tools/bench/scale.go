@@ -1,0 +1,739 @@
+package main
+
+// Config at scale (README, "Benchmarks"):
+//
+//   - hotupdate: a route changed under load while a stack holds -hot-routes routes spread
+//     over -hot-tenants tenants: from the api's 200 to the edge's first answer from the
+//     new upstream, the calls that failed meanwhile, and the edge's RSS after the changes.
+//   - cold: a fresh edge started against a bucket that already holds -cold-routes routes:
+//     from exec to /readyz, to the first answer, and its RSS then.
+//
+// Routes go in through the fastest documented bulk path, PUT /v1/tenants/{slug}/config
+// (config as code) without prune, in chunks that stay under the api's 1 MB body limit: a
+// POST per route costs a transaction, an outbox row and a round trip each.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"tollgate/tenants"
+)
+
+// intList is a comma-separated flag of positive integers.
+type intList []int
+
+func (l *intList) String() string {
+	if l == nil {
+		return ""
+	}
+	s := make([]string, len(*l))
+	for i, n := range *l {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Set(v string) error {
+	var out intList
+	for _, f := range splitList(v) {
+		n, err := strconv.Atoi(strings.ReplaceAll(f, "_", ""))
+		if err != nil || n < 1 {
+			return fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return fmt.Errorf("empty list")
+	}
+	*l = out
+	return nil
+}
+
+// scaleSettings are the flags of rss10k, hotupdate and cold.
+type scaleSettings struct {
+	rssRoutes             intList // rss10k: route counts, each loaded on top of the one before
+	hotRoutes, hotTenants intList
+	hotN, hotRate         int
+	coldRoutes            int
+	coldTenants, coldRuns int
+}
+
+func (c *scaleSettings) register(fs *flag.FlagSet) {
+	c.rssRoutes, c.hotRoutes, c.hotTenants = intList{10000}, intList{5000, 50000}, intList{1, 1000}
+	fs.Var(&c.rssRoutes, "rss-routes", "rss10k: route counts of one tenant, loaded one on top of the other (e.g. 10000,100000)")
+	fs.Var(&c.hotRoutes, "hot-routes", "hotupdate: routes loaded (each count on top of the one before)")
+	fs.Var(&c.hotTenants, "hot-tenants", "hotupdate: tenants the routes are spread over (a stack of its own for each)")
+	fs.IntVar(&c.hotN, "hot-n", 100, "hotupdate: route changes timed per routes × tenants")
+	fs.IntVar(&c.hotRate, "hot-rate", 1000, "hotupdate: requests per second to the changed route meanwhile (fixed-rate generator)")
+	fs.IntVar(&c.coldRoutes, "cold-routes", 100000, "cold: routes in the bucket when the edge starts")
+	fs.IntVar(&c.coldTenants, "cold-tenants", 2, "cold: tenants they are spread over (a tenant holds at most 50,000)")
+	fs.IntVar(&c.coldRuns, "cold-runs", 3, "cold: fresh edges started one after the other")
+}
+
+func (c *scaleSettings) check() error {
+	if c.hotN < 1 || c.hotRate < 1 || c.coldRoutes < 1 || c.coldTenants < 1 || c.coldRuns < 1 {
+		return fmt.Errorf("-hot-n, -hot-rate, -cold-routes, -cold-tenants and -cold-runs must be at least 1")
+	}
+	// A platform plan holds at most tenants.MaxResources.Routes routes per tenant.
+	maxPer := tenants.MaxResources.Routes
+	if c.coldTenants > c.coldRoutes || (c.coldRoutes+c.coldTenants-1)/c.coldTenants > maxPer {
+		return fmt.Errorf("-cold-tenants: %d routes over %d tenants: at most %d routes per tenant and a route for each", c.coldRoutes, c.coldTenants, maxPer)
+	}
+	for _, n := range c.hotRoutes {
+		for _, t := range c.hotTenants {
+			if (n+t-1)/t > maxPer {
+				return fmt.Errorf("-hot-routes %d over -hot-tenants %d: a tenant holds at most %d routes", n, t, maxPer)
+			}
+		}
+	}
+	return nil
+}
+
+// configChunk is how many routes one config apply carries: about 120 bytes each, so a
+// chunk stays well under the api's 1 MB body limit.
+const configChunk = 2000
+
+// bulkAPIEnv is the environment of an api that takes configChunk routes an apply: each
+// insert counts the tenant's routes against its plan, so an apply into a tenant of 50,000
+// routes outlasts the default TOLLGATE_DB_TIMEOUT (5s) on a loaded machine.
+var bulkAPIEnv = []string{"TOLLGATE_DB_TIMEOUT=2m"}
+
+// routeSet is routes spread over tenants slugs, named route-i at routePath(i): route i
+// is in tenant i/per when per is set (blocks, so tenants can be added as the set grows),
+// else round-robin in tenant i mod len(slugs).
+type routeSet struct {
+	slugs  []string
+	per    int
+	loaded int // routes 0..loaded-1 exist
+	upURL  string
+}
+
+func (rs *routeSet) tenantOf(i int) int {
+	if rs.per > 0 {
+		return i / rs.per
+	}
+	return i % len(rs.slugs)
+}
+
+func (rs *routeSet) slugOf(i int) string { return rs.slugs[rs.tenantOf(i)] }
+
+// hostOf is the virtual host of route i.
+func (rs *routeSet) hostOf(i int) string { return rs.slugOf(i) + ".localhost" }
+
+// newRouteSet creates n tenants named prefix-0…, workers at a time; per is routeSet's.
+func (s *stack) newRouteSet(ctx context.Context, prefix string, n, per int, upURL string) (*routeSet, error) {
+	rs := &routeSet{per: per, upURL: upURL}
+	return rs, s.addTenants(ctx, rs, prefix, n)
+}
+
+// addTenants creates tenants prefix-k… until rs has n of them.
+func (s *stack) addTenants(ctx context.Context, rs *routeSet, prefix string, n int) error {
+	from := len(rs.slugs)
+	for k := from; k < n; k++ {
+		rs.slugs = append(rs.slugs, fmt.Sprintf("%s-%d", prefix, k))
+	}
+	return parallel(ctx, n-from, s.b.workers, func(i int) error {
+		_, err := s.client.createTenant(ctx, rs.slugs[from+i])
+		return err
+	})
+}
+
+// parallel runs fn(0..n-1) on workers goroutines and returns the first error.
+func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		next    atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	for range min(max(1, workers), n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					errOnce.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// fill creates routes rs.loaded..total-1 through config applies without prune, one
+// tenant's chunks in order and up to 4 tenants at once (Postgres shares the machine).
+func (s *stack) fill(ctx context.Context, rs *routeSet, total int) (time.Duration, error) {
+	start := time.Now()
+	if total <= rs.loaded {
+		return 0, nil
+	}
+	err := parallel(ctx, len(rs.slugs), 4, func(j int) error {
+		var chunk []map[string]any
+		flush := func() error {
+			if len(chunk) == 0 {
+				return nil
+			}
+			doc := map[string]any{"version": 1, "tenant": rs.slugs[j], "routes": chunk}
+			err := s.client.callRetry(ctx, "PUT", "/v1/tenants/"+rs.slugs[j]+"/config", doc)
+			chunk = chunk[:0]
+			return err
+		}
+		for i := rs.loaded; i < total; i++ {
+			if rs.tenantOf(i) != j {
+				continue
+			}
+			chunk = append(chunk, routeBody(fmt.Sprintf("route-%d", i), routePath(i), rs.upURL, "none", false))
+			if len(chunk) == configChunk {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		return flush()
+	})
+	if err != nil {
+		return time.Since(start), err
+	}
+	rs.loaded = total
+	return time.Since(start), nil
+}
+
+// callRetry is call for an idempotent write (a config apply without prune: applying a
+// document again changes nothing), sent again up to twice when the connection fails:
+// the api may close an idle keep-alive connection just as a request goes out on it.
+func (c *apiClient) callRetry(ctx context.Context, method, path string, in any) error {
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	for try := 1; ; try++ {
+		req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(raw))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			if try < 3 && ctx.Err() == nil {
+				continue
+			}
+			return fmt.Errorf("%s %s: %v", method, path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("%s %s: reading response: %v", method, path, err)
+		}
+		if resp.StatusCode/100 != 2 {
+			return fmt.Errorf("%s %s: status %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(body))
+		}
+		return nil
+	}
+}
+
+// served waits until the edge at base serves the last route of every tenant and a
+// spread of 200 others: polling every one of 100,000 routes would take longer than
+// loading them.
+func (s *stack) served(ctx context.Context, p *proc, base string, rs *routeSet) error {
+	idx := map[int]bool{}
+	last := map[int]int{} // tenant → its last route
+	for i := rs.loaded - 1; i >= 0 && len(last) < len(rs.slugs); i-- {
+		if _, ok := last[rs.tenantOf(i)]; !ok {
+			last[rs.tenantOf(i)] = i
+			idx[i] = true
+		}
+	}
+	for k := range 200 {
+		idx[k*rs.loaded/200] = true
+	}
+	byHost := map[string][]string{}
+	for i := range idx {
+		byHost[rs.hostOf(i)] = append(byHost[rs.hostOf(i)], routePath(i))
+	}
+	hosts := make([]string, 0, len(byHost))
+	for h := range byHost {
+		hosts = append(hosts, h)
+	}
+	slices.Sort(hosts)
+	return parallel(ctx, len(hosts), 8, func(i int) error {
+		return waitServed(ctx, s.b, p, base, hosts[i], byHost[hosts[i]], nil)
+	})
+}
+
+// ---------------------------------------------------------------------------------------
+// hotupdate
+
+// hotResult is one hotupdate run: a route changed hotN times under load.
+type hotResult struct {
+	routes, tenants int
+	procs           int
+	loadRate        int
+	fill            time.Duration // creating the routes added for this run
+	served          time.Duration // from the first create to the edge serving them
+	api             latStats      // PUT sent → 200
+	edge            latStats      // 200 → first answer from the new upstream
+	changes         int
+	underLoad       int   // changes made while the load ran
+	failed          int64 // load requests not answered 200 during the run, plus polls
+	sent            int64
+	loadP99         float64 // µs
+	late            int64   // load requests sent 5 ms or more behind schedule
+	rssBefore       int64   // KB, idle after loading
+	rssAfter        int64   // KB, after the changes
+	err             string
+}
+
+// hotScenario runs hotupdate for every -hot-tenants value on a stack of its own, growing
+// its routes through each -hot-routes value.
+func (b *bench) hotScenario(ctx context.Context) ([]hotResult, error) {
+	upPort, err := b.upstream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.scenarioServices(ctx, []string{"S4"}); err != nil { // the second upstream
+		return nil, err
+	}
+	ups := [2]string{fmt.Sprintf("http://127.0.0.1:%d", upPort), fmt.Sprintf("http://127.0.0.1:%d", b.canaryPort)}
+	answers := [2]string{"ok", s4Answer}
+	counts := slices.Sorted(slices.Values(b.scale.hotRoutes))
+	var out []hotResult
+	for _, nt := range b.scale.hotTenants {
+		// The api shares the load CPUs: the edge's CPUs are the edge's alone.
+		s, err := b.newStack(ctx, fmt.Sprintf("hot%d", nt), b.loadCPUs, bulkAPIEnv...)
+		if err != nil {
+			return out, err
+		}
+		procs := b.cores[0]
+		if err := s.startEdge(ctx, procs, gatewayCPUs(procs)); err != nil {
+			return out, err
+		}
+		base := "http://" + s.edgeAddr
+		rs, err := s.newRouteSet(ctx, "hot", nt, 0, ups[0])
+		if err != nil {
+			return out, err
+		}
+		// The changed route lives in tenant hot-0 beside that tenant's share of the routes.
+		slug, host, path := rs.slugs[0], rs.slugs[0]+".localhost", "/hot-probe"
+		var probe created
+		if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("probe", path, ups[0], "none", false), &probe); err != nil {
+			return out, err
+		}
+		cur := 0
+		for _, n := range counts {
+			r := hotResult{routes: n, tenants: nt, procs: procs, loadRate: b.scale.hotRate, changes: b.scale.hotN}
+			start := time.Now()
+			// n routes with the probe.
+			if r.fill, err = s.fill(ctx, rs, n-1); err != nil {
+				return out, fmt.Errorf("loading %d routes over %d tenants: %w", n, nt, err)
+			}
+			if err := s.served(ctx, s.edge, base, rs); err != nil {
+				return out, err
+			}
+			r.served = time.Since(start)
+			fmt.Fprintf(os.Stderr, "bench: hotupdate: %d routes over %d tenant(s): applied in %s, served after %s\n",
+				n, nt, r.fill.Round(time.Millisecond), r.served.Round(time.Millisecond))
+			time.Sleep(time.Second)
+			r.rssBefore = rssKB(s.edge.pid())
+			cur, err = b.hotChanges(ctx, s, &r, slug, host, path, probe.ID, ups, answers, cur)
+			out = append(out, r)
+			if err != nil {
+				return out, err
+			}
+			fmt.Fprintf(os.Stderr, "bench: hotupdate: %d routes, %d tenant(s): 200→new upstream p50 %s p99 %s max %s; failed %d of %d; RSS %s → %s\n",
+				n, nt, fmtDur(r.edge.p50), fmtDur(r.edge.p99), fmtDur(r.edge.max), r.failed, r.sent, fmtKB(r.rssBefore), fmtKB(r.rssAfter))
+		}
+		s.stopEdge()
+	}
+	return out, nil
+}
+
+// hotChanges PUTs the probe route to the other upstream r.changes times while the load
+// generator sends -hot-rate requests per second to it, timing each change from the api's
+// 200 to the first answer of the new upstream. cur is the upstream the route has; the
+// one it has at the end is returned.
+func (b *bench) hotChanges(ctx context.Context, s *stack, r *hotResult, slug, host, path, id string, ups, answers [2]string, cur int) (int, error) {
+	poll, err := newPoller(s.edgeAddr, host, path, b.loadCPUs)
+	if err != nil {
+		return cur, err
+	}
+	defer poll.close()
+	change := func() (api, edge time.Duration, err error) {
+		next := 1 - cur
+		t0 := time.Now()
+		if err := s.client.callMatch(ctx, "PUT", "/v1/tenants/"+slug+"/routes/"+id, routeBody("probe", path, ups[next], "none", false)); err != nil {
+			return 0, 0, err
+		}
+		t200 := time.Now()
+		deadline := t200.Add(30 * time.Second)
+		for {
+			body, code, err := poll.get()
+			if err != nil || code != http.StatusOK {
+				r.failed++
+			}
+			if err == nil && code == http.StatusOK && body == answers[next] {
+				cur = next
+				return t200.Sub(t0), time.Since(t200), nil
+			}
+			if time.Now().After(deadline) {
+				return 0, 0, fmt.Errorf("the edge did not answer from %s within 30s of the api's 200", ups[next])
+			}
+			time.Sleep(250 * time.Microsecond)
+		}
+	}
+	// Three changes before the load: a warm-up, and an estimate of how long the load must run.
+	var est time.Duration
+	for range 3 {
+		a, e, err := change()
+		if err != nil {
+			return cur, err
+		}
+		est = max(est, a+e)
+	}
+	r.failed = 0
+	window := max(5*time.Second, time.Duration(r.changes)*(2*est+50*time.Millisecond))
+	spec := lgSpec{Addr: s.edgeAddr, Phases: []lgPhase{
+		{Name: "warmup", Duration: time.Second, Streams: []lgStream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
+		{Name: "changes", Duration: window, Streams: []lgStream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
+	}}
+	type lgOut struct {
+		res []lgResult
+		err error
+	}
+	done := make(chan lgOut, 1)
+	lgStart := time.Now()
+	go func() {
+		res, err := b.loadgen(ctx, spec, fmt.Sprintf("hotupdate-%d-%d", r.routes, r.tenants))
+		done <- lgOut{res, err}
+	}()
+	time.Sleep(1500 * time.Millisecond) // past the warm-up
+	loadEnd := lgStart.Add(time.Second + window)
+	var apiLat, edgeLat []time.Duration
+	var cerr error
+	for range r.changes {
+		a, e, err := change()
+		if err != nil {
+			cerr = err
+			break
+		}
+		apiLat, edgeLat = append(apiLat, a), append(edgeLat, e)
+		if time.Now().Before(loadEnd) {
+			r.underLoad++
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.api, r.edge = summarize(apiLat), summarize(edgeLat)
+	r.rssAfter = rssKB(s.edge.pid())
+	lg := <-done
+	if lg.err != nil {
+		return cur, lg.err
+	}
+	for _, x := range lg.res {
+		if x.Phase == "changes" {
+			r.sent += x.Sent
+			r.failed += x.Sent - x.OK
+			r.loadP99, r.late = x.P99, x.Late
+		}
+	}
+	if cerr != nil {
+		r.err = cerr.Error()
+	}
+	return cur, cerr
+}
+
+// poller asks the edge for one path over a keep-alive connection of its own, from an OS
+// thread pinned to the load CPUs, so its polls neither queue behind other clients nor
+// take the edge's CPU.
+type poller struct {
+	reqs chan struct{}
+	outs chan pollOut
+	req  []byte
+}
+
+type pollOut struct {
+	body string
+	code int
+	err  error
+}
+
+func newPoller(addr, host, path, cpus string) (*poller, error) {
+	mask, err := cpuMask(cpus)
+	if err != nil {
+		return nil, err
+	}
+	p := &poller{reqs: make(chan struct{}), outs: make(chan pollOut),
+		req: []byte("GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: tollgate-bench\r\n\r\n")}
+	ready := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the pinned thread exits with the goroutine
+		if _, _, errno := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask))); errno != 0 {
+			ready <- fmt.Errorf("sched_setaffinity %s: %v", cpus, errno)
+			return
+		}
+		ready <- nil
+		var (
+			conn net.Conn
+			br   *bufio.Reader
+		)
+		for range p.reqs {
+			if conn == nil {
+				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err != nil {
+					p.outs <- pollOut{err: err}
+					continue
+				}
+				conn, br = c, bufio.NewReaderSize(c, 4096)
+			}
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			o, keep := p.roundTrip(conn, br)
+			if !keep {
+				conn.Close()
+				conn = nil
+			}
+			p.outs <- o
+		}
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// roundTrip sends one request on conn and reads its answer; keep is false when the
+// connection cannot carry the next one.
+func (p *poller) roundTrip(conn net.Conn, br *bufio.Reader) (o pollOut, keep bool) {
+	if _, err := conn.Write(p.req); err != nil {
+		return pollOut{err: err}, false
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return pollOut{err: err}, false
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	resp.Body.Close()
+	if err != nil {
+		return pollOut{err: err}, false
+	}
+	return pollOut{body: string(body), code: resp.StatusCode}, !resp.Close
+}
+
+func (p *poller) get() (string, int, error) {
+	p.reqs <- struct{}{}
+	o := <-p.outs
+	return o.body, o.code, o.err
+}
+
+func (p *poller) close() { close(p.reqs) }
+
+// cpuMask is sched_setaffinity's mask for a taskset-style list ("1", "0-1", "0,2").
+func cpuMask(cpus string) ([16]uint64, error) {
+	var m [16]uint64
+	for _, part := range splitList(cpus) {
+		lo, hi, ok := strings.Cut(part, "-")
+		a, err1 := strconv.Atoi(lo)
+		z := a
+		var err2 error
+		if ok {
+			z, err2 = strconv.Atoi(hi)
+		}
+		if err1 != nil || err2 != nil || a < 0 || z < a || z >= 64*len(m) {
+			return m, fmt.Errorf("CPU list %q", cpus)
+		}
+		for c := a; c <= z; c++ {
+			m[c/64] |= 1 << (c % 64)
+		}
+	}
+	return m, nil
+}
+
+// hotMarkdown renders the hotupdate runs.
+func (r *report) hotMarkdown(s *strings.Builder) {
+	if len(r.hot) == 0 {
+		return
+	}
+	x0 := r.hot[0]
+	s.WriteString("## Hot update at scale\n\n")
+	fmt.Fprintf(s, "One route of tenant hot-0 PUT to the other of two upstreams %d times, one change at a time, while the bench's fixed-rate "+
+		"generator sends %d req/s to that route (edge at GOMAXPROCS=%d on CPU %s; load, poller and api on CPU %s). "+
+		"\"200 → new upstream\": from the api's 200 reaching the bench to the edge's first answer from the new upstream, polled every 250 µs "+
+		"over a connection of its own; \"failed\": load requests and polls not answered 200 while the changes ran (must be 0); "+
+		"\"late\": load requests the generator sent 5 ms or more behind schedule (the load CPU was short). "+
+		"Routes were loaded with PUT /v1/tenants/{slug}/config (config as code, %d routes an apply, no prune).\n\n",
+		x0.changes, x0.loadRate, x0.procs, gatewayCPUs(x0.procs), r.b.loadCPUs, configChunk)
+	s.WriteString("| routes | tenants | loaded in | served after | PUT → 200 p50 | 200 → new upstream p50 | p99 | max | under load | failed / sent | load p99 | RSS before | RSS after changes |\n")
+	s.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, x := range r.hot {
+		fmt.Fprintf(s, "| %d | %d | %s | %s | %s | %s | %s | %s | %d/%d | %d / %d | %s | %s | %s |\n",
+			x.routes, x.tenants, x.fill.Round(time.Millisecond), x.served.Round(time.Millisecond), fmtDur(x.api.p50),
+			fmtDur(x.edge.p50), fmtDur(x.edge.p99), fmtDur(x.edge.max), x.underLoad, x.edge.n, x.failed, x.sent,
+			loadP99(x), fmtKB(x.rssBefore), fmtKB(x.rssAfter))
+		if x.err != "" {
+			fmt.Fprintf(s, "\n%d routes, %d tenants stopped: %s\n\n", x.routes, x.tenants, x.err)
+		}
+	}
+	s.WriteString("\n")
+}
+
+func loadP99(x hotResult) string {
+	if x.late > 0 {
+		return fmt.Sprintf("%s (%d late)", fmtUS(x.loadP99), x.late)
+	}
+	return fmtUS(x.loadP99)
+}
+
+// ---------------------------------------------------------------------------------------
+// cold
+
+// coldResult is fresh edges started against a bucket of coldRoutes routes.
+type coldResult struct {
+	routes, tenants int
+	procs           int
+	fill            time.Duration
+	runs            []coldRun
+}
+
+type coldRun struct {
+	ready, first time.Duration // exec → /readyz 200; exec → first 200 from a route
+	rss          int64         // KB, at the first answer
+	rssIdle      int64         // KB, 2 s later
+}
+
+// coldScenario loads -cold-routes routes over -cold-tenants tenants with no edge
+// running, then starts -cold-runs fresh edges one after the other, each with an empty
+// spool directory (no config snapshot: the config comes from the bucket).
+func (b *bench) coldScenario(ctx context.Context) (*coldResult, error) {
+	upPort, err := b.upstream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s, err := b.newStack(ctx, "cold", "", bulkAPIEnv...)
+	if err != nil {
+		return nil, err
+	}
+	res := &coldResult{routes: b.scale.coldRoutes, tenants: b.scale.coldTenants, procs: b.cores[0]}
+	per := (b.scale.coldRoutes + b.scale.coldTenants - 1) / b.scale.coldTenants
+	rs, err := s.newRouteSet(ctx, "cold", b.scale.coldTenants, per, fmt.Sprintf("http://127.0.0.1:%d", upPort))
+	if err != nil {
+		return res, err
+	}
+	if res.fill, err = s.fill(ctx, rs, b.scale.coldRoutes); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(os.Stderr, "bench: cold: %d routes over %d tenant(s) applied in %s\n", b.scale.coldRoutes, b.scale.coldTenants, res.fill.Round(time.Millisecond))
+	// The last route applied, so an answer means the whole bucket was read.
+	last := rs.loaded - 1
+	host, path := rs.hostOf(last), routePath(last)
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	defer hc.CloseIdleConnections()
+	for k := range b.scale.coldRuns {
+		spool := filepath.Join(s.dir, fmt.Sprintf("cold-spool-%d", k))
+		env := s.env("TOLLGATE_METER_SPOOL_DIR="+spool, fmt.Sprintf("GOMAXPROCS=%d", res.procs))
+		t0 := time.Now()
+		p, err := startProc(fmt.Sprintf("tollgate edge (cold start %d)", k+1), filepath.Join(s.dir, fmt.Sprintf("edge-cold-%d.log", k)),
+			gatewayCPUs(res.procs), env, s.bin, "edge")
+		if err != nil {
+			return res, err
+		}
+		b.clean.add(p.stop)
+		var run coldRun
+		err = waitFor(ctx, "cold edge /readyz", b.readyTimeout, 2*time.Millisecond, p, func() error {
+			code, err := edgeStatus(ctx, hc, "http://"+s.edgeAdmin, "", "/readyz", nil)
+			if err == nil && code != http.StatusOK {
+				err = fmt.Errorf("status %d", code)
+			}
+			return err
+		})
+		if err != nil {
+			p.stop()
+			return res, err
+		}
+		run.ready = time.Since(t0)
+		err = waitFor(ctx, "cold edge to serve "+host+path, b.readyTimeout, 2*time.Millisecond, p, func() error {
+			code, err := edgeStatus(ctx, hc, "http://"+s.edgeAddr, host, path, nil)
+			if err == nil && code != http.StatusOK {
+				err = fmt.Errorf("status %d", code)
+			}
+			return err
+		})
+		if err != nil {
+			p.stop()
+			return res, err
+		}
+		run.first = time.Since(t0)
+		run.rss = rssKB(p.pid())
+		time.Sleep(2 * time.Second)
+		run.rssIdle = rssKB(p.pid())
+		hc.CloseIdleConnections()
+		p.stop()
+		res.runs = append(res.runs, run)
+		fmt.Fprintf(os.Stderr, "bench: cold: start %d: ready after %s, first answer after %s, RSS %s (%s 2 s later)\n",
+			k+1, fmtDur(run.ready), fmtDur(run.first), fmtKB(run.rss), fmtKB(run.rssIdle))
+	}
+	return res, nil
+}
+
+func (r *report) coldMarkdown(s *strings.Builder) {
+	c := r.cold
+	if c == nil || len(c.runs) == 0 {
+		return
+	}
+	s.WriteString("## Cold start from the bucket\n\n")
+	fmt.Fprintf(s, "A fresh edge (GOMAXPROCS=%d on CPU %s, empty spool directory, so no config snapshot) started against a bucket holding "+
+		"%d routes over %d tenant(s), loaded before with PUT /v1/tenants/{slug}/config in %s. Times from exec; "+
+		"\"first answer\" is the last route loaded answering 200.\n\n",
+		c.procs, gatewayCPUs(c.procs), c.routes, c.tenants, c.fill.Round(time.Millisecond))
+	s.WriteString("| start | /readyz 200 after | first answer after | RSS then | RSS 2 s later |\n|---:|---:|---:|---:|---:|\n")
+	for i, x := range c.runs {
+		fmt.Fprintf(s, "| %d | %s | %s | %s | %s |\n", i+1, fmtDur(x.ready), fmtDur(x.first), fmtKB(x.rss), fmtKB(x.rssIdle))
+	}
+	s.WriteString("\n")
+}
+
+// heapInuseKB reads go_memstats_heap_inuse_bytes from an edge's /metrics (0 when it cannot).
+func heapInuseKB(b *bench, admin string) int64 {
+	resp, err := b.http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		if name, v, ok := metricLine(sc.Text()); ok && name == "go_memstats_heap_inuse_bytes" {
+			return int64(v) / 1024
+		}
+	}
+	return 0
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestIntList(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []int
+		err  bool
+	}{
+		{in: "10000", want: []int{10000}},
+		{in: "10000, 100_000", want: []int{10000, 100000}},
+		{in: "5000,50000,", want: []int{5000, 50000}},
+		{in: "", err: true},
+		{in: "0", err: true},
+		{in: "-5", err: true},
+		{in: "ten", err: true},
+	} {
+		var l intList
+		err := l.Set(c.in)
+		if (err != nil) != c.err {
+			t.Errorf("Set(%q): error %v, want error %v", c.in, err, c.err)
+			continue
+		}
+		if !c.err && !slices.Equal(l, c.want) {
+			t.Errorf("Set(%q) = %v, want %v", c.in, l, c.want)
+		}
+	}
+	l := intList{5000, 50000}
+	if got := l.String(); got != "5000,50000" {
+		t.Errorf("String() = %q", got)
+	}
+}
+
+func TestCPUMask(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want uint64
+		err  bool
+	}{
+		{in: "1", want: 0b10},
+		{in: "0-1", want: 0b11},
+		{in: "0,2-3", want: 0b1101},
+		{in: "", want: 0},
+		{in: "3-1", err: true},
+		{in: "x", err: true},
+		{in: "-1", err: true},
+		{in: "1024", err: true},
+	} {
+		m, err := cpuMask(c.in)
+		if (err != nil) != c.err {
+			t.Errorf("cpuMask(%q): error %v, want error %v", c.in, err, c.err)
+			continue
+		}
+		if !c.err && m[0] != c.want {
+			t.Errorf("cpuMask(%q) = %b, want %b", c.in, m[0], c.want)
+		}
+	}
+}
+
+func TestRouteSetSpread(t *testing.T) {
+	rr := &routeSet{slugs: []string{"a", "b", "c"}}
+	if got := []string{rr.slugOf(0), rr.slugOf(1), rr.slugOf(2), rr.slugOf(3)}; !slices.Equal(got, []string{"a", "b", "c", "a"}) {
+		t.Errorf("round-robin: %v", got)
+	}
+	blocks := &routeSet{slugs: []string{"a", "b"}, per: 2}
+	if got := []string{blocks.slugOf(0), blocks.slugOf(1), blocks.slugOf(2), blocks.slugOf(3)}; !slices.Equal(got, []string{"a", "a", "b", "b"}) {
+		t.Errorf("blocks: %v", got)
+	}
+	if got := rr.hostOf(4); got != "b.localhost" {
+		t.Errorf("hostOf(4) = %q", got)
+	}
+}
+
+func TestScaleSettingsCheck(t *testing.T) {
+	ok := func() scaleSettings {
+		return scaleSettings{rssRoutes: intList{10000}, hotRoutes: intList{5000, 50000}, hotTenants: intList{1, 1000},
+			hotN: 100, hotRate: 1000, coldRoutes: 100000, coldTenants: 2, coldRuns: 3}
+	}
+	def := ok()
+	if err := def.check(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for name, c := range map[string]struct {
+		edit func(*scaleSettings)
+		want string
+	}{
+		"cold in one tenant":       {func(c *scaleSettings) { c.coldTenants = 1 }, "at most 50000 routes per tenant"},
+		"more tenants than routes": {func(c *scaleSettings) { c.coldRoutes, c.coldTenants = 5, 6 }, "-cold-tenants"},
+		"hot in one tenant":        {func(c *scaleSettings) { c.hotRoutes = intList{60000} }, "a tenant holds at most 50000"},
+		"no changes":               {func(c *scaleSettings) { c.hotN = 0 }, "-hot-n"},
+		"no cold runs":             {func(c *scaleSettings) { c.coldRuns = 0 }, "-cold-runs"},
+	} {
+		c2 := ok()
+		c.edit(&c2)
+		err := c2.check()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one containing %q", name, err, c.want)
+		}
+	}
+}
