@@ -63,6 +63,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	if e.cfg.Tracing != nil && ent.Trace != "" {
 		e.startApplyLocked(pk, key, ent) // trace.go
 	}
+	ts.pending.note(pk)
 	switch pk.Kind {
 	case tenants.KindTenant:
 		ts.tenant = ent.Tenant
@@ -114,6 +115,7 @@ func (e *Edge) applyDelete(key string) {
 		e.kickLocked()
 		return
 	}
+	ts.pending.note(pk)
 	switch pk.Kind {
 	case tenants.KindRoute:
 		delete(ts.routes, pk.ID)
@@ -295,7 +297,7 @@ func (e *Edge) compileDirty() int {
 			ts.domainsDirty = false
 			hostsChanged = true
 		}
-		jobs = append(jobs, job{ts: ts, view: ts.viewLocked(), since: since, applies: e.takeApplyingLocked(id)})
+		jobs = append(jobs, job{ts: ts, view: ts.viewLocked(incremental.Load()), since: since, applies: e.takeApplyingLocked(id)})
 	}
 	clear(e.dirty)
 	removed := e.removed
@@ -352,8 +354,41 @@ func (e *Edge) compileDirty() int {
 	return len(jobs)
 }
 
-func (ts *tenantState) viewLocked() *tenantView {
+// pendingChanges is what changed in a tenant's entries since its last compile: which
+// routes, or something else (all: the whole tenant recompiles).
+type pendingChanges struct {
+	all    bool
+	routes map[string]bool // ids of routes put or deleted
+}
+
+func (p *pendingChanges) note(pk tenants.ParsedKey) {
+	switch pk.Kind {
+	case tenants.KindRoute:
+		if p.routes == nil {
+			p.routes = map[string]bool{}
+		}
+		p.routes[pk.ID] = true
+	case tenants.KindDomain:
+		// Custom domains change the host maps only (tls.go).
+	default:
+		p.all = true
+	}
+}
+
+// viewLocked copies what the tenant's compile needs and forgets its pending changes:
+// only the changed routes when they are all that changed, incrementally allows it and
+// the tenant has compiled before (compile.go); else every entry.
+func (ts *tenantState) viewLocked(incrementally bool) *tenantView {
 	v := &tenantView{tenant: ts.tenant, rev: ts.maxRev}
+	p := ts.pending
+	ts.pending = pendingChanges{}
+	if incrementally && !p.all && ts.compiled.snap != nil {
+		v.changed = make(map[string]*tenants.Route, len(p.routes))
+		for id := range p.routes {
+			v.changed[id] = ts.routes[id] // nil: deleted
+		}
+		return v
+	}
 	v.routes = make([]*tenants.Route, 0, len(ts.routes))
 	for _, r := range ts.routes {
 		v.routes = append(v.routes, r)
@@ -386,7 +421,14 @@ func (e *Edge) unpublish(ts *tenantState) {
 	for _, hc := range ts.compiled.pools {
 		hc.CloseIdleConnections()
 	}
-	e.dropCaches(ts.id, ts.compiled.caches, nil)
+	for _, rt := range ts.compiled.routes {
+		if rt.cache != nil {
+			rt.cache.drop()
+		}
+	}
+	if e.cache != nil {
+		e.cache.forget(ts.id)
+	}
 	ts.compiled = compiled{}
 	e.labels.drop(ts.id)
 }

@@ -34,7 +34,7 @@ func BenchmarkKeyAuth(b *testing.B) {
 		{"expiry", apiKey{consumer: &Consumer{ID: "c"}, expires: time.Now().Add(time.Hour).Unix()}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			s := &Snapshot{keys: map[[32]byte]apiKey{sum: c.k}}
+			s := &tenantConfig{keys: map[[32]byte]apiKey{sum: c.k}}
 			step := keyAuthStep(&route{snapshot: s}, func(*exchange) {})
 			x := &exchange{ctx: ctx}
 			b.ReportAllocs()

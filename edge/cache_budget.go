@@ -285,16 +285,3 @@ func (e *Edge) tenantCacheFor(v *tenantView) *tenantCache {
 	}
 	return nil
 }
-
-// dropCaches empties the caches of old that kept does not keep (routes changed or gone),
-// and forgets the tenant's share when it has no cached route left.
-func (e *Edge) dropCaches(tenantID string, old, kept map[*tenants.Route]*responseCache) {
-	for r, rc := range old {
-		if kept[r] != rc {
-			rc.drop()
-		}
-	}
-	if len(kept) == 0 && e.cache != nil {
-		e.cache.forget(tenantID)
-	}
-}

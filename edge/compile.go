@@ -3,7 +3,11 @@ package edge
 import (
 	"encoding/hex"
 	"fmt"
+	"os"
+	"slices"
 	"sort"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"tollgate/edge/meter"
@@ -21,6 +25,9 @@ type tenantView struct {
 	plans       []*tenants.Plan
 	issuers     []*tenants.Issuer
 	accessRules *tenants.AccessRules
+	// changed, when not nil, says only routes changed since the last compile: these ids,
+	// each to its entry (nil: deleted). routes and the rest are then not filled in.
+	changed map[string]*tenants.Route
 }
 
 // keyEntry is a key entry with its hash decoded at apply time.
@@ -42,30 +49,76 @@ func decodeKeyHash(h string) ([32]byte, error) {
 	return sum, nil
 }
 
+// incremental is whether a compile that only has route changes to make reuses the
+// previous snapshot's compiled routes and edits its route table (compileRoutes), rather
+// than rebuilding the whole tenant. TOLLGATE_EDGE_INCREMENTAL=off turns it off.
+var incremental atomic.Bool
+
+func init() { incremental.Store(os.Getenv("TOLLGATE_EDGE_INCREMENTAL") != "off") }
+
+// SetIncrementalCompiles chooses whether route changes recompile only the routes they
+// touch (true, the default) or their whole tenant (TOLLGATE_EDGE_INCREMENTAL=off). Both
+// give the same snapshot.
+func SetIncrementalCompiles(on bool) { incremental.Store(on) }
+
 // compiled is what a tenant's compiles carry over from one to the next (owned by the
-// compiling goroutine): its connection pools, and the upstream of every route entry, so
-// an unchanged route keeps its upstream (and its place in the weighted rotation) and a
-// recompile of a tenant with 50,000 routes does not rebuild 50,000 of them.
+// compiling goroutine): its connection pools, and every compiled route with the entry it
+// was compiled from, so an unchanged route keeps its upstream (and its place in the
+// weighted rotation), its canary and its cached answers, and a compile that only changes
+// routes reuses the rest of the tenant (compileRoutes).
 type compiled struct {
-	pools     map[string]*upstreamClient
-	upstreams map[*tenants.Route]*upstream
-	canaries  map[*tenants.Route]*canary
-	auth      compiledAuth
-	caches    map[*tenants.Route]*responseCache // an unchanged route keeps its cached answers
+	pools    map[string]*upstreamClient
+	poolRefs map[string]int // pool key → upstreams (primaries and canaries) using it
+	auth     compiledAuth
+	snap     *Snapshot         // the last snapshot compiled; nil before the first
+	routes   map[string]*route // by id, those of snap
+	cached   int               // routes with a response cache
+	// shadowed lists, by route path (pathKey), the routes that lost a slot of that path
+	// to a route with a smaller id: when the winner goes, they are filed again.
+	shadowed map[string][]*route
 }
 
-// compile builds a tenant's snapshot. The pools the snapshot no longer uses are removed
-// from c and returned for closing.
+// pathKey is a route path as the route table sees it: parameter names do not count.
+func pathKey(p string) string {
+	if !strings.Contains(p, "{") {
+		return p
+	}
+	segs := strings.Split(p, "/")
+	for i, seg := range segs {
+		if strings.HasPrefix(seg, "{") {
+			segs[i] = "{}"
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// compile builds a tenant's snapshot: only the routes that changed when v says so and
+// there is a previous snapshot, else the whole tenant. The pools the snapshot no longer
+// uses are removed from c and returned for closing.
 func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snapshot, []*upstreamClient) {
-	s := &Snapshot{
+	if v.changed != nil && c.snap != nil && c.snap.labels == labels {
+		return e.compileRoutes(v, c)
+	}
+	return e.compileFull(v, labels, c)
+}
+
+// compileFull compiles the whole tenant, reusing the upstreams, canaries and caches of
+// the routes whose entries did not change.
+func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*Snapshot, []*upstreamClient) {
+	conf := &tenantConfig{
 		TenantID:  v.tenant.ID,
 		Slug:      v.tenant.Slug,
-		Rev:       v.rev,
 		keys:      make(map[[32]byte]apiKey, len(v.keys)),
 		consumers: make(map[string]*Consumer, len(v.consumers)),
 		plans:     make(map[string]*tenants.Plan, len(v.plans)),
-		labels:    labels,
-		meter:     e.meterRoute(v.tenant.ID, ""),
+	}
+	s := &Snapshot{
+		TenantID:     v.tenant.ID,
+		Slug:         v.tenant.Slug,
+		Rev:          v.rev,
+		labels:       labels,
+		meter:        e.meterRoute(v.tenant.ID, ""),
+		tenantConfig: conf,
 	}
 	plansByName := make(map[string]*tenants.Plan, len(v.plans))
 	for _, p := range v.plans {
@@ -94,101 +147,262 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 		ids[i], names[i] = r.ID, r.Name
 	}
 	rms := e.labels.routes(labels, ids, names)
-	used := make(map[string]bool)
-	upstreams := make(map[*tenants.Route]*upstream, len(routes))
-	caches := make(map[*tenants.Route]*responseCache)
 	tc := e.tenantCacheFor(v)
-	canaries := make(map[*tenants.Route]*canary)
+	built := make(map[string]*route, len(routes))
+	refs := make(map[string]int, len(c.pools))
+	shadowed := make(map[string][]*route)
+	cached := 0
 	for i, r := range routes {
-		var err error
-		up := c.upstreams[r]
-		if up != nil {
-			for _, k := range up.pools {
-				used[k] = true
-			}
-		} else {
-			if up, err = e.newUpstream(&r.Upstream, time.Duration(r.ConnectTimeoutMS)*time.Millisecond, c.pools, used); err != nil {
-				// Validated at apply time; a failure here is a bug, not bad input.
-				e.log.Error("edge: route skipped", "tenant", s.Slug, "route", r.ID, "err", err)
-				continue
-			}
+		prev := c.routes[r.ID]
+		if prev != nil && prev.src != r {
+			prev = nil
 		}
-		up.bind(rms[i])
-		upstreams[r] = up
-		var cn *canary
-		if r.Canary != nil {
-			if cn = c.canaries[r]; cn != nil {
-				for _, k := range cn.upstream.pools {
-					used[k] = true
-				}
-			} else if cn, err = e.newCanary(r, c.pools, used); err != nil {
-				e.log.Error("edge: route skipped", "tenant", s.Slug, "route", r.ID, "err", err)
-				continue
-			}
-			cn.upstream.bind(rms[i])
-			canaries[r] = cn
+		rt := e.compileRoute(conf, r, rms[i], prev, tc, c.pools)
+		if rt == nil {
+			continue
 		}
-		rt := &route{
-			id: r.ID, name: r.Name, auth: r.Auth, strip: r.StripPrefix,
-			maxBody:        int(r.MaxBodyBytes),
-			timeout:        time.Duration(r.TimeoutMS) * time.Millisecond,
-			connectTimeout: time.Duration(r.ConnectTimeoutMS) * time.Millisecond,
-			websocket:      r.WebSocket,
-			upstream:       up,
-			canary:         cn,
-			metrics:        rms[i],
-			snapshot:       s,
-			rateLimit:      r.RateLimit,
-			checkAccess:    r.CheckAccess,
-			meter:          e.meterRoute(v.tenant.ID, r.ID),
-			transform:      compileTransform(r.Transform),
+		rt.usePools(refs, 1)
+		if rt.cache != nil {
+			cached++
 		}
-		if r.Cache != nil && tc != nil {
-			if rt.cache = c.caches[r]; rt.cache == nil {
-				rt.cache = newResponseCache(r.Cache, r.Auth, tc)
-			}
-			caches[r] = rt.cache
-		}
-		rt.serve = e.chain(rt)
+		built[r.ID] = rt
 		for _, p := range r.Paths {
 			if other := s.routes.Add(p, r.Methods, rt); other != nil {
-				e.log.Warn("edge: route path taken by another route; the other keeps it",
-					"tenant", s.Slug, "route", r.ID, "path", p, "kept", other.id)
+				e.conflict(s.Slug, rt, p, other)
+				shadowed[pathKey(p)] = appendOnce(shadowed[pathKey(p)], rt)
 			}
 		}
 	}
 	// The upstreams of changed and removed routes are dropped: stop their checkers.
-	for r, up := range c.upstreams {
-		if upstreams[r] != up {
-			up.close()
-		}
+	for id, prev := range c.routes {
+		e.releaseRoute(prev, built[id])
 	}
-	for r, cn := range c.canaries {
-		if canaries[r] != cn {
-			cn.upstream.close()
-		}
+	if cached == 0 && e.cache != nil {
+		e.cache.forget(v.tenant.ID)
 	}
-	e.dropCaches(v.tenant.ID, c.caches, caches)
-	c.upstreams = upstreams
-	c.canaries = canaries
-	c.caches = caches
 	var unused []*upstreamClient
 	for k, hc := range c.pools {
-		if !used[k] {
+		if refs[k] == 0 {
 			unused = append(unused, hc)
 			delete(c.pools, k)
 		}
 	}
+	c.poolRefs, c.routes, c.shadowed, c.cached, c.snap = refs, built, shadowed, cached, s
 	return s, unused
+}
+
+// compileRoutes compiles the routes v.changed names (nil: deleted) into a new snapshot
+// that shares everything else with c.snap: its tenantConfig, so every other route and its
+// chain, and all of its route table but the nodes along the changed routes' paths. The
+// result is the snapshot compileFull would build from the same entries.
+func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []*upstreamClient) {
+	prev := c.snap
+	s := &Snapshot{
+		TenantID: prev.TenantID, Slug: prev.Slug, Rev: v.rev,
+		labels: prev.labels, meter: prev.meter, tenantConfig: prev.tenantConfig,
+	}
+	ids := make([]string, 0, len(v.changed))
+	for id := range v.changed {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var unused []*upstreamClient
+	removed := make(map[*route]bool)
+	added := make(map[string][]*route) // by pathKey
+	affected := make(map[string]bool)
+	cacheDropped := false
+	for _, id := range ids {
+		r := v.changed[id]
+		old := c.routes[id]
+		if old != nil && old.src == r {
+			continue
+		}
+		if old != nil {
+			removed[old] = true
+			for _, p := range old.src.Paths {
+				affected[pathKey(p)] = true
+			}
+			delete(c.routes, id)
+			if old.cache != nil {
+				c.cached--
+				cacheDropped = true
+			}
+			old.usePools(c.poolRefs, -1)
+			e.releaseRoute(old, nil)
+		}
+		if r == nil {
+			e.labels.dropRoute(prev.labels, id)
+			continue
+		}
+		var tc *tenantCache
+		if r.Cache != nil && e.cache != nil {
+			tc = e.cache.tenant(v.tenant)
+		}
+		rt := e.compileRoute(s.tenantConfig, r, e.labels.route(prev.labels, id, r.Name), nil, tc, c.pools)
+		if rt == nil {
+			continue
+		}
+		rt.usePools(c.poolRefs, 1)
+		if rt.cache != nil {
+			c.cached++
+		}
+		c.routes[id] = rt
+		for _, p := range r.Paths {
+			k := pathKey(p)
+			affected[k] = true
+			added[k] = appendOnce(added[k], rt)
+		}
+	}
+	for k, n := range c.poolRefs {
+		if n <= 0 {
+			delete(c.poolRefs, k)
+			if hc := c.pools[k]; hc != nil {
+				unused = append(unused, hc)
+				delete(c.pools, k)
+			}
+		}
+	}
+	if cacheDropped && c.cached == 0 && e.cache != nil {
+		e.cache.forget(v.tenant.ID)
+	}
+
+	// Each path the changes touch is filed again from scratch, by every route that
+	// claims it, in id order: what compileFull's Adds leave there.
+	keys := make([]string, 0, len(affected))
+	for k := range affected {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	ed := prev.routes.Edit()
+	for _, k := range keys {
+		var claim []*route
+		for _, rt := range append(ed.Clear(k), c.shadowed[k]...) {
+			if !removed[rt] {
+				claim = appendOnce(claim, rt)
+			}
+		}
+		for _, rt := range added[k] {
+			claim = appendOnce(claim, rt)
+		}
+		sort.Slice(claim, func(i, j int) bool { return claim[i].id < claim[j].id })
+		delete(c.shadowed, k)
+		for _, rt := range claim {
+			for _, p := range rt.src.Paths {
+				if pathKey(p) != k {
+					continue
+				}
+				if other := ed.Add(p, rt.src.Methods, rt); other != nil {
+					e.conflict(s.Slug, rt, p, other)
+					c.shadowed[k] = appendOnce(c.shadowed[k], rt)
+				}
+			}
+		}
+	}
+	s.routes = ed.Table()
+	c.snap = s
+	return s, unused
+}
+
+func appendOnce(rs []*route, rt *route) []*route {
+	if slices.Contains(rs, rt) {
+		return rs
+	}
+	return append(rs, rt)
+}
+
+func (e *Edge) conflict(slug string, rt *route, path string, other *route) {
+	e.log.Warn("edge: route path taken by another route; the other keeps it",
+		"tenant", slug, "route", rt.id, "path", path, "kept", other.id)
+}
+
+// compileRoute builds one route and its chain, reusing prev's upstream, canary and cache
+// (prev: the route compiled from the same entry, or nil). It returns nil when the route
+// cannot be built, which validation at apply time rules out.
+func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetrics, prev *route, tc *tenantCache, pools map[string]*upstreamClient) *route {
+	var up *upstream
+	var cn *canary
+	var err error
+	ct := time.Duration(r.ConnectTimeoutMS) * time.Millisecond
+	if prev != nil {
+		up, cn = prev.upstream, prev.canary
+	} else {
+		used := make(map[string]bool, 1)
+		if up, err = e.newUpstream(&r.Upstream, ct, pools, used); err == nil && r.Canary != nil {
+			if cn, err = e.newCanary(r, pools, used); err != nil {
+				up.close()
+			}
+		}
+		if err != nil {
+			// Validated at apply time; a failure here is a bug, not bad input.
+			e.log.Error("edge: route skipped", "tenant", conf.Slug, "route", r.ID, "err", err)
+			return nil
+		}
+	}
+	up.bind(rm)
+	if cn != nil {
+		cn.upstream.bind(rm)
+	}
+	rt := &route{
+		id: r.ID, name: r.Name, auth: r.Auth, strip: r.StripPrefix,
+		maxBody:        int(r.MaxBodyBytes),
+		timeout:        time.Duration(r.TimeoutMS) * time.Millisecond,
+		connectTimeout: ct,
+		websocket:      r.WebSocket,
+		upstream:       up,
+		canary:         cn,
+		metrics:        rm,
+		snapshot:       conf,
+		src:            r,
+		rateLimit:      r.RateLimit,
+		checkAccess:    r.CheckAccess,
+		meter:          e.meterRoute(conf.TenantID, r.ID),
+		transform:      compileTransform(r.Transform),
+	}
+	if r.Cache != nil && tc != nil {
+		if prev != nil {
+			rt.cache = prev.cache
+		}
+		if rt.cache == nil {
+			rt.cache = newResponseCache(r.Cache, r.Auth, tc)
+		}
+	}
+	rt.serve = e.chain(rt)
+	return rt
+}
+
+// usePools adds n to the count of each pool rt's upstreams use.
+func (rt *route) usePools(refs map[string]int, n int) {
+	for _, k := range rt.upstream.pools {
+		refs[k] += n
+	}
+	if rt.canary != nil {
+		for _, k := range rt.canary.upstream.pools {
+			refs[k] += n
+		}
+	}
+}
+
+// releaseRoute stops what old holds that its successor next (nil: none) does not keep:
+// its upstreams' health checkers and its cached answers.
+func (e *Edge) releaseRoute(old, next *route) {
+	if next == nil || next.upstream != old.upstream {
+		old.upstream.close()
+	}
+	if old.canary != nil && (next == nil || next.canary != old.canary) {
+		old.canary.upstream.close()
+	}
+	if old.cache != nil && (next == nil || next.cache != old.cache) {
+		old.cache.drop()
+	}
 }
 
 // closeUpstreams stops the health checkers of every upstream c holds (its tenant is gone,
 // or the edge is shutting down).
 func (c *compiled) closeUpstreams() {
-	for _, up := range c.upstreams {
-		up.close()
-	}
-	for _, cn := range c.canaries {
-		cn.upstream.close()
+	for _, rt := range c.routes {
+		rt.upstream.close()
+		if rt.canary != nil {
+			rt.canary.upstream.close()
+		}
 	}
 }

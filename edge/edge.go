@@ -138,6 +138,7 @@ type tenantState struct {
 	domainsDirty bool
 	slot         *tenantSlot
 
+	pending pendingChanges // since the last compile (apply.go)
 	// compiler
 	compiled  compiled
 	published string // slug under which slot is in the host map, "" when not

@@ -661,6 +661,7 @@ func TestCompileCoalescing(t *testing.T) {
 	h.route(acme, "r0", []string{"/r0"}, nil, "", up.URL)
 	h.e.Loaded()
 	before := h.metric("tollgate_edge_compiles_total", nil)
+	start := time.Now()
 	const n = 5000
 	for i := 1; i <= n; i++ {
 		h.route(acme, fmt.Sprintf("r%d", i), []string{fmt.Sprintf("/r%d", i)}, nil, "", up.URL)
@@ -672,9 +673,13 @@ func TestCompileCoalescing(t *testing.T) {
 		return ""
 	})
 	compiles := h.metric("tollgate_edge_compiles_total", nil) - before
-	t.Logf("%d route creations took %v compiles", n, compiles)
-	if compiles > n/10 {
-		t.Errorf("%v compiles for %d creations: bursts are not coalesced", compiles, n)
+	took := time.Since(start)
+	t.Logf("%d route creations took %v compiles in %v", n, compiles, took)
+	// A tenant compiles at most once per CompileDelay (1ms here). How many entries each
+	// compile takes depends on the machine's speed: an incremental compile costs what
+	// its changes do, so a fast one leaves fewer entries to the next.
+	if compiles > float64(took/time.Millisecond)+1 || compiles >= n {
+		t.Errorf("%v compiles for %d creations in %v: bursts are not coalesced", compiles, n, took)
 	}
 	if r := h.get("acme."+domain, fmt.Sprintf("/r%d", n)); r.status != 200 {
 		t.Errorf("last route: %s", r)

@@ -123,9 +123,13 @@ func (e *Edge) ServePreProxy(ctx *fasthttp.RequestCtx) int {
 	return 200
 }
 
-// RecompileForTest compiles a tenant now, as the compiler goroutine would.
+// RecompileForTest compiles a whole tenant now, as the compiler goroutine would after a
+// change of its tenant entry.
 func (e *Edge) RecompileForTest(tenantID string) {
 	e.mu.Lock()
+	if ts := e.state[tenantID]; ts != nil {
+		ts.pending.all = true
+	}
 	e.dirty[tenantID] = time.Now()
 	e.mu.Unlock()
 	e.compileDirty()

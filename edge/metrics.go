@@ -415,6 +415,43 @@ func (l *labeler) routes(tl *tenantLabels, ids, names []string) []*routeMetrics 
 	return out
 }
 
+// route returns the route metrics of one route of a tenant (an incremental compile's
+// changed route): its labels when it has them and its name is unchanged, new ones while
+// there is room, else the tenant's "other".
+func (l *labeler) route(tl *tenantLabels, id, name string) *routeMetrics {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !tl.own {
+		return tl.other
+	}
+	rl := tl.routes[id]
+	if rl != nil && rl.name != name {
+		rl.rm.delete()
+		rl.rm = &routeMetrics{m: l.m, tenant: tl.value, route: name}
+		rl.name = name
+	}
+	if rl == nil {
+		if len(tl.routes) >= l.maxRoutes || l.ownRoutes >= l.maxTotal {
+			return tl.other
+		}
+		rl = &routeLabel{name: name, rm: &routeMetrics{m: l.m, tenant: tl.value, route: name}}
+		tl.routes[id] = rl
+		l.ownRoutes++
+	}
+	return rl.rm
+}
+
+// dropRoute frees the labels of a deleted route and removes its series.
+func (l *labeler) dropRoute(tl *tenantLabels, id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rl := tl.routes[id]; rl != nil {
+		rl.rm.delete()
+		delete(tl.routes, id)
+		l.ownRoutes--
+	}
+}
+
 // drop frees a deleted tenant's labels and removes its series.
 func (l *labeler) drop(id string) {
 	l.mu.Lock()

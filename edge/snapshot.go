@@ -20,19 +20,29 @@ type Snapshot struct {
 	// Rev is the newest entry rev the snapshot was built from.
 	Rev int64
 
-	routes      routing.Table[route]
+	routes routing.Table[route]
+	labels *tenantLabels
+	// meter counts the tenant's requests that matched no route (meter.go); nil: off.
+	meter *meter.Route
+	*tenantConfig
+}
+
+// tenantConfig is the part of a snapshot its routes' chains read: everything but the
+// route table. A compile that only changes routes (compile.go) carries it over to the
+// next snapshot, and with it every unchanged route, whose chain holds it; a route does
+// not point at its Snapshot, which would keep every older route table alive.
+type tenantConfig struct {
+	TenantID, Slug string
+
 	keys        map[[32]byte]apiKey  // by SHA-256 of the plaintext key
 	consumers   map[string]*Consumer // by id
 	plans       map[string]*tenants.Plan
-	labels      *tenantLabels
 	jwt         *jwtauth.Verifier     // nil: no usable issuer (jwt routes refuse every token)
 	accessRules *accessrules.Enforcer // nil: none (routes that check access deny every call)
 	// limits is the tenant's platform plan, compiled; consumerLimits: some consumer
 	// has a plan with limits (see limit.go).
 	limits         planRules
 	consumerLimits bool
-	// meter counts the tenant's requests that matched no route (meter.go); nil: off.
-	meter *meter.Route
 }
 
 // Consumer is a tenant's client as the edge knows it once its key matched.
@@ -62,7 +72,8 @@ type route struct {
 	canary         *canary // nil: none (canary.go)
 	metrics        *routeMetrics
 	serve          handler
-	snapshot       *Snapshot
+	snapshot       *tenantConfig // of the snapshots the route is compiled into
+	src            *tenants.Route
 	rateLimit      *tenants.RateLimit
 	checkAccess    bool           // check the tenant's access rules
 	meter          *meter.Route   // nil: metering off

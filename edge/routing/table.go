@@ -5,6 +5,7 @@
 package routing
 
 import (
+	"hash/maphash"
 	"strings"
 )
 
@@ -12,7 +13,9 @@ import (
 // is a tree of path segments: a lookup walks one node per segment of the request path,
 // so its cost depends on the path's depth, not on how many routes the tenant has (50,000
 // routes cost what one does). Nodes with many children use a map, small ones a slice
-// scanned in order.
+// scanned in order, and the few with thousands (a tenant's 50,000 routes side by side) a
+// map split in shards by a hash of the segment, so that an Editor copies one shard, not
+// all of them.
 //
 // Matching rules (README, "The edge"): a route path is a prefix on segment boundaries
 // ("/hello" matches "/hello" and "/hello/x", not "/helloworld"); "=/hello" matches only
@@ -43,6 +46,7 @@ type Table[R any] struct {
 type node[R any] struct {
 	kids   []kid[R]
 	kidMap map[string]*node[R]
+	shards *kidShards[R] // above shardKidsAbove children, instead of kidMap
 	slash  *node[R]
 	param  *node[R]
 	exact  methodSet[R]
@@ -57,6 +61,21 @@ type kid[R any] struct {
 // mapKidsAbove is the child count above which a node switches from a scanned slice to a
 // map: below it a few string compares beat hashing the segment.
 const mapKidsAbove = 8
+
+// shardKidsAbove is the child count above which a node's map is split in numShards
+// shards: copying a map of that size (what an Editor does to a node it changes) takes
+// tens of microseconds, one of 50,000 milliseconds.
+const shardKidsAbove = 1024
+
+const numShards = 256
+
+type kidShards[R any] [numShards]map[string]*node[R]
+
+var shardSeed = maphash.MakeSeed()
+
+func shardOf(seg []byte) int { return int(maphash.Bytes(shardSeed, seg) & (numShards - 1)) }
+
+func shardOfString(seg string) int { return int(maphash.String(shardSeed, seg) & (numShards - 1)) }
 
 // Methods a route may list (tenants.ValidatePath's set), by index.
 const (
@@ -77,6 +96,7 @@ type methodSet[R any] struct {
 	any    *R
 	by     [numMethods]*R
 	listed Methods
+	adds   uint32 // Adds filed here (Len)
 }
 
 // Methods is a set of the methods routes may list: what a 405 answer's Allow header
@@ -161,7 +181,63 @@ func (n *node[R]) child(seg []byte) *node[R] {
 			return n.kids[i].node
 		}
 	}
+	if n.shards != nil {
+		return n.shards[shardOf(seg)][string(seg)]
+	}
 	return nil
+}
+
+// putChild files c under the literal segment seg of n, which must not be shared with a
+// published table (see Editor). c nil removes the child.
+func (n *node[R]) putChild(seg string, c *node[R]) {
+	switch {
+	case n.shards != nil:
+		m := n.shards[shardOfString(seg)]
+		if c == nil {
+			delete(m, seg)
+		} else {
+			m[seg] = c
+		}
+		return
+	case n.kidMap != nil:
+		if c == nil {
+			delete(n.kidMap, seg)
+			return
+		}
+		n.kidMap[seg] = c
+		if len(n.kidMap) > shardKidsAbove {
+			n.shards = new(kidShards[R])
+			for i := range n.shards {
+				n.shards[i] = make(map[string]*node[R], 2*len(n.kidMap)/numShards)
+			}
+			for k, v := range n.kidMap {
+				n.shards[shardOfString(k)][k] = v
+			}
+			n.kidMap = nil
+		}
+		return
+	}
+	for i := range n.kids {
+		if n.kids[i].seg == seg {
+			if c == nil {
+				n.kids = append(n.kids[:i:i], n.kids[i+1:]...)
+			} else {
+				n.kids[i].node = c
+			}
+			return
+		}
+	}
+	if c == nil {
+		return
+	}
+	n.kids = append(n.kids, kid[R]{seg, c})
+	if len(n.kids) > mapKidsAbove {
+		n.kidMap = make(map[string]*node[R], len(n.kids))
+		for _, k := range n.kids {
+			n.kidMap[k.seg] = k.node
+		}
+		n.kids = nil
+	}
 }
 
 func (n *node[R]) addChild(seg string) *node[R] {
@@ -177,28 +253,11 @@ func (n *node[R]) addChild(seg string) *node[R] {
 		}
 		return n.param
 	}
-	if n.kidMap != nil {
-		c := n.kidMap[seg]
-		if c == nil {
-			c = &node[R]{}
-			n.kidMap[seg] = c
-		}
+	if c := n.child([]byte(seg)); c != nil {
 		return c
 	}
-	for i := range n.kids {
-		if n.kids[i].seg == seg {
-			return n.kids[i].node
-		}
-	}
 	c := &node[R]{}
-	n.kids = append(n.kids, kid[R]{seg, c})
-	if len(n.kids) > mapKidsAbove {
-		n.kidMap = make(map[string]*node[R], len(n.kids))
-		for _, k := range n.kids {
-			n.kidMap[k.seg] = k.node
-		}
-		n.kids = nil
-	}
+	n.putChild(seg, c)
 	return c
 }
 
@@ -220,6 +279,11 @@ func (t *Table[R]) Add(path string, methods []string, r *R) (conflict *R) {
 		set = &n.exact
 	}
 	t.size++
+	return set.add(methods, r)
+}
+
+func (set *methodSet[R]) add(methods []string, r *R) (conflict *R) {
+	set.adds++
 	if len(methods) == 0 {
 		if set.any != nil {
 			return set.any
