@@ -32,6 +32,13 @@ type jsonOps struct {
 	remove []string
 	rename [][2]string
 	set    []jsonSet
+
+	// The same paths split into keys for the one-pass editor (transform_json.go); nil
+	// when onePass is false: some path is one it leaves to sjson.
+	onePass    bool
+	removeKeys [][][]byte
+	renameKeys [][2][][]byte
+	setKeys    [][][]byte
 }
 
 type jsonSet struct {
@@ -55,6 +62,7 @@ func compileTransform(t *tenants.Transform) *transform {
 			for _, k := range sortedKeys(j.Set) {
 				c.json.set = append(c.json.set, jsonSet{path: k, value: append([]byte(nil), j.Set[k]...)})
 			}
+			c.json.splitPaths()
 		}
 		if q.Path != nil && q.Path.Prefix != nil {
 			c.prefix = true
@@ -147,15 +155,55 @@ func delFold(h headerSet, name []byte) {
 	}
 }
 
+// splitPaths prepares the one-pass editor's paths, or leaves onePass false.
+func (j *jsonOps) splitPaths() {
+	for _, p := range j.remove {
+		k := splitJSONPath(p)
+		if k == nil {
+			return
+		}
+		j.removeKeys = append(j.removeKeys, k)
+	}
+	for _, r := range j.rename {
+		from, to := splitJSONPath(r[0]), splitJSONPath(r[1])
+		if from == nil || to == nil || pathInside(from, to) || pathInside(to, from) {
+			return
+		}
+		j.renameKeys = append(j.renameKeys, [2][][]byte{from, to})
+	}
+	for _, s := range j.set {
+		k := splitJSONPath(s.path)
+		if k == nil {
+			return
+		}
+		j.setKeys = append(j.setKeys, k)
+	}
+	j.onePass = true
+}
+
 // apply returns the rewritten body, built whole before anything is replaced, or the
-// reply refusing it.
-func (j *jsonOps) apply(body []byte) ([]byte, *reply) {
+// reply refusing it. The body returned may be the buffer of ed, non-nil then: ed.release,
+// once the body has been copied, returns it to the pool.
+func (j *jsonOps) apply(body []byte) (out []byte, ed *jsonEditor, r *reply) {
 	if !gjson.ValidBytes(body) {
-		return nil, replyJSONMalformed
+		return nil, nil, replyJSONMalformed
 	}
-	if !gjson.ParseBytes(body).IsObject() {
-		return nil, replyJSONNotObject
+	if p := skipJSONSpace(body, 0); p == len(body) || body[p] != '{' {
+		return nil, nil, replyJSONNotObject
 	}
+	if j.onePass && jsonOnePass.Load() {
+		ed := jsonEditorPool.Get().(*jsonEditor)
+		if out, err := ed.run(j, body); err == nil {
+			return out, ed, nil
+		}
+		ed.release()
+	}
+	out, r = j.applySJSON(body)
+	return out, nil, r
+}
+
+// applySJSON is apply through sjson, one copy of the body per edit.
+func (j *jsonOps) applySJSON(body []byte) ([]byte, *reply) {
 	out := body // sjson copies: body is never modified in place
 	var err error
 	for _, p := range j.remove {
@@ -239,12 +287,13 @@ func requestTransformStep(rt *route, next handler) handler {
 				return
 			}
 			if len(body) > 0 {
-				out, r := t.json.apply(body)
+				out, ed, r := t.json.apply(body)
 				if r != nil {
 					x.fail(r)
 					return
 				}
 				req.SetBody(out)
+				ed.release()
 				req.Header.SetContentLength(len(out))
 			} else if streamed {
 				req.SetBody(nil) // the stream is spent

@@ -1,7 +1,9 @@
 package edge
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -9,24 +11,55 @@ import (
 	"tollgate/tenants"
 )
 
-// FuzzJSONTransform: any body either is refused or comes out as valid JSON.
+// FuzzJSONTransform: any body either is refused or comes out as valid JSON, and the
+// one-pass editor gives sjson's document (up to the spaces it leaves out) for each of a
+// few rewrites.
 func FuzzJSONTransform(f *testing.F) {
-	tr := compileTransform(&tenants.Transform{Request: &tenants.RequestTransform{JSON: &tenants.JSONTransform{
+	rewrites := []*tenants.JSONTransform{{
 		Set:    map[string]json.RawMessage{"a.b": json.RawMessage(`{"x":[1]}`), "list.0": json.RawMessage(`"first"`)},
 		Remove: []string{"secret", "deep.er.key"},
 		Rename: map[string]string{"old": "new.inner"},
-	}}})
-	for _, s := range []string{`{}`, `{"a":1}`, `{"a":{"b":2},"secret":"s","old":[1,2]}`, `{"list":[9,8]}`, `[1]`, `{"a":`, `"x"`, `{"a":"\u00e9"}`} {
+	}, {
+		Set:    map[string]json.RawMessage{"a.b": json.RawMessage(`{"x":[1]}`), "a.c": json.RawMessage(` 2 `), "z": json.RawMessage(`null`)},
+		Remove: []string{"secret", "deep.er.key", "a.q"},
+		Rename: map[string]string{"old": "new.inner", "a.r": "s", "t.u": "a.v"},
+	}, {
+		Set:    map[string]json.RawMessage{"meta.via": json.RawMessage(`"tollgate"`), "meta.version": json.RawMessage(`2`)},
+		Remove: []string{"password"},
+		Rename: map[string]string{"user": "login"},
+	}}
+	var trs []*transform
+	for _, j := range rewrites {
+		trs = append(trs, compileTransform(&tenants.Transform{Request: &tenants.RequestTransform{JSON: j}}))
+	}
+	for _, s := range []string{`{}`, `{"a":1}`, `{"a":{"b":2},"secret":"s","old":[1,2]}`, `{"list":[9,8]}`, `[1]`, `{"a":`, `"x"`, `{"a":"\u00e9"}`,
+		` { "a" : { "q" : 1 , "r" : [ ] } , "t" : { "u" : "v" } } `, `{"a":{"b":1,"b":2}}`, `{"a\u0062":1,"old":2}`, `{"user":"ann","password":"p","meta":{}}`,
+		`{"deep":{"er":{"key":1,"k":2}},"old":{"x":"}"},"new":{"inner":0}}`, `{"a":"str","old":1}`, `{"t":[1],"old":null}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		in := append([]byte(nil), body...)
-		out, r := tr.json.apply(body)
-		if string(in) != string(body) {
-			t.Fatalf("the input was modified")
-		}
-		if r == nil && !gjson.ValidBytes(out) {
-			t.Fatalf("invalid output %q from %q", out, body)
+		for _, tr := range trs {
+			out, ed, r := tr.json.apply(body)
+			if string(in) != string(body) {
+				t.Fatalf("the input was modified")
+			}
+			if r != nil {
+				ed.release()
+				continue
+			}
+			if !gjson.ValidBytes(out) {
+				t.Fatalf("invalid output %q from %q", out, body)
+			}
+			want, wr := tr.json.applySJSON(body)
+			if wr != nil {
+				t.Fatalf("one pass took %q, sjson refused it: %v", body, wr)
+			}
+			var a, b bytes.Buffer
+			if json.Compact(&a, out) != nil || json.Compact(&b, want) != nil || a.String() != b.String() {
+				t.Fatalf("from %q: one pass %q, sjson %q", body, out, want)
+			}
+			ed.release()
 		}
 	})
 }
@@ -61,11 +94,19 @@ func BenchmarkJSONTransform(b *testing.B) {
 	body := []byte(`{"user":"ann","password":"s3cret-s3cret","order_id":"ord_7f3a9c2e41b8","currency":"EUR","items":[` +
 		item + "," + item + "," + item + "," + item + "," + item + "," + item + "," + item + "," + item +
 		`],"shipping":{"street":"1 Main Street","city":"Utrecht","zip":"3511"}}`)
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, r := tr.json.apply(body); r != nil {
-			b.Fatal(r)
-		}
+	for _, onePass := range []bool{true, false} {
+		b.Run(fmt.Sprintf("onepass=%v", onePass), func(b *testing.B) {
+			SetJSONOnePass(onePass)
+			defer SetJSONOnePass(true)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				_, ed, r := tr.json.apply(body)
+				if r != nil {
+					b.Fatal(r)
+				}
+				ed.release()
+			}
+		})
 	}
 }

@@ -68,6 +68,8 @@ type Config struct {
 
 	// Edge performance: how the edge reads and writes its sockets.
 	EdgeRawIO bool // TOLLGATE_EDGE_RAW_IO [on: raw system calls (edge.SetRawIO); off: through net.Conn; always off in race-detector builds]
+	// EdgeJSONOnePass: TOLLGATE_EDGE_JSON_ONE_PASS [on: request JSON rewrites in one pass into a pooled buffer (edge.SetJSONOnePass); off: through sjson, a copy per edit]
+	EdgeJSONOnePass bool
 
 	// Surviving faults: the edge's local config snapshot, bounded database calls.
 	EdgeSnapshotMaxAge time.Duration // TOLLGATE_EDGE_SNAPSHOT_MAX_AGE [24h: the oldest config snapshot (in the spool directory) an edge starts from while NATS is unreachable; 0: never]
@@ -133,6 +135,18 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 
 		EdgeSnapshotMaxAge: 24 * time.Hour,
 		DBTimeout:          5 * time.Second,
+	}
+	for _, o := range []struct {
+		name string
+		on   *bool
+	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass}} {
+		switch v := strings.ToLower(getenv(o.name)); v {
+		case "", "on", "true", "1":
+			*o.on = true
+		case "off", "false", "0":
+		default:
+			return nil, fmt.Errorf("%s: %q is not on or off", o.name, v)
+		}
 	}
 	switch v := strings.ToLower(getenv("TOLLGATE_EDGE_RAW_IO")); v {
 	case "", "on", "true", "1":
