@@ -20,9 +20,10 @@ type apiKey struct {
 
 // keyAuthStep authenticates a request by its X-API-Key: the key's SHA-256 is looked up
 // in the tenant's key table, a map keyed by the fixed-size hash, so the lookup's timing
-// says nothing about how much of a key matched. The request's arrival time is
-// fasthttp's, read once per request already: checking the expiry and noting the use
-// cost a comparison each, and an atomic load.
+// says nothing about how much of a key matched. A key with neither an expiry nor a last
+// use to note (metering off, or TOLLGATE_EDGE_KEY_LAST_USE=off) reads no clock; one with
+// either reads the request's arrival second once, from the time fasthttp stamped on the
+// request, and noting the use is then, but once an interval, an inlined atomic load.
 func keyAuthStep(rt *route, next handler) handler {
 	keys := rt.snapshot
 	return func(x *exchange) {
@@ -37,12 +38,14 @@ func keyAuthStep(rt *route, next handler) handler {
 			x.fail(replyBadKey)
 			return
 		}
-		at := x.ctx.Time()
-		if ak.expires != 0 && at.Unix() >= ak.expires {
-			x.fail(replyExpiredKey)
-			return
+		if ak.expires != 0 || ak.use != nil {
+			at := x.ctx.Time().Unix()
+			if ak.expires != 0 && at >= ak.expires {
+				x.fail(replyExpiredKey)
+				return
+			}
+			ak.use.Use(at)
 		}
-		ak.use.Use(at)
 		x.consumer = ak.consumer
 		x.hideKey = true
 		next(x)

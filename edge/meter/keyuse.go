@@ -15,9 +15,10 @@ import (
 // records), numbered in the same sequence as the usage, so they are published, spooled
 // and deduplicated like it and billing moves keys.last_used_at forward from them.
 //
-// Cost per request: one atomic load and a comparison with the request's second; only
-// the first use of a key in an interval takes a CAS and a short mutex to append to the
-// pending list. Unlike counts, uses are not in the state file: a crash loses the uses
+// Cost per request: one atomic load and a comparison with the request's second, inlined
+// into the caller; only the first use of a key in an interval makes a call, which takes
+// a CAS and a short mutex to append to the pending list. Config.NoKeyUses turns noting
+// off (Meter.Key hands out nil), so the cost can be measured. Unlike counts, uses are not in the state file: a crash loses the uses
 // not yet handed over, which the key's next call in a later interval restores.
 
 // maxPendingKeyUses bounds the uses waiting for the next flush; more are not noted
@@ -33,10 +34,11 @@ const maxBatchKeyUses = 2000
 // Meter.Key and keep it across recompiles: it remembers when the key was last noted. A
 // nil *Key notes nothing.
 type Key struct {
+	noted    atomic.Int64 // Unix second of the last use noted
+	every    int64        // Config.KeyUseInterval in seconds, here so Use reads one line
 	m        *Meter
 	tenantID string
 	id       string
-	noted    atomic.Int64 // Unix second of the last use noted
 }
 
 // keyUses is the list of uses waiting for the next flush.
@@ -46,26 +48,32 @@ type keyUses struct {
 	every   int64 // Config.KeyUseInterval in seconds
 }
 
-// Key returns a new handle for a tenant's API key; nil on a nil meter.
+// Key returns a new handle for a tenant's API key; nil on a nil meter or with
+// Config.NoKeyUses.
 func (m *Meter) Key(tenantID, keyID string) *Key {
-	if m == nil {
+	if m == nil || m.cfg.NoKeyUses {
 		return nil
 	}
-	return &Key{m: m, tenantID: strings.Clone(tenantID), id: strings.Clone(keyID)}
+	return &Key{every: m.keys.every, m: m, tenantID: strings.Clone(tenantID), id: strings.Clone(keyID)}
 }
 
-// Use notes that the key authenticated a request arriving at at, unless a use of it was
-// noted less than the key use interval before.
-func (k *Key) Use(at time.Time) {
-	if k == nil {
-		return
+// Use notes that the key authenticated a request arriving in Unix second at, unless a
+// use of it was noted less than the key use interval before. It is small enough to be
+// inlined: the common case (noted in this interval already) is a load and a compare.
+func (k *Key) Use(at int64) {
+	if k != nil && at-k.noted.Load() >= k.every {
+		k.note(at)
 	}
-	s := at.Unix()
+}
+
+// note is Use's rare path: the first use of an interval. Of requests racing here, the
+// one whose CAS wins notes the use.
+func (k *Key) note(at int64) {
 	last := k.noted.Load()
-	if s-last < k.m.keys.every || !k.noted.CompareAndSwap(last, s) {
+	if at-last < k.every || !k.noted.CompareAndSwap(last, at) {
 		return
 	}
-	k.m.noteKeyUse(billing.KeyUse{KeyID: k.id, TenantID: k.tenantID, At: s})
+	k.m.noteKeyUse(billing.KeyUse{KeyID: k.id, TenantID: k.tenantID, At: at})
 }
 
 func (m *Meter) noteKeyUse(u billing.KeyUse) {

@@ -22,9 +22,9 @@ func TestKeyUsesInBatches(t *testing.T) {
 	m := newMeter(t, meter.Config{Sink: sink, KeyUseInterval: time.Minute})
 	k1, k2 := m.Key(tenantA, key1), m.Key(tenantB, key2)
 	t0 := time.Unix(1_800_000_000, 0)
-	k1.Use(t0)
-	k1.Use(t0.Add(time.Second)) // same interval: not reported
-	k2.Use(t0.Add(2 * time.Second))
+	k1.Use(t0.Unix())
+	k1.Use(t0.Unix() + 1) // same interval: not reported
+	k2.Use(t0.Unix() + 2)
 	m.Route(tenantA, "r1").Record(nil, 200, true, 0, 0, time.Now())
 	if err := m.Flush(context.Background()); err != nil {
 		t.Fatal(err)
@@ -42,8 +42,8 @@ func TestKeyUsesInBatches(t *testing.T) {
 	}
 
 	// Only key uses: one batch with none but them; a key's next interval reports it again.
-	k1.Use(t0.Add(59 * time.Second))
-	k1.Use(t0.Add(time.Minute))
+	k1.Use(t0.Unix() + 59)
+	k1.Use(t0.Unix() + 60)
 	if err := m.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestKeyUsesInBatches(t *testing.T) {
 func TestKeyUsesSpool(t *testing.T) {
 	sink := &memSink{down: true}
 	m := newMeter(t, meter.Config{Sink: sink})
-	m.Key(tenantA, key1).Use(time.Now())
+	m.Key(tenantA, key1).Use(time.Now().Unix())
 	if err := m.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -110,11 +110,25 @@ func TestKeyUsesWireForm(t *testing.T) {
 func TestKeyUseAllocatesNothing(t *testing.T) {
 	m := newMeter(t, meter.Config{Sink: &memSink{}})
 	k := m.Key(tenantA, key1)
-	at := time.Now()
+	at := time.Now().Unix()
 	k.Use(at)
 	if n := testing.AllocsPerRun(1000, func() { k.Use(at) }); n != 0 {
 		t.Fatalf("Key.Use allocates %v times per call", n)
 	}
 	var none *meter.Key
 	none.Use(at) // metering off: a no-op
+}
+
+// With NoKeyUses the meter hands out no handle, so nothing is noted or sent.
+func TestNoKeyUses(t *testing.T) {
+	sink := &memSink{}
+	m := newMeter(t, meter.Config{Sink: sink, NoKeyUses: true})
+	k := m.Key(tenantA, key1)
+	if k != nil {
+		t.Fatal("a key handle with NoKeyUses")
+	}
+	k.Use(time.Now().Unix())
+	if err := m.Flush(context.Background()); err != nil || len(sink.batches) != 0 {
+		t.Fatalf("%d batches (%v), want none", len(sink.batches), err)
+	}
 }

@@ -110,6 +110,10 @@ type Config struct {
 	// KeyUseInterval is how often at most a use of one API key is reported (Key.Use):
 	// the precision of keys.last_used_at. Whole seconds. Default: 30s.
 	KeyUseInterval time.Duration
+	// NoKeyUses turns the noting of key uses off: Key returns nil, keys cost nothing
+	// per request for it, and keys.last_used_at stays where it is. Default: false
+	// (noted).
+	NoKeyUses bool
 	// TotalsRetention is how long running totals of a past hour are kept once
 	// published. Default: 72h.
 	TotalsRetention time.Duration
