@@ -82,6 +82,7 @@ type bench struct {
 	cmp   compareSettings // -compare: another revision against the working tree (compare.go)
 	rnd   roundSettings   // -rounds: interleaved rounds of the request scenarios, for the sweep and -compare (rounds.go)
 	scale scaleSettings   // rss10k, hotupdate and cold (scale.go)
+	tail  tailSettings    // the tail scenario's flags (tail.go)
 }
 
 func main() {
@@ -102,7 +103,7 @@ func run() int {
 			"S6 (-ws-conns WebSocket tunnels: RSS per tunnel, CPU per message), S7 (burst 10× for 1 s), S9 (TLS 1.3: keep-alive and a handshake per request, with the plain baseline S9p), "+
 			"noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with -rss-routes routes), "+
 			"hotupdate (a route changed under load with -hot-routes routes over -hot-tenants tenants: 200 → new upstream, failed calls, RSS), cold (a fresh edge started from a bucket of -cold-routes routes), "+
-			"soak (-duration of mixed traffic, route changes and key rotations through api, billing and a metered edge: drift, and billed = served; -duration defaults to 10m for it)")
+			"tail (S1's latency at fixed open-loop rates of nginx's maximum, nginx and Tollgate interleaved: p50/p99/p99.9; -tail-*), soak (-duration of mixed traffic, route changes and key rotations through api, billing and a metered edge: drift, and billed = served; -duration defaults to 10m for it)")
 		gateways = flag.String("gateways", "nginx,tollgate", "gateways to measure: nginx, tollgate")
 		cores    = flag.String("cores", "1,2", "GOMAXPROCS / nginx workers per run; the gateway gets CPUs 0..n-1")
 		out      = flag.String("out", "bench-results.md", "also write the markdown report here (empty: stdout only)")
@@ -133,8 +134,9 @@ func run() int {
 	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root); with -compare, side B")
 	traces := flag.String("traces", "off", "also measure the HTTP scenarios with the edge exporting traces to an in-process sink, at these sample rates (e.g. off,0.01,1)")
 	b.cmp.register(flag.CommandLine)
-	b.scale.register(flag.CommandLine)
 	b.rnd.register(flag.CommandLine)
+	b.scale.register(flag.CommandLine)
+	b.tail.register(flag.CommandLine)
 	flag.Parse()
 	var terr error
 	if b.traceSamples, terr = parseTraceSamples(*traces); terr != nil {
@@ -160,7 +162,7 @@ func run() int {
 	}
 	scs := splitList(*scenarios)
 	for _, s := range scs {
-		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "hotupdate", "cold", "soak"}, s) {
+		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "hotupdate", "cold", "soak", "tail"}, s) {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
@@ -349,6 +351,13 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 		rep.flow = r
 		if err != nil {
 			return rep, fmt.Errorf("S7/noisy: %w", err)
+		}
+	}
+	if needTollgate && slices.Contains(scs, "tail") {
+		r, err := b.tailScenario(ctx)
+		rep.tail = r
+		if err != nil {
+			return rep, fmt.Errorf("tail: %w", err)
 		}
 	}
 	if needTollgate && slices.Contains(scs, "soak") {

@@ -24,6 +24,7 @@ type report struct {
 	soak   *soakResult
 	cmp    *compareResult // -compare (compare_run.go)
 	rounds []roundMeasure // the sweep's rounds, every measurement (rounds.go)
+	tail   *tailReport    // the tail scenario (tail.go)
 }
 
 func newReport(b *bench) *report { return &report{b: b, start: time.Now()} }
@@ -160,6 +161,7 @@ func (r *report) markdown() string {
 	r.hotMarkdown(&s)
 	r.coldMarkdown(&s)
 	r.soakMarkdown(&s)
+	r.tailMarkdown(&s)
 	r.compareMarkdown(&s)
 	return s.String()
 }
