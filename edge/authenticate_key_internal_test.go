@@ -11,9 +11,10 @@ import (
 	"tollgate/edge/meter"
 )
 
-// BenchmarkKeyAuth is the key step alone on a found key: plain (no expiry, metering
-// off), and with what a key may carry on top (an expiry to compare, a last use to note
-// once per interval). The difference is the cost of expiry and last use per request.
+// BenchmarkKeyAuth is the key step alone on a found key: plain (no expiry, metering or
+// last-use noting off), and with what a key may carry on top (an expiry to compare, a
+// last use to note once per interval). The difference is the cost of expiry and last
+// use per request.
 func BenchmarkKeyAuth(b *testing.B) {
 	m, err := meter.New(meter.Config{EdgeID: "bench", Sink: discardSink{}, SpoolDir: b.TempDir(), FlushInterval: time.Hour})
 	if err != nil {
@@ -32,6 +33,9 @@ func BenchmarkKeyAuth(b *testing.B) {
 		{"plain", apiKey{consumer: &Consumer{ID: "c"}}},
 		{"expiry+last_use", apiKey{consumer: &Consumer{ID: "c"}, expires: time.Now().Add(time.Hour).Unix(), use: m.Key("t", "k")}},
 		{"expiry", apiKey{consumer: &Consumer{ID: "c"}, expires: time.Now().Add(time.Hour).Unix()}},
+		// What TOLLGATE_EDGE_KEY_LAST_USE=off saves on a key that never expires: this
+		// against plain.
+		{"last_use", apiKey{consumer: &Consumer{ID: "c"}, use: m.Key("t", "k2")}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			s := &tenantConfig{keys: map[[32]byte]apiKey{sum: c.k}}
