@@ -291,7 +291,10 @@ func (b *bench) rssRoutesRun(ctx context.Context) ([]rssResult, error) {
 	// The routes go into tenants of their own, as many as the plan's ceiling of routes
 	// per tenant asks for, beside the one with the first route.
 	rs := &routeSet{per: tenants.MaxResources.Routes, upURL: upURL}
-	var out []rssResult
+	var (
+		out  []rssResult
+		fill time.Duration
+	)
 	for _, n := range slices.Sorted(slices.Values(b.scale.rssRoutes)) {
 		res := rssResult{routes: n, base: baseKB, tenants: (n + rs.per - 1) / rs.per}
 		start := time.Now()
@@ -305,12 +308,14 @@ func (b *bench) rssRoutesRun(ctx context.Context) ([]rssResult, error) {
 			return out, err
 		}
 		res.applied = time.Since(start)
+		fill += res.create
 		time.Sleep(2 * time.Second)
 		res.loaded, res.heap = rssKB(s.edge.pid()), heapInuseKB(b, s.edgeAdmin)
 		out = append(out, res)
 		fmt.Fprintf(os.Stderr, "bench: rss10k: edge RSS %s with 1 route, %s with %d (Go heap %s); applied in %s, served after %s\n",
 			fmtKB(res.base), fmtKB(res.loaded), n+1, fmtKB(res.heap), res.create.Round(time.Millisecond), res.applied.Round(time.Millisecond))
 	}
+	b.scale.rssStack, b.scale.rssSet, b.scale.rssFill = s, rs, fill // for cold (scale.go)
 	return out, nil
 }
 
