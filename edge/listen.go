@@ -196,6 +196,11 @@ func SetRawIO(on bool) { conn.SetRawIO(on) }
 // RawIO reports whether new connections use raw system calls (SetRawIO).
 func RawIO() bool { return conn.RawIO() }
 
+// SetYieldReads chooses whether new connections, clients' and upstreams', yield to the
+// other runnable goroutines between writing and reading when GOMAXPROCS is 1
+// (conn.SetYieldReads; TOLLGATE_EDGE_YIELD_READS). Default: on.
+func SetYieldReads(on bool) { conn.SetYieldReads(on) }
+
 // Serve serves tenant traffic on public and the admin endpoints (/metrics, /healthz,
 // /readyz, and /debug/pprof/ when Pprof) on admin, which may be nil. It returns nil once
 // Shutdown has drained the edge, or the first error of either listener (after shutting

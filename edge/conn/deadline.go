@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,8 +32,22 @@ import (
 // the yielded goroutine, which costs more than the read it saves unless every P is busy,
 // which the edge cannot see: with GOMAXPROCS=2 and a load the edge keeps up with,
 // yielding cost 4–25% more CPU per request. So the edge yields only when GOMAXPROCS is 1,
-// as read when the connection was made.
-func yieldReads() bool { return runtime.GOMAXPROCS(0) == 1 }
+// as read when the connection was made, and SetYieldReads(false) turns it off.
+//
+// A yield puts the goroutine behind every other runnable one (on the global run queue),
+// so under a queue of work a request's answer can wait for the others' turns: a cost in
+// latency, not CPU, which the bench's tail scenario measures with the setting on and off.
+func yieldReads() bool { return !yieldOff.Load() && runtime.GOMAXPROCS(0) == 1 }
+
+var yieldOff atomic.Bool
+
+// SetYieldReads chooses whether connections made from now on yield before reading after
+// a write (yieldReads). TOLLGATE_EDGE_YIELD_READS sets it at start. Default: on, which
+// yields only when GOMAXPROCS is 1.
+func SetYieldReads(on bool) { yieldOff.Store(!on) }
+
+// YieldReads reports whether SetYieldReads left yielding on.
+func YieldReads() bool { return !yieldOff.Load() }
 
 // Client connection deadlines.
 //

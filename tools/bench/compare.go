@@ -240,6 +240,19 @@ func describeWorkTree(ctx context.Context, root string) string {
 	return fmt.Sprintf("working tree (HEAD %s + %d changed or untracked paths)", strings.TrimSpace(string(head)), n)
 }
 
+// lockMachine takes the machine for this bench's measurements, waiting while another bench
+// holds it, and releases it with the run's cleanups, after every process the run started.
+// The sweeps call it once their builds are done: a build takes minutes on a busy machine,
+// and holding the lock through it would only keep another bench from measuring.
+func (b *bench) lockMachine(ctx context.Context) error {
+	release, err := machineLock(ctx, filepath.Join(os.TempDir(), "tollgate-bench.lock"))
+	if err != nil {
+		return err
+	}
+	b.clean.add(release)
+	return nil
+}
+
 // machineLock keeps two benches on one machine from measuring at once: both pin their
 // gateways to CPU 0 and their load to CPU 1, so each would read the other as noise. It
 // waits (saying for whom) until no other bench holds the lock file at path, or ctx ends.

@@ -80,6 +80,9 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 	}
 	res := &compareResult{set: b.rnd, a: A.label, b: B.label, aSum: fileSHA256(A.bin), bSum: fileSHA256(B.bin)}
 	rep.cmp = res
+	if err := b.lockMachine(ctx); err != nil {
+		return rep, err
+	}
 
 	upPort, err := b.upstream(ctx)
 	if err != nil {

@@ -219,12 +219,7 @@ func run() int {
 		Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 30 * time.Second},
 	}
 
-	release, err := machineLock(ctx, filepath.Join(os.TempDir(), "tollgate-bench.lock"))
-	if err != nil {
-		return fail(err)
-	}
-	b.clean.add(release) // after every process the sweep starts is stopped
-	sweep := b.sweep
+	sweep := b.sweep // each takes the machine (lockMachine) once its builds are done
 	if b.cmp.ref != "" {
 		sweep = b.compareSweep
 	}
@@ -305,6 +300,9 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 		if err := b.buildTollgate(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if err := b.lockMachine(ctx); err != nil {
+		return nil, err
 	}
 
 	var perf []string
