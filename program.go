@@ -404,7 +404,6 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		tr = &edge.Tracing{Tracer: traces.Tracer("tollgate/edge"), Sample: cfg.OTELSample}
 	}
 	edge.SetRawIO(cfg.EdgeRawIO)
-	edge.SetYieldReads(cfg.EdgeYieldReads)
 	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
 	e, err := edge.New(edge.Config{
 		Tracing:        tr,
@@ -432,6 +431,11 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 	defer func() { _ = shutdown() }() // on an early return; a no-op after the one below
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- e.ServeAdmin(adm) }()
+	if cfg.EdgeReturnMemory {
+		go edge.MemoryReturner{Returned: func(before, after uint64) {
+			log.Debug("memory returned to the OS after a burst", "held_before", before, "held_after", after)
+		}}.Run(ctx)
+	}
 
 	// The config snapshot lives beside the meter's spool: the edge's one local state
 	// directory. Closed (its last write) after the watch has stopped.

@@ -68,12 +68,12 @@ type Config struct {
 
 	// Edge performance: how the edge reads and writes its sockets.
 	EdgeRawIO bool // TOLLGATE_EDGE_RAW_IO [on: raw system calls (edge.SetRawIO); off: through net.Conn; always off in race-detector builds]
-	// EdgeYieldReads: TOLLGATE_EDGE_YIELD_READS [on: at GOMAXPROCS=1 the edge yields between writing and reading a socket (edge.SetYieldReads); off: it reads at once]
-	EdgeYieldReads bool
 	// EdgeKeyLastUse: TOLLGATE_EDGE_KEY_LAST_USE [on: the edge notes each key's use once per interval for keys.last_used_at; off: it does not, and the key step reads no clock for it]
 	EdgeKeyLastUse bool
 	// EdgeJSONOnePass: TOLLGATE_EDGE_JSON_ONE_PASS [on: request JSON rewrites in one pass into a pooled buffer (edge.SetJSONOnePass); off: through sjson, a copy per edit]
 	EdgeJSONOnePass bool
+	// EdgeReturnMemory: TOLLGATE_EDGE_RETURN_MEMORY [on: after a burst the edge hands its freed heap back to the OS (edge.MemoryReturner); off: the runtime's own pace]
+	EdgeReturnMemory bool
 
 	// Surviving faults: the edge's local config snapshot, bounded database calls.
 	EdgeSnapshotMaxAge time.Duration // TOLLGATE_EDGE_SNAPSHOT_MAX_AGE [24h: the oldest config snapshot (in the spool directory) an edge starts from while NATS is unreachable; 0: never]
@@ -143,7 +143,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	for _, o := range []struct {
 		name string
 		on   *bool
-	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass}} {
+	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory}} {
 		switch v := strings.ToLower(getenv(o.name)); v {
 		case "", "on", "true", "1":
 			*o.on = true
@@ -151,13 +151,6 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		default:
 			return nil, fmt.Errorf("%s: %q is not on or off", o.name, v)
 		}
-	}
-	switch v := strings.ToLower(getenv("TOLLGATE_EDGE_YIELD_READS")); v {
-	case "", "on", "true", "1":
-		c.EdgeYieldReads = true
-	case "off", "false", "0":
-	default:
-		return nil, fmt.Errorf("TOLLGATE_EDGE_YIELD_READS: %q is not on or off", v)
 	}
 	switch v := strings.ToLower(getenv("TOLLGATE_EDGE_RAW_IO")); v {
 	case "", "on", "true", "1":

@@ -1,0 +1,116 @@
+package edge
+
+import (
+	"context"
+	"runtime/debug"
+	rtmetrics "runtime/metrics"
+	"time"
+)
+
+// Giving memory back after a burst. A storm of TLS handshakes or new connections grows
+// the heap by tens of MiB (handshake state, per-connection buffers, goroutine stacks),
+// and once it is over the runtime keeps most of that memory: its scavenger returns free
+// pages only down to about the heap goal, and the goal shrinks only at the next
+// collection, which an edge with little traffic runs at the 2-minute forced GC; the
+// pages freed then go back at the scavenger's slow pace. So an edge's RSS after a storm
+// stayed tens of MiB above its level before, for minutes.
+//
+// MemoryReturner watches, every Every, how much memory the runtime holds from the OS and
+// how fast the edge allocates. When the holding has grown by Grown or more since the
+// last return and the allocation rate has since fallen to a quarter of its peak (the
+// burst is over), it calls debug.FreeOSMemory: one full collection and every free page
+// returned at once. That costs a collection's CPU once per burst (a few ms for a heap
+// of tens of MiB), never under steady load, whose rate does not fall, and at most once
+// per MinGap.
+
+// MemoryReturner is the policy above; the zero value takes the defaults.
+type MemoryReturner struct {
+	Every  time.Duration // Default: 5s
+	Grown  uint64        // Default: 32 MiB
+	MinGap time.Duration // Default: 30s
+
+	// Returned, when set, is called after each return with the bytes held before and after
+	// (tests, logs).
+	Returned func(before, after uint64)
+}
+
+// memorySample is what the returner reads of the runtime each period.
+type memorySample struct {
+	held   uint64 // mapped and not released to the OS
+	allocs uint64 // bytes allocated since start
+}
+
+var memoryMetrics = []string{"/memory/classes/total:bytes", "/memory/classes/heap/released:bytes", "/gc/heap/allocs:bytes"}
+
+func readMemory(s []rtmetrics.Sample) memorySample {
+	rtmetrics.Read(s)
+	return memorySample{held: s[0].Value.Uint64() - s[1].Value.Uint64(), allocs: s[2].Value.Uint64()}
+}
+
+// Run watches until ctx ends.
+func (m MemoryReturner) Run(ctx context.Context) {
+	if m.Every <= 0 {
+		m.Every = 5 * time.Second
+	}
+	if m.Grown == 0 {
+		m.Grown = 32 << 20
+	}
+	if m.MinGap <= 0 {
+		m.MinGap = 30 * time.Second
+	}
+	s := make([]rtmetrics.Sample, len(memoryMetrics))
+	for i, n := range memoryMetrics {
+		s[i].Name = n
+	}
+	t := time.NewTicker(m.Every)
+	defer t.Stop()
+	var w memoryWatch
+	prev := readMemory(s)
+	w.basis = prev.held
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			cur := readMemory(s)
+			if w.observe(cur.held, cur.allocs-prev.allocs, now, m.Grown, m.MinGap) {
+				debug.FreeOSMemory()
+				after := readMemory(s)
+				w.returned(after.held, time.Now())
+				if m.Returned != nil {
+					m.Returned(cur.held, after.held)
+				}
+				cur = after
+			}
+			prev = cur
+		}
+	}
+}
+
+// memoryWatch is the returner's decision, apart from the runtime (memory_internal_test.go).
+type memoryWatch struct {
+	basis    uint64 // held after the last return, or its lowest since
+	peakRate uint64 // the largest allocation per period since held outgrew basis
+	last     time.Time
+}
+
+// observe takes one period's holding and allocation and reports whether to return
+// memory now.
+func (w *memoryWatch) observe(held, allocated uint64, now time.Time, grown uint64, minGap time.Duration) bool {
+	if held < w.basis {
+		w.basis = held
+	}
+	if held-w.basis < grown {
+		w.peakRate = 0
+		return false
+	}
+	if allocated > w.peakRate {
+		w.peakRate = allocated
+		return false
+	}
+	return allocated <= w.peakRate/4 && now.Sub(w.last) >= minGap
+}
+
+func (w *memoryWatch) returned(held uint64, now time.Time) {
+	w.basis, w.peakRate, w.last = held, 0, now
+}
