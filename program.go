@@ -404,6 +404,7 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		tr = &edge.Tracing{Tracer: traces.Tracer("tollgate/edge"), Sample: cfg.OTELSample}
 	}
 	edge.SetRawIO(cfg.EdgeRawIO)
+	edge.SetYieldReads(cfg.EdgeYieldReads)
 	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
 	e, err := edge.New(edge.Config{
 		Tracing:        tr,

@@ -68,6 +68,8 @@ type Config struct {
 
 	// Edge performance: how the edge reads and writes its sockets.
 	EdgeRawIO bool // TOLLGATE_EDGE_RAW_IO [on: raw system calls (edge.SetRawIO); off: through net.Conn; always off in race-detector builds]
+	// EdgeYieldReads: TOLLGATE_EDGE_YIELD_READS [on: at GOMAXPROCS=1 the edge yields between writing and reading a socket (edge.SetYieldReads); off: it reads at once]
+	EdgeYieldReads bool
 	// EdgeKeyLastUse: TOLLGATE_EDGE_KEY_LAST_USE [on: the edge notes each key's use once per interval for keys.last_used_at; off: it does not, and the key step reads no clock for it]
 	EdgeKeyLastUse bool
 	// EdgeJSONOnePass: TOLLGATE_EDGE_JSON_ONE_PASS [on: request JSON rewrites in one pass into a pooled buffer (edge.SetJSONOnePass); off: through sjson, a copy per edit]
@@ -151,6 +153,13 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		default:
 			return nil, fmt.Errorf("%s: %q is not on or off", o.name, v)
 		}
+	}
+	switch v := strings.ToLower(getenv("TOLLGATE_EDGE_YIELD_READS")); v {
+	case "", "on", "true", "1":
+		c.EdgeYieldReads = true
+	case "off", "false", "0":
+	default:
+		return nil, fmt.Errorf("TOLLGATE_EDGE_YIELD_READS: %q is not on or off", v)
 	}
 	switch v := strings.ToLower(getenv("TOLLGATE_EDGE_RAW_IO")); v {
 	case "", "on", "true", "1":
