@@ -400,6 +400,7 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 				fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  %8.0f req/s  p50 %s  p99 %s  %6.2f µs/req  busy %.2f  rss %s (peak %s)  non-2xx %d  sock-err %d%s\n",
 					sc.id, gw, procs, r.load.qps(), fmtUS(r.load.P50), fmtUS(r.load.P99), r.usPerReq, r.busy,
 					fmtKB(r.rssKB), fmtKB(r.rssPeakKB), r.load.Status, r.load.socketErrors(), r.split.String())
+				b.settleAfterStorm(sc, gw, procs, targets[gw], r)
 			}
 		}
 		if b.rnd.rounds > 1 {

@@ -194,6 +194,7 @@ func (s *stack) env(extra ...string) []string {
 func (s *stack) startEdge(ctx context.Context, procs int, cpus string, env ...string) error {
 	// Metering is on unless -meter-off; its spool is the run's, removed with it.
 	extra := append([]string{"TOLLGATE_METER_SPOOL_DIR=" + filepath.Join(s.dir, fmt.Sprintf("meter-spool-%d", procs))}, env...)
+	extra = append(extra, edgeEnvList()...)
 	name := "tollgate edge"
 	if s.b.meterOff {
 		extra = append(extra, "TOLLGATE_METER=off")

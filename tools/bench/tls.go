@@ -24,6 +24,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"flag"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -67,4 +69,35 @@ func (b *bench) writeCert() error {
 	}
 	b.tlsCert, b.tlsKey = cert, keyPath
 	return nil
+}
+
+// stormSettle: how long after S9h's storm of handshakes the gateway's RSS is watched
+// (-storm-settle; 0, the default, not at all: it lengthens the run by that much per
+// gateway). The report line gives the RSS before the storm, right after it, 10 s after
+// and at the end: what the process keeps of a storm once it has passed.
+var stormSettle = flag.Duration("storm-settle", 0, "S9h: watch the gateway's RSS for this long after the handshake storm (e.g. 30s) and print it before, right after, 10 s after and at the end; 0: not at all (run with -rounds 1)")
+
+func (b *bench) settleAfterStorm(sc *perfScenario, gw string, procs int, p *proc, r perfResult) {
+	if !sc.newConn || *stormSettle <= 0 || p == nil {
+		return
+	}
+	start := time.Now()
+	var at10 int64
+	for time.Since(start) < *stormSettle {
+		time.Sleep(time.Second)
+		if at10 == 0 && time.Since(start) >= 10*time.Second {
+			at10 = groupRSS(p)
+		}
+	}
+	end := groupRSS(p)
+	fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  RSS before the storm %s, right after %s (peak %s), 10 s after %s, %s after %s\n",
+		sc.id, gw, procs, fmtKB(r.rssStartKB), fmtKB(r.rssKB), fmtKB(r.rssPeakKB), fmtKB(at10), *stormSettle, fmtKB(end))
+}
+
+func groupRSS(p *proc) int64 {
+	u, err := groupUsage(p.pid())
+	if err != nil {
+		return 0
+	}
+	return u.rssKB
 }
