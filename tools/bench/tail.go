@@ -439,6 +439,8 @@ type tailRun struct {
 	round   int
 	res     tailResult
 	busy    float64 // the gateway's CPU seconds ÷ wall seconds over the window (warm-up included)
+	gcs     float64 // Tollgate: garbage collections during the run (warm-up included), from its /metrics
+	gcPause float64 // Tollgate: their stop-the-world pauses in all, seconds
 }
 
 // tailReport is the tail scenario's outcome.
@@ -599,6 +601,10 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 					traced[gw] = true
 					stopTrace = b.tailTrace(ctx, t.s, tag, b.warmup+time.Second)
 				}
+				var gc0, pause0 float64
+				if t.s != nil {
+					gc0, pause0 = b.edgeGC(t.s.edgeAdmin)
+				}
 				u0, err := groupUsage(t.p.pid())
 				if err != nil {
 					return rep, t.p.failure(err.Error())
@@ -623,14 +629,18 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 				}
 				run := tailRun{gateway: gw, frac: frac, round: round, res: res,
 					busy: float64(u1.ticks-u0.ticks) / float64(b.tick) / wall.Seconds()}
+				if t.s != nil {
+					gc1, pause1 := b.edgeGC(t.s.edgeAdmin)
+					run.gcs, run.gcPause = gc1-gc0, pause1-pause0
+				}
 				rep.runs = append(rep.runs, run)
 				flag := ""
 				if res.behind() {
 					flag = "  GENERATOR BEHIND"
 				}
-				fmt.Fprintf(os.Stderr, "bench: tail  %3.0f%% %6d/s round %d %-24s p50 %s  p99 %s  p99.9 %s  max %s  late %d  queued %d  errors %d  non-2xx %d  busy %.2f%s\n",
+				fmt.Fprintf(os.Stderr, "bench: tail  %3.0f%% %6d/s round %d %-24s p50 %s  p99 %s  p99.9 %s  max %s  late %d  queued %d  errors %d  non-2xx %d  busy %.2f  GCs %.0f%s\n",
 					frac*100, rate, round, gw, fmtUS(res.P50), fmtUS(res.P99), fmtUS(res.P999), fmtUS(res.Max),
-					res.Late, res.Queued, res.Errors, res.Bad, run.busy, flag)
+					res.Late, res.Queued, res.Errors, res.Bad, run.busy, run.gcs, flag)
 			}
 		}
 	}
@@ -671,6 +681,27 @@ func (b *bench) tailTrace(ctx context.Context, s *stack, tag string, delay time.
 		done <- err
 	}()
 	return func() (string, error) { return path, <-done }
+}
+
+// edgeGC reads the edge's garbage collections so far and their pauses in all (seconds)
+// from its /metrics (the Go collector's go_gc_duration_seconds summary); 0 when absent.
+func (b *bench) edgeGC(admin string) (count, pauses float64) {
+	resp, err := b.http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "go_gc_duration_seconds_count "); ok {
+			count, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		} else if v, ok := strings.CutPrefix(line, "go_gc_duration_seconds_sum "); ok {
+			pauses, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return count, pauses
 }
 
 func freeAddr() (string, error) {
@@ -759,12 +790,17 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 				ratio(r99), ratio(r999), tailMedian(busy), late, queued, bad, flagged, len(p99))
 		}
 	}
-	s.WriteString("\nEvery run:\n\n| load | round | gateway | rate sent | p50 | p90 | p99 | p99.9 | max | generator lag p99 / max | late | queued | busy |\n")
-	s.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	s.WriteString("\nEvery run (*GCs*: the edge's collections during the run, warm-up included, and their stop-the-world pauses in all):\n\n")
+	s.WriteString("| load | round | gateway | rate sent | p50 | p90 | p99 | p99.9 | max | generator lag p99 / max | late | queued | busy | GCs (pauses) |\n")
+	s.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, run := range t.runs {
 		x := run.res
-		fmt.Fprintf(s, "| %.0f%% | %d | %s | %.0f/s | %s | %s | %s | %s | %s | %s / %s | %d | %d | %.2f |\n", run.frac*100, run.round, run.gateway,
-			x.sentRate(), fmtUS(x.P50), fmtUS(x.P90), fmtUS(x.P99), fmtUS(x.P999), fmtUS(x.Max), fmtUS(x.LagP99), fmtUS(x.LagMax), x.Late, x.Queued, run.busy)
+		gc := "-"
+		if run.gateway != "nginx" {
+			gc = fmt.Sprintf("%.0f (%s)", run.gcs, fmtUS(run.gcPause*1e6))
+		}
+		fmt.Fprintf(s, "| %.0f%% | %d | %s | %.0f/s | %s | %s | %s | %s | %s | %s / %s | %d | %d | %.2f | %s |\n", run.frac*100, run.round, run.gateway,
+			x.sentRate(), fmtUS(x.P50), fmtUS(x.P90), fmtUS(x.P99), fmtUS(x.P999), fmtUS(x.Max), fmtUS(x.LagP99), fmtUS(x.LagMax), x.Late, x.Queued, run.busy, gc)
 	}
 	if len(t.traces) > 0 {
 		s.WriteString("\nExecution traces (`go tool trace FILE`):\n\n")
