@@ -483,6 +483,7 @@ func TestRoundsMarkdown(t *testing.T) {
 		"| S2 | tollgate | 1 | 2 | tollgate | 19.80 |",
 		"load side saturated (CPU 1 99% busy) |",
 		"Each row is the round with the median µs/req",
+		"or the load side's CPUs busy at least 98% of the window",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

@@ -309,6 +309,20 @@ func (r roundSettings) flag(m perfResult, gwCPUs, loadCPUs []int) string {
 	return ""
 }
 
+// flagRule says in the report what flag flags and what becomes of a flagged round.
+func (r roundSettings) flagRule() string {
+	what := "left out of the medians (-all-rounds keeps them)"
+	if r.all {
+		what = "kept in the medians (-all-rounds)"
+	}
+	load := ""
+	if r.loadMax > 0 {
+		load = fmt.Sprintf(", or the load side's CPUs busy at least %.0f%% of the window (checked when the gateway and the load side share no CPU)", 100*r.loadMax)
+	}
+	return fmt.Sprintf("the gateway busy below %.2f of the CPUs it does not share with the load side (with /proc/stat's reason: "+
+		"load side saturated, or other processes on the gateway's CPU)%s; flagged rounds are %s", r.busyMin, load, what)
+}
+
 // roundMeasure is one measurement of the sweep's rounds.
 type roundMeasure struct {
 	perfResult
@@ -552,17 +566,7 @@ func (r *report) roundsMarkdown(s *strings.Builder) {
 		"the following after %s; a %s window each\n", set.rounds, firsts, b.warmup, set.warm, b.duration)
 	s.WriteString("- per round: the ratio of CPU µs/req (below 1: Tollgate spends less per request than nginx in T÷N, the scenario less than its baseline in ÷ base) and of QPS; " +
 		"the tables give their median over the rounds used, the extremes (min–max) and the interquartile range (Q1–Q3)\n")
-	what := "left out of the medians (-all-rounds keeps them)"
-	if set.all {
-		what = "kept in the medians (-all-rounds)"
-	}
-	load := "the load side's CPUs saturated"
-	if set.loadMax > 0 {
-		load = fmt.Sprintf("the load side's CPUs busy at least %.0f%% of the window (a gateway and load side on disjoint CPUs only)", 100*set.loadMax)
-	}
-	fmt.Fprintf(s, "- a round is flagged for a ratio when either of its two measurements was disturbed: the gateway busy below %.2f of the CPUs "+
-		"it does not share with the load side (with /proc/stat's reason: load side saturated, or other processes on the gateway's CPU), or %s; "+
-		"flagged rounds are %s\n\n", set.busyMin, load, what)
+	s.WriteString("- a round is flagged for a ratio when either of its two measurements was disturbed: " + set.flagRule() + "\n\n")
 	if pairs := gatewayPairs(r.rounds); len(pairs) > 0 {
 		s.WriteString("### Tollgate ÷ nginx\n\n")
 		pairTable(s, pairs, set.all, "T÷N", []string{"Tollgate µs/req", "nginx µs/req"}, func(m pairSummary) []string {
