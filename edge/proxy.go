@@ -41,7 +41,7 @@ func (e *Edge) proxyStep(rt *route) handler {
 		req.Header.SetHostBytes(t.host)
 
 		start := conn.MonoNow()
-		err := t.client.DoTimeout(req, &ctx.Response, rt.timeout)
+		err := t.client.doAt(req, &ctx.Response, rt.timeout, start)
 		x.upstream += time.Duration(conn.MonoNow() - start)
 		if err != nil {
 			e.upstreamFailed(x, err)

@@ -164,8 +164,12 @@ func (c *upstreamClient) dialConn(timeout time.Duration) (*poolConn, error) {
 
 // release puts a connection whose exchange ended cleanly back: to the oldest waiter,
 // else into the idle list.
-func (c *upstreamClient) release(pc *poolConn) {
-	pc.lastUse = conn.MonoNow()
+func (c *upstreamClient) release(pc *poolConn) { c.releaseAt(pc, conn.MonoNow()) }
+
+// releaseAt is release for a connection last used at lastUse (conn.MonoNow's clock, no
+// later than now).
+func (c *upstreamClient) releaseAt(pc *poolConn, lastUse int64) {
+	pc.lastUse = lastUse
 	c.mu.Lock()
 	if w := c.popWaiter(); w != nil {
 		c.mu.Unlock()

@@ -61,6 +61,13 @@ const upstreamAttempts = 2
 // longer (then fasthttp.ErrTimeout or a net.Error whose Timeout is true). The timeout
 // also bounds the relay of a streamed body.
 func (c *upstreamClient) DoTimeout(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
+	return c.doAt(req, resp, timeout, conn.MonoNow())
+}
+
+// doAt is DoTimeout for a caller that has just read conn.MonoNow (now) itself: a clock
+// read costs 70–150 ns on a virtual machine, a few per request add up, and the same
+// reading serves both.
+func (c *upstreamClient) doAt(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration, now int64) error {
 	if timeout <= 0 {
 		return fasthttp.ErrTimeout
 	}
@@ -69,7 +76,6 @@ func (c *upstreamClient) DoTimeout(req *fasthttp.Request, resp *fasthttp.Respons
 	// not the listener's. Marking the URI unparsed makes Write send the request as the
 	// edge built it.
 	req.SetRequestURIBytes(req.Header.RequestURI())
-	now := conn.MonoNow()
 	deadline := now + int64(timeout)
 	slack := conn.UpstreamSlack(timeout)
 	// Sending a streamed body uses the stream up (and clears IsBodyStream): such a request
@@ -189,7 +195,11 @@ func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Respons
 	if closeConn {
 		c.closeConn(pc)
 	} else {
-		c.release(pc)
+		// Idle since the attempt began, as far as the idle cleaner can tell: that is
+		// earlier than the truth (by the exchange's time, within the route's timeout), so
+		// the connection may be closed sooner, never later, than maxIdle after its last
+		// use, and the clock is not read again here.
+		c.releaseAt(pc, now)
 	}
 	return false, nil
 }
