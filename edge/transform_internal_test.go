@@ -110,3 +110,41 @@ func BenchmarkJSONTransform(b *testing.B) {
 		})
 	}
 }
+
+// TestJSONOnePassAllocs: once its pool is warm, the one-pass rewrite allocates nothing,
+// and sjson's fallback still serves what the editor leaves to it.
+func TestJSONOnePassAllocs(t *testing.T) {
+	tr := compileTransform(&tenants.Transform{Request: &tenants.RequestTransform{JSON: &tenants.JSONTransform{
+		Set:    map[string]json.RawMessage{"meta.via": json.RawMessage(`"tollgate"`), "meta.version": json.RawMessage(`2`)},
+		Remove: []string{"password"},
+		Rename: map[string]string{"user": "login"},
+	}}})
+	body := []byte(`{"user":"ann","password":"p","items":[{"sku":"A","qty":1}],"shipping":{"city":"Utrecht"}}`)
+	const want = `{"items":[{"sku":"A","qty":1}],"shipping":{"city":"Utrecht"},"login":"ann","meta":{"version":2,"via":"tollgate"}}`
+	rewrite := func() string {
+		out, ed, r := tr.json.apply(body)
+		if r != nil {
+			t.Fatal(r)
+		}
+		s := string(out)
+		ed.release()
+		return s
+	}
+	if got := rewrite(); got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		_, ed, _ := tr.json.apply(body)
+		ed.release()
+	}); n != 0 && !raceBuild {
+		t.Errorf("%.1f allocations per rewrite, want 0", n)
+	}
+	// A key present twice where a path walks: sjson's answer, through the fallback.
+	dup := []byte(`{"user":"a","user":"b"}`)
+	out, ed, r := tr.json.apply(dup)
+	want2, _ := tr.json.applySJSON(dup)
+	if r != nil || string(out) != string(want2) {
+		t.Errorf("duplicate keys: %s %v, sjson %s", out, r, want2)
+	}
+	ed.release()
+}

@@ -1,0 +1,7 @@
+//go:build race
+
+package edge
+
+// raceBuild: sync.Pool drops items at random under the race detector, so a pooled path
+// allocates there now and then.
+const raceBuild = true
