@@ -73,9 +73,27 @@ type compiled struct {
 	snap     *Snapshot         // the last snapshot compiled; nil before the first
 	routes   map[string]*route // by id, those of snap
 	cached   int               // routes with a response cache
+	shared   map[string]*sharedUpstream
 	// shadowed lists, by route path (pathKey), the routes that lost a slot of that path
 	// to a route with a smaller id: when the winner goes, they are filed again.
 	shadowed map[string][]*route
+}
+
+// sharedUpstream is a plain upstream routes share (sharedKey) and how many do.
+type sharedUpstream struct {
+	u *upstream
+	n int
+}
+
+// share counts rt in or out (n: 1 or -1) of the users of its shared upstream.
+func (c *compiled) share(rt *route, n int) {
+	if k := rt.upstream.shareKey; k != "" {
+		if su := c.shared[k]; su != nil && su.u == rt.upstream {
+			if su.n += n; su.n <= 0 {
+				delete(c.shared, k)
+			}
+		}
+	}
 }
 
 // pathKey is a route path as the route table sees it: parameter names do not count.
@@ -152,16 +170,23 @@ func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*S
 	refs := make(map[string]int, len(c.pools))
 	shadowed := make(map[string][]*route)
 	cached := 0
+	if c.shared == nil {
+		c.shared = map[string]*sharedUpstream{}
+	}
+	for _, su := range c.shared {
+		su.n = 0
+	}
 	for i, r := range routes {
 		prev := c.routes[r.ID]
 		if prev != nil && prev.src != r {
 			prev = nil
 		}
-		rt := e.compileRoute(conf, r, rms[i], prev, tc, c.pools)
+		rt := e.compileRoute(conf, r, rms[i], prev, tc, c)
 		if rt == nil {
 			continue
 		}
 		rt.usePools(refs, 1)
+		c.share(rt, 1)
 		if rt.cache != nil {
 			cached++
 		}
@@ -179,6 +204,11 @@ func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*S
 	}
 	if cached == 0 && e.cache != nil {
 		e.cache.forget(v.tenant.ID)
+	}
+	for k, su := range c.shared {
+		if su.n <= 0 {
+			delete(c.shared, k)
+		}
 	}
 	var unused []*upstreamClient
 	for k, hc := range c.pools {
@@ -228,6 +258,7 @@ func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []*upstream
 				cacheDropped = true
 			}
 			old.usePools(c.poolRefs, -1)
+			c.share(old, -1)
 			e.releaseRoute(old, nil)
 		}
 		if r == nil {
@@ -238,11 +269,12 @@ func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []*upstream
 		if r.Cache != nil && e.cache != nil {
 			tc = e.cache.tenant(v.tenant)
 		}
-		rt := e.compileRoute(s.tenantConfig, r, e.labels.route(prev.labels, id, r.Name), nil, tc, c.pools)
+		rt := e.compileRoute(s.tenantConfig, r, e.labels.route(prev.labels, id, r.Name), nil, tc, c)
 		if rt == nil {
 			continue
 		}
 		rt.usePools(c.poolRefs, 1)
+		c.share(rt, 1)
 		if rt.cache != nil {
 			c.cached++
 		}
@@ -318,7 +350,9 @@ func (e *Edge) conflict(slug string, rt *route, path string, other *route) {
 // compileRoute builds one route and its chain, reusing prev's upstream, canary and cache
 // (prev: the route compiled from the same entry, or nil). It returns nil when the route
 // cannot be built, which validation at apply time rules out.
-func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetrics, prev *route, tc *tenantCache, pools map[string]*upstreamClient) *route {
+// A plain upstream (sharedKey) comes from c.shared, or goes there; the caller counts
+// the route in (compiled.share).
+func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetrics, prev *route, tc *tenantCache, c *compiled) *route {
 	var up *upstream
 	var cn *canary
 	var err error
@@ -326,9 +360,15 @@ func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetri
 	if prev != nil {
 		up, cn = prev.upstream, prev.canary
 	} else {
-		used := make(map[string]bool, 1)
-		if up, err = e.newUpstream(&r.Upstream, ct, pools, used); err == nil && r.Canary != nil {
-			if cn, err = e.newCanary(r, pools, used); err != nil {
+		key := sharedKey(&r.Upstream, ct)
+		if su := c.shared[key]; su != nil && key != "" {
+			up = su.u
+		} else if up, err = e.newUpstream(&r.Upstream, ct, c.pools, make(map[string]bool, 1)); err == nil && up.plain && key != "" {
+			up.shareKey = key
+			c.shared[key] = &sharedUpstream{u: up}
+		}
+		if err == nil && r.Canary != nil {
+			if cn, err = e.newCanary(r, c.pools, make(map[string]bool, 1)); err != nil && up.shareKey == "" {
 				up.close()
 			}
 		}
@@ -338,7 +378,9 @@ func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetri
 			return nil
 		}
 	}
-	up.bind(rm)
+	if up.shareKey == "" {
+		up.bind(rm) // a shared upstream has no events to label
+	}
 	if cn != nil {
 		cn.upstream.bind(rm)
 	}

@@ -2,7 +2,12 @@ package edge
 
 import (
 	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"tollgate/tenants"
 )
@@ -38,4 +43,92 @@ func BenchmarkRouteChange(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkRoutesHeap loads 10,000 routes (in 1 tenant and across 100) and reports the
+// live heap they take, per route: what an edge's RSS grows by with its config.
+//
+//	go test -run '^$' -bench RoutesHeap -benchtime 1x ./edge/
+func BenchmarkRoutesHeap(b *testing.B) {
+	const n = 10_000
+	for _, nt := range []int{1, 100} {
+		b.Run(fmt.Sprintf("tenants=%d", nt), func(b *testing.B) {
+			for b.Loop() {
+				e := newCompileEdge(b)
+				before := liveHeap()
+				for t := range nt {
+					tid := fmt.Sprint("t-", t)
+					putEntry(b, e, tenants.Entry{Tenant: &tenants.Tenant{ID: tid, Slug: fmt.Sprint("s", t), Name: tid}})
+				}
+				for i := range n {
+					tid := fmt.Sprint("t-", i%nt)
+					putEntry(b, e, tenants.Entry{Route: compileTestRoute(tid, fmt.Sprint("route-", i), []string{fmt.Sprintf("/api/v1/r%d", i)}, []string{"GET", "POST"}, 9000+i%50)})
+				}
+				e.Loaded()
+				b.ReportMetric(float64(liveHeap()-before)/n, "B/route")
+				runtime.KeepAlive(e)
+			}
+		})
+	}
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkRoutesRSS is an edge that serves one route and then gets 10,000 more one by
+// one, as a config-as-code load delivers them, compiling as they come (the compiler
+// goroutine, CompileDelay 2ms): the process's RSS once they are all served. Run one mode
+// per process, RSS only grows:
+//
+//	go test -run '^$' -bench 'RoutesRSS/incremental' -benchtime 1x ./edge/
+func BenchmarkRoutesRSS(b *testing.B) {
+	const tid, n = "t-acme", 10_000
+	for _, mode := range []struct {
+		name string
+		on   bool
+	}{{"incremental", true}, {"full", false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			SetIncrementalCompiles(mode.on)
+			defer SetIncrementalCompiles(true)
+			for b.Loop() {
+				e := newCompileEdge(b)
+				e.cfg.CompileDelay = 2 * time.Millisecond
+				putEntry(b, e, tenants.Entry{Tenant: &tenants.Tenant{ID: tid, Slug: "acme", Name: "acme"}})
+				putEntry(b, e, tenants.Entry{Route: compileTestRoute(tid, "route-0", []string{"/api/v1/r0"}, nil, 9000)})
+				e.Loaded()
+				rss0 := rssKiB()
+				for i := 1; i <= n; i++ {
+					putEntry(b, e, tenants.Entry{Route: compileTestRoute(tid, fmt.Sprint("route-", i), []string{fmt.Sprintf("/api/v1/r%d", i)}, []string{"GET", "POST"}, 9000+i%50)})
+				}
+				for e.Snapshot("acme") == nil || e.Snapshot("acme").Routes() < n+1 {
+					time.Sleep(time.Millisecond)
+				}
+				time.Sleep(100 * time.Millisecond)
+				var m runtime.MemStats
+				runtime.ReadMemStats(&m)
+				b.ReportMetric(float64(rssKiB())/1024, "MiB-RSS")
+				b.ReportMetric(float64(rssKiB()-rss0)/n*1024, "B-RSS/route")
+				b.ReportMetric(float64(m.HeapInuse)/(1<<20), "MiB-heap-inuse")
+			}
+		})
+	}
+}
+
+func rssKiB() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb
+		}
+	}
+	return 0
 }

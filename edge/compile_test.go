@@ -144,8 +144,20 @@ func TestIncrementalCompileMatchesFull(t *testing.T) {
 		}
 		c := &ts.compiled
 		used := map[string]int{}
+		sharing := map[string]int{}
 		for _, rt := range c.routes {
 			rt.usePools(used, 1)
+			if k := rt.upstream.shareKey; k != "" {
+				sharing[k]++
+				if c.shared[k] == nil || c.shared[k].u != rt.upstream {
+					t.Fatalf("step %d: route %s shares an upstream the tenant does not hold", step, rt.id)
+				}
+			}
+		}
+		for k, su := range c.shared {
+			if su.n != sharing[k] {
+				t.Fatalf("step %d: upstream %q counts %d routes, %d use it", step, k, su.n, sharing[k])
+			}
 		}
 		if len(used) != len(c.pools) || len(used) != len(c.poolRefs) {
 			t.Fatalf("step %d: %d pools, %d counted, %d used", step, len(c.pools), len(c.poolRefs), len(used))

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,7 +52,35 @@ type upstream struct {
 
 	stop     chan struct{} // closed to stop the active checker
 	stopOnce sync.Once
+
+	// shareKey: a plain upstream every route of the tenant with the same targets and
+	// connect timeout shares (sharedKey); "" for one of its route's own.
+	shareKey string
 }
+
+// sharedKey is what identifies a plain upstream's spec among a tenant's routes, or ""
+// when the spec is not plain: a plain upstream has no state of its route's (no health,
+// no retries, no events to label), so routes that name the same targets share one, and
+// its rotation. TOLLGATE_EDGE_SHARE_UPSTREAMS=off gives every route its own.
+func sharedKey(spec *tenants.Upstream, ct time.Duration) string {
+	if !shareUpstreams.Load() || spec.Balance != "" && spec.Balance != tenants.BalanceRoundRobin ||
+		spec.HealthCheck != nil || spec.Passive != nil || spec.CircuitBreaker != nil || spec.Retries != nil {
+		return ""
+	}
+	k := make([]byte, 0, 64)
+	k = strconv.AppendInt(k, int64(ct), 10)
+	for _, t := range spec.Targets {
+		k = append(k, ' ')
+		k = append(k, t.URL...)
+		k = append(k, ' ')
+		k = strconv.AppendInt(k, int64(t.Weight), 10)
+	}
+	return string(k)
+}
+
+var shareUpstreams atomic.Bool
+
+func init() { shareUpstreams.Store(os.Getenv("TOLLGATE_EDGE_SHARE_UPSTREAMS") != "off") }
 
 // pick is the plain upstream's round-robin pick.
 func (u *upstream) pick() *target {
