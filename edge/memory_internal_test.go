@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -40,5 +41,36 @@ func TestMemoryWatch(t *testing.T) {
 		if w.observe(120*mib, 100*mib, at(s), 32*mib, 30*time.Second) {
 			t.Fatalf("returned under steady load at %ds", s)
 		}
+	}
+}
+
+// TestMemoryReturnerRun: a burst of allocation that leaves garbage behind is followed,
+// once the allocation stops, by a return that shrinks what the process holds.
+func TestMemoryReturnerRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	returned := make(chan [2]uint64, 1)
+	go MemoryReturner{Every: 100 * time.Millisecond, Grown: 16 << 20, MinGap: time.Millisecond, Returned: func(before, after uint64) {
+		select {
+		case returned <- [2]uint64{before, after}:
+		default:
+		}
+	}}.Run(ctx)
+	time.Sleep(150 * time.Millisecond)
+	// The burst: 64 MiB kept live across a tick, then dropped.
+	var keep [][]byte
+	for range 64 {
+		keep = append(keep, make([]byte, 1<<20))
+	}
+	time.Sleep(250 * time.Millisecond)
+	keep[0][0] = 1
+	keep = nil
+	select {
+	case r := <-returned:
+		if r[1] >= r[0] {
+			t.Errorf("held %d MiB before the return, %d after", r[0]>>20, r[1]>>20)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no return after the burst")
 	}
 }
