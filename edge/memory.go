@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"runtime"
 	"runtime/debug"
 	rtmetrics "runtime/metrics"
 	"time"
@@ -18,8 +19,10 @@ import (
 // MemoryReturner watches, every Every, how much memory the runtime holds from the OS and
 // how fast the edge allocates. When the holding has grown by Grown or more since the
 // last return and the allocation rate has since fallen to a quarter of its peak (the
-// burst is over), it calls debug.FreeOSMemory: one full collection and every free page
-// returned at once. That costs a collection's CPU once per burst (a few ms for a heap
+// burst is over), it collects twice, the second time through debug.FreeOSMemory, which
+// returns every free page at once: the first collection moves what sync.Pools hold (the
+// server's per-connection buffers and contexts among them) to their victim caches, the
+// second frees it. That costs two collections' CPU once per burst (a few ms for a heap
 // of tens of MiB), never under steady load, whose rate does not fall, and at most once
 // per MinGap.
 
@@ -74,6 +77,7 @@ func (m MemoryReturner) Run(ctx context.Context) {
 		case now := <-t.C:
 			cur := readMemory(s)
 			if w.observe(cur.held, cur.allocs-prev.allocs, now, m.Grown, m.MinGap) {
+				runtime.GC()
 				debug.FreeOSMemory()
 				after := readMemory(s)
 				w.returned(after.held, time.Now())
