@@ -288,9 +288,8 @@ func (b *bench) rssRoutesRun(ctx context.Context) ([]rssResult, error) {
 	}
 	time.Sleep(time.Second)
 	baseKB := rssKB(s.edge.pid())
-	// The routes go into tenants of their own, as many as the plan's ceiling of routes
-	// per tenant asks for, beside the one with the first route.
-	rs := &routeSet{per: tenants.MaxResources.Routes, upURL: upURL}
+	// The routes go into tenants of rssPerTenant, beside the one with the first route.
+	rs := &routeSet{per: rssPerTenant, upURL: upURL}
 	var (
 		out  []rssResult
 		fill time.Duration
@@ -325,9 +324,9 @@ func (r *report) rssMarkdown(s *strings.Builder) {
 		return
 	}
 	s.WriteString("## Edge RSS with many routes\n\n")
-	fmt.Fprintf(s, "Routes loaded with PUT /v1/tenants/{slug}/config (%d routes an apply) into tenants of up to %d routes (a platform plan's ceiling), "+
+	fmt.Fprintf(s, "Routes loaded with PUT /v1/tenants/{slug}/config (%d routes an apply) into tenants of up to %d routes, "+
 		"each count on top of the one before, beside a tenant with 1 route, into the same running edge (GOMAXPROCS unset); "+
-		"RSS read 2 s after the last route of each tenant and 200 others answered. Per route = (RSS − RSS with 1 route) ÷ routes.\n\n", configChunk, tenants.MaxResources.Routes)
+		"RSS read 2 s after the last route of each tenant and 200 others answered. Per route = (RSS − RSS with 1 route) ÷ routes.\n\n", configChunk, rssPerTenant)
 	s.WriteString("| routes | tenants | RSS | RSS with 1 route | per route | Go heap in use | applied in | all served after |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.rss {
 		fmt.Fprintf(s, "| %d | %d | %s | %s | %.2f KiB | %s | %s | %s |\n", x.routes+1, x.tenants+1, fmtKB(x.loaded), fmtKB(x.base),

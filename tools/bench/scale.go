@@ -90,7 +90,7 @@ func (c *scaleSettings) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.hotN, "hot-n", 100, "hotupdate: route changes timed per routes × tenants")
 	fs.IntVar(&c.hotRate, "hot-rate", 1000, "hotupdate: requests per second to the changed route meanwhile (fixed-rate generator)")
 	fs.IntVar(&c.coldRoutes, "cold-routes", 100000, "cold: routes in the bucket when the edge starts")
-	fs.IntVar(&c.coldTenants, "cold-tenants", 2, "cold: tenants they are spread over (a tenant holds at most 50,000)")
+	fs.IntVar(&c.coldTenants, "cold-tenants", 10, "cold: tenants they are spread over (a tenant holds at most 50,000)")
 	fs.IntVar(&c.coldRuns, "cold-runs", 3, "cold: fresh edges started one after the other")
 }
 
@@ -116,6 +116,12 @@ func (c *scaleSettings) check() error {
 // configChunk is how many routes one config apply carries: about 120 bytes each, so a
 // chunk stays well under the api's 1 MB body limit.
 const configChunk = 2000
+
+// rssPerTenant is how many routes rss10k puts in a tenant (and cold's default, so cold
+// can start from rss10k's bucket): every route a tenant gains is counted against its
+// plan with a count of its routes, so loading one tenant's routes takes time quadratic
+// in their number (50,000 take minutes here); 10,000 is a large API's size.
+const rssPerTenant = 10_000
 
 // bulkAPIEnv is the environment of an api that takes configChunk routes an apply: each
 // insert counts the tenant's routes against its plan, so an apply into a tenant of 50,000

@@ -79,7 +79,7 @@ func TestRouteSetSpread(t *testing.T) {
 func TestScaleSettingsCheck(t *testing.T) {
 	ok := func() scaleSettings {
 		return scaleSettings{rssRoutes: intList{10000}, hotRoutes: intList{5000, 50000}, hotTenants: intList{1, 1000},
-			hotN: 100, hotRate: 1000, coldRoutes: 100000, coldTenants: 2, coldRuns: 3}
+			hotN: 100, hotRate: 1000, coldRoutes: 100000, coldTenants: 10, coldRuns: 3}
 	}
 	def := ok()
 	if err := def.check(); err != nil {
