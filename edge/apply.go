@@ -7,7 +7,11 @@ package edge
 import (
 	"errors"
 	"net/netip"
+	"os"
+	"runtime"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -316,18 +320,26 @@ func (e *Edge) compileDirty() int {
 		e.unpublish(ts)
 	}
 	sort.Slice(jobs, func(i, j int) bool { return jobs[i].ts.id < jobs[j].ts.id })
-	now := time.Now()
+	// Labels first, in tenant id order: which tenants get their own label values does
+	// not depend on which compile finishes first.
 	for _, j := range jobs {
+		if v := j.view; v.tenant != nil {
+			ts := j.ts
+			if ts.labels == nil || ts.labels.value != v.tenant.Slug && ts.labels.own {
+				ts.labels = e.labels.tenant(ts.id, v.tenant.Slug)
+			}
+		}
+	}
+	now := time.Now()
+	var slugsChanged atomic.Bool
+	compileOne := func(j *job) {
 		ts, v := j.ts, j.view
 		if v.tenant == nil {
 			// Entries of a tenant whose tenant entry has not arrived (yet): nothing to serve.
 			endApplying(j.applies, 0, false)
-			continue
+			return
 		}
 		start := time.Now()
-		if ts.labels == nil || ts.labels.value != v.tenant.Slug && ts.labels.own {
-			ts.labels = e.labels.tenant(ts.id, v.tenant.Slug)
-		}
 		snap, unused := e.compile(v, ts.labels, &ts.compiled)
 		ts.slot.snap.Store(snap)
 		for _, hc := range unused {
@@ -336,13 +348,38 @@ func (e *Edge) compileDirty() int {
 		e.m.compiles.Inc()
 		e.m.compileSeconds.Observe(time.Since(start).Seconds())
 		if ts.published != snap.Slug {
-			hostsChanged = true
+			slugsChanged.Store(true)
 			ts.published = snap.Slug
 		}
 		if loaded {
 			e.m.applyDelay.Observe(now.Sub(j.since).Seconds())
 		}
 	}
+	// Tenants compile side by side on the cores there are (a cold start's thousands, or
+	// two of 50,000 routes each); each compile touches its own tenant's state only.
+	workers := min(len(jobs), runtime.GOMAXPROCS(0))
+	if !parallelCompiles.Load() {
+		workers = min(workers, 1)
+	}
+	if workers <= 1 {
+		for i := range jobs {
+			compileOne(&jobs[i])
+		}
+	} else {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := next.Add(1) - 1; i < int64(len(jobs)); i = next.Add(1) - 1 {
+					compileOne(&jobs[i])
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	hostsChanged = hostsChanged || slugsChanged.Load()
 	if hostsChanged || !loaded {
 		e.rebuildHosts()
 	}
@@ -353,6 +390,12 @@ func (e *Edge) compileDirty() int {
 	}
 	return len(jobs)
 }
+
+// parallelCompiles: compileDirty compiles the tenants it has on every core
+// (TOLLGATE_EDGE_PARALLEL_COMPILES=off: one after the other).
+var parallelCompiles atomic.Bool
+
+func init() { parallelCompiles.Store(os.Getenv("TOLLGATE_EDGE_PARALLEL_COMPILES") != "off") }
 
 // pendingChanges is what changed in a tenant's entries since its last compile: which
 // routes, or something else (all: the whole tenant recompiles).

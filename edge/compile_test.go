@@ -169,3 +169,34 @@ func TestIncrementalCompileMatchesFull(t *testing.T) {
 		}
 	}
 }
+
+// TestParallelCompiles loads tenants that compile side by side (run it with -race): each
+// gets its own snapshot with its routes, consumers and keys.
+func TestParallelCompiles(t *testing.T) {
+	e := newCompileEdge(t)
+	const nt, nr = 6, 300
+	for i := range nt {
+		tid := fmt.Sprint("t-", i)
+		putEntry(t, e, tenants.Entry{Tenant: &tenants.Tenant{ID: tid, Slug: fmt.Sprint("s", i), Name: tid}})
+		putEntry(t, e, tenants.Entry{Consumer: &tenants.Consumer{ID: "c", TenantID: tid, Name: "c"}})
+		putEntry(t, e, tenants.Entry{Key: &tenants.KeyEntry{ID: "k", TenantID: tid, ConsumerID: "c", Hash: strings.Repeat("ab", 32)}})
+		for r := range nr {
+			rt := compileTestRoute(tid, fmt.Sprint("r", r), []string{fmt.Sprintf("/r%d", r)}, nil, 9000+r%7)
+			if r%2 == 0 {
+				rt.Auth = tenants.AuthKey
+			}
+			putEntry(t, e, tenants.Entry{Route: rt})
+		}
+	}
+	e.Loaded()
+	for i := range nt {
+		s := e.Snapshot(fmt.Sprint("s", i))
+		if s == nil || s.Routes() != nr || len(s.keys) != 1 {
+			t.Fatalf("tenant %d: %v", i, s)
+		}
+		rt, _ := s.routes.Lookup([]byte("GET"), []byte("/r7"))
+		if rt == nil || rt.snapshot != s.tenantConfig || rt.snapshot.TenantID != fmt.Sprint("t-", i) {
+			t.Fatalf("tenant %d: /r7 found %v", i, rt)
+		}
+	}
+}
