@@ -1,11 +1,13 @@
 package edge
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -73,12 +75,43 @@ type SavedEntry struct {
 
 // EncodeSavedConfig returns the file content of s.
 func EncodeSavedConfig(s *SavedConfig) ([]byte, error) {
-	body, err := json.Marshal(s)
-	if err != nil {
+	var body bytes.Buffer
+	if err := encodeSavedBody(&body, s); err != nil {
 		return nil, err
 	}
-	head := fmt.Sprintf("%s %d %d %08x\n", configFileMagic, configFileVersion, len(body), crc32.Checksum(body, castagnoli))
-	return append([]byte(head), body...), nil
+	head := fmt.Sprintf("%s %d %d %08x\n", configFileMagic, configFileVersion, body.Len(), crc32.Checksum(body.Bytes(), castagnoli))
+	return append([]byte(head), body.Bytes()...), nil
+}
+
+// encodeSavedBody writes s's JSON body to w an entry at a time, so that writing the file
+// of a bucket of 50,000 routes (tens of MB) never holds it whole in memory.
+func encodeSavedBody(w io.Writer, s *SavedConfig) error {
+	head, err := json.Marshal(struct {
+		Bucket string    `json:"bucket"`
+		AsOf   time.Time `json:"as_of"`
+	}{s.Bucket, s.AsOf})
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(head[:len(head)-1]); err != nil { // without its "}"
+		return err
+	}
+	if _, err := io.WriteString(w, `,"entries":[`); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(w) // each entry and a newline, which JSON reads as space
+	for i := range s.Entries {
+		if i > 0 {
+			if _, err := io.WriteString(w, ","); err != nil {
+				return err
+			}
+		}
+		if err := enc.Encode(&s.Entries[i]); err != nil {
+			return err
+		}
+	}
+	_, err = io.WriteString(w, "]}")
+	return err
 }
 
 // DecodeSavedConfig reads a snapshot file's content, refusing anything but a complete,
@@ -168,18 +201,36 @@ func ReadConfigFile(dir, bucket string, maxAge time.Duration, now time.Time) (*S
 }
 
 // writeConfigFile replaces the snapshot in dir with s: a temporary file, fsynced, renamed
-// over the old one, and the directory fsynced so the rename itself survives a crash.
+// over the old one, and the directory fsynced so the rename itself survives a crash. The
+// body streams into the file; the header line goes first with its length zero-padded to
+// a fixed width (any reader of the format takes it) and is filled in once the body is
+// written.
 func writeConfigFile(dir string, s *SavedConfig) error {
-	b, err := EncodeSavedConfig(s)
-	if err != nil {
-		return err
-	}
 	tmp, err := os.CreateTemp(dir, "."+ConfigFileName+".tmp-*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // after a successful rename there is nothing left to remove
-	if _, err := tmp.Write(b); err != nil {
+	header := func(n int64, sum uint32) string {
+		return fmt.Sprintf("%s %d %010d %08x\n", configFileMagic, configFileVersion, n, sum)
+	}
+	bw := bufio.NewWriterSize(tmp, 64<<10)
+	crc := crc32.New(castagnoli)
+	body := &countWriter{w: io.MultiWriter(bw, crc)}
+	_, err = io.WriteString(bw, header(0, 0))
+	if err == nil {
+		err = encodeSavedBody(body, s)
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil && body.n > maxConfigFile {
+		err = fmt.Errorf("%d bytes, more than a snapshot can be", body.n)
+	}
+	if err == nil {
+		_, err = tmp.WriteAt([]byte(header(body.n, crc.Sum32())), 0)
+	}
+	if err != nil {
 		tmp.Close()
 		return err
 	}
@@ -199,6 +250,17 @@ func writeConfigFile(dir string, s *SavedConfig) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // ConfigFileConfig configures a ConfigFile. Dir, Bucket and Apply are required.
