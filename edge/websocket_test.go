@@ -300,3 +300,32 @@ func shutdownEdge(t testing.TB, h *harness) {
 		t.Errorf("Shutdown: %v", err)
 	}
 }
+
+// BenchmarkWebSocketRelay: one tunnel, a 38-byte frame each way per op (S6's message),
+// the client, the edge and the echo upstream all in this process: for profiles of the
+// relay (-cpuprofile), whose own share is small beside the system calls and the
+// scheduler's wake-ups every message costs each of the three.
+func BenchmarkWebSocketRelay(b *testing.B) {
+	h := newHarness(b)
+	up := newWSUpstream(b, false)
+	acme := h.tenant("acme")
+	h.put(&tenants.Route{ID: "ws", TenantID: acme, Name: "ws", Paths: []string{"/ws"}, WebSocket: true,
+		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.url, Weight: 1}}}})
+	h.e.Loaded()
+	c, br, st := wsDial(b, h.public, "acme."+domain, "/ws")
+	if st != 101 {
+		b.Fatalf("upgrade: %d", st)
+	}
+	defer c.Close()
+	msg := make([]byte, 38)
+	got := make([]byte, len(msg))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(br, got); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
