@@ -72,8 +72,8 @@ type route struct {
 	canary         *canary // nil: none (canary.go)
 	metrics        *routeMetrics
 	serve          handler
-	snapshot       *tenantConfig // of the snapshots the route is compiled into
-	src            *tenants.Route
+	snapshot       *tenantConfig  // of the snapshots the route is compiled into
+	src            *tenants.Route // the entry it was compiled from: kept while that is unchanged
 	rateLimit      *tenants.RateLimit
 	checkAccess    bool           // check the tenant's access rules
 	meter          *meter.Route   // nil: metering off
