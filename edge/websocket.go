@@ -112,7 +112,7 @@ func (e *Edge) wsStep(rt *route, next handler) handler {
 			e.upstreamFailed(x, err)
 			return
 		}
-		up = conn.TCP(up) // the tunnel reads and writes it from two goroutines
+		up = conn.Tunnel(up) // the tunnel reads and writes it from two goroutines
 		if t.tls {
 			host, _, _ := net.SplitHostPort(t.client.Addr)
 			tc := tls.Client(up, &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}})
@@ -174,7 +174,7 @@ func (e *Edge) wsStep(rt *route, next handler) handler {
 		// hijacked wrapper (whose Close does nothing until the handler returns) nor the
 		// deadline-coalescing wrapper (meant for one goroutine); reads go through the
 		// hijacked wrapper, which first returns what fasthttp had buffered.
-		direct := conn.TCP(ctx.Conn())
+		direct := conn.Tunnel(ctx.Conn())
 		ws := &wsConn{e: e, up: up, ack: ack, early: early, direct: direct}
 		if mr := rt.meter; mr != nil {
 			ws.use = usage{route: mr, consumer: e.meterHandleFor(x.snap, x.consumer), status: fasthttp.StatusSwitchingProtocols, upstream: true}
