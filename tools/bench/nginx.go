@@ -223,7 +223,9 @@ func startNginx(ctx context.Context, b *bench, name, dir, conf, cpus string, por
 	}
 	b.clean.add(p.stop)
 	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
-	err = waitFor(ctx, name+" on "+url, 10*time.Second, 20*time.Millisecond, p, func() error {
+	// As long as any process: nginx takes over 10 s to start with S4r's 50,000 locations
+	// on a loaded core.
+	err = waitFor(ctx, name+" on "+url, b.readyTimeout, 20*time.Millisecond, p, func() error {
 		resp, err := b.http.Get(url)
 		if err != nil {
 			return err
