@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -262,4 +263,39 @@ func TestConfigApplyRules(t *testing.T) {
 			t.Fatalf("after prune: %+v", left)
 		}
 	})
+}
+
+// An apply counts the tenant's routes once and keeps counting as it creates (countMemo):
+// the plan's limit still holds at the last route, and routes it deletes make room for
+// the ones it creates in the same apply.
+func TestConfigApplyRouteLimit(t *testing.T) {
+	t.Parallel()
+	db, _ := openDB(t)
+	ctx := context.Background()
+	tn := &tenants.Tenant{Slug: "acme", Plan: tenants.PlatformFree} // 10 routes
+	if err := db.CreateTenant(ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	limit := tn.Limits.Resources.Routes
+	doc := func(from, to int) *tenants.ConfigDocument {
+		d := &tenants.ConfigDocument{Version: 1, Tenant: "acme", Routes: []*tenants.Route{}}
+		for i := from; i < to; i++ {
+			d.Routes = append(d.Routes, newRoute("", fmt.Sprintf("r%03d", i), fmt.Sprintf("/r%d", i)))
+		}
+		return d
+	}
+	if plan := apply(t, ctx, db, tn.ID, doc(0, limit), tenants.ApplyOptions{}); len(plan.Created) != limit {
+		t.Fatalf("filling to the limit: %+v", plan)
+	}
+	// Three routes pruned, three new ones created: the tenant stays at its limit.
+	plan := apply(t, ctx, db, tn.ID, doc(3, limit+3), tenants.ApplyOptions{Prune: true})
+	if len(plan.Created) != 3 || len(plan.Deleted) != 3 {
+		t.Fatalf("replacing three: %+v", plan)
+	}
+	_, err := db.ApplyConfig(ctx, tn.ID, doc(3, limit+4), tenants.ApplyOptions{})
+	wantCode(t, err, tenants.EValidation)
+	routes, _, err := db.ListRoutes(ctx, tn.ID, tenants.Page{Limit: 100})
+	if err != nil || len(routes) != limit {
+		t.Fatalf("after the refused apply: %d routes, %v", len(routes), err)
+	}
 }

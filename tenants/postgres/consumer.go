@@ -145,6 +145,7 @@ func (db *DB) DeleteConsumer(ctx context.Context, tenantID, id string) error {
 
 // deleteConsumer is DeleteConsumer's work in tx.
 func deleteConsumer(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	forgetCount(ctx, tenantID, tenants.ResConsumers)
 	// Lock the consumer first: a key being added to it (whose foreign key check locks
 	// it shared) either commits before, and is deleted below, or fails after.
 	var tid, cid string

@@ -211,6 +211,7 @@ func (db *DB) DeleteDomain(ctx context.Context, tenantID, id string) error {
 
 // deleteDomain is DeleteDomain's work in tx.
 func deleteDomain(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	forgetCount(ctx, tenantID, tenants.ResDomains)
 	var tid, did string
 	err := tx.QueryRow(ctx, `DELETE FROM domains WHERE tenant_id = $1 AND id = $2
 		RETURNING tenant_id::text, id::text`, tenantID, id).Scan(&tid, &did)

@@ -164,6 +164,7 @@ func (db *DB) DeleteJWTIssuer(ctx context.Context, tenantID, id string) error {
 
 // deleteIssuer is DeleteJWTIssuer's work in tx.
 func deleteIssuer(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	forgetCount(ctx, tenantID, tenants.ResJWTIssuers)
 	// The ids as stored, not as sent, build the key.
 	var tid, iid string
 	err := tx.QueryRow(ctx, `DELETE FROM jwt_issuers WHERE tenant_id = $1 AND id = $2

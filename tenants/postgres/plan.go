@@ -151,6 +151,7 @@ var planDeleteConflicts = map[string]*tenants.Error{
 
 // deletePlan is DeletePlan's work in tx.
 func deletePlan(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	forgetCount(ctx, tenantID, tenants.ResPlans)
 	// Lock the plan so no consumer is assigned to it between the check and the delete
 	// (assigning one locks the plan row shared through the foreign key).
 	var tid, pid, name string

@@ -68,14 +68,45 @@ func checkCount(ctx context.Context, tx pgx.Tx, tenantID, resource, count string
 	if err != nil {
 		return err
 	}
-	var n int64
-	if err := tx.QueryRow(ctx, count, append([]any{tenantID}, args...)...).Scan(&n); err != nil {
-		return err
+	memo, _ := ctx.Value(countMemoKey{}).(countMemo)
+	key := countKey{tenantID, resource}
+	n, known := memo[key]
+	if !known || len(args) > 0 {
+		if err := tx.QueryRow(ctx, count, append([]any{tenantID}, args...)...).Scan(&n); err != nil {
+			return err
+		}
 	}
 	if n >= limit {
 		return tenants.OverLimit(resource, plan, limit)
 	}
+	if memo != nil && len(args) == 0 {
+		memo[key] = n + 1 // the caller inserts one next, or the transaction fails
+	}
 	return nil
+}
+
+// countMemo carries a transaction's counts of a tenant's objects from one checkCount to
+// the next, so a config apply that creates thousands of routes counts the tenant's routes
+// once rather than once per route (which made filling a tenant of 50,000 routes quadratic).
+// It holds only while every change of those objects in the transaction goes through
+// checkCount (an insert) or forgetCount (a delete); the tenant row's lock, taken by every
+// check, keeps other transactions out. Counts with arguments (keys per consumer) are not
+// kept.
+type countMemo map[countKey]int64
+
+type countKey struct{ tenantID, resource string }
+
+type countMemoKey struct{}
+
+func withCountMemo(ctx context.Context) context.Context {
+	return context.WithValue(ctx, countMemoKey{}, countMemo{})
+}
+
+// forgetCount drops a kept count after a delete: the next check counts again.
+func forgetCount(ctx context.Context, tenantID, resource string) {
+	if memo, _ := ctx.Value(countMemoKey{}).(countMemo); memo != nil {
+		delete(memo, countKey{tenantID, resource})
+	}
 }
 
 // checkPolicySize refuses a policy of entries rules and role links when the tenant's plan

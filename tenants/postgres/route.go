@@ -215,6 +215,7 @@ func (db *DB) DeleteRoute(ctx context.Context, tenantID, id string) error {
 
 // deleteRoute is DeleteRoute's work in tx.
 func deleteRoute(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
+	forgetCount(ctx, tenantID, tenants.ResRoutes)
 	// The ids as stored, not as sent, build the key: "ABC…" and "abc…" are one UUID.
 	var tid, rid string
 	err := tx.QueryRow(ctx, `DELETE FROM routes WHERE tenant_id = $1 AND id = $2
