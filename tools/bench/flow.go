@@ -21,7 +21,6 @@ package main
 // to the load CPUs, an open loop that sends on schedule whatever the answers do.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -32,7 +31,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,20 +103,7 @@ func (c *apiClient) putPlatformPlan(ctx context.Context, name string, body map[s
 
 // redisCommands reads the edge's tollgate_limit_redis_commands_total (0 when absent).
 func (b *bench) redisCommands(admin string) float64 {
-	resp, err := b.http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "tollgate_limit_redis_commands_total "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
-		}
-	}
-	return 0
+	return scrapeMetrics(b, admin)["tollgate_limit_redis_commands_total"]
 }
 
 // deleteRedisPrefix removes the keys a stack's edges made under prefix.
@@ -311,19 +296,27 @@ func runStream(hc *fasthttp.HostClient, addr string, ph lgPhase, st lgStream, st
 
 // loadgen runs the spec in a pinned child process and returns its results.
 func (b *bench) loadgen(ctx context.Context, spec lgSpec, tag string) ([]lgResult, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	in, err := json.Marshal(spec)
-	if err != nil {
-		return nil, err
-	}
 	var total time.Duration
 	for _, ph := range spec.Phases {
 		total += ph.Duration
 	}
-	ctx, cancel := context.WithTimeout(ctx, total+time.Minute)
+	return runLoadgenChild[[]lgResult](ctx, b, spec, total+time.Minute, "load generator", "loadgen", tag)
+}
+
+// runLoadgenChild runs the bench itself as a load generator (runLoadgen) pinned to the
+// load CPUs, spec on its stdin, for at most limit; it keeps the child's output in the run's
+// directory as {file}-{tag}.json and decodes it. what names the child in errors.
+func runLoadgenChild[T any](ctx context.Context, b *bench, spec lgSpec, limit time.Duration, what, file, tag string) (T, error) {
+	var out T
+	self, err := os.Executable()
+	if err != nil {
+		return out, err
+	}
+	in, err := json.Marshal(spec)
+	if err != nil {
+		return out, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "taskset", "-c", b.loadCPUs, self)
 	cmd.Env = append(os.Environ(), "TOLLGATE_BENCH_LOADGEN=1")
@@ -331,12 +324,11 @@ func (b *bench) loadgen(ctx context.Context, spec lgSpec, tag string) ([]lgResul
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("load generator (%s): %v\n%s", tag, err, stderr.String())
+		return out, fmt.Errorf("%s (%s): %v\n%s", what, tag, err, stderr.String())
 	}
-	_ = os.WriteFile(filepath.Join(b.dir, "loadgen-"+tag+".json"), stdout.Bytes(), 0o644)
-	var out []lgResult
+	_ = os.WriteFile(filepath.Join(b.dir, file+"-"+tag+".json"), stdout.Bytes(), 0o644)
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-		return nil, fmt.Errorf("load generator (%s) output: %v", tag, err)
+		return out, fmt.Errorf("%s (%s) output %q: %v", what, tag, stdout.String(), err)
 	}
 	return out, nil
 }

@@ -131,30 +131,7 @@ type closedSpec struct {
 
 // runClosed runs spec in a child process pinned to the load CPUs, as wrk would be.
 func (b *bench) runClosed(ctx context.Context, spec closedSpec, tag string) (loadResult, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return loadResult{}, err
-	}
-	in, err := json.Marshal(lgSpec{Closed: &spec})
-	if err != nil {
-		return loadResult{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, spec.Duration+30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "taskset", "-c", b.loadCPUs, self)
-	cmd.Env = append(os.Environ(), "TOLLGATE_BENCH_LOADGEN=1")
-	cmd.Stdin = bytes.NewReader(in)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return loadResult{}, fmt.Errorf("bench client (%s): %v\n%s", tag, err, stderr.String())
-	}
-	_ = os.WriteFile(filepath.Join(b.dir, "client-"+tag+".json"), stdout.Bytes(), 0o644)
-	var r loadResult
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		return r, fmt.Errorf("bench client (%s) output %q: %v", tag, stdout.String(), err)
-	}
-	return r, nil
+	return runLoadgenChild[loadResult](ctx, b, lgSpec{Closed: &spec}, spec.Duration+30*time.Second, "bench client", "client", tag)
 }
 
 // runClosedLoop is the child's side of runClosed. Its summary has wrk's shape, so the

@@ -751,17 +751,5 @@ func (r *report) coldMarkdown(s *strings.Builder) {
 
 // heapInuseKB reads go_memstats_heap_inuse_bytes from an edge's /metrics (0 when it cannot).
 func heapInuseKB(b *bench, admin string) int64 {
-	resp, err := b.http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		if name, v, ok := metricLine(sc.Text()); ok && name == "go_memstats_heap_inuse_bytes" {
-			return int64(v) / 1024
-		}
-	}
-	return 0
+	return int64(scrapeMetrics(b, admin)["go_memstats_heap_inuse_bytes"]) / 1024
 }

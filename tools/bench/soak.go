@@ -697,6 +697,25 @@ func (r *soakRun) sample() (soakSample, error) {
 	return smp, nil
 }
 
+// scrapeMetrics reads an edge's /metrics at admin into a value per metric name, the
+// series of a labelled metric summed; empty when it cannot.
+func scrapeMetrics(b *bench, admin string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := b.http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		if name, v, ok := metricLine(sc.Text()); ok {
+			out[name] += v
+		}
+	}
+	return out
+}
+
 // metricLine splits a sample line of the Prometheus text format into its name and value.
 func metricLine(line string) (string, float64, bool) {
 	if line == "" || line[0] == '#' {

@@ -34,7 +34,6 @@ import (
 	"math/bits"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -379,30 +378,7 @@ func (c *tailConn) roundTrip(addr string, raw []byte, now time.Time) (int, error
 
 // tailGen runs spec in a loadgen child pinned to the load CPUs.
 func (b *bench) tailGen(ctx context.Context, spec tailSpec, tag string) (tailResult, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return tailResult{}, err
-	}
-	in, err := json.Marshal(lgSpec{Tail: &spec})
-	if err != nil {
-		return tailResult{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, spec.Warmup+spec.Duration+time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "taskset", "-c", b.loadCPUs, self)
-	cmd.Env = append(os.Environ(), "TOLLGATE_BENCH_LOADGEN=1")
-	cmd.Stdin = bytes.NewReader(in)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return tailResult{}, fmt.Errorf("tail generator (%s): %v\n%s", tag, err, stderr.String())
-	}
-	_ = os.WriteFile(filepath.Join(b.dir, "tail-"+tag+".json"), stdout.Bytes(), 0o644)
-	var r tailResult
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-		return r, fmt.Errorf("tail generator (%s) output %q: %v", tag, stdout.String(), err)
-	}
-	return r, nil
+	return runLoadgenChild[tailResult](ctx, b, lgSpec{Tail: &spec}, spec.Warmup+spec.Duration+time.Minute, "tail generator", "tail", tag)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -686,22 +662,8 @@ func (b *bench) tailTrace(ctx context.Context, s *stack, tag string, delay time.
 // edgeGC reads the edge's garbage collections so far and their pauses in all (seconds)
 // from its /metrics (the Go collector's go_gc_duration_seconds summary); 0 when absent.
 func (b *bench) edgeGC(admin string) (count, pauses float64) {
-	resp, err := b.http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		return 0, 0
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if v, ok := strings.CutPrefix(line, "go_gc_duration_seconds_count "); ok {
-			count, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
-		} else if v, ok := strings.CutPrefix(line, "go_gc_duration_seconds_sum "); ok {
-			pauses, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return count, pauses
+	m := scrapeMetrics(b, admin)
+	return m["go_gc_duration_seconds_count"], m["go_gc_duration_seconds_sum"]
 }
 
 func freeAddr() (string, error) {
