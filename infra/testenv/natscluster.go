@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -181,7 +182,57 @@ jetstream {
 			return nil, err
 		}
 	}
+	if o.Nodes > 1 {
+		if err := c.waitMeta(30 * time.Second); err != nil {
+			c.killAll()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// waitMeta polls the nodes' /jsz until one of them leads JetStream's meta group and
+// sees every other node as a current peer: a healthy node may answer before that, and a
+// stream of as many replicas as nodes created then fails with "no suitable peers for
+// placement".
+func (c *NATSCluster) waitMeta(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	last := "no answer"
+	for time.Now().Before(deadline) {
+		for _, nd := range c.nodes {
+			var jsz struct {
+				Meta *struct {
+					Leader   string `json:"leader"`
+					Replicas []struct {
+						Current bool `json:"current"`
+						Offline bool `json:"offline"`
+					} `json:"replicas"`
+				} `json:"meta_cluster"`
+			}
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", nd.monitor))
+			if err != nil {
+				last = err.Error()
+				continue
+			}
+			err = json.NewDecoder(resp.Body).Decode(&jsz)
+			resp.Body.Close()
+			if err != nil || jsz.Meta == nil || jsz.Meta.Leader != nd.name {
+				continue
+			}
+			current := 0
+			for _, r := range jsz.Meta.Replicas {
+				if r.Current && !r.Offline {
+					current++
+				}
+			}
+			if current == len(c.nodes)-1 {
+				return nil
+			}
+			last = fmt.Sprintf("leader %s sees %d of %d peers current", nd.name, current, len(c.nodes)-1)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("nats cluster: JetStream's meta group not formed after %s: %s", d, last)
 }
 
 func (c *NATSCluster) killAll() {
