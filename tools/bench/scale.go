@@ -689,25 +689,13 @@ func (b *bench) coldScenario(ctx context.Context) (*coldResult, error) {
 		}
 		b.clean.add(p.stop)
 		var run coldRun
-		err = waitFor(ctx, "cold edge /readyz", b.readyTimeout, 2*time.Millisecond, p, func() error {
-			code, err := edgeStatus(ctx, hc, "http://"+s.edgeAdmin, "", "/readyz", nil)
-			if err == nil && code != http.StatusOK {
-				err = fmt.Errorf("status %d", code)
-			}
-			return err
-		})
+		err = waitFor(ctx, "cold edge /readyz", b.readyTimeout, 2*time.Millisecond, p, answers200(ctx, hc, "http://"+s.edgeAdmin, "", "/readyz"))
 		if err != nil {
 			p.stop()
 			return res, err
 		}
 		run.ready = time.Since(t0)
-		err = waitFor(ctx, "cold edge to serve "+host+path, b.readyTimeout, 2*time.Millisecond, p, func() error {
-			code, err := edgeStatus(ctx, hc, "http://"+s.edgeAddr, host, path, nil)
-			if err == nil && code != http.StatusOK {
-				err = fmt.Errorf("status %d", code)
-			}
-			return err
-		})
+		err = waitFor(ctx, "cold edge to serve "+host+path, b.readyTimeout, 2*time.Millisecond, p, answers200(ctx, hc, "http://"+s.edgeAddr, host, path))
 		if err != nil {
 			p.stop()
 			return res, err
@@ -747,6 +735,17 @@ func (r *report) coldMarkdown(s *strings.Builder) {
 		fmt.Fprintf(s, "| %d | %s | %s | %s | %s |\n", i+1, fmtDur(x.ready), fmtDur(x.first), fmtKB(x.rss), fmtKB(x.rssIdle))
 	}
 	s.WriteString("\n")
+}
+
+// answers200 is a check for waitFor: base answers GET path on host with a 200.
+func answers200(ctx context.Context, hc *http.Client, base, host, path string) func() error {
+	return func() error {
+		code, err := edgeStatus(ctx, hc, base, host, path, nil)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("status %d", code)
+		}
+		return err
+	}
 }
 
 // heapInuseKB reads go_memstats_heap_inuse_bytes from an edge's /metrics (0 when it cannot).
