@@ -85,6 +85,9 @@ func TestTokenCacheKeyWithdrawn(t *testing.T) {
 	if !v.Cached(tok, now) {
 		t.Fatal("not cached")
 	}
+	// The first Verify can return on the stored set while its fetch is still winding
+	// up; a refetch asked for before that ends joins it instead of starting anew.
+	waitFor(t, "the first fetch to end", e.cache.Idle)
 	e.idp.setKeys(rsaJWK(rsaKey(1), "r2", "RS256"))
 	e.clk.Advance(10 * time.Second)
 	// An unknown kid makes the set refetch.
