@@ -445,6 +445,7 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		Bucket:    cfg.KVBucket(),
 		Apply:     e.Apply,
 		Connected: nc.IsConnected,
+		RawValues: !cfg.EdgePackConfig,
 		Registry:  fc.reg,
 		Logger:    log,
 	})

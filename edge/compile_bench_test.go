@@ -198,7 +198,7 @@ func BenchmarkConfigFileWrite(b *testing.B) {
 	dir := b.TempDir()
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := writeConfigFile(dir, s); err != nil {
+		if err := writeConfigFile(dir, s.body()); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -13,13 +13,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tollgate/edge/conn"
@@ -76,20 +77,34 @@ type SavedEntry struct {
 // EncodeSavedConfig returns the file content of s.
 func EncodeSavedConfig(s *SavedConfig) ([]byte, error) {
 	var body bytes.Buffer
-	if err := encodeSavedBody(&body, s); err != nil {
+	if err := encodeSavedBody(&body, s.body()); err != nil {
 		return nil, err
 	}
 	head := fmt.Sprintf("%s %d %d %08x\n", configFileMagic, configFileVersion, body.Len(), crc32.Checksum(body.Bytes(), castagnoli))
 	return append([]byte(head), body.Bytes()...), nil
 }
 
+// savedBody is what a file's body is written from: the bucket, the time, and the
+// entries in key order, taken one at a time so that a ConfigFile can unpack each value
+// into one reused buffer instead of holding them all unpacked at once.
+type savedBody struct {
+	bucket string
+	asOf   time.Time
+	n      int
+	entry  func(i int) (SavedEntry, error) // valid until the next call
+}
+
+func (s *SavedConfig) body() savedBody {
+	return savedBody{s.Bucket, s.AsOf, len(s.Entries), func(i int) (SavedEntry, error) { return s.Entries[i], nil }}
+}
+
 // encodeSavedBody writes s's JSON body to w an entry at a time, so that writing the file
 // of a bucket of 50,000 routes (tens of MB) never holds it whole in memory.
-func encodeSavedBody(w io.Writer, s *SavedConfig) error {
+func encodeSavedBody(w io.Writer, s savedBody) error {
 	head, err := json.Marshal(struct {
 		Bucket string    `json:"bucket"`
 		AsOf   time.Time `json:"as_of"`
-	}{s.Bucket, s.AsOf})
+	}{s.bucket, s.asOf})
 	if err != nil {
 		return err
 	}
@@ -100,13 +115,17 @@ func encodeSavedBody(w io.Writer, s *SavedConfig) error {
 		return err
 	}
 	enc := json.NewEncoder(w) // each entry and a newline, which JSON reads as space
-	for i := range s.Entries {
+	for i := range s.n {
 		if i > 0 {
 			if _, err := io.WriteString(w, ","); err != nil {
 				return err
 			}
 		}
-		if err := enc.Encode(&s.Entries[i]); err != nil {
+		e, err := s.entry(i)
+		if err != nil {
+			return err
+		}
+		if err := enc.Encode(&e); err != nil {
 			return err
 		}
 	}
@@ -200,12 +219,12 @@ func ReadConfigFile(dir, bucket string, maxAge time.Duration, now time.Time) (*S
 	return s, nil
 }
 
-// writeConfigFile replaces the snapshot in dir with s: a temporary file, fsynced, renamed
+// writeConfigFile replaces the snapshot in dir with s's: a temporary file, fsynced, renamed
 // over the old one, and the directory fsynced so the rename itself survives a crash. The
 // body streams into the file; the header line goes first with its length zero-padded to
 // a fixed width (any reader of the format takes it) and is filled in once the body is
 // written.
-func writeConfigFile(dir string, s *SavedConfig) error {
+func writeConfigFile(dir string, s savedBody) error {
 	tmp, err := os.CreateTemp(dir, "."+ConfigFileName+".tmp-*")
 	if err != nil {
 		return err
@@ -281,9 +300,14 @@ type ConfigFileConfig struct {
 	Debounce time.Duration
 	// Refresh rewrites an unchanged file this often while connected, so a quiet bucket's
 	// snapshot stays young. Default: 1h.
-	Refresh  time.Duration
-	Registry prometheus.Registerer // Default: none, no metrics
-	Logger   *slog.Logger          // Default: slog.Default()
+	Refresh time.Duration
+	// RawValues keeps every value as the watch delivered it. Default (false): once a
+	// value has been written to the file it is kept compressed against a dictionary of
+	// its kind (the first value of that kind seen), which cuts what an edge holds per
+	// route several times over, for a few microseconds per changed value at each write.
+	RawValues bool
+	Registry  prometheus.Registerer // Default: none, no metrics
+	Logger    *slog.Logger          // Default: slog.Default()
 }
 
 // ConfigFile stands between the config watch and the edge: it passes every update on,
@@ -309,6 +333,8 @@ type ConfigFile struct {
 	stop    chan struct{}
 	stopped chan struct{}
 
+	pack packer // used by write only: by the writer goroutine, then by Close once it ended
+
 	writes      *prometheus.CounterVec
 	lastWritten prometheus.Gauge
 }
@@ -316,6 +342,73 @@ type ConfigFile struct {
 type savedValue struct {
 	value []byte
 	rev   uint64
+	dict  *s2.Dict // not nil: value is compressed against it (packer)
+	done  bool     // the writer has packed it, or found packing does not pay
+}
+
+// savedItem is an entry as write takes it out of the map.
+type savedItem struct {
+	key string
+	savedValue
+}
+
+// packer compresses the values a ConfigFile keeps. Values of one kind (routes, keys,
+// consumers...) are JSON documents of the same shape that differ in a few fields, so
+// each is compressed against the first value of its kind seen, kept as the kind's
+// dictionary: a route of about 500 bytes keeps about 65.
+type packer struct {
+	dicts map[string]*s2.Dict // by kind
+	buf   []byte              // scratch for Encode and Decode
+}
+
+// packMin is the shortest value worth packing; a dictionary needs s2.MinDictSize bytes.
+const packMin = 64
+
+// pack returns v compressed in a slice of its own, or nil when that does not pay.
+func (p *packer) pack(key string, v []byte) ([]byte, *s2.Dict) {
+	if len(v) < packMin {
+		return nil, nil
+	}
+	kind := keyKind(key)
+	d := p.dicts[kind]
+	if d == nil {
+		if p.dicts == nil {
+			p.dicts = map[string]*s2.Dict{}
+		}
+		// The first bytes of v are where a value of its kind starts: the dictionary's
+		// first match is looked for there.
+		if d = s2.MakeDict(bytes.Clone(v), v[:16]); d == nil {
+			return nil, nil
+		}
+		p.dicts[kind] = d
+	}
+	p.buf = d.Encode(p.buf[:cap(p.buf)], v)
+	if len(p.buf) > len(v)*3/4 {
+		return nil, nil
+	}
+	return bytes.Clone(p.buf), d
+}
+
+// value returns v's value, unpacked into the packer's scratch when packed: valid until
+// the next call.
+func (p *packer) value(v savedValue) ([]byte, error) {
+	if v.dict == nil {
+		return v.value, nil
+	}
+	out, err := v.dict.Decode(p.buf[:cap(p.buf)], v.value)
+	if err != nil {
+		return nil, fmt.Errorf("unpacking a kept value: %w", err)
+	}
+	p.buf = out
+	return out, nil
+}
+
+// keyKind is the kind of a key (tenants.ParseKey's Kind) without taking it apart:
+// "<tenant>.<kind>" or "<tenant>.<kind>.<id>".
+func keyKind(key string) string {
+	_, rest, _ := strings.Cut(key, ".")
+	kind, _, _ := strings.Cut(rest, ".")
+	return kind
 }
 
 // OpenConfigFile returns a ConfigFile holding nothing yet, with its writer started.
@@ -532,17 +625,25 @@ func (f *ConfigFile) write() {
 		f.mu.Unlock()
 		return
 	}
-	s := &SavedConfig{Bucket: f.cfg.Bucket, AsOf: f.asOf, Entries: make([]SavedEntry, 0, len(f.entries))}
+	asOf := f.asOf
 	if f.cfg.Connected() {
-		s.AsOf = time.Now().UTC()
+		asOf = time.Now().UTC()
 	}
+	items := make([]savedItem, 0, len(f.entries))
 	for k, v := range f.entries {
-		s.Entries = append(s.Entries, SavedEntry{Key: k, Revision: v.rev, Value: v.value})
+		items = append(items, savedItem{k, v})
 	}
 	f.dirty = false
 	f.mu.Unlock()
-	sort.Slice(s.Entries, func(i, j int) bool { return s.Entries[i].Key < s.Entries[j].Key })
-	if err := writeConfigFile(f.cfg.Dir, s); err != nil {
+	slices.SortFunc(items, func(a, b savedItem) int { return strings.Compare(a.key, b.key) })
+	err := writeConfigFile(f.cfg.Dir, savedBody{f.cfg.Bucket, asOf, len(items), func(i int) (SavedEntry, error) {
+		v, err := f.pack.value(items[i].savedValue)
+		return SavedEntry{Key: items[i].key, Revision: items[i].rev, Value: v}, err
+	}})
+	if !f.cfg.RawValues {
+		f.packNew(items)
+	}
+	if err != nil {
 		f.writes.WithLabelValues("error").Inc()
 		f.log.Error("edge: writing the config snapshot failed; the old one stays", "dir", f.cfg.Dir, "err", err)
 		f.mu.Lock()
@@ -551,10 +652,37 @@ func (f *ConfigFile) write() {
 		return
 	}
 	f.mu.Lock()
-	f.asOf = s.AsOf
+	f.asOf = asOf
 	f.mu.Unlock()
 	f.writes.WithLabelValues("ok").Inc()
 	f.lastWritten.Set(float64(time.Now().Unix()))
+}
+
+// packNew packs the values of items the writer has not seen before (new since the last
+// write) and puts them in place of the raw ones, unless they changed meanwhile.
+func (f *ConfigFile) packNew(items []savedItem) {
+	var packed []savedItem
+	for _, it := range items {
+		if it.done {
+			continue
+		}
+		v, d := f.pack.pack(it.key, it.value)
+		if v != nil {
+			it.value, it.dict = v, d
+		}
+		it.done = true
+		packed = append(packed, it)
+	}
+	if len(packed) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, it := range packed {
+		if cur, ok := f.entries[it.key]; ok && !cur.done && cur.rev == it.rev {
+			f.entries[it.key] = it.savedValue
+		}
+	}
 }
 
 // Close stops the writer and writes what changed since the last write. Call it after

@@ -3,6 +3,7 @@ package edge_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -388,5 +389,88 @@ func TestConfigFileAsOfIsWhenLastConnected(t *testing.T) {
 	s := readSaved(t, dir)
 	if len(s.Entries) != 2 || s.AsOf.After(before) || s.AsOf.Before(asOf) {
 		t.Fatalf("written while disconnected: as_of %v (the load came at or before %v), %d entries", s.AsOf, before, len(s.Entries))
+	}
+}
+
+// Values written once are kept packed, and a later file (after changes, and after a
+// restart that restored the packed-then-written file) holds exactly the values the
+// watch delivered; RawValues keeps them as delivered.
+func TestConfigFilePacksKeptValues(t *testing.T) {
+	route := func(i, version int) []byte {
+		return fmt.Appendf(nil, `{"rev":%d,"route":{"id":"r%d","tenant_id":"t1","name":"route %d","paths":["/r%d"],`+
+			`"methods":[],"upstream":{"targets":[{"url":"http://127.0.0.1:8081","weight":1}],"balance":"round_robin"},`+
+			`"auth":"none","policy":false,"strip_prefix":false,"websocket":false,"max_body_bytes":10485760,`+
+			`"connect_timeout_ms":2000,"timeout_ms":30000,"version":%d}}`, version, i, i, i, version)
+	}
+	for _, raw := range []bool{false, true} {
+		t.Run(fmt.Sprintf("raw=%v", raw), func(t *testing.T) {
+			dir := t.TempDir()
+			f := openConfigFile(t, dir, &applied{}, func(c *edge.ConfigFileConfig) { c.RawValues = raw })
+			want := map[string]string{"t1.tenant": `{"rev":1,"tenant":{}}`, "t1.policy": "short"}
+			f.Update("t1.tenant", []byte(want["t1.tenant"]), 1)
+			f.Update("t1.policy", []byte(want["t1.policy"]), 2)
+			const n = 200
+			delivered := 0
+			for i := range n {
+				k := fmt.Sprintf("t1.route.r%03d", i)
+				v := route(i, 1)
+				want[k] = string(v)
+				delivered += len(v)
+				f.Update(k, v, uint64(10+i))
+			}
+			f.Current()
+			check := func(when string) {
+				t.Helper()
+				s := readSaved(t, dir)
+				got := map[string]string{}
+				for _, e := range s.Entries {
+					got[e.Key] = string(e.Value)
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("%s: the file holds %d entries, want %d (or values differ)", when, len(got), len(want))
+				}
+			}
+			waitFor(t, 10*time.Second, func() string {
+				if all, packed, _ := f.KeptValues(); !raw && packed != n {
+					return fmt.Sprintf("%d of %d values packed", packed, all)
+				}
+				if _, err := os.Stat(filepath.Join(dir, edge.ConfigFileName)); err != nil {
+					return err.Error()
+				}
+				return ""
+			})
+			check("first write")
+			_, packed, size := f.KeptValues()
+			t.Logf("routes delivered %d bytes; kept %d bytes, %d values packed", delivered, size, packed)
+			if !raw && size*4 > delivered {
+				t.Fatalf("packed values take %d bytes of %d delivered", size, delivered)
+			}
+			if raw && packed != 0 {
+				t.Fatalf("RawValues kept %d values packed", packed)
+			}
+			// Change a packed value, delete one, add one: the next file has exactly those.
+			want["t1.route.r005"] = string(route(5, 2))
+			f.Update("t1.route.r005", []byte(want["t1.route.r005"]), 1000)
+			delete(want, "t1.route.r006")
+			f.Update("t1.route.r006", nil, 1001)
+			want["t1.route.r999"] = string(route(999, 1))
+			f.Update("t1.route.r999", []byte(want["t1.route.r999"]), 1002)
+			f.Close()
+			check("after changes")
+
+			// A restart restores the file, then the same load comes in: the file it
+			// writes is the same.
+			saved := readSaved(t, dir)
+			f2 := openConfigFile(t, dir, &applied{}, func(c *edge.ConfigFileConfig) { c.RawValues = raw })
+			if ok, err := f2.Restore(time.Hour); !ok {
+				t.Fatalf("restore: %v", err)
+			}
+			for _, e := range saved.Entries {
+				f2.Update(e.Key, e.Value, e.Revision)
+			}
+			f2.Current()
+			f2.Close()
+			check("after a restart")
+		})
 	}
 }

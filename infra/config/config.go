@@ -76,6 +76,8 @@ type Config struct {
 	EdgeJSONOnePass bool
 	// EdgeReturnMemory: TOLLGATE_EDGE_RETURN_MEMORY [on: after a burst the edge hands its freed heap back to the OS (edge.MemoryReturner); off: the runtime's own pace]
 	EdgeReturnMemory bool
+	// EdgePackConfig: TOLLGATE_EDGE_PACK_CONFIG [on: the edge keeps its copy of the config (for the snapshot file) compressed per kind of entry (edge.ConfigFileConfig.RawValues); off: as delivered]
+	EdgePackConfig bool
 
 	// Surviving faults: the edge's local config snapshot, bounded database calls.
 	EdgeSnapshotMaxAge time.Duration // TOLLGATE_EDGE_SNAPSHOT_MAX_AGE [24h: the oldest config snapshot (in the spool directory) an edge starts from while NATS is unreachable; 0: never]
@@ -145,7 +147,8 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	for _, o := range []struct {
 		name string
 		on   *bool
-	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory}} {
+	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory},
+		{"TOLLGATE_EDGE_PACK_CONFIG", &c.EdgePackConfig}} {
 		switch v := strings.ToLower(getenv(o.name)); v {
 		case "", "on", "true", "1":
 			*o.on = true
