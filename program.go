@@ -446,6 +446,7 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 		Apply:     e.Apply,
 		Connected: nc.IsConnected,
 		RawValues: !cfg.EdgePackConfig,
+		Hog:       !cfg.EdgeSnapshotYield,
 		Registry:  fc.reg,
 		Logger:    log,
 	})

@@ -78,6 +78,8 @@ type Config struct {
 	EdgeReturnMemory bool
 	// EdgePackConfig: TOLLGATE_EDGE_PACK_CONFIG [on: the edge keeps its copy of the config (for the snapshot file) compressed per kind of entry (edge.ConfigFileConfig.RawValues); off: as delivered]
 	EdgePackConfig bool
+	// EdgeSnapshotYield: TOLLGATE_EDGE_SNAPSHOT_YIELD [on: writing the config snapshot file yields the processor every few hundred entries (edge.ConfigFileConfig.Hog); off: it runs until preempted]
+	EdgeSnapshotYield bool
 
 	// Surviving faults: the edge's local config snapshot, bounded database calls.
 	EdgeSnapshotMaxAge time.Duration // TOLLGATE_EDGE_SNAPSHOT_MAX_AGE [24h: the oldest config snapshot (in the spool directory) an edge starts from while NATS is unreachable; 0: never]
@@ -148,7 +150,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		name string
 		on   *bool
 	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory},
-		{"TOLLGATE_EDGE_PACK_CONFIG", &c.EdgePackConfig}} {
+		{"TOLLGATE_EDGE_PACK_CONFIG", &c.EdgePackConfig}, {"TOLLGATE_EDGE_SNAPSHOT_YIELD", &c.EdgeSnapshotYield}} {
 		switch v := strings.ToLower(getenv(o.name)); v {
 		case "", "on", "true", "1":
 			*o.on = true
