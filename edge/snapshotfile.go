@@ -326,16 +326,11 @@ type ConfigFile struct {
 
 	mu      sync.Mutex
 	entries map[string]savedValue
-	// order is the entries' keys sorted as of key generation orderGen; keyGen counts
-	// the times keys came or went. A write after changes of values alone needs no sort
-	// (50,000 keys take tens of ms of the core that serves).
-	order            []string
-	orderGen, keyGen uint64
-	seen             map[string]struct{} // keys the current initial load delivered; nil once current
-	live             bool                // the initial load is in: entries are the bucket's
-	dirty            bool
-	asOf             time.Time // the as_of of the last write, or of the snapshot restored
-	closed           bool
+	seen    map[string]struct{} // keys the current initial load delivered; nil once current
+	live    bool                // the initial load is in: entries are the bucket's
+	dirty   bool
+	asOf    time.Time // the as_of of the last write, or of the snapshot restored
+	closed  bool
 
 	serving   atomic.Pointer[time.Time] // as_of of the snapshot being served; nil: not serving one
 	restoreIs atomic.Pointer[string]    // why no snapshot could be served, for /readyz
@@ -507,14 +502,10 @@ func (f *ConfigFile) Update(key string, value []byte, revision uint64) {
 	if f.seen != nil {
 		f.seen[key] = struct{}{}
 	}
-	_, had := f.entries[key]
 	if value == nil {
 		delete(f.entries, key)
 	} else {
 		f.entries[key] = savedValue{value: value, rev: revision}
-	}
-	if had != (value != nil) {
-		f.keyGen++
 	}
 	f.cfg.Apply(key, value, revision)
 	f.changedLocked()
@@ -545,7 +536,6 @@ func (f *ConfigFile) Restore(maxAge time.Duration) (bool, error) {
 			continue
 		}
 		f.entries[e.Key] = savedValue{value: e.Value, rev: e.Revision}
-		f.keyGen++
 		f.cfg.Apply(e.Key, e.Value, e.Revision)
 	}
 	f.asOf = s.AsOf
@@ -566,7 +556,6 @@ func (f *ConfigFile) Current() (vanished int) {
 	for key := range f.entries {
 		if _, ok := f.seen[key]; !ok {
 			delete(f.entries, key)
-			f.keyGen++
 			f.cfg.Apply(key, nil, 0)
 			vanished++
 		}
@@ -651,30 +640,12 @@ func (f *ConfigFile) write() {
 		asOf = time.Now().UTC()
 	}
 	items := make([]savedItem, 0, len(f.entries))
-	gen := f.keyGen
-	var order []string
-	if f.order != nil && f.orderGen == gen {
-		order = f.order
-		for _, k := range order {
-			items = append(items, savedItem{k, f.entries[k]})
-		}
-	} else {
-		for k, v := range f.entries {
-			items = append(items, savedItem{k, v})
-		}
+	for k, v := range f.entries {
+		items = append(items, savedItem{k, v})
 	}
 	f.dirty = false
 	f.mu.Unlock()
-	if order == nil {
-		slices.SortFunc(items, func(a, b savedItem) int { return strings.Compare(a.key, b.key) })
-		order = make([]string, len(items))
-		for i := range items {
-			order[i] = items[i].key
-		}
-		f.mu.Lock()
-		f.order, f.orderGen = order, gen
-		f.mu.Unlock()
-	}
+	slices.SortFunc(items, func(a, b savedItem) int { return strings.Compare(a.key, b.key) })
 	err := writeConfigFile(f.cfg.Dir, savedBody{f.cfg.Bucket, asOf, len(items), func(i int) (SavedEntry, error) {
 		if !f.cfg.Hog && i%yieldEvery == yieldEvery-1 {
 			runtime.Gosched()

@@ -448,19 +448,6 @@ func TestConfigFilePacksKeptValues(t *testing.T) {
 			if raw && packed != 0 {
 				t.Fatalf("RawValues kept %d values packed", packed)
 			}
-			// A value changes and no key comes or goes: the next file (written in the
-			// order the last one sorted) has the new value.
-			want["t1.route.r007"] = string(route(7, 2))
-			f.Update("t1.route.r007", []byte(want["t1.route.r007"]), 999)
-			waitFor(t, 10*time.Second, func() string {
-				for _, e := range readSaved(t, dir).Entries {
-					if e.Key == "t1.route.r007" && e.Revision != 999 {
-						return "r007 not rewritten yet"
-					}
-				}
-				return ""
-			})
-			check("after a value changed")
 			// Change a packed value, delete one, add one: the next file has exactly those.
 			want["t1.route.r005"] = string(route(5, 2))
 			f.Update("t1.route.r005", []byte(want["t1.route.r005"]), 1000)
