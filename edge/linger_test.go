@@ -46,13 +46,23 @@ func TestAnswerBeforeBodyReachesClient(t *testing.T) {
 			{"/small", tenants.EBodyTooLarge, 413, true},
 			{"/keyed", tenants.EUnauthenticated, 401, false},
 		} {
-			var rd io.Reader = bytes.NewReader(body)
-			if c.chunked {
-				rd = io.MultiReader(rd) // hides the length: sent chunked
+			post := func() (*http.Response, error) {
+				var rd io.Reader = bytes.NewReader(body)
+				if c.chunked {
+					rd = io.MultiReader(rd) // hides the length: sent chunked
+				}
+				req, _ := http.NewRequest("POST", base+c.path, rd)
+				req.Host = "acme." + domain
+				return client.Do(req)
 			}
-			req, _ := http.NewRequest("POST", base+c.path, rd)
-			req.Host = "acme." + domain
-			resp, err := client.Do(req)
+			resp, err := post()
+			for try := 0; err != nil && strings.Contains(err.Error(), "use of closed network connection") && try < 3; try++ {
+				// Go's client, not the edge: its read loop took the answer and closed
+				// the connection (the answer says close), and its round trip then
+				// reported the write loop's error on that closed connection instead of
+				// the answer. A reset by the edge reads "connection reset by peer".
+				resp, err = post()
+			}
 			if err != nil {
 				t.Errorf("POST %s%s (chunked %v) with 16 MiB: %v, want the %d answer", base, c.path, c.chunked, err, c.status)
 				continue
