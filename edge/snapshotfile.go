@@ -367,10 +367,6 @@ type packer struct {
 	buf   []byte              // scratch for Encode and Decode
 }
 
-// yieldEvery is how many entries the writer encodes between two yields: about 0.3 ms of
-// a core.
-const yieldEvery = 256
-
 // packMin is the shortest value worth packing; a dictionary needs s2.MinDictSize bytes.
 const packMin = 64
 
@@ -625,6 +621,10 @@ func (f *ConfigFile) writer() {
 		wait = max(f.cfg.Debounce, 10*time.Since(start))
 	}
 }
+
+// yieldEvery is how many entries the writer encodes between two yields: about 0.3 ms of
+// a core.
+const yieldEvery = 256
 
 // write writes the file if anything changed since the last write. Nothing is written
 // before the initial load is in: until then the entries are a snapshot's (whose file is
