@@ -308,7 +308,8 @@ type ConfigFileConfig struct {
 	// route several times over, for a few microseconds per changed value at each write.
 	RawValues bool
 	// Hog writes the file without pausing. Default (false): the writer yields the
-	// processor every few hundred entries, so that on a one-core edge a change to apply
+	// processor (and the lock on the entries) every few hundred entries it copies, sorts
+	// or encodes, so that on a one-core edge a change to apply
 	// or a request to serve waits for a fraction of a millisecond, not for the scheduler
 	// to preempt a write of tens of milliseconds (10 ms at a time).
 	Hog      bool
@@ -339,7 +340,8 @@ type ConfigFile struct {
 	stop    chan struct{}
 	stopped chan struct{}
 
-	pack packer // used by write only: by the writer goroutine, then by Close once it ended
+	pack  packer      // used by write only: by the writer goroutine, then by Close once it ended
+	items []savedItem // write's scratch, kept between writes; the same rule as pack
 
 	writes      *prometheus.CounterVec
 	lastWritten prometheus.Gauge
@@ -639,13 +641,31 @@ func (f *ConfigFile) write() {
 	if f.cfg.Connected() {
 		asOf = time.Now().UTC()
 	}
-	items := make([]savedItem, 0, len(f.entries))
+	f.dirty = false
+	items := f.items[:0]
+	n := 0
 	for k, v := range f.entries {
 		items = append(items, savedItem{k, v})
+		// Copying 50,000 entries takes about 10 ms, which a change to apply would wait
+		// for on the lock. Between two chunks the lock is free: a change made meanwhile
+		// may or may not be in this file, and it set dirty, so the next write has it.
+		// Go's map iteration allows the map to change between two steps.
+		if n++; !f.cfg.Hog && n%yieldEvery == 0 {
+			f.mu.Unlock()
+			runtime.Gosched()
+			f.mu.Lock()
+		}
 	}
-	f.dirty = false
 	f.mu.Unlock()
-	slices.SortFunc(items, func(a, b savedItem) int { return strings.Compare(a.key, b.key) })
+	n = 0
+	slices.SortFunc(items, func(a, b savedItem) int {
+		// Sorting 50,000 keys is 30–40 ms of comparisons, which the scheduler would
+		// otherwise preempt only every 10 ms or more.
+		if n++; !f.cfg.Hog && n%(16*yieldEvery) == 0 {
+			runtime.Gosched()
+		}
+		return strings.Compare(a.key, b.key)
+	})
 	err := writeConfigFile(f.cfg.Dir, savedBody{f.cfg.Bucket, asOf, len(items), func(i int) (SavedEntry, error) {
 		if !f.cfg.Hog && i%yieldEvery == yieldEvery-1 {
 			runtime.Gosched()
@@ -656,6 +676,8 @@ func (f *ConfigFile) write() {
 	if !f.cfg.RawValues {
 		f.packNew(items)
 	}
+	clear(items) // keeps the backing array for the next write, not the values
+	f.items = items
 	if err != nil {
 		f.writes.WithLabelValues("error").Inc()
 		f.log.Error("edge: writing the config snapshot failed; the old one stays", "dir", f.cfg.Dir, "err", err)

@@ -474,3 +474,61 @@ func TestConfigFilePacksKeptValues(t *testing.T) {
 		})
 	}
 }
+
+// The writer lets go of the entries while it copies them, so changes go on meanwhile;
+// whatever a write caught of them, the file ends up holding exactly the final entries,
+// sorted by key.
+func TestConfigFileWritesWhileChanging(t *testing.T) {
+	dir := t.TempDir()
+	f := openConfigFile(t, dir, &applied{})
+	want := map[string]string{}
+	for i := range 5000 {
+		k := fmt.Sprintf("t1.route.r%05d", i)
+		want[k] = "v0"
+		f.Update(k, []byte("v0"), uint64(i+1))
+	}
+	f.Current()
+	rev := uint64(5000)
+	for round := range 200 {
+		for j := range 50 {
+			rev++
+			k := fmt.Sprintf("t1.route.r%05d", (round*97+j*31)%6000)
+			if j%7 == 0 {
+				delete(want, k)
+				f.Update(k, nil, rev)
+				continue
+			}
+			v := fmt.Sprintf("v%d", rev)
+			want[k] = v
+			f.Update(k, []byte(v), rev)
+		}
+		time.Sleep(time.Millisecond) // the writer (1 ms debounce) copies meanwhile
+	}
+	f.Close()
+	s := readSaved(t, dir)
+	got := map[string]string{}
+	for i, e := range s.Entries {
+		if i > 0 && s.Entries[i-1].Key >= e.Key {
+			t.Fatalf("entries not sorted: %q before %q", s.Entries[i-1].Key, e.Key)
+		}
+		got[e.Key] = string(e.Value)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("the file holds %d entries, want %d; first differences: %v", len(got), len(want), firstDiffs(got, want, 5))
+	}
+}
+
+func firstDiffs(got, want map[string]string, n int) []string {
+	var d []string
+	for k, v := range want {
+		if got[k] != v && len(d) < n {
+			d = append(d, fmt.Sprintf("%s: %q, want %q", k, got[k], v))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok && len(d) < n {
+			d = append(d, k+": not deleted")
+		}
+	}
+	return d
+}
