@@ -433,7 +433,7 @@ func runEdge(ctx context.Context, cfg *config.Config, natsURL string, pub, adm n
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- e.ServeAdmin(adm) }()
 	if cfg.EdgeReturnMemory {
-		go edge.MemoryReturner{Returned: func(before, after uint64) {
+		go edge.MemoryReturner{Inline: !cfg.EdgeReturnAside, Returned: func(before, after uint64) {
 			log.Debug("memory returned to the OS after a burst", "held_before", before, "held_after", after)
 		}}.Run(ctx)
 	}

@@ -76,6 +76,8 @@ type Config struct {
 	EdgeJSONOnePass bool
 	// EdgeReturnMemory: TOLLGATE_EDGE_RETURN_MEMORY [on: after a burst the edge hands its freed heap back to the OS (edge.MemoryReturner); off: the runtime's own pace]
 	EdgeReturnMemory bool
+	// EdgeReturnAside: TOLLGATE_EDGE_RETURN_ASIDE [on: that return runs with one processor more than the edge's, so it never stops the one that serves (edge.MemoryReturner.Inline); off: on the edge's own]
+	EdgeReturnAside bool
 	// EdgePackConfig: TOLLGATE_EDGE_PACK_CONFIG [on: the edge keeps its copy of the config (for the snapshot file) compressed per kind of entry (edge.ConfigFileConfig.RawValues); off: as delivered]
 	EdgePackConfig bool
 	// EdgeSnapshotYield: TOLLGATE_EDGE_SNAPSHOT_YIELD [on: writing the config snapshot file yields the processor every few hundred entries (edge.ConfigFileConfig.Hog); off: it runs until preempted]
@@ -150,6 +152,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		name string
 		on   *bool
 	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory},
+		{"TOLLGATE_EDGE_RETURN_ASIDE", &c.EdgeReturnAside},
 		{"TOLLGATE_EDGE_PACK_CONFIG", &c.EdgePackConfig}, {"TOLLGATE_EDGE_SNAPSHOT_YIELD", &c.EdgeSnapshotYield}} {
 		switch v := strings.ToLower(getenv(o.name)); v {
 		case "", "on", "true", "1":
