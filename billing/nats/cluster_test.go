@@ -48,16 +48,32 @@ func TestClusterStreamReplicas(t *testing.T) {
 	t.Parallel()
 	c := testenv.StartNATSCluster(t, 3)
 	_, js := connectList(t, c.URLs(), t.Name())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
+	// Creating or changing a clustered stream answers once its own Raft group has a
+	// leader; on a machine loaded by the whole suite a request once went unanswered for
+	// 30 s. The calls are idempotent, so each gets 10 s and is tried again.
+	ensure := func(what string, f func(ctx context.Context) error) {
+		t.Helper()
+		testenv.WaitFor(t, 60*time.Second, func() error {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := f(ctx); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			return nil
+		})
+	}
 
 	fresh := testenv.Name("tg")
-	if _, err := billingnats.EnsureStream(ctx, js, fresh, 3); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := billingnats.EnsureTotalsBucket(ctx, js, fresh, 3); err != nil {
-		t.Fatal(err)
-	}
+	ensure("the stream", func(ctx context.Context) error {
+		_, err := billingnats.EnsureStream(ctx, js, fresh, 3)
+		return err
+	})
+	ensure("the bucket", func(ctx context.Context) error {
+		_, err := billingnats.EnsureTotalsBucket(ctx, js, fresh, 3)
+		return err
+	})
 	for _, s := range []string{billing.UsageStream(fresh), tgnats.KVStream(billing.TotalsBucket(fresh))} {
 		if r, peers, _ := testenv.StreamReplicas(t, js, s); r != 3 || peers != 3 {
 			t.Errorf("%s: %d replicas on %d peers, want 3 on 3", s, r, peers)
@@ -65,22 +81,26 @@ func TestClusterStreamReplicas(t *testing.T) {
 	}
 
 	old := testenv.Name("tg")
-	if _, err := billingnats.EnsureStream(ctx, js, old, 1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := billingnats.EnsureTotalsBucket(ctx, js, old, 1); err != nil {
-		t.Fatal(err)
-	}
+	ensure("the R1 stream", func(ctx context.Context) error {
+		_, err := billingnats.EnsureStream(ctx, js, old, 1)
+		return err
+	})
+	ensure("the R1 bucket", func(ctx context.Context) error {
+		_, err := billingnats.EnsureTotalsBucket(ctx, js, old, 1)
+		return err
+	})
 	cons, err := js.CreateOrUpdateConsumer(ctx, billing.UsageStream(old), jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := billingnats.EnsureStream(ctx, js, old, 3); err != nil {
-		t.Fatalf("raise the stream: %v", err)
-	}
-	if _, err := billingnats.EnsureTotalsBucket(ctx, js, old, 3); err != nil {
-		t.Fatalf("raise the bucket: %v", err)
-	}
+	ensure("raise the stream", func(ctx context.Context) error {
+		_, err := billingnats.EnsureStream(ctx, js, old, 3)
+		return err
+	})
+	ensure("raise the bucket", func(ctx context.Context) error {
+		_, err := billingnats.EnsureTotalsBucket(ctx, js, old, 3)
+		return err
+	})
 	for _, s := range []string{billing.UsageStream(old), tgnats.KVStream(billing.TotalsBucket(old))} {
 		testenv.WaitFor(t, 10*time.Second, func() error {
 			if r, peers, _ := testenv.StreamReplicas(t, js, s); r != 3 || peers != 3 {
