@@ -127,8 +127,14 @@ func (ed *Editor[R]) Add(path string, methods []string, r *R) (conflict *R) {
 	if exact {
 		set = &n.exact
 	}
+	// The node is this edit's own, but its set may still be the published table's.
+	c := methodSet[R]{}
+	if *set != nil {
+		c = **set
+	}
+	*set = &c
 	ed.t.size++
-	return set.add(methods, r)
+	return c.add(methods, r)
 }
 
 // Clear takes every route off one path (as Add takes it: "=/a" is the exact slot of /a)
@@ -143,18 +149,12 @@ func (ed *Editor[R]) Clear(path string) (held []*R) {
 			return nil
 		}
 	}
-	set := &n.prefix
+	set := n.prefix
 	if exact {
-		set = &n.exact
+		set = n.exact
 	}
-	if *set == (methodSet[R]{}) {
+	if set == nil {
 		return nil
-	}
-	nodes := ed.walk(segs)
-	n = nodes[len(nodes)-1]
-	set = &n.prefix
-	if exact {
-		set = &n.exact
 	}
 	for _, r := range append(set.by[:], set.any) {
 		if r != nil && !slices.Contains(held, r) {
@@ -162,7 +162,13 @@ func (ed *Editor[R]) Clear(path string) (held []*R) {
 		}
 	}
 	ed.t.size -= int(set.adds)
-	*set = methodSet[R]{}
+	nodes := ed.walk(segs)
+	n = nodes[len(nodes)-1]
+	if exact {
+		n.exact = nil
+	} else {
+		n.prefix = nil
+	}
 	for i := len(segs); i > 0 && nodes[i].empty(); i-- {
 		ed.setChild(nodes[i-1], segs[i-1], nil)
 	}
@@ -171,7 +177,7 @@ func (ed *Editor[R]) Clear(path string) (held []*R) {
 
 func (n *node[R]) empty() bool {
 	return len(n.kids) == 0 && len(n.kidMap) == 0 && n.shards == nil && n.slash == nil && n.param == nil &&
-		n.exact == (methodSet[R]{}) && n.prefix == (methodSet[R]{})
+		n.exact == nil && n.prefix == nil
 }
 
 // Each calls fn for every slot of the table that holds a route: the path as Add files it,
@@ -191,7 +197,10 @@ func (n *node[R]) each(path string, fn func(path, method string, r *R)) {
 	for _, s := range []struct {
 		set  *methodSet[R]
 		path string
-	}{{&n.exact, "=" + p}, {&n.prefix, p}} {
+	}{{n.exact, "=" + p}, {n.prefix, p}} {
+		if s.set == nil {
+			continue
+		}
 		if s.set.any != nil {
 			fn(s.path, "", s.set.any)
 		}

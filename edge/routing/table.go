@@ -49,8 +49,11 @@ type node[R any] struct {
 	shards *kidShards[R] // above shardKidsAbove children, instead of kidMap
 	slash  *node[R]
 	param  *node[R]
-	exact  methodSet[R]
-	prefix methodSet[R]
+	// The routes filed at this node, nil when none: most nodes are only on the way to
+	// others, and a set is 80 bytes. Sets are never changed once in a published table:
+	// an Editor changes a copy.
+	exact  *methodSet[R]
+	prefix *methodSet[R]
 }
 
 type kid[R any] struct {
@@ -126,7 +129,18 @@ func (m Methods) Allow() []byte { return allowValues[m] }
 
 func (m Methods) String() string { return string(allowValues[m]) }
 
+// methods is s.listed; none for a nil set.
+func (s *methodSet[R]) methods() Methods {
+	if s == nil {
+		return 0
+	}
+	return s.listed
+}
+
 func (s *methodSet[R]) pick(mi int) *R {
+	if s == nil {
+		return nil
+	}
 	if mi >= 0 {
 		if r := s.by[mi]; r != nil {
 			return r
@@ -278,8 +292,11 @@ func (t *Table[R]) Add(path string, methods []string, r *R) (conflict *R) {
 	if exact {
 		set = &n.exact
 	}
+	if *set == nil {
+		*set = &methodSet[R]{}
+	}
 	t.size++
-	return set.add(methods, r)
+	return (*set).add(methods, r)
 }
 
 func (set *methodSet[R]) add(methods []string, r *R) (conflict *R) {
@@ -399,7 +416,7 @@ func (w *walker[R]) start(root *node[R]) {
 		w.end(root, 0)
 		return
 	}
-	w.offer(&root.prefix, 0, 0) // "/" matches everything
+	w.offer(root.prefix, 0, 0) // "/" matches everything
 	w.walk(root, 1)
 }
 
@@ -448,9 +465,9 @@ func (w *walker[R]) visit(c *node[R], e int) {
 // through offers the prefix routes of n, which matches the path up to e where it goes on
 // after a "/": those of n and those of its trailing-slash child ("/a/" matches "/a/b").
 func (w *walker[R]) through(n *node[R], e int) {
-	w.offer(&n.prefix, e, e)
+	w.offer(n.prefix, e, e)
 	if s := n.slash; s != nil && e+1 < len(w.path) {
-		w.offer(&s.prefix, e+1, e)
+		w.offer(s.prefix, e+1, e)
 	}
 }
 
@@ -458,7 +475,7 @@ func (w *walker[R]) through(n *node[R], e int) {
 // route before a prefix one.
 func (w *walker[R]) end(n *node[R], e int) {
 	if w.allow {
-		w.methods |= n.exact.listed | n.prefix.listed
+		w.methods |= n.exact.methods() | n.prefix.methods()
 		return
 	}
 	if e <= w.score {
@@ -475,7 +492,7 @@ func (w *walker[R]) end(n *node[R], e int) {
 
 func (w *walker[R]) offer(s *methodSet[R], score, strip int) {
 	if w.allow {
-		w.methods |= s.listed
+		w.methods |= s.methods()
 		return
 	}
 	if score <= w.score {
