@@ -339,8 +339,7 @@ type ConfigFile struct {
 	stop    chan struct{}
 	stopped chan struct{}
 
-	pack  packer      // used by write only: by the writer goroutine, then by Close once it ended
-	items []savedItem // write's scratch, kept between writes; the same rule as pack
+	pack packer // used by write only: by the writer goroutine, then by Close once it ended
 
 	writes      *prometheus.CounterVec
 	lastWritten prometheus.Gauge
@@ -655,7 +654,7 @@ func (f *ConfigFile) write(paced bool) {
 		asOf = time.Now().UTC()
 	}
 	f.dirty = false
-	items := f.items[:0]
+	items := make([]savedItem, 0, len(f.entries))
 	n := 0
 	for k, v := range f.entries {
 		items = append(items, savedItem{k, v})
@@ -689,8 +688,6 @@ func (f *ConfigFile) write(paced bool) {
 	if !f.cfg.RawValues {
 		f.packNew(items)
 	}
-	clear(items) // keeps the backing array for the next write, not the values
-	f.items = items
 	if err != nil {
 		f.writes.WithLabelValues("error").Inc()
 		f.log.Error("edge: writing the config snapshot failed; the old one stays", "dir", f.cfg.Dir, "err", err)

@@ -143,10 +143,10 @@ type Meter struct {
 	mask   uint32
 
 	routesMu  sync.Mutex
-	routes    map[routeKey]*Route
+	routes    map[routeKey]*Route // keyed by the handle's own strings
+	tenantIDs map[string]string   // one copy of each tenant's id for all its route handles
 	consumers map[routeKey]*Consumer
-	lookup    sync.Map // routeKey → *Route, for Meter.Record
-	lookupC   sync.Map // routeKey → *Consumer, for Meter.Record
+	lookupC   sync.Map // routeKey → *Consumer, for Meter.Consumer without the lock
 
 	// st is the state file; nil when it could not be made (cells live on the heap).
 	st *stateFile
@@ -274,6 +274,7 @@ func New(cfg Config) (*Meter, error) {
 		shards:    make([]shard, n),
 		mask:      uint32(n - 1),
 		routes:    map[routeKey]*Route{},
+		tenantIDs: map[string]string{},
 		consumers: map[routeKey]*Consumer{},
 		totals:    map[totalKey]*totalRec{},
 		stop:      make(chan struct{}),
@@ -319,16 +320,20 @@ func (m *Meter) BootID() string { return m.cfg.BootID }
 
 // Route returns the handle of a tenant's route (routeID "" for requests of the tenant
 // that matched no route). The same ids give the same handle. Call it when compiling, not
-// per request.
+// per request. An edge holds one per route for its life: the handles of a tenant share
+// one copy of its id, and the map holds nothing more than them.
 func (m *Meter) Route(tenantID, routeID string) *Route {
-	k := routeKey{tenantID, routeID}
 	m.routesMu.Lock()
 	defer m.routesMu.Unlock()
-	r := m.routes[k]
+	r := m.routes[routeKey{tenantID, routeID}]
 	if r == nil {
-		r = &Route{m: m, tenantID: strings.Clone(tenantID), routeID: strings.Clone(routeID)}
-		m.routes[k] = r
-		m.lookup.Store(k, r)
+		tid, ok := m.tenantIDs[tenantID]
+		if !ok {
+			tid = strings.Clone(tenantID)
+			m.tenantIDs[tid] = tid
+		}
+		r = &Route{m: m, tenantID: tid, routeID: strings.Clone(routeID)}
+		m.routes[routeKey{r.tenantID, r.routeID}] = r
 	}
 	return r
 }
@@ -362,14 +367,9 @@ func (m *Meter) Consumer(tenantID, consumerID string) *Consumer {
 }
 
 // Record counts one request when the caller has no handles at hand (consumerID "" for
-// none); it costs two map lookups more than Route.Record.
+// none); it costs a lock and two map lookups more than Route.Record.
 func (m *Meter) Record(tenantID, routeID, consumerID string, status int, upstream bool, bytesIn, bytesOut int64, at time.Time) {
-	var r *Route
-	if v, ok := m.lookup.Load(routeKey{tenantID, routeID}); ok {
-		r = v.(*Route)
-	} else {
-		r = m.Route(tenantID, routeID)
-	}
+	r := m.Route(tenantID, routeID)
 	var c *Consumer
 	if consumerID != "" {
 		c = m.Consumer(tenantID, consumerID)
