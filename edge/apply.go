@@ -161,6 +161,14 @@ func validateEntry(pk tenants.ParsedKey, ent *tenants.Entry) error {
 		if err := r.Validate(anyUpstream); err != nil {
 			return err
 		}
+		// The edge keeps every route it holds decoded: the ids are the key's own
+		// strings, kept anyway, rather than copies of them (about 100 bytes a route).
+		if r.TenantID == pk.TenantID {
+			r.TenantID = pk.TenantID
+		}
+		if r.ID == pk.ID {
+			r.ID = pk.ID
+		}
 		ent.Route = &r
 	case tenants.KindConsumer:
 		c := *ent.Consumer
