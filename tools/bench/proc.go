@@ -173,13 +173,22 @@ func groupUsage(pgid int) (usage, error) {
 	return u, nil
 }
 
-func rssKB(pid int) int64 {
+func rssKB(pid int) int64 { return statusKB(pid, "VmRSS:") }
+
+// rssFileKB is the part of a process's RSS that is pages of files it maps, its binary's
+// above all: clean pages the kernel can drop and read again, shared with every process
+// of the same binary, and mapped more or less densely from one run to the next
+// (fault-around maps the neighbours of a touched page that are in the page cache).
+func rssFileKB(pid int) int64 { return statusKB(pid, "RssFile:") }
+
+// statusKB reads one kB field of /proc/<pid>/status; 0 when it cannot.
+func statusKB(pid int, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			f := strings.Fields(v)
 			if len(f) > 0 {
 				n, _ := strconv.ParseInt(f[0], 10, 64)
