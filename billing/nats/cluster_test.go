@@ -53,27 +53,34 @@ func TestClusterStreamReplicas(t *testing.T) {
 	// Creating or changing a clustered stream answers once its own Raft group has a
 	// leader; on a machine loaded by the whole suite a request once went unanswered for
 	// 30 s. The calls are idempotent, so each gets 10 s and is tried again.
-	ensure := func(what string, f func(ctx context.Context) error) {
+	ensure := func(name string, replicas int) {
 		t.Helper()
-		testenv.WaitFor(t, 60*time.Second, func() error {
-			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			if err := f(ctx); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-			return nil
-		})
+		for _, step := range []struct {
+			what string
+			do   func(context.Context) error
+		}{
+			{"usage stream", func(ctx context.Context) error {
+				_, err := billingnats.EnsureStream(ctx, js, name, replicas)
+				return err
+			}},
+			{"totals bucket", func(ctx context.Context) error {
+				_, err := billingnats.EnsureTotalsBucket(ctx, js, name, replicas)
+				return err
+			}},
+		} {
+			testenv.WaitFor(t, 60*time.Second, func() error {
+				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if err := step.do(ctx); err != nil {
+					return fmt.Errorf("the %s of %s with %d replicas: %w", step.what, name, replicas, err)
+				}
+				return nil
+			})
+		}
 	}
 
 	fresh := testenv.Name("tg")
-	ensure("the stream", func(ctx context.Context) error {
-		_, err := billingnats.EnsureStream(ctx, js, fresh, 3)
-		return err
-	})
-	ensure("the bucket", func(ctx context.Context) error {
-		_, err := billingnats.EnsureTotalsBucket(ctx, js, fresh, 3)
-		return err
-	})
+	ensure(fresh, 3)
 	for _, s := range []string{billing.UsageStream(fresh), tgnats.KVStream(billing.TotalsBucket(fresh))} {
 		if r, peers, _ := testenv.StreamReplicas(t, js, s); r != 3 || peers != 3 {
 			t.Errorf("%s: %d replicas on %d peers, want 3 on 3", s, r, peers)
@@ -81,26 +88,12 @@ func TestClusterStreamReplicas(t *testing.T) {
 	}
 
 	old := testenv.Name("tg")
-	ensure("the R1 stream", func(ctx context.Context) error {
-		_, err := billingnats.EnsureStream(ctx, js, old, 1)
-		return err
-	})
-	ensure("the R1 bucket", func(ctx context.Context) error {
-		_, err := billingnats.EnsureTotalsBucket(ctx, js, old, 1)
-		return err
-	})
+	ensure(old, 1)
 	cons, err := js.CreateOrUpdateConsumer(ctx, billing.UsageStream(old), jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ensure("raise the stream", func(ctx context.Context) error {
-		_, err := billingnats.EnsureStream(ctx, js, old, 3)
-		return err
-	})
-	ensure("raise the bucket", func(ctx context.Context) error {
-		_, err := billingnats.EnsureTotalsBucket(ctx, js, old, 3)
-		return err
-	})
+	ensure(old, 3) // raised
 	for _, s := range []string{billing.UsageStream(old), tgnats.KVStream(billing.TotalsBucket(old))} {
 		testenv.WaitFor(t, 10*time.Second, func() error {
 			if r, peers, _ := testenv.StreamReplicas(t, js, s); r != 3 || peers != 3 {
