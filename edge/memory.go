@@ -39,8 +39,8 @@ type MemoryReturner struct {
 	Every  time.Duration // Default: 5s
 	Grown  uint64        // Default: 32 MiB
 	MinGap time.Duration // Default: 30s
-	// Inline returns the memory on the edge's own processors (the pre-existing behaviour);
-	// see above.
+	// Inline returns the memory on the edge's own processors, stopping one of them for
+	// as long; see above.
 	Inline bool
 
 	// Returned, when set, is called after each return with the bytes held before and after

@@ -616,8 +616,8 @@ func (f *ConfigFile) writer() {
 		start := time.Now()
 		f.write(!f.cfg.Hog)
 		// A big bucket's file takes a while to write (50,000 routes: about 60 ms of CPU,
-		// a quarter of a second or so paced): the next waits at least 10 times as long, so that a
-		// stream of changes never spends more than a tenth of a core on the file.
+		// a quarter of a second or so paced): the next waits at least 10 times as long, so
+		// that a stream of changes never spends more than a tenth of a core on the file.
 		wait = max(f.cfg.Debounce, 10*time.Since(start))
 	}
 }
