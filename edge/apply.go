@@ -154,7 +154,9 @@ func validateEntry(pk tenants.ParsedKey, ent *tenants.Entry) error {
 		}
 		ent.Tenant = &t
 	case tenants.KindRoute:
-		r := *ent.Route
+		// The route is kept as decoded (Apply decoded it, nothing else holds it), with
+		// its slices copied to their length: the JSON decoder leaves spare capacity.
+		r := ent.Route
 		r.Paths = append([]string(nil), r.Paths...)
 		r.Methods = append([]string(nil), r.Methods...)
 		r.Upstream.Targets = append([]tenants.Target(nil), r.Upstream.Targets...)
@@ -169,7 +171,6 @@ func validateEntry(pk tenants.ParsedKey, ent *tenants.Entry) error {
 		if r.ID == pk.ID {
 			r.ID = pk.ID
 		}
-		ent.Route = &r
 	case tenants.KindConsumer:
 		c := *ent.Consumer
 		if err := c.Validate(); err != nil {
