@@ -13,6 +13,7 @@ import (
 	"time"
 
 	billingcli "tollgate/billing/cli"
+	"tollgate/edgecmd"
 	"tollgate/infra/config"
 	"tollgate/infra/natsserver"
 	"tollgate/tenants"
@@ -110,7 +111,7 @@ func Dev(ctx context.Context, args []string) error {
 	edgeReady := make(chan struct{})
 	edgeDone := make(chan error, 1)
 	go func() {
-		edgeDone <- runEdge(ctx, cfg, natsURL, edgeLn, adminLn, log, func() { close(edgeReady) })
+		edgeDone <- edgecmd.Serve(ctx, cfg, natsURL, edgeLn, adminLn, log, func() { close(edgeReady) })
 	}()
 
 	// Billing folds the edge's usage, so the dev stack's usage and export count. It stops
@@ -119,14 +120,14 @@ func Dev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer shutdownTraces(billingTraces)
+	defer billingTraces.Close()
 	billingCtx, stopBilling := context.WithCancel(context.Background())
 	defer stopBilling()
 	billingDone := make(chan error, 1)
 	go func() {
 		billingDone <- billingcli.Run(billingCtx, billingcli.Options{
 			DatabaseURL: cfg.DatabaseURL, NATSURL: natsURL, NATSPrefix: cfg.NATSPrefix,
-			NATSAuth: natsAuth(cfg), NATSReplicas: cfg.NATSReplicas,
+			NATSAuth: cfg.NATSAuth(), NATSReplicas: cfg.NATSReplicas,
 			StripeKey: cfg.StripeKey, StripeURL: cfg.StripeURL, StripeEvent: cfg.StripeEvent,
 			Registry: cp.reg,
 			Logger:   log.With("component", "billing"),
@@ -154,7 +155,7 @@ func Dev(ctx context.Context, args []string) error {
 			if first == nil {
 				first = err
 			}
-		case <-time.After(shutdownGrace):
+		case <-time.After(config.ShutdownGrace):
 		}
 	}
 	stopBilling()
@@ -163,7 +164,7 @@ func Dev(ctx context.Context, args []string) error {
 		if first == nil && err != nil && !errors.Is(err, context.Canceled) {
 			first = err
 		}
-	case <-time.After(shutdownGrace):
+	case <-time.After(config.ShutdownGrace):
 	}
 	return first
 }

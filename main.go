@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"tollgate/edgecmd"
 )
 
 const usage = `usage: tollgate <command> [flags]
@@ -36,7 +38,7 @@ func main() {
 	run, ok := map[string]func(context.Context, []string) error{
 		"dev":     Dev,
 		"api":     API,
-		"edge":    Edge,
+		"edge":    edgecmd.Run,
 		"billing": Billing,
 		"migrate": Migrate,
 		"config":  ConfigCmd,

@@ -17,7 +17,15 @@ import (
 
 	"tollgate/infra/tracing"
 	"tollgate/tenants"
+	tgnats "tollgate/tenants/nats"
 )
+
+// DefaultNATSURL is the NATS of the api, the edge and billing when TOLLGATE_NATS_URL is
+// unset (dev embeds its own instead).
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// ShutdownGrace bounds draining in-flight requests on SIGTERM.
+const ShutdownGrace = 25 * time.Second
 
 // Config is the process configuration. Field comments give the variable and its default.
 type Config struct {
@@ -408,3 +416,14 @@ func (c *Config) UpstreamAddressRule() *tenants.UpstreamAddressRule {
 
 // KVBucket is the JetStream KV bucket of config entries.
 func (c *Config) KVBucket() string { return c.NATSPrefix + "_config" }
+
+// NATSAuth is the sign-in and TLS every process connects to NATS with.
+func (c *Config) NATSAuth() tgnats.Auth {
+	return tgnats.Auth{
+		Creds:   c.NATSCreds,
+		NKey:    c.NATSNKey,
+		TLSCA:   c.NATSTLSCA,
+		TLSCert: c.NATSTLSCert,
+		TLSKey:  c.NATSTLSKey,
+	}
+}

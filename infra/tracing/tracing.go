@@ -97,5 +97,16 @@ func (p *Provider) Tracer(scope string) trace.Tracer { return p.tp.Tracer(scope)
 // Shutdown exports the queued spans and stops the exporter, within ctx.
 func (p *Provider) Shutdown(ctx context.Context) error { return p.tp.Shutdown(ctx) }
 
+// Close exports the spans still queued, for a few seconds at most. A nil Provider (traces
+// not exported) has nothing to close.
+func (p *Provider) Close() {
+	if p == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = p.Shutdown(ctx)
+}
+
 // ForceFlush exports the queued spans now (tests).
 func (p *Provider) ForceFlush(ctx context.Context) error { return p.tp.ForceFlush(ctx) }
