@@ -26,8 +26,9 @@ import (
 	"tollgate/infra/testenv"
 )
 
-// bin is the tollgate binary TestMain built.
-var bin string
+// bin is the tollgate binary TestMain built; edgeBin the tollgate-edge binary (the
+// edge alone, which the deploy files run).
+var bin, edgeBin string
 
 // raceBuild: the binary was built with -race (E2E_RACE=1).
 var raceBuild = os.Getenv("E2E_RACE") == "1"
@@ -64,22 +65,23 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	bin = filepath.Join(dir, "tollgate")
-	args := []string{"build", "-o", bin}
-	if raceBuild {
-		args = append(args, "-race")
-	}
-	args = append(args, ".")
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	bin, edgeBin = filepath.Join(dir, "tollgate"), filepath.Join(dir, "tollgate-edge")
 	start := time.Now()
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: go %s (in %s): %v\n", strings.Join(args, " "), root, err)
-		return 1
+	for out, pkg := range map[string]string{bin: ".", edgeBin: "./cmd/tollgate-edge"} {
+		args := []string{"build", "-o", out}
+		if raceBuild {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
+		cmd.Dir = root
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: %s (in %s): %v\n", cmd, root, err)
+			return 1
+		}
 	}
 	if testing.Verbose() {
-		fmt.Fprintf(os.Stderr, "e2e: built %s (race=%v) in %s\n", bin, raceBuild, time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(os.Stderr, "e2e: built %s and %s (race=%v) in %s\n", bin, edgeBin, raceBuild, time.Since(start).Round(time.Millisecond))
 	}
 	return m.Run()
 }
@@ -326,6 +328,7 @@ type stack struct {
 	edgeAddr string // the deployment's edge addresses (the api is told them too)
 	edgeAdm  string
 	edgeWrap []string // if set, startEdge runs edgeWrap followed by bin and its arguments
+	leanEdge bool     // startEdge runs tollgate-edge rather than tollgate edge
 }
 
 func newStack(t *testing.T) *stack {
@@ -380,8 +383,9 @@ func (s *stack) startAPI(extra ...string) (*proc, *apiClient) {
 	}
 }
 
-// startEdge starts `tollgate edge` on the stack's edge addresses (new ones if those are
-// taken) and waits for its /readyz, which answers 200 once the bucket is loaded.
+// startEdge starts `tollgate edge` (tollgate-edge with leanEdge) on the stack's edge
+// addresses (new ones if those are taken) and waits for its /readyz, which answers 200
+// once the bucket is loaded.
 func (s *stack) startEdge(extra ...string) (*proc, *edgeClient) {
 	t := s.t
 	t.Helper()
@@ -389,6 +393,9 @@ func (s *stack) startEdge(extra ...string) (*proc, *edgeClient) {
 		// A meter spool of the test's own (extra may name another, to keep one across restarts).
 		spool := "TOLLGATE_METER_SPOOL_DIR=" + t.TempDir()
 		argv := append(append(slices.Clone(s.edgeWrap), bin), "edge")
+		if s.leanEdge {
+			argv = append(slices.Clone(s.edgeWrap), edgeBin)
+		}
 		p := startArgv(t, fmt.Sprintf("edge@%s", s.edgeAddr), argv, s.env(append([]string{spool}, extra...)...))
 		err := p.waitReady("http://"+s.edgeAdm+"/readyz", readyTimeout)
 		if err == nil {
