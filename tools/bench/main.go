@@ -67,6 +67,8 @@ type bench struct {
 	noisyRate    int        // noisy: tenant B's rate
 	perfAdmin    string     // the perf edge's admin address (its /metrics)
 	bin          string
+	edgeBin      string // the tollgate-edge binary the edges run; empty: they run `bin edge`
+	edgeBinary   string // -edge-binary
 	edgeInConfig bool
 	upPort       int // the shared upstream, once started
 	canaryPort   int // S4's canary upstream, once started
@@ -132,6 +134,7 @@ func run() int {
 	flag.IntVar(&b.wsRate, "ws-rate", 2000, "S6: messages per second, spread over all tunnels (each echoed back)")
 	flag.IntVar(&b.soakRate, "soak-rate", 500, "soak: requests per second of the mixed traffic")
 	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root); with -compare, side B")
+	flag.StringVar(&b.edgeBinary, "edge-binary", "tollgate-edge", "what the edges run: tollgate-edge (the edge-only binary, go build ./cmd/tollgate-edge, as the deploy files run it) or tollgate (`tollgate edge`); with -bin or -compare, always tollgate")
 	traces := flag.String("traces", "off", "also measure the HTTP scenarios with the edge exporting traces to an in-process sink, at these sample rates (e.g. off,0.01,1)")
 	b.cmp.register(flag.CommandLine)
 	b.rnd.register(flag.CommandLine)
@@ -178,6 +181,9 @@ func run() int {
 	}
 	if err := b.scale.check(); err != nil {
 		return fail(err)
+	}
+	if b.edgeBinary != "tollgate-edge" && b.edgeBinary != "tollgate" {
+		return fail(fmt.Errorf("-edge-binary: %q is neither tollgate-edge nor tollgate", b.edgeBinary))
 	}
 	if needsRedis(scs) && b.redisURL == "" {
 		b.redisURL = "redis://127.0.0.1:6379"

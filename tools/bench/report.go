@@ -94,6 +94,11 @@ func (r *report) markdown() string {
 	for _, t := range r.tools {
 		fmt.Fprintf(&s, "- %s\n", t)
 	}
+	if r.b.edgeBin != "" {
+		s.WriteString("- Tollgate edges run tollgate-edge (the edge-only binary, as the deploy files run it; -edge-binary tollgate: `tollgate edge`)\n")
+	} else if r.b.bin != "" {
+		s.WriteString("- Tollgate edges run `tollgate edge`\n")
+	}
 	if len(r.perf) == 0 {
 		s.WriteString("\n")
 	} else {

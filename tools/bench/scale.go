@@ -683,7 +683,7 @@ func (b *bench) coldScenario(ctx context.Context) (*coldResult, error) {
 		env := s.env("TOLLGATE_METER_SPOOL_DIR="+spool, fmt.Sprintf("GOMAXPROCS=%d", res.procs))
 		t0 := time.Now()
 		p, err := startProc(fmt.Sprintf("tollgate edge (cold start %d)", k+1), filepath.Join(s.dir, fmt.Sprintf("edge-cold-%d.log", k)),
-			gatewayCPUs(res.procs), env, s.bin, "edge")
+			gatewayCPUs(res.procs), env, s.edgeArgv()...)
 		if err != nil {
 			return res, err
 		}

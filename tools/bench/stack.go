@@ -29,6 +29,7 @@ type stack struct {
 	b                   *bench
 	name                string
 	bin                 string // the tollgate binary its processes run (-compare runs two)
+	edgeBin             string // the tollgate-edge binary its edges run; empty: `bin edge`
 	dir                 string
 	db, dbURL           string
 	prefix              string
@@ -45,19 +46,34 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// buildTollgate builds the binary under test from the repository root.
+// buildTollgate builds the binaries under test from the repository root: tollgate and,
+// unless -edge-binary says otherwise, tollgate-edge for the edges.
 func (b *bench) buildTollgate(ctx context.Context) error {
 	if b.bin != "" {
 		return nil
 	}
 	b.bin = filepath.Join(b.dir, "tollgate")
 	fmt.Fprintf(os.Stderr, "bench: go build -o %s .\n", b.bin)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", b.bin, ".")
-	cmd.Dir = b.root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building tollgate: %v\n%s", err, out)
+	if err := goBuild(ctx, b.root, b.bin); err != nil {
+		return fmt.Errorf("building tollgate: %w", err)
+	}
+	if b.edgeBinary == "tollgate" {
+		return nil
+	}
+	b.edgeBin = filepath.Join(b.dir, "tollgate-edge")
+	fmt.Fprintf(os.Stderr, "bench: go build -o %s ./cmd/tollgate-edge\n", b.edgeBin)
+	if err := goBuild(ctx, filepath.Join(b.root, "cmd", "tollgate-edge"), b.edgeBin); err != nil {
+		return fmt.Errorf("building tollgate-edge: %w", err)
 	}
 	return nil
+}
+
+// edgeArgv is the command line of an edge of s.
+func (s *stack) edgeArgv() []string {
+	if s.edgeBin != "" {
+		return []string{s.edgeBin}
+	}
+	return []string{s.bin, "edge"}
 }
 
 // newStack creates the database, migrates it, and starts the api pinned to apiCPUs (empty:
@@ -66,13 +82,14 @@ func (b *bench) buildTollgate(ctx context.Context) error {
 func (b *bench) newStack(ctx context.Context, name, apiCPUs string, apiEnv ...string) (*stack, error) {
 	id := randomHex(4)
 	s := &stack{
-		b:      b,
-		name:   name,
-		bin:    b.bin,
-		dir:    filepath.Join(b.dir, "stack-"+name),
-		db:     "tgbench_" + name + "_" + id,
-		prefix: "tgbench_" + name + "_" + id,
-		token:  randomHex(24),
+		b:       b,
+		name:    name,
+		bin:     b.bin,
+		edgeBin: b.edgeBin,
+		dir:     filepath.Join(b.dir, "stack-"+name),
+		db:      "tgbench_" + name + "_" + id,
+		prefix:  "tgbench_" + name + "_" + id,
+		token:   randomHex(24),
 	}
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, err
@@ -204,7 +221,7 @@ func (s *stack) startEdge(ctx context.Context, procs int, cpus string, env ...st
 		extra = append(extra, fmt.Sprintf("GOMAXPROCS=%d", procs))
 		name += fmt.Sprintf(" (GOMAXPROCS=%d)", procs)
 	}
-	p, err := startProc(name, filepath.Join(s.dir, fmt.Sprintf("edge-%d.log", procs)), cpus, s.env(extra...), s.bin, "edge")
+	p, err := startProc(name, filepath.Join(s.dir, fmt.Sprintf("edge-%d.log", procs)), cpus, s.env(extra...), s.edgeArgv()...)
 	if err != nil {
 		return err
 	}
