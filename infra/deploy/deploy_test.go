@@ -34,7 +34,7 @@ import (
 )
 
 // shutdownGrace is how long tollgate api and edge wait for in-flight requests after
-// SIGTERM (shutdownGrace in the main package); a pod's grace period must cover it after preStop.
+// SIGTERM (config.ShutdownGrace); a pod's grace period must cover it after preStop.
 const shutdownGrace = 25
 
 // objects is one kustomize build, decoded into the Kubernetes types.
@@ -244,6 +244,7 @@ func TestDeployManifests(t *testing.T) {
 			checkEdge(t, o)
 			checkServices(t, o)
 			checkAdminPorts(t, o)
+			checkCommands(t, o)
 			prod := strings.HasPrefix(name, "prod")
 			if prod {
 				checkNATSSecured(t, o)
@@ -569,6 +570,27 @@ func checkAdminPorts(t *testing.T, o *objects) {
 		}
 		if keep, ok := jobs[x.deployment]; !ok || keep != d.Spec.Template.Labels["app.kubernetes.io/name"] {
 			t.Errorf("prometheus.yml job %s keeps pods named %q, the Deployment's pods are %q", x.deployment, keep, d.Spec.Template.Labels["app.kubernetes.io/name"])
+		}
+	}
+}
+
+// checkCommands: the edge runs the image's edge-only binary, which maps less than
+// tollgate and holds none of the api's and billing's code; the api and billing run the
+// image's entrypoint, tollgate, with their subcommand. (TestImage checks the image holds
+// that binary and tollgate those subcommands.)
+func checkCommands(t *testing.T, o *objects) {
+	t.Helper()
+	for _, x := range []struct {
+		deployment    string
+		command, args []string
+	}{
+		{"tollgate-edge", []string{"/usr/local/bin/tollgate-edge"}, nil},
+		{"tollgate-api", nil, []string{"api"}},
+		{"tollgate-billing", nil, []string{"billing"}},
+	} {
+		c := o.deployment(t, x.deployment).Spec.Template.Spec.Containers[0]
+		if !slices.Equal(c.Command, x.command) || !slices.Equal(c.Args, x.args) {
+			t.Errorf("%s container %s: command %q args %q, want command %q args %q", x.deployment, c.Name, c.Command, c.Args, x.command, x.args)
 		}
 	}
 }

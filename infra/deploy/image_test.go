@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"context"
 	"debug/buildinfo"
 	"debug/elf"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -18,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -325,10 +328,10 @@ func goVersion(s string) ([]int, error) {
 	return v, nil
 }
 
-// TestImage builds the binary as the Dockerfile's build stage does, from the context
-// .dockerignore leaves, and checks it is the static binary the runtime stage and the
-// manifests expect: no dynamic loader, runs on nothing but itself, runs as the user the
-// pods run as, answers the subcommands the Deployments pass.
+// TestImage builds the binaries as the Dockerfile's build stage does, from the context
+// .dockerignore leaves, and checks they are the static binaries the runtime stage and
+// the manifests expect: no dynamic loader, run on nothing but themselves, run as the
+// user the pods run as, answer the subcommands the Deployments pass.
 func TestImage(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -347,12 +350,13 @@ func TestImage(t *testing.T) {
 	}
 	final := stages[len(stages)-1]
 
-	// The runtime stage: distroless static, nonroot, the binary copied from the build
-	// stage and run as the entrypoint.
+	// The runtime stage: distroless static, nonroot, the binaries copied from the build
+	// stage and one of them run as the entrypoint.
 	if !strings.HasPrefix(final.from, "gcr.io/distroless/static") || !strings.HasSuffix(final.from, ":nonroot") {
 		t.Errorf("runtime stage is FROM %s, want gcr.io/distroless/static-…:nonroot (CA certificates and tzdata, no shell, no libc)", final.from)
 	}
-	var user, copyFrom, copySrc, copyDst string
+	var user, copyFrom string
+	copies := map[string]string{} // a binary's path in the image: its path in the build stage
 	var entrypoint []string
 	for _, in := range final.instrs {
 		switch in.cmd {
@@ -363,7 +367,11 @@ func TestImage(t *testing.T) {
 			if len(f) != 3 || !strings.HasPrefix(f[0], "--from=") {
 				t.Fatalf("runtime stage COPY %s: want COPY --from=<build stage> <binary> <path>", in.args)
 			}
-			copyFrom, copySrc, copyDst = strings.TrimPrefix(f[0], "--from="), f[1], f[2]
+			from := strings.TrimPrefix(f[0], "--from=")
+			if copyFrom != "" && from != copyFrom {
+				t.Fatalf("runtime stage copies from %s and from %s: this test builds one build stage", copyFrom, from)
+			}
+			copyFrom, copies[f[2]] = from, f[1]
 		case "ENTRYPOINT":
 			if err := json.Unmarshal([]byte(in.args), &entrypoint); err != nil {
 				t.Errorf("ENTRYPOINT %s is not the exec form (a JSON array): signals would go to a shell, and the image has none", in.args)
@@ -372,8 +380,8 @@ func TestImage(t *testing.T) {
 			t.Errorf("runtime stage runs %q: the static image has no shell", in.args)
 		}
 	}
-	if len(entrypoint) != 1 || entrypoint[0] != copyDst {
-		t.Errorf("ENTRYPOINT %q, want exactly the binary copied to %s (the Deployments pass the subcommand as args)", entrypoint, copyDst)
+	if len(entrypoint) != 1 || copies[entrypoint[0]] == "" || path.Base(entrypoint[0]) != "tollgate" {
+		t.Fatalf("ENTRYPOINT %q, want exactly tollgate, one of the binaries the stage copies %v (the Deployments pass the subcommand as args)", entrypoint, slices.Sorted(maps.Keys(copies)))
 	}
 	uid, gid, ok := strings.Cut(user, ":")
 	u, uerr := strconv.ParseInt(uid, 10, 64)
@@ -394,9 +402,9 @@ func TestImage(t *testing.T) {
 	checkBuilderGo(t, root, builder.from)
 
 	// The manifests run this image: as its user, on a read-only root with writable
-	// volumes where the processes write, with subcommands the binary has.
+	// volumes where the processes write, binaries the image has with subcommands they have.
 	o := build(t, filepath.Join("overlays", "prod"))
-	args := checkPodsRunImage(t, o, u, g)
+	procs := checkPodsRunImage(t, o, u, g, entrypoint[0], copies)
 
 	// The build stage's RUN lines, in order, in a copy of the context Docker would send.
 	ctx := filepath.Join(t.TempDir(), "src")
@@ -407,10 +415,10 @@ func TestImage(t *testing.T) {
 	if err := copyContext(root, ctx, parseDockerignore(string(ignore))); err != nil {
 		t.Fatalf("copying the build context: %v", err)
 	}
-	bin := filepath.Join(t.TempDir(), "tollgate")
+	outDir := t.TempDir()
+	built := map[string]string{} // a binary's path in the build stage: where this test built it
 	env := map[string]string{"TARGETOS": runtime.GOOS, "TARGETARCH": runtime.GOARCH,
 		"BUILDPLATFORM": runtime.GOOS + "/" + runtime.GOARCH}
-	built := false
 	for _, in := range builder.instrs {
 		switch in.cmd {
 		case "ARG":
@@ -446,46 +454,75 @@ func TestImage(t *testing.T) {
 				}
 			}
 		case "RUN":
-			if built {
-				t.Fatalf("build stage RUN %s after go build: the test does not know how it changes the binary", in.args)
+			src, bin := runBuildStep(t, ctx, in.args, env, copies, outDir)
+			switch {
+			case src == "" && len(built) > 0:
+				t.Fatalf("build stage RUN %s after go build: the test does not know how it changes the binaries", in.args)
+			case built[src] != "":
+				t.Fatalf("build stage RUN %s writes %s a second time", in.args, src)
+			case src != "":
+				built[src] = bin
 			}
-			built = runBuildStep(t, ctx, in.args, env, copySrc, bin)
 		default:
 			t.Fatalf("build stage %s %s: this test does not know what it does", in.cmd, in.args)
 		}
 	}
-	if !built {
-		t.Fatalf("no RUN of the build stage writes %s (go build -o %s)", copySrc, copySrc)
+	// In the image, each binary's path: where this test built it.
+	bins := map[string]string{}
+	for dst, src := range copies {
+		if built[src] == "" {
+			t.Fatalf("no RUN of the build stage writes %s (go build -o %s), which the runtime stage copies to %s", src, src, dst)
+		}
+		bins[dst] = built[src]
+		checkStaticBinary(t, bins[dst], path.Base(dst))
 	}
 
-	checkStaticBinary(t, bin)
-
-	// It runs, with nothing from the machine: an empty environment and directory, as in
-	// the image, which has no shell, no HOME and no libraries.
-	run := func(env []string, args ...string) (string, int) {
+	// They run, with nothing from the machine: an empty environment and directory, as in
+	// the image, which has no shell, no HOME and no libraries. One that serves instead of
+	// exiting (the wrong package built, a setting no longer refused) is stopped rather
+	// than left to hang the test.
+	run := func(bin string, env []string, args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(bin, args...)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Dir = t.TempDir()
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
+		if ctx.Err() != nil {
+			t.Fatalf("%s %q did not exit within a minute:\n%s", bin, args, out)
+		}
 		var exit *exec.ExitError
 		if err != nil && !errors.As(err, &exit) {
-			t.Fatalf("%s %s: %v", bin, strings.Join(args, " "), err)
+			t.Fatalf("%s %q: %v", bin, args, err)
 		}
 		return string(out), cmd.ProcessState.ExitCode()
 	}
-	usage, code := run([]string{})
+	tollgate := bins[entrypoint[0]]
+	usage, code := run(tollgate, []string{})
 	if code != 2 || !strings.Contains(usage, "usage: tollgate") {
 		t.Errorf("tollgate without a command: exit %d, want 2 and the usage:\n%s", code, usage)
 	}
-	for _, a := range args {
-		if !strings.Contains(usage, "\n  "+a+" ") {
-			t.Errorf("the Deployments run `tollgate %s`, which the binary's usage does not list:\n%s", a, usage)
+	for _, p := range procs {
+		if p.bin == entrypoint[0] {
+			if !strings.Contains(usage, "\n  "+p.args[0]+" ") {
+				t.Errorf("%s runs `tollgate %s`, which the binary's usage does not list:\n%s", p.where, p.args[0], usage)
+			}
+			continue
+		}
+		// A binary the pod runs as its command takes no subcommand: run as the pod runs
+		// it, it reads its settings at once (config.FromEnv, as every Tollgate process
+		// does) and refuses one that is not host:port, naming it, before it dials NATS.
+		name := path.Base(p.bin)
+		out, code := run(bins[p.bin], []string{"TOLLGATE_EDGE_ADDR=not-an-address"}, p.args...)
+		if code != 1 || !strings.HasPrefix(out, name+": TOLLGATE_EDGE_ADDR") {
+			t.Errorf("%s: %s %q with TOLLGATE_EDGE_ADDR=not-an-address: exit %d, want 1 and %q refusing the setting:\n%s",
+				p.where, name, p.args, code, name+": TOLLGATE_EDGE_ADDR: …", out)
 		}
 	}
 	// `tollgate migrate`, the README's command that exits on its own: the static binary
 	// reaches Postgres with Go's own resolver, migrates and exits 0.
-	out, code := run([]string{"TOLLGATE_DATABASE_URL=" + testenv.Postgres(t)}, "migrate")
+	out, code := run(tollgate, []string{"TOLLGATE_DATABASE_URL=" + testenv.Postgres(t)}, "migrate")
 	if code != 0 || !strings.Contains(out, "database migrated") {
 		t.Errorf("tollgate migrate: exit %d, want 0:\n%s", code, out)
 	}
@@ -522,10 +559,11 @@ func checkBuilderGo(t *testing.T, root, from string) {
 }
 
 // runBuildStep runs one RUN of the build stage in ctx: a go command, with the stage's
-// environment and the line's own NAME=value words. When it is the go build that writes
-// the runtime stage's binary (binSrc), its output goes to bin instead; it reports
-// whether it was.
-func runBuildStep(t *testing.T, ctx, line string, env map[string]string, binSrc, bin string) bool {
+// environment and the line's own NAME=value words. A go build must write one of the
+// binaries the runtime stage copies (copies' values); its output goes to the same name
+// in outDir instead, and runBuildStep returns the binary's path in the build stage and
+// where it was built. Any other command returns "".
+func runBuildStep(t *testing.T, ctx, line string, env, copies map[string]string, outDir string) (src, bin string) {
 	t.Helper()
 	f := strings.Fields(line)
 	for len(f) > 0 && strings.HasPrefix(f[0], "--") { // BuildKit's --mount=type=cache…
@@ -548,15 +586,16 @@ func runBuildStep(t *testing.T, ctx, line string, env map[string]string, binSrc,
 	if len(words) < 2 || words[0] != "go" {
 		t.Fatalf("RUN %s: the build stage runs go commands only (this test runs them)", line)
 	}
-	isBuild := words[1] == "build"
-	if isBuild {
+	if words[1] == "build" {
 		i := slices.Index(words, "-o")
 		if i < 0 || i+1 >= len(words) {
 			t.Fatalf("RUN %s: go build without -o", line)
 		}
-		if words[i+1] != binSrc {
-			t.Fatalf("RUN %s writes %s, the runtime stage copies %s", line, words[i+1], binSrc)
+		src = words[i+1]
+		if !slices.Contains(slices.Collect(maps.Values(copies)), src) {
+			t.Fatalf("RUN %s writes %s, which the runtime stage does not copy (it copies %v)", line, src, slices.Sorted(maps.Values(copies)))
 		}
+		bin = filepath.Join(outDir, path.Base(src))
 		words[i+1] = bin
 		if stepEnv["CGO_ENABLED"] != "0" || !slices.Contains(words, "-trimpath") {
 			t.Errorf("RUN %s: want CGO_ENABLED=0 (a static binary) and -trimpath", line)
@@ -576,55 +615,65 @@ func runBuildStep(t *testing.T, ctx, line string, env map[string]string, binSrc,
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("RUN %s: %v\n%s", line, err, out)
 	}
-	return isBuild
+	return src, bin
 }
 
 // checkStaticBinary: an ELF with no interpreter and no shared libraries, for this
-// machine, built by the Go toolchain with cgo off and paths trimmed.
-func checkStaticBinary(t *testing.T, bin string) {
+// machine, built by the Go toolchain with cgo off and paths trimmed, from a main package
+// of the module named as the image names the binary.
+func checkStaticBinary(t *testing.T, bin, name string) {
 	t.Helper()
 	f, err := elf.Open(bin)
 	if err != nil {
-		t.Fatalf("the built binary is not an ELF file: %v", err)
+		t.Fatalf("the built %s is not an ELF file: %v", name, err)
 	}
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			t.Errorf("the binary has a PT_INTERP program header: it needs a dynamic loader, which the static image lacks")
+			t.Errorf("%s has a PT_INTERP program header: it needs a dynamic loader, which the static image lacks", name)
 		}
 		if p.Type == elf.PT_DYNAMIC {
-			t.Errorf("the binary has a PT_DYNAMIC segment: it is dynamically linked")
+			t.Errorf("%s has a PT_DYNAMIC segment: it is dynamically linked", name)
 		}
 	}
 	if libs, err := f.ImportedLibraries(); err == nil && len(libs) > 0 {
-		t.Errorf("the binary needs shared libraries %v", libs)
+		t.Errorf("%s needs shared libraries %v", name, libs)
 	}
 	want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
 	if want != 0 && f.Machine != want {
-		t.Errorf("the binary is for %v, want %v", f.Machine, want)
+		t.Errorf("%s is for %v, want %v", name, f.Machine, want)
 	}
 	info, err := buildinfo.ReadFile(bin)
 	if err != nil {
-		t.Fatalf("build info: %v", err)
+		t.Fatalf("%s build info: %v", name, err)
 	}
 	settings := map[string]string{}
 	for _, s := range info.Settings {
 		settings[s.Key] = s.Value
 	}
 	if settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" {
-		t.Errorf("the binary's build settings: CGO_ENABLED=%q -trimpath=%q, want 0 and true", settings["CGO_ENABLED"], settings["-trimpath"])
+		t.Errorf("%s's build settings: CGO_ENABLED=%q -trimpath=%q, want 0 and true", name, settings["CGO_ENABLED"], settings["-trimpath"])
 	}
-	if info.Path != "tollgate" {
-		t.Errorf("the binary is %s, want the module's main package tollgate", info.Path)
+	if info.Main.Path != "tollgate" || path.Base(info.Path) != name {
+		t.Errorf("the image's %s is %s of module %s, want a main package of module tollgate named %s", name, info.Path, info.Main.Path, name)
 	}
 }
 
+// process is what a Tollgate container runs: one of the image's binaries, by its path
+// in the image, and the arguments the container passes it.
+type process struct {
+	where string // the Deployment and container
+	bin   string
+	args  []string
+}
+
 // checkPodsRunImage: every Tollgate container runs the image's entrypoint (no command of
-// its own) with a subcommand, as the image's user, on a read-only root filesystem whose
-// writable places (/tmp, the meter's spool) are volumes. It returns the subcommands.
-func checkPodsRunImage(t *testing.T, o *objects, uid, gid int64) []string {
+// its own) with a subcommand, or as its command alone one of the binaries the image
+// copies (copies' keys), as the image's user, on a read-only root filesystem whose
+// writable places (/tmp, the meter's spool) are volumes. It returns what they run.
+func checkPodsRunImage(t *testing.T, o *objects, uid, gid int64, entrypoint string, copies map[string]string) []process {
 	t.Helper()
-	var args []string
+	var procs []process
 	for _, d := range o.deployments {
 		pod := d.Spec.Template.Spec
 		for _, c := range pod.Containers {
@@ -632,11 +681,19 @@ func checkPodsRunImage(t *testing.T, o *objects, uid, gid int64) []string {
 				continue
 			}
 			where := d.Name + " container " + c.Name
-			if len(c.Command) != 0 || len(c.Args) == 0 {
-				t.Errorf("%s: command %q args %q, want the image's entrypoint with a subcommand", where, c.Command, c.Args)
+			p := process{where: where, bin: entrypoint, args: c.Args}
+			if len(c.Command) == 1 && copies[c.Command[0]] != "" {
+				p.bin = c.Command[0]
+			} else if len(c.Command) != 0 {
+				// The image has no shell, nor anything else to run.
+				t.Errorf("%s: command %q, want none (the entrypoint) or one of the image's binaries %v", where, c.Command, slices.Sorted(maps.Keys(copies)))
 				continue
 			}
-			args = append(args, c.Args[0])
+			if p.bin == entrypoint && len(p.args) == 0 {
+				t.Errorf("%s runs the image's entrypoint without a subcommand", where)
+				continue
+			}
+			procs = append(procs, p)
 			runAs := func(pod *int64, ctr *int64) int64 {
 				if ctr != nil {
 					return *ctr
@@ -677,7 +734,7 @@ func checkPodsRunImage(t *testing.T, o *objects, uid, gid int64) []string {
 					writable = append(writable, e.Value)
 				}
 			}
-			if c.Args[0] == "edge" {
+			if p.bin == entrypoint && p.args[0] == "edge" || path.Base(p.bin) == "tollgate-edge" {
 				writable = append(writable, o.configMap(t, "tollgate-config").Data["TOLLGATE_METER_SPOOL_DIR"])
 			}
 			for _, dir := range writable {
@@ -688,10 +745,10 @@ func checkPodsRunImage(t *testing.T, o *objects, uid, gid int64) []string {
 			}
 		}
 	}
-	if len(args) == 0 {
+	if len(procs) == 0 {
 		t.Fatal("no Deployment runs the tollgate image")
 	}
-	return args
+	return procs
 }
 
 // isTollgateImage: the image name, registry and tag aside, is tollgate.
