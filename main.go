@@ -1,8 +1,9 @@
 // Command tollgate is the whole product in one binary; the first argument picks the part.
 // The files beside this one wire Tollgate's concrete parts into those commands: this is the
 // only package that imports both the domain implementations (Postgres, NATS) and the
-// servers (api, edge, billing). End-to-end tests start the built binary; each command
-// (program.go, dev.go) reads top to bottom.
+// servers (api, billing). The edge's wiring is edgecmd's, which needs no store, so that
+// tollgate-edge (cmd/tollgate-edge) can link the edge alone. End-to-end tests start the
+// built binaries; each command (program.go, dev.go, edgecmd) reads top to bottom.
 package main
 
 import (
