@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -32,10 +33,6 @@ import (
 	"tollgate/infra/config"
 	tgnats "tollgate/tenants/nats"
 )
-
-// shutdownGrace is how long tollgate api and edge wait for in-flight requests after
-// SIGTERM (config.ShutdownGrace); a pod's grace period must cover it after preStop.
-const shutdownGrace = 25
 
 // objects is one kustomize build, decoded into the Kubernetes types.
 type objects struct {
@@ -479,9 +476,11 @@ func checkEdge(t *testing.T, o *objects) {
 	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds < 5 {
 		t.Fatalf("edge has no preStop sleep of at least 5 s (load balancers must drop it before it drains): %+v", c.Lifecycle)
 	}
-	pause := c.Lifecycle.PreStop.Sleep.Seconds
-	if g := spec.TerminationGracePeriodSeconds; g == nil || *g < pause+shutdownGrace+5 {
-		t.Errorf("edge terminationGracePeriodSeconds = %d, want at least preStop %d + drain %d + 5", ptrValue(g), pause, shutdownGrace)
+	// The edge drains in-flight requests for up to config.ShutdownGrace after SIGTERM,
+	// which comes after preStop.
+	pause, drain := c.Lifecycle.PreStop.Sleep.Seconds, int64(config.ShutdownGrace/time.Second)
+	if g := spec.TerminationGracePeriodSeconds; g == nil || *g < pause+drain+5 {
+		t.Errorf("edge terminationGracePeriodSeconds = %d, want at least preStop %d + drain %d + 5", ptrValue(g), pause, drain)
 	}
 	if lim := c.Resources.Limits.Cpu(); lim.IsZero() || lim.Cmp(*c.Resources.Requests.Cpu()) != 0 {
 		t.Errorf("edge CPU limit %s != request %s: GOMAXPROCS follows the limit, and the autoscaler the request", lim, c.Resources.Requests.Cpu())
