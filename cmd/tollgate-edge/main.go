@@ -21,7 +21,6 @@ func main() {
 	defer stop()
 	if err := edgecmd.Run(ctx, os.Args[1:]); err != nil {
 		fmt.Fprintf(os.Stderr, "tollgate-edge: %v\n", err)
-		stop()
 		os.Exit(1)
 	}
 }
