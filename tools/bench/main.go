@@ -60,6 +60,7 @@ type bench struct {
 	redisURL     string
 	s2Limit      bool
 	meterOff     bool       // the edges run with TOLLGATE_METER=off (metering's cost: compare with a run without)
+	nginxForward bool       // -nginx-forward: nginx adds the forwarding headers and request id Tollgate adds
 	traceSamples []float64  // -traces: the perf scenarios again with the edge exporting traces at each rate (traces.go)
 	sink         *traceSink // where those traces go, once started
 	s7Rate       int        // S7: the base rate (the burst is 10×)
@@ -126,6 +127,7 @@ func run() int {
 	flag.StringVar(&b.pgAdmin, "pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres to create the run's databases on")
 	flag.StringVar(&b.redisURL, "redis", "", "TOLLGATE_REDIS_URL for the edges (empty: local limits only)")
 	flag.BoolVar(&b.meterOff, "meter-off", false, "start the edges with TOLLGATE_METER=off (no usage metering); metering's cost is S1/S2 of a run without it minus a run with it")
+	flag.BoolVar(&b.nginxForward, "nginx-forward", true, "nginx proxies as Tollgate does on the wire: it sends the upstream X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and an X-Request-Id, and returns the id to the client (false: nginx's bare proxy_pass, which sends and returns neither)")
 	flag.BoolVar(&b.s2Limit, "s2-ratelimit", false, "S2: add a rate limit that is never reached (rps=burst=1e6) to the route, and limit_req to nginx")
 	flag.IntVar(&b.s7Rate, "s7-rate", 1000, "S7: base request rate; the burst is 10× it for 1 s")
 	flag.IntVar(&b.noisyLimit, "noisy-limit", 500, "noisy: tenant A's platform-plan rate limit (it is flooded at 10×)")

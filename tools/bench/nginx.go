@@ -126,6 +126,16 @@ type proxyLoc struct {
 	ws       bool   // S6: a WebSocket location, proxied to bench_ws with the upgrade headers
 }
 
+// nginxForwardConf makes nginx tell the upstream what the edge tells it (edge/proxy.go's
+// forwardHeaders: the client's address, scheme and host, a request id) and return the id
+// to the client, as the edge does, so the two put the same headers on the wire
+// (-nginx-forward). $request_id is 16 random bytes in hex, the edge's a counter's.
+const nginxForwardConf = "\t\t\tproxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n" +
+	"\t\t\tproxy_set_header X-Forwarded-Proto $scheme;\n" +
+	"\t\t\tproxy_set_header X-Forwarded-Host $host;\n" +
+	"\t\t\tproxy_set_header X-Request-Id $request_id;\n" +
+	"\t\t\tadd_header X-Request-Id $request_id always;\n"
+
 // startProxy starts the nginx proxy under test: workers workers pinned to cpus, an upstream
 // block with keepalive 64 and HTTP/1.1 with the Connection header cleared, as the nginx
 // docs recommend for upstream keep-alive. With tlsPort set every site is also served
@@ -196,7 +206,11 @@ func startProxy(ctx context.Context, b *bench, port, tlsPort, upPort, workers in
 			if up == "" {
 				up = "bench_upstream"
 			}
-			fmt.Fprintf(&s, "\t\t\tproxy_pass http://%s;\n\t\t\tproxy_http_version 1.1;\n\t\t\tproxy_set_header Connection \"\";\n\t\t}\n", up)
+			fmt.Fprintf(&s, "\t\t\tproxy_pass http://%s;\n\t\t\tproxy_http_version 1.1;\n\t\t\tproxy_set_header Connection \"\";\n", up)
+			if b.nginxForward {
+				s.WriteString(nginxForwardConf)
+			}
+			s.WriteString("\t\t}\n")
 		}
 		s.WriteString("\t}\n")
 	}

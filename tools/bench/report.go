@@ -44,6 +44,11 @@ func (r *report) describeTools() {
 		firstLine(nginxBin(), "-v"),
 		firstLine("wrk", "-v"),
 	}
+	if r.b.nginxForward {
+		r.tools = append(r.tools, "nginx adds X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id towards the upstream and returns X-Request-Id, as Tollgate does (-nginx-forward=false: bare proxy_pass)")
+	} else {
+		r.tools = append(r.tools, "nginx proxies with a bare proxy_pass: no forwarding headers or request id, which Tollgate adds (-nginx-forward=false)")
+	}
 	if r.b.meterOff {
 		r.tools = append(r.tools, "Tollgate edges with TOLLGATE_METER=off: usage metering disabled (the cost of metering)")
 	}
