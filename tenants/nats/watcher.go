@@ -275,7 +275,9 @@ func (w *Watcher) handle(m jetstream.Msg) {
 		return
 	}
 	u := Update{
-		Key:      strings.TrimPrefix(m.Subject(), w.prefix),
+		// A copy: the key is kept as long as its entry (the edge keeps one per route),
+		// and as a substring it would keep the whole subject, prefix and all.
+		Key:      strings.Clone(strings.TrimPrefix(m.Subject(), w.prefix)),
 		Revision: meta.Sequence.Stream,
 		Pending:  meta.NumPending,
 	}
