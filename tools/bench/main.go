@@ -71,11 +71,12 @@ type bench struct {
 	edgeBin      string // the tollgate-edge binary the edges run; empty: they run `bin edge`
 	edgeBinary   string // -edge-binary
 	edgeInConfig bool
-	upPort       int // the shared upstream, once started
-	canaryPort   int // S4's canary upstream, once started
-	wsPort       int // S6's WebSocket echo upstream, once started
-	wsConns      int // S6: tunnels held open
-	wsRate       int // S6: messages per second over all tunnels
+	upPort       int           // the shared upstream, once started
+	canaryPort   int           // S4's canary upstream, once started
+	wsPort       int           // S6's WebSocket echo upstream, once started
+	wsConns      int           // S6: tunnels held open
+	wsRate       int           // S6: messages per second over all tunnels
+	wsSettle     time.Duration // S6: idle wait between the upgrades and the trickle
 	tlsCert      string
 	tlsKey       string // S9: the run's certificate and key, once written
 	s3Seen       s3Seen
@@ -134,6 +135,7 @@ func run() int {
 	flag.IntVar(&b.noisyRate, "noisy-rate", 1000, "noisy: tenant B's request rate")
 	flag.IntVar(&b.wsConns, "ws-conns", 2000, "S6: WebSocket tunnels held open through the gateway")
 	flag.IntVar(&b.wsRate, "ws-rate", 2000, "S6: messages per second, spread over all tunnels (each echoed back)")
+	flag.DurationVar(&b.wsSettle, "ws-settle", 12*time.Second, "S6: how long the tunnels stay open and idle between the upgrades and the trickle; the gateway's CPU meanwhile is reported apart, not counted per message")
 	flag.IntVar(&b.soakRate, "soak-rate", 500, "soak: requests per second of the mixed traffic")
 	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root); with -compare, side B")
 	flag.StringVar(&b.edgeBinary, "edge-binary", "tollgate-edge", "what the edges run: tollgate-edge (the edge-only binary, go build ./cmd/tollgate-edge, as the deploy files run it) or tollgate (`tollgate edge`); with -bin or -compare, always tollgate")

@@ -378,17 +378,27 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 			return bases[gw]
 		}
 		for _, sc := range scs {
-			for _, gw := range b.gateways {
-				if sc.ws {
-					w, err := b.measureWS(ctx, gw, procs, sc, targets[gw], bases[gw])
-					if err != nil {
-						return err
+			if sc.ws {
+				// S6 in rounds too, the gateways' order alternating, for a per-round ratio.
+				for round := 1; round <= max(1, b.rnd.rounds); round++ {
+					order := slices.Clone(b.gateways)
+					if round%2 == 0 {
+						slices.Reverse(order)
 					}
-					rep.ws = append(rep.ws, w)
-					fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  %d tunnels  RSS +%.1f KiB/tunnel  %.1f µs CPU/upgrade  %.2f µs CPU/message  p99 %s  lost %d\n",
-						sc.id, gw, procs, w.client.Opened, w.kibPerConn(), w.usPerUpgrade, w.usPerMsg, fmtUS(w.client.P99), w.client.Sent-w.client.Received)
-					continue
+					for _, gw := range order {
+						w, err := b.measureWS(ctx, gw, procs, sc, targets[gw], bases[gw])
+						if err != nil {
+							return err
+						}
+						w.round = round
+						rep.ws = append(rep.ws, w)
+						fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  round %d  %d tunnels  RSS +%.1f KiB/tunnel  %.1f µs CPU/upgrade  settling %.0f ms CPU  %.2f µs CPU/message  p99 %s  lost %d\n",
+							sc.id, gw, procs, round, w.client.Opened, w.kibPerConn(), w.usPerUpgrade, w.settleCPUSec*1000, w.usPerMsg, fmtUS(w.client.P99), w.client.Sent-w.client.Received)
+					}
 				}
+				continue
+			}
+			for _, gw := range b.gateways {
 				if b.rnd.rounds > 1 {
 					continue // measured in rounds, below
 				}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -300,24 +301,51 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 	}
 	fmt.Fprintf(s, "## S6: WebSocket tunnels\n\n%d tunnels opened through the gateway (16 upgrades at a time) by the bench's client, "+
 		"then %d messages/s (32-byte text frames, round-robin over the tunnels) echoed by the bench's upstream for %s; both on CPU %s. "+
-		"RSS per tunnel = (gateway RSS with the tunnels open, 1 s after the last upgrade − before) ÷ tunnels; CPU per message = gateway CPU during the trickle ÷ "+
-		"messages echoed (a frame each way); CPU per upgrade = gateway CPU while opening ÷ tunnels. nginx: proxy_http_version 1.1 with Upgrade/Connection headers. "+
+		"RSS per tunnel = (gateway RSS with the tunnels open, 1 s after the last upgrade − before) ÷ tunnels; CPU per upgrade = gateway CPU while opening ÷ tunnels. "+
+		"Then the tunnels stay open and idle for %s (*settling*: the gateway's CPU and RSS over and after that wait, one-off work after the burst such as the edge's memory return), "+
+		"and CPU per message = gateway CPU during the trickle that follows ÷ messages echoed (a frame each way). nginx: proxy_http_version 1.1 with Upgrade/Connection headers. "+
 		"Gateway CPU is read in clock ticks (%d/s): at small totals the per-message figure is ±1 tick.\n\n",
-		r.b.wsConns, r.b.wsRate, r.b.duration, r.b.loadCPUs, r.b.tick)
-	s.WriteString("| gateway | procs | tunnels | opened in | RSS before | RSS open | KiB/tunnel | CPU µs/upgrade | messages | CPU µs/message | p50 | p99 | lost | closed by gateway | KiB/tunnel vs nginx | µs/message vs nginx |\n")
-	s.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		r.b.wsConns, r.b.wsRate, r.b.duration, r.b.loadCPUs, r.b.wsSettle, r.b.tick)
+	s.WriteString("| gateway | procs | round | tunnels | opened in | RSS before | RSS open | KiB/tunnel | CPU µs/upgrade | settling: CPU ms, RSS after | messages | CPU µs/message | p50 | p99 | lost | closed by gateway | KiB/tunnel vs nginx | µs/message vs nginx |\n")
+	s.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	type key struct{ procs int }
+	perMsg, perTunnel := map[key][]float64{}, map[key][]float64{}
+	var keys []key
 	for _, w := range r.ws {
 		memN, cpuN := "-", "-"
 		if w.gateway != "nginx" {
 			for _, n := range r.ws {
-				if n.gateway == "nginx" && n.procs == w.procs {
+				if n.gateway == "nginx" && n.procs == w.procs && n.round == w.round {
 					memN, cpuN = ratio(w.kibPerConn(), n.kibPerConn()), ratio(w.usPerMsg, n.usPerMsg)
+					k := key{w.procs}
+					if _, ok := perMsg[k]; !ok {
+						keys = append(keys, k)
+					}
+					if n.usPerMsg > 0 {
+						perMsg[k] = append(perMsg[k], w.usPerMsg/n.usPerMsg)
+					}
+					if n.kibPerConn() > 0 {
+						perTunnel[k] = append(perTunnel[k], w.kibPerConn()/n.kibPerConn())
+					}
 				}
 			}
 		}
-		fmt.Fprintf(s, "| %s | %d | %d | %.2fs | %s | %s | %.1f | %.1f | %d | %.2f | %s | %s | %d | %d | %s | %s |\n",
-			w.gateway, w.procs, w.client.Opened, w.client.OpenSeconds, fmtKB(w.rss0), fmtKB(w.rss1), w.kibPerConn(), w.usPerUpgrade,
-			w.client.Received, w.usPerMsg, fmtUS(w.client.P50), fmtUS(w.client.P99), w.client.Sent-w.client.Received, w.client.ClosedByTheGateway, memN, cpuN)
+		fmt.Fprintf(s, "| %s | %d | %d | %d | %.2fs | %s | %s | %.1f | %.1f | %.0f, %s | %d | %.2f | %s | %s | %d | %d | %s | %s |\n",
+			w.gateway, w.procs, w.round, w.client.Opened, w.client.OpenSeconds, fmtKB(w.rss0), fmtKB(w.rss1), w.kibPerConn(), w.usPerUpgrade,
+			w.settleCPUSec*1000, fmtKB(w.rssSettled), w.client.Received, w.usPerMsg, fmtUS(w.client.P50), fmtUS(w.client.P99), w.client.Sent-w.client.Received, w.client.ClosedByTheGateway, memN, cpuN)
 	}
 	s.WriteString("\n")
+	medianOf := func(xs []float64) string {
+		if len(xs) == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f× (%.2f–%.2f)", tailMedian(xs), slices.Min(xs), slices.Max(xs))
+	}
+	for _, k := range keys {
+		fmt.Fprintf(s, "- Tollgate ÷ nginx at %d proc(s), median of %d rounds (min–max): CPU per message %s, RSS per tunnel %s\n",
+			k.procs, len(perMsg[k]), medianOf(perMsg[k]), medianOf(perTunnel[k]))
+	}
+	if len(keys) > 0 {
+		s.WriteString("\n")
+	}
 }

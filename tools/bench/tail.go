@@ -708,13 +708,15 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 		"log-linear histograms, ≤0.4%% error), nginx and Tollgate at %d proc(s) in %d interleaved rounds, the order alternating, "+
 		"%s warm-up + %s measured per run. Figures are medians over rounds; ratios are Tollgate ÷ nginx per round, then their median (min–max). "+
 		"*late*: sends the generator itself made ≥1 ms behind schedule with its connection free (a run with more than 1%% late is flagged: the load side, not the gateway, was behind); "+
-		"*queued*: requests that waited for their connection's previous answer (counted in their latency).\n\n",
+		"*queued*: requests that waited for their connection's previous answer (counted in their latency); "+
+		"*busy*: the gateway's CPU seconds ÷ wall seconds over the run, warm-up included; at the same rate sent, *busy ÷ nginx* is the ratio of CPU per request at equal load, "+
+		"which the closed-loop sweep's cannot give (there each gateway's rate is what the saturated load side gets out of it).\n\n",
 		t.procs, r.b.conns, t.maxQPS, fmtQPSList(t.maxRuns), r.b.loadCPUs, t.conns, t.procs, t.rounds, r.b.warmup, r.b.duration)
-	s.WriteString("| load | gateway | rate sent | p50 | p99 | p99.9 | max | p99 ÷ nginx | p99.9 ÷ nginx | busy | late | queued | errors + non-2xx | flagged rounds |\n")
-	s.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	s.WriteString("| load | gateway | rate sent | p50 | p99 | p99.9 | max | p99 ÷ nginx | p99.9 ÷ nginx | busy | busy ÷ nginx | late | queued | errors + non-2xx | flagged rounds |\n")
+	s.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, frac := range t.fracs {
 		for _, gw := range t.gateways {
-			var p50, p99, p999, mx, rate, busy, r99, r999 []float64
+			var p50, p99, p999, mx, rate, busy, r99, r999, rbusy []float64
 			var late, queued, bad int64
 			flagged := 0
 			for _, run := range t.runs {
@@ -735,6 +737,9 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 					if n.frac == frac && n.round == run.round && n.gateway == "nginx" && n.res.P99 > 0 && n.res.P999 > 0 {
 						r99 = append(r99, x.P99/n.res.P99)
 						r999 = append(r999, x.P999/n.res.P999)
+						if n.busy > 0 {
+							rbusy = append(rbusy, run.busy/n.busy)
+						}
 					}
 				}
 			}
@@ -747,9 +752,9 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 				}
 				return fmt.Sprintf("%.2f× (%.2f–%.2f)", tailMedian(xs), slices.Min(xs), slices.Max(xs))
 			}
-			fmt.Fprintf(s, "| %.0f%% | %s | %.0f/s | %s | %s | %s | %s | %s | %s | %.2f | %d | %d | %d | %d of %d |\n",
+			fmt.Fprintf(s, "| %.0f%% | %s | %.0f/s | %s | %s | %s | %s | %s | %s | %.2f | %s | %d | %d | %d | %d of %d |\n",
 				frac*100, gw, tailMedian(rate), fmtUS(tailMedian(p50)), fmtUS(tailMedian(p99)), fmtUS(tailMedian(p999)), fmtUS(tailMedian(mx)),
-				ratio(r99), ratio(r999), tailMedian(busy), late, queued, bad, flagged, len(p99))
+				ratio(r99), ratio(r999), tailMedian(busy), ratio(rbusy), late, queued, bad, flagged, len(p99))
 		}
 	}
 	s.WriteString("\nEvery run (*GCs*: the edge's collections during the run, warm-up included, and their stop-the-world pauses in all):\n\n")

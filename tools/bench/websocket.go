@@ -9,6 +9,12 @@ package main
 // gateway's RSS before and after the tunnels open gives memory per tunnel; its CPU time
 // over the opening and over the trickle gives CPU per upgrade and per message (one
 // message is a frame each way: client → gateway → upstream and back).
+//
+// Between the two the bench waits -ws-settle with the tunnels idle, and reports the
+// gateway's CPU in that wait apart: work a gateway does once after a burst (the edge's
+// memory return, edge/memory.go: two collections, which scan every tunnel's two
+// goroutine stacks, then the pages handed back) is not a cost of the messages that
+// happen to follow it.
 
 import (
 	"bufio"
@@ -354,12 +360,15 @@ func wsDial(spec *wsSpec) (net.Conn, *bufio.Reader, error) {
 type wsResult struct {
 	gateway       string
 	procs         int
+	round         int
 	client        wsClientResult
 	rss0, rss1    int64 // KB: before the tunnels, with them open (after the trickle: rss2)
 	rss2          int64
+	rssSettled    int64 // KB: with them open, after -ws-settle
 	usPerUpgrade  float64
 	usPerMsg      float64
 	trickleCPUSec float64
+	settleCPUSec  float64 // CPU during -ws-settle, the tunnels open and idle
 }
 
 func (w wsResult) kibPerConn() float64 {
@@ -429,6 +438,16 @@ func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfSce
 	}
 	res.rss1 = u1.rssKB
 	res.usPerUpgrade = float64(u1.ticks-u0.ticks) / float64(b.tick) * 1e6 / float64(op.Opened)
+	if b.wsSettle > 0 {
+		time.Sleep(b.wsSettle)
+		us, err := groupUsage(p.pid())
+		if err != nil {
+			return res, p.failure(err.Error())
+		}
+		res.settleCPUSec = float64(us.ticks-u1.ticks) / float64(b.tick)
+		u1 = us
+	}
+	res.rssSettled = u1.rssKB
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		return res, err
 	}
