@@ -1,0 +1,59 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// S6's rounds give a per-round ratio to nginx, and the settling CPU is shown apart.
+func TestWSMarkdownRounds(t *testing.T) {
+	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}, wsConns: 10, wsRate: 10,
+		wsSettle: 12 * time.Second, duration: 5 * time.Second, tick: 100}
+	r := newReport(b)
+	ws := func(gw string, round int, usPerMsg float64, rss1 int64, settle float64) wsResult {
+		return wsResult{gateway: gw, procs: 1, round: round, usPerMsg: usPerMsg, rss0: 1000, rss1: rss1,
+			rssSettled: rss1, settleCPUSec: settle, client: wsClientResult{Opened: 10, Sent: 50, Received: 50}}
+	}
+	r.ws = []wsResult{
+		ws("nginx", 1, 40, 1100, 0), ws("tollgate", 1, 60, 1200, 0.07),
+		ws("tollgate", 2, 50, 1200, 0.01), ws("nginx", 2, 50, 1100, 0),
+		ws("nginx", 3, 50, 1100, 0), ws("tollgate", 3, 100, 1200, 0.02),
+	}
+	var s strings.Builder
+	r.wsMarkdown(&s)
+	md := s.String()
+	for _, want := range []string{
+		"idle for 12s (*settling*",
+		"| tollgate | 1 | 1 | 10 |",
+		"| 70, 1.2 MiB |",
+		// rounds: 60/40 = 1.5, 50/50 = 1, 100/50 = 2; RSS per tunnel 20/10 = 2 in each.
+		"Tollgate ÷ nginx at 1 proc(s), median of 3 rounds (min–max): CPU per message 1.50× (1.00–2.00), RSS per tunnel 2.00× (2.00–2.00)",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("S6 report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// At the same rate, the tail's busy ratio is the ratio of CPU per request.
+func TestTailMarkdownBusyRatio(t *testing.T) {
+	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}, duration: 5 * time.Second, warmup: 2 * time.Second}
+	r := newReport(b)
+	res := tailResult{P50: 100, P99: 1000, P999: 2000, Max: 3000}
+	r.tail = &tailReport{procs: 1, maxQPS: 1000, maxRuns: []float64{1000}, gateways: []string{"nginx", "tollgate"},
+		fracs: []float64{0.5}, conns: 64, rounds: 2, runs: []tailRun{
+			{gateway: "nginx", frac: 0.5, round: 1, res: res, busy: 0.50},
+			{gateway: "tollgate", frac: 0.5, round: 1, res: res, busy: 0.55},
+			{gateway: "tollgate", frac: 0.5, round: 2, res: res, busy: 0.60},
+			{gateway: "nginx", frac: 0.5, round: 2, res: res, busy: 0.50},
+		}}
+	var s strings.Builder
+	r.tailMarkdown(&s)
+	md := s.String()
+	for _, want := range []string{"busy ÷ nginx", "| 1.15× (1.10–1.20) |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("tail report lacks %q:\n%s", want, md)
+		}
+	}
+}
