@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 )
@@ -308,16 +307,15 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 		r.b.wsConns, r.b.wsRate, r.b.duration, r.b.loadCPUs, r.b.wsSettle, r.b.tick)
 	s.WriteString("| gateway | procs | round | tunnels | opened in | RSS before | RSS open | KiB/tunnel | CPU µs/upgrade | settling: CPU ms, RSS after | messages | CPU µs/message | p50 | p99 | lost | closed by gateway | KiB/tunnel vs nginx | µs/message vs nginx |\n")
 	s.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	type key struct{ procs int }
-	perMsg, perTunnel := map[key][]float64{}, map[key][]float64{}
-	var keys []key
+	perMsg, perTunnel := map[int][]float64{}, map[int][]float64{} // by procs
+	var keys []int
 	for _, w := range r.ws {
 		memN, cpuN := "-", "-"
 		if w.gateway != "nginx" {
 			for _, n := range r.ws {
 				if n.gateway == "nginx" && n.procs == w.procs && n.round == w.round {
 					memN, cpuN = ratio(w.kibPerConn(), n.kibPerConn()), ratio(w.usPerMsg, n.usPerMsg)
-					k := key{w.procs}
+					k := w.procs
 					if _, ok := perMsg[k]; !ok {
 						keys = append(keys, k)
 					}
@@ -335,15 +333,9 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 			w.settleCPUSec*1000, fmtKB(w.rssSettled), w.client.Received, w.usPerMsg, fmtUS(w.client.P50), fmtUS(w.client.P99), w.client.Sent-w.client.Received, w.client.ClosedByTheGateway, memN, cpuN)
 	}
 	s.WriteString("\n")
-	medianOf := func(xs []float64) string {
-		if len(xs) == 0 {
-			return "-"
-		}
-		return fmt.Sprintf("%.2f× (%.2f–%.2f)", tailMedian(xs), slices.Min(xs), slices.Max(xs))
-	}
 	for _, k := range keys {
 		fmt.Fprintf(s, "- Tollgate ÷ nginx at %d proc(s), median of %d rounds (min–max): CPU per message %s, RSS per tunnel %s\n",
-			k.procs, len(perMsg[k]), medianOf(perMsg[k]), medianOf(perTunnel[k]))
+			k, len(perMsg[k]), fmtRatios(perMsg[k]), fmtRatios(perTunnel[k]))
 	}
 	if len(keys) > 0 {
 		s.WriteString("\n")

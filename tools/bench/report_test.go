@@ -23,17 +23,13 @@ func TestWSMarkdownRounds(t *testing.T) {
 	var s strings.Builder
 	r.wsMarkdown(&s)
 	md := s.String()
-	for _, want := range []string{
+	reportHas(t, md,
 		"idle for 12s (*settling*",
 		"| tollgate | 1 | 1 | 10 |",
 		"| 70, 1.2 MiB |",
 		// rounds: 60/40 = 1.5, 50/50 = 1, 100/50 = 2; RSS per tunnel 20/10 = 2 in each.
 		"Tollgate ÷ nginx at 1 proc(s), median of 3 rounds (min–max): CPU per message 1.50× (1.00–2.00), RSS per tunnel 2.00× (2.00–2.00)",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("S6 report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 }
 
 // At the same rate, the tail's busy ratio is the ratio of CPU per request.
@@ -51,9 +47,15 @@ func TestTailMarkdownBusyRatio(t *testing.T) {
 	var s strings.Builder
 	r.tailMarkdown(&s)
 	md := s.String()
-	for _, want := range []string{"busy ÷ nginx", "| 1.15× (1.10–1.20) |"} {
+	reportHas(t, md, "busy ÷ nginx", "| 1.15× (1.10–1.20) |")
+}
+
+// reportHas fails t for each of wants that the report md lacks.
+func reportHas(t *testing.T, md string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
 		if !strings.Contains(md, want) {
-			t.Errorf("tail report lacks %q:\n%s", want, md)
+			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
 }

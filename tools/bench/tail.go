@@ -674,6 +674,14 @@ func freeAddr() (string, error) {
 	return fmt.Sprintf("127.0.0.1:%d", p), nil
 }
 
+// fmtRatios is per-round ratios as their median and extremes: "1.05× (0.98–1.12)".
+func fmtRatios(xs []float64) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f× (%.2f–%.2f)", tailMedian(xs), slices.Min(xs), slices.Max(xs))
+}
+
 func tailMedian(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
@@ -746,15 +754,9 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 			if len(p99) == 0 {
 				continue
 			}
-			ratio := func(xs []float64) string {
-				if len(xs) == 0 {
-					return "-"
-				}
-				return fmt.Sprintf("%.2f× (%.2f–%.2f)", tailMedian(xs), slices.Min(xs), slices.Max(xs))
-			}
 			fmt.Fprintf(s, "| %.0f%% | %s | %.0f/s | %s | %s | %s | %s | %s | %s | %.2f | %s | %d | %d | %d | %d of %d |\n",
 				frac*100, gw, tailMedian(rate), fmtUS(tailMedian(p50)), fmtUS(tailMedian(p99)), fmtUS(tailMedian(p999)), fmtUS(tailMedian(mx)),
-				ratio(r99), ratio(r999), tailMedian(busy), ratio(rbusy), late, queued, bad, flagged, len(p99))
+				fmtRatios(r99), fmtRatios(r999), tailMedian(busy), fmtRatios(rbusy), late, queued, bad, flagged, len(p99))
 		}
 	}
 	s.WriteString("\nEvery run (*GCs*: the edge's collections during the run, warm-up included, and their stop-the-world pauses in all):\n\n")
