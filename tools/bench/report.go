@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -316,7 +317,7 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 				if n.gateway == "nginx" && n.procs == w.procs && n.round == w.round {
 					memN, cpuN = ratio(w.kibPerConn(), n.kibPerConn()), ratio(w.usPerMsg, n.usPerMsg)
 					k := w.procs
-					if _, ok := perMsg[k]; !ok {
+					if !slices.Contains(keys, k) {
 						keys = append(keys, k)
 					}
 					if n.usPerMsg > 0 {

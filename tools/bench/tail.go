@@ -718,7 +718,7 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 		"*late*: sends the generator itself made ≥1 ms behind schedule with its connection free (a run with more than 1%% late is flagged: the load side, not the gateway, was behind); "+
 		"*queued*: requests that waited for their connection's previous answer (counted in their latency); "+
 		"*busy*: the gateway's CPU seconds ÷ wall seconds over the run, warm-up included; at the same rate sent, *busy ÷ nginx* is the ratio of CPU per request at equal load, "+
-		"which the closed-loop sweep's cannot give (there each gateway's rate is what the saturated load side gets out of it).\n\n",
+		"which the closed-loop sweep cannot give (there each gateway's rate is what the saturated load side gets out of it).\n\n",
 		t.procs, r.b.conns, t.maxQPS, fmtQPSList(t.maxRuns), r.b.loadCPUs, t.conns, t.procs, t.rounds, r.b.warmup, r.b.duration)
 	s.WriteString("| load | gateway | rate sent | p50 | p99 | p99.9 | max | p99 ÷ nginx | p99.9 ÷ nginx | busy | busy ÷ nginx | late | queued | errors + non-2xx | flagged rounds |\n")
 	s.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
