@@ -254,6 +254,7 @@ func (r *report) compareMarkdown(s *strings.Builder) {
 		c.set.rounds, b.threads, b.conns, b.loadCPUs, b.warmup, b.duration)
 	s.WriteString("- per round: B ÷ A of the gateway's CPU µs/req (below 1: B spends less per request) and of QPS; " +
 		"the table gives their median over the rounds used, the extremes (min–max) and the interquartile range (Q1–Q3)\n")
+	s.WriteString(ciRule)
 	s.WriteString("- a round is flagged when either build's measurement was disturbed: " + c.set.flagRule() + "\n\n")
 	withNginx := slices.ContainsFunc(c.rounds, func(r pairRound) bool { return r.nginx != nil })
 	head := []string{"A µs/req", "B µs/req"}

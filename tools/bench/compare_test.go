@@ -35,6 +35,43 @@ func TestSpreadOf(t *testing.T) {
 	}
 }
 
+func TestMedianCI(t *testing.T) {
+	seq := func(n int) []float64 {
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = float64(i)
+		}
+		return v
+	}
+	for _, c := range []struct {
+		n      int
+		ok     bool
+		lo, hi float64 // ranks from 0, as tables of the sign test give them
+	}{
+		{5, false, 0, 0}, // 2 × 1/32 > 5%: no 95% interval
+		{6, true, 0, 5},  // 2 × 1/64 = 3.1%
+		{9, true, 1, 7},  // 2 × 10/512 = 3.9%
+		{20, true, 5, 14},
+		{41, true, 13, 27},
+		{1001, true, 469, 531},
+	} {
+		lo, hi, ok := medianCI(seq(c.n), 0.95)
+		if ok != c.ok || (ok && (lo != c.lo || hi != c.hi)) {
+			t.Errorf("medianCI of %d values = %v–%v (ok %v), want %v–%v (ok %v)", c.n, lo, hi, ok, c.lo, c.hi, c.ok)
+		}
+	}
+	sp := spreadOf([]float64{1.00, 0.98, 1.02, 0.99, 1.01, 1.03, 0.97})
+	if !sp.ciOK || sp.ciLo != 0.97 || sp.ciHi != 1.03 || math.Abs(sp.ciHalf()-0.03) > 1e-9 {
+		t.Errorf("spreadOf's interval = %v–%v ±%v (ok %v), want 0.97–1.03 ±0.03", sp.ciLo, sp.ciHi, sp.ciHalf(), sp.ciOK)
+	}
+	if got := fmtCI(sp); got != "0.970–1.030 (±3.0%)" {
+		t.Errorf("fmtCI = %q", got)
+	}
+	if got := fmtCI(spreadOf([]float64{1, 1, 1})); got != "-" {
+		t.Errorf("fmtCI of 3 values = %q, want -", got)
+	}
+}
+
 // round makes a round of the given µs/req and QPS on each side; why flags side A.
 func round(sc string, n int, aUS, bUS, aQPS, bQPS float64, why string) pairRound {
 	res := func(us, qps float64) perfResult {
@@ -244,7 +281,7 @@ func TestCompareMarkdown(t *testing.T) {
 	reportHas(t, md,
 		"the same binary",
 		"| S1 | 1 | 4 of 5 | 1.005 | 0.990–1.020 |",
-		"all 5 rounds with the flagged ones (not a figure to quote): µs/req B÷A median 1.010 (0.990–1.500)",
+		"all 5 rounds with the flagged ones (not a figure to quote): µs/req B÷A median 1.010 (0.990–1.500; 95% CI -)",
 		"| S1 | 1 | 3 | A | 20.00 | 30.00 | 1.500 |",
 		"A: gateway busy 0.50 < 0.90 |",
 		"flagged rounds are left out of the medians",
@@ -289,7 +326,7 @@ func TestCompareMarkdownNginx(t *testing.T) {
 	md := r.markdown()
 	reportHas(t, md,
 		"| A µs/req | B µs/req | A÷nginx | B÷nginx |",
-		"| S1 | 1 | 5 of 5 | 1.100 | 1.100–1.100 | 1.100–1.100 | 1.000 |",
+		"| S1 | 1 | 5 of 5 | 1.100 | 1.100–1.100 | 1.100–1.100 | - | 1.000 |",
 		"| 20.00 | 22.00 | 1.250 | 1.375 |",
 		"| nginx µs/req | flag |",
 		"| ?/? | 16.00 |  |",
@@ -466,8 +503,9 @@ func TestRoundsMarkdown(t *testing.T) {
 	md := r.markdown()
 	reportHas(t, md,
 		"nginx first in odd rounds, tollgate in even ones",
-		"| scenario | procs | rounds used | µs/req T÷N median | min–max | Q1–Q3 | QPS T÷N median | min–max | Q1–Q3 | Tollgate µs/req | nginx µs/req |",
-		"| S1 | 1 | 5 of 5 | 0.900 | 0.900–0.900 | 0.900–0.900 | 1.111 |",
+		"| scenario | procs | rounds used | µs/req T÷N median | min–max | Q1–Q3 | 95% CI of the median | QPS T÷N median | min–max | Q1–Q3 | Tollgate µs/req | nginx µs/req |",
+		"| S1 | 1 | 5 of 5 | 0.900 | 0.900–0.900 | 0.900–0.900 | - | 1.111 |",
+		"- *95% CI of the median*: the order statistics that hold the median ratio",
 		"| S2 | 1 | 4 of 5 | 0.990 |",
 		"- S2 at 1 proc(s), all 5 rounds with the flagged ones (not a figure to quote)",
 		"### tollgate against its own baselines, same round",
@@ -477,4 +515,27 @@ func TestRoundsMarkdown(t *testing.T) {
 		"Each row is the round with the median µs/req",
 		"or the load side's CPUs busy at least 98% of the window",
 	)
+}
+
+func TestCPUSince(t *testing.T) {
+	const tick = 100
+	for _, c := range []struct {
+		u0, u usage
+		want  float64
+	}{
+		{usage{ticks: 100, ns: 1_000_000_000}, usage{ticks: 201, ns: 2_004_500_000}, 1.0045}, // ns where both have it
+		{usage{ticks: 100}, usage{ticks: 201, ns: 2_004_500_000}, 1.01},                      // ticks when one lacks ns
+		{usage{ticks: 100, ns: 1_000_000_000}, usage{ticks: 201, ns: 1_500_000_000}, 1.01},   // a thread's run time lost: ticks
+	} {
+		if got := c.u.cpuSince(c.u0, tick); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("cpuSince(%+v, %+v) = %v, want %v", c.u0, c.u, got, c.want)
+		}
+	}
+	// This process's run time grows as it burns CPU, in nanoseconds.
+	n0 := runNS(os.Getpid())
+	for end := time.Now().Add(30 * time.Millisecond); time.Now().Before(end); {
+	}
+	if n1 := runNS(os.Getpid()); n0 <= 0 || n1-n0 < int64(20*time.Millisecond) {
+		t.Errorf("runNS: %d then %d after 30 ms of spinning", n0, n1)
+	}
 }

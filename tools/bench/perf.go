@@ -500,7 +500,7 @@ func (b *bench) measureWarm(ctx context.Context, warm time.Duration, gw string, 
 	if gw == "tollgate" && lr.Requests > 0 {
 		r.redisPerReq = (b.redisCommands(b.perfAdmin) - redis0) / float64(lr.Requests)
 	}
-	r.cpuSec = float64(u1.ticks-u0.ticks) / float64(b.tick)
+	r.cpuSec = u1.cpuSince(u0, b.tick)
 	if lr.Requests > 0 {
 		r.usPerReq = r.cpuSec * 1e6 / float64(lr.Requests)
 	}

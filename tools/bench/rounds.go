@@ -50,10 +50,22 @@ func quotient(x, y float64) float64 {
 }
 
 // spread summarises a sample: its median, extremes and quartiles (linear interpolation
-// between order statistics, as R's default and numpy's).
+// between order statistics, as R's default and numpy's), and the median's 95% confidence
+// interval (medianCI) when the sample is large enough for one.
 type spread struct {
 	n                        int
 	median, min, max, q1, q3 float64
+	ciLo, ciHi               float64
+	ciOK                     bool
+}
+
+// ciHalf is the larger half of the median's confidence interval as a share of the median:
+// the resolution of the figure (±ciHalf). NaN without an interval.
+func (s spread) ciHalf() float64 {
+	if !s.ciOK || s.median <= 0 {
+		return math.NaN()
+	}
+	return max(s.median-s.ciLo, s.ciHi-s.median) / s.median
 }
 
 func spreadOf(xs []float64) spread {
@@ -67,7 +79,41 @@ func spreadOf(xs []float64) spread {
 		return spread{}
 	}
 	slices.Sort(v)
-	return spread{n: len(v), median: quantile(v, 0.5), min: v[0], max: v[len(v)-1], q1: quantile(v, 0.25), q3: quantile(v, 0.75)}
+	sp := spread{n: len(v), median: quantile(v, 0.5), min: v[0], max: v[len(v)-1], q1: quantile(v, 0.25), q3: quantile(v, 0.75)}
+	sp.ciLo, sp.ciHi, sp.ciOK = medianCI(v, ciLevel)
+	return sp
+}
+
+// ciLevel is the confidence of the intervals the reports give for medians.
+const ciLevel = 0.95
+
+// medianCI is a distribution-free confidence interval of the median of a sorted sample:
+// the order statistics x(j) and x(n−1−j) (from 0) for the largest j such that the chance
+// of at most j of n values falling below the true median, Binomial(n, ½), is at most
+// (1−level)/2. It assumes the values independent and nothing of their distribution: a
+// round disturbed by the machine moves the interval by one rank, not by its size. ok is
+// false when n is too small for the level (at 95%, fewer than 6 values).
+func medianCI(sorted []float64, level float64) (lo, hi float64, ok bool) {
+	n := len(sorted)
+	tail := (1 - level) / 2
+	j, cum := -1, 0.0
+	for i := 0; i < n/2; i++ {
+		cum += binomHalf(n, i)
+		if cum > tail {
+			break
+		}
+		j = i
+	}
+	if j < 0 {
+		return 0, 0, false
+	}
+	return sorted[j], sorted[n-1-j], true
+}
+
+// binomHalf is P(X = k) for X ~ Binomial(n, ½), computed in logs so large n do not underflow.
+func binomHalf(n, k int) float64 {
+	ln := func(x int) float64 { v, _ := math.Lgamma(float64(x) + 1); return v }
+	return math.Exp(ln(n) - ln(k) - ln(n-k) - float64(n)*math.Ln2)
 }
 
 // quantile of a sorted, non-empty sample.
@@ -513,15 +559,15 @@ func ownPairs(ms []roundMeasure, gw string) []pairRound {
 // QPS with their extremes and interquartile range, then extra's columns. Below it, for
 // every row that left flagged rounds out, what all its rounds would give.
 func pairTable(s *strings.Builder, rounds []pairRound, all bool, name string, extraHead []string, extra func(pairSummary) []string) {
-	fmt.Fprintf(s, "| scenario | procs | rounds used | µs/req %s median | min–max | Q1–Q3 | QPS %s median | min–max | Q1–Q3 |", name, name)
+	fmt.Fprintf(s, "| scenario | procs | rounds used | µs/req %s median | min–max | Q1–Q3 | 95%% CI of the median | QPS %s median | min–max | Q1–Q3 |", name, name)
 	for _, h := range extraHead {
 		s.WriteString(" " + h + " |")
 	}
-	s.WriteString("\n|---|---:|---:|---:|---:|---:|---:|---:|---:|" + strings.Repeat("---:|", len(extraHead)) + "\n")
+	s.WriteString("\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + strings.Repeat("---:|", len(extraHead)) + "\n")
 	used := summarisePairs(rounds, all)
 	for _, m := range used {
-		fmt.Fprintf(s, "| %s | %d | %d of %d | %s | %s | %s | %s | %s | %s |", m.scenario, m.procs, m.used, m.rounds,
-			fmtRatio(m.cpu.median, m.cpu.n), fmtRange(m.cpu.min, m.cpu.max, m.cpu.n), fmtRange(m.cpu.q1, m.cpu.q3, m.cpu.n),
+		fmt.Fprintf(s, "| %s | %d | %d of %d | %s | %s | %s | %s | %s | %s | %s |", m.scenario, m.procs, m.used, m.rounds,
+			fmtRatio(m.cpu.median, m.cpu.n), fmtRange(m.cpu.min, m.cpu.max, m.cpu.n), fmtRange(m.cpu.q1, m.cpu.q3, m.cpu.n), fmtCI(m.cpu),
 			fmtRatio(m.qps.median, m.qps.n), fmtRange(m.qps.min, m.qps.max, m.qps.n), fmtRange(m.qps.q1, m.qps.q3, m.qps.n))
 		if extra != nil {
 			for _, c := range extra(m) {
@@ -538,8 +584,8 @@ func pairTable(s *strings.Builder, rounds []pairRound, all bool, name string, ex
 	var notes []string
 	for j, m := range summarisePairs(rounds, true) {
 		if used[j].used < used[j].rounds {
-			notes = append(notes, fmt.Sprintf("- %s at %d proc(s), all %d rounds with the flagged ones (not a figure to quote): µs/req %s median %s (%s), QPS %s median %s (%s)",
-				m.scenario, m.procs, m.rounds, name, fmtRatio(m.cpu.median, m.cpu.n), fmtRange(m.cpu.min, m.cpu.max, m.cpu.n),
+			notes = append(notes, fmt.Sprintf("- %s at %d proc(s), all %d rounds with the flagged ones (not a figure to quote): µs/req %s median %s (%s; 95%% CI %s), QPS %s median %s (%s)",
+				m.scenario, m.procs, m.rounds, name, fmtRatio(m.cpu.median, m.cpu.n), fmtRange(m.cpu.min, m.cpu.max, m.cpu.n), fmtCI(m.cpu),
 				name, fmtRatio(m.qps.median, m.qps.n), fmtRange(m.qps.min, m.qps.max, m.qps.n)))
 		}
 	}
@@ -547,6 +593,20 @@ func pairTable(s *strings.Builder, rounds []pairRound, all bool, name string, ex
 		s.WriteString("\n" + strings.Join(notes, "\n") + "\n")
 	}
 }
+
+// fmtCI is a median's confidence interval with its resolution, "0.981–1.012 (±1.9%)", or
+// "-" when the sample is too small for one.
+func fmtCI(sp spread) string {
+	if !sp.ciOK {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f–%.3f (±%.1f%%)", sp.ciLo, sp.ciHi, 100*sp.ciHalf())
+}
+
+// ciRule says in the reports what the confidence interval is and how to use it.
+const ciRule = "- *95% CI of the median*: the order statistics that hold the median ratio with 95% confidence whatever the rounds' distribution " +
+	"(at least 6 rounds used; only the rounds' independence is assumed), and its larger half as a share of the median: " +
+	"a difference smaller than that ± is not a finding, and a 3% one needs ±1.5% or better (more rounds narrow it about as 1/√rounds)\n"
 
 // roundsMarkdown renders the sweep's rounds: Tollgate ÷ nginx per scenario, each gateway's
 // own ratios to its baselines, and every measurement.
@@ -566,6 +626,7 @@ func (r *report) roundsMarkdown(s *strings.Builder) {
 		"the following after %s; a %s window each\n", set.rounds, firsts, b.warmup, set.warm, b.duration)
 	s.WriteString("- per round: the ratio of CPU µs/req (below 1: Tollgate spends less per request than nginx in T÷N, the scenario less than its baseline in ÷ base) and of QPS; " +
 		"the tables give their median over the rounds used, the extremes (min–max) and the interquartile range (Q1–Q3)\n")
+	s.WriteString(ciRule)
 	s.WriteString("- a round is flagged for a ratio when either of its two measurements was disturbed: " + set.flagRule() + "\n\n")
 	if pairs := gatewayPairs(r.rounds); len(pairs) > 0 {
 		s.WriteString("### Tollgate ÷ nginx\n\n")

@@ -604,7 +604,7 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 					}
 				}
 				run := tailRun{gateway: gw, frac: frac, round: round, res: res,
-					busy: float64(u1.ticks-u0.ticks) / float64(b.tick) / wall.Seconds()}
+					busy: u1.cpuSince(u0, b.tick) / wall.Seconds()}
 				if t.s != nil {
 					gc1, pause1 := b.edgeGC(t.s.edgeAdmin)
 					run.gcs, run.gcPause = gc1-gc0, pause1-pause0

@@ -437,14 +437,14 @@ func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfSce
 		return res, p.failure(err.Error())
 	}
 	res.rss1 = u1.rssKB
-	res.usPerUpgrade = float64(u1.ticks-u0.ticks) / float64(b.tick) * 1e6 / float64(op.Opened)
+	res.usPerUpgrade = u1.cpuSince(u0, b.tick) * 1e6 / float64(op.Opened)
 	if b.wsSettle > 0 {
 		time.Sleep(b.wsSettle)
 		us, err := groupUsage(p.pid())
 		if err != nil {
 			return res, p.failure(err.Error())
 		}
-		res.settleCPUSec = float64(us.ticks-u1.ticks) / float64(b.tick)
+		res.settleCPUSec = us.cpuSince(u1, b.tick)
 		u1 = us
 	}
 	res.rssSettled = u1.rssKB
@@ -459,7 +459,7 @@ func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfSce
 		return res, p.failure(err.Error())
 	}
 	res.rss2 = u2.rssKB
-	res.trickleCPUSec = float64(u2.ticks-u1.ticks) / float64(b.tick)
+	res.trickleCPUSec = u2.cpuSince(u1, b.tick)
 	if res.client.Received > 0 {
 		res.usPerMsg = res.trickleCPUSec * 1e6 / float64(res.client.Received)
 	}
