@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -230,7 +231,8 @@ func startNginx(ctx context.Context, b *bench, name, dir, conf, cpus string, por
 	if out, err := exec.CommandContext(ctx, bin, "-t", "-q", "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", confPath).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("%s: configuration %s rejected: %v\n%s", name, confPath, err, out)
 	}
-	p, err := startProc(name, filepath.Join(dir, "stdout.log"), cpus, os.Environ(),
+	// SIGTERM if the bench dies: nginx's master then stops its workers (fast shutdown).
+	p, err := startProcSig(name, filepath.Join(dir, "stdout.log"), cpus, os.Environ(), syscall.SIGTERM,
 		bin, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", confPath)
 	if err != nil {
 		return nil, err

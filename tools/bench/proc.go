@@ -53,7 +53,16 @@ type proc struct {
 
 // startProc starts argv in its own process group, pinned to cpus (taskset -c, exec'd, so
 // the pid is the program's own) unless cpus is empty, with stdout and stderr in logPath.
+// Should the bench die without stopping it (SIGKILL, a second Ctrl-C), the kernel kills
+// it too (SIGKILL as its parent-death signal).
 func startProc(name, logPath, cpus string, env []string, argv ...string) (*proc, error) {
+	return startProcSig(name, logPath, cpus, env, syscall.SIGKILL, argv...)
+}
+
+// startProcSig is startProc with the signal the process gets when the bench dies. A
+// process that forks workers of its own (nginx) needs one it can handle: SIGKILL'd, the
+// master cannot stop its workers, which then live on, holding their port and CPU.
+func startProcSig(name, logPath, cpus string, env []string, deathSig syscall.Signal, argv ...string) (*proc, error) {
 	if cpus != "" {
 		argv = append([]string{"taskset", "-c", cpus}, argv...)
 	}
@@ -64,7 +73,7 @@ func startProc(name, logPath, cpus string, env []string, argv ...string) (*proc,
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: deathSig}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A master that stops its worker on SIGTERM, as nginx's does, and cannot on SIGKILL.
+const forkingMaster = `sleep 600 & echo "worker $!"; trap 'kill $!; exit 0' TERM; wait`
+
+// TestDeathSignalStopsWorkers: when the bench dies without stopping what it started, a
+// process started with SIGTERM as its parent-death signal takes its workers with it, and
+// one started with SIGKILL leaves them behind (which is why nginx gets SIGTERM).
+func TestDeathSignalStopsWorkers(t *testing.T) {
+	if os.Getenv("BENCH_DEATHSIG_HELPER") != "" {
+		deathSigHelper()
+		return
+	}
+	for _, c := range []struct {
+		sig       string
+		survivors bool
+	}{{"TERM", false}, {"KILL", true}} {
+		t.Run(c.sig, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run", "^TestDeathSignalStopsWorkers$")
+			cmd.Env = append(os.Environ(), "BENCH_DEATHSIG_HELPER="+c.sig, "BENCH_DEATHSIG_DIR="+t.TempDir())
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			worker := 0
+			for sc := bufio.NewScanner(out); worker == 0 && sc.Scan(); {
+				if v, ok := strings.CutPrefix(sc.Text(), "worker "); ok {
+					worker, _ = strconv.Atoi(v)
+				}
+			}
+			if worker == 0 {
+				_ = cmd.Process.Kill()
+				t.Fatalf("the helper gave no worker pid (%v)", cmd.Wait())
+			}
+			defer syscall.Kill(worker, syscall.SIGKILL)
+			_ = cmd.Process.Kill() // the bench dies without its cleanups
+			_ = cmd.Wait()
+			// A worker that is to go goes within milliseconds; give it ten seconds on a
+			// loaded machine, and one that is to stay two.
+			wait := 10 * time.Second
+			if c.survivors {
+				wait = 2 * time.Second
+			}
+			gone := false
+			for end := time.Now().Add(wait); time.Now().Before(end) && !gone; time.Sleep(20 * time.Millisecond) {
+				gone = !alive(worker)
+			}
+			if gone == c.survivors {
+				t.Errorf("death signal SIG%s: worker %d gone = %v, want %v", c.sig, worker, gone, !c.survivors)
+			}
+		})
+	}
+}
+
+// deathSigHelper plays the bench: it starts the forking master, passes on the worker's
+// pid, and waits to be killed.
+func deathSigHelper() {
+	sig := syscall.SIGTERM
+	if os.Getenv("BENCH_DEATHSIG_HELPER") == "KILL" {
+		sig = syscall.SIGKILL
+	}
+	logPath := filepath.Join(os.Getenv("BENCH_DEATHSIG_DIR"), "master.log")
+	if _, err := startProcSig("forking master", logPath, "", os.Environ(), sig, "sh", "-c", forkingMaster); err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(logPath)
+		if line, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "worker "); ok {
+			fmt.Println("worker", line)
+			time.Sleep(time.Minute)
+		}
+	}
+	os.Exit(1)
+}
+
+// alive reports whether pid is a process that has not exited (a zombie has).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && !strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
+}
