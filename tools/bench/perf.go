@@ -381,11 +381,7 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 			if sc.ws {
 				// S6 in rounds too, the gateways' order alternating, for a per-round ratio.
 				for round := 1; round <= max(1, b.rnd.rounds); round++ {
-					order := slices.Clone(b.gateways)
-					if round%2 == 0 {
-						slices.Reverse(order)
-					}
-					for _, gw := range order {
+					for _, gw := range roundOrder(b.gateways, round) {
 						w, err := b.measureWS(ctx, gw, procs, sc, targets[gw], bases[gw])
 						if err != nil {
 							return err

@@ -185,6 +185,21 @@ func runNS(pid int) int64 {
 	return sum
 }
 
+// procStat is /proc/PID/stat's fields from the state on (field 3 of proc(5) is f[0]), or
+// nil when the process is gone.
+func procStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	// The command name is in parentheses and may hold spaces: fields start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
+
 // groupUsage sums CPU time and RSS over every process whose process group is pgid.
 func groupUsage(pgid int) (usage, error) {
 	ents, err := os.ReadDir("/proc")
@@ -197,16 +212,7 @@ func groupUsage(pgid int) (usage, error) {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// The command name is in parentheses and may hold spaces: fields start after the last ')'.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
+		f := procStat(pid)
 		// f[0] state, f[2] pgrp, f[11] utime, f[12] stime (fields 3, 5, 14, 15 of proc(5)).
 		if len(f) < 13 || f[2] != strconv.Itoa(pgid) {
 			continue

@@ -92,10 +92,6 @@ func deathSigHelper() {
 
 // alive reports whether pid is a process that has not exited (a zombie has).
 func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && !strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
+	f := procStat(pid)
+	return len(f) > 0 && f[0] != "Z"
 }

@@ -305,7 +305,7 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 		"RSS per tunnel = (gateway RSS with the tunnels open, 1 s after the last upgrade − before) ÷ tunnels; CPU per upgrade = gateway CPU while opening ÷ tunnels. "+
 		"Then the tunnels stay open and idle for %s (*settling*: the gateway's CPU and RSS over and after that wait, one-off work after the burst such as the edge's memory return), "+
 		"and CPU per message = gateway CPU during the trickle that follows ÷ messages echoed (a frame each way). nginx: proxy_http_version 1.1 with Upgrade/Connection headers. "+
-		"Gateway CPU is read in clock ticks (%d/s): at small totals the per-message figure is ±1 tick.\n\n",
+		"Gateway CPU is its threads' run time in ns (in clock ticks, %d/s, ±1 tick, only when a thread ended meanwhile).\n\n",
 		r.b.wsConns, r.b.wsRate, r.b.duration, r.b.loadCPUs, r.b.wsSettle, r.b.tick)
 	s.WriteString("| gateway | procs | round | tunnels | opened in | RSS before | RSS open | KiB/tunnel | CPU µs/upgrade | settling: CPU ms, RSS after | messages | CPU µs/message | p50 | p99 | lost | closed by gateway | KiB/tunnel vs nginx | µs/message vs nginx |\n")
 	s.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -563,11 +563,7 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 	for _, frac := range fracs {
 		rate := int(frac * rep.maxQPS)
 		for round := 1; round <= rounds; round++ {
-			order := slices.Clone(rep.gateways)
-			if round%2 == 0 {
-				slices.Reverse(order)
-			}
-			for _, gw := range order {
+			for _, gw := range roundOrder(rep.gateways, round) {
 				t := targets[gw]
 				spec := tailSpec{Addr: t.addr, Host: sc.host, Path: sc.hit, Rate: rate, Conns: b.tail.conns,
 					Warmup: b.warmup, Duration: b.duration}
