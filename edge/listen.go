@@ -201,6 +201,12 @@ func RawIO() bool { return conn.RawIO() }
 // (conn.SetYieldReads; TOLLGATE_EDGE_YIELD_READS). Default: on.
 func SetYieldReads(on bool) { conn.SetYieldReads(on) }
 
+// SetShortReadWait chooses whether a WebSocket tunnel's read that returned less than
+// its buffer waits for the poller instead of reading again until EAGAIN, from the next
+// tunnel on (conn.SetShortReadWait; TOLLGATE_EDGE_SHORT_READ_WAIT). Default: on; it
+// needs raw I/O (SetRawIO).
+func SetShortReadWait(on bool) { conn.SetShortReadWait(on) }
+
 // Serve serves tenant traffic on public and the admin endpoints (/metrics, /healthz,
 // /readyz, and /debug/pprof/ when Pprof) on admin, which may be nil. It returns nil once
 // Shutdown has drained the edge, or the first error of either listener (after shutting

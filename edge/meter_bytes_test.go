@@ -379,10 +379,7 @@ func TestMeteredBytesWebSocket(t *testing.T) {
 	edge.SetWSMeterInterval(h.e, 50*time.Millisecond)
 	early := wsFrame([]byte("hello"), false)
 	upURL, peers := wsFrameUpstream(t, early)
-	acme := h.tenant("acme")
-	h.put(&tenants.Route{ID: "ws", TenantID: acme, Name: "ws", Paths: []string{"/ws"}, WebSocket: true,
-		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: upURL, Weight: 1}}}})
-	h.e.Loaded()
+	acme := putWSRoute(h, upURL)
 	host := "acme." + domain
 
 	c, br, st := wsDial(t, h.public, host, "/ws")

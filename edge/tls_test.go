@@ -338,10 +338,7 @@ func TestUpstreamTLSVerified(t *testing.T) {
 func TestTLSWebSocket(t *testing.T) {
 	h := newTLSHarness(t)
 	up := newWSUpstream(t, false)
-	acme := h.tenant("acme")
-	h.put(&tenants.Route{ID: "ws", TenantID: acme, Name: "ws", Paths: []string{"/ws"}, WebSocket: true,
-		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.url, Weight: 1}}}})
-	h.e.Loaded()
+	putWSRoute(h.harness, up.url)
 	c, err := tls.Dial("tcp", h.tls, &tls.Config{ServerName: "acme." + domain, RootCAs: h.ca.Pool})
 	if err != nil {
 		t.Fatal(err)

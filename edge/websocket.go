@@ -249,7 +249,7 @@ func (w *wsConn) run(client net.Conn) {
 	upDone := make(chan struct{})
 	go func() {
 		defer close(upDone)
-		w.relay(w.up, &w.out, func(b []byte) error {
+		w.relay(nil, w.up, &w.out, func(b []byte) error {
 			w.wmu.Lock()
 			defer w.wmu.Unlock()
 			if w.closed {
@@ -260,7 +260,7 @@ func (w *wsConn) run(client net.Conn) {
 		})
 		w.close(false)
 	}()
-	w.relay(client, &w.in, func(b []byte) error {
+	w.relay(client, w.direct, &w.in, func(b []byte) error {
 		_, err := w.up.Write(b)
 		return err
 	})
@@ -269,24 +269,32 @@ func (w *wsConn) run(client net.Conn) {
 }
 
 // relay copies from src through write until either fails, adding what it wrote to
-// relayed.
-func (w *wsConn) relay(src io.Reader, relayed *atomic.Int64, write func([]byte) error) {
+// relayed. first, when not nil, is read before src until a read returns less than the
+// buffer: the client's hijacked connection, which returns first what fasthttp buffered
+// behind the upgrade request, and whose read that comes up short has nothing buffered
+// left; src is the same socket, which conn.Relay then reads directly.
+func (w *wsConn) relay(first io.Reader, src net.Conn, relayed *atomic.Int64, write func([]byte) error) {
 	bp := wsBufPool.Get().(*[]byte)
 	defer wsBufPool.Put(bp)
 	buf := *bp
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			w.last.Store(time.Now().UnixNano())
-			if werr := write(buf[:n]); werr != nil {
-				return
-			}
-			relayed.Add(int64(n))
+	deliver := func(b []byte) error {
+		w.last.Store(time.Now().UnixNano())
+		if err := write(b); err != nil {
+			return err
 		}
-		if err != nil {
+		relayed.Add(int64(len(b)))
+		return nil
+	}
+	for first != nil {
+		n, err := first.Read(buf)
+		if n > 0 && deliver(buf[:n]) != nil || err != nil {
 			return
 		}
+		if n < len(buf) {
+			first = nil
+		}
 	}
+	_ = conn.Relay(src, buf, deliver)
 }
 
 // wsMeterInterval is how often an open tunnel's bytes are recorded: a tunnel may live a

@@ -63,6 +63,14 @@ func newWSUpstream(t testing.TB, refuse bool) *wsUpstream {
 				sum := sha1.Sum([]byte(req.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
 				fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
 					base64.StdEncoding.EncodeToString(sum[:]))
+				if strings.HasSuffix(req.URL.Path, "/bye") {
+					// The first message gets a last word, and the connection closes right
+					// behind it: its FIN and data arrive at the edge together.
+					if _, err := br.ReadByte(); err == nil {
+						io.WriteString(c, "bye")
+					}
+					return
+				}
 				io.Copy(c, br)
 			}()
 		}
@@ -100,6 +108,16 @@ func wsDial(t testing.TB, addr, host, path string, hdr ...string) (net.Conn, *bu
 		t.Errorf("101 without the upstream's Sec-WebSocket-Accept: %v", resp.Header)
 	}
 	return c, br, 101
+}
+
+// putWSRoute gives tenant acme the WebSocket route /ws to upURL and marks h's edge
+// loaded; it returns acme's id.
+func putWSRoute(h *harness, upURL string) string {
+	acme := h.tenant("acme")
+	h.put(&tenants.Route{ID: "ws", TenantID: acme, Name: "ws", Paths: []string{"/ws"}, WebSocket: true,
+		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: upURL, Weight: 1}}}})
+	h.e.Loaded()
+	return acme
 }
 
 func echoOnce(t testing.TB, c net.Conn, br *bufio.Reader, msg string) {
@@ -161,13 +179,51 @@ func TestWebSocket(t *testing.T) {
 	})
 }
 
+// Bytes a client sent right behind its upgrade request, which fasthttp read with it,
+// reach the upstream first and in order; an upstream's last message followed at once by
+// its close reaches the client, and so does the close, without waiting for the idle
+// timeout.
+func TestWebSocketEdges(t *testing.T) {
+	h := newHarness(t)
+	up := newWSUpstream(t, false)
+	putWSRoute(h, up.url)
+	host := "acme." + domain
+
+	c, err := net.Dial("tcp", h.public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\nearly,", host)
+	br := bufio.NewReader(c)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade with bytes behind it: %v %v", resp, err)
+	}
+	io.WriteString(c, "late")
+	got := make([]byte, len("early,late"))
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != "early,late" {
+		t.Fatalf("echo of the bytes behind the upgrade, then more: %q %v", got, err)
+	}
+
+	bye, br2, st := wsDial(t, h.public, host, "/ws/bye")
+	if st != 101 {
+		t.Fatalf("upgrade: %d", st)
+	}
+	defer bye.Close()
+	io.WriteString(bye, "x")
+	_ = bye.SetReadDeadline(time.Now().Add(5 * time.Second))
+	rest, err := io.ReadAll(br2)
+	if err != nil || string(rest) != "bye" {
+		t.Fatalf("the upstream's last word and close: read %q, %v; want \"bye\" and EOF", rest, err)
+	}
+}
+
 func TestWebSocketRefusedUpstream(t *testing.T) {
 	h := newHarness(t)
 	up := newWSUpstream(t, true)
-	acme := h.tenant("acme")
-	h.put(&tenants.Route{ID: "ws", TenantID: acme, Name: "ws", Paths: []string{"/ws"}, WebSocket: true,
-		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.url, Weight: 1}}}})
-	h.e.Loaded()
+	putWSRoute(h, up.url)
 	if _, _, st := wsDial(t, h.public, "acme."+domain, "/ws"); st != 403 {
 		t.Errorf("refused upgrade: %d, want the upstream's 403", st)
 	}
@@ -179,10 +235,7 @@ func TestWebSocketRefusedUpstream(t *testing.T) {
 func TestWebSocketIdleTimeout(t *testing.T) {
 	h := newHarness(t, func(c *edge.Config) { c.WebSocketIdleTimeout = 300 * time.Millisecond })
 	up := newWSUpstream(t, false)
-	acme := h.tenant("acme")
-	h.put(&tenants.Route{ID: "ws", TenantID: acme, Name: "ws", Paths: []string{"/ws"}, WebSocket: true,
-		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.url, Weight: 1}}}})
-	h.e.Loaded()
+	putWSRoute(h, up.url)
 	c, br, st := wsDial(t, h.public, "acme."+domain, "/ws")
 	if st != 101 {
 		t.Fatalf("upgrade: %d", st)
@@ -210,10 +263,7 @@ func TestWebSocketIdleConnections(t *testing.T) {
 	}
 	h := newHarness(t)
 	up := newWSUpstream(t, false)
-	acme := h.tenant("acme")
-	h.put(&tenants.Route{ID: "ws", TenantID: acme, Name: "ws", Paths: []string{"/ws"}, WebSocket: true,
-		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.url, Weight: 1}}}})
-	h.e.Loaded()
+	putWSRoute(h, up.url)
 	host := "acme." + domain
 	// Warm up (pools, first-use allocations), then measure from a settled heap.
 	c, br, _ := wsDial(t, h.public, host, "/ws")
@@ -308,10 +358,7 @@ func shutdownEdge(t testing.TB, h *harness) {
 func BenchmarkWebSocketRelay(b *testing.B) {
 	h := newHarness(b)
 	up := newWSUpstream(b, false)
-	acme := h.tenant("acme")
-	h.put(&tenants.Route{ID: "ws", TenantID: acme, Name: "ws", Paths: []string{"/ws"}, WebSocket: true,
-		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.url, Weight: 1}}}})
-	h.e.Loaded()
+	putWSRoute(h, up.url)
 	c, br, st := wsDial(b, h.public, "acme."+domain, "/ws")
 	if st != 101 {
 		b.Fatalf("upgrade: %d", st)

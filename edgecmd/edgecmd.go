@@ -109,6 +109,7 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 	}
 	edge.SetRawIO(cfg.EdgeRawIO)
 	edge.SetYieldReads(cfg.EdgeYieldReads)
+	edge.SetShortReadWait(cfg.EdgeShortReadWait)
 	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
 	e, err := edge.New(edge.Config{
 		Tracing:        tr,

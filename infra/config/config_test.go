@@ -55,3 +55,25 @@ func TestTrustSettings(t *testing.T) {
 		}
 	}
 }
+
+// The edge's performance switches are on by default, take on/off (and true/false, 1/0)
+// in any case, and refuse anything else naming the variable.
+func TestEdgeSwitches(t *testing.T) {
+	switches := map[string]func(*config.Config) bool{
+		"TOLLGATE_EDGE_RAW_IO":          func(c *config.Config) bool { return c.EdgeRawIO },
+		"TOLLGATE_EDGE_YIELD_READS":     func(c *config.Config) bool { return c.EdgeYieldReads },
+		"TOLLGATE_EDGE_SHORT_READ_WAIT": func(c *config.Config) bool { return c.EdgeShortReadWait },
+		"TOLLGATE_EDGE_JSON_ONE_PASS":   func(c *config.Config) bool { return c.EdgeJSONOnePass },
+	}
+	for name, get := range switches {
+		for value, want := range map[string]bool{"": true, "on": true, "OFF": false, "false": false, "1": true} {
+			c, err := config.FromEnv(env(map[string]string{name: value}))
+			if err != nil || get(c) != want {
+				t.Errorf("%s=%q: %v, err %v; want %v", name, value, err == nil && get(c), err, want)
+			}
+		}
+		if _, err := config.FromEnv(env(map[string]string{name: "sometimes"})); err == nil || !strings.HasPrefix(err.Error(), name+":") {
+			t.Errorf("%s=sometimes: err %v; want one naming the variable", name, err)
+		}
+	}
+}
