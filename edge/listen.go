@@ -201,9 +201,8 @@ func RawIO() bool { return conn.RawIO() }
 // (conn.SetYieldReads; TOLLGATE_EDGE_YIELD_READS). Default: on.
 func SetYieldReads(on bool) { conn.SetYieldReads(on) }
 
-// SetShortReadWait chooses whether a WebSocket tunnel's read that returned less than
-// its buffer waits for the poller instead of reading again until EAGAIN, from the next
-// tunnel on (conn.SetShortReadWait; TOLLGATE_EDGE_SHORT_READ_WAIT). Default: on; it
+// SetShortReadWait chooses whether a WebSocket tunnel whose read left its socket empty
+// waits for the poller instead of reading again until EAGAIN, from the next tunnel on (conn.SetShortReadWait; TOLLGATE_EDGE_SHORT_READ_WAIT). Default: on; it
 // needs raw I/O (SetRawIO).
 func SetShortReadWait(on bool) { conn.SetShortReadWait(on) }
 

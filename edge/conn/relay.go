@@ -39,8 +39,8 @@ import (
 // as before.
 var shortReadWaitOff atomic.Bool
 
-// SetShortReadWait chooses whether Relay waits for the poller after a short read
-// (above) or reads until EAGAIN, from the next Relay on. TOLLGATE_EDGE_SHORT_READ_WAIT
+// SetShortReadWait chooses whether Relay waits for the poller once a read left the
+// socket empty (above) or reads until EAGAIN, from the next Relay on. TOLLGATE_EDGE_SHORT_READ_WAIT
 // sets it at start. Default: on. It applies only to connections with raw I/O
 // (SetRawIO).
 func SetShortReadWait(on bool) { shortReadWaitOff.Store(!on) }

@@ -51,9 +51,9 @@ func withSettings(t *testing.T, f func(t *testing.T)) {
 }
 
 // Every byte arrives once and in order, whether it comes in bursts larger than the
-// buffer, in small messages with pauses between them (each read comes up short, so the
-// relay waits for the poller), or right behind a short read; the peer's close ends the
-// relay with io.EOF.
+// buffer, in small messages with pauses between them (each read empties the socket, so
+// the relay waits for the poller), or right behind such a read; the peer's close ends
+// the relay with io.EOF.
 func TestRelay(t *testing.T) {
 	withSettings(t, func(t *testing.T) {
 		tun, peer := tunnelPair(t)

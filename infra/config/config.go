@@ -78,7 +78,7 @@ type Config struct {
 	EdgeRawIO bool // TOLLGATE_EDGE_RAW_IO [on: raw system calls (edge.SetRawIO); off: through net.Conn; always off in race-detector builds]
 	// EdgeYieldReads: TOLLGATE_EDGE_YIELD_READS [on: at GOMAXPROCS=1 the edge yields between writing and reading a socket (edge.SetYieldReads); off: it reads at once]
 	EdgeYieldReads bool
-	// EdgeShortReadWait: TOLLGATE_EDGE_SHORT_READ_WAIT [on: a WebSocket tunnel's read that returned less than its buffer waits for the poller before reading again (edge.SetShortReadWait); off: it reads until EAGAIN; only with raw I/O]
+	// EdgeShortReadWait: TOLLGATE_EDGE_SHORT_READ_WAIT [on: a WebSocket tunnel whose read left its socket empty (TCP_INQ) waits for the poller before reading again (edge.SetShortReadWait); off: it reads until EAGAIN; only with raw I/O]
 	EdgeShortReadWait bool
 	// EdgeKeyLastUse: TOLLGATE_EDGE_KEY_LAST_USE [on: the edge notes each key's use once per interval for keys.last_used_at; off: it does not, and the key step reads no clock for it]
 	EdgeKeyLastUse bool
