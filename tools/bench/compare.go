@@ -33,6 +33,10 @@ import (
 type compareSettings struct {
 	ref  string // A: a git revision
 	refB string // B: a git revision; empty: the working tree (or -bin)
+	// envA and envB are comma-separated VAR=value settings for one side's edge only (on
+	// top of -edge-env): one build with a switch on and off is -compare HEAD -compare-b
+	// HEAD -compare-env-b SWITCH=off.
+	envA, envB string
 }
 
 // compareDefaultScenarios are the ones -compare measures when -scenarios is not given.
@@ -40,8 +44,18 @@ var compareDefaultScenarios = []string{"S1", "S2", "S2j", "S4r"}
 
 func (c *compareSettings) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ref, "compare", "", "compare Tollgate built from this git revision (A) with the working tree's build (B) in interleaved rounds; "+
-		"proxy scenarios only (default "+strings.Join(compareDefaultScenarios, ",")+"), no nginx unless -gateways names it")
+		"proxy scenarios only, S6 included (default "+strings.Join(compareDefaultScenarios, ",")+"), no nginx unless -gateways names it")
 	fs.StringVar(&c.refB, "compare-b", "", "-compare: build B from this git revision instead of the working tree (-compare HEAD -compare-b HEAD: the machine's own noise)")
+	fs.StringVar(&c.envA, "compare-env-a", "", "-compare: comma-separated VAR=value settings added to A's edge only (after -edge-env)")
+	fs.StringVar(&c.envB, "compare-env-b", "", "-compare: comma-separated VAR=value settings added to B's edge only (-compare HEAD -compare-b HEAD -compare-env-b TOLLGATE_EDGE_RAW_IO=off: what a switch saves)")
+}
+
+// sideEnv splits a -compare-env-a/-b value.
+func sideEnv(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
 }
 
 // setup checks -compare's flags and settles the scenarios and gateways it measures; without
@@ -50,8 +64,10 @@ func (c *compareSettings) setup(b *bench, scs []string) ([]string, error) {
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if c.ref == "" {
-		if set["compare-b"] {
-			return nil, fmt.Errorf("-compare-b is a setting of -compare, which is not given")
+		for _, f := range []string{"compare-b", "compare-env-a", "compare-env-b"} {
+			if set[f] {
+				return nil, fmt.Errorf("-%s is a setting of -compare, which is not given", f)
+			}
 		}
 		return scs, nil
 	}
@@ -62,8 +78,13 @@ func (c *compareSettings) setup(b *bench, scs []string) ([]string, error) {
 		scs = compareDefaultScenarios
 	}
 	for _, s := range scs {
-		if !isPerf(s) || s == "S6" {
-			return nil, fmt.Errorf("-compare: %s is not a request scenario (S1, S2, S2j, S2l, S2x, S2a, S3, S4, S4r, S5, S9)", s)
+		if !isPerf(s) {
+			return nil, fmt.Errorf("-compare: %s is not a proxy scenario (S1, S2, S2j, S2l, S2x, S2a, S3, S4, S4r, S5, S6, S9)", s)
+		}
+	}
+	for _, e := range append(sideEnv(c.envA), sideEnv(c.envB)...) {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return nil, fmt.Errorf("-compare-env-a/-b: %q is not VAR=value", e)
 		}
 	}
 	// -compare compares Tollgate builds; nginx only when asked for by name, as a reference.

@@ -16,6 +16,7 @@ type compareSide struct {
 	name    string // "A" or "B"
 	label   string // what was built
 	bin     string
+	env     []string // -compare-env-a or -b: this side's own edge settings
 	st      *stack
 	scs     []*perfScenario // the same scenarios, configured through this side's api
 	tlsAddr string
@@ -78,6 +79,12 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 			return nil, fmt.Errorf("building the working tree: %w", err)
 		}
 	}
+	A.env, B.env = sideEnv(b.cmp.envA), sideEnv(b.cmp.envB)
+	for _, s := range []*compareSide{A, B} {
+		if len(s.env) > 0 {
+			s.label += ", edge with " + strings.Join(s.env, ",")
+		}
+	}
 	res := &compareResult{set: b.rnd, a: A.label, b: B.label, aSum: fileSHA256(A.bin), bSum: fileSHA256(B.bin)}
 	rep.cmp = res
 	if err := b.lockMachine(ctx); err != nil {
@@ -113,7 +120,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 			return rep, err
 		}
 		for _, s := range sides {
-			var extra []string
+			extra := slices.Clone(s.env)
 			if withTLS {
 				port, err := freePort()
 				if err != nil {
@@ -175,11 +182,10 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 						addr = s.tlsAddr
 					}
 					b.perfAdmin = s.st.edgeAdmin
-					r, err := b.measure(ctx, "tollgate", procs, sc, s.st.edge, addr)
+					r, why, err := b.measureRound(ctx, "tollgate-"+strings.ToLower(s.name), procs, sc, s.st.edge, addr, gwCPUs, loadCPUs)
 					if err != nil {
 						return rep, fmt.Errorf("%s: %w", s.name, err)
 					}
-					why := b.rnd.flag(r, gwCPUs, loadCPUs)
 					if s == A {
 						rd.a, rd.aWhy = r, why
 					} else {
@@ -191,7 +197,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 					if A.scs[i].tls {
 						addr = ngxTLS
 					}
-					r, err := b.measure(ctx, "nginx", procs, A.scs[i], ngx, addr)
+					r, _, err := b.measureRound(ctx, "nginx", procs, A.scs[i], ngx, addr, gwCPUs, loadCPUs)
 					if err != nil {
 						return rep, err
 					}
@@ -215,6 +221,33 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 		}
 	}
 	return rep, nil
+}
+
+// measureRound measures one scenario on one gateway for -compare's rounds, and why the
+// measurement is flagged (empty: it is not); S6 is measured by measureWS and stated per
+// message (wsResult.asPerf).
+func (b *bench) measureRound(ctx context.Context, gw string, procs int, sc *perfScenario, p *proc, addr string, gwCPUs, loadCPUs []int) (perfResult, string, error) {
+	if sc.ws {
+		w, err := b.measureWS(ctx, gw, procs, sc, p, addr)
+		if err != nil {
+			return perfResult{}, "", err
+		}
+		r, why := w.asPerf(b.wsRate)
+		return r, why, nil
+	}
+	r, err := b.measure(ctx, gwName(gw), procs, sc, p, addr)
+	if err != nil {
+		return r, "", err
+	}
+	return r, b.rnd.flag(r, gwCPUs, loadCPUs), nil
+}
+
+// gwName is the gateway a -compare side's name ("tollgate-a") stands for.
+func gwName(side string) string {
+	if strings.HasPrefix(side, "tollgate") {
+		return "tollgate"
+	}
+	return side
 }
 
 func sideWhy(side, why string) string {
@@ -255,7 +288,14 @@ func (r *report) compareMarkdown(s *strings.Builder) {
 	s.WriteString("- per round: B ÷ A of the gateway's CPU µs/req (below 1: B spends less per request) and of QPS; " +
 		"the table gives their median over the rounds used, the extremes (min–max) and the interquartile range (Q1–Q3)\n")
 	s.WriteString(ciRule)
-	s.WriteString("- a round is flagged when either build's measurement was disturbed: " + c.set.flagRule() + "\n\n")
+	s.WriteString("- a round is flagged when either build's measurement was disturbed: " + c.set.flagRule() + "\n")
+	if slices.ContainsFunc(c.rounds, func(r pairRound) bool { return r.scenario == "S6" }) {
+		fmt.Fprintf(s, "- S6 is measured as in the sweep (%d tunnels opened, %s idle, then %d messages/s for the window, by the bench's WebSocket client instead of wrk): "+
+			"its µs/req is the gateway's CPU µs per message echoed, its QPS messages per second; its rounds are flagged only when messages were lost, "+
+			"tunnels closed, or the client sent under 95%% of the rate (the gateway is meant to be mostly idle there, so busy is no test)\n",
+			b.wsConns, b.wsSettle, b.wsRate)
+	}
+	s.WriteString("\n")
 	withNginx := slices.ContainsFunc(c.rounds, func(r pairRound) bool { return r.nginx != nil })
 	head := []string{"A µs/req", "B µs/req"}
 	if withNginx {

@@ -336,7 +336,7 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 	}
 	s.WriteString("\n")
 	for _, k := range keys {
-		fmt.Fprintf(s, "- Tollgate ÷ nginx at %d proc(s), median of %d rounds (min–max): CPU per message %s, RSS per tunnel %s\n",
+		fmt.Fprintf(s, "- Tollgate ÷ nginx at %d proc(s), median of %d rounds (min–max; from 6 rounds on, CI: the median's 95%% confidence interval): CPU per message %s, RSS per tunnel %s\n",
 			k, len(perMsg[k]), fmtRatios(perMsg[k]), fmtRatios(perTunnel[k]))
 	}
 	if len(keys) > 0 {

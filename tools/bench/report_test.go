@@ -28,8 +28,41 @@ func TestWSMarkdownRounds(t *testing.T) {
 		"| tollgate | 1 | 1 | 10 |",
 		"| 70, 1.2 MiB |",
 		// rounds: 60/40 = 1.5, 50/50 = 1, 100/50 = 2; RSS per tunnel 20/10 = 2 in each.
-		"Tollgate ÷ nginx at 1 proc(s), median of 3 rounds (min–max): CPU per message 1.50× (1.00–2.00), RSS per tunnel 2.00× (2.00–2.00)",
+		"Tollgate ÷ nginx at 1 proc(s), median of 3 rounds (min–max; from 6 rounds on, CI: the median's 95% confidence interval): "+
+			"CPU per message 1.50× (1.00–2.00), RSS per tunnel 2.00× (2.00–2.00)",
 	)
+}
+
+// From 6 rounds on, a median of per-round ratios comes with its 95% confidence interval:
+// the 1st and 6th of 6 sorted ratios (medianCI).
+func TestFmtRatiosCI(t *testing.T) {
+	if got, want := fmtRatios([]float64{1.2, 1.0, 1.1}), "1.10× (1.00–1.20)"; got != want {
+		t.Errorf("3 rounds: %q, want %q", got, want)
+	}
+	if got, want := fmtRatios([]float64{1.3, 1.0, 1.1, 1.2, 1.4, 1.5}), "1.25× (1.00–1.50; CI 1.00–1.50)"; got != want {
+		t.Errorf("6 rounds: %q, want %q", got, want)
+	}
+}
+
+// In -compare's rounds an S6 measurement counts messages as requests, and is flagged when
+// the trickle did not run as asked.
+func TestWSAsPerf(t *testing.T) {
+	w := wsResult{gateway: "tollgate-a", procs: 1, usPerMsg: 50, trickleCPUSec: 0.5,
+		client: wsClientResult{Sent: 10000, Received: 10000, TrickleSeconds: 5}}
+	r, why := w.asPerf(2000)
+	if why != "" || r.usPerReq != 50 || r.load.qps() != 2000 || r.busy != 0.1 {
+		t.Errorf("a full trickle: %+v, flagged %q", r, why)
+	}
+	lost := w
+	lost.client.Received = 9990
+	if _, why := lost.asPerf(2000); !strings.Contains(why, "10 of 10000 messages lost") {
+		t.Errorf("lost messages: flagged %q", why)
+	}
+	slow := w
+	slow.client.Sent, slow.client.Received = 9000, 9000
+	if _, why := slow.asPerf(2000); !strings.Contains(why, "load side fell behind") {
+		t.Errorf("a slow client: flagged %q", why)
+	}
 }
 
 // At the same rate, the tail's busy ratio is the ratio of CPU per request.

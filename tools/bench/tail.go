@@ -670,12 +670,17 @@ func freeAddr() (string, error) {
 	return fmt.Sprintf("127.0.0.1:%d", p), nil
 }
 
-// fmtRatios is per-round ratios as their median and extremes: "1.05× (0.98–1.12)".
+// fmtRatios is per-round ratios as their median and extremes, with the median's 95%
+// confidence interval from 6 rounds on (medianCI): "1.05× (0.98–1.12; CI 1.01–1.08)".
 func fmtRatios(xs []float64) string {
 	if len(xs) == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2f× (%.2f–%.2f)", tailMedian(xs), slices.Min(xs), slices.Max(xs))
+	out := fmt.Sprintf("%.2f× (%.2f–%.2f", tailMedian(xs), slices.Min(xs), slices.Max(xs))
+	if sp := spreadOf(xs); sp.ciOK {
+		out += fmt.Sprintf("; CI %.2f–%.2f", sp.ciLo, sp.ciHi)
+	}
+	return out + ")"
 }
 
 func tailMedian(xs []float64) float64 {
@@ -710,7 +715,7 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 		"Then at fixed fractions of it, the bench's open-loop generator on CPU %s (%d connections; request j due at start + j/rate, "+
 		"its latency counted from that due time, so a stall counts for every request it delays: no coordinated omission; "+
 		"log-linear histograms, ≤0.4%% error), nginx and Tollgate at %d proc(s) in %d interleaved rounds, the order alternating, "+
-		"%s warm-up + %s measured per run. Figures are medians over rounds; ratios are Tollgate ÷ nginx per round, then their median (min–max). "+
+		"%s warm-up + %s measured per run. Figures are medians over rounds; ratios are Tollgate ÷ nginx per round, then their median (min–max; from 6 rounds on, CI: the median's 95%% confidence interval, as in the rounds' tables). "+
 		"*late*: sends the generator itself made ≥1 ms behind schedule with its connection free (a run with more than 1%% late is flagged: the load side, not the gateway, was behind); "+
 		"*queued*: requests that waited for their connection's previous answer (counted in their latency); "+
 		"*busy*: the gateway's CPU seconds ÷ wall seconds over the run, warm-up included; at the same rate sent, *busy ÷ nginx* is the ratio of CPU per request at equal load, "+

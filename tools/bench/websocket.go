@@ -378,6 +378,26 @@ func (w wsResult) kibPerConn() float64 {
 	return float64(w.rss1-w.rss0) / float64(w.client.Opened)
 }
 
+// asPerf states an S6 measurement in a request measurement's terms, for -compare's rounds:
+// a message echoed stands for a request (usPerReq is CPU µs per message, the QPS messages
+// per second). why is not empty when the trickle did not run as asked, so its CPU per
+// message is not comparable: messages lost or tunnels closed by the gateway, or the
+// client sent under 95% of what -ws-rate asked for (the load side fell behind).
+func (w wsResult) asPerf(rate int) (r perfResult, why string) {
+	r = perfResult{scenario: "S6", gateway: w.gateway, procs: w.procs, cpuSec: w.trickleCPUSec, usPerReq: w.usPerMsg, rssKB: w.rss2,
+		load: loadResult{Requests: w.client.Received, DurationUS: int64(w.client.TrickleSeconds * 1e6), P50: w.client.P50, P99: w.client.P99, Max: w.client.Max}}
+	if w.client.TrickleSeconds > 0 {
+		r.busy = w.trickleCPUSec / w.client.TrickleSeconds
+	}
+	switch c := w.client; {
+	case c.Received < c.Sent || c.ClosedByTheGateway > 0:
+		why = fmt.Sprintf("%d of %d messages lost, %d tunnels closed by the gateway", c.Sent-c.Received, c.Sent, c.ClosedByTheGateway)
+	case float64(c.Sent) < 0.95*float64(rate)*c.TrickleSeconds:
+		why = fmt.Sprintf("the client sent %d messages in %.1fs, under 95%% of %d/s (the load side fell behind)", c.Sent, c.TrickleSeconds, rate)
+	}
+	return r, why
+}
+
 // measureWS runs S6 against one gateway (see the top of the file).
 func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfScenario, p *proc, base string) (wsResult, error) {
 	res := wsResult{gateway: gw, procs: procs}
