@@ -202,7 +202,7 @@ func RawIO() bool { return conn.RawIO() }
 func SetYieldReads(on bool) { conn.SetYieldReads(on) }
 
 // SetShortReadWait chooses whether a WebSocket tunnel whose read left its socket empty
-// waits for the poller instead of reading again until EAGAIN, from the next tunnel on (conn.SetShortReadWait; TOLLGATE_EDGE_SHORT_READ_WAIT). Default: on; it
+// waits for the poller instead of reading again until EAGAIN, from the next tunnel on (conn.SetShortReadWait; TOLLGATE_EDGE_SHORT_READ_WAIT). Default: off; it
 // needs raw I/O (SetRawIO).
 func SetShortReadWait(on bool) { conn.SetShortReadWait(on) }
 

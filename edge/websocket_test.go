@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"tollgate/edge"
+	"tollgate/edge/conn"
 	"tollgate/tenants"
 )
 
@@ -182,8 +183,18 @@ func TestWebSocket(t *testing.T) {
 // Bytes a client sent right behind its upgrade request, which fasthttp read with it,
 // reach the upstream first and in order; an upstream's last message followed at once by
 // its close reaches the client, and so does the close, without waiting for the idle
-// timeout.
+// timeout. Both ways of relaying: reading to EAGAIN and waiting on an empty socket
+// (edge.SetShortReadWait; without raw I/O, as under the race detector, both read to
+// EAGAIN).
 func TestWebSocketEdges(t *testing.T) {
+	defer edge.SetShortReadWait(conn.ShortReadWait())
+	for _, wait := range []bool{false, true} {
+		edge.SetShortReadWait(wait)
+		t.Run(map[bool]string{false: "drain", true: "wait"}[wait], testWebSocketEdges)
+	}
+}
+
+func testWebSocketEdges(t *testing.T) {
 	h := newHarness(t)
 	up := newWSUpstream(t, false)
 	putWSRoute(h, up.url)

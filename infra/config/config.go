@@ -78,7 +78,7 @@ type Config struct {
 	EdgeRawIO bool // TOLLGATE_EDGE_RAW_IO [on: raw system calls (edge.SetRawIO); off: through net.Conn; always off in race-detector builds]
 	// EdgeYieldReads: TOLLGATE_EDGE_YIELD_READS [on: at GOMAXPROCS=1 the edge yields between writing and reading a socket (edge.SetYieldReads); off: it reads at once]
 	EdgeYieldReads bool
-	// EdgeShortReadWait: TOLLGATE_EDGE_SHORT_READ_WAIT [on: a WebSocket tunnel whose read left its socket empty (TCP_INQ) waits for the poller before reading again (edge.SetShortReadWait); off: it reads until EAGAIN; only with raw I/O]
+	// EdgeShortReadWait: TOLLGATE_EDGE_SHORT_READ_WAIT [default off; on: a WebSocket tunnel whose read left its socket empty (TCP_INQ) waits for the poller before reading again (edge.SetShortReadWait); off: it reads until EAGAIN; only with raw I/O]
 	EdgeShortReadWait bool
 	// EdgeKeyLastUse: TOLLGATE_EDGE_KEY_LAST_USE [on: the edge notes each key's use once per interval for keys.last_used_at; off: it does not, and the key step reads no clock for it]
 	EdgeKeyLastUse bool
@@ -161,12 +161,15 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	for _, o := range []struct {
 		name string
 		on   *bool
-	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory},
-		{"TOLLGATE_EDGE_RETURN_ASIDE", &c.EdgeReturnAside},
-		{"TOLLGATE_EDGE_PACK_CONFIG", &c.EdgePackConfig}, {"TOLLGATE_EDGE_SNAPSHOT_YIELD", &c.EdgeSnapshotYield},
-		{"TOLLGATE_EDGE_SHORT_READ_WAIT", &c.EdgeShortReadWait}} {
+		def  bool // unset
+	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass, true}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory, true},
+		{"TOLLGATE_EDGE_RETURN_ASIDE", &c.EdgeReturnAside, true},
+		{"TOLLGATE_EDGE_PACK_CONFIG", &c.EdgePackConfig, true}, {"TOLLGATE_EDGE_SNAPSHOT_YIELD", &c.EdgeSnapshotYield, true},
+		{"TOLLGATE_EDGE_SHORT_READ_WAIT", &c.EdgeShortReadWait, false}} {
 		switch v := strings.ToLower(getenv(o.name)); v {
-		case "", "on", "true", "1":
+		case "":
+			*o.on = o.def
+		case "on", "true", "1":
 			*o.on = true
 		case "off", "false", "0":
 		default:

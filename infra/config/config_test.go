@@ -56,17 +56,22 @@ func TestTrustSettings(t *testing.T) {
 	}
 }
 
-// The edge's performance switches are on by default, take on/off (and true/false, 1/0)
-// in any case, and refuse anything else naming the variable.
+// The edge's performance switches have their defaults (on, but for the short-read wait,
+// which does not pay here), take on/off (and true/false, 1/0) in any case, and refuse
+// anything else naming the variable.
 func TestEdgeSwitches(t *testing.T) {
-	switches := map[string]func(*config.Config) bool{
-		"TOLLGATE_EDGE_RAW_IO":          func(c *config.Config) bool { return c.EdgeRawIO },
-		"TOLLGATE_EDGE_YIELD_READS":     func(c *config.Config) bool { return c.EdgeYieldReads },
-		"TOLLGATE_EDGE_SHORT_READ_WAIT": func(c *config.Config) bool { return c.EdgeShortReadWait },
-		"TOLLGATE_EDGE_JSON_ONE_PASS":   func(c *config.Config) bool { return c.EdgeJSONOnePass },
+	switches := map[string]struct {
+		get func(*config.Config) bool
+		def bool
+	}{
+		"TOLLGATE_EDGE_RAW_IO":          {func(c *config.Config) bool { return c.EdgeRawIO }, true},
+		"TOLLGATE_EDGE_YIELD_READS":     {func(c *config.Config) bool { return c.EdgeYieldReads }, true},
+		"TOLLGATE_EDGE_SHORT_READ_WAIT": {func(c *config.Config) bool { return c.EdgeShortReadWait }, false},
+		"TOLLGATE_EDGE_JSON_ONE_PASS":   {func(c *config.Config) bool { return c.EdgeJSONOnePass }, true},
 	}
-	for name, get := range switches {
-		for value, want := range map[string]bool{"": true, "on": true, "OFF": false, "false": false, "1": true} {
+	for name, sw := range switches {
+		get := sw.get
+		for value, want := range map[string]bool{"": sw.def, "on": true, "OFF": false, "false": false, "1": true} {
 			c, err := config.FromEnv(env(map[string]string{name: value}))
 			if err != nil || get(c) != want {
 				t.Errorf("%s=%q: %v, err %v; want %v", name, value, err == nil && get(c), err, want)
