@@ -128,7 +128,7 @@ cpu0 350 0 100 400 5 0 0 0 0 0
 cpu1 150 0 100 700 5 0 0 0 9 9
 `
 	t0, t1 := parseCPUTimes(stat0), parseCPUTimes(stat1)
-	if len(t0) != 2 || t0[0] != [2]uint64{250, 655} || t0[1] != [2]uint64{150, 755} {
+	if len(t0) != 2 || t0[0] != [3]uint64{250, 655, 250} || t0[1] != [3]uint64{150, 755, 150} {
 		t.Fatalf("parseCPUTimes = %v; the aggregate line and guest times must not count", t0)
 	}
 	if got := busyShare(t0, t1, []int{0}); math.Abs(got-1) > 1e-9 {

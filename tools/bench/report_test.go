@@ -47,21 +47,31 @@ func TestFmtRatiosCI(t *testing.T) {
 // In -compare's rounds an S6 measurement counts messages as requests, and is flagged when
 // the trickle did not run as asked.
 func TestWSAsPerf(t *testing.T) {
+	// CPU 0 (the gateway's) 18% busy over the trickle, 12% running processes, 10% of it
+	// the gateway; the rest softirqs.
 	w := wsResult{gateway: "tollgate-a", procs: 1, usPerMsg: 50, trickleCPUSec: 0.5,
-		client: wsClientResult{Sent: 10000, Received: 10000, TrickleSeconds: 5}}
-	r, why := w.asPerf(2000)
+		client: wsClientResult{Sent: 10000, Received: 10000, TrickleSeconds: 5},
+		sys0:   cpuTimes{0: {100, 1000, 80}, 1: {100, 1000, 100}}, sys1: cpuTimes{0: {190, 1500, 140}, 1: {600, 1500, 600}}}
+	gw, load := []int{0}, []int{1}
+	r, why := w.asPerf(2000, gw, load)
 	if why != "" || r.usPerReq != 50 || r.load.qps() != 2000 || r.busy != 0.1 {
 		t.Errorf("a full trickle: %+v, flagged %q", r, why)
 	}
 	lost := w
 	lost.client.Received = 9990
-	if _, why := lost.asPerf(2000); !strings.Contains(why, "10 of 10000 messages lost") {
+	if _, why := lost.asPerf(2000, gw, load); !strings.Contains(why, "10 of 10000 messages lost") {
 		t.Errorf("lost messages: flagged %q", why)
 	}
 	slow := w
 	slow.client.Sent, slow.client.Received = 9000, 9000
-	if _, why := slow.asPerf(2000); !strings.Contains(why, "load side fell behind") {
+	if _, why := slow.asPerf(2000, gw, load); !strings.Contains(why, "load side fell behind") {
 		t.Errorf("a slow client: flagged %q", why)
+	}
+	// Others ran 20% of the time on CPU 0: processes 30%, 10% the gateway.
+	busy := w
+	busy.sys1 = cpuTimes{0: {280, 1500, 230}, 1: {600, 1500, 600}}
+	if _, why := busy.asPerf(2000, gw, load); why != "other processes ran 20% of the time on CPU 0" {
+		t.Errorf("a busy machine: flagged %q", why)
 	}
 }
 

@@ -207,8 +207,11 @@ func notBottleneck(r perfResult, busyMin float64, gwCPUs, loadCPUs []int) string
 	return why
 }
 
-// cpuTimes is each CPU's busy and total time in clock ticks, from /proc/stat.
-type cpuTimes map[int][2]uint64
+// cpuTimes is each CPU's busy, total and task time in clock ticks, from /proc/stat: busy
+// is all but idle and iowait, task is user, nice and system, the time it ran processes
+// (busy less interrupts, softirqs, where the kernel does a loopback peer's TCP receive
+// for whoever sent, and steal).
+type cpuTimes map[int][3]uint64
 
 func readCPUTimes() cpuTimes {
 	b, err := os.ReadFile("/proc/stat")
@@ -229,32 +232,41 @@ func parseCPUTimes(s string) cpuTimes {
 		if err != nil {
 			continue
 		}
-		var total, idle uint64
+		var total, idle, task uint64
 		// user nice system idle iowait irq softirq steal; guest and guest_nice are
 		// already counted in user and nice.
 		for i, v := range f[1:min(len(f), 9)] {
 			x, _ := strconv.ParseUint(v, 10, 64)
 			total += x
-			if i == 3 || i == 4 {
+			switch i {
+			case 0, 1, 2:
+				task += x
+			case 3, 4:
 				idle += x
 			}
 		}
-		t[n] = [2]uint64{total - idle, total}
+		t[n] = [3]uint64{total - idle, total, task}
 	}
 	return t
 }
 
 // busyShare is the share of the time cpus were busy between t0 and t1, averaged over
 // them; -1 when a counter is missing.
-func busyShare(t0, t1 cpuTimes, cpus []int) float64 {
+func busyShare(t0, t1 cpuTimes, cpus []int) float64 { return cpuShare(t0, t1, cpus, 0) }
+
+// taskShare is the share of the time cpus ran processes between t0 and t1 (cpuTimes),
+// averaged over them; -1 when a counter is missing.
+func taskShare(t0, t1 cpuTimes, cpus []int) float64 { return cpuShare(t0, t1, cpus, 2) }
+
+func cpuShare(t0, t1 cpuTimes, cpus []int, i int) float64 {
 	var busy, total uint64
 	for _, c := range cpus {
 		a, ok0 := t0[c]
 		b, ok1 := t1[c]
-		if !ok0 || !ok1 || b[1] < a[1] || b[0] < a[0] {
+		if !ok0 || !ok1 || b[1] < a[1] || b[i] < a[i] {
 			return -1
 		}
-		busy += b[0] - a[0]
+		busy += b[i] - a[i]
 		total += b[1] - a[1]
 	}
 	if total == 0 {

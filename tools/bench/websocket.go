@@ -368,7 +368,8 @@ type wsResult struct {
 	usPerUpgrade  float64
 	usPerMsg      float64
 	trickleCPUSec float64
-	settleCPUSec  float64 // CPU during -ws-settle, the tunnels open and idle
+	settleCPUSec  float64  // CPU during -ws-settle, the tunnels open and idle
+	sys0, sys1    cpuTimes // every CPU's busy and total ticks around the trickle (/proc/stat)
 }
 
 func (w wsResult) kibPerConn() float64 {
@@ -381,10 +382,16 @@ func (w wsResult) kibPerConn() float64 {
 // asPerf states an S6 measurement in a request measurement's terms, for -compare's rounds:
 // a message echoed stands for a request (usPerReq is CPU µs per message, the QPS messages
 // per second). why is not empty when the trickle did not run as asked, so its CPU per
-// message is not comparable: messages lost or tunnels closed by the gateway, or the
-// client sent under 95% of what -ws-rate asked for (the load side fell behind).
-func (w wsResult) asPerf(rate int) (r perfResult, why string) {
+// message is not comparable: messages lost or tunnels closed by the gateway, the client
+// sent under 95% of what -ws-rate asked for (the load side fell behind), or other
+// processes ran at least 5% of the time on the gateway's CPUs not shared with the load
+// side (/proc/stat's process time over the trickle, less the gateway's own): a wake-up,
+// most of what a message costs, costs more on a CPU that others keep busy. Process time,
+// not busy time, because the softirqs of the gateway's own loopback writes (the peer's
+// TCP receive, done on the sender's CPU) are busy time that no process is charged for.
+func (w wsResult) asPerf(rate int, gwCPUs, loadCPUs []int) (r perfResult, why string) {
 	r = perfResult{scenario: "S6", gateway: w.gateway, procs: w.procs, cpuSec: w.trickleCPUSec, usPerReq: w.usPerMsg, rssKB: w.rss2,
+		sys0: w.sys0, sys1: w.sys1,
 		load: loadResult{Requests: w.client.Received, DurationUS: int64(w.client.TrickleSeconds * 1e6), P50: w.client.P50, P99: w.client.P99, Max: w.client.Max}}
 	if w.client.TrickleSeconds > 0 {
 		r.busy = w.trickleCPUSec / w.client.TrickleSeconds
@@ -394,6 +401,18 @@ func (w wsResult) asPerf(rate int) (r perfResult, why string) {
 		why = fmt.Sprintf("%d of %d messages lost, %d tunnels closed by the gateway", c.Sent-c.Received, c.Sent, c.ClosedByTheGateway)
 	case float64(c.Sent) < 0.95*float64(rate)*c.TrickleSeconds:
 		why = fmt.Sprintf("the client sent %d messages in %.1fs, under 95%% of %d/s (the load side fell behind)", c.Sent, c.TrickleSeconds, rate)
+	default:
+		var own []int
+		for _, cpu := range gwCPUs {
+			if !slices.Contains(loadCPUs, cpu) {
+				own = append(own, cpu)
+			}
+		}
+		if all := taskShare(w.sys0, w.sys1, own); len(own) > 0 && all >= 0 {
+			if others := all - r.busy/float64(len(own)); others >= 0.05 {
+				why = fmt.Sprintf("other processes ran %.0f%% of the time on CPU %s", 100*others, cpuListString(own))
+			}
+		}
 	}
 	return r, why
 }
@@ -468,12 +487,14 @@ func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfSce
 		u1 = us
 	}
 	res.rssSettled = u1.rssKB
+	res.sys0 = readCPUTimes()
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		return res, err
 	}
 	if err := dec.Decode(&res.client); err != nil {
 		return res, fmt.Errorf("S6 %s: websocket client: %v (see %s)", gw, err, logPath)
 	}
+	res.sys1 = readCPUTimes()
 	u2, err := groupUsage(p.pid())
 	if err != nil {
 		return res, p.failure(err.Error())
