@@ -250,7 +250,12 @@ func (p *proc) bindFailed() bool {
 	return p.exited() && strings.Contains(p.output.String(), "address already in use")
 }
 
-// waitReady polls url until it answers 200, failing early if the process exits.
+// waitReady polls url until it answers 200 with a body saying "status":"ready" (every
+// /readyz of ours does), failing early if the process exits. A bare 200 is not enough:
+// freeAddr's port was free a moment ago, but before the process binds it another
+// program may get it from the kernel (a test's httptest upstream, which answers any
+// path), and a 200 from that impostor would pass for the process's own while the
+// process fails to bind and exits.
 func (p *proc) waitReady(url string, timeout time.Duration) error {
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(timeout)
@@ -263,7 +268,7 @@ func (p *proc) waitReady(url string, timeout time.Duration) error {
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`"status":"ready"`)) {
 				return nil
 			}
 			last = fmt.Sprintf("%d %s", resp.StatusCode, body)
