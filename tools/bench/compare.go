@@ -50,13 +50,6 @@ func (c *compareSettings) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.envB, "compare-env-b", "", "-compare: comma-separated VAR=value settings added to B's edge only (-compare HEAD -compare-b HEAD -compare-env-b TOLLGATE_EDGE_RAW_IO=off: what a switch saves)")
 }
 
-// sideEnv splits a -compare-env-a/-b value.
-func sideEnv(v string) []string {
-	if v == "" {
-		return nil
-	}
-	return strings.Split(v, ",")
-}
 
 // setup checks -compare's flags and settles the scenarios and gateways it measures; without
 // -compare it only refuses the flags that need it.
@@ -82,7 +75,7 @@ func (c *compareSettings) setup(b *bench, scs []string) ([]string, error) {
 			return nil, fmt.Errorf("-compare: %s is not a proxy scenario (S1, S2, S2j, S2l, S2x, S2a, S3, S4, S4r, S5, S6, S9)", s)
 		}
 	}
-	for _, e := range append(sideEnv(c.envA), sideEnv(c.envB)...) {
+	for _, e := range append(envList(c.envA), envList(c.envB)...) {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return nil, fmt.Errorf("-compare-env-a/-b: %q is not VAR=value", e)
 		}

@@ -79,7 +79,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 			return nil, fmt.Errorf("building the working tree: %w", err)
 		}
 	}
-	A.env, B.env = sideEnv(b.cmp.envA), sideEnv(b.cmp.envB)
+	A.env, B.env = envList(b.cmp.envA), envList(b.cmp.envB)
 	for _, s := range []*compareSide{A, B} {
 		if len(s.env) > 0 {
 			s.label += ", edge with " + strings.Join(s.env, ",")
@@ -182,7 +182,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 						addr = s.tlsAddr
 					}
 					b.perfAdmin = s.st.edgeAdmin
-					r, why, err := b.measureRound(ctx, "tollgate-"+strings.ToLower(s.name), procs, sc, s.st.edge, addr, gwCPUs, loadCPUs)
+					r, why, err := b.measureRound(ctx, "tollgate", "tollgate-"+strings.ToLower(s.name), procs, sc, s.st.edge, addr, gwCPUs, loadCPUs)
 					if err != nil {
 						return rep, fmt.Errorf("%s: %w", s.name, err)
 					}
@@ -197,7 +197,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 					if A.scs[i].tls {
 						addr = ngxTLS
 					}
-					r, _, err := b.measureRound(ctx, "nginx", procs, A.scs[i], ngx, addr, gwCPUs, loadCPUs)
+					r, _, err := b.measureRound(ctx, "nginx", "nginx", procs, A.scs[i], ngx, addr, gwCPUs, loadCPUs)
 					if err != nil {
 						return rep, err
 					}
@@ -225,29 +225,21 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 
 // measureRound measures one scenario on one gateway for -compare's rounds, and why the
 // measurement is flagged (empty: it is not); S6 is measured by measureWS and stated per
-// message (wsResult.asPerf).
-func (b *bench) measureRound(ctx context.Context, gw string, procs int, sc *perfScenario, p *proc, addr string, gwCPUs, loadCPUs []int) (perfResult, string, error) {
+// message (wsResult.asPerf), under name (its client's log: ws-NAME-PROCS.log).
+func (b *bench) measureRound(ctx context.Context, gw, name string, procs int, sc *perfScenario, p *proc, addr string, gwCPUs, loadCPUs []int) (perfResult, string, error) {
 	if sc.ws {
-		w, err := b.measureWS(ctx, gw, procs, sc, p, addr)
+		w, err := b.measureWS(ctx, name, procs, sc, p, addr)
 		if err != nil {
 			return perfResult{}, "", err
 		}
 		r, why := w.asPerf(b.wsRate, gwCPUs, loadCPUs)
 		return r, why, nil
 	}
-	r, err := b.measure(ctx, gwName(gw), procs, sc, p, addr)
+	r, err := b.measure(ctx, gw, procs, sc, p, addr)
 	if err != nil {
 		return r, "", err
 	}
 	return r, b.rnd.flag(r, gwCPUs, loadCPUs), nil
-}
-
-// gwName is the gateway a -compare side's name ("tollgate-a") stands for.
-func gwName(side string) string {
-	if strings.HasPrefix(side, "tollgate") {
-		return "tollgate"
-	}
-	return side
 }
 
 func sideWhy(side, why string) string {

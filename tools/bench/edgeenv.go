@@ -10,9 +10,12 @@ import (
 // TOLLGATE_* variables of its own environment.
 var edgeEnv = flag.String("edge-env", "", "comma-separated VAR=value settings added to every edge's environment (e.g. TOLLGATE_EDGE_JSON_ONE_PASS=off)")
 
-func edgeEnvList() []string {
-	if *edgeEnv == "" {
+func edgeEnvList() []string { return envList(*edgeEnv) }
+
+// envList splits a comma-separated VAR=value list (-edge-env, -compare-env-a/-b).
+func envList(v string) []string {
+	if v == "" {
 		return nil
 	}
-	return strings.Split(*edgeEnv, ",")
+	return strings.Split(v, ",")
 }

@@ -180,12 +180,7 @@ func summarisePairs(rounds []pairRound, all bool) []pairSummary {
 // competes with wrk. /proc/stat's counters over the same window tell why it was idle: the
 // load side's CPUs were saturated, or other processes took the gateway's CPU.
 func notBottleneck(r perfResult, busyMin float64, gwCPUs, loadCPUs []int) string {
-	var own []int
-	for _, c := range gwCPUs {
-		if !slices.Contains(loadCPUs, c) {
-			own = append(own, c)
-		}
-	}
+	own := ownCPUs(gwCPUs, loadCPUs)
 	if len(own) == 0 {
 		return "" // gateway and load share every CPU: no side can be told apart
 	}
@@ -197,14 +192,33 @@ func notBottleneck(r perfResult, busyMin float64, gwCPUs, loadCPUs []int) string
 	if load := busyShare(r.sys0, r.sys1, loadCPUs); load >= 0.95 {
 		why += fmt.Sprintf("; load side saturated (CPU %s %.0f%% busy)", cpuListString(loadCPUs), 100*load)
 	}
-	if all := busyShare(r.sys0, r.sys1, own); all >= 0 {
-		// The gateway's own use may spill onto the shared CPU, so this is at least what
-		// others took of its CPUs.
-		if others := all - r.busy/float64(len(own)); others >= 0.05 {
-			why += fmt.Sprintf("; other processes took %.0f%% of CPU %s", 100*others, cpuListString(own))
-		}
+	// The gateway's own use may spill onto the shared CPU, so this is at least what
+	// others took of its CPUs.
+	if others := othersShare(busyShare(r.sys0, r.sys1, own), r.busy, own); others >= 0.05 {
+		why += fmt.Sprintf("; other processes took %.0f%% of CPU %s", 100*others, cpuListString(own))
 	}
 	return why
+}
+
+// ownCPUs is the gateway's CPUs that the load side does not share.
+func ownCPUs(gwCPUs, loadCPUs []int) []int {
+	var own []int
+	for _, c := range gwCPUs {
+		if !slices.Contains(loadCPUs, c) {
+			own = append(own, c)
+		}
+	}
+	return own
+}
+
+// othersShare is the share of own's time that went to others than the gateway, from
+// their share (busyShare or taskShare) and the gateway's busy (CPU seconds ÷ wall
+// seconds); -1 when the share could not be read or own is empty.
+func othersShare(share, busy float64, own []int) float64 {
+	if share < 0 || len(own) == 0 {
+		return -1
+	}
+	return share - busy/float64(len(own))
 }
 
 // cpuTimes is each CPU's busy, total and task time in clock ticks, from /proc/stat: busy

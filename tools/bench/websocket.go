@@ -402,16 +402,9 @@ func (w wsResult) asPerf(rate int, gwCPUs, loadCPUs []int) (r perfResult, why st
 	case float64(c.Sent) < 0.95*float64(rate)*c.TrickleSeconds:
 		why = fmt.Sprintf("the client sent %d messages in %.1fs, under 95%% of %d/s (the load side fell behind)", c.Sent, c.TrickleSeconds, rate)
 	default:
-		var own []int
-		for _, cpu := range gwCPUs {
-			if !slices.Contains(loadCPUs, cpu) {
-				own = append(own, cpu)
-			}
-		}
-		if all := taskShare(w.sys0, w.sys1, own); len(own) > 0 && all >= 0 {
-			if others := all - r.busy/float64(len(own)); others >= 0.05 {
-				why = fmt.Sprintf("other processes ran %.0f%% of the time on CPU %s", 100*others, cpuListString(own))
-			}
+		own := ownCPUs(gwCPUs, loadCPUs)
+		if others := othersShare(taskShare(w.sys0, w.sys1, own), r.busy, own); others >= 0.05 {
+			why = fmt.Sprintf("other processes ran %.0f%% of the time on CPU %s", 100*others, cpuListString(own))
 		}
 	}
 	return r, why
