@@ -50,7 +50,6 @@ func (c *compareSettings) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.envB, "compare-env-b", "", "-compare: comma-separated VAR=value settings added to B's edge only (-compare HEAD -compare-b HEAD -compare-env-b TOLLGATE_EDGE_RAW_IO=off: what a switch saves)")
 }
 
-
 // setup checks -compare's flags and settles the scenarios and gateways it measures; without
 // -compare it only refuses the flags that need it.
 func (c *compareSettings) setup(b *bench, scs []string) ([]string, error) {
