@@ -269,12 +269,20 @@ func (r *report) compareMarkdown(s *strings.Builder) {
 	s.WriteString("\n## Compare: B ÷ A, measured in turns\n\n")
 	fmt.Fprintf(s, "- A: %s, binary sha256 %.16s…\n", c.a, c.aSum)
 	fmt.Fprintf(s, "- B: %s, binary sha256 %.16s…", c.b, c.bSum)
-	if c.aSum == c.bSum {
+	sameEnv := b.cmp.envA == b.cmp.envB
+	switch {
+	case c.aSum == c.bSum && sameEnv:
 		s.WriteString(" (the same binary: every difference below is the machine's noise)")
+	case c.aSum == c.bSum:
+		s.WriteString(" (the same binary: a difference below is its edge's settings' or the machine's noise)")
 	}
 	s.WriteString("\n")
+	settings := "the same settings"
+	if !sameEnv {
+		settings = "the same settings but for the edge's above"
+	}
 	fmt.Fprintf(s, "- %d rounds per scenario and procs value; in each, the scenario is measured on A and on B back to back "+
-		"(A first in odd rounds, B first in even ones), each build on its own stack (database, api, NATS prefix) with the same settings, "+
+		"(A first in odd rounds, B first in even ones), each build on its own stack (database, api, NATS prefix) with "+settings+", "+
 		"the edge pinned to CPUs 0 to procs−1, wrk -t%d -c%d and the upstream on CPU %s, %s warm-up and a %s window per measurement\n",
 		c.set.rounds, b.threads, b.conns, b.loadCPUs, b.warmup, b.duration)
 	s.WriteString("- per round: B ÷ A of the gateway's CPU µs/req (below 1: B spends less per request) and of QPS; " +

@@ -286,6 +286,15 @@ func TestCompareMarkdown(t *testing.T) {
 		"A: gateway busy 0.50 < 0.90 |",
 		"flagged rounds are left out of the medians",
 	)
+
+	// One binary run with a setting on one side only: its differences are not noise alone.
+	b.cmp.envB = "TOLLGATE_EDGE_RAW_IO=off"
+	md = r.markdown()
+	reportHas(t, md, "the same binary: a difference below is its edge's settings' or the machine's noise",
+		"with the same settings but for the edge's above")
+	if strings.Contains(md, "every difference below is the machine's noise") {
+		t.Error("a comparison of two settings says its differences are noise")
+	}
 }
 
 // A second bench waits for the first to release the machine.

@@ -417,7 +417,11 @@ func (b *bench) hotChanges(ctx context.Context, s *stack, r *hotResult, slug, ho
 				return t200.Sub(t0), time.Since(t200), nil
 			}
 			if time.Now().After(deadline) {
-				return 0, 0, fmt.Errorf("the edge did not answer from %s within 30s of the api's 200", ups[next])
+				last := fmt.Sprintf("%d %.200q", code, body)
+				if err != nil {
+					last = err.Error()
+				}
+				return 0, 0, fmt.Errorf("the edge did not answer from %s within 30s of the api's 200 (its last answer: %s)", ups[next], last)
 			}
 			time.Sleep(250 * time.Microsecond)
 		}
