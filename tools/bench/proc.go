@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,7 +75,7 @@ func startProcSig(name, logPath, cpus string, env []string, deathSig syscall.Sig
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: deathSig}
-	if err := cmd.Start(); err != nil {
+	if err := spawn(cmd); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
@@ -86,6 +87,37 @@ func startProcSig(name, logPath, cpus string, env []string, deathSig syscall.Sig
 	}()
 	return p, nil
 }
+
+// spawn starts cmd from the one OS thread that forks every process of the bench. The
+// kernel sends a child its parent-death signal when the thread that forked it ends, not
+// its process, and Go ends a thread whose goroutine exits while locked to it (the
+// route-change poller's, pinned to the load CPUs): an edge forked earlier from the thread
+// such a goroutine then locked was SIGKILLed in the middle of a run when the poller
+// ended. The spawning thread stays locked to its goroutine and never ends.
+func spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnReqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: nothing else runs on this thread, and it never ends
+			for r := range spawnReqs {
+				r.done <- r.cmd.Start()
+			}
+		}()
+	})
+	r := spawnReq{cmd: cmd, done: make(chan error, 1)}
+	spawnReqs <- r
+	return <-r.done
+}
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+var (
+	spawnOnce sync.Once
+	spawnReqs chan spawnReq
+)
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -94,4 +95,40 @@ func deathSigHelper() {
 func alive(pid int) bool {
 	f := procStat(pid)
 	return len(f) > 0 && f[0] != "Z"
+}
+
+// A process outlives the thread of the goroutine that started it: a goroutine that ends
+// locked to its thread ends the thread (all but the main thread), and a child forked from
+// that thread would get its parent-death signal (SIGKILL) then. Four such goroutines, so
+// that at least one runs on a thread that ends.
+func TestChildOutlivesStartersThread(t *testing.T) {
+	dir := t.TempDir()
+	var procs []*proc
+	for i := range 4 {
+		started := make(chan *proc, 1)
+		errs := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+			p, err := startProc("sleeper", filepath.Join(dir, fmt.Sprint("sleeper-", i, ".log")), "", nil, "sleep", "60")
+			if err != nil {
+				errs <- err
+				return
+			}
+			started <- p
+		}()
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case p := <-started:
+			procs = append(procs, p)
+			defer p.stop()
+		}
+	}
+	// The starters' threads have ended by now or soon; a signal one set off arrives at once.
+	time.Sleep(500 * time.Millisecond)
+	for i, p := range procs {
+		if p.exited() {
+			t.Errorf("child %d ended with its starter's thread: %v", i, p.err)
+		}
+	}
 }
