@@ -7,7 +7,6 @@ package edge
 import (
 	"errors"
 	"net/netip"
-	"os"
 	"runtime"
 	"sort"
 	"sync"
@@ -401,10 +400,15 @@ func (e *Edge) compileDirty() int {
 }
 
 // parallelCompiles: compileDirty compiles the tenants it has on every core
-// (TOLLGATE_EDGE_PARALLEL_COMPILES=off: one after the other).
+// (SetParallelCompiles).
 var parallelCompiles atomic.Bool
 
-func init() { parallelCompiles.Store(os.Getenv("TOLLGATE_EDGE_PARALLEL_COMPILES") != "off") }
+func init() { parallelCompiles.Store(true) }
+
+// SetParallelCompiles chooses whether tenants that compile at once do so side by side on
+// every core (true, the default) or one after the other
+// (TOLLGATE_EDGE_PARALLEL_COMPILES=off).
+func SetParallelCompiles(on bool) { parallelCompiles.Store(on) }
 
 // pendingChanges is what changed in a tenant's entries since its last compile: which
 // routes, or something else (all: the whole tenant recompiles).

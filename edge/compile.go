@@ -3,7 +3,6 @@ package edge
 import (
 	"encoding/hex"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -51,10 +50,10 @@ func decodeKeyHash(h string) ([32]byte, error) {
 
 // incremental is whether a compile that only has route changes to make reuses the
 // previous snapshot's compiled routes and edits its route table (compileRoutes), rather
-// than rebuilding the whole tenant. TOLLGATE_EDGE_INCREMENTAL=off turns it off.
+// than rebuilding the whole tenant (SetIncrementalCompiles).
 var incremental atomic.Bool
 
-func init() { incremental.Store(os.Getenv("TOLLGATE_EDGE_INCREMENTAL") != "off") }
+func init() { incremental.Store(true) }
 
 // SetIncrementalCompiles chooses whether route changes recompile only the routes they
 // touch (true, the default) or their whole tenant (TOLLGATE_EDGE_INCREMENTAL=off). Both

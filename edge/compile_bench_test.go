@@ -136,9 +136,10 @@ func rssKiB() int64 {
 
 // BenchmarkColdStart is an edge's start from a bucket of 100,000 routes over 2 tenants:
 // every entry applied (its JSON decoded and checked), then Loaded's compile, until the
-// edge is ready. The entries' JSON is made beforehand.
+// edge is ready, with the tenants compiled side by side (the default) and one after the
+// other (TOLLGATE_EDGE_PARALLEL_COMPILES=off). The entries' JSON is made beforehand.
 //
-//	go test -run '^$' -bench ColdStart -benchtime 1x ./edge/
+//	go test -run '^$' -bench ColdStart -benchtime 2x -cpu 2 ./edge/
 func BenchmarkColdStart(b *testing.B) {
 	const n, nt = 100_000, 2
 	type kv struct {
@@ -165,19 +166,28 @@ func BenchmarkColdStart(b *testing.B) {
 	for i := range n {
 		add(tenants.Entry{Route: compileTestRoute(fmt.Sprint("t-", i%nt), fmt.Sprint("route-", i), []string{fmt.Sprintf("/api/v1/r%d", i)}, []string{"GET", "POST"}, 9000+i%50)})
 	}
-	for b.Loop() {
-		e := newCompileEdge(b)
-		start := time.Now()
-		for i, ent := range entries {
-			e.Apply(ent.key, ent.value, uint64(i+1))
-		}
-		applied := time.Since(start)
-		e.Loaded()
-		b.ReportMetric(applied.Seconds(), "s-apply")
-		b.ReportMetric(time.Since(start).Seconds()-applied.Seconds(), "s-compile")
-		if !e.ready.Load() {
-			b.Fatal("not ready")
-		}
+	for _, mode := range []struct {
+		name string
+		on   bool
+	}{{"parallel", true}, {"serial", false}} {
+		b.Run(mode.name, func(b *testing.B) {
+			SetParallelCompiles(mode.on)
+			defer SetParallelCompiles(true)
+			for b.Loop() {
+				e := newCompileEdge(b)
+				start := time.Now()
+				for i, ent := range entries {
+					e.Apply(ent.key, ent.value, uint64(i+1))
+				}
+				applied := time.Since(start)
+				e.Loaded()
+				b.ReportMetric(applied.Seconds(), "s-apply")
+				b.ReportMetric(time.Since(start).Seconds()-applied.Seconds(), "s-compile")
+				if !e.ready.Load() {
+					b.Fatal("not ready")
+				}
+			}
+		})
 	}
 }
 

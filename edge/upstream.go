@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,7 +60,7 @@ type upstream struct {
 // sharedKey is what identifies a plain upstream's spec among a tenant's routes, or ""
 // when the spec is not plain: a plain upstream has no state of its route's (no health,
 // no retries, no events to label), so routes that name the same targets share one, and
-// its rotation. TOLLGATE_EDGE_SHARE_UPSTREAMS=off gives every route its own.
+// its rotation. SetShareUpstreams(false) gives every route its own.
 func sharedKey(spec *tenants.Upstream, ct time.Duration) string {
 	if !shareUpstreams.Load() || spec.Balance != "" && spec.Balance != tenants.BalanceRoundRobin ||
 		spec.HealthCheck != nil || spec.Passive != nil || spec.CircuitBreaker != nil || spec.Retries != nil {
@@ -80,7 +79,12 @@ func sharedKey(spec *tenants.Upstream, ct time.Duration) string {
 
 var shareUpstreams atomic.Bool
 
-func init() { shareUpstreams.Store(os.Getenv("TOLLGATE_EDGE_SHARE_UPSTREAMS") != "off") }
+func init() { shareUpstreams.Store(true) }
+
+// SetShareUpstreams chooses whether a tenant's routes with the same plain upstream share
+// one upstream and its rotation (true, the default) or each has its own
+// (TOLLGATE_EDGE_SHARE_UPSTREAMS=off), from the next compile on.
+func SetShareUpstreams(on bool) { shareUpstreams.Store(on) }
 
 // pick is the plain upstream's round-robin pick.
 func (u *upstream) pick() *target {

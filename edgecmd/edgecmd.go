@@ -111,6 +111,9 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 	edge.SetYieldReads(cfg.EdgeYieldReads)
 	edge.SetShortReadWait(cfg.EdgeShortReadWait)
 	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
+	edge.SetIncrementalCompiles(cfg.EdgeIncremental)
+	edge.SetShareUpstreams(cfg.EdgeShareUpstreams)
+	edge.SetParallelCompiles(cfg.EdgeParallelCompiles)
 	e, err := edge.New(edge.Config{
 		Tracing:        tr,
 		CacheBytes:     cacheBytes,

@@ -92,6 +92,12 @@ type Config struct {
 	EdgePackConfig bool
 	// EdgeSnapshotYield: TOLLGATE_EDGE_SNAPSHOT_YIELD [on: writing the config snapshot file yields the processor every few hundred entries (edge.ConfigFileConfig.Hog); off: it runs until preempted]
 	EdgeSnapshotYield bool
+	// EdgeIncremental: TOLLGATE_EDGE_INCREMENTAL [on: a change of routes compiles only those routes (edge.SetIncrementalCompiles); off: the whole tenant]
+	EdgeIncremental bool
+	// EdgeShareUpstreams: TOLLGATE_EDGE_SHARE_UPSTREAMS [on: a tenant's routes with the same plain upstream share one (edge.SetShareUpstreams); off: one per route]
+	EdgeShareUpstreams bool
+	// EdgeParallelCompiles: TOLLGATE_EDGE_PARALLEL_COMPILES [on: tenants that compile at once do so on every core (edge.SetParallelCompiles); off: one after the other]
+	EdgeParallelCompiles bool
 
 	// Surviving faults: the edge's local config snapshot, bounded database calls.
 	EdgeSnapshotMaxAge time.Duration // TOLLGATE_EDGE_SNAPSHOT_MAX_AGE [24h: the oldest config snapshot (in the spool directory) an edge starts from while NATS is unreachable; 0: never]
@@ -165,7 +171,11 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass, true}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory, true},
 		{"TOLLGATE_EDGE_RETURN_ASIDE", &c.EdgeReturnAside, true},
 		{"TOLLGATE_EDGE_PACK_CONFIG", &c.EdgePackConfig, true}, {"TOLLGATE_EDGE_SNAPSHOT_YIELD", &c.EdgeSnapshotYield, true},
-		{"TOLLGATE_EDGE_SHORT_READ_WAIT", &c.EdgeShortReadWait, false}} {
+		{"TOLLGATE_EDGE_SHORT_READ_WAIT", &c.EdgeShortReadWait, false},
+		{"TOLLGATE_EDGE_YIELD_READS", &c.EdgeYieldReads, true}, {"TOLLGATE_EDGE_RAW_IO", &c.EdgeRawIO, true},
+		{"TOLLGATE_EDGE_KEY_LAST_USE", &c.EdgeKeyLastUse, true},
+		{"TOLLGATE_EDGE_INCREMENTAL", &c.EdgeIncremental, true}, {"TOLLGATE_EDGE_SHARE_UPSTREAMS", &c.EdgeShareUpstreams, true},
+		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}} {
 		switch v := strings.ToLower(getenv(o.name)); v {
 		case "":
 			*o.on = o.def
@@ -175,27 +185,6 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		default:
 			return nil, fmt.Errorf("%s: %q is not on or off", o.name, v)
 		}
-	}
-	switch v := strings.ToLower(getenv("TOLLGATE_EDGE_YIELD_READS")); v {
-	case "", "on", "true", "1":
-		c.EdgeYieldReads = true
-	case "off", "false", "0":
-	default:
-		return nil, fmt.Errorf("TOLLGATE_EDGE_YIELD_READS: %q is not on or off", v)
-	}
-	switch v := strings.ToLower(getenv("TOLLGATE_EDGE_RAW_IO")); v {
-	case "", "on", "true", "1":
-		c.EdgeRawIO = true
-	case "off", "false", "0":
-	default:
-		return nil, fmt.Errorf("TOLLGATE_EDGE_RAW_IO: %q is not on or off", v)
-	}
-	switch v := strings.ToLower(getenv("TOLLGATE_EDGE_KEY_LAST_USE")); v {
-	case "", "on", "true", "1":
-		c.EdgeKeyLastUse = true
-	case "off", "false", "0":
-	default:
-		return nil, fmt.Errorf("TOLLGATE_EDGE_KEY_LAST_USE: %q is not on or off", v)
 	}
 	switch v := strings.ToLower(getenv("TOLLGATE_METER")); v {
 	case "", "on", "true", "1":

@@ -64,10 +64,18 @@ func TestEdgeSwitches(t *testing.T) {
 		get func(*config.Config) bool
 		def bool
 	}{
-		"TOLLGATE_EDGE_RAW_IO":          {func(c *config.Config) bool { return c.EdgeRawIO }, true},
-		"TOLLGATE_EDGE_YIELD_READS":     {func(c *config.Config) bool { return c.EdgeYieldReads }, true},
-		"TOLLGATE_EDGE_SHORT_READ_WAIT": {func(c *config.Config) bool { return c.EdgeShortReadWait }, false},
-		"TOLLGATE_EDGE_JSON_ONE_PASS":   {func(c *config.Config) bool { return c.EdgeJSONOnePass }, true},
+		"TOLLGATE_EDGE_RAW_IO":            {func(c *config.Config) bool { return c.EdgeRawIO }, true},
+		"TOLLGATE_EDGE_YIELD_READS":       {func(c *config.Config) bool { return c.EdgeYieldReads }, true},
+		"TOLLGATE_EDGE_SHORT_READ_WAIT":   {func(c *config.Config) bool { return c.EdgeShortReadWait }, false},
+		"TOLLGATE_EDGE_JSON_ONE_PASS":     {func(c *config.Config) bool { return c.EdgeJSONOnePass }, true},
+		"TOLLGATE_EDGE_KEY_LAST_USE":      {func(c *config.Config) bool { return c.EdgeKeyLastUse }, true},
+		"TOLLGATE_EDGE_RETURN_MEMORY":     {func(c *config.Config) bool { return c.EdgeReturnMemory }, true},
+		"TOLLGATE_EDGE_RETURN_ASIDE":      {func(c *config.Config) bool { return c.EdgeReturnAside }, true},
+		"TOLLGATE_EDGE_PACK_CONFIG":       {func(c *config.Config) bool { return c.EdgePackConfig }, true},
+		"TOLLGATE_EDGE_SNAPSHOT_YIELD":    {func(c *config.Config) bool { return c.EdgeSnapshotYield }, true},
+		"TOLLGATE_EDGE_INCREMENTAL":       {func(c *config.Config) bool { return c.EdgeIncremental }, true},
+		"TOLLGATE_EDGE_SHARE_UPSTREAMS":   {func(c *config.Config) bool { return c.EdgeShareUpstreams }, true},
+		"TOLLGATE_EDGE_PARALLEL_COMPILES": {func(c *config.Config) bool { return c.EdgeParallelCompiles }, true},
 	}
 	for name, sw := range switches {
 		get := sw.get
