@@ -137,7 +137,6 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		EdgeID:      getenv("TOLLGATE_EDGE_ID"),
 		LogLevel:    get("TOLLGATE_LOG_LEVEL", "info"),
 
-		Meter:         true,
 		MeterSpoolDir: getenv("TOLLGATE_METER_SPOOL_DIR"),
 		StripeKey:     getenv("TOLLGATE_STRIPE_KEY"),
 		StripeURL:     getenv("TOLLGATE_STRIPE_URL"),
@@ -175,7 +174,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		{"TOLLGATE_EDGE_YIELD_READS", &c.EdgeYieldReads, true}, {"TOLLGATE_EDGE_RAW_IO", &c.EdgeRawIO, true},
 		{"TOLLGATE_EDGE_KEY_LAST_USE", &c.EdgeKeyLastUse, true},
 		{"TOLLGATE_EDGE_INCREMENTAL", &c.EdgeIncremental, true}, {"TOLLGATE_EDGE_SHARE_UPSTREAMS", &c.EdgeShareUpstreams, true},
-		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}} {
+		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}, {"TOLLGATE_METER", &c.Meter, true}} {
 		switch v := strings.ToLower(getenv(o.name)); v {
 		case "":
 			*o.on = o.def
@@ -185,13 +184,6 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		default:
 			return nil, fmt.Errorf("%s: %q is not on or off", o.name, v)
 		}
-	}
-	switch v := strings.ToLower(getenv("TOLLGATE_METER")); v {
-	case "", "on", "true", "1":
-	case "off", "false", "0":
-		c.Meter = false
-	default:
-		return nil, fmt.Errorf("TOLLGATE_METER: %q is not on or off", v)
 	}
 	var err error
 	if c.AllowCIDRs, err = tenants.ParseCIDRs(getenv("TOLLGATE_UPSTREAM_ALLOW_CIDRS")); err != nil {
