@@ -107,6 +107,11 @@ func TestPricesValidation(t *testing.T) {
 		{"/v1/billing/prices/pro/" + month, `{"currency":"usd","bogus":1}`, "invalid_request", "bogus"},
 		{"/v1/tenants/acme/prices/gold/" + month, `{"currency":"usd","per_consumer":true}`, "validation_failed", "per_consumer"},
 		{"/v1/tenants/acme/prices/pro/" + month, ok, "validation_failed", "plan"},
+		// Stripe's largest unit amount is the most a fee or a unit price may be, so a bill
+		// cannot wrap.
+		{"/v1/billing/prices/pro/" + month, `{"currency":"usd","monthly_fee":9223372036854775807}`, "validation_failed", "monthly_fee"},
+		{"/v1/billing/prices/pro/" + month, `{"currency":"usd","monthly_fee":100000000}`, "validation_failed", "monthly_fee"},
+		{"/v1/tenants/acme/prices/gold/" + month, `{"currency":"usd","unit_price":4600000000000000000,"unit_requests":1}`, "validation_failed", "unit_price"},
 	} {
 		e.do("PUT", c.path, adminToken, c.body).wantErr(400, c.code, c.field)
 	}

@@ -13,6 +13,8 @@ package billing
 import (
 	"context"
 	"fmt"
+	"math"
+	"math/bits"
 	"strings"
 	"time"
 
@@ -153,17 +155,50 @@ type Price struct {
 	PerConsumer      bool   `json:"per_consumer"`
 }
 
-// Charge is the overage over the price's allowance and its amount in minor units.
-func (p *Price) Charge(billable int64) (overage, amount int64) {
+// MaxUnitAmount is the largest amount in minor units one price may charge (a monthly fee,
+// a unit price): Stripe refuses a larger unit_amount, and keeping every factor of a bill
+// this small is what lets its products be checked rather than trusted.
+const MaxUnitAmount = 99_999_999
+
+// Charge is the overage over the price's allowance and its amount in minor units, rounded
+// up. The product is taken in 128 bits: an amount past int64 is EValidation on "amount",
+// never a wrapped (negative) number.
+func (p *Price) Charge(billable int64) (overage, amount int64, err error) {
 	overage = billable - p.IncludedRequests
-	if overage <= 0 {
-		return 0, 0
+	if overage <= 0 || billable < 0 || p.IncludedRequests < 0 {
+		return 0, 0, nil
+	}
+	if p.UnitPrice < 0 {
+		return 0, 0, tenants.Invalid("unit_price", "must be ≥ 0")
 	}
 	unit := p.UnitRequests
 	if unit <= 0 {
 		unit = 1
 	}
-	return overage, (overage*p.UnitPrice + unit - 1) / unit
+	hi, lo := bits.Mul64(uint64(overage), uint64(p.UnitPrice))
+	lo, carry := bits.Add64(lo, uint64(unit-1), 0)
+	hi += carry
+	if hi >= uint64(unit) {
+		return 0, 0, overflow(p)
+	}
+	q, _ := bits.Div64(hi, lo, uint64(unit))
+	if q > math.MaxInt64 {
+		return 0, 0, overflow(p)
+	}
+	return overage, int64(q), nil
+}
+
+func overflow(p *Price) error {
+	return tenants.Invalid("amount", "the bill of plan %q does not fit in 64 bits of minor units: its price cannot be billed", p.Plan)
+}
+
+// AddAmounts is a + b, EValidation on "amount" when the sum leaves int64's range.
+func AddAmounts(a, b int64) (int64, error) {
+	s := a + b
+	if (b > 0 && s < a) || (b < 0 && s > a) {
+		return 0, tenants.Invalid("amount", "a total of %d and %d minor units does not fit in 64 bits", a, b)
+	}
+	return s, nil
 }
 
 // UsageService answers the questions the api and finance ask of the rollups.

@@ -6,6 +6,8 @@ import (
 	"io"
 	"sort"
 	"strconv"
+
+	"tollgate/tenants"
 )
 
 // ExportHeader is the CSV header row of an export.
@@ -66,30 +68,50 @@ type CurrencyTotal struct {
 }
 
 // WriteJSON writes rows as an ExportDocument; like WriteCSV it is deterministic. Unpriced
-// rows are listed but in no total: they have no currency to be summed in.
+// rows are listed but in no total: they have no currency to be summed in. A total that
+// would leave int64's range is EValidation on "amount", and nothing is written.
 func WriteJSON(w io.Writer, p Period, rows []ExportRow) error {
-	doc := ExportDocument{Period: p.String(), Totals: []CurrencyTotal{}, Items: rows}
+	doc := ExportDocument{Period: p.String(), Items: rows}
 	if doc.Items == nil {
 		doc.Items = []ExportRow{}
 	}
-	byCur := map[string]*CurrencyTotal{}
-	for i := range rows {
-		if rows[i].Status == StatusUnpriced {
-			continue
-		}
-		t := byCur[rows[i].Currency]
-		if t == nil {
-			t = &CurrencyTotal{Currency: rows[i].Currency}
-			byCur[t.Currency] = t
-		}
-		t.Requests += rows[i].Requests
-		t.Billable += rows[i].Billable
-		t.Amount += rows[i].Amount
+	var err error
+	if doc.Totals, err = Totals(rows); err != nil {
+		return err
 	}
-	for _, t := range byCur {
-		doc.Totals = append(doc.Totals, *t)
-	}
-	sort.Slice(doc.Totals, func(i, j int) bool { return doc.Totals[i].Currency < doc.Totals[j].Currency })
 	enc := json.NewEncoder(w)
 	return enc.Encode(doc)
+}
+
+// Totals sums the priced rows per currency, in currency order, with every sum checked:
+// EValidation on "amount" when one would not fit in int64.
+func Totals(rows []ExportRow) ([]CurrencyTotal, error) {
+	byCur := map[string]*CurrencyTotal{}
+	for i := range rows {
+		r := &rows[i]
+		if r.Status == StatusUnpriced {
+			continue
+		}
+		t := byCur[r.Currency]
+		if t == nil {
+			t = &CurrencyTotal{Currency: r.Currency}
+			byCur[t.Currency] = t
+		}
+		var err error
+		if t.Requests, err = AddAmounts(t.Requests, r.Requests); err != nil {
+			return nil, err
+		}
+		if t.Billable, err = AddAmounts(t.Billable, r.Billable); err != nil {
+			return nil, err
+		}
+		if t.Amount, err = AddAmounts(t.Amount, r.Amount); err != nil {
+			return nil, tenants.Invalid("amount", "the export's total in %s does not fit in 64 bits of minor units", r.Currency)
+		}
+	}
+	out := make([]CurrencyTotal, 0, len(byCur))
+	for _, t := range byCur {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Currency < out[j].Currency })
+	return out, nil
 }

@@ -73,10 +73,14 @@ func (p *Price) Validate(now time.Time) error {
 		return tenants.Invalid("currency", "must be a lowercase ISO 4217 code such as usd")
 	case p.MonthlyFee < 0:
 		return tenants.Invalid("monthly_fee", "must be ≥ 0")
+	case p.MonthlyFee > MaxUnitAmount:
+		return tenants.Invalid("monthly_fee", "must be at most %d minor units (Stripe's largest amount)", MaxUnitAmount)
 	case p.IncludedRequests < 0:
 		return tenants.Invalid("included_requests", "must be ≥ 0")
 	case p.UnitPrice < 0:
 		return tenants.Invalid("unit_price", "must be ≥ 0")
+	case p.UnitPrice > MaxUnitAmount:
+		return tenants.Invalid("unit_price", "must be at most %d minor units per unit_requests (Stripe's largest amount)", MaxUnitAmount)
 	case p.UnitRequests < 0:
 		return tenants.Invalid("unit_requests", "must be > 0")
 	case p.PerConsumer && p.TenantID != "":
@@ -103,10 +107,16 @@ func (p Period) Before(o Period) bool {
 }
 
 // Bill is the amount of a period on price p with billable requests: the monthly fee plus
-// the overage's charge.
-func (p *Price) Bill(billable int64) (overage, amount int64) {
-	overage, amount = p.Charge(billable)
-	return overage, p.MonthlyFee + amount
+// the overage's charge. EValidation on "amount" when it would not fit in int64.
+func (p *Price) Bill(billable int64) (overage, amount int64, err error) {
+	overage, amount, err = p.Charge(billable)
+	if err != nil {
+		return 0, 0, err
+	}
+	if amount, err = AddAmounts(p.MonthlyFee, amount); err != nil {
+		return 0, 0, overflow(p)
+	}
+	return overage, amount, nil
 }
 
 // CheckoutRequest asks for a Stripe Checkout session: a consumer of a tenant buying one of

@@ -239,7 +239,11 @@ func (s *Store) Export(ctx context.Context, p billing.Period) ([]billing.ExportR
 		for j < len(lines) && lines[j].TenantID == lines[i].TenantID {
 			j++
 		}
-		out = append(out, tenantRows(p, lines[i:j])...)
+		rows, err := tenantRows(p, lines[i:j])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
 		i = j
 	}
 	billing.SortExport(out)
@@ -279,7 +283,11 @@ func (s *Store) ConsumerExport(ctx context.Context, tenantID string, p billing.P
 	}
 	out := make([]billing.ExportRow, 0, len(lines))
 	for _, l := range lines {
-		out = append(out, l.row(p, l.ConsumerID, l.Requests, l.Billable))
+		r, err := l.row(p, l.ConsumerID, l.Requests, l.Billable)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
 	}
 	billing.SortExport(out)
 	return out, nil
@@ -313,35 +321,52 @@ func scanBillLine(r pgx.CollectableRow) (billLine, error) {
 	return l, nil
 }
 
-// row is the export row of requests and billable on l's tenant and price.
-func (l *billLine) row(p billing.Period, consumer string, requests, billable int64) billing.ExportRow {
+// row is the export row of requests and billable on l's tenant and price: EValidation
+// (naming the tenant) when its amount does not fit in int64.
+func (l *billLine) row(p billing.Period, consumer string, requests, billable int64) (billing.ExportRow, error) {
 	r := billing.ExportRow{Period: p.String(), Tenant: l.Tenant, TenantID: l.TenantID, ConsumerID: consumer,
 		Plan: l.Plan, Requests: requests, Billable: billable, Status: billing.StatusUnpriced}
 	if pr := l.price; pr != nil {
-		r.Overage, r.Amount = pr.Bill(billable)
+		var err error
+		if r.Overage, r.Amount, err = pr.Bill(billable); err != nil {
+			return r, tenants.Invalid("amount", "the %s bill of tenant %s (%s) on plan %q does not fit in 64 bits of minor units", p, l.Tenant, l.TenantID, l.Plan)
+		}
 		r.Included, r.UnitPrice, r.UnitRequests, r.MonthlyFee = pr.IncludedRequests, pr.UnitPrice, pr.UnitRequests, pr.MonthlyFee
 		r.Currency, r.Status = pr.Currency, billing.StatusPriced
 	}
-	return r
+	return r, nil
 }
 
 // tenantRows bills one tenant's lines (one per consumer, the same plan and price): a row
 // per consumer on a per-consumer price, else one row of their sum.
-func tenantRows(p billing.Period, lines []billLine) []billing.ExportRow {
+func tenantRows(p billing.Period, lines []billLine) ([]billing.ExportRow, error) {
 	first := &lines[0]
 	if first.price != nil && first.price.PerConsumer {
 		out := make([]billing.ExportRow, 0, len(lines))
 		for _, l := range lines {
-			out = append(out, first.row(p, l.ConsumerID, l.Requests, l.Billable))
+			r, err := first.row(p, l.ConsumerID, l.Requests, l.Billable)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
 		}
-		return out
+		return out, nil
 	}
 	var req, bill int64
+	var err error
 	for _, l := range lines {
-		req += l.Requests
-		bill += l.Billable
+		if req, err = billing.AddAmounts(req, l.Requests); err != nil {
+			return nil, err
+		}
+		if bill, err = billing.AddAmounts(bill, l.Billable); err != nil {
+			return nil, err
+		}
 	}
-	return []billing.ExportRow{first.row(p, "", req, bill)}
+	r, err := first.row(p, "", req, bill)
+	if err != nil {
+		return nil, err
+	}
+	return []billing.ExportRow{r}, nil
 }
 
 // Interface guards.
