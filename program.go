@@ -283,6 +283,7 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 		_ = checks.Run(checksCtx)
 	}()
 	defer func() { stopChecks(); <-checksDone }()
+	defer sweepEntitlements(ctx, cfg, cp, log)()
 	drainAdmin, stopAdmin := cp.serveAdmin(ctx, log)
 	defer stopAdmin()
 	serveErr := make(chan error, 1)

@@ -543,3 +543,155 @@ func (s *Store) CheckoutSession(ctx context.Context, sessionID string) (*billing
 	}
 	return c, err
 }
+
+const entitlementColumns = `session_id, tenant_id::text, consumer_id, plan, subscription_id, status, good_at, bad_at,
+	revoke_at, revoke_reason, applied, previous_plan, rev`
+
+func scanEntitlement(row pgx.Row) (*billing.Entitlement, error) {
+	var e billing.Entitlement
+	if err := row.Scan(&e.SessionID, &e.TenantID, &e.ConsumerID, &e.Plan, &e.SubscriptionID, &e.Status, &e.GoodAt,
+		&e.BadAt, &e.RevokeAt, &e.RevokeReason, &e.Applied, &e.PreviousPlan, &e.Rev); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// CheckoutOfSubscription is the session whose checkout made the subscription: "" when
+// no checkout did (a tenant's own subscription, or one not known yet).
+func (s *Store) CheckoutOfSubscription(ctx context.Context, subscriptionID string) (string, error) {
+	if subscriptionID == "" {
+		return "", nil
+	}
+	var id string
+	err := s.pool.QueryRow(ctx, `SELECT session_id FROM stripe_checkouts WHERE subscription_id = $1
+		ORDER BY created_at DESC LIMIT 1`, subscriptionID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
+}
+
+// ObservePayment records the event and, in its transaction, moves the checkout's
+// entitlement by what the event says (billing.Entitlement.Observe) with the tenant's
+// grace; subscriptionID, when set, is recorded on the checkout. applied is false for a
+// duplicate; a session Tollgate did not make records the event and changes nothing.
+func (s *Store) ObservePayment(ctx context.Context, id, typ, account, sessionID, subscriptionID, what string, created time.Time) (bool, error) {
+	return s.inEvent(ctx, id, typ, account, func(tx pgx.Tx) error {
+		e, err := scanEntitlement(tx.QueryRow(ctx, `SELECT `+entitlementColumns+` FROM stripe_checkouts
+			WHERE session_id = $1 FOR UPDATE`, sessionID))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		g, err := paymentGrace(ctx, tx, e.TenantID)
+		if err != nil {
+			return err
+		}
+		changed := e.Observe(what, created, g)
+		if !changed && (subscriptionID == "" || subscriptionID == e.SubscriptionID) {
+			return nil
+		}
+		if subscriptionID != "" {
+			e.SubscriptionID = subscriptionID
+		}
+		_, err = tx.Exec(ctx, `UPDATE stripe_checkouts SET status = $2, good_at = $3, bad_at = $4, revoke_at = $5,
+				revoke_reason = $6, rev = $7, subscription_id = $8,
+				completed_at = CASE WHEN $2 = 'paid' THEN coalesce(completed_at, now()) ELSE completed_at END
+			WHERE session_id = $1`, e.SessionID, e.Status, e.GoodAt, e.BadAt, e.RevokeAt, e.RevokeReason, e.Rev, e.SubscriptionID)
+		return err
+	})
+}
+
+// ClaimEntitlement takes the checkout's entitlement for the caller to apply until
+// leaseUntil: nil when another holds it (it sees any change made meanwhile, by rev) or
+// there is no such session. now and leaseUntil are the caller's clock.
+func (s *Store) ClaimEntitlement(ctx context.Context, sessionID string, now, leaseUntil time.Time) (*billing.Entitlement, error) {
+	e, err := scanEntitlement(s.pool.QueryRow(ctx, `UPDATE stripe_checkouts SET lease_until = $3
+		WHERE session_id = $1 AND (lease_until IS NULL OR lease_until <= $2) RETURNING `+entitlementColumns,
+		sessionID, now, leaseUntil))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return e, err
+}
+
+// ReleaseEntitlement records what the holder did (applied, and the consumer's plan before
+// a grant) and gives the lease back. changed reports that an event moved the entitlement
+// since the claim read rev: the holder applies it again.
+func (s *Store) ReleaseEntitlement(ctx context.Context, sessionID string, rev int64, applied string, previousPlan *string) (changed bool, err error) {
+	var now int64
+	err = s.pool.QueryRow(ctx, `UPDATE stripe_checkouts SET applied = $2, previous_plan = $3, lease_until = NULL
+		WHERE session_id = $1 RETURNING rev`, sessionID, applied, previousPlan).Scan(&now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil && now != rev, err
+}
+
+// DueEntitlements lists up to limit sessions whose consumer's plan is not what Stripe
+// said at now: a grant not applied yet (or to apply again after a cured failure), a plan
+// whose grace is over. A session another holds is left to it.
+func (s *Store) DueEntitlements(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT session_id FROM stripe_checkouts
+		WHERE (lease_until IS NULL OR lease_until <= $1) AND (
+			(applied = 'granted' AND revoke_at <= $1) OR
+			(status = 'paid' AND applied <> 'granted' AND (revoke_at IS NULL OR revoke_at > $1)))
+		ORDER BY revoke_at NULLS FIRST, session_id LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("due entitlements: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// Entitlement returns the state of a checkout: ENotFound for one Tollgate did not make.
+func (s *Store) Entitlement(ctx context.Context, sessionID string) (*billing.Entitlement, error) {
+	e, err := scanEntitlement(s.pool.QueryRow(ctx, `SELECT `+entitlementColumns+` FROM stripe_checkouts WHERE session_id = $1`, sessionID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, tenants.Errorf(tenants.ENotFound, "no checkout session %q", sessionID)
+	}
+	return e, err
+}
+
+// PaymentGrace is the tenant's grace before a bought plan is taken back (the defaults
+// when it set none).
+func (s *Store) PaymentGrace(ctx context.Context, tenantID string) (billing.PaymentGrace, error) {
+	if !validUUID(tenantID) {
+		return billing.PaymentGrace{}, tenants.Errorf(tenants.ENotFound, "no tenant %q", tenantID)
+	}
+	return paymentGrace(ctx, s.pool, tenantID)
+}
+
+func paymentGrace(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, tenantID string) (billing.PaymentGrace, error) {
+	g := billing.DefaultPaymentGrace
+	err := q.QueryRow(ctx, `SELECT failure_grace_days, end_grace_days FROM stripe_payment_settings WHERE tenant_id = $1`,
+		tenantID).Scan(&g.FailureGraceDays, &g.EndGraceDays)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return billing.DefaultPaymentGrace, nil
+	}
+	return g, err
+}
+
+// SetPaymentGrace sets the tenant's grace: EValidation outside 0–60 days. An event
+// already seen keeps the date it set; the grace applies to the events after it.
+func (s *Store) SetPaymentGrace(ctx context.Context, tenantID string, g billing.PaymentGrace) error {
+	if !validUUID(tenantID) {
+		return tenants.Errorf(tenants.ENotFound, "no tenant %q", tenantID)
+	}
+	if g.FailureGraceDays < 0 || g.FailureGraceDays > billing.MaxGraceDays {
+		return tenants.Invalid("failure_grace_days", "must be 0 to %d days", billing.MaxGraceDays)
+	}
+	if g.EndGraceDays < 0 || g.EndGraceDays > billing.MaxGraceDays {
+		return tenants.Invalid("end_grace_days", "must be 0 to %d days", billing.MaxGraceDays)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO stripe_payment_settings (tenant_id, failure_grace_days, end_grace_days)
+		VALUES ($1, $2, $3) ON CONFLICT (tenant_id) DO UPDATE SET failure_grace_days = $2, end_grace_days = $3, updated_at = now()`,
+		tenantID, g.FailureGraceDays, g.EndGraceDays)
+	if err != nil {
+		return fmt.Errorf("payment grace: %w", err)
+	}
+	return nil
+}

@@ -21,13 +21,20 @@ import (
 // WebhookTolerance old) is the credential. Each event is applied once: its id is recorded
 // in the transaction that applies it, and a redelivery answers 200 and changes nothing.
 //
-//   - invoice.*: the invoice's status and amounts, by customer → tenant (a connected
+//   - checkout.session.completed: paid (payment_status paid or no_payment_required) puts
+//     the consumer on the plan it bought; unpaid records the session pending and grants
+//     nothing until checkout.session.async_payment_succeeded (…_failed: never granted);
+//   - invoice.paid / invoice.payment_failed and customer.subscription.* of a consumer's
+//     subscription: a failed payment takes the plan back after the tenant's grace unless a
+//     later payment arrives first; an ended subscription (deleted, or updated to
+//     canceled, unpaid or incomplete_expired) takes it back after the end grace. Each
+//     event counts by Stripe's `created`, so a stale one changes nothing (Entitlement);
+//     the plan changes through tenants.ConsumerService (audited as "stripe"), so the edges
+//     get it through the outbox;
+//   - other invoice.*: the invoice's status and amounts, by customer → tenant (a connected
 //     account's invoices are the tenant's business: recorded only);
-//   - customer.subscription.*: the subscription's status and period end (deleted:
-//     canceled);
-//   - checkout.session.completed: the consumer's checkout is paid and the consumer is
-//     put on the plan it bought, through tenants.ConsumerService (audited as "stripe"),
-//     so the edges get the change through the outbox;
+//   - other customer.subscription.*: the tenant's subscription's status and period end
+//     (deleted: canceled);
 //   - anything else: recorded, nothing changes.
 
 // WebhookTolerance is how old a signature may be: older ones are replays.
@@ -45,8 +52,10 @@ type webhookStore interface {
 	RecordEvent(ctx context.Context, id, typ, account string) (bool, error)
 	ApplyInvoice(ctx context.Context, id, typ, account string, inv *billing.Invoice) (bool, error)
 	ApplySubscription(ctx context.Context, id, typ, account, subscriptionID, status string, periodEnd *time.Time) (bool, error)
-	ApplyCheckout(ctx context.Context, id, typ, account, sessionID, subscriptionID string, at time.Time) (*billing.CheckoutSession, bool, error)
-	CheckoutSession(ctx context.Context, sessionID string) (*billing.CheckoutSession, error)
+	CheckoutOfSubscription(ctx context.Context, subscriptionID string) (string, error)
+	ObservePayment(ctx context.Context, id, typ, account, sessionID, subscriptionID, what string, created time.Time) (bool, error)
+	Entitlement(ctx context.Context, sessionID string) (*billing.Entitlement, error)
+	entitlementStore
 }
 
 // consumerPlans is what the webhook needs of tenants.ConsumerService.
@@ -73,7 +82,12 @@ type WebhookConfig struct {
 type Webhook struct {
 	cfg WebhookConfig
 	log *slog.Logger
+	en  *Entitlements
 }
+
+// Entitlements is the applier the webhook settles consumers' plans with, for the api to
+// sweep with too.
+func (w *Webhook) Entitlements() *Entitlements { return w.en }
 
 // NewWebhook returns a Webhook.
 func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
@@ -86,7 +100,9 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Webhook{cfg: cfg, log: cfg.Logger.With("component", "stripe_webhook")}, nil
+	log := cfg.Logger.With("component", "stripe_webhook")
+	en := &Entitlements{Store: cfg.Store, Consumers: cfg.Consumers, Logger: log, Now: cfg.Now}
+	return &Webhook{cfg: cfg, log: log, en: en}, nil
 }
 
 // Handle is the Fiber handler of POST /v1/stripe/webhook. Errors are *tenants.Error for
@@ -131,6 +147,17 @@ func eventError(err error) error {
 // apply applies the event once; applied is false for a duplicate.
 func (w *Webhook) apply(ctx context.Context, ev *stripeapi.Event) (bool, error) {
 	id, typ, acct := ev.ID, string(ev.Type), ev.Account
+	if session, what, subID, err := w.payment(ctx, ev); err != nil {
+		return false, err
+	} else if session != "" {
+		applied, err := w.cfg.Store.ObservePayment(ctx, id, typ, acct, session, subID, what, time.Unix(ev.Created, 0).UTC())
+		if err != nil {
+			return false, err
+		}
+		// A duplicate settles too: the first delivery may have recorded the event and
+		// failed before the plan changed.
+		return applied, w.en.Settle(ctx, session)
+	}
 	switch {
 	case strings.HasPrefix(typ, "invoice.") && acct != "":
 		// A connected account's invoice is between the tenant and its consumer.
@@ -151,8 +178,6 @@ func (w *Webhook) apply(ctx context.Context, ev *stripeapi.Event) (bool, error) 
 			status = billing.Canceled
 		}
 		return w.cfg.Store.ApplySubscription(ctx, id, typ, acct, sub.ID, status, unixTime(sub.CurrentPeriodEnd))
-	case typ == string(stripeapi.EventTypeCheckoutSessionCompleted):
-		return w.checkoutCompleted(ctx, ev)
 	}
 	return w.cfg.Store.RecordEvent(ctx, id, typ, acct)
 }
@@ -173,50 +198,74 @@ func invoiceOf(in *stripeapi.Invoice) *billing.Invoice {
 	return inv
 }
 
-// checkoutCompleted puts the consumer on the plan it paid for, then records the event
-// with the checkout marked paid. The plan is set first, since it is in the tenants'
-// store: when recording fails Stripe delivers again, and setting the same plan again
-// changes nothing.
-func (w *Webhook) checkoutCompleted(ctx context.Context, ev *stripeapi.Event) (bool, error) {
-	var s stripeapi.CheckoutSession
-	if err := json.Unmarshal(ev.Data.Raw, &s); err != nil {
-		return false, badObject(string(ev.Type), err)
+// payment reads what a checkout's or a consumer subscription's event says of the money:
+// session "" when the event is about no checkout Tollgate made.
+func (w *Webhook) payment(ctx context.Context, ev *stripeapi.Event) (session, what, subID string, err error) {
+	typ := stripeapi.EventType(ev.Type)
+	switch typ {
+	case stripeapi.EventTypeCheckoutSessionCompleted, stripeapi.EventTypeCheckoutSessionAsyncPaymentSucceeded,
+		stripeapi.EventTypeCheckoutSessionAsyncPaymentFailed:
+		var s stripeapi.CheckoutSession
+		if err := json.Unmarshal(ev.Data.Raw, &s); err != nil {
+			return "", "", "", badObject(string(typ), err)
+		}
+		if s.Subscription != nil {
+			subID = s.Subscription.ID
+		}
+		switch {
+		case typ == stripeapi.EventTypeCheckoutSessionAsyncPaymentSucceeded:
+			what = billing.PaymentPaid
+		case typ == stripeapi.EventTypeCheckoutSessionAsyncPaymentFailed:
+			what = billing.PaymentFailed
+		case s.PaymentStatus == stripeapi.CheckoutSessionPaymentStatusPaid,
+			s.PaymentStatus == stripeapi.CheckoutSessionPaymentStatusNoPaymentRequired:
+			what = billing.PaymentPaid
+		default:
+			what = billing.PaymentUnpaid
+		}
+		if s.ID == "" {
+			return "", "", "", nil
+		}
+		cs, err := w.cfg.Store.Entitlement(ctx, s.ID)
+		if tenants.ErrorCode(err) == tenants.ENotFound {
+			w.log.Warn("stripe: checkout event of a session Tollgate did not make", "event", ev.ID, "session", s.ID)
+			return "", "", "", nil
+		}
+		if err != nil {
+			return "", "", "", err
+		}
+		return cs.SessionID, what, subID, nil
+	case stripeapi.EventTypeInvoicePaid, stripeapi.EventTypeInvoicePaymentSucceeded, stripeapi.EventTypeInvoicePaymentFailed:
+		var in stripeapi.Invoice
+		if err := json.Unmarshal(ev.Data.Raw, &in); err != nil {
+			return "", "", "", badObject(string(typ), err)
+		}
+		if in.Subscription == nil {
+			return "", "", "", nil
+		}
+		what = billing.PaymentGood
+		if typ == stripeapi.EventTypeInvoicePaymentFailed {
+			what = billing.PaymentFailed
+		}
+		subID = in.Subscription.ID
+	case stripeapi.EventTypeCustomerSubscriptionDeleted, stripeapi.EventTypeCustomerSubscriptionUpdated:
+		var sub stripeapi.Subscription
+		if err := json.Unmarshal(ev.Data.Raw, &sub); err != nil {
+			return "", "", "", badObject(string(typ), err)
+		}
+		subID = sub.ID
+		switch {
+		case typ == stripeapi.EventTypeCustomerSubscriptionDeleted, sub.Status == stripeapi.SubscriptionStatusCanceled,
+			sub.Status == stripeapi.SubscriptionStatusUnpaid, sub.Status == stripeapi.SubscriptionStatusIncompleteExpired:
+			what = billing.PaymentEnded
+		case sub.Status == stripeapi.SubscriptionStatusActive, sub.Status == stripeapi.SubscriptionStatusTrialing:
+			what = billing.PaymentGood
+		default:
+			return "", "", "", nil
+		}
+	default:
+		return "", "", "", nil
 	}
-	if seen, err := w.cfg.Store.EventSeen(ctx, ev.ID); err != nil || seen {
-		return false, err
-	}
-	cs, err := w.cfg.Store.CheckoutSession(ctx, s.ID)
-	if err != nil && tenants.ErrorCode(err) != tenants.ENotFound {
-		return false, err
-	}
-	if cs == nil {
-		w.log.Warn("stripe: completed checkout Tollgate did not make", "event", ev.ID, "session", s.ID)
-	} else if err := w.setPlan(ctx, cs); err != nil {
-		return false, err
-	}
-	subID := ""
-	if s.Subscription != nil {
-		subID = s.Subscription.ID
-	}
-	_, applied, err := w.cfg.Store.ApplyCheckout(ctx, ev.ID, string(ev.Type), ev.Account, s.ID, subID, w.cfg.Now().UTC())
-	return applied, err
-}
-
-// setPlan puts the checkout's consumer on its plan, unless it is on it or gone.
-func (w *Webhook) setPlan(ctx context.Context, cs *billing.CheckoutSession) error {
-	c, err := w.cfg.Consumers.FindConsumer(ctx, cs.TenantID, cs.ConsumerID)
-	if tenants.ErrorCode(err) == tenants.ENotFound {
-		w.log.Warn("stripe: paid checkout of a deleted consumer", "session", cs.SessionID, "consumer", cs.ConsumerID)
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if c.Plan == cs.Plan {
-		return nil
-	}
-	c.Plan = cs.Plan
-	ctx = tenants.WithAudit(ctx, tenants.Audit{
-		TenantID: cs.TenantID, Actor: AuditActor, Action: tenants.AuditAction("consumers", tenants.AuditUpdate), Object: c.ID,
-	})
-	return w.cfg.Consumers.UpdateConsumer(ctx, c)
+	session, err = w.cfg.Store.CheckoutOfSubscription(ctx, subID)
+	return session, what, "", err
 }

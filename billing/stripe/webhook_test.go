@@ -187,7 +187,7 @@ func TestWebhookCheckoutCompleted(t *testing.T) {
 	}
 	app := webhookApp(t, db)
 	session := map[string]any{"id": "cs_1", "object": "checkout.session", "mode": "subscription", "subscription": "sub_c1",
-		"metadata": map[string]string{"tenant_id": tn.ID, "consumer_id": c.ID, "plan": "gold"}}
+		"payment_status": "paid", "metadata": map[string]string{"tenant_id": tn.ID, "consumer_id": c.ID, "plan": "gold"}}
 	for i := 0; i < 2; i++ {
 		if st, code := deliver(t, app, event("evt_cs", "checkout.session.completed", session), whsec, time.Now()); st != 200 {
 			t.Fatalf("delivery %d: %d %s", i, st, code)
