@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -27,6 +28,11 @@ import (
 // time, when shorter) for one to come back or for a slot to dial in, first come first
 // served, and then fails with fasthttp.ErrNoFreeConns (fasthttp.ErrTimeout when its own
 // time ran out first). Read and write buffers are pooled, not held by idle connections.
+//
+// A connection that served before is checked when it is taken for another request
+// (conn.Upstream.Quiet): one on which bytes arrived since its answer ended, or that the
+// upstream closed, is closed and the next one taken (or one dialed). SetReuseCheck turns
+// the check off.
 
 // upstreamClient is a target's keep-alive pool; DoTimeout (upstreamclient_roundtrip.go) is the
 // exchange over it.
@@ -56,7 +62,39 @@ type poolConn struct {
 	net.Conn
 	uc      *conn.Upstream // the dialer's connection under Conn (also under TLS); nil for others
 	lastUse int64          // when it went idle, on conn.MonoNow's clock
+	reused  bool           // it went back to the pool once: it served before
+	// Bytes read and written in the current exchange: whether a failed request may be
+	// sent again depends on what got through (roundTrip).
+	nr, nw int
 }
+
+// Read and Write count what the exchange moved; the pool's buffered reader and writer sit
+// on them.
+func (pc *poolConn) Read(b []byte) (int, error) {
+	n, err := pc.Conn.Read(b)
+	pc.nr += n
+	return n, err
+}
+
+func (pc *poolConn) Write(b []byte) (int, error) {
+	n, err := pc.Conn.Write(b)
+	pc.nw += n
+	return n, err
+}
+
+// reuseCheck: a pooled connection is checked before it carries another request
+// (SetReuseCheck).
+var reuseCheck atomic.Bool
+
+func init() { reuseCheck.Store(true) }
+
+// SetReuseCheck chooses whether a connection that served before is checked, with one
+// system call, before it carries another request (conn.Upstream.Quiet): closed when bytes
+// arrived on it since its answer ended or its upstream closed it. Off, such bytes are
+// read as the next request's answer, and a request sent on a connection the upstream
+// closed fails (and is sent again on a new connection when that is safe: roundTrip).
+// TOLLGATE_EDGE_REUSE_CHECK sets it at start. Default: on.
+func SetReuseCheck(on bool) { reuseCheck.Store(on) }
 
 // connWaiter is a request waiting for a connection: it receives an idle one, or nil
 // for a slot of the pool to dial in.
@@ -68,9 +106,27 @@ const writeBufferSize = 4 << 10
 // defaultMaxIdle applies when the pool is given no idle timeout.
 const defaultMaxIdle = 10 * time.Second
 
-// acquire returns a connection: an idle one, a new one, or, with every slot taken, one
-// that frees up within maxWait (and timeout, the request's remaining time).
-func (c *upstreamClient) acquire(timeout time.Duration) (*poolConn, error) {
+// acquire returns a connection fit to carry a request: an idle one, a new one, or, with
+// every slot taken, one that frees up within maxWait (and timeout, the request's
+// remaining time). A connection that served before and is not quiet (reuseCheck) is
+// closed and another taken. fresh asks for a new connection: an idle one is closed to
+// free its slot when every slot is taken.
+func (c *upstreamClient) acquire(timeout time.Duration, fresh bool) (*poolConn, error) {
+	check := reuseCheck.Load()
+	for {
+		pc, err := c.take(timeout, fresh)
+		if err != nil || !pc.reused || !check || pc.uc == nil || pc.uc.Quiet() == nil {
+			return pc, err
+		}
+		c.closeConn(pc)
+	}
+}
+
+// take is acquire without the check.
+func (c *upstreamClient) take(timeout time.Duration, fresh bool) (*poolConn, error) {
+	if fresh {
+		return c.takeFresh(timeout)
+	}
 	c.mu.Lock()
 	if n := len(c.idle); n > 0 {
 		pc := c.idle[n-1]
@@ -123,6 +179,38 @@ func (c *upstreamClient) acquire(timeout time.Duration) (*poolConn, error) {
 	return nil, fasthttp.ErrNoFreeConns
 }
 
+// takeFresh dials a new connection: in a free slot, else in the slot of the longest idle
+// connection (closed), else in the first slot or connection handed back within the wait.
+func (c *upstreamClient) takeFresh(timeout time.Duration) (*poolConn, error) {
+	c.mu.Lock()
+	var old *poolConn
+	switch {
+	case c.open < c.maxConns:
+		c.open++
+	case len(c.idle) > 0:
+		old = c.idle[0]
+		n := copy(c.idle, c.idle[1:])
+		c.idle[n] = nil
+		c.idle = c.idle[:n]
+	default:
+		c.mu.Unlock()
+		pc, err := c.take(timeout, false)
+		if err != nil {
+			return nil, err
+		}
+		if !pc.reused {
+			return pc, nil // dialed in a slot handed over
+		}
+		_ = pc.Conn.Close() // its slot stays taken, for the new connection
+		return c.dialConn(timeout)
+	}
+	c.mu.Unlock()
+	if old != nil {
+		_ = old.Conn.Close()
+	}
+	return c.dialConn(timeout)
+}
+
 func (c *upstreamClient) removeWaiter(w *connWaiter) bool {
 	for i, x := range c.waiters {
 		if x == w {
@@ -170,6 +258,7 @@ func (c *upstreamClient) release(pc *poolConn) { c.releaseAt(pc, conn.MonoNow())
 // later than now).
 func (c *upstreamClient) releaseAt(pc *poolConn, lastUse int64) {
 	pc.lastUse = lastUse
+	pc.reused = true
 	c.mu.Lock()
 	if w := c.popWaiter(); w != nil {
 		c.mu.Unlock()

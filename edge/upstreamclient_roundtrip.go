@@ -35,14 +35,19 @@ import (
 //     otherwise (a client that left mid-body, an upstream that broke off). A request in
 //     flight holds at most maxBufferedBody of response body in memory (S5: a 1 MB or a
 //     100 MB response streams). Reading a small body whole also means a small body
-//     that ends early fails the exchange (502, after one retry of an idempotent
-//     request) instead of reaching the client as a cut-off 200;
+//     that ends early fails the exchange (502) instead of reaching the client as a
+//     cut-off 200;
 //   - a connection that relayed a streamed body to its end goes back to the pool even
 //     when the client's connection closes after the response.
 //
-// A request that failed on its connection (typically a pooled one the upstream had
-// closed) is sent once more when it is idempotent and its body is not a stream, within
-// the same timeout.
+// A request that failed on a connection that served before, with no byte of an answer
+// read (typically one the upstream closed as the request went out), is sent once more, on
+// a new connection and within the same timeout, when that is safe: its body is not a
+// stream (a stream is used up by the first attempt) and either nothing of it was written
+// or its method is idempotent. This is what Go's net/http transport does (a request that
+// wrote nothing, or is replayable, on a reused connection); an answer that began and then
+// failed, or a failure on a new connection, is the upstream's and is not sent again here
+// (a route's retries may, retry.go).
 //
 // The framing read here is fasthttp's documented readers (ResponseHeader.Read,
 // Response.ReadBody, ResponseHeader.ReadTrailer) for headers and whole bodies, and ours
@@ -51,9 +56,6 @@ import (
 
 // maxBufferedBody is the largest response body read whole before answering.
 const maxBufferedBody = 64 << 10
-
-// upstreamAttempts is how many times a request that failed on its connection is sent.
-const upstreamAttempts = 2
 
 // DoTimeout sends req over a pooled connection and reads the answer into resp, both
 // within timeout (the route's): an error when no connection could be had
@@ -80,19 +82,14 @@ func (c *upstreamClient) doAt(req *fasthttp.Request, resp *fasthttp.Response, ti
 	slack := conn.UpstreamSlack(timeout)
 	// Sending a streamed body uses the stream up (and clears IsBodyStream): such a request
 	// cannot be sent again, which must be known before the first attempt.
-	once := req.IsBodyStream() || !isIdempotent(&req.Header)
-	var err error
-	for n := 1; ; n++ {
-		var retry bool
-		if retry, err = c.roundTrip(req, resp, now, deadline, slack); err == nil || !retry {
-			break
-		}
-		if n >= upstreamAttempts || once {
-			break
-		}
+	a := attempt{replayable: !req.IsBodyStream(), idempotent: isIdempotent(&req.Header)}
+	retry, err := c.roundTrip(req, resp, now, deadline, slack, &a)
+	if err != nil && retry {
 		if now = conn.MonoNow(); now >= deadline {
 			err = fasthttp.ErrTimeout
-			break
+		} else {
+			a.fresh = true
+			_, err = c.roundTrip(req, resp, now, deadline, slack, &a)
 		}
 	}
 	if err == io.EOF {
@@ -101,25 +98,40 @@ func (c *upstreamClient) doAt(req *fasthttp.Request, resp *fasthttp.Response, ti
 	return err
 }
 
+// isIdempotent: the methods RFC 9110 (section 9.2.2) calls idempotent, and QUERY.
 func isIdempotent(h *fasthttp.RequestHeader) bool {
-	return h.IsGet() || h.IsHead() || h.IsPut() || h.IsQuery()
+	return h.IsGet() || h.IsHead() || h.IsPut() || h.IsDelete() || h.IsOptions() || h.IsTrace() || h.IsQuery()
+}
+
+// attempt is what roundTrip needs to know of the request's attempts.
+type attempt struct {
+	replayable bool // the body is in memory (or absent), not a stream
+	idempotent bool // isIdempotent
+	fresh      bool // take a new connection: the first attempt failed on a reused one
+}
+
+// mayResend reports whether a request that failed on pc may be sent again (see
+// DoTimeout): pc served before, no byte of an answer came, the body can be sent again,
+// and nothing was written or the method is idempotent.
+func (a *attempt) mayResend(pc *poolConn) bool {
+	return pc.reused && !a.fresh && pc.nr == 0 && a.replayable && (a.idempotent || pc.nw == 0)
 }
 
 // roundTrip is one attempt; retry reports whether the request may be sent again.
-func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now, deadline, slack int64) (retry bool, err error) {
-	pc, err := c.acquire(time.Duration(deadline - now))
+func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now, deadline, slack int64, a *attempt) (retry bool, err error) {
+	pc, err := c.acquire(time.Duration(deadline-now), a.fresh)
 	if err != nil {
 		return false, err
 	}
-	conn := pc.Conn
+	pc.nr, pc.nw = 0, 0
 	if pc.uc != nil {
 		err = pc.uc.Bound(deadline, slack)
 	} else {
-		err = setDeadlines(conn, deadline)
+		err = setDeadlines(pc.Conn, deadline)
 	}
 	if err != nil {
 		c.closeConn(pc)
-		return true, err
+		return a.mayResend(pc), err
 	}
 
 	// A client's "Connection: close" (an HTTP/1.0 client's, implicitly) ends its own
@@ -130,7 +142,7 @@ func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Respons
 	if clientClose {
 		req.Header.ResetConnectionClose()
 	}
-	bw := c.acquireWriter(conn)
+	bw := c.acquireWriter(pc)
 	err = req.Write(bw)
 	if err == nil {
 		err = bw.Flush()
@@ -144,7 +156,7 @@ func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Respons
 			err = fasthttp.ErrTimeout
 		}
 		c.closeConn(pc)
-		return true, err
+		return a.mayResend(pc), err
 	}
 
 	if pc.uc != nil && pc.uc.YieldsReads() {
@@ -157,11 +169,11 @@ func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Respons
 	}
 	resp.Header.DisableNormalizing() // header names pass through as the upstream wrote them
 	resp.ResetBody()
-	br := c.acquireReader(conn)
+	br := c.acquireReader(pc)
 	if err = readResponseHeader(&resp.Header, br); err != nil {
 		c.releaseReader(br)
 		c.closeConn(pc)
-		return true, err
+		return a.mayResend(pc), err
 	}
 	// After 101 Switching Protocols the connection speaks another protocol: never pooled.
 	closeConn := resp.ConnectionClose() || resp.Header.StatusCode() == fasthttp.StatusSwitchingProtocols
@@ -184,7 +196,7 @@ func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Respons
 		if err != nil {
 			c.releaseReader(br)
 			c.closeConn(pc)
-			return true, err
+			return false, err // an answer began: not resent
 		}
 	}
 	// Bytes already read past the answer's end are not an answer to anything the edge

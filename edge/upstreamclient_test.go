@@ -54,23 +54,23 @@ func poolCounts(c *upstreamClient) (open, idle, waiting int) {
 // TestPoolLIFO: the most recently used idle connection serves first.
 func TestPoolLIFO(t *testing.T) {
 	c, dials := testPool(t, 2, 0, time.Minute)
-	a, err := c.acquire(time.Second)
+	a, err := c.acquire(time.Second, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.acquire(time.Second)
+	b, err := c.acquire(time.Second, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.release(a)
 	c.release(b)
-	if got, _ := c.acquire(time.Second); got != b {
+	if got, _ := c.acquire(time.Second, false); got != b {
 		t.Error("acquire did not return the connection released last")
 	}
-	if got, _ := c.acquire(time.Second); got != a {
+	if got, _ := c.acquire(time.Second, false); got != a {
 		t.Error("acquire did not return the other idle connection")
 	}
-	if _, err := c.acquire(time.Second); !errors.Is(err, fasthttp.ErrNoFreeConns) {
+	if _, err := c.acquire(time.Second, false); !errors.Is(err, fasthttp.ErrNoFreeConns) {
 		t.Errorf("a third acquire with two slots and no wait: %v, want ErrNoFreeConns", err)
 	}
 	if n := dials.Load(); n != 2 {
@@ -83,14 +83,14 @@ func TestPoolLIFO(t *testing.T) {
 // than maxConns.
 func TestPoolWaiters(t *testing.T) {
 	c, dials := testPool(t, 1, time.Minute, time.Minute)
-	a, err := c.acquire(time.Second)
+	a, err := c.acquire(time.Second, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan *poolConn)
 	wait := func() {
 		go func() {
-			pc, err := c.acquire(time.Minute)
+			pc, err := c.acquire(time.Minute, false)
 			if err != nil {
 				t.Error(err)
 			}
@@ -127,22 +127,22 @@ func TestPoolWaiters(t *testing.T) {
 // full) or, when shorter, its own remaining time (ErrTimeout); it leaves no trace.
 func TestPoolWaitEnds(t *testing.T) {
 	c, _ := testPool(t, 1, 20*time.Millisecond, time.Minute)
-	a, err := c.acquire(time.Second)
+	a, err := c.acquire(time.Second, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.acquire(time.Minute); !errors.Is(err, fasthttp.ErrNoFreeConns) {
+	if _, err := c.acquire(time.Minute, false); !errors.Is(err, fasthttp.ErrNoFreeConns) {
 		t.Errorf("after maxWait: %v, want ErrNoFreeConns", err)
 	}
 	c.maxWait = time.Minute
-	if _, err := c.acquire(20 * time.Millisecond); !errors.Is(err, fasthttp.ErrTimeout) {
+	if _, err := c.acquire(20*time.Millisecond, false); !errors.Is(err, fasthttp.ErrTimeout) {
 		t.Errorf("after the request's own time: %v, want ErrTimeout", err)
 	}
 	if open, idle, w := poolCounts(c); open != 1 || idle != 0 || w != 0 {
 		t.Errorf("%d open, %d idle, %d waiting; want 1, 0, 0", open, idle, w)
 	}
 	c.release(a)
-	if got, err := c.acquire(time.Second); got != a || err != nil {
+	if got, err := c.acquire(time.Second, false); got != a || err != nil {
 		t.Errorf("after the waits: %v, want the pooled connection", err)
 	}
 }
@@ -152,7 +152,7 @@ func TestPoolIdleCleaner(t *testing.T) {
 	c, _ := testPool(t, 4, 0, 20*time.Millisecond)
 	var held []*poolConn
 	for range 3 {
-		pc, err := c.acquire(time.Second)
+		pc, err := c.acquire(time.Second, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -256,6 +257,13 @@ type Upstream struct {
 	raw    *rawIO // rawio.go; nil: the TCPConn's own Read and Write
 	rd, wd int64  // the deadlines set, on MonoNow's clock; noDeadline when none
 	yield  bool   // yield before reading the answer (yieldReads)
+
+	// Quiet's state (quiet.go), made on its first call.
+	rc      syscall.RawConn
+	peekFn  func(fd uintptr) bool
+	peekBuf [1]byte
+	peekN   int
+	peekErr syscall.Errno
 }
 
 // Dialed wraps a connection just dialed to an upstream.
