@@ -221,6 +221,13 @@ func (s *Server) table() []endpoint {
 			summary: "Every tenant's bill for a month",
 			desc:    "?period=YYYY-MM (a calendar month in UTC), ?format=csv|json (default csv). Per tenant (and per consumer on per-consumer plans): requests, billable, included, overage, amount in integer minor units of the currency. The same period exported twice gives the same bytes. The admin token, or a user with the finance platform role (403 otherwise).",
 			params:  billing.ExportParams, csv: true, status: 200, result: billing.ExportDocument{}},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/billing/payment-grace", access: tenantScoped, class: rbac.Read, handle: s.getPaymentGrace, tag: tagPrices,
+			summary: "How long a consumer keeps a bought plan once its payments stop",
+			desc:    paymentGraceDoc + scopedDoc, status: 200, result: billing.PaymentGrace{}},
+		{method: http.MethodPut, path: "/v1/tenants/:slug/billing/payment-grace", access: tenantScoped, class: rbac.TenantAdmin, handle: s.putPaymentGrace, tag: tagPrices,
+			summary: "Set how long a consumer keeps a bought plan once its payments stop",
+			desc:    paymentGraceDoc + " Each is 0 to 60 days (400 validation_failed otherwise); an event already received keeps the date it set." + scopedDoc,
+			body:    billing.PaymentGrace{}, status: 200, result: billing.PaymentGrace{}},
 		// Stripe's side of the bill: see stripe.go and the README's Stripe section.
 		{method: http.MethodGet, path: "/v1/billing/invoices", access: anyToken, handle: s.invoices, tag: tagUsage,
 			summary: "Stripe invoices of a month",

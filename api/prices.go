@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 
 	"github.com/gofiber/fiber/v2"
@@ -196,4 +197,47 @@ func (s *Server) consumerExport(c *fiber.Ctx, r *request) error {
 	c.Set(fiber.HeaderContentDisposition, `attachment; filename="tollgate-`+r.tenant.Slug+`-consumers-`+p.String()+`.`+format+`"`)
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	return c.Send(buf.Bytes())
+}
+
+// paymentGrace is what the grace endpoints need of the prices' store.
+type paymentGrace interface {
+	PaymentGrace(ctx context.Context, tenantID string) (billing.PaymentGrace, error)
+	SetPaymentGrace(ctx context.Context, tenantID string, g billing.PaymentGrace) error
+}
+
+const paymentGraceDoc = "A plan a consumer bought through Checkout goes back to the plan it had after failure_grace_days once a payment fails (default 3; a later payment within it keeps the plan) and after end_grace_days once its subscription ends (default 0)."
+
+func (s *Server) paymentGrace() (paymentGrace, error) {
+	g, ok := s.cfg.Prices.(paymentGrace)
+	if !ok {
+		return nil, tenants.Errorf(tenants.ENotFound, "payments are not enabled on this server")
+	}
+	return g, nil
+}
+
+func (s *Server) getPaymentGrace(c *fiber.Ctx, r *request) error {
+	store, err := s.paymentGrace()
+	if err != nil {
+		return err
+	}
+	g, err := store.PaymentGrace(r.ctx, r.tenant.ID)
+	if err != nil {
+		return err
+	}
+	return reply(c, http.StatusOK, g, 0)
+}
+
+func (s *Server) putPaymentGrace(c *fiber.Ctx, r *request) error {
+	store, err := s.paymentGrace()
+	if err != nil {
+		return err
+	}
+	var g billing.PaymentGrace
+	if err := decodeBody(contentType(c), c.Body(), s.cfg.BodyLimit, &g, false); err != nil {
+		return err
+	}
+	if err := store.SetPaymentGrace(r.ctx, r.tenant.ID, g); err != nil {
+		return err
+	}
+	return reply(c, http.StatusOK, g, 0)
 }

@@ -155,3 +155,29 @@ func TestConsumerBillExport(t *testing.T) {
 	e.do("GET", "/v1/tenants/acme/billing/export?period=May", viewer.token, nil).wantErr(400, "invalid_request", "")
 	e.do("GET", "/v1/tenants/acme/billing/export?period="+period, e.token("other"), nil).wantErr(404, "not_found", "")
 }
+
+// TestPaymentGrace: a tenant's grace before a bought plan is taken back, defaults until set,
+// bounded, and the tenant's own.
+func TestPaymentGrace(t *testing.T) {
+	t.Parallel()
+	e := pricesEnv(t)
+	e.tenant("acme")
+	e.tenant("other")
+	viewer := e.roleToken("acme", tenants.RoleViewer)
+	r := e.do("GET", "/v1/tenants/acme/billing/payment-grace", viewer.token, nil).want(200)
+	if !strings.Contains(string(r.body), `"failure_grace_days":3`) || !strings.Contains(string(r.body), `"end_grace_days":0`) {
+		t.Fatalf("defaults: %s", r.body)
+	}
+	e.do("PUT", "/v1/tenants/acme/billing/payment-grace", viewer.token, `{"failure_grace_days":1}`).wantErr(403, "forbidden", "")
+	e.do("PUT", "/v1/tenants/acme/billing/payment-grace", adminToken, `{"failure_grace_days":61}`).wantErr(400, "validation_failed", "failure_grace_days")
+	e.do("PUT", "/v1/tenants/acme/billing/payment-grace", adminToken, `{"end_grace_days":-1}`).wantErr(400, "validation_failed", "end_grace_days")
+	e.do("PUT", "/v1/tenants/acme/billing/payment-grace", adminToken, `{"failure_grace_days":7,"end_grace_days":2}`).want(200)
+	r = e.do("GET", "/v1/tenants/acme/billing/payment-grace", viewer.token, nil).want(200)
+	if !strings.Contains(string(r.body), `"failure_grace_days":7`) || !strings.Contains(string(r.body), `"end_grace_days":2`) {
+		t.Fatalf("after PUT: %s", r.body)
+	}
+	r = e.do("GET", "/v1/tenants/other/billing/payment-grace", e.token("other"), nil).want(200)
+	if !strings.Contains(string(r.body), `"failure_grace_days":3`) {
+		t.Fatalf("another tenant's grace changed: %s", r.body)
+	}
+}
