@@ -223,3 +223,28 @@ func TestDowngradeLeavesAnotherPlanAlone(t *testing.T) {
 	p.send("evt_2", "customer.subscription.deleted", day, subscription("canceled"))
 	p.wantPlan("", "a consumer the tenant moved off the plan")
 }
+
+// Several replicas sweeping at once take the plan back once: each session is applied by
+// the one holding its lease.
+func TestSweepReplicas(t *testing.T) {
+	p := newPaying(t)
+	ctx := context.Background()
+	p.send("evt_1", "checkout.session.completed", 0, session("paid"))
+	p.send("evt_2", "invoice.payment_failed", day, invoice("in_2", "open"))
+	p.off.Store(int64(5 * day))
+	errs := make(chan error, 4)
+	for range 4 {
+		en := &billingstripe.Entitlements{Store: p.db.Store, Consumers: p.db.Tenants, Logger: quiet, Now: func() time.Time { return p.base.Add(5 * day) }}
+		go func() { _, err := en.Sweep(ctx); errs <- err }()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.wantPlan("basic", "after four sweeps")
+	c, _ := p.db.Tenants.FindConsumer(ctx, p.tenant.ID, p.c.ID)
+	if c.Version != p.c.Version+2 { // granted once, taken back once
+		t.Fatalf("consumer version %d, created at %d: the plan changed more than twice", c.Version, p.c.Version)
+	}
+}
