@@ -76,7 +76,7 @@ func (l coalescingListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
-		return &coalescingConn{TCPConn: tc, raw: newRawIO(tc), yield: yieldReads()}, nil
+		return &coalescingConn{TCPConn: tc, raw: newRawIO(tc), yield: yieldReads(), lf: lfHead{active: true}}, nil
 	}
 	return c, nil
 }
@@ -87,9 +87,10 @@ type coalescingConn struct {
 	*net.TCPConn
 	raw    *rawIO // rawio.go; nil: the TCPConn's own Read and Write
 	rd, wd time.Time
-	yield  bool // yieldReads when the connection was accepted
-	wrote  bool // a Write since the last Read
-	linger bool // close gracefully: the client may still be sending (lingerClose)
+	yield  bool   // yieldReads when the connection was accepted
+	wrote  bool   // a Write since the last Read
+	linger bool   // close gracefully: the client may still be sending (lingerClose)
+	lf     lfHead // the first head's bare LFs (barelf.go)
 }
 
 // Lingering close.
@@ -193,10 +194,35 @@ func (c *coalescingConn) Read(b []byte) (int, error) {
 			runtime.Gosched()
 		}
 	}
+	if c.lf.active || c.lf.pending != nil {
+		return c.readHead(b)
+	}
 	if c.raw == nil {
 		return c.TCPConn.Read(b)
 	}
 	return c.raw.read(b)
+}
+
+// readHead is Read while the connection's first head is read (lfHead).
+func (c *coalescingConn) readHead(b []byte) (int, error) {
+	if p := c.lf.pending; p != nil {
+		n := copy(b, p)
+		if c.lf.pending = p[n:]; len(c.lf.pending) == 0 {
+			c.lf.pending = nil
+		}
+		return n, nil
+	}
+	var n int
+	var err error
+	if c.raw == nil {
+		n, err = c.TCPConn.Read(b)
+	} else {
+		n, err = c.raw.read(b)
+	}
+	if n > 0 {
+		n = c.lf.rewrite(b, n)
+	}
+	return n, err
 }
 
 func (c *coalescingConn) Write(b []byte) (int, error) {
