@@ -110,6 +110,7 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 	edge.SetRawIO(cfg.EdgeRawIO)
 	edge.SetYieldReads(cfg.EdgeYieldReads)
 	edge.SetShortReadWait(cfg.EdgeShortReadWait)
+	edge.SetReuseCheck(cfg.EdgeReuseCheck)
 	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
 	edge.SetIncrementalCompiles(cfg.EdgeIncremental)
 	edge.SetShareUpstreams(cfg.EdgeShareUpstreams)

@@ -80,6 +80,8 @@ type Config struct {
 	EdgeYieldReads bool
 	// EdgeShortReadWait: TOLLGATE_EDGE_SHORT_READ_WAIT [default off; on: a WebSocket tunnel whose read left its socket empty (TCP_INQ) waits for the poller before reading again (edge.SetShortReadWait); off: it reads until EAGAIN; only with raw I/O]
 	EdgeShortReadWait bool
+	// EdgeReuseCheck: TOLLGATE_EDGE_REUSE_CHECK [on: a pooled upstream connection is checked with one peek before reuse and closed when bytes arrived on it or its upstream closed it (edge.SetReuseCheck); off: it is reused unchecked]
+	EdgeReuseCheck bool
 	// EdgeKeyLastUse: TOLLGATE_EDGE_KEY_LAST_USE [on: the edge notes each key's use once per interval for keys.last_used_at; off: it does not, and the key step reads no clock for it]
 	EdgeKeyLastUse bool
 	// EdgeJSONOnePass: TOLLGATE_EDGE_JSON_ONE_PASS [on: request JSON rewrites in one pass into a pooled buffer (edge.SetJSONOnePass); off: through sjson, a copy per edit]
@@ -170,7 +172,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass, true}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory, true},
 		{"TOLLGATE_EDGE_RETURN_ASIDE", &c.EdgeReturnAside, true},
 		{"TOLLGATE_EDGE_PACK_CONFIG", &c.EdgePackConfig, true}, {"TOLLGATE_EDGE_SNAPSHOT_YIELD", &c.EdgeSnapshotYield, true},
-		{"TOLLGATE_EDGE_SHORT_READ_WAIT", &c.EdgeShortReadWait, false},
+		{"TOLLGATE_EDGE_SHORT_READ_WAIT", &c.EdgeShortReadWait, false}, {"TOLLGATE_EDGE_REUSE_CHECK", &c.EdgeReuseCheck, true},
 		{"TOLLGATE_EDGE_YIELD_READS", &c.EdgeYieldReads, true}, {"TOLLGATE_EDGE_RAW_IO", &c.EdgeRawIO, true},
 		{"TOLLGATE_EDGE_KEY_LAST_USE", &c.EdgeKeyLastUse, true},
 		{"TOLLGATE_EDGE_INCREMENTAL", &c.EdgeIncremental, true}, {"TOLLGATE_EDGE_SHARE_UPSTREAMS", &c.EdgeShareUpstreams, true},

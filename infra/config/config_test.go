@@ -67,6 +67,7 @@ func TestEdgeSwitches(t *testing.T) {
 		"TOLLGATE_EDGE_RAW_IO":            {func(c *config.Config) bool { return c.EdgeRawIO }, true},
 		"TOLLGATE_EDGE_YIELD_READS":       {func(c *config.Config) bool { return c.EdgeYieldReads }, true},
 		"TOLLGATE_EDGE_SHORT_READ_WAIT":   {func(c *config.Config) bool { return c.EdgeShortReadWait }, false},
+		"TOLLGATE_EDGE_REUSE_CHECK":       {func(c *config.Config) bool { return c.EdgeReuseCheck }, true},
 		"TOLLGATE_EDGE_JSON_ONE_PASS":     {func(c *config.Config) bool { return c.EdgeJSONOnePass }, true},
 		"TOLLGATE_EDGE_KEY_LAST_USE":      {func(c *config.Config) bool { return c.EdgeKeyLastUse }, true},
 		"TOLLGATE_EDGE_RETURN_MEMORY":     {func(c *config.Config) bool { return c.EdgeReturnMemory }, true},
