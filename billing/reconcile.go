@@ -99,12 +99,16 @@ const DefaultSettle = 15 * time.Minute
 
 // Discrepancy kinds. Each names one way two views disagree; Difference carries the sign.
 const (
-	// Loss: an edge served more requests (less what it reported dropped) than billing
-	// folded from its batches, in an hour that has settled, with nothing left in flight
-	// to make up the difference. Difference < 0.
+	// Loss: an edge served more requests than billing folded from its batches and than
+	// it reported dropping, in an hour that has settled, with nothing left in flight to
+	// make up the difference: usage gone without the edge knowing. Difference < 0.
 	Loss = "loss"
-	// DoubleCount: billing folded more from an edge's batches than the edge served.
-	// Difference > 0.
+	// DroppedUsage: requests an edge served and reported dropping (it could neither
+	// publish nor spool their batch, or deleted it from a full spool) that billing never
+	// folded, in a settled hour. A loss whose cause is known; never billed. Difference < 0.
+	DroppedUsage = "dropped"
+	// DoubleCount: billing folded more from an edge's batches than the edge served
+	// (dropped or not). Difference > 0.
 	DoubleCount = "double_count"
 	// MissingTotals: billing folded batches of an edge's boot that never published its
 	// totals for the tenant and hour, so nothing says what it served. Difference > 0 is
@@ -132,10 +136,10 @@ const (
 )
 
 // Discrepancy is one tenant-hour, and for the edge kinds one edge, where two views
-// disagree. Difference is signed: the later view minus the earlier one (folded − (served
-// − dropped) for the edge kinds, pushed − folded billable for Stripe's), so a negative
-// difference is something missing and a positive one something extra; Message says
-// which in words.
+// disagree. Difference is signed: the later view minus the earlier one (the part of
+// folded − served of its kind for the edge kinds, pushed − folded billable for Stripe's),
+// so a negative difference is something missing and a positive one something extra;
+// Message says which in words.
 type Discrepancy struct {
 	Kind       string    `json:"kind"`
 	TenantID   string    `json:"tenant_id"`
@@ -223,13 +227,15 @@ type tenantView struct {
 }
 
 // Reconcile compares, per tenant, hour and edge, what each edge served (its published
-// totals, every boot summed) less what it reported dropped with what billing folded from
-// that edge's batches; per tenant and hour, the rollup that is billed with the per-edge
-// rollups; and — for tenants billed through Stripe and hours that have settled — the
-// folded billable requests with what Stripe accepted. It reads only. Every disagreement
-// is a Discrepancy of a kind that says what it is (Loss, DoubleCount, MissingTotals,
-// Unattributed, StripeShort, StripeExcess); differences that may yet close — an hour not
-// settled, batches in flight, pushes being retried — are listed as Pending instead.
+// totals, every boot summed) with what billing folded from that edge's batches, telling
+// what the edge reported dropping (DroppedUsage) from what went missing unannounced
+// (Loss) and from what was folded beyond what it served (DoubleCount); per tenant and
+// hour, the rollup that is billed with the per-edge rollups; and — for tenants billed
+// through Stripe and hours that have settled — the folded billable requests with what
+// Stripe accepted. It reads only. Every disagreement is a Discrepancy of a kind that says
+// what it is (Loss, DroppedUsage, DoubleCount, MissingTotals, Unattributed, StripeShort,
+// StripeExcess); differences that may yet close — an hour not settled, batches in
+// flight, pushes being retried — are listed as Pending instead.
 func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconciliation, error) {
 	if src.Now == nil {
 		src.Now = time.Now
@@ -344,7 +350,7 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 	settled := func(h time.Time) bool { return !h.Add(time.Hour + src.Settle).After(now) }
 	partial := flight != nil && flight.Partial
 
-	// Per edge: served − dropped against folded.
+	// Per edge: served against folded, the edge's drops a loss with a known cause.
 	ekeys := make([]edgeHour, 0, len(edges))
 	for k := range edges {
 		ekeys = append(ekeys, k)
@@ -433,40 +439,21 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 				r.Discrepancies = append(r.Discrepancies, d)
 			}
 		}
-		want, wantBill := v.served-v.dropped, v.servedBill-v.droppedBill
 		got, gotBill := v.folded-mReq, v.foldedBill-mBill
 		inf, infBill := v.inflight-mIn, v.inflightBill-mInBill
-		diff, diffBill := got-want, gotBill-wantBill
-		if diff == 0 && diffBill == 0 {
+		c := classify(v.served, v.dropped, got, inf, partial)
+		unit := UnitRequests
+		if c.none() {
+			c, unit = classify(v.servedBill, v.droppedBill, gotBill, infBill, partial), UnitBillable
+		}
+		if c.none() {
 			continue
 		}
-		d := base
-		d.Difference, d.Unit = diff, UnitRequests
-		what := fmt.Sprintf("edge %s served %d requests (%d dropped), billing folded %d", quoteEdge(k.edge), v.served, v.dropped, got)
-		if diff == 0 {
-			d.Difference, d.Unit = diffBill, UnitBillable
-			what = fmt.Sprintf("requests agree (%d) but edge %s's billable %d (%d dropped) and the folded %d do not", got, quoteEdge(k.edge), v.servedBill, v.droppedBill, gotBill)
+		what := fmt.Sprintf("edge %s served %d requests (%d of them dropped by the edge), billing folded %d", quoteEdge(k.edge), v.served, v.dropped, got)
+		if unit == UnitBillable {
+			what = fmt.Sprintf("requests agree but edge %s's billable %d (%d of them dropped by the edge) and the folded %d do not", quoteEdge(k.edge), v.servedBill, v.droppedBill, gotBill)
 		}
-		short := d.Difference < 0
-		switch {
-		case !settled(h):
-			d.Kind = Pending
-			d.Message = fmt.Sprintf("pending (hour not settled): %s: %s%s", what, signWords(d.Difference, d.Unit), inFlightNote(inf))
-			r.Pending = append(r.Pending, d)
-		case short && (diff+inf >= 0 && diffBill+infBill >= 0 || partial):
-			d.Kind = Pending
-			d.Message = fmt.Sprintf("pending (batches in flight): %s: %s%s", what, signWords(d.Difference, d.Unit), inFlightNote(inf))
-			r.Pending = append(r.Pending, d)
-		case short:
-			d.Kind = Loss
-			d.Message = fmt.Sprintf("LOSS: %s: %s%s", what, signWords(d.Difference, d.Unit), inFlightNote(inf))
-			r.Discrepancies = append(r.Discrepancies, d)
-		default:
-			d.Kind = DoubleCount
-			d.Message = fmt.Sprintf("DOUBLE COUNT: %s: %s (folded twice, or the edge's last totals never covered its last batch, as when its machine is lost)",
-				what, signWords(d.Difference, d.Unit))
-			r.Discrepancies = append(r.Discrepancies, d)
-		}
+		r.addEdgeKinds(base, c, unit, settled(h), what, inf)
 	}
 
 	// Per tenant: the billed rollup against the per-edge ones, the legacy hours, Stripe.
@@ -532,30 +519,15 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		if v.legacy {
 			// Folded (partly) before rollups were kept per edge: the edges' sum against
 			// the tenant's rollup, as reconcile used to compare.
-			want, wantBill := all.served-all.dropped, all.servedBill-all.droppedBill
-			diff, diffBill := v.folded-want, v.foldedBill-wantBill
-			if diff != 0 || diffBill != 0 {
-				d := base
-				d.Difference, d.Unit = diff, UnitRequests
-				if diff == 0 {
-					d.Difference, d.Unit = diffBill, UnitBillable
-				}
-				what := fmt.Sprintf("all edges served %d requests (%d dropped), billing folded %d (partly before rollups were kept per edge, so per tenant only)",
+			c := classify(all.served, all.dropped, v.folded, all.inflight, partial)
+			unit := UnitRequests
+			if c.none() {
+				c, unit = classify(all.servedBill, all.droppedBill, v.foldedBill, all.inflightBill, partial), UnitBillable
+			}
+			if !c.none() {
+				what := fmt.Sprintf("all edges served %d requests (%d of them dropped by the edges), billing folded %d (partly before rollups were kept per edge, so per tenant only)",
 					all.served, all.dropped, v.folded)
-				switch {
-				case !settled(h) || d.Difference < 0 && (diff+all.inflight >= 0 && diffBill+all.inflightBill >= 0 || partial):
-					d.Kind = Pending
-					d.Message = fmt.Sprintf("pending: %s: %s%s", what, signWords(d.Difference, d.Unit), inFlightNote(all.inflight))
-					r.Pending = append(r.Pending, d)
-				case d.Difference < 0:
-					d.Kind = Loss
-					d.Message = fmt.Sprintf("LOSS: %s: %s%s", what, signWords(d.Difference, d.Unit), inFlightNote(all.inflight))
-					r.Discrepancies = append(r.Discrepancies, d)
-				default:
-					d.Kind = DoubleCount
-					d.Message = fmt.Sprintf("DOUBLE COUNT: %s: %s", what, signWords(d.Difference, d.Unit))
-					r.Discrepancies = append(r.Discrepancies, d)
-				}
+				r.addEdgeKinds(base, c, unit, settled(h), what, all.inflight)
 			}
 		}
 		if customers[k.tenant] == "" || !settled(h) || v.pushed == v.foldedBill {
@@ -583,6 +555,93 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 	sortDiscrepancies(r.Discrepancies)
 	sortDiscrepancies(r.Pending)
 	return r, nil
+}
+
+// edgeKinds is how what an edge served splits against what billing folded from it.
+//
+// served is every request the edge counted and handed over, dropped the part of it the
+// edge gave up on (a batch it could neither publish nor spool, or deleted from a full
+// spool), folded what billing folded from its batches, in flight what sits in the stream
+// unfolded. Whatever was served and is not folded is missing, and the edge's drops are a
+// loss like any other — they are only the part of it whose cause is known. So:
+//
+//   - double: folded beyond served (the only meaning of DoubleCount);
+//   - dropped: missing, and the edge reported dropping it (DroppedUsage);
+//   - lost: missing beyond what the edge reported dropping (Loss);
+//   - pending: missing, and possibly still in flight.
+//
+// A dropped batch whose publish timed out may have been stored after all: it then folds,
+// and only the dropped requests still missing are counted.
+type edgeKinds struct {
+	double, dropped, lost, pending int64
+}
+
+func (c edgeKinds) none() bool { return c == edgeKinds{} }
+
+// classify splits one edge-hour (or a legacy tenant-hour) into edgeKinds. With partial,
+// batches in flight were not all read, so any shortfall not reported dropped may be among
+// them.
+func classify(served, dropped, folded, inflight int64, partial bool) edgeKinds {
+	if folded > served {
+		return edgeKinds{double: folded - served}
+	}
+	missing := served - folded
+	if missing == 0 {
+		return edgeKinds{}
+	}
+	dl := min(max(dropped, 0), missing)
+	rest := missing - dl
+	// In flight first makes up what nobody reported dropped, then what was dropped after
+	// a publish that may have landed.
+	inf := max(inflight, 0)
+	c := edgeKinds{}
+	c.pending = min(inf, rest)
+	rest -= c.pending
+	inf -= c.pending
+	if k := min(inf, dl); k > 0 {
+		c.pending += k
+		dl -= k
+	}
+	if partial {
+		c.pending += rest
+		rest = 0
+	}
+	c.dropped, c.lost = dl, rest
+	return c
+}
+
+// addEdgeKinds lists an edge-hour's kinds: each difference that may still close is
+// pending (all of them while the hour has not settled), each other one a discrepancy of
+// its kind, signed (negative: missing, positive: too many).
+func (r *Reconciliation) addEdgeKinds(base Discrepancy, c edgeKinds, unit string, settled bool, what string, inflight int64) {
+	add := func(kind string, diff int64, msg string) {
+		d := base
+		d.Kind, d.Difference, d.Unit, d.Message = kind, diff, unit, msg
+		if kind == Pending {
+			r.Pending = append(r.Pending, d)
+		} else {
+			r.Discrepancies = append(r.Discrepancies, d)
+		}
+	}
+	if !settled {
+		diff := c.double - c.dropped - c.lost - c.pending
+		add(Pending, diff, fmt.Sprintf("pending (hour not settled): %s: %s%s", what, signWords(diff, unit), inFlightNote(inflight)))
+		return
+	}
+	if c.double > 0 {
+		add(DoubleCount, c.double, fmt.Sprintf("DOUBLE COUNT: %s: %s (folded more than the edge served: folded twice, or the edge's last totals never covered its last batch, as when its machine is lost)",
+			what, signWords(c.double, unit)))
+	}
+	if c.dropped > 0 {
+		add(DroppedUsage, -c.dropped, fmt.Sprintf("DROPPED: %s: %s, given up on by the edge (tollgate_meter_dropped_requests_total says why: spool full, spool or disk error); never billed",
+			what, signWords(-c.dropped, unit)))
+	}
+	if c.lost > 0 {
+		add(Loss, -c.lost, fmt.Sprintf("LOSS: %s: %s that the edge did not report dropping%s", what, signWords(-c.lost, unit), inFlightNote(inflight)))
+	}
+	if c.pending > 0 {
+		add(Pending, -c.pending, fmt.Sprintf("pending (batches in flight): %s: %s%s", what, signWords(-c.pending, unit), inFlightNote(inflight)))
+	}
 }
 
 // bootView is one boot's part of an edge's tenant-hour.

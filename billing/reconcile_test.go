@@ -83,7 +83,7 @@ func TestReconcileRules(t *testing.T) {
 			// t1: two boots of e1 agree; e2 is short in an hour not yet settled
 			served("e1", "a", "t1", h0, 60, 50, 0), served("e1", "b", "t1", h0, 40, 40, 0),
 			served("e2", "a", "t1", h1, 10, 10, 0),
-			// t2 dropped 5 when its spool was full: 95 folded is right
+			// t2 dropped 5 when its spool was full: 95 folded, 5 never billed
 			served("e1", "a", "t2", h0, 100, 100, 5),
 			served("e1", "a", "t3", h0, 20, 20, 0),                    // t3: 7 lost
 			served("e1", "a", "t4", h0, 20, 20, 0),                    // t4: 5 folded twice
@@ -138,6 +138,7 @@ func TestReconcileRules(t *testing.T) {
 		"stripe_excess t11 03  +10",
 		"double_count t12 03 e1 +3",
 		"loss t12 03 e3 -3",
+		"dropped t2 03 e1 -5",
 		"loss t3 03 e1 -7",
 		"double_count t4 03 e1 +5",
 		"missing_totals t5 03 e1 +4",
@@ -158,7 +159,7 @@ func TestReconcileRules(t *testing.T) {
 	}
 	for _, d := range r.Discrepancies {
 		words := map[string]string{billing.Loss: "missing", billing.StripeShort: "missing", billing.DoubleCount: "too many",
-			billing.StripeExcess: "too many", billing.MissingTotals: "never reported totals", billing.Unattributed: "too many"}[d.Kind]
+			billing.StripeExcess: "too many", billing.DroppedUsage: "missing", billing.MissingTotals: "never reported totals", billing.Unattributed: "too many"}[d.Kind]
 		if !strings.Contains(d.Message, words) {
 			t.Errorf("%s %s: message %q does not say %q", d.Kind, d.TenantID, d.Message, words)
 		}
@@ -411,5 +412,95 @@ func BenchmarkReconcile(b *testing.B) {
 		if err != nil || !r.OK() {
 			b.Fatal(err, r.Discrepancies[:1])
 		}
+	}
+}
+
+// TestReconcileDroppedIsLoss: every way an edge's served, dropped, folded and in-flight
+// counts can disagree gets its own kind and sign. What an edge reported dropping was
+// served and never billed: a discrepancy (dropped, negative), not an agreement; only
+// folded beyond served is a double count.
+func TestReconcileDroppedIsLoss(t *testing.T) {
+	h0 := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+	now := func() time.Time { return h0.Add(2 * time.Hour) }
+	cases := []struct {
+		name                              string
+		served, dropped, folded, inflight int64
+		unsettled                         bool
+		want                              string // kind difference, …; "" agrees
+		pending                           string
+	}{
+		// The spool's disk was full during a NATS outage: 2,800 of 12,002 dropped.
+		{name: "spool full", served: 12002, dropped: 2800, folded: 9202, want: "dropped -2800"},
+		// A crash on a full disk: the dead run's totals counted drops, yet a batch it
+		// dropped after a publish that timed out had landed, so folded exceeds served less
+		// dropped by 28; that is 189 dropped, not a double count of 28.
+		{name: "crash, a dropped batch landed", served: 6932, dropped: 217, folded: 6743, want: "dropped -189"},
+		{name: "every dropped batch landed", served: 100, dropped: 10, folded: 100},
+		{name: "dropped and lost", served: 100, dropped: 10, folded: 80, want: "dropped -10, loss -10"},
+		{name: "lost only", served: 100, folded: 93, want: "loss -7"},
+		{name: "folded twice", served: 100, dropped: 10, folded: 105, want: "double_count +5"},
+		{name: "in flight covers the unannounced part", served: 100, dropped: 10, folded: 80, inflight: 10, want: "dropped -10", pending: "pending -10"},
+		{name: "in flight covers a dropped batch that landed", served: 100, dropped: 10, folded: 90, inflight: 10, pending: "pending -10"},
+		{name: "not settled", served: 100, dropped: 10, folded: 80, unsettled: true, pending: "pending -20"},
+		{name: "not settled, folded beyond", served: 100, folded: 104, unsettled: true, pending: "pending +4"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := h0
+			if c.unsettled {
+				h = now().Add(-30 * time.Minute).Truncate(time.Hour)
+			}
+			v := &views{
+				edges:  []billing.EdgeTotal{{EdgeID: "e1", BootID: "b", TenantID: "t", Hour: h, Requests: c.served, Billable: c.served, Dropped: c.dropped, DroppedBillable: c.dropped}},
+				byEdge: []billing.EdgeFolded{{EdgeID: "e1", BootID: "b", TenantID: "t", Hour: h, Requests: c.folded, Billable: c.folded}},
+			}
+			if c.inflight > 0 {
+				v.inflight = []billing.EdgeFolded{{EdgeID: "e1", BootID: "b", TenantID: "t", Hour: h, Requests: c.inflight, Billable: c.inflight}}
+			}
+			r, err := billing.Reconcile(context.Background(), billing.PeriodOf(h), billing.ReconcileSources{Edges: v, Folded: v, InFlight: v, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			list := func(ds []billing.Discrepancy) string {
+				var out []string
+				for _, d := range ds {
+					out = append(out, fmt.Sprintf("%s %+d", d.Kind, d.Difference))
+				}
+				return strings.Join(out, ", ")
+			}
+			if got := list(r.Discrepancies); got != c.want {
+				t.Errorf("discrepancies %q, want %q", got, c.want)
+			}
+			if got := list(r.Pending); got != c.pending {
+				t.Errorf("pending %q, want %q", got, c.pending)
+			}
+			if r.OK() != (c.want == "") {
+				t.Errorf("OK() = %v with discrepancies %q", r.OK(), c.want)
+			}
+			var buf bytes.Buffer
+			if err := r.WriteText(&buf); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(c.want, "dropped") && !strings.Contains(buf.String(), "DIFF dropped t 2026-12-05T03Z edge e1: DROPPED") {
+				t.Errorf("the text does not name the drop:\n%s", buf.String())
+			}
+		})
+	}
+}
+
+// TestReconcileDroppedBillable: requests that agree while the billable ones fall short by
+// what the edge dropped are still a drop, in billable requests.
+func TestReconcileDroppedBillable(t *testing.T) {
+	h := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
+	v := &views{
+		edges:  []billing.EdgeTotal{{EdgeID: "e1", BootID: "b", TenantID: "t", Hour: h, Requests: 50, Billable: 40, Dropped: 0, DroppedBillable: 3}},
+		byEdge: []billing.EdgeFolded{{EdgeID: "e1", BootID: "b", TenantID: "t", Hour: h, Requests: 50, Billable: 37}},
+	}
+	r, err := billing.Reconcile(context.Background(), billing.PeriodOf(h), billing.ReconcileSources{Edges: v, Folded: v, Now: func() time.Time { return h.Add(3 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Discrepancies) != 1 || r.Discrepancies[0].Kind != billing.DroppedUsage || r.Discrepancies[0].Difference != -3 || r.Discrepancies[0].Unit != billing.UnitBillable {
+		t.Fatalf("discrepancies %+v, want one dropped of -3 billable", r.Discrepancies)
 	}
 }

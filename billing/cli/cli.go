@@ -39,9 +39,10 @@ commands:
   (none)      run the usage consumer (and the Stripe push when TOLLGATE_STRIPE_KEY is set)
   reconcile   --period YYYY-MM [--json] [--settle 15m]: compare, per tenant, hour and
               edge, what each edge served with what was folded from its batches, and
-              what was pushed to Stripe; names each difference (loss, double_count,
-              missing_totals, unattributed, stripe_short, stripe_excess) and lists what
-              is still pending; exits 1 when anything is wrong
+              what was pushed to Stripe; names each difference (loss, dropped,
+              double_count, missing_totals, unattributed, stripe_short, stripe_excess)
+              and lists what is still pending; exits 1 when anything is wrong, usage an
+              edge dropped included
   export      --period YYYY-MM [--format csv|json]: the period's bill on stdout
   enable      --tenant SLUG: make the tenant a Stripe customer (needs TOLLGATE_STRIPE_KEY)
   push        push settled usage to Stripe once and exit
