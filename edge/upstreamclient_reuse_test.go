@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"tollgate/edge"
 	"tollgate/tenants"
 )
@@ -275,6 +277,37 @@ func TestRequestNotReplayedAfterItWasSent(t *testing.T) {
 			}
 			if n := up.times("GET /read "); n != 2 {
 				t.Errorf("the upstream received the GET %d times, want 2 (lost, then sent again)", n)
+			}
+		})
+	}
+}
+
+// BenchmarkReuseCheck is BenchmarkHandler's whole request over loopback (client → edge →
+// upstream and back, in this process) with the pool's reuse check on and off: what the one
+// system call per reused connection costs a request.
+func BenchmarkReuseCheck(b *testing.B) {
+	upURL := benchUpstream(b)
+	h := newHarness(b)
+	acme := h.tenant("acme")
+	h.route(acme, "open", []string{"/open"}, nil, tenants.AuthNone, upURL)
+	h.e.Loaded()
+	client := &fasthttp.HostClient{Addr: h.public, MaxConns: 64}
+	for _, on := range []bool{true, false} {
+		name := "check=on"
+		if !on {
+			name = "check=off"
+		}
+		b.Run(name, func(b *testing.B) {
+			edge.SetReuseCheck(on)
+			defer edge.SetReuseCheck(true)
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			req.SetRequestURI("/open/items/42")
+			req.Header.SetHost("acme." + domain)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					b.Fatalf("%v %d %s", err, resp.StatusCode(), resp.Body())
+				}
 			}
 		})
 	}
