@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"hash/maphash"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,12 +19,17 @@ import (
 // each other. Each shard evicts first-in first-out past its share of the route's entry
 // and byte bounds; expired entries go when looked up or evicted. Every entry also counts
 // against its tenant's share of the edge's cache budget (cacheBudget), which may evict
-// it to make room.
+// it to make room. A key holds one answer per combination of the values of the request
+// headers the upstream's Vary names (cache_vary.go).
 type responseCache struct {
 	ttl     time.Duration
 	maxBody int
 	vary    [][]byte
-	perUser bool // the consumer is part of the key
+	// varyCreds: the credentials the route's vary names, whose values are in the key.
+	varyCreds uint8
+	perUser   bool // the consumer is part of the key
+	// shared: an answer may go to callers with other credentials when it is public.
+	shared bool
 	// bearerAuth: the edge itself reads Authorization on this route (jwt, key_or_jwt).
 	bearerAuth bool
 	seed       maphash.Seed
@@ -49,9 +55,18 @@ const (
 
 type cacheShard struct {
 	mu         sync.Mutex
-	m          map[string]*cacheEntry
+	m          map[string]*cacheKey
 	head, tail *cacheEntry // insertion order, for the route's own bounds
 	bytes      int
+	count      int // answers held, every key's variants together
+}
+
+// cacheKey is what one key holds: its answers, one per combination of the values of the
+// request headers its upstream's Vary names (none: one answer). It is in its shard's map
+// while it holds an answer; both fields change under the shard's lock only.
+type cacheKey struct {
+	vary     [][]byte      // the names, lower case, from the latest answer kept
+	variants []*cacheEntry // oldest first, at most cacheMaxVariants
 }
 
 // cacheEntry is one kept answer. Its answer fields never change once stored; the links
@@ -64,7 +79,11 @@ type cacheEntry struct {
 	expires time.Time
 	size    int // what it counts against the route, the tenant and the edge
 
+	varyNames [][]byte // the upstream's Vary, lower case
+	varyVals  []byte   // the storing request's values of them (appendVaryValues)
+
 	key          string
+	ck           *cacheKey // nil once removed (under the shard's lock)
 	shard        *cacheShard
 	tenant       *tenantCache
 	sprev, snext *cacheEntry
@@ -87,6 +106,7 @@ func newResponseCache(c *tenants.Cache, auth string, t *tenantCache) *responseCa
 		ttl:        time.Duration(c.TTLMS) * time.Millisecond,
 		maxBody:    c.MaxBodyBytes,
 		perUser:    auth != tenants.AuthNone && auth != "" && !c.Shared,
+		shared:     c.Shared,
 		bearerAuth: auth == tenants.AuthJWT || auth == tenants.AuthKeyOrJWT,
 		seed:       maphash.MakeSeed(),
 		now:        func() time.Time { return cacheClock() },
@@ -94,13 +114,14 @@ func newResponseCache(c *tenants.Cache, auth string, t *tenantCache) *responseCa
 	}
 	for _, v := range c.Vary {
 		rc.vary = append(rc.vary, []byte(v))
+		rc.varyCreds |= credentialOf([]byte(v))
 	}
 	rc.nshards = min(max(c.MaxEntries/cacheShardEntries, 1), cacheShards)
 	rc.maxCount = (c.MaxEntries + rc.nshards - 1) / rc.nshards
 	total := min(c.MaxEntries*c.MaxBodyBytes, tenants.MaxCacheRouteBytes)
 	rc.maxBytes = max(total/rc.nshards, c.MaxBodyBytes)
 	for i := range rc.shards[:rc.nshards] {
-		rc.shards[i].m = make(map[string]*cacheEntry)
+		rc.shards[i].m = make(map[string]*cacheKey)
 	}
 	return rc
 }
@@ -127,16 +148,33 @@ func (rc *responseCache) shard(k []byte) *cacheShard {
 	return &rc.shards[maphash.Bytes(rc.seed, k)%uint64(rc.nshards)]
 }
 
-func (rc *responseCache) get(k []byte, now time.Time) *cacheEntry {
+// get returns the live answer kept under the key buf[:n] for a request whose raw header
+// block is raw and whose consumer is consumer, or nil. When the key's answers vary, the
+// request's values are appended to buf[n:] to be compared; get returns buf for reuse.
+func (rc *responseCache) get(buf []byte, n int, now time.Time, raw, consumer []byte) (*cacheEntry, []byte) {
+	k := buf[:n]
 	s := rc.shard(k)
 	s.mu.Lock()
-	e := s.m[string(k)]
+	var e *cacheEntry
+	if ck := s.m[string(k)]; ck != nil {
+		if len(ck.vary) == 0 {
+			e = ck.variants[0]
+		} else {
+			buf = appendVaryValues(buf[:n], ck.vary, raw, consumer)
+			for _, v := range ck.variants {
+				if bytes.Equal(v.varyVals, buf[n:]) {
+					e = v
+					break
+				}
+			}
+		}
+	}
 	if e != nil && !now.Before(e.expires) {
 		s.removeLocked(e)
 		e = nil
 	}
 	s.mu.Unlock()
-	return e
+	return e, buf
 }
 
 // put keeps e (its key, size and tenant set) when the tenant's share of the edge's
@@ -153,14 +191,35 @@ func (rc *responseCache) put(e *cacheEntry) {
 		t.unreserve(int64(e.size))
 		return
 	}
-	if old := s.m[e.key]; old != nil {
-		s.removeLocked(old)
+	if ck := s.m[e.key]; ck != nil {
+		if !sameNames(ck.vary, e.varyNames) {
+			// The upstream varies on other headers now: the older answers were chosen
+			// by the old ones.
+			for len(ck.variants) > 0 {
+				s.removeLocked(ck.variants[0])
+			}
+		} else {
+			for _, v := range ck.variants {
+				if bytes.Equal(v.varyVals, e.varyVals) {
+					s.removeLocked(v)
+					break
+				}
+			}
+			for len(ck.variants) >= cacheMaxVariants {
+				s.removeLocked(ck.variants[0])
+			}
+		}
 	}
-	for s.head != nil && (len(s.m) >= rc.maxCount || s.bytes+e.size > rc.maxBytes) {
+	for s.head != nil && (s.count >= rc.maxCount || s.bytes+e.size > rc.maxBytes) {
 		s.removeLocked(s.head)
 	}
-	e.shard = s
-	s.m[e.key] = e
+	ck := s.m[e.key]
+	if ck == nil {
+		ck = &cacheKey{vary: e.varyNames}
+		s.m[e.key] = ck
+	}
+	ck.variants = append(ck.variants, e)
+	e.ck, e.shard = ck, s
 	e.sprev = s.tail
 	if s.tail != nil {
 		s.tail.snext = e
@@ -169,6 +228,7 @@ func (rc *responseCache) put(e *cacheEntry) {
 	}
 	s.tail = e
 	s.bytes += e.size
+	s.count++
 	t.link(e)
 	s.mu.Unlock()
 }
@@ -176,7 +236,17 @@ func (rc *responseCache) put(e *cacheEntry) {
 // removeLocked takes e out of its shard, its tenant's list and the budget (the caller
 // holds s.mu). Whoever removes an entry from its shard's map does all three, once.
 func (s *cacheShard) removeLocked(e *cacheEntry) {
-	delete(s.m, e.key)
+	ck := e.ck
+	for i, v := range ck.variants {
+		if v == e {
+			ck.variants = slices.Delete(ck.variants, i, i+1)
+			break
+		}
+	}
+	if len(ck.variants) == 0 {
+		delete(s.m, e.key)
+	}
+	e.ck = nil
 	if e.sprev != nil {
 		e.sprev.snext = e.snext
 	} else {
@@ -189,6 +259,7 @@ func (s *cacheShard) removeLocked(e *cacheEntry) {
 	}
 	e.sprev, e.snext = nil, nil
 	s.bytes -= e.size
+	s.count--
 	e.tenant.unlink(e)
 }
 
@@ -239,9 +310,17 @@ func cacheStep(rt *route, next handler) handler {
 			// key starts with the path's "/").
 			k = append(k, '!')
 		}
-		x.scratch = rc.key(k, x)
+		k = rc.key(k, x)
+		n := len(k)
 		now := rc.now()
-		if e := rc.get(x.scratch, now); e != nil {
+		raw := ctx.Request.Header.RawHeaders()
+		var consumer []byte
+		if x.consumer != nil {
+			consumer = x.consumer.id
+		}
+		e, buf := rc.get(k, n, now, raw, consumer)
+		x.scratch = buf
+		if e != nil {
 			resp := &ctx.Response
 			resp.SetStatusCode(e.status)
 			for _, kv := range e.header {
@@ -254,25 +333,30 @@ func cacheStep(rt *route, next handler) handler {
 			resp.SetBodyRaw(e.body)
 			return
 		}
-		key := string(x.scratch) // the chain reuses scratch
-		// Credentials the edge did not consume, or cookies, make the answer the caller's
-		// own unless the upstream says it is public (RFC 9111 §3.5).
-		credentialed := len(ctx.Request.Header.Peek("Cookie")) > 0 ||
-			!rc.bearerAuth && len(ctx.Request.Header.Peek("Authorization")) > 0
+		key := string(x.scratch[:n]) // the chain reuses scratch
+		c := cacheCaller{raw: raw, consumer: consumer, creds: credentials(raw)}
+		if x.consumer != nil {
+			switch {
+			case x.hideKey:
+				c.consumed = credAPIKey
+			case rc.bearerAuth:
+				c.consumed = credAuthorization
+			}
+		}
 		next(x)
 		resp := &ctx.Response
 		if x.reply != nil {
 			return
 		}
 		resp.Header.SetBytesKV(hdrXCache, strMiss)
-		if e := rc.entry(resp, now, credentialed, key); e != nil {
+		if e := rc.entry(resp, now, &c, key); e != nil {
 			rc.put(e)
 		}
 	}
 }
 
-// entry is the upstream's answer as a cache entry, or nil when it may not be kept.
-func (rc *responseCache) entry(resp *fasthttp.Response, now time.Time, credentialed bool, key string) *cacheEntry {
+// entry is the upstream's answer to c as a cache entry, or nil when it may not be kept.
+func (rc *responseCache) entry(resp *fasthttp.Response, now time.Time, c *cacheCaller, key string) *cacheEntry {
 	switch resp.StatusCode() {
 	case 200, 203, 301, 404:
 	default:
@@ -282,7 +366,11 @@ func (rc *responseCache) entry(resp *fasthttp.Response, now time.Time, credentia
 		return nil
 	}
 	ttl, public, ok := rc.allowed(resp.Header.PeekBytes(hdrCacheCtl))
-	if !ok || credentialed && !public {
+	if !ok {
+		return nil
+	}
+	names, ok := upstreamVary(&resp.Header)
+	if !ok || !rc.mayKeep(c, names, public) {
 		return nil
 	}
 	body := resp.Body()
@@ -293,9 +381,16 @@ func (rc *responseCache) entry(resp *fasthttp.Response, now time.Time, credentia
 		return nil // could never be kept: do not copy it
 	}
 	e := &cacheEntry{status: resp.StatusCode(), body: append([]byte(nil), body...), stored: now, expires: now.Add(ttl),
-		key: key, tenant: rc.tenant}
+		key: key, tenant: rc.tenant, varyNames: names}
 	// The body's capacity is its allocation's size class, what it really holds.
 	e.size = cap(e.body) + len(key) + cacheEntryOverhead
+	if len(names) > 0 {
+		e.varyVals = appendVaryValues(nil, names, c.raw, c.consumer)
+		e.size += cap(e.varyVals)
+		for _, n := range names {
+			e.size += len(n) + cacheHeaderOverhead
+		}
+	}
 	for k, v := range resp.Header.All() {
 		if bytes.EqualFold(k, strSetCookieName) {
 			return nil // a cookie is one client's

@@ -250,7 +250,7 @@ func (t *tenantCache) evictOldest(c prometheus.Counter) bool {
 	}
 	s := e.shard
 	s.mu.Lock()
-	if s.m[e.key] == e {
+	if e.ck != nil {
 		s.removeLocked(e)
 		c.Inc()
 	}

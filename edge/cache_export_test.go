@@ -20,8 +20,11 @@ func CacheEntries(e *Edge, slug, path string) int {
 	for i := range rt.cache.shards {
 		s := &rt.cache.shards[i]
 		s.mu.Lock()
-		n += len(s.m)
+		n += s.count
 		s.mu.Unlock()
 	}
 	return n
 }
+
+// CacheMaxVariants is the most answers one key of a route's cache holds.
+const CacheMaxVariants = cacheMaxVariants

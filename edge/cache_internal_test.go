@@ -48,7 +48,10 @@ func keep(rc *responseCache, key string, body int) *cacheEntry {
 	return e
 }
 
-func (rc *responseCache) has(key string) bool { return rc.get([]byte(key), time.Now()) != nil }
+func (rc *responseCache) has(key string) bool {
+	e, _ := rc.get([]byte(key), len(key), time.Now(), nil, nil)
+	return e != nil
+}
 
 // checkBooks checks, at rest, that every byte is counted once: the edge's total is the
 // sum of the tenants', each tenant's the sum of its listed entries, and those are the
@@ -81,15 +84,27 @@ func checkBooks(t *testing.T, b *cacheBudget, caches ...*responseCache) {
 		for i := range rc.shards {
 			s := &rc.shards[i]
 			bytes := 0
-			for _, e := range s.m {
-				bytes += e.size
-				held++
-				if !listed[e] {
-					t.Errorf("entry %q kept but not on its tenant's list", e.key)
+			for k, ck := range s.m {
+				if len(ck.variants) == 0 || len(ck.variants) > cacheMaxVariants {
+					t.Errorf("key %q holds %d answers", k, len(ck.variants))
+				}
+				for _, e := range ck.variants {
+					bytes += e.size
+					held++
+					if !listed[e] || e.ck != ck || e.key != k {
+						t.Errorf("entry %q kept but not on its tenant's list, or not its key's", e.key)
+					}
 				}
 			}
 			if bytes != s.bytes {
 				t.Errorf("shard holds %d bytes, counts %d", bytes, s.bytes)
+			}
+			n := 0
+			for e := s.head; e != nil; e = e.snext {
+				n++
+			}
+			if n != s.count {
+				t.Errorf("shard lists %d answers, counts %d", n, s.count)
 			}
 		}
 	}
@@ -234,7 +249,7 @@ func TestCacheBudgetConcurrent(t *testing.T) {
 			for i := range n {
 				keep(rc, fmt.Sprintf("/%d/%d", g, i), 500+i%1500)
 				if i%7 == 0 {
-					rc.get([]byte(fmt.Sprintf("/%d/%d", g, i/2)), time.Now())
+					rc.has(fmt.Sprintf("/%d/%d", g, i/2))
 				}
 			}
 		}()
@@ -262,7 +277,7 @@ func BenchmarkCacheGet(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			if rc.get(keys[i&63], now) == nil {
+			if e, _ := rc.get(keys[i&63], len(keys[i&63]), now, nil, nil); e == nil {
 				b.Fatal("miss")
 			}
 			i++
@@ -288,5 +303,43 @@ func BenchmarkCachePut(b *testing.B) {
 		e := &cacheEntry{status: 200, body: body, stored: now, expires: now.Add(time.Hour), key: k, tenant: rc.tenant}
 		e.size = 128 + len(k) + cacheEntryOverhead
 		rc.put(e)
+	}
+}
+
+// keepVariant stores an answer of body bytes under key, varying on X-V with value v.
+func keepVariant(rc *responseCache, key, v string, body int) {
+	names := [][]byte{[]byte("x-v")}
+	e := &cacheEntry{status: 200, body: make([]byte, body), stored: time.Now(), expires: farFuture, key: key, tenant: rc.tenant,
+		varyNames: names, varyVals: appendVaryValues(nil, names, []byte("X-V: "+v+"\r\n"), nil)}
+	e.size = cap(e.body) + len(key) + len(e.varyVals) + cacheEntryOverhead
+	rc.put(e)
+}
+
+// A Vary storm on one key keeps at most cacheMaxVariants answers, evicted by the
+// budget like any other, and every byte stays counted once.
+func TestCacheVariantsBooks(t *testing.T) {
+	b := testBudget(t, 64<<10)
+	tc := testTenant(b, "t", 0)
+	rc := testRoute(tc)
+	for i := range 1000 {
+		keepVariant(rc, "/k", strconv.Itoa(i), 1000)
+		keep(rc, fmt.Sprint("/o/", i%40), 1000)
+		if b.used.Load() > b.limit {
+			t.Fatalf("over the budget after %d stores", i)
+		}
+	}
+	checkBooks(t, b, rc)
+	s := rc.shard([]byte("/k"))
+	s.mu.Lock()
+	n := len(s.m["/k"].variants)
+	s.mu.Unlock()
+	if n < 1 || n > cacheMaxVariants {
+		t.Errorf("%d variants kept", n)
+	}
+	keep(rc, "/k", 10) // no Vary now: the variants go
+	checkBooks(t, b, rc)
+	rc.drop()
+	if b.used.Load() != 0 {
+		t.Errorf("%d bytes held after drop", b.used.Load())
 	}
 }

@@ -168,9 +168,10 @@ func TestCacheHonoursCacheControl(t *testing.T) {
 		}
 	}
 	up.setHook(func(w http.ResponseWriter) { w.Header().Set("Cache-Control", "public, max-age=60") })
+	// Public is not enough on a route that is not shared: the answer stays the caller's.
 	h.get(host, "/c/pub", "Authorization: Basic YTpi")
-	if r := h.get(host, "/c/pub"); r.header.Get("X-Cache") != "HIT" {
-		t.Errorf("a public answer was not kept: %v", r.header)
+	if r := h.get(host, "/c/pub"); r.header.Get("X-Cache") != "MISS" {
+		t.Errorf("a public answer to a credentialed request went to another caller: %v", r.header)
 	}
 
 	// s-maxage is preferred over max-age and caps the route's TTL.
@@ -215,9 +216,15 @@ func TestCacheKeyedByConsumer(t *testing.T) {
 		t.Errorf("no key on a cached route: %s", r)
 	}
 
-	get("/shared", alice)
-	if r := get("/shared", bob); r.header.Get("X-Cache") != "HIT" {
-		t.Errorf("shared route: %v", r.header)
+	// A shared route gives one consumer's answer to another only when it is public.
+	get("/shared/a", alice)
+	if r := get("/shared/a", bob); r.header.Get("X-Cache") != "MISS" || r.echo.get("X-Consumer-Id") != "c-bob" {
+		t.Errorf("shared route, answer not public: %v %s", r.header, r.body)
+	}
+	up.setHook(func(w http.ResponseWriter) { w.Header().Set("Cache-Control", "public, max-age=60") })
+	get("/shared/b", alice)
+	if r := get("/shared/b", bob); r.header.Get("X-Cache") != "HIT" {
+		t.Errorf("shared route, public answer: %v", r.header)
 	}
 }
 

@@ -5,8 +5,11 @@ import "fmt"
 // Cache makes the edge keep a route's answers in memory and serve repeats without the
 // upstream. Only GET requests are cached, and only 200, 203, 301 and 404 answers with a
 // buffered body that say nothing against it (Cache-Control no-store, no-cache or
-// private, or a Set-Cookie). The key is the path, query and the Vary headers' values,
-// plus the consumer on routes that authenticate (unless Shared).
+// private, a Set-Cookie, or Vary: *). The key is the path, query and the Vary headers'
+// values, plus the consumer on routes that authenticate (unless Shared); a key holds one
+// answer per value of the request headers the upstream's own Vary names, a few at most.
+// An answer to a request carrying a credential (Authorization, Cookie, X-API-Key) goes
+// to another caller only when the route is Shared and the answer public or s-maxage.
 type Cache struct {
 	// TTLMS is how long an answer is served, in ms; the upstream's s-maxage (else
 	// max-age) shortens it.
@@ -17,7 +20,10 @@ type Cache struct {
 	MaxBodyBytes int `json:"max_body_bytes,omitempty"`
 	// Vary names request headers whose values are part of the key.
 	Vary []string `json:"vary,omitempty"`
-	// Shared lets one consumer's answer serve another on a route that authenticates.
+	// Shared lets an answer made for one caller's credentials (the consumer on a route
+	// that authenticates, an Authorization, Cookie or X-API-Key the edge passes on) serve
+	// other callers, when the upstream made it public or gave it an s-maxage. Default:
+	// false, each caller's answers are its own.
 	Shared bool `json:"shared,omitempty"`
 }
 
