@@ -23,7 +23,9 @@ import (
 
 // checkoutStore is what Checkout needs of billing/postgres.Store.
 type checkoutStore interface {
-	ConnectedAccount(ctx context.Context, tenantID string) (string, error)
+	// CheckoutAccount refuses (EConflict) a connected account Stripe's onboarding has not
+	// made able to take charges, typed-in ids included.
+	CheckoutAccount(ctx context.Context, tenantID string) (string, error)
 	RecordCheckout(ctx context.Context, c *billing.CheckoutSession) error
 }
 
@@ -54,7 +56,7 @@ func (c *Checkout) StartCheckout(ctx context.Context, r billing.CheckoutRequest)
 	if r.Price.MonthlyFee <= 0 && r.Price.UnitPrice <= 0 {
 		return "", tenants.Invalid("plan", "the plan charges nothing: choose it without a checkout")
 	}
-	acct, err := c.store.ConnectedAccount(ctx, r.TenantID)
+	acct, err := c.store.CheckoutAccount(ctx, r.TenantID)
 	if err != nil {
 		return "", err
 	}

@@ -250,7 +250,11 @@ func TestCheckoutConnectedOrNot(t *testing.T) {
 	if err != nil || url == "" {
 		t.Fatalf("url %q: %v", url, err)
 	}
-	if err := db.Store.SetConnectedAccount(ctx, tn.ID, "acct_1Tenant"); err != nil {
+	// Connected through Stripe's onboarding, and Stripe said it takes charges (connect_test.go).
+	if _, err := db.Store.AttachConnectedAccount(ctx, tn.ID, "acct_1Tenant"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Store.RecordConnectedAccount(ctx, tn.ID, "acct_1Tenant", true, true, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := co.StartCheckout(ctx, req); err != nil {
