@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"tollgate/api"
+	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/config"
 	"tollgate/tenants"
@@ -14,7 +15,7 @@ import (
 // mountConsole serves the web console under /console/ on the api's app, over the same
 // store, upstream rules and policy as the API. Usage comes from billing's rollups in the
 // same database (empty until the edges' meter and `tollgate billing` feed them).
-func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *slog.Logger) {
+func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *slog.Logger, connect billing.ConnectService) {
 	_, port := tenants.SplitHostPort(cfg.EdgeAddr)
 	web.New(web.Config{
 		Tenants:    cp.db,
@@ -27,6 +28,7 @@ func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *sl
 		Policies:   cp.db,
 		Usage:      billingpg.New(cp.db.Pool()),
 		Payments:   billingpg.New(cp.db.Pool()),
+		Connect:    connect,
 		Prices:     billingpg.New(cp.db.Pool()),
 		Portals:    cp.db,
 		Domains:    cp.db,

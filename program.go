@@ -180,6 +180,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		// Stripe's side of the bill; nil handlers answer 404.
 		Invoices:      stripe.invoices,
 		StripeWebhook: stripe.webhook,
+		Connect:       stripe.connect,
 		AdminToken:    cfg.AdminToken,
 		Upstreams:     cfg.UpstreamAddressRule(),
 		Mailer:        cp.mail,
@@ -198,7 +199,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 			return nil
 		},
 	})
-	mountConsole(srv, cp, cfg, log)
+	mountConsole(srv, cp, cfg, log, stripe.connect)
 	mountPortal(srv, cp, cfg, log, stripe.checkout)
 	return srv
 }

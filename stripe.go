@@ -14,11 +14,13 @@ import (
 
 // stripeSide is Stripe's side of the api: the handler of GET /v1/billing/invoices (for the
 // export's callers), that of POST /v1/stripe/webhook when TOLLGATE_STRIPE_WEBHOOK_SECRET
-// is set (nil otherwise: the path answers 404), and the portal's Checkout when
-// TOLLGATE_STRIPE_KEY is set (nil otherwise: priced plans then say payments are not set up).
+// is set (nil otherwise: the path answers 404), and the portal's Checkout and the tenants'
+// Connect onboarding when TOLLGATE_STRIPE_KEY is set (nil otherwise: priced plans then say
+// payments are not set up, and no account can be connected).
 type stripeSide struct {
 	invoices, webhook fiber.Handler
 	checkout          billing.Checkout
+	connect           billing.ConnectService
 }
 
 func newStripeSide(cp *controlPlane, cfg *config.Config, log *slog.Logger) stripeSide {
@@ -50,5 +52,10 @@ func newStripeSide(cp *controlPlane, cfg *config.Config, log *slog.Logger) strip
 		return side
 	}
 	side.checkout = co
+	if cn, err := billingstripe.NewConnect(p, store); err != nil {
+		log.Error("stripe: connect not available", "err", err)
+	} else {
+		side.connect = cn
+	}
 	return side
 }

@@ -87,6 +87,9 @@ type Config struct {
 	// signature). Nil: the path answers 404 not_found.
 	Invoices      fiber.Handler
 	StripeWebhook fiber.Handler
+	// Connect serves /v1/tenants/{slug}/stripe/account: the tenant's Stripe Connect
+	// account, onboarded through Stripe (connect.go). Nil: those endpoints answer 404.
+	Connect billing.ConnectService
 
 	// Domains serves /v1/tenants/{slug}/domains, the tenants' custom domains and their
 	// certificates. Nil: those endpoints answer 404 not_found. EdgeDomain is

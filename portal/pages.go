@@ -191,6 +191,10 @@ func (p *Portal) planChoose(ctx *fiber.Ctx) error {
 			// Checkout takes a monthly fee; a plan priced only by usage cannot be bought there.
 			return problem("The plan " + name + " cannot be bought here: " + tenants.ErrorMessage(err) + ".")
 		}
+		if tenants.ErrorCode(err) == tenants.EConflict {
+			// The tenant's Stripe account is not proven or not ready: nothing is charged.
+			return problem("The plan " + name + " cannot be bought here yet: " + tenants.ErrorMessage(err) + ".")
+		}
 		return err
 	}
 	c, err := p.cfg.Consumers.FindConsumer(p.ctx(ctx), v.Tenant.ID, a.ConsumerID)
@@ -219,7 +223,7 @@ func (p *Portal) checkout(ctx *fiber.Ctx, o *offer) error {
 		TenantID: v.Tenant.ID, ConsumerID: a.ConsumerID, Plan: o.Name, Price: *o.Price, Email: a.Email,
 		SuccessURL: back + "/plans?done=checkout", CancelURL: back + "/plans",
 	})
-	if tenants.ErrorCode(err) == tenants.EValidation {
+	if code := tenants.ErrorCode(err); code == tenants.EValidation || code == tenants.EConflict {
 		return err
 	}
 	if err != nil {

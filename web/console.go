@@ -61,6 +61,9 @@ type Config struct {
 	// checkouts) and the subscriptions and invoices on the finance page. Nil: the pages say
 	// payments are not recorded here.
 	Payments PaymentsStore
+	// Connect onboards the tenant's Stripe account through Stripe (billing/stripe.Connect).
+	// Nil: the payments page cannot connect one (Stripe is not configured here).
+	Connect billing.ConnectService
 	// Prices serves /console/finance/prices and the price versions on a plan's page.
 	// Nil: the pages say prices are not managed here.
 	Prices billing.PriceService
@@ -235,7 +238,11 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Post("/consumers/:id/plan", c.consumerPlan)
 	t.Get("/usage", c.usagePage)
 	t.Get("/payments", c.paymentsPage)
-	t.Post("/payments", c.paymentsSave)
+	t.Post("/payments/connect", c.paymentsConnect)
+	t.Get("/payments/connect/return", c.paymentsReturn)
+	t.Get("/payments/connect/refresh", c.paymentsRefresh)
+	t.Post("/payments/connect/check", c.paymentsCheck)
+	t.Post("/payments/disconnect", c.paymentsDisconnect)
 	t.Get("/audit", c.auditPage)
 	t.Get("/members", c.membersPage)
 	t.Post("/members/:user_id/role", c.memberRole)

@@ -3,7 +3,6 @@ package web
 import (
 	"context"
 	"net/http"
-	"strings"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -12,19 +11,22 @@ import (
 	"tollgate/tenants/rbac"
 )
 
-// Payments through Stripe. A tenant's payments page (owners and admins) sets the Stripe
-// account its consumers pay (Connect: acct_…; without one they pay the platform, and the
-// tenant invoices them from the checkouts listed) and lists its consumers' checkouts from
-// the developer portal. The finance page shows each paying tenant's subscription and
-// latest invoice, as Stripe's webhooks reported them.
+// Payments through Stripe. A tenant's payments page (owners and admins) connects the
+// Stripe account its consumers pay (without one they pay the platform, and the tenant
+// invoices them from the checkouts listed) and lists its consumers' checkouts from the
+// developer portal. The finance page shows each paying tenant's subscription and latest
+// invoice, as Stripe's webhooks reported them.
+//
+// The account is never typed in: the platform creates it on Stripe and sends the tenant
+// through Stripe's own onboarding (connect.go in billing/stripe), which is what proves
+// the account is the tenant's.
 
 // PaymentsStore is what the payments and finance pages need of billing's Stripe records
 // (billing/postgres.Store).
 type PaymentsStore interface {
 	Payments(ctx context.Context) ([]billing.TenantPayments, error)
-	ConnectedAccount(ctx context.Context, tenantID string) (string, error)
-	// SetConnectedAccount: "" removes it; EValidation (field account_id) for a bad id.
-	SetConnectedAccount(ctx context.Context, tenantID, account string) error
+	ConnectStatus(ctx context.Context, tenantID string) (*billing.ConnectedAccount, error)
+	DisconnectAccount(ctx context.Context, tenantID string) error
 	Checkouts(ctx context.Context, tenantID string, limit int) ([]billing.CheckoutSession, error)
 }
 
@@ -32,8 +34,7 @@ type PaymentsStore interface {
 const checkoutsShown = 100
 
 type paymentsForm struct {
-	Account string
-	Errors  map[string]string
+	Errors map[string]string
 }
 
 type checkoutRow struct {
@@ -42,28 +43,27 @@ type checkoutRow struct {
 }
 
 type paymentsData struct {
-	Enabled   bool
-	Checkouts []checkoutRow
+	Enabled    bool
+	CanOnboard bool // Stripe is configured: the tenant can connect through it
+	Account    *billing.ConnectedAccount
+	Checkouts  []checkoutRow
 }
 
 func (c *Console) paymentsPage(ctx *fiber.Ctx) error {
 	if ok, err := c.may(ctx, rbac.TenantAdmin); !ok {
 		return err
 	}
-	f := paymentsForm{Errors: map[string]string{}}
-	if c.cfg.Payments != nil {
-		acct, err := c.cfg.Payments.ConnectedAccount(c.ctx(ctx), tenantOf(ctx).ID)
-		if err != nil {
-			return c.internal(ctx, err)
-		}
-		f.Account = acct
-	}
-	return c.renderPayments(ctx, http.StatusOK, f)
+	return c.renderPayments(ctx, http.StatusOK, paymentsForm{Errors: map[string]string{}})
 }
 
 func (c *Console) renderPayments(ctx *fiber.Ctx, status int, f paymentsForm) error {
-	d := paymentsData{Enabled: c.cfg.Payments != nil}
+	d := paymentsData{Enabled: c.cfg.Payments != nil, CanOnboard: c.cfg.Connect != nil}
 	if d.Enabled {
+		acct, err := c.cfg.Payments.ConnectStatus(c.ctx(ctx), tenantOf(ctx).ID)
+		if err != nil {
+			return c.internal(ctx, err)
+		}
+		d.Account = acct
 		rows, err := c.checkoutRows(ctx)
 		if err != nil {
 			return c.internal(ctx, err)
@@ -72,10 +72,12 @@ func (c *Console) renderPayments(ctx *fiber.Ctx, status int, f paymentsForm) err
 	}
 	pg := page{Title: "Payments", Nav: "payments", Form: f, Data: d}
 	switch ctx.Query("done") {
-	case "account-saved":
-		pg.Flash = "Stripe account saved: consumers' checkouts are made on it from now on."
+	case "account-ready":
+		pg.Flash = "Stripe account connected: consumers' checkouts are made on it from now on."
+	case "account-pending":
+		pg.Flash = "Stripe does not let the account take charges yet: finish its onboarding, or check again once Stripe has reviewed it."
 	case "account-removed":
-		pg.Flash = "Stripe account removed: consumers pay the platform from now on."
+		pg.Flash = "Stripe account disconnected: consumers pay the platform from now on."
 	}
 	return c.render(ctx, status, "payments", pg)
 }
@@ -109,31 +111,7 @@ func (c *Console) checkoutRows(ctx *fiber.Ctx) ([]checkoutRow, error) {
 	return rows, nil
 }
 
-// paymentsSave sets or removes the connected account.
-func (c *Console) paymentsSave(ctx *fiber.Ctx) error {
-	if ok, err := c.may(ctx, rbac.TenantAdmin); !ok {
-		return err
-	}
-	if c.cfg.Payments == nil {
-		return ctx.Redirect(c.tenantURL(ctx, "/payments"), http.StatusSeeOther)
-	}
-	f := paymentsForm{Account: strings.TrimSpace(ctx.FormValue("account_id")), Errors: map[string]string{}}
-	verb := tenants.AuditUpdate
-	if f.Account == "" {
-		verb = tenants.AuditDelete
-	}
-	actx := c.audited(ctx, user(ctx), tenantOf(ctx).ID, tenants.AuditAction("stripe_account", verb), f.Account)
-	err := c.cfg.Payments.SetConnectedAccount(actx, tenantOf(ctx).ID, f.Account)
-	switch {
-	case err == nil && f.Account == "":
-		return ctx.Redirect(c.tenantURL(ctx, "/payments?done=account-removed"), http.StatusSeeOther)
-	case err == nil:
-		return ctx.Redirect(c.tenantURL(ctx, "/payments?done=account-saved"), http.StatusSeeOther)
-	case !fieldError(err, f.Errors, nil):
-		return c.internal(ctx, err)
-	}
-	return c.renderPayments(ctx, http.StatusUnprocessableEntity, f)
-}
+// The connect handlers are in payments_connect.go.
 
 // financePayments are the tenants' subscriptions and latest invoices for the finance
 // page; nil when payments are not recorded here.
