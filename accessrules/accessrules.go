@@ -11,8 +11,8 @@
 // snapshot swap retires the old one.
 //
 // Allow decides on the path exactly as the upstream receives it: the edge's normalized
-// path (edge/path.go), before any strip_prefix. Any path not in that normal form, and any
-// path containing ";", is denied. See pattern.go for the pattern language and how allow
+// path (edge/path.go), before any strip_prefix. Any path not in that normal form, any
+// path containing ";", and any path CheckPath refuses, is denied. See pattern.go for the pattern language and how allow
 // and deny rules match differently.
 //
 // The package must not do I/O or depend on the edge's internals; it knows only strings.

@@ -26,7 +26,7 @@ var fuzzRules = [][]string{
 var fuzzRoles = [][]string{{"alice", "user"}, {"root", "admin"}, {"admin", "user"}}
 
 // FuzzAllow: Allow never panics, agrees with its uncached self, never allows a path
-// outside the edge's normal form or with ";", and on normal paths agrees with an
+// outside the edge's normal form, with ";" or one CheckPath refuses, and on normal paths agrees with an
 // independent evaluator (patterns as anchored regexps, roles expanded by hand).
 func FuzzAllow(f *testing.F) {
 	e := mustCompile(f, fuzzRules, fuzzRoles)
@@ -46,6 +46,13 @@ func FuzzAllow(f *testing.F) {
 		{"alice", "GET", "/a%21b"},
 		{"bob", "DELETE", "/"},
 		{"", "GET", "//"},
+		{"alice", "GET", "/admin."},
+		{"alice", "GET", "/admin%20"},
+		{"alice", "GET", "/admin%09"},
+		{"alice", "GET", "/admin./x"},
+		{"alice", "GET", "/ａｄｍｉｎ"},
+		{"alice", "GET", "/%EF%BD%81dmin/x"},
+		{"root", "GET", "/public/x%E3%80%80"},
 	} {
 		f.Add(s[0], s[1], s[2])
 	}
@@ -64,6 +71,9 @@ func FuzzAllow(f *testing.F) {
 				strings.Contains(path+"/", "/../") || strings.Contains(path+"/", "/./") {
 				t.Fatalf("allowed a path outside the normal form: %q", path)
 			}
+		}
+		if got && accessrules.CheckPath([]byte(path)) != nil {
+			t.Fatalf("allowed %q, which CheckPath refuses", path)
 		}
 		if !accessrules.NormalPath([]byte(path)) {
 			if got {

@@ -35,6 +35,10 @@ import (
 //     /admin). An upstream that is case-insensitive, decodes %21, or routes /admin/ to
 //     /admin cannot be reached around a deny rule that way.
 //
+// A path CheckPath refuses (a segment ending in "." or whitespace, compatibility
+// characters such as full-width letters) is never allowed either; the edge answers it
+// with 400 before asking (see ambiguous.go).
+//
 // A path with ";" (or "%3B") anywhere is never allowed: many servers cut a segment at
 // ";" (matrix parameters: Tomcat, Jetty, Spring read /admin;x=1 as /admin), so no rule
 // can know what such a path reaches. The policy treats it as a denial, not the edge,
@@ -108,6 +112,12 @@ func compilePattern(src string) (*pattern, error) {
 		}
 		if err := checkLiteral(s); err != nil {
 			return nil, fmt.Errorf("segment %d: %v", i+1, err)
+		}
+		switch CheckPath([]byte("/" + s)) {
+		case ErrPathSegmentEnd:
+			return nil, fmt.Errorf("segment %d ends in '.' or whitespace: such paths are refused under access rules, so the pattern could never match", i+1)
+		case ErrPathCompat:
+			return nil, fmt.Errorf("segment %d has compatibility characters (such as full-width letters): such paths are refused under access rules, so the pattern could never match; write its NFKC form", i+1)
 		}
 		p.strict[i].lit = s
 		p.loose[i].lit = string(looseBytes(nil, []byte(s)))
@@ -247,9 +257,9 @@ func toggleSlash(dst, path []byte) []byte {
 	return dst
 }
 
-// normalPath reports whether path is in the edge's normal form and free of ";": the
-// only paths the policy decides on. Anything else is denied, so a caller that forgot to
-// normalize fails closed.
+// normalPath reports whether path is in the edge's normal form, free of ";" and passes
+// CheckPath: the only paths the policy decides on. Anything else is denied, so a caller
+// that forgot to normalize or check fails closed.
 func normalPath(path []byte) bool {
 	if len(path) == 0 || path[0] != '/' {
 		return false
@@ -284,7 +294,7 @@ func normalPath(path []byte) bool {
 			return false
 		}
 	}
-	return !dotSegment(path[segStart:])
+	return !dotSegment(path[segStart:]) && CheckPath(path) == nil
 }
 
 func dotSegment(s []byte) bool {
