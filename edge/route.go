@@ -66,7 +66,7 @@ func (e *Edge) handle(x *exchange) {
 			x.fail(replyUnverified)
 			return
 		}
-		x.fail(replyTenantNotFound)
+		e.failUnknownTenant(x)
 		return
 	}
 	x.snap, x.rm = snap, snap.labels.none

@@ -301,6 +301,7 @@ type readyzBody struct {
 		Source     string  `json:"source"`
 		Message    string  `json:"message"`
 		AgeSeconds float64 `json:"age_seconds"`
+		Stale      bool    `json:"stale"`
 	} `json:"config"`
 }
 
