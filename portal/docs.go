@@ -11,6 +11,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/tenants"
+	"tollgate/web/shellword"
 )
 
 // The docs page: the operations of the OpenAPI document the tenant last imported its
@@ -75,9 +76,9 @@ func (p *Portal) docsPage(ctx *fiber.Ctx) error {
 	}
 	d.Curl = "curl -i "
 	if auth || len(d.Operations) > 0 {
-		d.Curl += "-H " + shellQuote("X-API-Key: YOUR_KEY") + " "
+		d.Curl += "-H " + shellword.Quote("X-API-Key: YOUR_KEY") + " "
 	}
-	d.Curl += shellQuote(d.EdgeURL + path)
+	d.Curl += shellword.Quote(d.EdgeURL + path)
 	return p.render(ctx, http.StatusOK, "docs", page{Title: "API documentation", Nav: "docs", Data: d})
 }
 
@@ -238,15 +239,4 @@ func (p *Portal) listRoutes(ctx context.Context, tenantID string, d *docsView) e
 		}
 		cursor = next
 	}
-}
-
-// shellQuote makes s one word to a POSIX shell: as it is when it holds only safe
-// characters, else single-quoted (a route path may hold $ ( ) ' ; &).
-func shellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./:@%+,-", r))
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -31,6 +31,7 @@ import (
 	"tollgate/billing"
 	"tollgate/tenants"
 	"tollgate/web/forms"
+	"tollgate/web/shellword"
 )
 
 //go:embed templates/*.html
@@ -275,6 +276,7 @@ var funcs = template.FuncMap{
 	"join":  strings.Join,
 	"num":   forms.GroupDigits,
 	"price": priceText,
+	"shq":   shellword.Quote,
 }
 
 // priceText says what a priced plan costs: "usd 9.00 a month", then the overage.

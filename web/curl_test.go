@@ -2,7 +2,7 @@ package web_test
 
 // The commands the console shows for copying, rendered through the real handlers on a
 // real Postgres for a tenant whose route path and consumer name are hostile, then run by
-// a real shell: the values reach the command as single arguments and nothing else runs.
+// real shells (sh, bash, zsh, fish): the values reach the command as single arguments and nothing else runs.
 
 import (
 	"context"
@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,6 +21,7 @@ import (
 	"tollgate/tenants"
 	"tollgate/tenants/postgres/pgtest"
 	"tollgate/web"
+	"tollgate/web/shellword/shelltest"
 )
 
 // hostilePath is a valid route path (every byte is an RFC 3986 pchar) that is shell code
@@ -105,19 +104,9 @@ func TestCopiedCommandsAreShellQuoted(t *testing.T) {
 			t.Fatalf("no curl command on the page:\n%s", tc.page)
 		}
 		cmd := html.UnescapeString(m)
-		dir := t.TempDir()
-		for _, sh := range []string{"sh", "bash"} {
-			run := exec.Command(sh, "-c", `curl() { for a do printf '[%s]' "$a"; done; }; `+cmd)
-			run.Dir = dir
-			out, err := run.CombinedOutput()
-			if err != nil {
-				t.Fatalf("%s: %s: %v\n%s", sh, cmd, err, out)
-			}
-			if want := "[" + strings.Join(tc.want, "][") + "]"; string(out) != want {
-				t.Errorf("%s runs %s as curl %s, want %s", sh, cmd, out, want)
-			}
-			if ents, _ := os.ReadDir(dir); len(ents) > 0 {
-				t.Errorf("%s: running %s created %s", sh, cmd, ents[0].Name())
+		for _, sh := range shelltest.Shells {
+			if got, want := shelltest.Curl(t, sh, cmd), shelltest.Want(tc.want...); got != want {
+				t.Errorf("%s runs %s as curl %s, want %s", sh, cmd, got, want)
 			}
 		}
 	}

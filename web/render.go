@@ -15,6 +15,7 @@ import (
 
 	"tollgate/tenants"
 	"tollgate/web/forms"
+	"tollgate/web/shellword"
 )
 
 // page is what every template gets.
@@ -62,38 +63,7 @@ var funcs = template.FuncMap{
 	"modes":   func() []string { return planModes },
 	"money":   money,
 	"dec":     func(n int) int { return n - 1 },
-	"shq":     shellQuote,
-}
-
-// shellQuote joins its arguments into one shell word that a POSIX shell (sh, bash, zsh)
-// and fish read back exactly: a word of only [A-Za-z0-9_./:@%+,-] as it is, anything
-// else in single quotes, where a ' or a \ closes the quotes, is written escaped (\' or
-// \\) and reopens them. Outside quotes both kinds of shell read the escapes the same;
-// inside them fish would take a backslash as an escape. Every value a command the
-// console shows for copying interpolates (URLs, paths, keys, header values) goes through
-// it: a route path may hold $ ( ) ' ; & and would otherwise run as shell code on the
-// reader's machine.
-func shellQuote(parts ...string) string {
-	s := strings.Join(parts, "")
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./:@%+,-", r))
-	}) < 0 {
-		return s
-	}
-	var b strings.Builder
-	b.WriteByte('\'')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '\'':
-			b.WriteString(`'\''`)
-		case '\\':
-			b.WriteString(`'\\'`)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('\'')
-	return b.String()
+	"shq":     shellword.Quote, // every command shown for copying quotes its values with it
 }
 
 func (c *Console) render(ctx *fiber.Ctx, status int, name string, p page) error {
