@@ -10,7 +10,7 @@ import (
 )
 
 // TestPortalDocsCurlQuoted: the docs page's curl line, for a document whose path is shell
-// code in every quoting style a shell has (\' breaks fish's single quotes, $() and “ run
+// code in every quoting style a shell has (\' breaks fish's single quotes, $() and backquotes run
 // in POSIX shells, %self expands in fish, ! expands in interactive bash and zsh), pasted
 // into sh, bash, zsh and fish, calls curl with the header and the URL as they are and runs
 // nothing else.
