@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,5 +250,32 @@ func TestConsumerExport(t *testing.T) {
 	}
 	if rows, err := db.Store.ConsumerExport(ctx, tn.ID, period(t, "2020-01")); err != nil || len(rows) != 0 {
 		t.Fatalf("a month without usage: %+v %v", rows, err)
+	}
+}
+
+// A bill that would not fit in int64 fails the export with an error naming the tenant,
+// never a negative amount; the largest price on ordinary usage exports exactly.
+func TestExportOverflow(t *testing.T) {
+	db := billingtest.Open(t)
+	tn := db.Tenant(t, "bigco", "metered")
+	now := time.Now().UTC()
+	p := billing.PeriodOf(now)
+	if err := db.Store.SetPrice(ctx, &billing.Price{Plan: "metered", EffectiveFrom: p.String(), Currency: "usd",
+		MonthlyFee: billing.MaxUnitAmount, UnitPrice: billing.MaxUnitAmount, UnitRequests: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Store.SetPrice(ctx, &billing.Price{Plan: "metered", EffectiveFrom: p.String(), Currency: "usd",
+		UnitPrice: 4_600_000_000_000_000_000, UnitRequests: 1}); tenants.ErrorCode(err) != tenants.EValidation {
+		t.Fatalf("4.6e18 per request: %v", err)
+	}
+	db.Fold(t, billingtest.Batch(1, billingtest.Record(tn.ID, now, "r", "", 200, true, 1000)))
+	rows, err := db.Store.Export(ctx, p)
+	if err != nil || len(rows) != 1 || rows[0].Amount != billing.MaxUnitAmount*1001 {
+		t.Fatalf("1000 requests at the largest price: %+v %v", rows, err)
+	}
+	db.Fold(t, billingtest.Batch(2, billingtest.Record(tn.ID, now, "r", "", 200, true, 100_000_000_000)))
+	rows, err = db.Store.Export(ctx, p)
+	if tenants.ErrorCode(err) != tenants.EValidation || rows != nil || !strings.Contains(err.Error(), "bigco") {
+		t.Fatalf("1e11 requests at 99,999,999 each: rows %+v, err %v", rows, err)
 	}
 }
