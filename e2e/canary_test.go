@@ -10,9 +10,12 @@ import (
 	"testing"
 )
 
-// TestCanarySplit: a route with a canary of weight 5, made through the api, sends 5% of
-// 10,000 requests (keep-alive, concurrent) to the canary's upstream, a request with the
-// match header always, and the edge's counter by side agrees.
+// TestCanarySplit: a route with a canary of weight 5, made through the api, sends exactly
+// 500 of 10,000 requests (keep-alive, concurrent) to the canary's upstream, a request with
+// the match header always, and the edge's counter by side agrees. Exactly: an unmatched,
+// unsticky request is placed by the route's schedule, one atomic counter walking a cycle
+// whose length divides 100, so any 100·k consecutive requests it places hold weight·k
+// canary ones, wherever the polls before them left the counter.
 func TestCanarySplit(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
@@ -67,8 +70,8 @@ func TestCanarySplit(t *testing.T) {
 	if counts["primary"]+counts["canary"] != n {
 		t.Fatalf("answers by upstream %v, want %d from primary and canary", counts, n)
 	}
-	if c := counts["canary"]; c < 400 || c > 600 {
-		t.Errorf("%d of %d requests on the canary, want 5%% ± 1%% (400–600)", c, n)
+	if c := counts["canary"]; c != n*5/100 {
+		t.Errorf("%d of %d requests on the canary, want exactly %d (weight 5)", c, n, n*5/100)
 	}
 
 	// The edge counts each side; the polls and the match requests above add to them.

@@ -49,6 +49,15 @@ func TestFaults(t *testing.T) {
 			"edge started again 1 s after the kill and ready %s later, billed = served %s after the load; the restarted edge recovered %v requests of the dead run; %s",
 			req, bill, got, lost, l.serverErrors(), back.Round(time.Millisecond), d.Round(10*time.Millisecond),
 			metricTotal("tollgate_meter_recovered_requests_total", victim.admin), l)
+		// The victim's own clients lose what was in flight; nobody else may notice.
+		for _, e := range f.edges {
+			if e == victim {
+				continue
+			}
+			if n := l.count(e.name+" 5") + l.count(e.name+" transport"); n > 0 {
+				t.Errorf("%s answered %d requests with a 5xx or failed while another edge was killed: %s", e.name, n, l)
+			}
+		}
 	})
 
 	t.Run("NATSNodeKilled", func(t *testing.T) {

@@ -16,15 +16,19 @@ import (
 
 // TestAPIWithPostgresDown runs the api on a Postgres of the test's own, stops it and then
 // freezes it (SIGSTOP: connections are accepted and never answered). Meanwhile every api
-// request is answered 503 not_ready with Retry-After, within the database bound
-// (TOLLGATE_DB_TIMEOUT) plus slack, /readyz fails and /healthz does not, the edge keeps
+// request is answered 503 not_ready with Retry-After within the database bound
+// (TOLLGATE_DB_TIMEOUT, 1 s here) plus a margin of 1 s, /readyz fails and /healthz does not, the edge keeps
 // serving its config, and the console's pages answer 503 too; once Postgres is back the api answers again and its relay delivers
 // the next change to the edge.
 func TestAPIWithPostgresDown(t *testing.T) {
 	t.Parallel()
 	const (
 		bound = time.Second
-		slack = 15 * time.Second // what a busy machine may add before an answer counts as hanging
+		// margin is what the answer may take beyond the bound: writing the 503 and, for
+		// the requests that queued for a pooled connection, the queueing itself (which
+		// shares the request's deadline). Measured: 6 ms at most, 16 requests at once on
+		// a frozen server; the rest is room for a race-built api on a busy 2-core machine.
+		margin = time.Second
 	)
 	pg := testenv.StartPostgres(t)
 	s := newStack(t)
@@ -49,7 +53,7 @@ func TestAPIWithPostgresDown(t *testing.T) {
 	}
 	var figures []string
 	// notReady sends a request and checks the answer is 503 not_ready with Retry-After,
-	// given within the bound (plus slack); it returns how long the answer took.
+	// given within the bound plus the margin; it returns how long the answer took.
 	notReady := func(method, path string, body any) (time.Duration, error) {
 		start := time.Now()
 		r, err := api.try(method, path, body)
@@ -64,8 +68,8 @@ func TestAPIWithPostgresDown(t *testing.T) {
 		if r.Status != 503 || code != "not_ready" || r.Header.Get("Retry-After") == "" {
 			return took, fmt.Errorf("%s %s: %s (Retry-After %q), want 503 not_ready with Retry-After", method, path, r, r.Header.Get("Retry-After"))
 		}
-		if took > bound+slack {
-			return took, fmt.Errorf("%s %s: answered after %v, far past the bound %v", method, path, took, bound)
+		if took > bound+margin {
+			return took, fmt.Errorf("%s %s: answered after %v, past the bound %v and its margin %v", method, path, took, bound, margin)
 		}
 		return took, nil
 	}
