@@ -67,6 +67,7 @@ type cacheShard struct {
 type cacheKey struct {
 	vary     [][]byte      // the names, lower case, from the latest answer kept
 	variants []*cacheEntry // oldest first, at most cacheMaxVariants
+	one      [1]*cacheEntry // variants' first array: a key without Vary costs no second allocation
 }
 
 // cacheEntry is one kept answer. Its answer fields never change once stored; the links
@@ -216,6 +217,7 @@ func (rc *responseCache) put(e *cacheEntry) {
 	ck := s.m[e.key]
 	if ck == nil {
 		ck = &cacheKey{vary: e.varyNames}
+		ck.variants = ck.one[:0]
 		s.m[e.key] = ck
 	}
 	ck.variants = append(ck.variants, e)
