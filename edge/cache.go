@@ -65,8 +65,8 @@ type cacheShard struct {
 // request headers its upstream's Vary names (none: one answer). It is in its shard's map
 // while it holds an answer; both fields change under the shard's lock only.
 type cacheKey struct {
-	vary     [][]byte      // the names, lower case, from the latest answer kept
-	variants []*cacheEntry // oldest first, at most cacheMaxVariants
+	vary     [][]byte       // the names, lower case, from the latest answer kept
+	variants []*cacheEntry  // oldest first, at most cacheMaxVariants
 	one      [1]*cacheEntry // variants' first array: a key without Vary costs no second allocation
 }
 
