@@ -70,13 +70,20 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 var errSpoolCorrupt = errors.New("spool record corrupt")
 
+// ErrSpoolUnwritable is New's error when the spool directory cannot be made or written
+// (read-only filesystem, permissions, a path under a file). The edge does not start then:
+// a spool is where usage goes while NATS is away and where a dead run's counts are handed
+// over from, and a meter without one would lose both without a trace, while an edge that
+// refuses to start is seen at once.
+var ErrSpoolUnwritable = errors.New("meter spool directory cannot be written; the edge does not start without one (point TOLLGATE_METER_SPOOL_DIR at a writable directory, or set TOLLGATE_METER=off to serve unmetered)")
+
 func openSpool(dir string, max, segMax int64, log *slog.Logger) (*spool, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("meter spool: %w", err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrSpoolUnwritable, dir, err)
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o640)
 	if err != nil {
-		return nil, fmt.Errorf("meter spool: %w", err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrSpoolUnwritable, dir, err)
 	}
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lock.Close()
