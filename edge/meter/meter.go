@@ -739,9 +739,11 @@ func (m *Meter) spoolAppend(id string, data []byte, b *billing.UsageBatch) error
 	m.m.spoolBytes.Set(float64(m.spool.Bytes()))
 	if err != nil {
 		m.dropBatch(b, "spool_error")
+		m.m.spoolFailing.Set(1)
 		m.log.Error("meter: batch could not be spooled and is lost", "batch", id, "requests", b.Requests(), "err", err)
 		return err
 	}
+	m.m.spoolFailing.Set(0)
 	m.m.batches.WithLabelValues("spooled").Inc()
 	if first {
 		m.log.Warn("meter: sink unreachable, spooling usage batches", "dir", m.cfg.SpoolDir)
@@ -1121,6 +1123,7 @@ type metrics struct {
 	droppedClosed prometheus.Counter
 	publishErrors prometheus.Counter
 	spoolBytes    prometheus.Gauge
+	spoolFailing  prometheus.Gauge
 	stateRejected *prometheus.CounterVec
 	stateFallback prometheus.Counter
 	recovered     prometheus.Counter
@@ -1145,6 +1148,9 @@ func newMetrics() metrics {
 		}),
 		spoolBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_meter_spool_bytes", Help: "Bytes of usage batches waiting in the local spool.",
+		}),
+		spoolFailing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_meter_spool_failing", Help: "1 while the last batch the spool was given could not be written (a full or failing disk) and was dropped: usage is being lost until a write succeeds; 0 otherwise.",
 		}),
 		stateRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_meter_state_rejected_total", Help: "State files of earlier runs set aside unread (reason rejected: another version, torn or corrupt header; unreadable; unrecovered: the spool could not take their batches), and records skipped in files that were read (reason record).",
@@ -1174,7 +1180,7 @@ func newMetrics() metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.batches, m.dropped, m.publishErrors, m.spoolBytes, m.stateRejected, m.stateFallback, m.recovered, m.keyUses} {
+	for _, c := range []prometheus.Collector{m.requests, m.batches, m.dropped, m.publishErrors, m.spoolBytes, m.spoolFailing, m.stateRejected, m.stateFallback, m.recovered, m.keyUses} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("meter: register metrics: %w", err)
 		}
