@@ -21,6 +21,10 @@ import (
 //     the servers that follow it (PHP, WSGI, Rack) map X-Consumer-Id and X_Consumer_Id
 //     to the same HTTP_X_CONSUMER_ID variable, so an underscore spelling would pass a
 //     forged identity, or override any header the edge sets, under the dash spelling;
+//   - for the same reason every header whose name folds (any case, every byte other
+//     than a letter or digit read as "-") to a header the edge sets or decides on
+//     (edgeHeaders) or to X-Tollgate-*, though spelled otherwise: X.Consumer.Id,
+//     X~Forwarded~For, X-Request!Id;
 //   - X-API-Key on routes that authenticated with it (the upstream gets X-Consumer-Id);
 //   - from a peer outside TrustedProxies: X-Forwarded-For, -Proto, -Host, Forwarded and
 //     X-Real-Ip. From a trusted peer the X-Forwarded-* values are kept and the peer's
@@ -162,6 +166,85 @@ func classify(k []byte) int {
 	return clsOther
 }
 
+// edgeHeaders are the request headers the edge sets, or decides on, for the upstream
+// (lower case). A client's header whose name differs from one of them only in its
+// punctuation is dropped: CGI and the servers built like it (PHP, WSGI, Rack, nginx's
+// variables) fold "-", "_", "." and other punctuation alike, so X.Consumer.Id or
+// X~Consumer~Id would reach them as the edge's X-Consumer-Id.
+var edgeHeaders = []string{
+	"x-consumer-id", "x-consumer-name", "x-api-key",
+	"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-real-ip", "x-request-id",
+	"host", "content-length", "transfer-encoding", "connection", "keep-alive",
+	"proxy-authorization", "proxy-authenticate", "traceparent", "tracestate",
+}
+
+// foldName maps a header-name byte to its folded form: ASCII letters to lower case,
+// digits to themselves, everything else to "-".
+var foldName = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+			t[c] = byte(c)
+		case c >= 'A' && c <= 'Z':
+			t[c] = byte(c) + 'a' - 'A'
+		default:
+			t[c] = '-'
+		}
+	}
+	return t
+}()
+
+// plainName marks the bytes of an ordinary header name: letters, digits and "-". A name
+// made of them alone folds to itself, so it needs no lookup.
+var plainName = func() (t [256]bool) {
+	for c := range t {
+		t[c] = foldName[c] != '-' || c == '-'
+	}
+	return t
+}()
+
+// edgeHeaderFolds holds edgeHeaders as folded names; maxEdgeHeader is the longest.
+var edgeHeaderFolds, maxEdgeHeader = func() (map[string]bool, int) {
+	m, n := make(map[string]bool, len(edgeHeaders)), 0
+	for _, h := range edgeHeaders {
+		m[h] = true
+		n = max(n, len(h))
+	}
+	return m, n
+}()
+
+// spoofsEdgeHeader reports a header name classify left alone that must not reach the
+// upstream: any name with "_" (nginx's underscores_in_headers off), and any name that
+// folds to one of edgeHeaders or to X-Tollgate-*. An ordinary name costs one pass over
+// its bytes; none allocates.
+func spoofsEdgeHeader(k []byte) bool {
+	plain := true
+	for _, c := range k {
+		if c == '_' {
+			return true
+		}
+		plain = plain && plainName[c]
+	}
+	if plain {
+		return false // folds to itself, and classify matched the edge's own names
+	}
+	var buf [64]byte
+	f := buf[:0]
+	for i, c := range k {
+		if i == len(tollgatePrefix) && string(f) == tollgatePrefix {
+			return true
+		}
+		if i == len(buf) {
+			break
+		}
+		f = append(f, foldName[c])
+	}
+	if string(f) == tollgatePrefix {
+		return true
+	}
+	return len(f) == len(k) && len(f) <= maxEdgeHeader && edgeHeaderFolds[string(f)]
+}
+
 // nextHeader takes the first "Key: value" line off a raw header block.
 func nextHeader(raw []byte) (key, value, rest []byte) {
 	line := raw
@@ -201,7 +284,7 @@ func (x *exchange) scanRequestHeaders(raw []byte) {
 		}
 		switch classify(k) {
 		case clsOther:
-			if bytes.IndexByte(k, '_') >= 0 {
+			if spoofsEdgeHeader(k) {
 				h.DelBytes(k)
 			}
 		case clsHop, clsIdentity:

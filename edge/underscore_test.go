@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -184,4 +185,81 @@ func TestUnderscoreHeadersNeverReachUpstream(t *testing.T) {
 	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nX-API-Key: %s\r\nX-Fine: kept\r\n%s\r\n\r\n",
 		host, key, strings.Join(forged, "\r\n"))
 	check("WebSocket upgrade", up.next(t), true)
+}
+
+// foldsToEdgeHeader reports a header name that, with every byte other than a letter or
+// digit read as "-" and in any case, is one the edge sets for the upstream, or
+// X-Tollgate-*.
+func foldsToEdgeHeader(name string) bool {
+	f := []byte(strings.ToLower(name))
+	for i, c := range f {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			f[i] = '-'
+		}
+	}
+	switch s := string(f); s {
+	case "x-consumer-id", "x-consumer-name", "x-forwarded-for", "x-forwarded-proto", "x-forwarded-host",
+		"x-request-id", "x-real-ip", "x-api-key":
+		return true
+	default:
+		return strings.HasPrefix(s, "x-tollgate-")
+	}
+}
+
+// A request header spelled like one the edge sets but with other punctuation (X.Consumer.Id,
+// X~Consumer~Id, X!Consumer!Id, any case) never reaches an upstream: servers that fold
+// punctuation to "_" or "-" would read it as the edge's own. Ordinary names with such
+// punctuation, and the edge's own headers, still arrive.
+func TestPunctuatedIdentityHeadersNeverReachUpstream(t *testing.T) {
+	up := newWireUpstream(t)
+	h := newHarness(t)
+	tid := h.tenant("acme")
+	h.put(&tenants.Consumer{ID: "c1", TenantID: tid, Name: "alice"})
+	key := h.key(tid, "c1", "k1")
+	h.route(tid, "keyed", []string{"/keyed"}, nil, tenants.AuthKey, up.url)
+	h.route(tid, "open", []string{"/open"}, nil, tenants.AuthNone, up.url)
+	h.e.Loaded()
+	host := "acme." + domain
+	waitFor(t, 5*time.Second, func() string {
+		if r := h.get(host, "/open"); r.status != 200 {
+			return r.String()
+		}
+		up.next(t)
+		return ""
+	})
+	forged := []string{
+		"X.Consumer.Id: forged", "X~Consumer~Id: forged", "X!Consumer!Id: forged", "x.CONSUMER-id: forged",
+		"X-Consumer.Name: forged", "X|Consumer|Name: forged", "X.Forwarded.For: 6.6.6.6", "X'Forwarded'Host: forged",
+		"X^Forwarded^Proto: forged", "X.Request.Id: forged", "X#Real#Ip: forged", "X.Tollgate.Tenant: forged",
+		"X*Api*Key: forged", "X`Consumer`Id: forged", "X+Consumer+Id: forged", "X&Consumer&Id: forged",
+	}
+	for _, c := range []struct {
+		path     string
+		keyed    bool
+		extraHdr []string
+	}{{"/open", false, nil}, {"/keyed", true, []string{"X-API-Key: " + key}}} {
+		r := h.get(host, c.path, append(append([]string{"X-Fine: kept", "X.Fine.Too: kept", "Accept: */*"}, c.extraHdr...), forged...)...)
+		if r.status != 200 {
+			t.Fatalf("%s: %s", c.path, r)
+		}
+		raw := up.next(t)
+		head, _, _ := strings.Cut(raw, "\r\n\r\n")
+		if strings.Contains(raw, "forged") || strings.Contains(raw, "6.6.6.6") {
+			t.Errorf("%s: a forged value reached the upstream:\n%s", c.path, raw)
+		}
+		for _, line := range strings.Split(head, "\r\n")[1:] {
+			name, _, _ := strings.Cut(line, ":")
+			if foldsToEdgeHeader(name) && !slices.Contains([]string{"X-Consumer-Id", "X-Consumer-Name", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Request-Id"}, name) {
+				t.Errorf("%s: %q reached the upstream", c.path, line)
+			}
+		}
+		for _, want := range []string{"X-Fine: kept", "X.Fine.Too: kept"} {
+			if !strings.Contains(strings.ToLower(head+"\r\n"), "\r\n"+strings.ToLower(want)+"\r\n") {
+				t.Errorf("%s: an ordinary header was dropped (%s):\n%s", c.path, want, raw)
+			}
+		}
+		if c.keyed && !strings.Contains(head+"\r\n", "\r\nX-Consumer-Id: c1\r\n") {
+			t.Errorf("%s: the edge's X-Consumer-Id is missing:\n%s", c.path, raw)
+		}
+	}
 }
