@@ -191,6 +191,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		// Each request's store work is bounded; the driver's errors tell an unreachable
 		// database (503 not_ready) from a bug (500).
 		RequestTimeout: cfg.DBTimeout,
+		HeavyCalls:     heavyCalls(cfg.APIHeavyCalls),
 		Unavailable:    postgres.Unavailable,
 		Ready: func(ctx context.Context) error {
 			if err := cp.db.Ping(ctx); err != nil {
@@ -202,6 +203,14 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 	mountConsole(srv, cp, cfg, log, stripe.connect)
 	mountPortal(srv, cp, cfg, log, stripe.checkout)
 	return srv
+}
+
+// heavyCalls is api.Config.HeavyCalls for TOLLGATE_API_HEAVY_CALLS, where 0 is no cap.
+func heavyCalls(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // API serves the management API and runs the outbox relay. With --resync it rebuilds the

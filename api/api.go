@@ -148,6 +148,11 @@ type Config struct {
 	// user context). When it expires the request is answered 503 not_ready. The
 	// binary sets TOLLGATE_DB_TIMEOUT. Default: 10s.
 	RequestTimeout time.Duration
+	// HeavyCalls caps each tenant's heavy calls in flight on this process (imports, config
+	// applies and dry runs, config and usage exports: heavy.go); one more is 429
+	// rate_limited with Retry-After. The binary sets TOLLGATE_API_HEAVY_CALLS.
+	// Default (0): DefaultHeavyCalls; negative: no cap.
+	HeavyCalls int
 }
 
 // Defaults of Config.
@@ -168,6 +173,7 @@ type Server struct {
 	endpoints []endpoint
 	openapi   []byte // the OpenAPI document, rendered once
 	draining  atomic.Bool
+	heavy     heavyCalls
 }
 
 // New builds the server and registers every endpoint. It panics when a service is
@@ -219,7 +225,7 @@ func New(cfg Config) *Server {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger}
+	s := &Server{cfg: cfg, log: cfg.Logger, heavy: heavyCalls{max: heavyCallsOf(cfg.HeavyCalls)}}
 	if cfg.AdminToken != "" {
 		h := sha256.Sum256([]byte(cfg.AdminToken))
 		s.adminHash = h[:]

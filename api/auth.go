@@ -75,6 +75,13 @@ func (s *Server) wrap(ep *endpoint) fiber.Handler {
 			if err := s.authorize(ep, r); err != nil {
 				return err
 			}
+			if ep.heavy {
+				release, err := s.heavy.acquire(c, t.ID)
+				if err != nil {
+					return err
+				}
+				defer release()
+			}
 		}
 		// Probes and the document ignore query strings; everything else is strict.
 		if ep.access != public {

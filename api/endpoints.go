@@ -32,6 +32,7 @@ type endpoint struct {
 	params       []string // query parameters it takes besides limit and cursor (documented as strings)
 	csv          bool     // the success response may also be text/csv (?format=csv)
 	yaml         bool     // the body and the success response may also be application/yaml
+	heavy        bool     // a tenant may run only Config.HeavyCalls of these at once (heavy.go)
 }
 
 func (ep *endpoint) query() []string {
@@ -105,7 +106,7 @@ func (s *Server) table() []endpoint {
 			body: routeUpdate{}, status: 200, result: tenants.Route{}, etag: true, ifMatch: true},
 		{method: http.MethodDelete, path: "/v1/tenants/:slug/routes/:id", access: tenantScoped, class: rbac.Write, handle: routes.handleDelete, tag: tagRoutes,
 			summary: "Delete a route", desc: scopedDoc, status: 204},
-		{method: http.MethodPost, path: "/v1/tenants/:slug/routes:import", access: tenantScoped, class: rbac.Write, handle: s.importRoutes, tag: tagRoutes,
+		{method: http.MethodPost, path: "/v1/tenants/:slug/routes:import", access: tenantScoped, heavy: true, class: rbac.Write, handle: s.importRoutes, tag: tagRoutes,
 			summary: "Import routes from an OpenAPI document",
 			desc:    "One route per path of the document (OpenAPI 3.0; 3.1 as far as kin-openapi reads it), named openapi:<api>:<path> where api is the document's title as a slug: the path exactly (\"=/v1/users/{id}\", each {param} a path parameter), under prefix or the first server URL's path; the methods of its operations (TRACE and others the edge does not route are left out, and noted); auth from its security, the strictest of its operations' (noted when they differ), unless auth is set. Paths that cannot be routes are listed in skipped, with why. All the routes are written in one transaction, each validated and limited as on POST .../routes; an error names the document path (openapi.paths[\"/users/{id}\"]) or the body field. Importing again updates the routes this document's imports made, lists those of paths it no longer has in stale (deleted with prune), and leaves every other route alone. dry_run answers the same and changes nothing. One audit entry, routes.import." + scopedDoc,
 			body:    importBody{}, status: 200, result: importResult{}},
@@ -183,11 +184,11 @@ func (s *Server) table() []endpoint {
 			body:    platformPlanBody{}, status: 200, result: tenants.PlatformPlan{}, etag: true, ifMatch: true},
 
 		// Config as code: see config.go.
-		{method: http.MethodGet, path: "/v1/tenants/:slug/config", access: tenantScoped, class: rbac.Read, handle: s.getConfig, tag: tagConfig,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/config", access: tenantScoped, heavy: true, class: rbac.Read, handle: s.getConfig, tag: tagConfig,
 			summary: "Export the tenant's config as one document",
 			desc:    "Routes, consumers, plans, JWT issuers, the policy and custom domains, each list sorted by name, without ids, versions, timestamps or secrets (no API keys, no hs256_secret, no certificates). JSON, or YAML with Accept: application/yaml. The same state always exports to the same bytes; revision stamps it." + scopedDoc,
 			status:  200, result: tenants.ConfigDocument{}, yaml: true},
-		{method: http.MethodPut, path: "/v1/tenants/:slug/config", access: tenantScoped, class: rbac.Write, handle: s.putConfig, tag: tagConfig,
+		{method: http.MethodPut, path: "/v1/tenants/:slug/config", access: tenantScoped, heavy: true, class: rbac.Write, handle: s.putConfig, tag: tagConfig,
 			summary: "Apply a config document",
 			desc:    "Makes the tenant's config what the document says, in one transaction: objects are matched by name and created or updated (only when they differ); with ?prune=true the objects of the kinds the document lists but leaves out are deleted (a list left out is left alone). Each object is validated as its own endpoint validates it; errors name the document path (routes[3].upstream.targets[0].url). ?dry_run=true answers the plan and changes nothing. A document whose revision is no longer current gets 409 version_conflict unless ?force=true (a document that changes nothing is never refused). A JWT issuer with no key source keeps its stored hs256_secret. Custom domains are kept or pruned, never claimed here. The body is JSON, or YAML with Content-Type: application/yaml. One audit entry, config.apply, records an apply that changed something." + scopedDoc,
 			body:    tenants.ConfigDocument{}, yaml: true, params: configParams, status: 200, result: tenants.ConfigPlan{}},
@@ -213,7 +214,7 @@ func (s *Server) table() []endpoint {
 			summary: "Remove a custom domain", desc: "The edges stop serving it and its certificate within moments." + scopedDoc, status: 204},
 
 		// Usage and billing: see usage.go.
-		{method: http.MethodGet, path: "/v1/tenants/:slug/usage", access: tenantScoped, class: rbac.Read, handle: s.tenantUsage, tag: tagUsage,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/usage", access: tenantScoped, heavy: true, class: rbac.Read, handle: s.tenantUsage, tag: tagUsage,
 			summary: "The tenant's metered usage",
 			desc:    "Requests, billable requests and bytes from the edges' meters, folded hourly. ?from= and ?to= (RFC 3339 or YYYY-MM-DD, whole UTC hours, to exclusive; default: the current UTC month so far), ?granularity=hour|day, ?group_by= a comma-separated subset of route, consumer, status." + scopedDoc,
 			params:  billing.UsageParams, status: 200, result: billing.UsageReport{}},
@@ -274,7 +275,7 @@ func (s *Server) table() []endpoint {
 		{method: http.MethodDelete, path: "/v1/tenants/:slug/prices/:plan/:month", access: tenantScoped, class: rbac.TenantAdmin, handle: s.deleteTenantPrice, tag: tagPrices,
 			summary: "Delete a consumer plan's future price version",
 			desc:    "Only a version of a later month than the current one (400 validation_failed otherwise)." + pricesDoc + scopedDoc, status: 204},
-		{method: http.MethodGet, path: "/v1/tenants/:slug/billing/export", access: tenantScoped, class: rbac.Read, handle: s.consumerExport, tag: tagPrices,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/billing/export", access: tenantScoped, heavy: true, class: rbac.Read, handle: s.consumerExport, tag: tagPrices,
 			summary: "The tenant's bill of its consumers for a month",
 			desc:    "?period=YYYY-MM, ?format=csv|json (default csv), in the columns of GET /v1/billing/export: one row per consumer with usage in the month, priced by the version of its consumer plan in effect then; status unpriced (amount 0, no currency, in no total) when its plan has none or it has no plan." + scopedDoc,
 			params:  billing.ExportParams, csv: true, status: 200, result: billing.ExportDocument{}},

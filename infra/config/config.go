@@ -104,6 +104,8 @@ type Config struct {
 	// Surviving faults: the edge's local config snapshot, bounded database calls.
 	EdgeSnapshotMaxAge time.Duration // TOLLGATE_EDGE_SNAPSHOT_MAX_AGE [24h: the oldest config snapshot (in the spool directory) an edge starts from while NATS is unreachable; 0: never]
 	DBTimeout          time.Duration // TOLLGATE_DB_TIMEOUT [5s: the bound of one database call of the api and billing]
+	// APIHeavyCalls: TOLLGATE_API_HEAVY_CALLS [2: a tenant's imports, config applies and exports in flight at once on one api process (api.Config.HeavyCalls), the next is 429 with Retry-After; 0: no cap]
+	APIHeavyCalls int
 
 	// Traces (infra/tracing): OTLP over HTTP, head-sampled.
 	OTELEndpoint string  // TOLLGATE_OTEL_ENDPOINT [unset: no spans are made; e.g. http://collector:4318]
@@ -164,6 +166,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 
 		EdgeSnapshotMaxAge: 24 * time.Hour,
 		DBTimeout:          5 * time.Second,
+		APIHeavyCalls:      2,
 	}
 	for _, o := range []struct {
 		name string
@@ -262,6 +265,13 @@ func (c *Config) faults(getenv func(string) string) error {
 			return fmt.Errorf("TOLLGATE_DB_TIMEOUT: %q is not a duration between 100ms and 5m (like 5s)", v)
 		}
 		c.DBTimeout = d
+	}
+	if v := getenv("TOLLGATE_API_HEAVY_CALLS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 1000 {
+			return fmt.Errorf("TOLLGATE_API_HEAVY_CALLS: %q is not a count from 0 to 1000 (like 2; 0 turns the cap off)", v)
+		}
+		c.APIHeavyCalls = n
 	}
 	return nil
 }
