@@ -262,7 +262,7 @@ func TestPortalCheckout(t *testing.T) {
 	if err != nil || len(sessions) != 1 || sessions[0].Plan != "pro" {
 		t.Fatalf("recorded checkouts: %+v %v", sessions, err)
 	}
-	obj, _ := json.Marshal(map[string]any{"id": sessions[0].SessionID, "object": "checkout.session", "subscription": "sub_portal"})
+	obj, _ := json.Marshal(map[string]any{"id": sessions[0].SessionID, "object": "checkout.session", "subscription": "sub_portal", "payment_status": "paid"})
 	payload, _ := json.Marshal(map[string]any{"id": "evt_portal_" + suffix, "object": "event", "type": "checkout.session.completed",
 		"api_version": stripeapi.APIVersion, "created": time.Now().Unix(), "data": map[string]any{"object": json.RawMessage(obj)}})
 	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret})
