@@ -37,7 +37,8 @@ func openMeter(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, log
 		Registry: reg,
 		Logger:   log,
 		// TOLLGATE_EDGE_KEY_LAST_USE=off: for measuring what noting keys' uses costs.
-		NoKeyUses: !cfg.EdgeKeyLastUse,
+		NoKeyUses:      !cfg.EdgeKeyLastUse,
+		NoSpoolReserve: !cfg.MeterSpoolReserve,
 	})
 }
 

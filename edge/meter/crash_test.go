@@ -32,6 +32,9 @@ const (
 	envSpool = "TOLLGATE_METER_CRASH_SPOOL"
 	envLog   = "TOLLGATE_METER_CRASH_LOG"
 	envBoot  = "TOLLGATE_METER_CRASH_BOOT"
+	// envDown makes the "count" child's sink refuse every batch; envSpoolMax sizes its spool.
+	envDown     = "TOLLGATE_METER_CRASH_DOWN"
+	envSpoolMax = "TOLLGATE_METER_CRASH_SPOOL_MAX"
 
 	crashEdge    = "crash-edge.1"
 	crashWorkers = 4
@@ -182,9 +185,15 @@ func TestCrashChild(t *testing.T) {
 	sink := &logSink{f: logf}
 	cfg := meter.Config{EdgeID: crashEdge, Sink: sink, SpoolDir: os.Getenv(envSpool), BootID: os.Getenv(envBoot),
 		Logger: quiet, StateChunkBytes: 64 << 10}
+	if n, err := strconv.ParseInt(os.Getenv(envSpoolMax), 10, 64); err == nil {
+		cfg.SpoolMaxBytes = n
+	}
 	switch mode {
 	case "count":
 		sink.failEvery = 3
+		if os.Getenv(envDown) != "" {
+			sink.failEvery = 1 // every batch goes to the spool
+		}
 		cfg.FlushInterval = 2 * time.Millisecond
 	case "publish-kill":
 		sink.killOnPublish = true

@@ -103,6 +103,10 @@ type Config struct {
 	// SpoolSegmentBytes is the size of one spool file, the unit that is dropped when the
 	// spool is full. Default: SpoolMaxBytes/16, at least 64 KiB.
 	SpoolSegmentBytes int64
+	// NoSpoolReserve leaves the spool's disk space to be taken as batches come instead of
+	// holding SpoolMaxBytes of it from the start; a disk that fills up while the sink is
+	// away then loses usage. Default: false (reserved).
+	NoSpoolReserve bool
 	// FlushInterval is how often counts are cut into a batch. Default: 1s.
 	FlushInterval time.Duration
 	// PublishTimeout bounds one publish. Default: 5s.
@@ -290,7 +294,7 @@ func New(cfg Config) (*Meter, error) {
 			return nil, err
 		}
 	}
-	sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, cfg.SpoolSegmentBytes, m.log)
+	sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, cfg.SpoolSegmentBytes, !cfg.NoSpoolReserve, m.log)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +309,7 @@ func New(cfg Config) (*Meter, error) {
 	} else {
 		m.st = st
 	}
-	m.m.spoolBytes.Set(float64(sp.Bytes()))
+	m.spoolGauges()
 	if k := sp.Len(); k > 0 {
 		m.log.Info("meter: spool holds batches of an earlier run; replaying them when the sink takes them", "batches", k, "bytes", sp.Bytes())
 	}
@@ -692,7 +696,7 @@ func (m *Meter) replay(ctx context.Context) bool {
 			continue
 		}
 		if !ok {
-			m.m.spoolBytes.Set(float64(m.spool.Bytes()))
+			m.spoolGauges()
 			return true
 		}
 		if err := m.publish(ctx, id, data); err != nil {
@@ -700,7 +704,7 @@ func (m *Meter) replay(ctx context.Context) bool {
 		}
 		m.spool.advance()
 		m.m.batches.WithLabelValues("replayed").Inc()
-		m.m.spoolBytes.Set(float64(m.spool.Bytes()))
+		m.spoolGauges()
 		if m.spool.Len() == 0 {
 			m.log.Info("meter: spool replayed")
 		}
@@ -736,7 +740,7 @@ func (m *Meter) spoolAppend(id string, data []byte, b *billing.UsageBatch) error
 	if len(dropped) > 0 {
 		m.log.Warn("meter: spool full, dropped its oldest batches", "batches", len(dropped), "max_bytes", m.cfg.SpoolMaxBytes)
 	}
-	m.m.spoolBytes.Set(float64(m.spool.Bytes()))
+	m.spoolGauges()
 	if err != nil {
 		m.dropBatch(b, "spool_error")
 		m.m.spoolFailing.Set(1)
@@ -1116,6 +1120,12 @@ func (m *Meter) Spooled() int {
 	return m.spool.Len()
 }
 
+// spoolGauges reports the spool's size and reservation.
+func (m *Meter) spoolGauges() {
+	m.m.spoolBytes.Set(float64(m.spool.Bytes()))
+	m.m.spoolReserved.Set(float64(m.spool.reservedBytes()))
+}
+
 type metrics struct {
 	requests      prometheus.Counter
 	batches       *prometheus.CounterVec
@@ -1124,6 +1134,7 @@ type metrics struct {
 	publishErrors prometheus.Counter
 	spoolBytes    prometheus.Gauge
 	spoolFailing  prometheus.Gauge
+	spoolReserved prometheus.Gauge
 	stateRejected *prometheus.CounterVec
 	stateFallback prometheus.Counter
 	recovered     prometheus.Counter
@@ -1151,6 +1162,9 @@ func newMetrics() metrics {
 		}),
 		spoolFailing: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_meter_spool_failing", Help: "1 while the last batch the spool was given could not be written (a full or failing disk) and was dropped: usage is being lost until a write succeeds; 0 otherwise.",
+		}),
+		spoolReserved: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tollgate_meter_spool_reserved_bytes", Help: "Disk bytes the spool holds ahead, used or not; below its maximum (256 MiB by default) the rest is taken from the disk as batches come, and a full disk would lose them.",
 		}),
 		stateRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_meter_state_rejected_total", Help: "State files of earlier runs set aside unread (reason rejected: another version, torn or corrupt header; unreadable; unrecovered: the spool could not take their batches), and records skipped in files that were read (reason record).",
@@ -1180,7 +1194,7 @@ func newMetrics() metrics {
 }
 
 func (m *metrics) register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.requests, m.batches, m.dropped, m.publishErrors, m.spoolBytes, m.spoolFailing, m.stateRejected, m.stateFallback, m.recovered, m.keyUses} {
+	for _, c := range []prometheus.Collector{m.requests, m.batches, m.dropped, m.publishErrors, m.spoolBytes, m.spoolFailing, m.spoolReserved, m.stateRejected, m.stateFallback, m.recovered, m.keyUses} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("meter: register metrics: %w", err)
 		}

@@ -37,6 +37,15 @@ import (
 //
 // When full (MaxBytes), the oldest segments are deleted to make room: see the package doc
 // for why, and the drop counters for how it is accounted.
+//
+// Space is reserved ahead: the spool holds MaxBytes of disk blocks from the start, so a
+// disk that fills up while NATS is away (another process's logs, a core dump) cannot
+// refuse a batch. A RESERVE file holds the blocks no segment uses yet; a new segment
+// takes a segment's worth from it (the file shrinks, then the segment is allocated with
+// fallocate, its size kept 0 so reading stops at the last record) and a deleted segment
+// gives them back. Appending inside an allocated segment needs no new block. When the
+// disk has not MaxBytes free at open, what could be reserved is reserved and the rest is
+// taken as needed, as without a reservation (reservedBytes says how much is held).
 type spool struct {
 	dir    string
 	lock   *os.File
@@ -47,6 +56,10 @@ type spool struct {
 	next   uint64
 	peeked int64 // length of the record peek returned
 	log    *slog.Logger
+
+	reserve  *os.File // nil: no reservation
+	reserved int64    // bytes allocated to reserve
+	alloc    int64    // bytes allocated to segments, as far as known
 }
 
 type segment struct {
@@ -59,11 +72,15 @@ type segment struct {
 	// sealed: a write failed part-way; nothing more is appended (the torn bytes past
 	// size are cut when the spool is next opened).
 	sealed bool
+	alloc  int64 // disk bytes counted against the spool for this segment
 }
 
 const (
-	recHeader = 8
-	segSuffix = ".seg"
+	recHeader   = 8
+	segSuffix   = ".seg"
+	reserveName = "RESERVE"
+	// reserveStep is the unit a reservation the disk cannot make whole is made in.
+	reserveStep = 1 << 20
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -77,7 +94,7 @@ var errSpoolCorrupt = errors.New("spool record corrupt")
 // refuses to start is seen at once.
 var ErrSpoolUnwritable = errors.New("meter spool directory cannot be written; the edge does not start without one (point TOLLGATE_METER_SPOOL_DIR at a writable directory, or set TOLLGATE_METER=off to serve unmetered)")
 
-func openSpool(dir string, max, segMax int64, log *slog.Logger) (*spool, error) {
+func openSpool(dir string, max, segMax int64, reserve bool, log *slog.Logger) (*spool, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrSpoolUnwritable, dir, err)
 	}
@@ -122,8 +139,93 @@ func openSpool(dir string, max, segMax int64, log *slog.Logger) (*spool, error) 
 		}
 		s.segs = append(s.segs, seg)
 		s.size += seg.size
+		s.alloc += seg.alloc
+	}
+	if !reserve {
+		os.Remove(filepath.Join(dir, reserveName))
+		return s, nil
+	}
+	s.reserve, err = os.OpenFile(filepath.Join(dir, reserveName), os.O_CREATE|os.O_RDWR, 0o640)
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("%w: %s: %v", ErrSpoolUnwritable, dir, err)
+	}
+	if st, err := s.reserve.Stat(); err == nil {
+		s.reserved = st.Size()
+	}
+	// The segment appended to next gets its full allocation now, like a new one would.
+	if k := len(s.segs); k > 0 {
+		s.preallocate(s.segs[k-1], segMax)
+	}
+	s.refill()
+	if s.reserved+s.alloc < max {
+		log.Warn("meter spool: the disk has not room for the whole spool; the rest is taken as batches come, and a full disk then loses them",
+			"dir", dir, "reserved_bytes", s.reserved+s.alloc, "max_bytes", max)
 	}
 	return s, nil
+}
+
+// reservedBytes is the disk space the spool holds, used or not.
+func (s *spool) reservedBytes() int64 {
+	if s.reserve == nil {
+		return 0
+	}
+	return s.reserved + s.alloc
+}
+
+// refill grows the reserve back to what the segments leave of max, as far as the disk
+// allows: whole if it can, else step by step.
+func (s *spool) refill() {
+	if s.reserve == nil {
+		return
+	}
+	want := max(s.max-s.alloc, 0)
+	if want <= s.reserved {
+		s.shrinkReserve(want)
+		return
+	}
+	fd := int(s.reserve.Fd())
+	if syscall.Fallocate(fd, 0, s.reserved, want-s.reserved) == nil {
+		s.reserved = want
+		return
+	}
+	for s.reserved < want {
+		n := min(int64(reserveStep), want-s.reserved)
+		if syscall.Fallocate(fd, 0, s.reserved, n) != nil {
+			break
+		}
+		s.reserved += n
+	}
+	// A failed fallocate may leave blocks past the size it did not change.
+	s.reserve.Truncate(s.reserved)
+}
+
+// shrinkReserve gives the reserve's blocks past n back to the disk.
+func (s *spool) shrinkReserve(n int64) {
+	if s.reserve == nil || n >= s.reserved {
+		return
+	}
+	if err := s.reserve.Truncate(n); err != nil {
+		s.log.Warn("meter spool: shrink the reserve", "err", err)
+		return
+	}
+	s.reserved = n
+}
+
+// preallocate makes g's blocks up to n bytes exist on disk without changing its size.
+func (s *spool) preallocate(g *segment, n int64) {
+	if s.reserve == nil || n <= g.alloc {
+		return
+	}
+	const keepSize = 0x01 // FALLOC_FL_KEEP_SIZE
+	// The reserve gives up what the segment takes, so the pair never holds more than max.
+	s.shrinkReserve(max(s.reserved-(n-g.alloc), 0))
+	if err := syscall.Fallocate(int(g.f.Fd()), keepSize, 0, n); err != nil {
+		s.log.Warn("meter spool: could not allocate a segment ahead", "segment", g.path, "err", err)
+		return
+	}
+	s.alloc += n - g.alloc
+	g.alloc = n
 }
 
 // recover opens a segment left by a previous run, validating every record and cutting the
@@ -138,7 +240,10 @@ func (s *spool) recover(n uint64, path string) (*segment, error) {
 		f.Close()
 		return nil, fmt.Errorf("meter spool: %w", err)
 	}
-	seg := &segment{n: n, path: path, f: f, size: st.Size()}
+	seg := &segment{n: n, path: path, f: f, size: st.Size(), alloc: st.Size()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		seg.alloc = max(seg.alloc, sys.Blocks*512)
+	}
 	var off int64
 	for off < seg.size {
 		_, _, l, err := seg.read(off)
@@ -212,18 +317,25 @@ func (s *spool) append(id string, data []byte) (dropped [][]byte, err error) {
 	if n > s.max || len(id) > 0xffff || body > 0xffffffff {
 		return nil, fmt.Errorf("meter spool: batch %s of %d bytes is larger than the spool (%d bytes)", id, n, s.max)
 	}
-	for s.size+n > s.max && len(s.segs) > 0 {
+	tail := func() *segment {
+		if k := len(s.segs); k > 0 && !s.segs[k-1].sealed && s.segs[k-1].size+n <= s.segMax {
+			return s.segs[k-1]
+		}
+		return nil
+	}
+	// Full counts the blocks a new segment would take too: beyond max they would come
+	// from the disk outside the reservation.
+	segBytes := max(s.segMax, n)
+	for len(s.segs) > 0 && (s.size+n > s.max || s.reserve != nil && tail() == nil && s.alloc+segBytes > s.max) {
 		d, err := s.dropOldest()
 		dropped = append(dropped, d...)
 		if err != nil {
 			return dropped, err
 		}
 	}
-	var w *segment
-	if k := len(s.segs); k > 0 && !s.segs[k-1].sealed && s.segs[k-1].size+n <= s.segMax {
-		w = s.segs[k-1]
-	} else {
-		if w, err = s.newSegment(); err != nil {
+	w := tail()
+	if w == nil {
+		if w, err = s.newSegment(segBytes); err != nil {
 			return dropped, err
 		}
 	}
@@ -248,15 +360,20 @@ func (s *spool) append(id string, data []byte) (dropped [][]byte, err error) {
 	return dropped, nil
 }
 
-func (s *spool) newSegment() (*segment, error) {
+func (s *spool) newSegment(alloc int64) (*segment, error) {
 	path := filepath.Join(s.dir, fmt.Sprintf("%020d%s", s.next, segSuffix))
+	// The reserve's blocks go back to the disk first, so that on a full disk the new
+	// file's inode and blocks can be had.
+	s.shrinkReserve(max(s.reserved-alloc, 0))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR|os.O_APPEND, 0o640)
 	if err != nil {
+		s.refill()
 		return nil, fmt.Errorf("meter spool: %w", err)
 	}
 	g := &segment{n: s.next, path: path, f: f}
 	s.next++
 	s.segs = append(s.segs, g)
+	s.preallocate(g, alloc)
 	s.syncDir()
 	return g, nil
 }
@@ -284,10 +401,13 @@ func (s *spool) removeHead() {
 	g.f.Close()
 	if err := os.Remove(g.path); err != nil {
 		s.log.Warn("meter spool: remove segment", "segment", g.path, "err", err)
+	} else {
+		s.alloc -= g.alloc
 	}
 	s.segs[0] = nil
 	s.segs = s.segs[1:]
 	s.syncDir()
+	s.refill()
 }
 
 // peek returns the oldest unreplayed batch, ok false when the spool is empty. A record
@@ -338,6 +458,10 @@ func (s *spool) close() {
 		g.f.Close()
 	}
 	s.segs = nil
+	if s.reserve != nil {
+		s.reserve.Close()
+		s.reserve = nil
+	}
 	if s.lock != nil {
 		syscall.Flock(int(s.lock.Fd()), syscall.LOCK_UN)
 		s.lock.Close()

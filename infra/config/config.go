@@ -50,11 +50,12 @@ type Config struct {
 	LogLevel     string         // TOLLGATE_LOG_LEVEL [info]
 	AccessLog    bool           // TOLLGATE_ACCESS_LOG [false]
 	// Metering and billing.
-	Meter         bool   // TOLLGATE_METER [on; off: the edge meters nothing, for benchmarks only]
-	MeterSpoolDir string // TOLLGATE_METER_SPOOL_DIR [$XDG_STATE_HOME (else os.TempDir())/tollgate-meter-<edge id>-<edge port>]
-	StripeKey     string // TOLLGATE_STRIPE_KEY [unset: billing pushes nothing to Stripe]
-	StripeURL     string // TOLLGATE_STRIPE_URL [Stripe's API; e.g. a stripe-mock]
-	StripeEvent   string // TOLLGATE_STRIPE_EVENT [tollgate_requests: the Billing Meter's event name]
+	Meter             bool   // TOLLGATE_METER [on; off: the edge meters nothing, for benchmarks only]
+	MeterSpoolReserve bool   // TOLLGATE_METER_SPOOL_RESERVE [on: the spool's 256 MiB are allocated at start; off: taken from the disk as batches come]
+	MeterSpoolDir     string // TOLLGATE_METER_SPOOL_DIR [$XDG_STATE_HOME (else os.TempDir())/tollgate-meter-<edge id>-<edge port>]
+	StripeKey         string // TOLLGATE_STRIPE_KEY [unset: billing pushes nothing to Stripe]
+	StripeURL         string // TOLLGATE_STRIPE_URL [Stripe's API; e.g. a stripe-mock]
+	StripeEvent       string // TOLLGATE_STRIPE_EVENT [tollgate_requests: the Billing Meter's event name]
 	// StripeWebhookSecret: TOLLGATE_STRIPE_WEBHOOK_SECRET [unset: the api serves no webhook]
 	StripeWebhookSecret string
 	// The fleet: NATS clusters and credentials, admin listeners of the api and billing.
@@ -179,7 +180,8 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		{"TOLLGATE_EDGE_YIELD_READS", &c.EdgeYieldReads, true}, {"TOLLGATE_EDGE_RAW_IO", &c.EdgeRawIO, true},
 		{"TOLLGATE_EDGE_KEY_LAST_USE", &c.EdgeKeyLastUse, true},
 		{"TOLLGATE_EDGE_INCREMENTAL", &c.EdgeIncremental, true}, {"TOLLGATE_EDGE_SHARE_UPSTREAMS", &c.EdgeShareUpstreams, true},
-		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}, {"TOLLGATE_METER", &c.Meter, true}} {
+		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}, {"TOLLGATE_METER", &c.Meter, true},
+		{"TOLLGATE_METER_SPOOL_RESERVE", &c.MeterSpoolReserve, true}} {
 		switch v := strings.ToLower(getenv(o.name)); v {
 		case "":
 			*o.on = o.def

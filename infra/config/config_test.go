@@ -77,6 +77,7 @@ func TestEdgeSwitches(t *testing.T) {
 		"TOLLGATE_EDGE_INCREMENTAL":       {func(c *config.Config) bool { return c.EdgeIncremental }, true},
 		"TOLLGATE_EDGE_SHARE_UPSTREAMS":   {func(c *config.Config) bool { return c.EdgeShareUpstreams }, true},
 		"TOLLGATE_EDGE_PARALLEL_COMPILES": {func(c *config.Config) bool { return c.EdgeParallelCompiles }, true},
+		"TOLLGATE_METER_SPOOL_RESERVE":    {func(c *config.Config) bool { return c.MeterSpoolReserve }, true},
 	}
 	for name, sw := range switches {
 		get := sw.get
