@@ -94,6 +94,53 @@ func TestFaults(t *testing.T) {
 		f.waitStreamCurrent(t, usage)
 	})
 
+	t.Run("NATSClusterDown", func(t *testing.T) {
+		// Every NATS node killed under metered traffic, a route created meanwhile, then the
+		// cluster started again: the edges serve throughout, the route reaches every edge
+		// and billing folds everything served once the cluster is back. The figures are the
+		// README's catch-up on a three-node cluster.
+		const slug = "flt-natsdown"
+		tl := &meterTally{}
+		f.tenant(t, slug, up.URL, tl)
+		l := startSteadyLoad(tl, f.edges, rate, slug, "/r/x")
+		time.Sleep(2 * time.Second)
+		for i := range 3 {
+			f.nats.Kill(i)
+		}
+		f.apiC.createRoute(slug, routeSpec("late", "/late", up.URL, tenants.AuthNone))
+		time.Sleep(3 * time.Second)
+		restarted := time.Now()
+		f.nats.StartAll()
+		healthy := time.Since(restarted)
+		var served []string
+		for _, e := range f.edges {
+			eventually(t, outageDeadline, e.name+" serves the route made while NATS was down", func() error {
+				r, err := e.client.do("GET", slug, "/late/x")
+				if err != nil {
+					return err
+				}
+				if r.Status != 200 {
+					return fmt.Errorf("%s", r)
+				}
+				return nil
+			})
+			served = append(served, e.name+" "+time.Since(restarted).Round(10*time.Millisecond).String())
+		}
+		caughtUp := time.Since(restarted)
+		l.finish()
+		got, d := f.wantBilled(t, slug, tl, 0)
+		req, bill := tl.counts()
+		t.Logf("FIGURES NATS cluster down 3 s: the 3 nodes healthy %s after their start; the route made meanwhile served by every edge %s after it (%s); "+
+			"served %d (billable %d), billed %+v, billed = served %s after the load; 5xx %d; %s",
+			healthy.Round(10*time.Millisecond), caughtUp.Round(10*time.Millisecond), strings.Join(served, ", "),
+			req, bill, got, d.Round(10*time.Millisecond), l.serverErrors(), l)
+		if n := l.serverErrors() + l.count("transport"); n > 0 {
+			t.Errorf("%d answers were 5xx or failed while NATS was down: %s", n, l)
+		}
+		f.waitStreamCurrent(t, billing.UsageStream(f.prefix))
+		f.waitStreamCurrent(t, f.configStream())
+	})
+
 	t.Run("ConfigLeaderKilled", func(t *testing.T) {
 		// kill -9 of the config stream's leader during 2,000 route changes through the api:
 		// every edge ends with every route.

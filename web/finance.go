@@ -78,18 +78,14 @@ func (c *Console) financePage(ctx *fiber.Ctx) error {
 			return c.internal(ctx, err)
 		}
 		d.Rows = rows
-		sums, order := map[string]int64{}, []string{}
-		for _, r := range rows {
-			if r.Status == billing.StatusUnpriced {
-				continue // no currency: in no total
-			}
-			if _, ok := sums[r.Currency]; !ok {
-				order = append(order, r.Currency)
-			}
-			sums[r.Currency] += r.Amount
+		// The export's own totals: checked sums, so a total past 64 bits is said, not wrapped.
+		totals, err := billing.Totals(rows)
+		if err != nil {
+			d.Error = "The totals of this month do not fit in 64 bits of minor units; the export lists every row."
+			status = http.StatusUnprocessableEntity
 		}
-		for _, cur := range order {
-			d.Totals = append(d.Totals, money(sums[cur], cur))
+		for _, t := range totals {
+			d.Totals = append(d.Totals, money(t.Amount, t.Currency))
 		}
 		q := url.Values{"period": {p.String()}}
 		q.Set("format", "csv")

@@ -298,6 +298,33 @@ func (c *NATSCluster) Start(i int) {
 	}
 }
 
+// StartAll starts every node that is not running, at once, and waits until each is
+// healthy and JetStream's meta group has formed: after a whole cluster was killed no node
+// is healthy on its own, as none has a quorum.
+func (c *NATSCluster) StartAll() {
+	c.tb.Helper()
+	var down []int
+	for i, nd := range c.nodes {
+		nd.mu.Lock()
+		stopped := nd.cmd == nil
+		nd.mu.Unlock()
+		if stopped {
+			if err := c.start(i); err != nil {
+				c.tb.Fatalf("testenv: %v", err)
+			}
+			down = append(down, i)
+		}
+	}
+	for _, i := range down {
+		if err := c.waitHealthy(i, 60*time.Second); err != nil {
+			c.tb.Fatalf("testenv: %v", err)
+		}
+	}
+	if err := c.waitMeta(60 * time.Second); err != nil {
+		c.tb.Fatalf("testenv: %v", err)
+	}
+}
+
 // Kill stops node i at once (SIGKILL): its clients see the connection drop, its streams'
 // leaders elsewhere elect anew. It returns when the process is gone.
 func (c *NATSCluster) Kill(i int) {
