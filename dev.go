@@ -13,7 +13,7 @@ import (
 	"time"
 
 	billingcli "tollgate/billing/cli"
-	"tollgate/edgecmd"
+	"tollgate/edge/edgecmd"
 	"tollgate/infra/config"
 	"tollgate/infra/natsserver"
 	"tollgate/tenants"

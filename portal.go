@@ -7,7 +7,7 @@ import (
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/config"
-	"tollgate/portal"
+	"tollgate/web/portal"
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
 )

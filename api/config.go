@@ -11,7 +11,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"sigs.k8s.io/yaml"
 
-	"tollgate/accessrules"
+	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
 )
 

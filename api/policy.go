@@ -6,7 +6,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"tollgate/accessrules"
+	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
 )
 

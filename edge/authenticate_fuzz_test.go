@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"tollgate/accessrules"
+	"tollgate/tenants/accessrules"
 	"tollgate/edge"
 	"tollgate/edge/routing"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tollgate/accessrules"
+	"tollgate/tenants/accessrules"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/routing"
 	"tollgate/tenants"

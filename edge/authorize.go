@@ -1,7 +1,7 @@
 package edge
 
 import (
-	"tollgate/accessrules"
+	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
 )
 

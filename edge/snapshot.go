@@ -3,7 +3,7 @@ package edge
 import (
 	"time"
 
-	"tollgate/accessrules"
+	"tollgate/tenants/accessrules"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/meter"
 	"tollgate/edge/routing"

@@ -83,7 +83,7 @@ func TestRewritePath(t *testing.T) {
 	}
 }
 
-// BenchmarkJSONTransform is S3's rewrite (tools/bench) on a body of about 1 KB.
+// BenchmarkJSONTransform is S3's rewrite (e2e/bench) on a body of about 1 KB.
 func BenchmarkJSONTransform(b *testing.B) {
 	tr := compileTransform(&tenants.Transform{Request: &tenants.RequestTransform{JSON: &tenants.JSONTransform{
 		Set:    map[string]json.RawMessage{"meta.via": json.RawMessage(`"tollgate"`), "meta.version": json.RawMessage(`2`)},

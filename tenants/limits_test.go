@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"tollgate/accessrules"
+	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
 )
 

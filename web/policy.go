@@ -9,7 +9,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"tollgate/accessrules"
+	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
 	"tollgate/tenants/rbac"
 )

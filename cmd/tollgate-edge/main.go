@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"tollgate/edgecmd"
+	"tollgate/edge/edgecmd"
 )
 
 func main() {

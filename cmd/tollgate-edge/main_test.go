@@ -22,13 +22,13 @@ func TestLinksOnlyTheEdge(t *testing.T) {
 		t.Fatalf("go list -deps: %v", err)
 	}
 	deps := strings.Fields(string(out))
-	if !slices.Contains(deps, "tollgate/edgecmd") {
+	if !slices.Contains(deps, "tollgate/edge/edgecmd") {
 		t.Fatalf("go list -deps lists %d packages, tollgate/edgecmd not among them", len(deps))
 	}
 	for _, p := range []string{
 		"tollgate/api",
 		"tollgate/web",
-		"tollgate/portal",
+		"tollgate/web/portal",
 		"tollgate/tenants/postgres",
 		"tollgate/billing/postgres",
 		"tollgate/billing/stripe",

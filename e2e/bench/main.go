@@ -4,12 +4,12 @@
 // upstream on CPU 1) at GOMAXPROCS / nginx workers 1 and 2, and Tollgate's config fan-out
 // latency and idle RSS with many routes.
 //
-//	go run ./tools/bench [-scenarios S1,S2,S2j,S4r,config,rss10k] [-duration 10s] [-cores 1,2] [-rounds 5] [-out bench-results.md]
-//	go run ./tools/bench -scenarios S1,S2,S2j,S4r -cores 1 -duration 5s -rounds 5   (README, "Performance")
-//	go run ./tools/bench -scenarios S3,S4,S5,S6,S9 -cores 1 -duration 5s
+//	go run ./e2e/bench [-scenarios S1,S2,S2j,S4r,config,rss10k] [-duration 10s] [-cores 1,2] [-rounds 5] [-out bench-results.md]
+//	go run ./e2e/bench -scenarios S1,S2,S2j,S4r -cores 1 -duration 5s -rounds 5   (README, "Performance")
+//	go run ./e2e/bench -scenarios S3,S4,S5,S6,S9 -cores 1 -duration 5s
 //	go tool task bench -- -duration 3s -scenarios S1
-//	go run ./tools/bench -scenarios soak -duration 30m -out soak.md
-//	go run ./tools/bench -compare HEAD~1 -scenarios S1,S2 -cores 1   (another revision against the working tree, compare.go)
+//	go run ./e2e/bench -scenarios soak -duration 30m -out soak.md
+//	go run ./e2e/bench -compare HEAD~1 -scenarios S1,S2 -cores 1   (another revision against the working tree, compare.go)
 //
 // It is a command, not a test: it needs the machine's Postgres and NATS, installs nginx and
 // wrk from Debian's packages when they are missing, and leaves nothing behind — every

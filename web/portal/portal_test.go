@@ -16,7 +16,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/infra/testcert"
-	"tollgate/portal"
+	"tollgate/web/portal"
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
 	"tollgate/tenants/postgres/pgtest"

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"tollgate/accessrules"
+	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
 )
 

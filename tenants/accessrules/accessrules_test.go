@@ -9,7 +9,7 @@ import (
 
 	"github.com/casbin/casbin/v2/util"
 
-	"tollgate/accessrules"
+	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"tollgate/accessrules"
+	"tollgate/tenants/accessrules"
 )
 
 // benchPolicy has n rules over n/4 resources plus role links, like a tenant's API.

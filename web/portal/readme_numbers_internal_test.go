@@ -16,7 +16,7 @@ import (
 
 func readmeNumbers(t *testing.T, pattern string) []int {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
