@@ -293,18 +293,18 @@ func FuzzCheckAddr(f *testing.F) {
 	})
 }
 
-// The README's Upstream addresses section names every range the table refuses or judges
+// The Upstream addresses section of docs/security.md names every range the table refuses or judges
 // by an embedded address, so the documentation cannot drift from the table.
 func TestREADMEAddressRanges(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sec, ok := strings.Cut(string(b), "### Upstream addresses\n")
+	_, sec, ok := strings.Cut(string(b), "\n## Upstream addresses\n")
 	if !ok {
-		t.Fatal("README has no Upstream addresses section")
+		t.Fatal("docs/security.md has no Upstream addresses section")
 	}
-	sec, _, _ = strings.Cut(sec, "\n### ")
+	sec, _, _ = strings.Cut(sec, "\n#")
 	named := map[netip.Prefix]bool{}
 	for _, tok := range strings.Split(sec, "`")[1:] {
 		if p, err := netip.ParsePrefix(tok); err == nil {
@@ -313,7 +313,7 @@ func TestREADMEAddressRanges(t *testing.T) {
 	}
 	for _, r := range specialRanges {
 		if r.kind != rangeGlobal && !named[r.prefix] {
-			t.Errorf("README's Upstream addresses section does not name %s (%s)", r.prefix, r.name)
+			t.Errorf("the Upstream addresses section of docs/security.md does not name %s (%s)", r.prefix, r.name)
 		}
 	}
 }

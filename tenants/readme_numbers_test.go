@@ -2,6 +2,7 @@ package tenants_test
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,16 +12,12 @@ import (
 	"tollgate/tenants"
 )
 
-// readmeNumber returns the number each pattern captures in the README (whitespace
+// readmeNumber returns the number each pattern captures in the README and docs/ (whitespace
 // collapsed, so a statement may wrap), failing unless every pattern matches exactly once
 // and all of them state the same number.
 func readmeNumber(t *testing.T, patterns ...string) int {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(strings.Fields(string(b)), " ")
+	text := strings.Join(strings.Fields(docsText(t, "..")), " ")
 	n := -1
 	for _, p := range patterns {
 		m := regexp.MustCompile(p).FindAllStringSubmatch(text, -1)
@@ -61,4 +58,24 @@ func TestREADMEInvitationLinkLifetime(t *testing.T) {
 	if want := time.Duration(d) * 24 * time.Hour; tenants.InviteTTL != want {
 		t.Errorf("an invitation link lives %s; the README states %s", tenants.InviteTTL, want)
 	}
+}
+
+// docsText is the README and every page of docs/ under root, joined: the documentation
+// a pinned statement may live in.
+func docsText(t *testing.T, root string) string {
+	t.Helper()
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, p := range append([]string{filepath.Join(root, "README.md")}, pages...) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(data)
+		b.WriteString("\n")
+	}
+	return b.String()
 }

@@ -144,20 +144,14 @@ func (o *objects) podTemplates() map[string]*corev1.PodTemplateSpec {
 	return m
 }
 
-// readmeSettings are the TOLLGATE_* names of the README's Configuration table.
+// readmeSettings are the TOLLGATE_* names of the table in docs/configuration.md.
 func readmeSettings(t *testing.T) map[string]bool {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "\n## Configuration\n")
-	if !ok {
-		t.Fatal("README.md has no Configuration section")
-	}
-	if i := strings.Index(section, "\n## "); i >= 0 {
-		section = section[:i]
-	}
+	section := string(data)
 	names := map[string]bool{}
 	name := regexp.MustCompile("`(TOLLGATE_[A-Z0-9_]+)`")
 	for _, line := range strings.Split(section, "\n") {
@@ -170,7 +164,7 @@ func readmeSettings(t *testing.T) map[string]bool {
 		}
 	}
 	if len(names) < 10 {
-		t.Fatalf("found only %d settings in the README's Configuration table", len(names))
+		t.Fatalf("found only %d settings in the table of docs/configuration.md", len(names))
 	}
 	return names
 }
@@ -291,7 +285,7 @@ func checkSettings(t *testing.T, o *objects, settings map[string]bool) {
 	t.Helper()
 	check := func(where, name string) {
 		if strings.HasPrefix(name, "TOLLGATE_") && !settings[name] {
-			t.Errorf("%s sets %s, which the README's Configuration table does not list", where, name)
+			t.Errorf("%s sets %s, which the table of docs/configuration.md does not list", where, name)
 		}
 	}
 	for w, pt := range o.podTemplates() {

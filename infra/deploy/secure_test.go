@@ -197,17 +197,17 @@ func checkEdgeTLS(t *testing.T, o *objects) {
 	}
 }
 
-// checkREADMEOperatorSecrets: the Secrets prod mounts, and their keys, are in the README's
+// checkREADMEOperatorSecrets: the Secrets prod mounts, and their keys, are in docs/operating.md's
 // deploy steps (the operator creates them; nothing else says what they hold).
 func checkREADMEOperatorSecrets(t *testing.T) {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile("../../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "\n### Deploy files\n")
+	_, section, ok := strings.Cut(string(data), "\n## Deploy files\n")
 	if !ok {
-		t.Fatal("README.md has no Deploy files section")
+		t.Fatal("docs/operating.md has no Deploy files section")
 	}
 	if i := strings.Index(section, "\n## "); i >= 0 {
 		section = section[:i]
@@ -216,7 +216,7 @@ func checkREADMEOperatorSecrets(t *testing.T) {
 		for _, f := range files {
 			for _, s := range []string{f.secret, f.key} {
 				if !strings.Contains(section, s) {
-					t.Errorf("the README's Deploy files do not name %s (Secret %s, key %s), which prod mounts", s, f.secret, f.key)
+					t.Errorf("the Deploy files of docs/operating.md do not name %s (Secret %s, key %s), which prod mounts", s, f.secret, f.key)
 				}
 			}
 		}

@@ -2,6 +2,7 @@ package portal
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,11 +17,7 @@ import (
 
 func readmeNumbers(t *testing.T, pattern string) []int {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(strings.Fields(string(b)), " ")
+	text := strings.Join(strings.Fields(docsText(t, "../..")), " ")
 	m := regexp.MustCompile(pattern).FindAllStringSubmatch(text, -1)
 	if len(m) != 1 {
 		t.Fatalf("the README states %q %d times, want once", pattern, len(m))
@@ -56,4 +53,24 @@ func TestREADMEPortalThrottles(t *testing.T) {
 			t.Errorf("the portal's %s throttle is %+v; the README states %+v", c.name, c.got, c.want)
 		}
 	}
+}
+
+// docsText is the README and every page of docs/ under root, joined: the documentation
+// a pinned statement may live in.
+func docsText(t *testing.T, root string) string {
+	t.Helper()
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, p := range append([]string{filepath.Join(root, "README.md")}, pages...) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(data)
+		b.WriteString("\n")
+	}
+	return b.String()
 }
