@@ -42,7 +42,7 @@ func NeedsCommand(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
 		return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
 	}
-	return fmt.Errorf("%s needs a command", cmd.CommandPath())
+	return errors.New("missing command")
 }
 
 // Execute runs root with args until ctx ends and returns the process's exit status: 0;
@@ -61,6 +61,7 @@ func Execute(ctx context.Context, root *cobra.Command, args []string, stderr io.
 		fmt.Fprintf(stderr, "%s: %v\n", topLevel(cmd), f.err)
 		return 1
 	}
+	cmd.InitDefaultHelpFlag() // not yet done when the command line named no command
 	fmt.Fprintf(stderr, "%s: %v\n\n%s", cmd.CommandPath(), err, cmd.UsageString())
 	return 2
 }
