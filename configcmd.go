@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,8 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"tollgate/infra/cmdline"
 	"tollgate/tenants"
 )
 
@@ -24,29 +25,19 @@ import (
 // keep the document in git. It reads the API's address and a token from flags or the
 // environment, and talks to nothing else.
 
-const configUsage = `usage:
-  tollgate config export --tenant <slug> [-o yaml|json] [--api URL] [--token T]
-  tollgate config apply -f <file> [--tenant <slug>] [--dry-run] [--prune] [--force] [--api URL] [--token T]
-
---api defaults to $TOLLGATE_API_URL, else http://127.0.0.1:8080; --token to
-$TOLLGATE_TOKEN, else $TOLLGATE_ADMIN_TOKEN. apply reads the tenant from the document
-unless --tenant is given, and -f - reads standard input.
-`
-
-// ConfigCmd runs "tollgate config export|apply".
-func ConfigCmd(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, configUsage)
-		return errors.New("export or apply?")
+func configCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "config",
+		Short: "exports or applies a tenant's config document (config export|apply)",
+		Long: `config is a client of the management API: it exports a tenant's config document and
+applies one (GET and PUT /v1/tenants/{slug}/config), for CI jobs that keep the
+document in git. --api defaults to $TOLLGATE_API_URL, else http://127.0.0.1:8080;
+--token to $TOLLGATE_TOKEN, else $TOLLGATE_ADMIN_TOKEN.`,
+		RunE: cmdline.NeedsCommand,
 	}
-	switch args[0] {
-	case "export":
-		return configExport(ctx, args[1:], os.Stdout)
-	case "apply":
-		return configApply(ctx, args[1:], os.Stdin, os.Stdout)
-	}
-	fmt.Fprint(os.Stderr, configUsage)
-	return fmt.Errorf("unknown subcommand %q", args[0])
+	cmdline.Env(c, "TOLLGATE_API_URL", "TOLLGATE_TOKEN", "TOLLGATE_ADMIN_TOKEN")
+	c.AddCommand(configExportCommand(), configApplyCommand())
+	return c
 }
 
 // apiClient is where the API is and how to authenticate to it.
@@ -56,18 +47,33 @@ type apiClient struct {
 	http  *http.Client
 }
 
-func clientFlags(fs *flag.FlagSet) *apiClient {
+// clientFlags adds --api and --token to cmd. Their defaults come from the environment
+// when the command runs (resolve), so help shows no token.
+func clientFlags(cmd *cobra.Command) *apiClient {
 	c := &apiClient{http: &http.Client{Timeout: 2 * time.Minute}}
-	base := os.Getenv("TOLLGATE_API_URL")
-	if base == "" {
-		base = "http://127.0.0.1:8080"
+	cmd.Flags().StringVar(&c.base, "api", "", "management API URL (default $TOLLGATE_API_URL, else http://127.0.0.1:8080)")
+	cmd.Flags().StringVar(&c.token, "token", "", "management API token (default $TOLLGATE_TOKEN, else $TOLLGATE_ADMIN_TOKEN)")
+	return c
+}
+
+// resolve fills what the flags left unset from the environment.
+func (c *apiClient) resolve() *apiClient {
+	for _, v := range []struct {
+		dst   *string
+		names []string
+	}{
+		{&c.base, []string{"TOLLGATE_API_URL"}},
+		{&c.token, []string{"TOLLGATE_TOKEN", "TOLLGATE_ADMIN_TOKEN"}},
+	} {
+		for _, n := range v.names {
+			if *v.dst == "" {
+				*v.dst = os.Getenv(n)
+			}
+		}
 	}
-	token := os.Getenv("TOLLGATE_TOKEN")
-	if token == "" {
-		token = os.Getenv("TOLLGATE_ADMIN_TOKEN")
+	if c.base == "" {
+		c.base = "http://127.0.0.1:8080"
 	}
-	fs.StringVar(&c.base, "api", base, "management API URL")
-	fs.StringVar(&c.token, "token", token, "management API token")
 	return c
 }
 
@@ -115,22 +121,30 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte, he
 	return nil, fmt.Errorf("%s: %s", e.Error.Code, e.Error.Message)
 }
 
-func configExport(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("config export", flag.ContinueOnError)
-	c := clientFlags(fs)
-	slug := fs.String("tenant", "", "the tenant's slug")
-	format := fs.String("o", "yaml", "output format: yaml or json")
-	if err := fs.Parse(args); err != nil {
-		return err
+func configExportCommand() *cobra.Command {
+	var slug, format string
+	c := &cobra.Command{
+		Use:   "export --tenant <slug> [-o yaml|json]",
+		Short: "print a tenant's config document",
+		Args:  cobra.NoArgs,
 	}
-	if *slug == "" {
-		return errors.New("--tenant is required")
-	}
-	accept := map[string]string{"yaml": "application/yaml", "json": "application/json"}[*format]
+	client := clientFlags(c)
+	c.Flags().StringVar(&slug, "tenant", "", "the tenant's slug")
+	c.Flags().StringVarP(&format, "output", "o", "yaml", "output format: yaml or json")
+	_ = c.MarkFlagRequired("tenant")
+	cmdline.Env(c, "TOLLGATE_API_URL", "TOLLGATE_TOKEN", "TOLLGATE_ADMIN_TOKEN")
+	c.RunE = cmdline.Run(func(ctx context.Context, _ []string) error {
+		return configExport(ctx, client.resolve(), slug, format, os.Stdout)
+	})
+	return c
+}
+
+func configExport(ctx context.Context, c *apiClient, slug, format string, stdout io.Writer) error {
+	accept := map[string]string{"yaml": "application/yaml", "json": "application/json"}[format]
 	if accept == "" {
-		return fmt.Errorf("-o must be yaml or json, got %q", *format)
+		return fmt.Errorf("-o must be yaml or json, got %q", format)
 	}
-	out, err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(*slug)+"/config", nil, "Accept", accept)
+	out, err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(slug)+"/config", nil, "Accept", accept)
 	if err != nil {
 		return err
 	}
@@ -138,50 +152,68 @@ func configExport(ctx context.Context, args []string, stdout io.Writer) error {
 	return err
 }
 
-func configApply(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
-	fs := flag.NewFlagSet("config apply", flag.ContinueOnError)
-	c := clientFlags(fs)
-	file := fs.String("f", "", "the document (YAML or JSON); - for standard input")
-	slug := fs.String("tenant", "", "the tenant's slug (default: the document's)")
-	dry := fs.Bool("dry-run", false, "say what would change, change nothing")
-	prune := fs.Bool("prune", false, "delete the objects the document leaves out")
-	force := fs.Bool("force", false, "apply even if the config changed since the document's export")
-	if err := fs.Parse(args); err != nil {
-		return err
+// applyFlags are config apply's flags.
+type applyFlags struct {
+	file, slug        string
+	dry, prune, force bool
+}
+
+func configApplyCommand() *cobra.Command {
+	var f applyFlags
+	c := &cobra.Command{
+		Use:   "apply -f <file> [--tenant <slug>] [--dry-run] [--prune] [--force]",
+		Short: "apply a config document to its tenant",
+		Long: `apply reads the tenant from the document unless --tenant is given, and -f - reads
+standard input. It prints what changed, or with --dry-run what would.`,
+		Args: cobra.NoArgs,
 	}
+	client := clientFlags(c)
+	c.Flags().StringVarP(&f.file, "file", "f", "", "the document (YAML or JSON); - for standard input")
+	c.Flags().StringVar(&f.slug, "tenant", "", "the tenant's slug (default: the document's)")
+	c.Flags().BoolVar(&f.dry, "dry-run", false, "say what would change, change nothing")
+	c.Flags().BoolVar(&f.prune, "prune", false, "delete the objects the document leaves out")
+	c.Flags().BoolVar(&f.force, "force", false, "apply even if the config changed since the document's export")
+	_ = c.MarkFlagRequired("file")
+	cmdline.Env(c, "TOLLGATE_API_URL", "TOLLGATE_TOKEN", "TOLLGATE_ADMIN_TOKEN")
+	c.RunE = cmdline.Run(func(ctx context.Context, _ []string) error {
+		return configApply(ctx, client.resolve(), f, os.Stdin, os.Stdout)
+	})
+	return c
+}
+
+func configApply(ctx context.Context, c *apiClient, f applyFlags, stdin io.Reader, stdout io.Writer) error {
 	var doc []byte
 	var err error
-	switch *file {
-	case "":
-		return errors.New("-f is required")
+	switch f.file {
 	case "-":
 		doc, err = io.ReadAll(stdin)
 	default:
-		doc, err = os.ReadFile(*file)
+		doc, err = os.ReadFile(f.file)
 	}
 	if err != nil {
 		return err
 	}
-	if *slug == "" {
+	slug := f.slug
+	if slug == "" {
 		var head struct {
 			Tenant string `json:"tenant"`
 		}
 		if err := yaml.Unmarshal(doc, &head); err != nil || head.Tenant == "" {
-			return fmt.Errorf("%s names no tenant: pass --tenant", *file)
+			return fmt.Errorf("%s names no tenant: pass --tenant", f.file)
 		}
-		*slug = head.Tenant
+		slug = head.Tenant
 	}
 	ct := "application/yaml" // JSON is YAML too; the API reads either the same way
 	if t := bytes.TrimSpace(doc); len(t) > 0 && t[0] == '{' {
 		ct = "application/json"
 	}
 	q := url.Values{}
-	for name, on := range map[string]bool{"dry_run": *dry, "prune": *prune, "force": *force} {
+	for name, on := range map[string]bool{"dry_run": f.dry, "prune": f.prune, "force": f.force} {
 		if on {
 			q.Set(name, "true")
 		}
 	}
-	path := "/v1/tenants/" + url.PathEscape(*slug) + "/config"
+	path := "/v1/tenants/" + url.PathEscape(slug) + "/config"
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
@@ -193,7 +225,7 @@ func configApply(ctx context.Context, args []string, stdin io.Reader, stdout io.
 	if err := json.Unmarshal(out, &plan); err != nil {
 		return fmt.Errorf("the API's answer is not a plan: %v", err)
 	}
-	printPlan(stdout, *slug, &plan)
+	printPlan(stdout, slug, &plan)
 	return nil
 }
 

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -12,90 +12,63 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	billingcli "tollgate/billing/cli"
 	"tollgate/edge/edgecmd"
+	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
 	"tollgate/infra/natsserver"
+	"tollgate/infra/tracing"
 	"tollgate/tenants"
 )
+
+func devCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "dev",
+		Short: "the whole stack in one process: api + console, edge, billing, embedded NATS",
+		Long: `dev runs the whole stack in one process: an embedded NATS server (unless
+TOLLGATE_NATS_URL is set), the api with its relay and console, one edge and billing,
+on Postgres from TOLLGATE_DATABASE_URL (created and migrated if missing). It makes a
+demo tenant "demo" with a demo upstream, a consumer and a key, then prints the curl
+lines that call them. Ctrl-C stops everything.`,
+		Args: cobra.NoArgs,
+		RunE: cmdline.Run(Dev),
+	}
+	cmdline.Env(c, "TOLLGATE_DATABASE_URL", "TOLLGATE_NATS_URL", "TOLLGATE_REDIS_URL", "TOLLGATE_ADMIN_TOKEN",
+		"TOLLGATE_API_ADDR", "TOLLGATE_API_ADMIN_ADDR", "TOLLGATE_EDGE_ADDR", "TOLLGATE_EDGE_ADMIN_ADDR",
+		"TOLLGATE_EDGE_DOMAIN", "TOLLGATE_UPSTREAM_ALLOW_CIDRS", "TOLLGATE_SMTP_URL", "TOLLGATE_STRIPE_KEY",
+		"TOLLGATE_LOG_LEVEL")
+	return c
+}
 
 // Dev runs the whole stack in one process: an embedded NATS server (unless
 // TOLLGATE_NATS_URL is set), the api with its relay, one edge, and a demo tenant with a
 // demo upstream, a consumer and a key; then it prints the curl lines that call them.
-func Dev(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig()
+func Dev(ctx context.Context, _ []string) error {
+	cfg, err := devConfig()
 	if err != nil {
 		return err
 	}
 	log := config.NewLogger(cfg.LogLevel, "dev")
-	if cfg.AdminToken == "" {
-		cfg.AdminToken, _, _ = tenants.NewSecret("tgadm_")
-	}
-	if len(cfg.AllowCIDRs) == 0 {
-		// The demo upstream runs on loopback.
-		cfg.AllowCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
-	}
-
-	// Bind every port first, so a port already in use fails before anything starts.
-	apiLn, err := listen("TOLLGATE_API_ADDR", cfg.APIAddr)
+	ports, err := bindDevPorts(cfg)
 	if err != nil {
 		return err
 	}
-	edgeLn, err := listen("TOLLGATE_EDGE_ADDR", cfg.EdgeAddr)
+	natsURL, stopNATS, err := startDevNATS(cfg)
 	if err != nil {
 		return err
 	}
-	// The console's examples name the port the edge really got (":0" picks one).
-	cfg.EdgeAddr = edgeLn.Addr().String()
-	adminLn, err := listen("TOLLGATE_EDGE_ADMIN_ADDR", cfg.EdgeAdmin)
-	if err != nil {
-		return err
-	}
-	// One admin listener for the api and billing, which share a process here.
-	apiAdminLn, err := listen("TOLLGATE_API_ADMIN_ADDR", cfg.APIAdminAddr)
-	if err != nil {
-		return err
-	}
-
-	natsURL := cfg.NATSURL
-	if natsURL == "" {
-		// A fresh store each run: the bucket is rebuilt from Postgres below, which is the
-		// source of truth, so nothing is lost by starting NATS empty.
-		dir, err := os.MkdirTemp("", "tollgate-nats-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		ns, err := natsserver.Start(natsserver.Options{StoreDir: dir})
-		if err != nil {
-			return err
-		}
-		defer ns.Shutdown()
-		natsURL = ns.ClientURL()
-		// The embedded server is one node with no sign-in: cluster settings meant for an
-		// external NATS would only make it refuse the stack.
-		cfg.NATSReplicas = 1
-		cfg.NATSCreds, cfg.NATSNKey, cfg.NATSTLSCA, cfg.NATSTLSCert, cfg.NATSTLSKey = "", "", "", "", ""
-	}
-
+	defer stopNATS()
 	cp, err := openControlPlane(ctx, cfg, natsURL, log)
 	if err != nil {
 		return err
 	}
 	defer cp.close()
-	cp.adminLn = apiAdminLn
-	kv, err := cp.bucket(ctx, cfg.KVBucket(), cfg.NATSReplicas)
-	if err != nil {
+	cp.adminLn = ports.apiAdmin
+	if err := rebuildBucket(ctx, cfg, cp); err != nil {
 		return err
 	}
-	if _, err := cp.resync(ctx, kv); err != nil {
-		return fmt.Errorf("rebuild config bucket: %w", err)
-	}
-
 	upstream, stopUpstream, err := startDemoUpstream()
 	if err != nil {
 		return err
@@ -106,26 +79,124 @@ func Dev(ctx context.Context, args []string) error {
 		return fmt.Errorf("demo tenant: %w", err)
 	}
 
-	apiDone := make(chan error, 1)
-	go func() { apiDone <- runAPI(ctx, cfg, cp, apiLn, log) }()
-	edgeReady := make(chan struct{})
-	edgeDone := make(chan error, 1)
-	go func() {
-		edgeDone <- edgecmd.Serve(ctx, cfg, natsURL, edgeLn, adminLn, log, func() { close(edgeReady) })
-	}()
-
-	// Billing folds the edge's usage, so the dev stack's usage and export count. It stops
-	// after the edge has drained its meter.
-	billingTraces, err := cfg.Tracing("tollgate-billing", false)
+	s, err := startDevServices(ctx, cfg, cp, natsURL, ports, log)
 	if err != nil {
 		return err
 	}
-	defer billingTraces.Close()
+	defer s.close()
+	if err := waitDemo(ctx, s.edgeReady, ports.edge.Addr().String(), key); err != nil {
+		log.Warn("demo route not served yet", "err", err)
+	}
+	printBanner(cfg, ports.api.Addr().String(), portOf(ports.edge), ports.edgeAdmin.Addr().String(), natsURL, key)
+	return s.wait(ctx)
+}
+
+// devConfig is the environment's config with dev's defaults: a generated admin token,
+// and loopback upstreams allowed (the demo upstream runs there).
+func devConfig() (*config.Config, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.AdminToken == "" {
+		cfg.AdminToken, _, _ = tenants.NewSecret("tgadm_")
+	}
+	if len(cfg.AllowCIDRs) == 0 {
+		cfg.AllowCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	}
+	return cfg, nil
+}
+
+// devPorts are the dev stack's listeners.
+type devPorts struct {
+	api, edge, edgeAdmin net.Listener
+	// One admin listener for the api and billing, which share a process here.
+	apiAdmin net.Listener
+}
+
+// bindDevPorts binds every port first, so a port already in use fails before anything
+// starts.
+func bindDevPorts(cfg *config.Config) (p devPorts, err error) {
+	if p.api, err = listen("TOLLGATE_API_ADDR", cfg.APIAddr); err != nil {
+		return p, err
+	}
+	if p.edge, err = listen("TOLLGATE_EDGE_ADDR", cfg.EdgeAddr); err != nil {
+		return p, err
+	}
+	// The console's examples name the port the edge really got (":0" picks one).
+	cfg.EdgeAddr = p.edge.Addr().String()
+	if p.edgeAdmin, err = listen("TOLLGATE_EDGE_ADMIN_ADDR", cfg.EdgeAdmin); err != nil {
+		return p, err
+	}
+	p.apiAdmin, err = listen("TOLLGATE_API_ADMIN_ADDR", cfg.APIAdminAddr)
+	return p, err
+}
+
+// startDevNATS starts the embedded NATS server, unless cfg names one; stop shuts it down.
+func startDevNATS(cfg *config.Config) (url string, stop func(), err error) {
+	if cfg.NATSURL != "" {
+		return cfg.NATSURL, func() {}, nil
+	}
+	// A fresh store each run: the bucket is rebuilt from Postgres, which is the source of
+	// truth, so nothing is lost by starting NATS empty.
+	dir, err := os.MkdirTemp("", "tollgate-nats-")
+	if err != nil {
+		return "", nil, err
+	}
+	ns, err := natsserver.Start(natsserver.Options{StoreDir: dir})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	// The embedded server is one node with no sign-in: cluster settings meant for an
+	// external NATS would only make it refuse the stack.
+	cfg.NATSReplicas = 1
+	cfg.NATSCreds, cfg.NATSNKey, cfg.NATSTLSCA, cfg.NATSTLSCert, cfg.NATSTLSKey = "", "", "", "", ""
+	return ns.ClientURL(), func() {
+		ns.Shutdown()
+		os.RemoveAll(dir)
+	}, nil
+}
+
+// rebuildBucket makes the config bucket and fills it from Postgres.
+func rebuildBucket(ctx context.Context, cfg *config.Config, cp *controlPlane) error {
+	kv, err := cp.bucket(ctx, cfg.KVBucket(), cfg.NATSReplicas)
+	if err != nil {
+		return err
+	}
+	if _, err := cp.resync(ctx, kv); err != nil {
+		return fmt.Errorf("rebuild config bucket: %w", err)
+	}
+	return nil
+}
+
+// devServices are the api, the edge and billing, each running in its goroutine.
+type devServices struct {
+	apiDone, edgeDone, billingDone chan error
+	edgeReady                      chan struct{}
+	stopBilling                    context.CancelFunc
+	billingTraces                  *tracing.Provider
+}
+
+// startDevServices starts the api and the edge, which stop when ctx ends, and billing,
+// which folds the edge's usage (so the dev stack's usage and export count) and stops
+// only when told to, after the edge has drained its meter.
+func startDevServices(ctx context.Context, cfg *config.Config, cp *controlPlane, natsURL string, ports devPorts, log *slog.Logger) (*devServices, error) {
+	billingTraces, err := cfg.Tracing("tollgate-billing", false)
+	if err != nil {
+		return nil, err
+	}
 	billingCtx, stopBilling := context.WithCancel(context.Background())
-	defer stopBilling()
-	billingDone := make(chan error, 1)
+	s := &devServices{
+		apiDone: make(chan error, 1), edgeDone: make(chan error, 1), billingDone: make(chan error, 1),
+		edgeReady: make(chan struct{}), stopBilling: stopBilling, billingTraces: billingTraces,
+	}
+	go func() { s.apiDone <- runAPI(ctx, cfg, cp, ports.api, log) }()
 	go func() {
-		billingDone <- billingcli.Run(billingCtx, billingcli.Options{
+		s.edgeDone <- edgecmd.Serve(ctx, cfg, natsURL, ports.edge, ports.edgeAdmin, log, func() { close(s.edgeReady) })
+	}()
+	go func() {
+		s.billingDone <- billingcli.Run(billingCtx, billingcli.Options{
 			DatabaseURL: cfg.DatabaseURL, NATSURL: natsURL, NATSPrefix: cfg.NATSPrefix,
 			NATSAuth: cfg.NATSAuth(), NATSReplicas: cfg.NATSReplicas,
 			StripeKey: cfg.StripeKey, StripeURL: cfg.StripeURL, StripeEvent: cfg.StripeEvent,
@@ -134,22 +205,21 @@ func Dev(ctx context.Context, args []string) error {
 			Tracer:   tracer(billingTraces, "tollgate/billing"),
 		})
 	}()
+	return s, nil
+}
 
-	edgePort := portOf(edgeLn)
-	if err := waitDemo(ctx, edgeReady, edgeLn.Addr().String(), key); err != nil {
-		log.Warn("demo route not served yet", "err", err)
-	}
-	printBanner(cfg, apiLn.Addr().String(), edgePort, adminLn.Addr().String(), natsURL, key)
-
+// wait returns when ctx ends and the services have stopped (or had their grace), with
+// the first error any of them stopped with.
+func (s *devServices) wait(ctx context.Context) error {
 	var first error
 	select {
-	case first = <-apiDone:
-	case first = <-edgeDone:
+	case first = <-s.apiDone:
+	case first = <-s.edgeDone:
 	case <-ctx.Done():
 	}
 	// Both stop on ctx; wait for them so the deferred closes run after.
 	<-ctx.Done()
-	for _, ch := range []chan error{apiDone, edgeDone} {
+	for _, ch := range []chan error{s.apiDone, s.edgeDone} {
 		select {
 		case err := <-ch:
 			if first == nil {
@@ -158,15 +228,20 @@ func Dev(ctx context.Context, args []string) error {
 		case <-time.After(config.ShutdownGrace):
 		}
 	}
-	stopBilling()
+	s.stopBilling()
 	select {
-	case err := <-billingDone:
+	case err := <-s.billingDone:
 		if first == nil && err != nil && !errors.Is(err, context.Canceled) {
 			first = err
 		}
 	case <-time.After(config.ShutdownGrace):
 	}
 	return first
+}
+
+func (s *devServices) close() {
+	s.stopBilling()
+	s.billingTraces.Close()
 }
 
 func listen(name, addr string) (net.Listener, error) {

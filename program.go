@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,11 +12,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/trace"
 
 	"tollgate/api"
-	billingcli "tollgate/billing/cli"
 	billingpg "tollgate/billing/postgres"
+	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
 	"tollgate/infra/tracing"
 	"tollgate/tenants"
@@ -28,12 +28,20 @@ import (
 
 func loadConfig() (*config.Config, error) { return config.FromEnv(os.Getenv) }
 
-// Migrate applies the database migrations, creating the database if needed.
-func Migrate(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
-		return err
+func migrateCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "migrate",
+		Short: "applies database migrations and exits",
+		Long:  "Migrate applies the database migrations, creating the database if needed, and exits.",
+		Args:  cobra.NoArgs,
+		RunE:  cmdline.Run(Migrate),
 	}
+	cmdline.Env(c, "TOLLGATE_DATABASE_URL")
+	return c
+}
+
+// Migrate applies the database migrations, creating the database if needed.
+func Migrate(ctx context.Context, _ []string) error {
 	cfg, err := loadConfig()
 	if err != nil {
 		return err
@@ -43,12 +51,6 @@ func Migrate(ctx context.Context, args []string) error {
 	}
 	fmt.Println("database migrated")
 	return nil
-}
-
-// Billing is `tollgate billing`: the usage consumer, and the finance subcommands
-// (reconcile, export, enable, push). See billing/cli.
-func Billing(ctx context.Context, args []string) error {
-	return billingcli.Main(ctx, args)
 }
 
 // controlPlane is the api's half of the stack: store, relay and the bucket it feeds.
@@ -213,14 +215,28 @@ func heavyCalls(n int) int {
 	return n
 }
 
-// API serves the management API and runs the outbox relay. With --resync it rebuilds the
-// KV bucket from Postgres and exits.
-func API(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("api", flag.ContinueOnError)
-	resync := fs.Bool("resync", false, "rebuild the KV bucket from Postgres, then exit")
-	if err := fs.Parse(args); err != nil {
-		return err
+func apiCommand() *cobra.Command {
+	var resync bool
+	c := &cobra.Command{
+		Use:   "api [--resync]",
+		Short: "the management API and the outbox relay",
+		Long: `The api serves the management API, the console and the developer portals, and relays
+the outbox to the NATS KV bucket the edges read. With --resync it rebuilds that bucket
+from Postgres and exits (a running api's relay does the work when there is one).`,
+		Args: cobra.NoArgs,
+		RunE: cmdline.Run(func(ctx context.Context, _ []string) error { return API(ctx, resync) }),
 	}
+	c.Flags().BoolVar(&resync, "resync", false, "rebuild the KV bucket from Postgres, then exit")
+	cmdline.Env(c, "TOLLGATE_ADMIN_TOKEN", "TOLLGATE_DATABASE_URL", "TOLLGATE_NATS_URL", "TOLLGATE_NATS_PREFIX",
+		"TOLLGATE_NATS_CREDS", "TOLLGATE_API_ADDR", "TOLLGATE_API_ADMIN_ADDR", "TOLLGATE_EDGE_DOMAIN",
+		"TOLLGATE_PUBLIC_URL", "TOLLGATE_UPSTREAM_ALLOW_CIDRS", "TOLLGATE_SMTP_URL", "TOLLGATE_STRIPE_KEY",
+		"TOLLGATE_STRIPE_WEBHOOK_SECRET", "TOLLGATE_DB_TIMEOUT", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
+	return c
+}
+
+// API serves the management API and runs the outbox relay. With resync it rebuilds the
+// KV bucket from Postgres and exits.
+func API(ctx context.Context, resync bool) error {
 	cfg, err := loadConfig()
 	if err != nil {
 		return err
@@ -238,7 +254,7 @@ func API(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cp.close()
-	if *resync {
+	if resync {
 		kv, err := cp.bucket(ctx, cfg.KVBucket(), cfg.NATSReplicas)
 		if err != nil {
 			return err

@@ -1,26 +1,25 @@
 // Package cli is `tollgate billing`: it wires billing's Postgres store, the JetStream
 // usage consumer and (when a Stripe key is set) the Stripe pusher into a process, and
-// provides the finance subcommands. the tollgate command (main package) calls Main; `tollgate dev` may call Run
-// to run billing inside its own process.
+// provides the finance subcommands. The tollgate command mounts Command; `tollgate dev`
+// calls Run to run billing inside its own process.
 package cli
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/trace"
 
 	"tollgate/billing"
@@ -28,33 +27,11 @@ import (
 	billingpg "tollgate/billing/postgres"
 	billingstripe "tollgate/billing/stripe"
 	"tollgate/infra/admin"
+	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
 	tgnats "tollgate/tenants/nats"
 	"tollgate/tenants/postgres"
 )
-
-const usage = `usage: tollgate billing [command] [flags]
-
-commands:
-  (none)      run the usage consumer (and the Stripe push when TOLLGATE_STRIPE_KEY is set)
-  reconcile   --period YYYY-MM [--json] [--settle 15m]: compare, per tenant, hour and
-              edge, what each edge served with what was folded from its batches, and
-              what was pushed to Stripe; names each difference (loss, dropped,
-              double_count, missing_totals, unattributed, stripe_short, stripe_excess)
-              and lists what is still pending; exits 1 when anything is wrong, usage an
-              edge dropped included
-  export      --period YYYY-MM [--format csv|json]: the period's bill on stdout
-  enable      --tenant SLUG: make the tenant a Stripe customer (needs TOLLGATE_STRIPE_KEY)
-  push        push settled usage to Stripe once and exit
-  subscribe   bring paying tenants' Stripe subscriptions in line with their plans' prices
-              once and exit (the running process does it every 10 minutes)
-
-environment: the TOLLGATE_* variables of README.md, plus
-  TOLLGATE_STRIPE_KEY        Stripe secret key [unset: no Stripe push]
-  TOLLGATE_STRIPE_URL        Stripe API base URL [Stripe's; e.g. a stripe-mock]
-  TOLLGATE_STRIPE_EVENT      meter event name [tollgate_requests]
-  TOLLGATE_STRIPE_METER      Billing Meter id of the subscriptions' usage prices [the event name's]
-`
 
 // Options are what billing needs to run.
 type Options struct {
@@ -110,52 +87,68 @@ func OptionsFromEnv(getenv func(string) string) (Options, *config.Config, error)
 	return o, cfg, nil
 }
 
-// Main is `tollgate billing [command]`, configured from the environment.
-func Main(ctx context.Context, args []string) error {
+// Command is `tollgate billing`: alone, the usage consumer; with a subcommand, one
+// finance task that exits. Each reads the environment when it runs, not for its help.
+func Command() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "billing",
+		Short: "folds usage batches into Postgres rollups; finance subcommands",
+		Long: `Alone, billing runs the usage consumer: it folds the edges' usage batches from NATS
+into Postgres rollups and, when TOLLGATE_STRIPE_KEY is set, pushes settled usage to
+Stripe every minute and keeps paying tenants' subscriptions in line with their plans.
+Its subcommands do one finance task and exit.`,
+		Args: cobra.NoArgs,
+		RunE: cmdline.Run(consume),
+	}
+	cmdline.Env(c, "TOLLGATE_DATABASE_URL", "TOLLGATE_NATS_URL", "TOLLGATE_NATS_PREFIX", "TOLLGATE_NATS_REPLICAS",
+		"TOLLGATE_NATS_CREDS", "TOLLGATE_BILLING_ADMIN_ADDR", "TOLLGATE_STRIPE_KEY", "TOLLGATE_STRIPE_URL",
+		"TOLLGATE_STRIPE_EVENT", "TOLLGATE_STRIPE_METER", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
+	c.AddCommand(reconcileCommand(), exportCommand(), enableCommand(), pushCommand(), subscribeCommand())
+	return c
+}
+
+// fromEnv is every billing command's start: the options from the environment, and the
+// database migrated.
+func fromEnv(ctx context.Context) (Options, *config.Config, error) {
 	o, cfg, err := OptionsFromEnv(os.Getenv)
 	if err != nil {
-		return err
+		return Options{}, nil, err
 	}
 	o.Logger = config.NewLogger(cfg.LogLevel, "billing")
 	o.Stdout = os.Stdout
 	o.AdminAddr = cfg.BillingAdminAddr
 	if err := postgres.Migrate(ctx, o.DatabaseURL); err != nil {
+		return Options{}, nil, err
+	}
+	return o, cfg, nil
+}
+
+// consume is `tollgate billing` alone: Run, configured from the environment.
+func consume(ctx context.Context, _ []string) error {
+	o, cfg, err := fromEnv(ctx)
+	if err != nil {
 		return err
 	}
-	cmd := ""
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
+	tp, err := cfg.Tracing("tollgate-billing", false)
+	if err != nil {
+		return err
 	}
-	switch cmd {
-	case "":
-		fs := flag.NewFlagSet("billing", flag.ContinueOnError)
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		tp, err := cfg.Tracing("tollgate-billing", false)
+	if tp != nil {
+		defer tp.Shutdown(context.WithoutCancel(ctx))
+		o.Tracer = tp.Tracer("tollgate/billing")
+	}
+	return Run(ctx, o)
+}
+
+// task is a billing subcommand's work, given the options from the environment.
+func task(f func(context.Context, Options) error) func(*cobra.Command, []string) error {
+	return cmdline.Run(func(ctx context.Context, _ []string) error {
+		o, _, err := fromEnv(ctx)
 		if err != nil {
 			return err
 		}
-		if tp != nil {
-			defer tp.Shutdown(context.WithoutCancel(ctx))
-			o.Tracer = tp.Tracer("tollgate/billing")
-		}
-		return Run(ctx, o)
-	case "reconcile":
-		return reconcileCmd(ctx, o, args)
-	case "export":
-		return exportCmd(ctx, o, args)
-	case "enable":
-		return enableCmd(ctx, o, args)
-	case "push":
-		return pushCmd(ctx, o)
-	case "subscribe":
-		return subscribeCmd(ctx, o)
-	case "help", "-h", "--help":
-		fmt.Fprint(o.Stdout, usage)
-		return nil
-	}
-	return fmt.Errorf("unknown billing command %q\n\n%s", cmd, usage)
+		return f(ctx, o)
+	})
 }
 
 // Run is the billing process: the durable usage consumer folding into Postgres and, with
@@ -291,26 +284,42 @@ func Reconcile(ctx context.Context, o Options, p billing.Period, settle time.Dur
 // differences do not count).
 var ErrDiscrepancies = errors.New("reconciliation found discrepancies")
 
-func reconcileCmd(ctx context.Context, o Options, args []string) error {
-	fs := flag.NewFlagSet("billing reconcile", flag.ContinueOnError)
-	period := fs.String("period", "", "the month to reconcile, YYYY-MM (UTC)")
-	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	settle := fs.Duration("settle", billing.DefaultSettle, "how long after an hour ends a difference in it is no longer pending")
-	if err := fs.Parse(args); err != nil {
-		return err
+func reconcileCommand() *cobra.Command {
+	var period string
+	var asJSON bool
+	var settle time.Duration
+	c := &cobra.Command{
+		Use:   "reconcile --period YYYY-MM",
+		Short: "compare what the edges served with what was folded and pushed to Stripe",
+		Long: `Reconcile compares, per tenant, hour and edge, what each edge served (its totals in
+NATS) with what was folded from its batches, and what was pushed to Stripe. It names
+each difference (loss, dropped, double_count, missing_totals, unattributed,
+stripe_short, stripe_excess) and lists what is still pending. It exits 1 when anything
+is wrong, usage an edge dropped included.`,
+		Args: cobra.NoArgs,
+		RunE: task(func(ctx context.Context, o Options) error { return reconcile(ctx, o, period, asJSON, settle) }),
 	}
-	p, err := billing.ParsePeriod(*period)
+	c.Flags().StringVar(&period, "period", "", "the month to reconcile, YYYY-MM (UTC)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	c.Flags().DurationVar(&settle, "settle", billing.DefaultSettle, "how long after an hour ends a difference in it is no longer pending")
+	_ = c.MarkFlagRequired("period")
+	cmdline.Env(c, "TOLLGATE_DATABASE_URL", "TOLLGATE_NATS_URL", "TOLLGATE_NATS_PREFIX", "TOLLGATE_NATS_CREDS")
+	return c
+}
+
+func reconcile(ctx context.Context, o Options, period string, asJSON bool, settle time.Duration) error {
+	p, err := billing.ParsePeriod(period)
 	if err != nil {
 		return err
 	}
-	if *settle <= 0 {
+	if settle <= 0 {
 		return fmt.Errorf("--settle must be positive")
 	}
-	r, err := Reconcile(ctx, o, p, *settle)
+	r, err := Reconcile(ctx, o, p, settle)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(o.stdout())
 		enc.SetIndent("", "  ")
 		err = enc.Encode(r)
@@ -326,14 +335,23 @@ func reconcileCmd(ctx context.Context, o Options, args []string) error {
 	return nil
 }
 
-func exportCmd(ctx context.Context, o Options, args []string) error {
-	fs := flag.NewFlagSet("billing export", flag.ContinueOnError)
-	period := fs.String("period", "", "the month to export, YYYY-MM (UTC)")
-	format := fs.String("format", "csv", "csv or json")
-	if err := fs.Parse(args); err != nil {
-		return err
+func exportCommand() *cobra.Command {
+	var period, format string
+	c := &cobra.Command{
+		Use:   "export --period YYYY-MM [--format csv|json]",
+		Short: "print the period's bill",
+		Args:  cobra.NoArgs,
+		RunE:  task(func(ctx context.Context, o Options) error { return export(ctx, o, period, format) }),
 	}
-	p, err := billing.ParsePeriod(*period)
+	c.Flags().StringVar(&period, "period", "", "the month to export, YYYY-MM (UTC)")
+	c.Flags().StringVar(&format, "format", "csv", "csv or json")
+	_ = c.MarkFlagRequired("period")
+	cmdline.Env(c, "TOLLGATE_DATABASE_URL")
+	return c
+}
+
+func export(ctx context.Context, o Options, period, format string) error {
+	p, err := billing.ParsePeriod(period)
 	if err != nil {
 		return err
 	}
@@ -346,7 +364,7 @@ func exportCmd(ctx context.Context, o Options, args []string) error {
 	if err != nil {
 		return err
 	}
-	switch *format {
+	switch format {
 	case "csv":
 		return billing.WriteCSV(o.stdout(), rows)
 	case "json":
@@ -355,27 +373,47 @@ func exportCmd(ctx context.Context, o Options, args []string) error {
 	return fmt.Errorf("--format must be csv or json")
 }
 
-func enableCmd(ctx context.Context, o Options, args []string) error {
-	fs := flag.NewFlagSet("billing enable", flag.ContinueOnError)
-	slug := fs.String("tenant", "", "the tenant's slug")
-	if err := fs.Parse(args); err != nil {
-		return err
+func enableCommand() *cobra.Command {
+	var slug string
+	c := &cobra.Command{
+		Use:   "enable --tenant SLUG",
+		Short: "make the tenant a Stripe customer",
+		Args:  cobra.NoArgs,
+		RunE:  task(func(ctx context.Context, o Options) error { return enable(ctx, o, slug) }),
 	}
+	c.Flags().StringVar(&slug, "tenant", "", "the tenant's slug")
+	_ = c.MarkFlagRequired("tenant")
+	cmdline.Env(c, "TOLLGATE_DATABASE_URL", "TOLLGATE_STRIPE_KEY", "TOLLGATE_STRIPE_URL")
+	return c
+}
+
+func enable(ctx context.Context, o Options, slug string) error {
 	return o.withPusher(ctx, func(store *billingpg.Store, p *billingstripe.Pusher) error {
-		id, name, err := store.TenantBySlug(ctx, *slug)
+		id, name, err := store.TenantBySlug(ctx, slug)
 		if err != nil {
 			return err
 		}
-		cus, err := p.EnableTenant(ctx, id, *slug, name)
+		cus, err := p.EnableTenant(ctx, id, slug, name)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(o.stdout(), "tenant %s is Stripe customer %s\n", *slug, cus)
+		fmt.Fprintf(o.stdout(), "tenant %s is Stripe customer %s\n", slug, cus)
 		return nil
 	})
 }
 
-func pushCmd(ctx context.Context, o Options) error {
+func pushCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "push",
+		Short: "push settled usage to Stripe once and exit",
+		Args:  cobra.NoArgs,
+		RunE:  task(push),
+	}
+	cmdline.Env(c, "TOLLGATE_DATABASE_URL", "TOLLGATE_STRIPE_KEY", "TOLLGATE_STRIPE_URL", "TOLLGATE_STRIPE_EVENT")
+	return c
+}
+
+func push(ctx context.Context, o Options) error {
 	return o.withPusher(ctx, func(_ *billingpg.Store, p *billingstripe.Pusher) error {
 		n, err := p.PushDue(ctx)
 		fmt.Fprintf(o.stdout(), "%d meter events pushed\n", n)
@@ -398,7 +436,20 @@ func (o Options) withPusher(ctx context.Context, f func(*billingpg.Store, *billi
 	return f(store, p)
 }
 
-func subscribeCmd(ctx context.Context, o Options) error {
+func subscribeCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "subscribe",
+		Short: "bring paying tenants' Stripe subscriptions in line with their plans' prices once",
+		Long: `Subscribe brings paying tenants' Stripe subscriptions in line with their plans' prices
+once and exits; the running billing process does it every 10 minutes.`,
+		Args: cobra.NoArgs,
+		RunE: task(subscribe),
+	}
+	cmdline.Env(c, "TOLLGATE_DATABASE_URL", "TOLLGATE_STRIPE_KEY", "TOLLGATE_STRIPE_URL", "TOLLGATE_STRIPE_METER")
+	return c
+}
+
+func subscribe(ctx context.Context, o Options) error {
 	return o.withPusher(ctx, func(store *billingpg.Store, p *billingstripe.Pusher) error {
 		sub, err := billingstripe.NewSubscriber(billingstripe.SubscriberConfig{Pusher: p, Store: store, Prices: store, Meter: o.StripeMeter})
 		if err != nil {

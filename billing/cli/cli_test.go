@@ -68,20 +68,28 @@ func TestRunAndReconcile(t *testing.T) {
 		}
 	}
 	period := billing.PeriodOf(at).String()
-	if err := cli.Main(ctx, []string{"reconcile", "--period", period}); err != nil {
+	if err := billingCmd(ctx, "reconcile", "--period", period); err != nil {
 		t.Fatalf("reconcile: %v", err)
 	}
-	if err := cli.Main(ctx, []string{"export", "--period", period, "--format", "json"}); err != nil {
+	if err := billingCmd(ctx, "export", "--period", period, "--format", "json"); err != nil {
 		t.Fatalf("export: %v", err)
 	}
 	db.Fold(t, billingtest.Batch(9, billingtest.Record(tn.ID, at, "r", "", 200, true, 1)))
-	if err := cli.Main(ctx, []string{"reconcile", "--period", period}); !errors.Is(err, cli.ErrDiscrepancies) {
+	if err := billingCmd(ctx, "reconcile", "--period", period); !errors.Is(err, cli.ErrDiscrepancies) {
 		t.Fatalf("reconcile after a stray batch: %v", err)
 	}
-	if err := cli.Main(ctx, []string{"reconcile", "--period", "May"}); err == nil {
+	if err := billingCmd(ctx, "reconcile", "--period", "May"); err == nil {
 		t.Fatal("a bad period was accepted")
 	}
-	if err := cli.Main(ctx, []string{"reconcile", "--period", period, "--settle", "-1s"}); err == nil {
+	if err := billingCmd(ctx, "reconcile", "--period", period, "--settle", "-1s"); err == nil {
 		t.Fatal("a negative --settle was accepted")
 	}
+}
+
+// billingCmd runs `tollgate billing args...` as the binary does, short of exiting.
+func billingCmd(ctx context.Context, args ...string) error {
+	c := cli.Command()
+	c.SetArgs(args)
+	c.SilenceErrors, c.SilenceUsage = true, true
+	return c.ExecuteContext(ctx)
 }

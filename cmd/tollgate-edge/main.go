@@ -8,19 +8,19 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"tollgate/edge/edgecmd"
+	"tollgate/infra/cmdline"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := edgecmd.Run(ctx, os.Args[1:]); err != nil {
-		fmt.Fprintf(os.Stderr, "tollgate-edge: %v\n", err)
-		os.Exit(1)
-	}
+	cmd := edgecmd.Command()
+	cmd.Use = "tollgate-edge"
+	code := cmdline.Execute(ctx, cmd, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
 }

@@ -8,7 +8,7 @@ package edgecmd
 import (
 	"context"
 	"crypto/tls"
-	"flag"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,19 +16,39 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 
 	"tollgate/edge"
+	"tollgate/edge/meter"
+	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
 	tgnats "tollgate/tenants/nats"
 )
 
-// Run is the edge command: it serves tenant traffic from the KV bucket until ctx ends.
-func Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
-	if err := fs.Parse(args); err != nil {
-		return err
+// Command is `tollgate edge` (and, renamed, the tollgate-edge binary), built around Run.
+func Command() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "edge",
+		Short: "the data plane: proxies tenant traffic from the KV config",
+		Long: `The edge serves tenants' traffic at <slug>.<TOLLGATE_EDGE_DOMAIN>, from the config
+the api publishes to the NATS KV bucket. It limits through Redis when TOLLGATE_REDIS_URL
+is set (locally otherwise), meters usage to NATS for billing, and starts from its last
+config snapshot while NATS is unreachable. It stops on SIGINT or SIGTERM, after draining.`,
+		Args: cobra.NoArgs,
+		RunE: cmdline.Run(Run),
 	}
+	cmdline.Env(c, "TOLLGATE_NATS_URL", "TOLLGATE_NATS_PREFIX", "TOLLGATE_NATS_CREDS",
+		"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_PREFIX", "TOLLGATE_EDGE_ADDR", "TOLLGATE_EDGE_ADMIN_ADDR",
+		"TOLLGATE_EDGE_DOMAIN", "TOLLGATE_EDGE_TLS_ADDR", "TOLLGATE_EDGE_TLS_CERT", "TOLLGATE_EDGE_ID",
+		"TOLLGATE_METER", "TOLLGATE_METER_SPOOL_DIR", "TOLLGATE_UPSTREAM_ALLOW_CIDRS",
+		"TOLLGATE_TRUSTED_PROXIES", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
+	return c
+}
+
+// Run is the edge command: it serves tenant traffic from the KV bucket until ctx ends.
+func Run(ctx context.Context, _ []string) error {
 	cfg, err := config.FromEnv(os.Getenv)
 	if err != nil {
 		return err
@@ -62,12 +82,15 @@ const coldStartWait = 5 * time.Second
 // one, pub, or when pub is nil a listener on cfg.EdgeAddr (and the TLS one) is opened
 // only when the edge is ready: from the bucket's initial load or, when NATS is
 // unreachable, from its config snapshot (edge.ConfigFile).
+//
+// The deferred closes run in reverse: the edge drains, then the meter flushes its last
+// counts and the spool while NATS is still connected, then NATS and the limiter close.
 func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net.Listener, log *slog.Logger, ready func()) error {
 	fc, err := openLimiter(cfg, log)
 	if err != nil {
 		return err
 	}
-	defer fc.close() // after the edge has drained: the deferred calls below run first
+	defer fc.close()
 	// Connect does not fail on an unreachable server: it keeps trying in the background
 	// (tgnats.Connect sets nats.go's RetryOnFailedConnect), so the edge can start from its
 	// snapshot and follow the bucket once NATS is back.
@@ -80,59 +103,12 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 	if err != nil {
 		return err
 	}
-	// Deferred after nc.Close, so it runs first: after the edge has drained (below), the
-	// meter flushes its last counts and the spool while NATS is still connected.
 	defer closeMeter(m, log)
-	var wildcard *tls.Certificate
-	if cfg.EdgeTLSCert != "" || cfg.EdgeTLSKey != "" {
-		c, err := tls.LoadX509KeyPair(cfg.EdgeTLSCert, cfg.EdgeTLSKey)
-		if err != nil {
-			return fmt.Errorf("TOLLGATE_EDGE_TLS_CERT / TOLLGATE_EDGE_TLS_KEY: %w", err)
-		}
-		wildcard = &c
-	}
-	if cfg.EdgeTLSAddr != "" && wildcard == nil {
-		log.Warn("edge: TLS listener without TOLLGATE_EDGE_TLS_CERT/KEY: only custom domains will complete a handshake")
-	}
-	cacheBytes := cfg.EdgeCacheBytes
-	if cacheBytes == 0 {
-		cacheBytes = -1 // TOLLGATE_EDGE_CACHE_BYTES=0: no response cache
-	}
-	traces, err := cfg.Tracing("tollgate-edge", true) // the edge decides which requests it records
+	e, closeTraces, err := newEdge(cfg, m, fc, log)
 	if err != nil {
 		return err
 	}
-	var tr *edge.Tracing
-	if traces != nil {
-		defer traces.Close() // after the edge has drained (deferred below)
-		tr = &edge.Tracing{Tracer: traces.Tracer("tollgate/edge"), Sample: cfg.OTELSample}
-	}
-	edge.SetRawIO(cfg.EdgeRawIO)
-	edge.SetYieldReads(cfg.EdgeYieldReads)
-	edge.SetShortReadWait(cfg.EdgeShortReadWait)
-	edge.SetReuseCheck(cfg.EdgeReuseCheck)
-	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
-	edge.SetIncrementalCompiles(cfg.EdgeIncremental)
-	edge.SetShareUpstreams(cfg.EdgeShareUpstreams)
-	edge.SetParallelCompiles(cfg.EdgeParallelCompiles)
-	e, err := edge.New(edge.Config{
-		Tracing:        tr,
-		CacheBytes:     cacheBytes,
-		TLSCertificate: wildcard,
-		Meter:          m,
-		Registry:       fc.reg,
-		Limiter:        fc.lim,
-		Domain:         cfg.EdgeDomain,
-		AddressRule:    cfg.UpstreamAddressRule(),
-		TrustedProxies: cfg.TrustedProxy,
-		Logger:         log,
-		AccessLog:      cfg.AccessLog,
-		EdgeID:         cfg.EdgeID,
-		Pprof:          cfg.Pprof,
-	})
-	if err != nil {
-		return err
-	}
+	defer closeTraces()
 	shutdown := func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), config.ShutdownGrace)
 		defer cancel()
@@ -147,89 +123,22 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 		}}.Run(ctx)
 	}
 
-	// The config snapshot lives beside the meter's spool: the edge's one local state
-	// directory. Closed (its last write) after the watch has stopped.
-	cf, err := edge.OpenConfigFile(edge.ConfigFileConfig{
-		Dir:       cfg.MeterSpoolDir,
-		Bucket:    cfg.KVBucket(),
-		Apply:     e.Apply,
-		Connected: nc.IsConnected,
-		RawValues: !cfg.EdgePackConfig,
-		Hog:       !cfg.EdgeSnapshotYield,
-		Registry:  fc.reg,
-		Logger:    log,
-	})
+	cf, current, stopWatch, err := followBucket(ctx, cfg, e, nc, fc, log)
 	if err != nil {
 		return err
 	}
-	defer cf.Close()
-	e.UseConfigFile(cf)
-	js, err := jetstream.New(nc)
+	defer cf.Close() // its last write, after the watch has stopped
+	defer stopWatch()
+	fromSnapshot, err := waitForConfig(ctx, cfg, nc, cf, current, serveErr, log)
+	if err != nil {
+		if errors.Is(err, errStopped) {
+			return nil
+		}
+		return err
+	}
+	pub, tlsLn, err := listenPublic(cfg, pub)
 	if err != nil {
 		return err
-	}
-	current := make(chan struct{})
-	w, err := tgnats.Watch(ctx, js, cfg.KVBucket(), tgnats.WatchConfig{
-		OnUpdate: func(u tgnats.Update) { cf.Update(u.Key, u.Value, u.Revision) },
-		OnReady: func() {
-			if n := cf.Current(); n > 0 {
-				log.Info("edge: keys of the snapshot the bucket no longer has were deleted", "keys", n)
-			}
-			close(current)
-		},
-		OnError: func(err error) { log.Warn("config watch", "err", err) },
-	})
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-
-	// Wait for the bucket, or serve the snapshot while NATS is unreachable.
-	wait := coldStartWait
-	if !nc.IsConnected() {
-		wait = 0
-	}
-	fromSnapshot := false
-	select {
-	case <-current:
-	case <-ctx.Done():
-		return nil
-	case err := <-serveErr: // the admin listener failed
-		return err
-	case <-time.After(wait):
-		ok, err := cf.Restore(cfg.EdgeSnapshotMaxAge)
-		switch {
-		case ok:
-			fromSnapshot = true
-			_, asOf := cf.Serving()
-			log.Warn("edge: NATS unreachable; serving the config snapshot until the bucket's initial load is in",
-				"age", time.Since(asOf).Round(time.Second), "dir", cfg.MeterSpoolDir)
-		case err != nil:
-			log.Warn("edge: NATS unreachable and no usable config snapshot; not ready until the bucket's initial load is in", "why", err)
-		}
-		if !ok {
-			select {
-			case <-current:
-			case <-ctx.Done():
-				return nil
-			case err := <-serveErr:
-				return err
-			}
-		}
-	}
-	// Bound before Loaded, so /readyz answers 200 only with the port open; connections
-	// made while the edge compiles wait in the listen queue, not for a 503.
-	if pub == nil {
-		if pub, err = net.Listen("tcp", cfg.EdgeAddr); err != nil {
-			return fmt.Errorf("edge listen: %w", err)
-		}
-	}
-	var tlsLn net.Listener
-	if cfg.EdgeTLSAddr != "" {
-		if tlsLn, err = net.Listen("tcp", cfg.EdgeTLSAddr); err != nil {
-			_ = pub.Close()
-			return fmt.Errorf("TOLLGATE_EDGE_TLS_ADDR: %w", err)
-		}
 	}
 	e.Loaded()
 	if fromSnapshot {
@@ -264,4 +173,167 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 		}
 	}
 	return shutdown()
+}
+
+// newEdge builds the edge from cfg: its TLS certificate, cache budget, traces and
+// performance switches. closeTraces flushes the traces; call it after the edge drained.
+func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, log *slog.Logger) (e *edge.Edge, closeTraces func(), err error) {
+	var wildcard *tls.Certificate
+	if cfg.EdgeTLSCert != "" || cfg.EdgeTLSKey != "" {
+		c, err := tls.LoadX509KeyPair(cfg.EdgeTLSCert, cfg.EdgeTLSKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("TOLLGATE_EDGE_TLS_CERT / TOLLGATE_EDGE_TLS_KEY: %w", err)
+		}
+		wildcard = &c
+	}
+	if cfg.EdgeTLSAddr != "" && wildcard == nil {
+		log.Warn("edge: TLS listener without TOLLGATE_EDGE_TLS_CERT/KEY: only custom domains will complete a handshake")
+	}
+	cacheBytes := cfg.EdgeCacheBytes
+	if cacheBytes == 0 {
+		cacheBytes = -1 // TOLLGATE_EDGE_CACHE_BYTES=0: no response cache
+	}
+	traces, err := cfg.Tracing("tollgate-edge", true) // the edge decides which requests it records
+	if err != nil {
+		return nil, nil, err
+	}
+	var tr *edge.Tracing
+	if traces != nil {
+		tr = &edge.Tracing{Tracer: traces.Tracer("tollgate/edge"), Sample: cfg.OTELSample}
+	}
+	edge.SetRawIO(cfg.EdgeRawIO)
+	edge.SetYieldReads(cfg.EdgeYieldReads)
+	edge.SetShortReadWait(cfg.EdgeShortReadWait)
+	edge.SetReuseCheck(cfg.EdgeReuseCheck)
+	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
+	edge.SetIncrementalCompiles(cfg.EdgeIncremental)
+	edge.SetShareUpstreams(cfg.EdgeShareUpstreams)
+	edge.SetParallelCompiles(cfg.EdgeParallelCompiles)
+	e, err = edge.New(edge.Config{
+		Tracing:        tr,
+		CacheBytes:     cacheBytes,
+		TLSCertificate: wildcard,
+		Meter:          m,
+		Registry:       fc.reg,
+		Limiter:        fc.lim,
+		Domain:         cfg.EdgeDomain,
+		AddressRule:    cfg.UpstreamAddressRule(),
+		TrustedProxies: cfg.TrustedProxy,
+		Logger:         log,
+		AccessLog:      cfg.AccessLog,
+		EdgeID:         cfg.EdgeID,
+		Pprof:          cfg.Pprof,
+	})
+	if err != nil {
+		traces.Close()
+		return nil, nil, err
+	}
+	return e, traces.Close, nil
+}
+
+// followBucket opens the edge's config snapshot and watches the bucket into it (and so
+// into the edge). current is closed once the bucket's initial load is in. The snapshot
+// lives beside the meter's spool: the edge's one local state directory.
+func followBucket(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats.Conn, fc *edgeLimiter, log *slog.Logger) (cf *edge.ConfigFile, current <-chan struct{}, stop func(), err error) {
+	cf, err = edge.OpenConfigFile(edge.ConfigFileConfig{
+		Dir:       cfg.MeterSpoolDir,
+		Bucket:    cfg.KVBucket(),
+		Apply:     e.Apply,
+		Connected: nc.IsConnected,
+		RawValues: !cfg.EdgePackConfig,
+		Hog:       !cfg.EdgeSnapshotYield,
+		Registry:  fc.reg,
+		Logger:    log,
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	e.UseConfigFile(cf)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		cf.Close()
+		return nil, nil, nil, err
+	}
+	loaded := make(chan struct{})
+	w, err := tgnats.Watch(ctx, js, cfg.KVBucket(), tgnats.WatchConfig{
+		OnUpdate: func(u tgnats.Update) { cf.Update(u.Key, u.Value, u.Revision) },
+		OnReady: func() {
+			if n := cf.Current(); n > 0 {
+				log.Info("edge: keys of the snapshot the bucket no longer has were deleted", "keys", n)
+			}
+			close(loaded)
+		},
+		OnError: func(err error) { log.Warn("config watch", "err", err) },
+	})
+	if err != nil {
+		cf.Close()
+		return nil, nil, nil, err
+	}
+	return cf, loaded, w.Stop, nil
+}
+
+// errStopped: the edge was told to stop (or its admin listener closed) before it had a
+// config to serve.
+var errStopped = errors.New("stopped before ready")
+
+// waitForConfig waits for the bucket's initial load or, while NATS is unreachable,
+// restores the config snapshot and serves that (fromSnapshot) until the load is in.
+func waitForConfig(ctx context.Context, cfg *config.Config, nc *nats.Conn, cf *edge.ConfigFile, current <-chan struct{}, serveErr <-chan error, log *slog.Logger) (fromSnapshot bool, err error) {
+	wait := coldStartWait
+	if !nc.IsConnected() {
+		wait = 0
+	}
+	select {
+	case <-current:
+		return false, nil
+	case <-ctx.Done():
+		return false, errStopped
+	case err := <-serveErr: // the admin listener failed
+		return false, orStopped(err)
+	case <-time.After(wait):
+	}
+	ok, err := cf.Restore(cfg.EdgeSnapshotMaxAge)
+	switch {
+	case ok:
+		_, asOf := cf.Serving()
+		log.Warn("edge: NATS unreachable; serving the config snapshot until the bucket's initial load is in",
+			"age", time.Since(asOf).Round(time.Second), "dir", cfg.MeterSpoolDir)
+		return true, nil
+	case err != nil:
+		log.Warn("edge: NATS unreachable and no usable config snapshot; not ready until the bucket's initial load is in", "why", err)
+	}
+	select {
+	case <-current:
+		return false, nil
+	case <-ctx.Done():
+		return false, errStopped
+	case err := <-serveErr:
+		return false, orStopped(err)
+	}
+}
+
+func orStopped(err error) error {
+	if err == nil {
+		return errStopped
+	}
+	return err
+}
+
+// listenPublic binds the public listener (unless dev bound it already) and the TLS one.
+// They are bound before the edge says it is loaded, so /readyz answers 200 only with the
+// port open; connections made while the edge compiles wait in the listen queue, not for
+// a 503.
+func listenPublic(cfg *config.Config, pub net.Listener) (_ net.Listener, tlsLn net.Listener, err error) {
+	if pub == nil {
+		if pub, err = net.Listen("tcp", cfg.EdgeAddr); err != nil {
+			return nil, nil, fmt.Errorf("edge listen: %w", err)
+		}
+	}
+	if cfg.EdgeTLSAddr != "" {
+		if tlsLn, err = net.Listen("tcp", cfg.EdgeTLSAddr); err != nil {
+			_ = pub.Close()
+			return nil, nil, fmt.Errorf("TOLLGATE_EDGE_TLS_ADDR: %w", err)
+		}
+	}
+	return pub, tlsLn, nil
 }
