@@ -33,7 +33,8 @@
 //	apply.go               KV entries in (Apply), dirty tenants recompiled off the request
 //	                       path, snapshots swapped in with one atomic store
 //	compile.go             one tenant's config → Snapshot (snapshot.go)
-//	snapshotfile.go        the last good config on disk, for a cold start without NATS
+//	configfile.go          the last good config on disk, for a cold start without NATS
+//	                       (package configfile), and what /readyz says of it
 //	config.go              the edge's own settings (Config)
 //
 // The package must not import storage or transport of the control plane (tenants/postgres,
@@ -58,6 +59,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"tollgate/edge/configfile"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
 	"tollgate/tenants"
@@ -89,7 +91,7 @@ type Edge struct {
 	custom   atomic.Pointer[customHosts] // custom domains (tls.go)
 	ready    atomic.Bool
 	draining atomic.Bool
-	cfile    atomic.Pointer[ConfigFile] // where config comes from, for /readyz (snapshotfile.go)
+	cfile    atomic.Pointer[configfile.File] // where config comes from, for /readyz (configfile.go)
 
 	// Config plane: entries per tenant, guarded by mu.
 	mu       sync.Mutex

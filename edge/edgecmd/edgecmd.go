@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"tollgate/edge"
+	"tollgate/edge/configfile"
 	"tollgate/infra/config"
 	tgnats "tollgate/tenants/nats"
 )
@@ -61,7 +62,7 @@ const coldStartWait = 5 * time.Second
 // nil, is called once the edge is ready. The admin listener serves at once; the public
 // one, pub, or when pub is nil a listener on cfg.EdgeAddr (and the TLS one) is opened
 // only when the edge is ready: from the bucket's initial load or, when NATS is
-// unreachable, from its config snapshot (edge.ConfigFile).
+// unreachable, from its config snapshot (configfile.File).
 func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net.Listener, log *slog.Logger, ready func()) error {
 	fc, err := openLimiter(cfg, log)
 	if err != nil {
@@ -149,7 +150,7 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 
 	// The config snapshot lives beside the meter's spool: the edge's one local state
 	// directory. Closed (its last write) after the watch has stopped.
-	cf, err := edge.OpenConfigFile(edge.ConfigFileConfig{
+	cf, err := configfile.Open(configfile.Config{
 		Dir:       cfg.MeterSpoolDir,
 		Bucket:    cfg.KVBucket(),
 		Apply:     e.Apply,

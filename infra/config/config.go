@@ -91,9 +91,9 @@ type Config struct {
 	EdgeReturnMemory bool
 	// EdgeReturnAside: TOLLGATE_EDGE_RETURN_ASIDE [on: that return runs with one processor more than the edge's, so it never stops the one that serves (edge.MemoryReturner.Inline); off: on the edge's own]
 	EdgeReturnAside bool
-	// EdgePackConfig: TOLLGATE_EDGE_PACK_CONFIG [on: the edge keeps its copy of the config (for the snapshot file) compressed per kind of entry (edge.ConfigFileConfig.RawValues); off: as delivered]
+	// EdgePackConfig: TOLLGATE_EDGE_PACK_CONFIG [on: the edge keeps its copy of the config (for the snapshot file) compressed per kind of entry (configfile.Config.RawValues); off: as delivered]
 	EdgePackConfig bool
-	// EdgeSnapshotYield: TOLLGATE_EDGE_SNAPSHOT_YIELD [on: writing the config snapshot file yields the processor every few hundred entries (edge.ConfigFileConfig.Hog); off: it runs until preempted]
+	// EdgeSnapshotYield: TOLLGATE_EDGE_SNAPSHOT_YIELD [on: writing the config snapshot file yields the processor every few hundred entries (configfile.Config.Hog); off: it runs until preempted]
 	EdgeSnapshotYield bool
 	// EdgeIncremental: TOLLGATE_EDGE_INCREMENTAL [on: a change of routes compiles only those routes (edge.SetIncrementalCompiles); off: the whole tenant]
 	EdgeIncremental bool
