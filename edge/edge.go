@@ -23,8 +23,8 @@
 //	transform.go           request and response rewrites
 //	websocket.go           upgrades, relayed as a tunnel
 //	proxy.go               the upstream exchange; its targets: upstream.go, balance.go,
-//	                       health.go, retry.go, canary.go; its connections:
-//	                       upstreamclient.go, upstreamclient_roundtrip.go
+//	                       health.go, retry.go, canary.go; its connections: package
+//	                       upstreamclient
 //	meter.go               usage records for billing (package meter)
 //	reply.go               the edge's own JSON answers
 //
@@ -62,6 +62,7 @@ import (
 	"tollgate/edge/configfile"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
+	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
@@ -74,7 +75,7 @@ type Edge struct {
 	debug  bool
 	m      *metrics
 	labels *labeler
-	dialer *dialer
+	dialer *upstreamclient.Dialer
 	access *accessLog
 
 	upstreamErrs [numUpstreamErrKinds]prometheus.Counter
@@ -155,7 +156,7 @@ func newTenantState(id string) *tenantState {
 		issuers:  map[string]*tenants.Issuer{},
 		domains:  map[string]domainEntry{},
 		slot:     &tenantSlot{},
-		compiled: compiled{pools: map[string]*upstreamClient{}},
+		compiled: compiled{pools: map[string]*upstreamclient.Client{}},
 	}
 }
 
@@ -180,7 +181,7 @@ func New(cfg Config) (*Edge, error) {
 		log:      cfg.Logger.With("edge", cfg.EdgeID),
 		m:        m,
 		labels:   newLabeler(m, cfg.MaxTenantLabels, cfg.MaxRouteLabels, cfg.MaxRouteLabelsTotal),
-		dialer:   &dialer{addressRule: cfg.AddressRule, resolver: net.DefaultResolver},
+		dialer:   &upstreamclient.Dialer{AddressRule: cfg.AddressRule, Resolver: net.DefaultResolver},
 		state:    map[string]*tenantState{},
 		tombs:    map[string]int64{},
 		dirty:    map[string]time.Time{},

@@ -20,6 +20,7 @@ import (
 
 	"tollgate/edge"
 	"tollgate/edge/configfile"
+	"tollgate/edge/upstreamclient"
 	"tollgate/infra/config"
 	tgnats "tollgate/tenants/nats"
 )
@@ -111,7 +112,7 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 	edge.SetRawIO(cfg.EdgeRawIO)
 	edge.SetYieldReads(cfg.EdgeYieldReads)
 	edge.SetShortReadWait(cfg.EdgeShortReadWait)
-	edge.SetReuseCheck(cfg.EdgeReuseCheck)
+	upstreamclient.SetReuseCheck(cfg.EdgeReuseCheck)
 	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
 	edge.SetIncrementalCompiles(cfg.EdgeIncremental)
 	edge.SetShareUpstreams(cfg.EdgeShareUpstreams)

@@ -81,7 +81,7 @@ type Config struct {
 	EdgeYieldReads bool
 	// EdgeShortReadWait: TOLLGATE_EDGE_SHORT_READ_WAIT [default off; on: a WebSocket tunnel whose read left its socket empty (TCP_INQ) waits for the poller before reading again (edge.SetShortReadWait); off: it reads until EAGAIN; only with raw I/O]
 	EdgeShortReadWait bool
-	// EdgeReuseCheck: TOLLGATE_EDGE_REUSE_CHECK [on: a pooled upstream connection is checked with one peek before reuse and closed when bytes arrived on it or its upstream closed it (edge.SetReuseCheck); off: it is reused unchecked]
+	// EdgeReuseCheck: TOLLGATE_EDGE_REUSE_CHECK [on: a pooled upstream connection is checked with one peek before reuse and closed when bytes arrived on it or its upstream closed it (upstreamclient.SetReuseCheck); off: it is reused unchecked]
 	EdgeReuseCheck bool
 	// EdgeKeyLastUse: TOLLGATE_EDGE_KEY_LAST_USE [on: the edge notes each key's use once per interval for keys.last_used_at; off: it does not, and the key step reads no clock for it]
 	EdgeKeyLastUse bool
