@@ -18,7 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"tollgate/edge"
+	"tollgate/edge/configfile"
 	"tollgate/infra/testenv"
 )
 
@@ -119,7 +119,7 @@ func TestColdStartFromSnapshot(t *testing.T) {
 	tenantID := str(t, vanish, "tenant_id")
 	routeKey := func(r map[string]any) string { return tenantID + ".route." + str(t, r, "id") }
 	eventually(t, applyDeadline, "the snapshot file holds the three routes", func() error {
-		saved, err := edge.ReadConfigFile(spool, s.bucket(), time.Hour, time.Now())
+		saved, err := configfile.Read(spool, s.bucket(), time.Hour, time.Now())
 		if err != nil {
 			return err
 		}

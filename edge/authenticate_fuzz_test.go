@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"tollgate/tenants/accessrules"
 	"tollgate/edge"
 	"tollgate/edge/routing"
+	"tollgate/tenants/accessrules"
 )
 
 // FuzzBearer: the token is the header's value after "Bearer " (any case), trimmed, and

@@ -7,10 +7,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tollgate/tenants/accessrules"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/routing"
 	"tollgate/tenants"
+	"tollgate/tenants/accessrules"
 )
 
 // JWT authentication and the tenant's access rules at the edge.

@@ -1,8 +1,8 @@
 package edge
 
 import (
-	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
+	"tollgate/tenants/accessrules"
 )
 
 // accessPathReplies answers the paths access rules cannot decide on: 400, not 403, since

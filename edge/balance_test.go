@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
@@ -390,9 +391,9 @@ func TestOutcomeOf(t *testing.T) {
 		{nil, 502, outcomeFailed},
 		{nil, 503, outcomeFailed},
 		{nil, 504, outcomeFailed},
-		{&dialError{addr: "x"}, 0, outcomeFailed},
-		{&dialError{addr: "x", timeout: true}, 0, outcomeFailed},
-		{&dialError{addr: "x", addressRule: true}, 0, outcomeNeutral},
+		{&upstreamclient.DialError{Addr: "x"}, 0, outcomeFailed},
+		{&upstreamclient.DialError{Addr: "x", TimedOut: true}, 0, outcomeFailed},
+		{&upstreamclient.DialError{Addr: "x", AddressRule: true}, 0, outcomeNeutral},
 	} {
 		if got := outcomeOf(c.err, c.status); got != c.want {
 			t.Errorf("outcomeOf(%v, %d) = %d, want %d", c.err, c.status, got, c.want)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tidwall/gjson"
 
+	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
@@ -74,7 +75,7 @@ const (
 const stickyBuckets = 10_000
 
 // newCanary builds r's canary (r.Canary validated), taking pools as newUpstream does.
-func (e *Edge) newCanary(r *tenants.Route, pools map[string]*upstreamClient, used map[string]bool) (*canary, error) {
+func (e *Edge) newCanary(r *tenants.Route, pools map[string]*upstreamclient.Client, used map[string]bool) (*canary, error) {
 	up, err := e.newUpstream(&r.Canary.Upstream, time.Duration(r.ConnectTimeoutMS)*time.Millisecond, pools, used)
 	if err != nil {
 		return nil, err

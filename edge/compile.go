@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tollgate/edge/meter"
+	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
@@ -66,7 +67,7 @@ func SetIncrementalCompiles(on bool) { incremental.Store(on) }
 // weighted rotation), its canary and its cached answers, and a compile that only changes
 // routes reuses the rest of the tenant (compileRoutes).
 type compiled struct {
-	pools    map[string]*upstreamClient
+	pools    map[string]*upstreamclient.Client
 	poolRefs map[string]int // pool key → upstreams (primaries and canaries) using it
 	auth     compiledAuth
 	snap     *Snapshot         // the last snapshot compiled; nil before the first
@@ -112,7 +113,7 @@ func pathKey(p string) string {
 // compile builds a tenant's snapshot: only the routes that changed when v says so and
 // there is a previous snapshot, else the whole tenant. The pools the snapshot no longer
 // uses are removed from c and returned for closing.
-func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snapshot, []*upstreamClient) {
+func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snapshot, []*upstreamclient.Client) {
 	if v.changed != nil && c.snap != nil && c.snap.labels == labels {
 		return e.compileRoutes(v, c)
 	}
@@ -121,7 +122,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 
 // compileFull compiles the whole tenant, reusing the upstreams, canaries and caches of
 // the routes whose entries did not change.
-func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*Snapshot, []*upstreamClient) {
+func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*Snapshot, []*upstreamclient.Client) {
 	conf := &tenantConfig{
 		TenantID:  v.tenant.ID,
 		Slug:      v.tenant.Slug,
@@ -209,7 +210,7 @@ func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*S
 			delete(c.shared, k)
 		}
 	}
-	var unused []*upstreamClient
+	var unused []*upstreamclient.Client
 	for k, hc := range c.pools {
 		if refs[k] == 0 {
 			unused = append(unused, hc)
@@ -224,7 +225,7 @@ func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*S
 // that shares everything else with c.snap: its tenantConfig, so every other route and its
 // chain, and all of its route table but the nodes along the changed routes' paths. The
 // result is the snapshot compileFull would build from the same entries.
-func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []*upstreamClient) {
+func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []*upstreamclient.Client) {
 	prev := c.snap
 	s := &Snapshot{
 		TenantID: prev.TenantID, Slug: prev.Slug, Rev: v.rev,
@@ -235,7 +236,7 @@ func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []*upstream
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	var unused []*upstreamClient
+	var unused []*upstreamclient.Client
 	removed := make(map[*route]bool)
 	added := make(map[string][]*route) // by pathKey
 	affected := make(map[string]bool)

@@ -190,26 +190,3 @@ func BenchmarkColdStart(b *testing.B) {
 		})
 	}
 }
-
-// BenchmarkConfigFileWrite is one write of the config snapshot file of a bucket of
-// 50,000 routes: what a change costs the edge once the file is due.
-//
-//	go test -run '^$' -bench ConfigFileWrite -benchmem ./edge/
-func BenchmarkConfigFileWrite(b *testing.B) {
-	s := &SavedConfig{Bucket: "tollgate_config", AsOf: time.Now()}
-	for i := range 50_000 {
-		r := compileTestRoute("t-acme", fmt.Sprint("route-", i), []string{fmt.Sprintf("/api/v1/r%d", i)}, []string{"GET"}, 9000)
-		v, err := json.Marshal(&tenants.Entry{Rev: int64(i + 1), Route: r})
-		if err != nil {
-			b.Fatal(err)
-		}
-		s.Entries = append(s.Entries, SavedEntry{Key: tenants.ObjectKey("t-acme", tenants.KindRoute, r.ID), Revision: uint64(i + 1), Value: v})
-	}
-	dir := b.TempDir()
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := writeConfigFile(dir, s.body()); err != nil {
-			b.Fatal(err)
-		}
-	}
-}

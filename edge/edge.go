@@ -23,8 +23,8 @@
 //	transform.go           request and response rewrites
 //	websocket.go           upgrades, relayed as a tunnel
 //	proxy.go               the upstream exchange; its targets: upstream.go, balance.go,
-//	                       health.go, retry.go, canary.go; its connections:
-//	                       upstreamclient.go, upstreamclient_roundtrip.go
+//	                       health.go, retry.go, canary.go; its connections: package
+//	                       upstreamclient
 //	meter.go               usage records for billing (package meter)
 //	reply.go               the edge's own JSON answers
 //
@@ -33,7 +33,8 @@
 //	apply.go               KV entries in (Apply), dirty tenants recompiled off the request
 //	                       path, snapshots swapped in with one atomic store
 //	compile.go             one tenant's config → Snapshot (snapshot.go)
-//	snapshotfile.go        the last good config on disk, for a cold start without NATS
+//	configfile.go          the last good config on disk, for a cold start without NATS
+//	                       (package configfile), and what /readyz says of it
 //	config.go              the edge's own settings (Config)
 //
 // The package must not import storage or transport of the control plane (tenants/postgres,
@@ -58,8 +59,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"tollgate/edge/configfile"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
+	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
@@ -72,7 +75,7 @@ type Edge struct {
 	debug  bool
 	m      *metrics
 	labels *labeler
-	dialer *dialer
+	dialer *upstreamclient.Dialer
 	access *accessLog
 
 	upstreamErrs [numUpstreamErrKinds]prometheus.Counter
@@ -89,7 +92,7 @@ type Edge struct {
 	custom   atomic.Pointer[customHosts] // custom domains (tls.go)
 	ready    atomic.Bool
 	draining atomic.Bool
-	cfile    atomic.Pointer[ConfigFile] // where config comes from, for /readyz (snapshotfile.go)
+	cfile    atomic.Pointer[configfile.File] // where config comes from, for /readyz (configfile.go)
 
 	// Config plane: entries per tenant, guarded by mu.
 	mu       sync.Mutex
@@ -153,7 +156,7 @@ func newTenantState(id string) *tenantState {
 		issuers:  map[string]*tenants.Issuer{},
 		domains:  map[string]domainEntry{},
 		slot:     &tenantSlot{},
-		compiled: compiled{pools: map[string]*upstreamClient{}},
+		compiled: compiled{pools: map[string]*upstreamclient.Client{}},
 	}
 }
 
@@ -178,7 +181,7 @@ func New(cfg Config) (*Edge, error) {
 		log:      cfg.Logger.With("edge", cfg.EdgeID),
 		m:        m,
 		labels:   newLabeler(m, cfg.MaxTenantLabels, cfg.MaxRouteLabels, cfg.MaxRouteLabelsTotal),
-		dialer:   &dialer{addressRule: cfg.AddressRule, resolver: net.DefaultResolver},
+		dialer:   &upstreamclient.Dialer{AddressRule: cfg.AddressRule, Resolver: net.DefaultResolver},
 		state:    map[string]*tenantState{},
 		tombs:    map[string]int64{},
 		dirty:    map[string]time.Time{},

@@ -137,18 +137,3 @@ func (e *Edge) RecompileForTest(tenantID string) {
 
 // Bearer is bearer: the token of an Authorization header value, or nil.
 func Bearer(h []byte) []byte { return bearer(h) }
-
-// KeptValues reports how many values the ConfigFile keeps, how many of them packed, and
-// the bytes they take.
-func (f *ConfigFile) KeptValues() (n, packed, size int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, v := range f.entries {
-		n++
-		if v.dict != nil {
-			packed++
-		}
-		size += len(v.value)
-	}
-	return n, packed, size
-}

@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"io"
+
 	"tollgate/edge/routing"
 
 	"github.com/valyala/fasthttp"

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tollgate/edge/upstreamclient"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -75,8 +77,8 @@ func outcomeOf(err error, status int) outcome {
 		}
 		return outcomeOK
 	}
-	var de *dialError
-	if errors.As(err, &de) && de.addressRule || errors.Is(err, fasthttp.ErrNoFreeConns) {
+	var de *upstreamclient.DialError
+	if errors.As(err, &de) && de.AddressRule || errors.Is(err, fasthttp.ErrNoFreeConns) {
 		return outcomeNeutral
 	}
 	return outcomeFailed

@@ -239,3 +239,27 @@ func (e *Edge) Serve(public, admin net.Listener) error {
 	}
 	return first
 }
+
+// ServeAdmin serves the admin endpoints (/metrics, /healthz, /readyz…) on ln, before the
+// edge is ready, so that its readiness can be watched while it loads. It returns nil once
+// Shutdown has stopped it. Serve does the same with the public listener beside it.
+func (e *Edge) ServeAdmin(ln net.Listener) error {
+	err := e.admin.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// ServePublic serves tenant traffic on ln. Open ln when the config is in, just before
+// Loaded, and serve it after: connections made before are refused by the kernel (a load
+// balancer or a client tries another edge), those made while the edge compiles wait in
+// the listen queue; none is answered 503 not_ready. It returns nil once Shutdown has
+// stopped it.
+func (e *Edge) ServePublic(ln net.Listener) error {
+	err := e.public.Serve(conn.ClientListener(ln))
+	if e.draining.Load() {
+		return nil
+	}
+	return err
+}

@@ -2,9 +2,9 @@ package edge
 
 import (
 	"io"
-	"time"
 
 	"tollgate/edge/meter"
+	"tollgate/edge/upstreamclient"
 )
 
 // Metering. Every request of a known tenant is counted once by Config.Meter: by tenant,
@@ -40,7 +40,7 @@ import (
 //     holds whole (an upstream answer of at most maxBufferedBody, the edge's own JSON
 //     error, a cache hit: only such answers are cached) is counted when the handler
 //     returns: fasthttp writes it in one piece right after. A streamed body (larger, or
-//     of unknown length) is counted by its stream (upstreamBody) as fasthttp relays it,
+//     of unknown length) is counted by its stream (package upstreamclient) as fasthttp relays it,
 //     and the request is recorded when the stream is closed: at its end, or where it
 //     was cut short (client gone, upstream reset), with what went through. A HEAD
 //     answer, 1xx, 204 and 304 count 0. (With Config.BufferResponses, a benchmarking
@@ -55,30 +55,16 @@ import (
 // "Handed to the connection" is as close as a user-space proxy gets to the wire: a
 // client that disappears mid-body leaves what the kernel had accepted into its socket
 // buffers counted (and, for a streamed body, at most one copy buffer more: see
-// upstreamBody.Read).
+// upstreamclient's body).
 //
 // A record made after the handler returned (a streamed body, a tunnel) never touches
 // the RequestCtx, which fasthttp recycles: everything it needs is copied into a usage
 // when the handler returns.
 
-// usage is one request's meter record, copied out of the exchange.
-type usage struct {
-	route    *meter.Route
-	consumer *meter.Consumer
-	status   int
-	upstream bool
-	at       time.Time // the request's arrival: it decides the hour
-	in, out  int64
-}
-
-func (u *usage) record() {
-	u.route.Record(u.consumer, u.status, u.upstream, u.in, u.out, u.at)
-}
-
 // meteredBody is a response body stream that records the request's usage when it is
 // closed, with the body bytes it relayed as bytes_out.
 type meteredBody interface {
-	recordAtClose(u usage)
+	RecordAtClose(u meter.Usage)
 }
 
 // meterRoute is the handle of a tenant's route ("" for requests that matched no route);
@@ -158,11 +144,11 @@ func (e *Edge) meterRecord(x *exchange, status int) {
 	resp := &x.ctx.Response
 	var out int
 	switch {
-	case x.ctx.IsHead() || resp.SkipBody || noBody(status):
+	case x.ctx.IsHead() || resp.SkipBody || upstreamclient.NoBody(status):
 	case resp.IsBodyStream():
 		if mb, ok := resp.BodyStream().(meteredBody); ok {
-			mb.recordAtClose(usage{route: mr, consumer: e.meterHandleFor(s, x.consumer), status: status,
-				upstream: x.reply == nil, at: x.ctx.Time(), in: x.in.n})
+			mb.RecordAtClose(meter.Usage{Route: mr, Consumer: e.meterHandleFor(s, x.consumer), Status: status,
+				Upstream: x.reply == nil, At: x.ctx.Time(), In: x.in.n})
 			return
 		}
 		// Every stream the edge sets is a meteredBody; a new kind that is not would be

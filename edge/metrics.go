@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tollgate/edge/upstreamclient"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -513,7 +515,7 @@ func (x *exchange) bodySizes(status int) (in, out int64) {
 	}
 	resp := &x.ctx.Response
 	switch {
-	case x.ctx.IsHead() || resp.SkipBody || noBody(status):
+	case x.ctx.IsHead() || resp.SkipBody || upstreamclient.NoBody(status):
 	case resp.IsBodyStream():
 		out = int64(max(resp.Header.ContentLength(), 0))
 	default:

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/upstreamclient"
 )
 
 var (
@@ -41,7 +42,7 @@ func (e *Edge) proxyStep(rt *route) handler {
 		req.Header.SetHostBytes(t.host)
 
 		start := conn.MonoNow()
-		err := t.client.doAt(req, &ctx.Response, rt.timeout, start)
+		err := t.client.DoAt(req, &ctx.Response, rt.timeout, start)
 		x.upstream += time.Duration(conn.MonoNow() - start)
 		if err != nil {
 			e.upstreamFailed(x, err)
@@ -134,13 +135,13 @@ func (e *Edge) trusted(a netip.Addr) bool {
 func (e *Edge) upstreamFailed(x *exchange, err error) {
 	var r *reply
 	var kind int
-	var de *dialError
+	var de *upstreamclient.DialError
 	switch {
 	case errors.As(err, &de):
 		switch {
-		case de.addressRule:
+		case de.AddressRule:
 			r, kind = replyUpstreamAddressRule, upAddressRule
-		case de.timeout:
+		case de.TimedOut:
 			r, kind = replyConnTimeout, upConnectTimeout
 		default:
 			r, kind = replyUpstreamConn, upConnect

@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
@@ -212,7 +213,7 @@ func idempotentMethod(h *fasthttp.RequestHeader) bool {
 // neverConnected reports an attempt that did not reach the upstream: the dial failed
 // (or was refused by the address rule), or the edge's pool had no connection to give.
 func neverConnected(err error) bool {
-	var de *dialError
+	var de *upstreamclient.DialError
 	return errors.As(err, &de) || errors.Is(err, fasthttp.ErrNoFreeConns)
 }
 

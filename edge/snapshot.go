@@ -3,11 +3,11 @@ package edge
 import (
 	"time"
 
-	"tollgate/tenants/accessrules"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/meter"
 	"tollgate/edge/routing"
 	"tollgate/tenants"
+	"tollgate/tenants/accessrules"
 )
 
 // Snapshot is one tenant's compiled config: everything a request of the tenant needs,

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/edge"
+	"tollgate/edge/configfile"
 	"tollgate/tenants"
 )
 
@@ -22,17 +22,17 @@ func TestStaleSnapshotUnknownTenantNotReady(t *testing.T) {
 	tk, tv := entryOf(t, &tenants.Tenant{ID: "t-acme", Slug: "acme", Name: "acme"}, 1)
 	rk, rv := entryOf(t, &tenants.Route{ID: "r1", TenantID: "t-acme", Name: "r1", Paths: []string{"/hello"},
 		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.URL, Weight: 1}}}}, 2)
-	b, err := edge.EncodeSavedConfig(&edge.SavedConfig{Bucket: "tollgate_config", AsOf: time.Now().Add(-20 * time.Minute),
-		Entries: []edge.SavedEntry{{Key: tk, Revision: 1, Value: tv}, {Key: rk, Revision: 2, Value: rv}}})
+	b, err := configfile.Encode(&configfile.Contents{Bucket: "tollgate_config", AsOf: time.Now().Add(-20 * time.Minute),
+		Entries: []configfile.Entry{{Key: tk, Revision: 1, Value: tv}, {Key: rk, Revision: 2, Value: rv}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, edge.ConfigFileName), b, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, configfile.Name), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 
 	h := newHarness(t)
-	f := openConfigFile(t, dir, &applied{next: h.e.Apply}, func(c *edge.ConfigFileConfig) { c.Registry = h.reg; c.Refresh = 5 * time.Minute })
+	f := openConfigFile(t, dir, &applied{next: h.e.Apply}, func(c *configfile.Config) { c.Registry = h.reg; c.Refresh = 5 * time.Minute })
 	h.e.UseConfigFile(f)
 	if ok, err := f.Restore(time.Hour); !ok {
 		t.Fatal(err)

@@ -1,13 +1,9 @@
 package edge
 
 import (
-	"context"
-	"crypto/tls"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -15,9 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"tollgate/edge/conn"
+	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
@@ -118,7 +113,7 @@ func (u *upstream) bind(rm *routeMetrics) { u.rm.Store(rm) }
 // target is one upstream server of a route.
 type target struct {
 	url    string
-	client *upstreamClient // the target's pool (upstreamclient.go) and exchange (upstreamclient_roundtrip.go)
+	client *upstreamclient.Client // the target's pool (upstreamclient.go) and exchange (upstreamclient_roundtrip.go)
 	tls    bool
 	host   []byte // the Host header sent upstream: the target URL's host[:port]
 	base   []byte // the target URL's path, prepended to the request path ("" or "/v1")
@@ -176,80 +171,6 @@ func gcd(a, b int) int {
 	return a
 }
 
-// dialError is a failed connect to an upstream: refused by the operator's address rule, timed
-// out, or failed otherwise. The request path turns it into 502 or 504.
-type dialError struct {
-	addr        string
-	addressRule bool
-	timeout     bool
-	err         error
-}
-
-func (e *dialError) Error() string { return fmt.Sprintf("dial %s: %v", e.addr, e.err) }
-func (e *dialError) Unwrap() error { return e.err }
-func (e *dialError) Timeout() bool { return e.timeout }
-
-// dialer connects to upstreams. It resolves the target's name itself and checks every
-// address with UpstreamAddressRule.CheckAddr before connecting, and then connects to the
-// checked address, so a name that resolves somewhere refused (or is rebound between check
-// and connect) never reaches it.
-type dialer struct {
-	addressRule *tenants.UpstreamAddressRule
-	resolver    *net.Resolver
-}
-
-// dial returns a dial function bounded by connectTimeout (and by the request's
-// remaining time, when one is passed).
-func (d *dialer) dial(connectTimeout time.Duration) func(addr string, timeout time.Duration) (net.Conn, error) {
-	return func(addr string, timeout time.Duration) (net.Conn, error) {
-		if timeout <= 0 || timeout > connectTimeout {
-			timeout = connectTimeout
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		host, portStr, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, &dialError{addr: addr, err: err}
-		}
-		port, err := strconv.Atoi(portStr)
-		if err != nil {
-			return nil, &dialError{addr: addr, err: err}
-		}
-		var addrs []netip.Addr
-		if a, err := netip.ParseAddr(host); err == nil {
-			addrs = []netip.Addr{a}
-		} else {
-			addrs, err = d.resolver.LookupNetIP(ctx, "ip", host)
-			if err != nil {
-				return nil, &dialError{addr: addr, timeout: ctx.Err() != nil, err: err}
-			}
-		}
-		for _, a := range addrs {
-			if err := d.addressRule.CheckAddr(a, port); err != nil {
-				return nil, &dialError{addr: addr, addressRule: true, err: err}
-			}
-		}
-		var nd net.Dialer
-		for _, a := range addrs {
-			c, err := nd.DialContext(ctx, "tcp", netip.AddrPortFrom(a.Unmap(), uint16(port)).String())
-			if err == nil {
-				if tc, ok := c.(*net.TCPConn); ok {
-					_ = tc.SetNoDelay(true)
-					return conn.Dialed(tc), nil
-				}
-				return c, nil
-			}
-			if ctx.Err() != nil {
-				return nil, &dialError{addr: addr, timeout: true, err: err}
-			}
-			if len(addrs) == 1 {
-				return nil, &dialError{addr: addr, err: err}
-			}
-		}
-		return nil, &dialError{addr: addr, err: errors.New("no address of the host accepted a connection")}
-	}
-}
-
 // poolKey names a connection pool: one per scheme, host:port and connect timeout within
 // a tenant. Pools outlive snapshots so a recompile keeps the warm connections.
 func poolKey(tls bool, hostport string, connectTimeout time.Duration) string {
@@ -278,36 +199,26 @@ func parseTarget(raw string) (tlsOn bool, hostport string, hostHeader, base stri
 }
 
 // newUpstreamClient is the keep-alive pool of one upstream server.
-func (e *Edge) newUpstreamClient(tlsOn bool, hostport string, connectTimeout time.Duration) *upstreamClient {
-	c := &upstreamClient{
+func (e *Edge) newUpstreamClient(tlsOn bool, hostport string, connectTimeout time.Duration) *upstreamclient.Client {
+	return upstreamclient.New(upstreamclient.Config{
 		Addr:           hostport,
-		dial:           e.dialer.dial(connectTimeout),
-		maxConns:       e.cfg.MaxConnsPerTarget,
-		maxIdle:        e.cfg.MaxIdleConnDuration,
-		maxWait:        e.cfg.MaxConnWait,
-		readBufferSize: e.cfg.ReadBufferSize,
+		TLS:            tlsOn,
+		Dial:           e.dialer.Dial(connectTimeout),
+		MaxConns:       e.cfg.MaxConnsPerTarget,
+		MaxIdle:        e.cfg.MaxIdleConnDuration,
+		MaxWait:        e.cfg.MaxConnWait,
+		ReadBufferSize: e.cfg.ReadBufferSize,
 		// Stream bodies from the upstream to the client instead of buffering them whole
 		// (S5: 1 MB responses must not cost 1 MB of memory per request in flight): bodies
-		// over maxBufferedBody or of unknown length stream, smaller ones are read whole,
-		// and the connection returns to the pool once the body has been relayed.
-		stream: !e.cfg.BufferResponses,
-	}
-	if c.maxConns <= 0 {
-		c.maxConns = fasthttp.DefaultMaxConnsPerHost
-	}
-	if c.readBufferSize <= 0 {
-		c.readBufferSize = 4 << 10
-	}
-	if tlsOn {
-		host, _, _ := net.SplitHostPort(hostport)
-		c.tlsConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
-	}
-	return c
+		// over the client's buffering bound or of unknown length stream, smaller ones are
+		// read whole, and the connection returns to the pool once the body has been relayed.
+		Stream: !e.cfg.BufferResponses,
+	})
 }
 
 // newUpstream builds an upstream (a route's, or its canary's) from its validated
 // settings, taking pools from (and adding them to) the tenant's pool set.
-func (e *Edge) newUpstream(spec *tenants.Upstream, ct time.Duration, pools map[string]*upstreamClient, used map[string]bool) (*upstream, error) {
+func (e *Edge) newUpstream(spec *tenants.Upstream, ct time.Duration, pools map[string]*upstreamclient.Client, used map[string]bool) (*upstream, error) {
 	u := &upstream{}
 	weights := make([]int, len(spec.Targets))
 	for i, t := range spec.Targets {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"tollgate/edge"
+	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
@@ -105,10 +105,10 @@ func (u *scriptedUpstream) times(key string) int {
 
 func (u *scriptedUpstream) url() string { return "http://" + u.addr }
 
-// withReuseCheck runs the test with edge.SetReuseCheck(on), restoring the default.
+// withReuseCheck runs the test with upstreamclient.SetReuseCheck(on), restoring the default.
 func withReuseCheck(t *testing.T, on bool) {
-	edge.SetReuseCheck(on)
-	t.Cleanup(func() { edge.SetReuseCheck(true) })
+	upstreamclient.SetReuseCheck(on)
+	t.Cleanup(func() { upstreamclient.SetReuseCheck(true) })
 }
 
 const poison = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 8\r\n\r\npoisoned"
@@ -302,8 +302,8 @@ func BenchmarkReuseCheck(b *testing.B) {
 			name = "check=off"
 		}
 		b.Run(name, func(b *testing.B) {
-			edge.SetReuseCheck(on)
-			defer edge.SetReuseCheck(true)
+			upstreamclient.SetReuseCheck(on)
+			defer upstreamclient.SetReuseCheck(true)
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 			req.SetRequestURI("/open/items/42")
 			req.Header.SetHost("acme." + domain)

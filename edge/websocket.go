@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/meter"
 )
 
 // WebSocket. A route with "websocket": true passes an upgrade request
@@ -107,7 +108,7 @@ func (e *Edge) wsStep(rt *route, next handler) handler {
 		req.Header.ResetConnectionClose()
 
 		deadline := time.Now().Add(connectTimeout + rt.timeout)
-		up, err := e.dialer.dial(connectTimeout)(t.client.Addr, connectTimeout)
+		up, err := e.dialer.Dial(connectTimeout)(t.client.Addr, connectTimeout)
 		if err != nil {
 			e.upstreamFailed(x, err)
 			return
@@ -177,7 +178,7 @@ func (e *Edge) wsStep(rt *route, next handler) handler {
 		direct := conn.Tunnel(ctx.Conn())
 		ws := &wsConn{e: e, up: up, ack: ack, early: early, direct: direct}
 		if mr := rt.meter; mr != nil {
-			ws.use = usage{route: mr, consumer: e.meterHandleFor(x.snap, x.consumer), status: fasthttp.StatusSwitchingProtocols, upstream: true}
+			ws.use = meter.Usage{Route: mr, Consumer: e.meterHandleFor(x.snap, x.consumer), Status: fasthttp.StatusSwitchingProtocols, Upstream: true}
 		}
 		if !e.ws.add(ws) {
 			_ = up.Close()
@@ -203,8 +204,8 @@ type wsConn struct {
 	closeOnce sync.Once
 
 	// Metering (meter.go): the bytes relayed each way, and how many of them were
-	// recorded; use.route is nil when the route is not metered.
-	use           usage
+	// recorded; use.Route is nil when the route is not metered.
+	use           meter.Usage
 	in, out       atomic.Int64
 	mmu           sync.Mutex
 	recIn, recOut int64 // under mmu
@@ -304,7 +305,7 @@ const wsMeterInterval = time.Minute
 
 // meterBytes records the bytes relayed since the last record.
 func (w *wsConn) meterBytes() {
-	if w.use.route == nil {
+	if w.use.Route == nil {
 		return
 	}
 	w.mmu.Lock()
@@ -313,7 +314,7 @@ func (w *wsConn) meterBytes() {
 	w.recIn, w.recOut = in, out
 	w.mmu.Unlock()
 	u := &w.use
-	u.route.RecordBytes(u.consumer, u.status, u.upstream, din, dout, time.Now())
+	u.Route.RecordBytes(u.Consumer, u.Status, u.Upstream, din, dout, time.Now())
 }
 
 // close ends the tunnel once: with goingAway, the client first gets a 1001 close frame.
@@ -354,7 +355,7 @@ func (s *wsSet) add(w *wsConn) bool {
 	if s.conns == nil {
 		s.conns = map[*wsConn]struct{}{}
 	}
-	if w.use.route != nil && !s.sweeping {
+	if w.use.Route != nil && !s.sweeping {
 		s.sweeping = true
 		s.stopSweep = make(chan struct{})
 		every := s.meterEvery

@@ -21,7 +21,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"tollgate/edge"
+	"tollgate/edge/configfile"
 	"tollgate/edge/meter"
+	"tollgate/edge/upstreamclient"
 	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
 	tgnats "tollgate/tenants/nats"
@@ -81,7 +83,7 @@ const coldStartWait = 5 * time.Second
 // nil, is called once the edge is ready. The admin listener serves at once; the public
 // one, pub, or when pub is nil a listener on cfg.EdgeAddr (and the TLS one) is opened
 // only when the edge is ready: from the bucket's initial load or, when NATS is
-// unreachable, from its config snapshot (edge.ConfigFile).
+// unreachable, from its config snapshot (configfile.File).
 //
 // The deferred closes run in reverse: the edge drains, then the meter flushes its last
 // counts and the spool while NATS is still connected, then NATS and the limiter close.
@@ -204,7 +206,7 @@ func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, log *slog.Logg
 	edge.SetRawIO(cfg.EdgeRawIO)
 	edge.SetYieldReads(cfg.EdgeYieldReads)
 	edge.SetShortReadWait(cfg.EdgeShortReadWait)
-	edge.SetReuseCheck(cfg.EdgeReuseCheck)
+	upstreamclient.SetReuseCheck(cfg.EdgeReuseCheck)
 	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
 	edge.SetIncrementalCompiles(cfg.EdgeIncremental)
 	edge.SetShareUpstreams(cfg.EdgeShareUpstreams)
@@ -234,8 +236,8 @@ func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, log *slog.Logg
 // followBucket opens the edge's config snapshot and watches the bucket into it (and so
 // into the edge). current is closed once the bucket's initial load is in. The snapshot
 // lives beside the meter's spool: the edge's one local state directory.
-func followBucket(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats.Conn, fc *edgeLimiter, log *slog.Logger) (cf *edge.ConfigFile, current <-chan struct{}, stop func(), err error) {
-	cf, err = edge.OpenConfigFile(edge.ConfigFileConfig{
+func followBucket(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats.Conn, fc *edgeLimiter, log *slog.Logger) (cf *configfile.File, current <-chan struct{}, stop func(), err error) {
+	cf, err = configfile.Open(configfile.Config{
 		Dir:       cfg.MeterSpoolDir,
 		Bucket:    cfg.KVBucket(),
 		Apply:     e.Apply,
@@ -278,7 +280,7 @@ var errStopped = errors.New("stopped before ready")
 
 // waitForConfig waits for the bucket's initial load or, while NATS is unreachable,
 // restores the config snapshot and serves that (fromSnapshot) until the load is in.
-func waitForConfig(ctx context.Context, cfg *config.Config, nc *nats.Conn, cf *edge.ConfigFile, current <-chan struct{}, serveErr <-chan error, log *slog.Logger) (fromSnapshot bool, err error) {
+func waitForConfig(ctx context.Context, cfg *config.Config, nc *nats.Conn, cf *configfile.File, current <-chan struct{}, serveErr <-chan error, log *slog.Logger) (fromSnapshot bool, err error) {
 	wait := coldStartWait
 	if !nc.IsConnected() {
 		wait = 0

@@ -1201,3 +1201,19 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	}
 	return nil
 }
+
+// Usage is one request's meter record, copied out of the exchange when its handler
+// returns, for a record made later: when a streamed body or a tunnel ends.
+type Usage struct {
+	Route    *Route
+	Consumer *Consumer
+	Status   int
+	Upstream bool
+	At       time.Time // the request's arrival: it decides the hour
+	In, Out  int64
+}
+
+// Record records u on its route.
+func (u *Usage) Record() {
+	u.Route.Record(u.Consumer, u.Status, u.Upstream, u.In, u.Out, u.At)
+}

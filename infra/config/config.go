@@ -81,7 +81,7 @@ type Config struct {
 	EdgeYieldReads bool
 	// EdgeShortReadWait: TOLLGATE_EDGE_SHORT_READ_WAIT [default off; on: a WebSocket tunnel whose read left its socket empty (TCP_INQ) waits for the poller before reading again (edge.SetShortReadWait); off: it reads until EAGAIN; only with raw I/O]
 	EdgeShortReadWait bool
-	// EdgeReuseCheck: TOLLGATE_EDGE_REUSE_CHECK [on: a pooled upstream connection is checked with one peek before reuse and closed when bytes arrived on it or its upstream closed it (edge.SetReuseCheck); off: it is reused unchecked]
+	// EdgeReuseCheck: TOLLGATE_EDGE_REUSE_CHECK [on: a pooled upstream connection is checked with one peek before reuse and closed when bytes arrived on it or its upstream closed it (upstreamclient.SetReuseCheck); off: it is reused unchecked]
 	EdgeReuseCheck bool
 	// EdgeKeyLastUse: TOLLGATE_EDGE_KEY_LAST_USE [on: the edge notes each key's use once per interval for keys.last_used_at; off: it does not, and the key step reads no clock for it]
 	EdgeKeyLastUse bool
@@ -91,9 +91,9 @@ type Config struct {
 	EdgeReturnMemory bool
 	// EdgeReturnAside: TOLLGATE_EDGE_RETURN_ASIDE [on: that return runs with one processor more than the edge's, so it never stops the one that serves (edge.MemoryReturner.Inline); off: on the edge's own]
 	EdgeReturnAside bool
-	// EdgePackConfig: TOLLGATE_EDGE_PACK_CONFIG [on: the edge keeps its copy of the config (for the snapshot file) compressed per kind of entry (edge.ConfigFileConfig.RawValues); off: as delivered]
+	// EdgePackConfig: TOLLGATE_EDGE_PACK_CONFIG [on: the edge keeps its copy of the config (for the snapshot file) compressed per kind of entry (configfile.Config.RawValues); off: as delivered]
 	EdgePackConfig bool
-	// EdgeSnapshotYield: TOLLGATE_EDGE_SNAPSHOT_YIELD [on: writing the config snapshot file yields the processor every few hundred entries (edge.ConfigFileConfig.Hog); off: it runs until preempted]
+	// EdgeSnapshotYield: TOLLGATE_EDGE_SNAPSHOT_YIELD [on: writing the config snapshot file yields the processor every few hundred entries (configfile.Config.Hog); off: it runs until preempted]
 	EdgeSnapshotYield bool
 	// EdgeIncremental: TOLLGATE_EDGE_INCREMENTAL [on: a change of routes compiles only those routes (edge.SetIncrementalCompiles); off: the whole tenant]
 	EdgeIncremental bool

@@ -1,4 +1,4 @@
-package edge
+package upstreamclient
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 
 // testPool is a pool of connections to a loopback listener that accepts and holds
 // them; it counts the dials.
-func testPool(t *testing.T, maxConns int, maxWait, maxIdle time.Duration) (*upstreamClient, *atomic.Int32) {
+func testPool(t *testing.T, maxConns int, maxWait, maxIdle time.Duration) (*Client, *atomic.Int32) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -36,7 +36,7 @@ func testPool(t *testing.T, maxConns int, maxWait, maxIdle time.Duration) (*upst
 	}()
 	var dials atomic.Int32
 	var d net.Dialer
-	c := &upstreamClient{Addr: ln.Addr().String(), maxConns: maxConns, maxWait: maxWait, maxIdle: maxIdle, readBufferSize: 4096,
+	c := &Client{Addr: ln.Addr().String(), maxConns: maxConns, maxWait: maxWait, maxIdle: maxIdle, readBufferSize: 4096,
 		dial: func(addr string, timeout time.Duration) (net.Conn, error) {
 			dials.Add(1)
 			return d.Dial("tcp", addr)
@@ -45,7 +45,7 @@ func testPool(t *testing.T, maxConns int, maxWait, maxIdle time.Duration) (*upst
 	return c, &dials
 }
 
-func poolCounts(c *upstreamClient) (open, idle, waiting int) {
+func poolCounts(c *Client) (open, idle, waiting int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.open, len(c.idle), len(c.waiters)

@@ -1,4 +1,4 @@
-package edge
+package upstreamclient
 
 import (
 	"bufio"
@@ -115,7 +115,7 @@ type fuzzOutcome struct {
 // with BufferResponses) and reads the answer to its end.
 func (u *fuzzUpstream) exchange(t *testing.T, answer []byte, stream bool) fuzzOutcome {
 	var d net.Dialer
-	c := &upstreamClient{Addr: u.ln.Addr().String(), maxConns: 1, maxWait: time.Second, readBufferSize: 4096, stream: stream,
+	c := &Client{Addr: u.ln.Addr().String(), maxConns: 1, maxWait: time.Second, readBufferSize: 4096, stream: stream,
 		dial: func(addr string, timeout time.Duration) (net.Conn, error) {
 			u.answers <- answer
 			return d.Dial("tcp", addr)
@@ -144,10 +144,10 @@ func (u *fuzzUpstream) exchange(t *testing.T, answer []byte, stream bool) fuzzOu
 			}
 		} else {
 			o.body = append([]byte(nil), resp.Body()...)
-			if cl >= 0 && len(o.body) != cl && !noBody(o.status) {
+			if cl >= 0 && len(o.body) != cl && !NoBody(o.status) {
 				t.Fatalf("%q: read %d bytes whole of a Content-Length of %d", answer, len(o.body), cl)
 			}
-			if noBody(o.status) && len(o.body) != 0 {
+			if NoBody(o.status) && len(o.body) != 0 {
 				t.Fatalf("%q: a %d answer with a body of %d bytes", answer, o.status, len(o.body))
 			}
 		}

@@ -1,4 +1,11 @@
-package edge
+// Package configfile keeps the edge's config file: the last config the edge applied, on
+// local disk, so that an edge restarted while NATS is unreachable serves what it served
+// before. It stands between the config watch and the edge (File); it knows KV keys and
+// values, not what they mean, and must stay off the request path.
+//
+// Its names on disk, in metrics, in /readyz and in TOLLGATE_EDGE_SNAPSHOT_* settings say
+// "snapshot", which is the same thing.
+package configfile
 
 import (
 	"bufio"
@@ -9,8 +16,6 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,12 +28,9 @@ import (
 	"github.com/klauspost/compress/s2"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tollgate/edge/conn"
 	"tollgate/tenants"
 )
 
-// The config snapshot file.
-//
 // An edge keeps the config it applied (every key's value and KV revision, and the bucket's
 // name) in one file of its local state directory, so that a restart while NATS is
 // unreachable can serve what it served before instead of answering 503 until NATS
@@ -47,8 +49,8 @@ import (
 // is not exactly this (a torn, truncated or flipped file, another version, another
 // bucket) with an error that says why, and the caller starts as if there were no file.
 
-// ConfigFileName is the snapshot's file name in its directory.
-const ConfigFileName = "edge-config.snapshot"
+// Name is the config file's name in its directory.
+const Name = "edge-config.snapshot"
 
 const (
 	configFileMagic   = "tollgate-edge-config"
@@ -60,22 +62,22 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// SavedConfig is the content of a snapshot file.
-type SavedConfig struct {
-	Bucket  string       `json:"bucket"`
-	AsOf    time.Time    `json:"as_of"`
-	Entries []SavedEntry `json:"entries"` // by key
+// Contents is what a config file holds.
+type Contents struct {
+	Bucket  string    `json:"bucket"`
+	AsOf    time.Time `json:"as_of"`
+	Entries []Entry   `json:"entries"` // by key
 }
 
-// SavedEntry is one key of the bucket as it was applied. Deleted keys are not kept.
-type SavedEntry struct {
+// Entry is one key of the bucket as it was applied. Deleted keys are not kept.
+type Entry struct {
 	Key      string `json:"key"`
 	Revision uint64 `json:"revision"`
 	Value    []byte `json:"value"`
 }
 
-// EncodeSavedConfig returns the file content of s.
-func EncodeSavedConfig(s *SavedConfig) ([]byte, error) {
+// Encode returns the file content of s.
+func Encode(s *Contents) ([]byte, error) {
 	var body bytes.Buffer
 	if err := encodeSavedBody(&body, s.body()); err != nil {
 		return nil, err
@@ -85,17 +87,17 @@ func EncodeSavedConfig(s *SavedConfig) ([]byte, error) {
 }
 
 // savedBody is what a file's body is written from: the bucket, the time, and the
-// entries in key order, taken one at a time so that a ConfigFile can unpack each value
+// entries in key order, taken one at a time so that a File can unpack each value
 // into one reused buffer instead of holding them all unpacked at once.
 type savedBody struct {
 	bucket string
 	asOf   time.Time
 	n      int
-	entry  func(i int) (SavedEntry, error) // valid until the next call
+	entry  func(i int) (Entry, error) // valid until the next call
 }
 
-func (s *SavedConfig) body() savedBody {
-	return savedBody{s.Bucket, s.AsOf, len(s.Entries), func(i int) (SavedEntry, error) { return s.Entries[i], nil }}
+func (s *Contents) body() savedBody {
+	return savedBody{s.Bucket, s.AsOf, len(s.Entries), func(i int) (Entry, error) { return s.Entries[i], nil }}
 }
 
 // encodeSavedBody writes s's JSON body to w an entry at a time, so that writing the file
@@ -133,9 +135,9 @@ func encodeSavedBody(w io.Writer, s savedBody) error {
 	return err
 }
 
-// DecodeSavedConfig reads a snapshot file's content, refusing anything but a complete,
+// Decode reads a config file's content, refusing anything but a complete,
 // intact file of this version with a bucket, a time and well-formed, distinct keys.
-func DecodeSavedConfig(b []byte) (*SavedConfig, error) {
+func Decode(b []byte) (*Contents, error) {
 	nl := bytes.IndexByte(b, '\n')
 	if nl < 0 || nl > 128 {
 		return nil, errors.New("no header line")
@@ -159,7 +161,7 @@ func DecodeSavedConfig(b []byte) (*SavedConfig, error) {
 	if got := crc32.Checksum(body, castagnoli); got != uint32(sum) {
 		return nil, fmt.Errorf("checksum %08x, the header says %08x (a damaged file)", got, sum)
 	}
-	var s SavedConfig
+	var s Contents
 	if err := json.Unmarshal(body, &s); err != nil {
 		return nil, fmt.Errorf("body: %w", err)
 	}
@@ -185,13 +187,13 @@ func DecodeSavedConfig(b []byte) (*SavedConfig, error) {
 	return &s, nil
 }
 
-// ReadConfigFile reads the snapshot in dir and checks that it is of bucket and no older
+// Read reads the config file in dir and checks that it is of bucket and no older
 // than maxAge (0: no snapshot is young enough) at now.
-func ReadConfigFile(dir, bucket string, maxAge time.Duration, now time.Time) (*SavedConfig, error) {
+func Read(dir, bucket string, maxAge time.Duration, now time.Time) (*Contents, error) {
 	if maxAge <= 0 {
 		return nil, errors.New("snapshots are off (TOLLGATE_EDGE_SNAPSHOT_MAX_AGE=0)")
 	}
-	path := filepath.Join(dir, ConfigFileName)
+	path := filepath.Join(dir, Name)
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -206,7 +208,7 @@ func ReadConfigFile(dir, bucket string, maxAge time.Duration, now time.Time) (*S
 	if _, err := buf.ReadFrom(fh); err != nil {
 		return nil, err
 	}
-	s, err := DecodeSavedConfig(buf.Bytes())
+	s, err := Decode(buf.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -219,13 +221,13 @@ func ReadConfigFile(dir, bucket string, maxAge time.Duration, now time.Time) (*S
 	return s, nil
 }
 
-// writeConfigFile replaces the snapshot in dir with s's: a temporary file, fsynced, renamed
+// writeFile replaces the config file in dir with s's: a temporary file, fsynced, renamed
 // over the old one, and the directory fsynced so the rename itself survives a crash. The
 // body streams into the file; the header line goes first with its length zero-padded to
 // a fixed width (any reader of the format takes it) and is filled in once the body is
 // written.
-func writeConfigFile(dir string, s savedBody) error {
-	tmp, err := os.CreateTemp(dir, "."+ConfigFileName+".tmp-*")
+func writeFile(dir string, s savedBody) error {
+	tmp, err := os.CreateTemp(dir, "."+Name+".tmp-*")
 	if err != nil {
 		return err
 	}
@@ -260,7 +262,7 @@ func writeConfigFile(dir string, s savedBody) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, ConfigFileName)); err != nil {
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, Name)); err != nil {
 		return err
 	}
 	d, err := os.Open(dir)
@@ -282,11 +284,11 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// ConfigFileConfig configures a ConfigFile. Dir, Bucket and Apply are required.
-type ConfigFileConfig struct {
+// Config configures a File. Dir, Bucket and Apply are required.
+type Config struct {
 	Dir    string // the edge's local state directory (created if missing)
 	Bucket string // the KV bucket the edge watches
-	// Apply passes an update on to the edge (Edge.Apply). The ConfigFile calls it for
+	// Apply passes an update on to the edge (Edge.Apply). The File calls it for
 	// every update, for the entries of a snapshot it serves, and for the keys the bucket
 	// no longer has when the watch's initial load shows so.
 	Apply func(key string, value []byte, revision uint64)
@@ -316,12 +318,12 @@ type ConfigFileConfig struct {
 	Logger   *slog.Logger          // Default: slog.Default()
 }
 
-// ConfigFile stands between the config watch and the edge: it passes every update on,
-// keeps a copy of what it passed, and writes that copy to the snapshot file. At start it
-// can serve the edge a snapshot (Restore) until the watch's initial load is in (Current),
+// File stands between the config watch and the edge: it passes every update on,
+// keeps a copy of what it passed, and writes that copy to the config file. At start it
+// can serve the edge the file's config (Restore) until the watch's initial load is in (Current),
 // which then deletes the keys the snapshot had and the bucket no longer has.
-type ConfigFile struct {
-	cfg ConfigFileConfig
+type File struct {
+	cfg Config
 	log *slog.Logger
 
 	mu      sync.Mutex
@@ -358,7 +360,7 @@ type savedItem struct {
 	savedValue
 }
 
-// packer compresses the values a ConfigFile keeps. Values of one kind (routes, keys,
+// packer compresses the values a File keeps. Values of one kind (routes, keys,
 // consumers...) are JSON documents of the same shape that differ in a few fields, so
 // each is compressed against the first value of its kind seen, kept as the kind's
 // dictionary: a route of about 500 bytes keeps about 65.
@@ -417,11 +419,11 @@ func keyKind(key string) string {
 	return kind
 }
 
-// OpenConfigFile returns a ConfigFile holding nothing yet, with its writer started.
+// Open returns a File holding nothing yet, with its writer started.
 // Leftover temporary files of an earlier run are removed.
-func OpenConfigFile(cfg ConfigFileConfig) (*ConfigFile, error) {
+func Open(cfg Config) (*File, error) {
 	if cfg.Dir == "" || cfg.Bucket == "" || cfg.Apply == nil {
-		return nil, errors.New("edge: ConfigFileConfig needs Dir, Bucket and Apply")
+		return nil, errors.New("edge: Config needs Dir, Bucket and Apply")
 	}
 	if cfg.Connected == nil {
 		cfg.Connected = func() bool { return true }
@@ -438,12 +440,12 @@ func OpenConfigFile(cfg ConfigFileConfig) (*ConfigFile, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("edge: config snapshot directory: %w", err)
 	}
-	if old, _ := filepath.Glob(filepath.Join(cfg.Dir, "."+ConfigFileName+".tmp-*")); len(old) > 0 {
+	if old, _ := filepath.Glob(filepath.Join(cfg.Dir, "."+Name+".tmp-*")); len(old) > 0 {
 		for _, p := range old {
 			_ = os.Remove(p)
 		}
 	}
-	f := &ConfigFile{
+	f := &File{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		entries: map[string]savedValue{},
@@ -492,7 +494,7 @@ func OpenConfigFile(cfg ConfigFileConfig) (*ConfigFile, error) {
 }
 
 // Update passes one update of the watch on to the edge and keeps it (value nil: a delete).
-func (f *ConfigFile) Update(key string, value []byte, revision uint64) {
+func (f *File) Update(key string, value []byte, revision uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.seen != nil {
@@ -512,8 +514,8 @@ func (f *ConfigFile) Update(key string, value []byte, revision uint64) {
 // It returns false with the reason when there is no usable snapshot, and false with no
 // error when the initial load is already in (there is nothing to restore). A refused file is left in place: the
 // next write replaces it.
-func (f *ConfigFile) Restore(maxAge time.Duration) (bool, error) {
-	s, err := ReadConfigFile(f.cfg.Dir, f.cfg.Bucket, maxAge, time.Now())
+func (f *File) Restore(maxAge time.Duration) (bool, error) {
+	s, err := Read(f.cfg.Dir, f.cfg.Bucket, maxAge, time.Now())
 	if err != nil {
 		msg := err.Error()
 		if errors.Is(err, os.ErrNotExist) {
@@ -540,10 +542,10 @@ func (f *ConfigFile) Restore(maxAge time.Duration) (bool, error) {
 	return true, nil
 }
 
-// Current tells the ConfigFile the watch's initial load is in: every key the bucket has
+// Current tells the File the watch's initial load is in: every key the bucket has
 // was delivered, so a key held (from a snapshot) and not delivered is gone from the bucket
 // and is deleted at the edge. From now on the edge serves the bucket's config.
-func (f *ConfigFile) Current() (vanished int) {
+func (f *File) Current() (vanished int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.live {
@@ -565,22 +567,26 @@ func (f *ConfigFile) Current() (vanished int) {
 }
 
 // Serving reports whether the edge serves a snapshot's config, and the snapshot's as_of.
-func (f *ConfigFile) Serving() (bool, time.Time) {
+func (f *File) Serving() (bool, time.Time) {
 	if t := f.serving.Load(); t != nil {
 		return true, *t
 	}
 	return false, time.Time{}
 }
 
-// unusable is why no snapshot could be served, "" if that was not tried.
-func (f *ConfigFile) unusable() string {
+// Refresh is how often the file is rewritten while nothing changes (Config.Refresh):
+// a file older than that was not kept current.
+func (f *File) Refresh() time.Duration { return f.cfg.Refresh }
+
+// Unusable is why no snapshot could be served, "" if that was not tried.
+func (f *File) Unusable() string {
 	if s := f.restoreIs.Load(); s != nil {
 		return *s
 	}
 	return ""
 }
 
-func (f *ConfigFile) changedLocked() {
+func (f *File) changedLocked() {
 	f.dirty = true
 	select {
 	case f.kick <- struct{}{}:
@@ -590,7 +596,7 @@ func (f *ConfigFile) changedLocked() {
 
 // writer writes the file Debounce after the first change of a burst, and every Refresh
 // while nothing changes.
-func (f *ConfigFile) writer() {
+func (f *File) writer() {
 	defer close(f.stopped)
 	refresh := time.NewTicker(f.cfg.Refresh)
 	defer refresh.Stop()
@@ -669,7 +675,7 @@ func (p *pacer) rest() {
 // after each writerSlice of work (pacer). Nothing is written before the initial load is
 // in: until then the entries are a snapshot's (whose file is already there) or a partial
 // load.
-func (f *ConfigFile) write(paced bool) {
+func (f *File) write(paced bool) {
 	f.mu.Lock()
 	if !f.dirty || !f.live {
 		f.mu.Unlock()
@@ -703,12 +709,12 @@ func (f *ConfigFile) write(paced bool) {
 		}
 		return strings.Compare(a.key, b.key)
 	})
-	err := writeConfigFile(f.cfg.Dir, savedBody{f.cfg.Bucket, asOf, len(items), func(i int) (SavedEntry, error) {
+	err := writeFile(f.cfg.Dir, savedBody{f.cfg.Bucket, asOf, len(items), func(i int) (Entry, error) {
 		if pace.due() {
 			pace.rest()
 		}
 		v, err := f.pack.value(items[i].savedValue)
-		return SavedEntry{Key: items[i].key, Revision: items[i].rev, Value: v}, err
+		return Entry{Key: items[i].key, Revision: items[i].rev, Value: v}, err
 	}})
 	if !f.cfg.RawValues {
 		f.packNew(items, pace)
@@ -732,7 +738,7 @@ func (f *ConfigFile) write(paced bool) {
 // write) and puts them in place of the raw ones, unless they changed meanwhile. It
 // pauses like the rest of the write: after a cold start every value is new, about 4 µs
 // each to pack.
-func (f *ConfigFile) packNew(items []savedItem, pace *pacer) {
+func (f *File) packNew(items []savedItem, pace *pacer) {
 	var packed []savedItem
 	for _, it := range items {
 		if it.done {
@@ -762,7 +768,7 @@ func (f *ConfigFile) packNew(items []savedItem, pace *pacer) {
 
 // Close stops the writer and writes what changed since the last write. Call it after
 // the watch has stopped.
-func (f *ConfigFile) Close() {
+func (f *File) Close() {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
@@ -773,103 +779,4 @@ func (f *ConfigFile) Close() {
 	close(f.stop)
 	<-f.stopped
 	f.write(false) // the edge is stopping: nothing to make way for
-}
-
-// UseConfigFile has /readyz say where the edge's config comes from: the bucket, or f's
-// snapshot (with its age), or, while not ready, why no snapshot could be served.
-func (e *Edge) UseConfigFile(f *ConfigFile) { e.cfile.Store(f) }
-
-// configSource is /readyz's "config" object.
-type configSource struct {
-	Source     string     `json:"source"` // "nats" or "snapshot"
-	Message    string     `json:"message,omitempty"`
-	AsOf       *time.Time `json:"as_of,omitempty"`
-	AgeSeconds float64    `json:"age_seconds,omitempty"`
-	// Stale: the snapshot is older than the writer's refresh interval, which an edge
-	// following the bucket never leaves it: its writes failed (a full disk) or the edge was
-	// down that long. Either way tenants created since are missing from it.
-	Stale bool `json:"stale,omitempty"`
-}
-
-// readyzBody is readyBody with the config's source added, when a ConfigFile is in use.
-func (e *Edge) readyzBody() []byte {
-	b := e.readyBody()
-	f := e.cfile.Load()
-	if f == nil {
-		return b
-	}
-	src := configSource{Source: "nats"}
-	if ok, asOf := f.Serving(); ok {
-		age := time.Since(asOf)
-		src = configSource{
-			Source: "snapshot", AsOf: &asOf, AgeSeconds: age.Seconds(),
-			Message: fmt.Sprintf("config from snapshot, age %s; NATS unreachable, catching up when it returns; a tenant the snapshot lacks is answered 503 not_ready until then", age.Round(time.Second)),
-			Stale:   age > f.cfg.Refresh,
-		}
-		if src.Stale {
-			src.Message += fmt.Sprintf("; STALE: older than the snapshot's refresh interval (%s), it was not kept current (failed writes, see tollgate_edge_config_snapshot_writes_total{result=\"error\"}) and may lack recent tenants and routes", f.cfg.Refresh)
-		}
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(b, &obj); err != nil {
-		return b
-	}
-	obj["config"], _ = json.Marshal(src)
-	out, err := json.Marshal(obj)
-	if err != nil {
-		return b
-	}
-	return out
-}
-
-// replySnapshotUnknownTenant answers a Host that names no tenant while the edge serves a
-// snapshot: the snapshot may predate the tenant (more so when its writes failed), so
-// "not found" would be a wrong answer that clients and caches take as final; "not ready,
-// retry" is true until the bucket's load is in.
-var replySnapshotUnknownTenant = newReply(tenants.ENotReady, "the edge is serving an older copy of its configuration that does not name this tenant; retry shortly")
-
-// failUnknownTenant answers a request whose Host names no tenant of this edge.
-func (e *Edge) failUnknownTenant(x *exchange) {
-	if f := e.cfile.Load(); f != nil {
-		if ok, _ := f.Serving(); ok {
-			x.fail(replySnapshotUnknownTenant)
-			x.ctx.Response.Header.Set("Retry-After", "1")
-			return
-		}
-	}
-	x.fail(replyTenantNotFound)
-}
-
-// loadingMessage is /readyz's message while the initial load is not in.
-func (e *Edge) loadingMessage() string {
-	if f := e.cfile.Load(); f != nil {
-		if why := f.unusable(); why != "" {
-			return "loading config: NATS unreachable and no usable snapshot (" + why + ")"
-		}
-	}
-	return "loading config"
-}
-
-// ServeAdmin serves the admin endpoints (/metrics, /healthz, /readyz…) on ln, before the
-// edge is ready, so that its readiness can be watched while it loads. It returns nil once
-// Shutdown has stopped it. Serve does the same with the public listener beside it.
-func (e *Edge) ServeAdmin(ln net.Listener) error {
-	err := e.admin.Serve(ln)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
-
-// ServePublic serves tenant traffic on ln. Open ln when the config is in, just before
-// Loaded, and serve it after: connections made before are refused by the kernel (a load
-// balancer or a client tries another edge), those made while the edge compiles wait in
-// the listen queue; none is answered 503 not_ready. It returns nil once Shutdown has
-// stopped it.
-func (e *Edge) ServePublic(ln net.Listener) error {
-	err := e.public.Serve(conn.ClientListener(ln))
-	if e.draining.Load() {
-		return nil
-	}
-	return err
 }

@@ -1,4 +1,9 @@
-package edge
+// Package upstreamclient is the edge's HTTP/1.1 client to upstream servers: a keep-alive
+// pool per target (Client), the exchange over it (Client.DoTimeout) with its streamed
+// bodies, and the dialer that holds every connect to the operator's address rule
+// (Dialer). It stands on net and crypto/tls; it knows nothing of tenants' routes,
+// balancing or retries, which are the edge's.
+package upstreamclient
 
 import (
 	"bufio"
@@ -15,7 +20,7 @@ import (
 
 // The edge's connection pool to one upstream server.
 //
-// It stands on net and crypto/tls only: the edge dials (dialer.dial), pools and frames
+// It stands on net and crypto/tls only: the edge dials (Dialer.Dial), pools and frames
 // its upstream connections itself, and uses fasthttp for what fasthttp documents for
 // any reader or writer (Request.Write, ResponseHeader.Read, Response.ReadBody,
 // ResponseHeader.ReadTrailer). A fasthttp release may change how its own client pools
@@ -34,9 +39,8 @@ import (
 // upstream closed, is closed and the next one taken (or one dialed). SetReuseCheck turns
 // the check off.
 
-// upstreamClient is a target's keep-alive pool; DoTimeout (upstreamclient_roundtrip.go) is the
-// exchange over it.
-type upstreamClient struct {
+// Client is a target's keep-alive pool; DoTimeout (roundtrip.go) is the exchange over it.
+type Client struct {
 	Addr      string                                                     // host:port
 	dial      func(addr string, timeout time.Duration) (net.Conn, error) // dialer.dial
 	tlsConfig *tls.Config                                                // nil: plain HTTP
@@ -44,7 +48,7 @@ type upstreamClient struct {
 	maxIdle   time.Duration
 	maxWait   time.Duration
 	// stream: bodies over maxBufferedBody or of unknown length stream to the client
-	// (upstreamBody); otherwise every body is read whole (Config.BufferResponses).
+	// (upstreamBody); otherwise every body is read whole (Config.Stream).
 	stream bool
 
 	readBufferSize   int
@@ -55,6 +59,46 @@ type upstreamClient struct {
 	open     int           // connections open or being dialed
 	waiters  []*connWaiter // requests waiting for a connection, oldest first
 	cleaning bool          // the idle cleaner runs
+}
+
+// Config configures a Client. Addr and Dial are required.
+type Config struct {
+	Addr string                                                     // host:port
+	Dial func(addr string, timeout time.Duration) (net.Conn, error) // Dialer.Dial
+	// TLS speaks TLS to the upstream, checking its certificate for Addr's host.
+	TLS      bool
+	MaxConns int           // connections open or being dialed. Default: fasthttp.DefaultMaxConnsPerHost
+	MaxIdle  time.Duration // an idle connection is closed after this. Default: 10s
+	MaxWait  time.Duration // a request waits this long for a connection when all are busy; 0: not at all
+	// ReadBufferSize is each connection's read buffer. Default: 4 KiB.
+	ReadBufferSize int
+	// Stream: bodies over maxBufferedBody or of unknown length stream to the client;
+	// otherwise every body is read whole.
+	Stream bool
+}
+
+// New returns an empty pool: connections are dialed as requests need them.
+func New(cfg Config) *Client {
+	c := &Client{
+		Addr:           cfg.Addr,
+		dial:           cfg.Dial,
+		maxConns:       cfg.MaxConns,
+		maxIdle:        cfg.MaxIdle,
+		maxWait:        cfg.MaxWait,
+		readBufferSize: cfg.ReadBufferSize,
+		stream:         cfg.Stream,
+	}
+	if c.maxConns <= 0 {
+		c.maxConns = fasthttp.DefaultMaxConnsPerHost
+	}
+	if c.readBufferSize <= 0 {
+		c.readBufferSize = 4 << 10
+	}
+	if cfg.TLS {
+		host, _, _ := net.SplitHostPort(cfg.Addr)
+		c.tlsConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
+	}
+	return c
 }
 
 // poolConn is one connection of the pool.
@@ -111,7 +155,7 @@ const defaultMaxIdle = 10 * time.Second
 // remaining time). A connection that served before and is not quiet (reuseCheck) is
 // closed and another taken. fresh asks for a new connection: an idle one is closed to
 // free its slot when every slot is taken.
-func (c *upstreamClient) acquire(timeout time.Duration, fresh bool) (*poolConn, error) {
+func (c *Client) acquire(timeout time.Duration, fresh bool) (*poolConn, error) {
 	check := reuseCheck.Load()
 	for {
 		pc, err := c.take(timeout, fresh)
@@ -123,7 +167,7 @@ func (c *upstreamClient) acquire(timeout time.Duration, fresh bool) (*poolConn, 
 }
 
 // take is acquire without the check.
-func (c *upstreamClient) take(timeout time.Duration, fresh bool) (*poolConn, error) {
+func (c *Client) take(timeout time.Duration, fresh bool) (*poolConn, error) {
 	if fresh {
 		return c.takeFresh(timeout)
 	}
@@ -181,7 +225,7 @@ func (c *upstreamClient) take(timeout time.Duration, fresh bool) (*poolConn, err
 
 // takeFresh dials a new connection: in a free slot, else in the slot of the longest idle
 // connection (closed), else in the first slot or connection handed back within the wait.
-func (c *upstreamClient) takeFresh(timeout time.Duration) (*poolConn, error) {
+func (c *Client) takeFresh(timeout time.Duration) (*poolConn, error) {
 	c.mu.Lock()
 	var old *poolConn
 	switch {
@@ -211,7 +255,7 @@ func (c *upstreamClient) takeFresh(timeout time.Duration) (*poolConn, error) {
 	return c.dialConn(timeout)
 }
 
-func (c *upstreamClient) removeWaiter(w *connWaiter) bool {
+func (c *Client) removeWaiter(w *connWaiter) bool {
 	for i, x := range c.waiters {
 		if x == w {
 			copy(c.waiters[i:], c.waiters[i+1:])
@@ -224,7 +268,7 @@ func (c *upstreamClient) removeWaiter(w *connWaiter) bool {
 }
 
 // popWaiter takes the oldest waiter; c.mu is held.
-func (c *upstreamClient) popWaiter() *connWaiter {
+func (c *Client) popWaiter() *connWaiter {
 	if len(c.waiters) == 0 {
 		return nil
 	}
@@ -237,7 +281,7 @@ func (c *upstreamClient) popWaiter() *connWaiter {
 
 // dialConn connects in a slot already counted in c.open, giving the slot up on failure.
 // A TLS connection shakes hands on its first write, within the request's deadlines.
-func (c *upstreamClient) dialConn(timeout time.Duration) (*poolConn, error) {
+func (c *Client) dialConn(timeout time.Duration) (*poolConn, error) {
 	conn, err := c.dial(c.Addr, timeout)
 	if err != nil {
 		c.dropSlot()
@@ -252,11 +296,11 @@ func (c *upstreamClient) dialConn(timeout time.Duration) (*poolConn, error) {
 
 // release puts a connection whose exchange ended cleanly back: to the oldest waiter,
 // else into the idle list.
-func (c *upstreamClient) release(pc *poolConn) { c.releaseAt(pc, conn.MonoNow()) }
+func (c *Client) release(pc *poolConn) { c.releaseAt(pc, conn.MonoNow()) }
 
 // releaseAt is release for a connection last used at lastUse (conn.MonoNow's clock, no
 // later than now).
-func (c *upstreamClient) releaseAt(pc *poolConn, lastUse int64) {
+func (c *Client) releaseAt(pc *poolConn, lastUse int64) {
 	pc.lastUse = lastUse
 	pc.reused = true
 	c.mu.Lock()
@@ -275,13 +319,13 @@ func (c *upstreamClient) releaseAt(pc *poolConn, lastUse int64) {
 }
 
 // closeConn closes a connection that may not be reused and frees its slot.
-func (c *upstreamClient) closeConn(pc *poolConn) {
+func (c *Client) closeConn(pc *poolConn) {
 	_ = pc.Conn.Close()
 	c.dropSlot()
 }
 
 // dropSlot frees a slot: the oldest waiter dials in it, else the pool shrinks.
-func (c *upstreamClient) dropSlot() {
+func (c *Client) dropSlot() {
 	c.mu.Lock()
 	if w := c.popWaiter(); w != nil {
 		c.mu.Unlock()
@@ -294,7 +338,7 @@ func (c *upstreamClient) dropSlot() {
 
 // cleanIdle closes connections idle for maxIdle, and stops when none is idle (release
 // starts it again).
-func (c *upstreamClient) cleanIdle() {
+func (c *Client) cleanIdle() {
 	maxIdle := c.maxIdle
 	if maxIdle <= 0 {
 		maxIdle = defaultMaxIdle
@@ -332,7 +376,7 @@ func (c *upstreamClient) cleanIdle() {
 
 // CloseIdleConnections closes the idle connections; those in use close or come back as
 // usual.
-func (c *upstreamClient) CloseIdleConnections() {
+func (c *Client) CloseIdleConnections() {
 	c.mu.Lock()
 	idle := c.idle
 	c.idle = nil
@@ -342,7 +386,7 @@ func (c *upstreamClient) CloseIdleConnections() {
 	}
 }
 
-func (c *upstreamClient) acquireReader(conn net.Conn) *bufio.Reader {
+func (c *Client) acquireReader(conn net.Conn) *bufio.Reader {
 	if br, _ := c.readers.Get().(*bufio.Reader); br != nil {
 		br.Reset(conn)
 		return br
@@ -350,12 +394,12 @@ func (c *upstreamClient) acquireReader(conn net.Conn) *bufio.Reader {
 	return bufio.NewReaderSize(conn, c.readBufferSize)
 }
 
-func (c *upstreamClient) releaseReader(br *bufio.Reader) {
+func (c *Client) releaseReader(br *bufio.Reader) {
 	br.Reset(nil)
 	c.readers.Put(br)
 }
 
-func (c *upstreamClient) acquireWriter(conn net.Conn) *bufio.Writer {
+func (c *Client) acquireWriter(conn net.Conn) *bufio.Writer {
 	if bw, _ := c.writers.Get().(*bufio.Writer); bw != nil {
 		bw.Reset(conn)
 		return bw
@@ -363,7 +407,7 @@ func (c *upstreamClient) acquireWriter(conn net.Conn) *bufio.Writer {
 	return bufio.NewWriterSize(conn, writeBufferSize)
 }
 
-func (c *upstreamClient) releaseWriter(bw *bufio.Writer) {
+func (c *Client) releaseWriter(bw *bufio.Writer) {
 	bw.Reset(nil)
 	c.writers.Put(bw)
 }

@@ -1,4 +1,4 @@
-package edge
+package upstreamclient
 
 import (
 	"bufio"
@@ -13,11 +13,12 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/meter"
 )
 
 // The edge's exchange with an upstream.
 //
-// DoTimeout sends a request over a connection of the target's pool (upstreamclient.go)
+// DoTimeout sends a request over a connection of the target's pool (pool.go)
 // and reads the answer, with what a proxy needs and a general client (fasthttp's
 // HostClient.Do) spends on every request besides: no parse of the request URI the edge
 // has just built, one clock read, the connection's deadlines moved only when they must
@@ -59,17 +60,17 @@ const maxBufferedBody = 64 << 10
 
 // DoTimeout sends req over a pooled connection and reads the answer into resp, both
 // within timeout (the route's): an error when no connection could be had
-// (fasthttp.ErrNoFreeConns, a *dialError), the connection failed, or the upstream took
+// (fasthttp.ErrNoFreeConns, a *DialError), the connection failed, or the upstream took
 // longer (then fasthttp.ErrTimeout or a net.Error whose Timeout is true). The timeout
 // also bounds the relay of a streamed body.
-func (c *upstreamClient) DoTimeout(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
-	return c.doAt(req, resp, timeout, conn.MonoNow())
+func (c *Client) DoTimeout(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
+	return c.DoAt(req, resp, timeout, conn.MonoNow())
 }
 
-// doAt is DoTimeout for a caller that has just read conn.MonoNow (now) itself: a clock
+// DoAt is DoTimeout for a caller that has just read conn.MonoNow (now) itself: a clock
 // read costs 70–150 ns on a virtual machine, a few per request add up, and the same
 // reading serves both.
-func (c *upstreamClient) doAt(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration, now int64) error {
+func (c *Client) DoAt(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration, now int64) error {
 	if timeout <= 0 {
 		return fasthttp.ErrTimeout
 	}
@@ -118,7 +119,7 @@ func (a *attempt) mayResend(pc *poolConn) bool {
 }
 
 // roundTrip is one attempt; retry reports whether the request may be sent again.
-func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now, deadline, slack int64, a *attempt) (retry bool, err error) {
+func (c *Client) roundTrip(req *fasthttp.Request, resp *fasthttp.Response, now, deadline, slack int64, a *attempt) (retry bool, err error) {
 	pc, err := c.acquire(time.Duration(deadline-now), a.fresh)
 	if err != nil {
 		return false, err
@@ -178,7 +179,7 @@ func (c *upstreamClient) roundTrip(req *fasthttp.Request, resp *fasthttp.Respons
 	// After 101 Switching Protocols the connection speaks another protocol: never pooled.
 	closeConn := resp.ConnectionClose() || resp.Header.StatusCode() == fasthttp.StatusSwitchingProtocols
 	cl := resp.Header.ContentLength()
-	skip := resp.SkipBody || noBody(resp.Header.StatusCode())
+	skip := resp.SkipBody || NoBody(resp.Header.StatusCode())
 	if !skip && c.stream && (cl < 0 || cl > maxBufferedBody) {
 		resp.SetBodyStream(newUpstreamBody(c, pc, br, &resp.Header, cl, closeConn), cl)
 		return false, nil
@@ -237,8 +238,8 @@ func readResponseHeader(h *fasthttp.ResponseHeader, br *bufio.Reader) error {
 	}
 }
 
-// noBody reports a status whose response has no body: 1xx, 204 and 304.
-func noBody(status int) bool {
+// NoBody reports a status whose response has no body: 1xx, 204 and 304.
+func NoBody(status int) bool {
 	if status < 100 || status == fasthttp.StatusOK {
 		return false
 	}
@@ -272,24 +273,24 @@ func setDeadlines(c net.Conn, deadline int64) error {
 // the connection goes back to the pool when the body was read to its end, and is closed
 // otherwise.
 type upstreamBody struct {
-	c       *upstreamClient
+	c       *Client
 	pc      *poolConn
 	br      *bufio.Reader
 	h       *fasthttp.ResponseHeader
 	length  int
-	left    int   // bytes left of the body (length ≥ 0) or of the current chunk (-1)
-	done    bool  // the body ended where its framing said
-	close   bool  // the connection may not be reused after the body
-	closed  bool  // CloseWithError was called: the body is back in the pool
-	err     error // the error that stopped the body
-	sent    int64 // body bytes handed to the reader (fasthttp, writing them to the client)
-	use     usage // the request's meter record, made at close (meter.go)
+	left    int         // bytes left of the body (length ≥ 0) or of the current chunk (-1)
+	done    bool        // the body ended where its framing said
+	close   bool        // the connection may not be reused after the body
+	closed  bool        // CloseWithError was called: the body is back in the pool
+	err     error       // the error that stopped the body
+	sent    int64       // body bytes handed to the reader (fasthttp, writing them to the client)
+	use     meter.Usage // the request's meter record, made at close
 	metered bool
 }
 
 var upstreamBodyPool sync.Pool
 
-func newUpstreamBody(c *upstreamClient, pc *poolConn, br *bufio.Reader, h *fasthttp.ResponseHeader, length int, closeAfter bool) *upstreamBody {
+func newUpstreamBody(c *Client, pc *poolConn, br *bufio.Reader, h *fasthttp.ResponseHeader, length int, closeAfter bool) *upstreamBody {
 	b, _ := upstreamBodyPool.Get().(*upstreamBody)
 	if b == nil {
 		b = new(upstreamBody)
@@ -321,7 +322,9 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *upstreamBody) recordAtClose(u usage) { b.use, b.metered = u, true }
+// RecordAtClose has the body record u, with the body bytes it relayed as Out, when it is
+// closed: a streamed answer's size is known only then.
+func (b *upstreamBody) RecordAtClose(u meter.Usage) { b.use, b.metered = u, true }
 
 func (b *upstreamBody) read(p []byte) (int, error) {
 	switch {
@@ -392,8 +395,8 @@ func (b *upstreamBody) CloseWithError(err error) error {
 		return nil
 	}
 	if b.metered {
-		b.use.out = b.sent
-		b.use.record()
+		b.use.Out = b.sent
+		b.use.Record()
 	}
 	c, pc := b.c, b.pc
 	extra := b.done && b.br.Buffered() > 0 // bytes past the body's end: see roundTrip

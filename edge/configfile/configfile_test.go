@@ -1,11 +1,8 @@
-package edge_test
+package configfile_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -15,11 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/edge"
-	"tollgate/tenants"
+	"tollgate/edge/configfile"
 )
 
-// applied records what a ConfigFile passes on, and passes it to next if set.
+// applied records what a File passes on, and passes it to next if set.
 type applied struct {
 	mu   sync.Mutex
 	log  []string // "put key rev" or "del key"
@@ -47,13 +43,13 @@ func (a *applied) take() []string {
 	return l
 }
 
-func openConfigFile(t *testing.T, dir string, a *applied, opts ...func(*edge.ConfigFileConfig)) *edge.ConfigFile {
+func openFile(t *testing.T, dir string, a *applied, opts ...func(*configfile.Config)) *configfile.File {
 	t.Helper()
-	cfg := edge.ConfigFileConfig{Dir: dir, Bucket: "tollgate_config", Apply: a.apply, Debounce: time.Millisecond}
+	cfg := configfile.Config{Dir: dir, Bucket: "tollgate_config", Apply: a.apply, Debounce: time.Millisecond}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	f, err := edge.OpenConfigFile(cfg)
+	f, err := configfile.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,16 +57,16 @@ func openConfigFile(t *testing.T, dir string, a *applied, opts ...func(*edge.Con
 	return f
 }
 
-func readSaved(t *testing.T, dir string) *edge.SavedConfig {
+func readSaved(t *testing.T, dir string) *configfile.Contents {
 	t.Helper()
-	s, err := edge.ReadConfigFile(dir, "tollgate_config", time.Hour, time.Now())
+	s, err := configfile.Read(dir, "tollgate_config", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func savedKeys(s *edge.SavedConfig) []string {
+func savedKeys(s *configfile.Contents) []string {
 	var keys []string
 	for _, e := range s.Entries {
 		keys = append(keys, e.Key+"="+string(e.Value))
@@ -83,20 +79,20 @@ func savedKeys(s *edge.SavedConfig) []string {
 func TestConfigFileWritesTheAppliedConfig(t *testing.T) {
 	dir := t.TempDir()
 	a := &applied{}
-	f := openConfigFile(t, dir, a)
+	f := openFile(t, dir, a)
 	f.Update("t1.tenant", []byte("v1"), 1)
 	f.Update("t1.route.r1", []byte("v2"), 2)
 	f.Update("t1.route.r2", []byte("v3"), 3)
 	f.Update("t1.route.r1", nil, 4)
 	time.Sleep(20 * time.Millisecond) // several debounces: still nothing, the load is not in
-	if _, err := os.Stat(filepath.Join(dir, edge.ConfigFileName)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, configfile.Name)); !os.IsNotExist(err) {
 		t.Fatalf("a snapshot was written before the initial load was in (%v)", err)
 	}
 	if n := f.Current(); n != 0 {
 		t.Fatalf("Current deleted %d keys of a config that came from the watch alone", n)
 	}
 	waitFor(t, 10*time.Second, func() string {
-		if _, err := os.Stat(filepath.Join(dir, edge.ConfigFileName)); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, configfile.Name)); err != nil {
 			return err.Error()
 		}
 		return ""
@@ -127,7 +123,7 @@ func TestConfigFileWritesTheAppliedConfig(t *testing.T) {
 // was read is not overwritten by the snapshot's older value.
 func TestConfigFileRestoreThenCatchUp(t *testing.T) {
 	dir := t.TempDir()
-	first := openConfigFile(t, dir, &applied{})
+	first := openFile(t, dir, &applied{})
 	for i, k := range []string{"t1.tenant", "t1.route.keep", "t1.route.changed", "t1.route.vanished", "t1.route.early"} {
 		first.Update(k, []byte("old"), uint64(i+1))
 	}
@@ -135,7 +131,7 @@ func TestConfigFileRestoreThenCatchUp(t *testing.T) {
 	first.Close()
 
 	a := &applied{}
-	f := openConfigFile(t, dir, a)
+	f := openFile(t, dir, a)
 	f.Update("t1.route.early", []byte("new"), 10) // the watch was quicker for this one
 	ok, err := f.Restore(time.Hour)
 	if !ok || err != nil {
@@ -153,7 +149,7 @@ func TestConfigFileRestoreThenCatchUp(t *testing.T) {
 		t.Fatalf("the snapshot was rewritten while being served: %v", savedKeys(got))
 	}
 
-	f = openConfigFile(t, dir, a)
+	f = openFile(t, dir, a)
 	if ok, err := f.Restore(time.Hour); !ok {
 		t.Fatal(err)
 	}
@@ -181,7 +177,7 @@ func TestConfigFileRestoreThenCatchUp(t *testing.T) {
 		t.Fatalf("saved %v, want %v", got, want)
 	}
 	// Once current, a Restore has nothing to do.
-	f = openConfigFile(t, dir, a)
+	f = openFile(t, dir, a)
 	f.Current()
 	if ok, err := f.Restore(time.Hour); ok || err != nil {
 		t.Fatalf("Restore after Current: %v %v", ok, err)
@@ -190,9 +186,9 @@ func TestConfigFileRestoreThenCatchUp(t *testing.T) {
 
 // Every unusable file is refused with a reason, and nothing is applied.
 func TestConfigFileRefusesUnusableSnapshots(t *testing.T) {
-	good, err := edge.EncodeSavedConfig(&edge.SavedConfig{
+	good, err := configfile.Encode(&configfile.Contents{
 		Bucket: "tollgate_config", AsOf: time.Now().Add(-2 * time.Hour),
-		Entries: []edge.SavedEntry{{Key: "t1.tenant", Revision: 1, Value: []byte(`{}`)}},
+		Entries: []configfile.Entry{{Key: "t1.tenant", Revision: 1, Value: []byte(`{}`)}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -219,12 +215,12 @@ func TestConfigFileRefusesUnusableSnapshots(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			if c.file != nil {
-				if err := os.WriteFile(filepath.Join(dir, edge.ConfigFileName), c.file, 0o600); err != nil {
+				if err := os.WriteFile(filepath.Join(dir, configfile.Name), c.file, 0o600); err != nil {
 					t.Fatal(err)
 				}
 			}
 			a := &applied{}
-			f, err := edge.OpenConfigFile(edge.ConfigFileConfig{Dir: dir, Bucket: c.bucket, Apply: a.apply})
+			f, err := configfile.Open(configfile.Config{Dir: dir, Bucket: c.bucket, Apply: a.apply})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,125 +238,27 @@ func TestConfigFileRefusesUnusableSnapshots(t *testing.T) {
 
 // An edge serving a snapshot says so on /readyz and in its metrics, and stops saying so
 // once it has caught up.
-func TestReadyzSaysConfigFromSnapshot(t *testing.T) {
-	dir := t.TempDir()
-	up := newUpstream(t, "up")
-	tenantKey, tenantVal := entryOf(t, &tenants.Tenant{ID: "t-acme", Slug: "acme", Name: "acme"}, 1)
-	routeKey, routeVal := entryOf(t, &tenants.Route{ID: "r1", TenantID: "t-acme", Name: "r1", Paths: []string{"/hello"},
-		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.URL, Weight: 1}}}}, 2)
-	b, err := edge.EncodeSavedConfig(&edge.SavedConfig{Bucket: "tollgate_config", AsOf: time.Now().Add(-90 * time.Second),
-		Entries: []edge.SavedEntry{{Key: tenantKey, Revision: 1, Value: tenantVal}, {Key: routeKey, Revision: 2, Value: routeVal}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, edge.ConfigFileName), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	h := newHarness(t)
-	f := openConfigFile(t, dir, &applied{next: h.e.Apply}, func(c *edge.ConfigFileConfig) { c.Registry = h.reg })
-	h.e.UseConfigFile(f)
-	if ok, err := f.Restore(time.Hour); !ok {
-		t.Fatal(err)
-	}
-	h.e.Loaded()
-	if r := h.get("acme."+domain, "/hello"); r.status != 200 {
-		t.Fatalf("GET /hello from the snapshot: %d %s", r.status, r.body)
-	}
-	rz := readyz(t, h)
-	if rz.Config.Source != "snapshot" || !strings.HasPrefix(rz.Config.Message, "config from snapshot, age 1m3") || rz.Config.AgeSeconds < 90 {
-		t.Fatalf("/readyz config %+v", rz.Config)
-	}
-	if v := h.metric("tollgate_edge_config_snapshot_serving", nil); v != 1 {
-		t.Fatalf("tollgate_edge_config_snapshot_serving %v, want 1", v)
-	}
-	if v := h.metric("tollgate_edge_config_snapshot_age_seconds", nil); v < 90 {
-		t.Fatalf("tollgate_edge_config_snapshot_age_seconds %v, want ≥ 90", v)
-	}
-
-	// The bucket's initial load: the tenant, and no route any more.
-	f.Update(tenantKey, tenantVal, 1)
-	f.Current()
-	if rz := readyz(t, h); rz.Config.Source != "nats" || rz.Config.Message != "" {
-		t.Fatalf("/readyz config after catching up %+v", rz.Config)
-	}
-	if v := h.metric("tollgate_edge_config_snapshot_serving", nil); v != 0 {
-		t.Fatalf("tollgate_edge_config_snapshot_serving %v after catching up, want 0", v)
-	}
-	waitFor(t, 10*time.Second, func() string {
-		if r := h.get("acme."+domain, "/hello"); r.status != 404 {
-			return "the vanished route still answers " + string(r.body)
-		}
-		return ""
-	})
-}
-
-type readyzBody struct {
-	Status string `json:"status"`
-	Config struct {
-		Source     string  `json:"source"`
-		Message    string  `json:"message"`
-		AgeSeconds float64 `json:"age_seconds"`
-		Stale      bool    `json:"stale"`
-	} `json:"config"`
-}
-
-func readyz(t *testing.T, h *harness) readyzBody {
-	t.Helper()
-	resp, err := http.Get("http://" + h.admin + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var rz readyzBody
-	if resp.StatusCode != 200 || json.Unmarshal(raw, &rz) != nil || rz.Status != "ready" {
-		t.Fatalf("/readyz: %d %s", resp.StatusCode, raw)
-	}
-	return rz
-}
-
-// entryOf is obj's KV key and value at rev.
-func entryOf(t *testing.T, obj any, rev int64) (string, []byte) {
-	t.Helper()
-	e := tenants.Entry{Rev: rev}
-	switch o := obj.(type) {
-	case *tenants.Tenant:
-		e.Tenant = o
-	case *tenants.Route:
-		e.Route = o
-	}
-	key, err := e.EntryKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.Marshal(&e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key, b
-}
 
 // A snapshot file is read at start from a disk that may have been damaged in any way;
 // reading it must never panic, and what it accepts must survive a round trip.
-func FuzzDecodeSavedConfig(f *testing.F) {
-	good, _ := edge.EncodeSavedConfig(&edge.SavedConfig{
+func FuzzDecode(f *testing.F) {
+	good, _ := configfile.Encode(&configfile.Contents{
 		Bucket: "b", AsOf: time.Unix(1700000000, 0).UTC(),
-		Entries: []edge.SavedEntry{{Key: "t.tenant", Revision: 1, Value: []byte("{}")}, {Key: "t.route.r", Revision: 7, Value: []byte("x")}},
+		Entries: []configfile.Entry{{Key: "t.tenant", Revision: 1, Value: []byte("{}")}, {Key: "t.route.r", Revision: 7, Value: []byte("x")}},
 	})
 	f.Add(good)
 	f.Add(good[:len(good)/2])
 	f.Add([]byte("tollgate-edge-config 1 2 00000000\n{}"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := edge.DecodeSavedConfig(b)
+		s, err := configfile.Decode(b)
 		if err != nil {
 			return
 		}
-		again, err := edge.EncodeSavedConfig(s)
+		again, err := configfile.Encode(s)
 		if err != nil {
 			t.Fatalf("accepted %q but cannot encode it: %v", b, err)
 		}
-		s2, err := edge.DecodeSavedConfig(again)
+		s2, err := configfile.Decode(again)
 		if err != nil || !reflect.DeepEqual(s.Entries, s2.Entries) || s.Bucket != s2.Bucket || !s.AsOf.Equal(s2.AsOf) {
 			t.Fatalf("round trip of %q: %v", b, err)
 		}
@@ -373,13 +271,13 @@ func TestConfigFileAsOfIsWhenLastConnected(t *testing.T) {
 	dir := t.TempDir()
 	var connected atomic.Bool
 	connected.Store(true)
-	f := openConfigFile(t, dir, &applied{}, func(c *edge.ConfigFileConfig) { c.Connected = connected.Load })
+	f := openFile(t, dir, &applied{}, func(c *configfile.Config) { c.Connected = connected.Load })
 	f.Update("t1.tenant", []byte("v1"), 1)
 	f.Current()
 	f.Close()
 	asOf := readSaved(t, dir).AsOf
 
-	f = openConfigFile(t, dir, &applied{}, func(c *edge.ConfigFileConfig) { c.Connected = connected.Load })
+	f = openFile(t, dir, &applied{}, func(c *configfile.Config) { c.Connected = connected.Load })
 	f.Update("t1.tenant", []byte("v1"), 1)
 	f.Current()
 	connected.Store(false)
@@ -406,7 +304,7 @@ func TestConfigFilePacksKeptValues(t *testing.T) {
 	for _, raw := range []bool{false, true} {
 		t.Run(fmt.Sprintf("raw=%v", raw), func(t *testing.T) {
 			dir := t.TempDir()
-			f := openConfigFile(t, dir, &applied{}, func(c *edge.ConfigFileConfig) { c.RawValues = raw })
+			f := openFile(t, dir, &applied{}, func(c *configfile.Config) { c.RawValues = raw })
 			want := map[string]string{"t1.tenant": `{"rev":1,"tenant":{}}`, "t1.policy": "short"}
 			f.Update("t1.tenant", []byte(want["t1.tenant"]), 1)
 			f.Update("t1.policy", []byte(want["t1.policy"]), 2)
@@ -435,7 +333,7 @@ func TestConfigFilePacksKeptValues(t *testing.T) {
 				if all, packed, _ := f.KeptValues(); !raw && packed != n {
 					return fmt.Sprintf("%d of %d values packed", packed, all)
 				}
-				if _, err := os.Stat(filepath.Join(dir, edge.ConfigFileName)); err != nil {
+				if _, err := os.Stat(filepath.Join(dir, configfile.Name)); err != nil {
 					return err.Error()
 				}
 				return ""
@@ -462,7 +360,7 @@ func TestConfigFilePacksKeptValues(t *testing.T) {
 			// A restart restores the file, then the same load comes in: the file it
 			// writes is the same.
 			saved := readSaved(t, dir)
-			f2 := openConfigFile(t, dir, &applied{}, func(c *edge.ConfigFileConfig) { c.RawValues = raw })
+			f2 := openFile(t, dir, &applied{}, func(c *configfile.Config) { c.RawValues = raw })
 			if ok, err := f2.Restore(time.Hour); !ok {
 				t.Fatalf("restore: %v", err)
 			}
@@ -481,7 +379,7 @@ func TestConfigFilePacksKeptValues(t *testing.T) {
 // sorted by key.
 func TestConfigFileWritesWhileChanging(t *testing.T) {
 	dir := t.TempDir()
-	f := openConfigFile(t, dir, &applied{})
+	f := openFile(t, dir, &applied{})
 	want := map[string]string{}
 	for i := range 5000 {
 		k := fmt.Sprintf("t1.route.r%05d", i)
@@ -532,4 +430,20 @@ func firstDiffs(got, want map[string]string, n int) []string {
 		}
 	}
 	return d
+}
+
+// waitFor polls fn until it returns "" or d has passed.
+func waitFor(t testing.TB, d time.Duration, fn func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		msg := fn()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after %v: %s", d, msg)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
