@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"tollgate/e2e/bench/harness"
 )
 
 // report gathers a sweep's results and renders them as markdown.
@@ -42,15 +44,15 @@ func (r *report) describeTools() {
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	r.tools = []string{
 		fmt.Sprintf("%d CPUs, Linux %s, %s", runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version()),
-		firstLine(nginxBin(), "-v"),
+		firstLine(harness.NginxBin(), "-v"),
 		firstLine("wrk", "-v"),
 	}
-	if r.b.nginxForward {
+	if r.b.NginxForward {
 		r.tools = append(r.tools, "nginx adds X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id towards the upstream and returns X-Request-Id, as Tollgate does (-nginx-forward=false: bare proxy_pass)")
 	} else {
 		r.tools = append(r.tools, "nginx proxies with a bare proxy_pass: no forwarding headers or request id, which Tollgate adds (-nginx-forward=false)")
 	}
-	if r.b.meterOff {
+	if r.b.MeterOff {
 		r.tools = append(r.tools, "Tollgate edges with TOLLGATE_METER=off: usage metering disabled (the cost of metering)")
 	}
 }
@@ -100,9 +102,9 @@ func (r *report) markdown() string {
 	for _, t := range r.tools {
 		fmt.Fprintf(&s, "- %s\n", t)
 	}
-	if r.b.edgeBin != "" {
+	if r.b.EdgeBin != "" {
 		s.WriteString("- Tollgate edges run tollgate-edge (the edge-only binary, as the deploy files run it; -edge-binary tollgate: `tollgate edge`)\n")
-	} else if r.b.bin != "" {
+	} else if r.b.Bin != "" {
 		s.WriteString("- Tollgate edges run `tollgate edge`\n")
 	}
 	if len(r.perf) == 0 {
@@ -191,7 +193,7 @@ func (r *report) scaling(s *strings.Builder) {
 	fmt.Fprintf(s, "Projected max QPS = cores × 10⁶ ÷ µs/req, i.e. what the gateway would serve with its cores saturated, "+
 		"from the measured CPU per request; measured QPS cannot separate gateways here because wrk and the upstream on CPU %s "+
 		"saturate first. The %d-proc µs/req is measured with the gateway sharing CPU %s with the load side. "+
-		"Efficiency = µs/req at %d ÷ µs/req at %d (1.00 = linear).\n\n", r.b.loadCPUs, hi, r.b.loadCPUs, lo, hi)
+		"Efficiency = µs/req at %d ÷ µs/req at %d (1.00 = linear).\n\n", r.b.LoadCPUs, hi, r.b.LoadCPUs, lo, hi)
 	fmt.Fprintf(s, "| scenario | gateway | µs/req %d | µs/req %d | projected QPS %d core(s) | projected QPS %d cores | efficiency |\n", lo, hi, lo, hi)
 	s.WriteString("|---|---|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.perf {
@@ -211,7 +213,7 @@ func (r *report) scaling(s *strings.Builder) {
 func (r *report) perfNotes(s *strings.Builder) {
 	fmt.Fprintf(s, "- wrk -t%d -c%d, %s measured after %s warmup, with the upstream (nginx, 1 worker, `return 200 \"ok\"`) on CPU %s; "+
 		"the gateway on CPU 0 (1 proc) or CPUs 0-%d; nginx proxy: upstream keepalive 64, HTTP/1.1, access_log off\n",
-		r.b.threads, r.b.conns, r.b.duration, r.b.warmup, r.b.loadCPUs, runtime.NumCPU()-1)
+		r.b.threads, r.b.conns, r.b.duration, r.b.warmup, r.b.LoadCPUs, runtime.NumCPU()-1)
 	fmt.Fprintf(s, "- CPU µs/req: the run time of every thread of the gateway's process group (/proc/PID/task/*/schedstat, in ns; "+
 		"utime+stime from /proc/PID/stat, CLK_TCK %d, where a thread ended meanwhile) over the window ÷ requests wrk completed; "+
 		"busy = CPU seconds ÷ wall seconds\n", r.b.tick)
@@ -306,7 +308,7 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 		"Then the tunnels stay open and idle for %s (*settling*: the gateway's CPU and RSS over and after that wait, one-off work after the burst such as the edge's memory return), "+
 		"and CPU per message = gateway CPU during the trickle that follows ÷ messages echoed (a frame each way). nginx: proxy_http_version 1.1 with Upgrade/Connection headers. "+
 		"Gateway CPU is its threads' run time in ns (in clock ticks, %d/s, ±1 tick, only when a thread ended meanwhile).\n\n",
-		r.b.wsConns, r.b.wsRate, r.b.duration, r.b.loadCPUs, r.b.wsSettle, r.b.tick)
+		r.b.wsConns, r.b.wsRate, r.b.duration, r.b.LoadCPUs, r.b.wsSettle, r.b.tick)
 	s.WriteString("| gateway | procs | round | tunnels | opened in | RSS before | RSS open | KiB/tunnel | CPU µs/upgrade | settling: CPU ms, RSS after | messages | CPU µs/message | p50 | p99 | lost | closed by gateway | KiB/tunnel vs nginx | µs/message vs nginx |\n")
 	s.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	perMsg, perTunnel := map[int][]float64{}, map[int][]float64{} // by procs

@@ -4,11 +4,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tollgate/e2e/bench/harness"
 )
 
 // S6's rounds give a per-round ratio to nginx, and the settling CPU is shown apart.
 func TestWSMarkdownRounds(t *testing.T) {
-	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}, wsConns: 10, wsRate: 10,
+	b := &bench{threads: 2, conns: 64, Env: &harness.Env{LoadCPUs: "1"}, cores: []int{1}, wsConns: 10, wsRate: 10,
 		wsSettle: 12 * time.Second, duration: 5 * time.Second, tick: 100}
 	r := newReport(b)
 	ws := func(gw string, round int, usPerMsg float64, rss1 int64, settle float64) wsResult {
@@ -77,7 +79,7 @@ func TestWSAsPerf(t *testing.T) {
 
 // At the same rate, the tail's busy ratio is the ratio of CPU per request.
 func TestTailMarkdownBusyRatio(t *testing.T) {
-	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}, duration: 5 * time.Second, warmup: 2 * time.Second}
+	b := &bench{threads: 2, conns: 64, Env: &harness.Env{LoadCPUs: "1"}, cores: []int{1}, duration: 5 * time.Second, warmup: 2 * time.Second}
 	r := newReport(b)
 	res := tailResult{P50: 100, P99: 1000, P999: 2000, Max: 3000}
 	r.tail = &tailReport{procs: 1, maxQPS: 1000, maxRuns: []float64{1000}, gateways: []string{"nginx", "tollgate"},

@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"tollgate/e2e/bench/harness"
 )
 
 // pairRound is two measurements of one round whose ratio b ÷ a is the round's figure:
@@ -416,13 +418,13 @@ var ownRatios = [][2]string{
 // reversed in even rounds; the gateways keep running with their config throughout. Every
 // measurement goes to rep.rounds, and the round with the median µs/req of each scenario
 // and gateway (among the rounds used) to rep.perf, for the tables that show one row each.
-func (b *bench) sweepRounds(ctx context.Context, procs int, scs []*perfScenario, targets map[string]*proc,
+func (b *bench) sweepRounds(ctx context.Context, procs int, scs []*perfScenario, targets map[string]*harness.Proc,
 	addr func(gw string, sc *perfScenario) string, rep *report) error {
 	gwCPUs, err := parseCPUList(gatewayCPUs(procs))
 	if err != nil {
 		return err
 	}
-	loadCPUs, err := parseCPUList(b.loadCPUs)
+	loadCPUs, err := parseCPUList(b.LoadCPUs)
 	if err != nil {
 		return fmt.Errorf("-load-cpus: %w", err)
 	}
@@ -673,7 +675,7 @@ func (r *report) roundsMarkdown(s *strings.Builder) {
 		})
 		s.WriteString("\n")
 	}
-	loadCPUs, _ := parseCPUList(b.loadCPUs)
+	loadCPUs, _ := parseCPUList(b.LoadCPUs)
 	s.WriteString("### Every measurement\n\n")
 	s.WriteString("busy: the gateway's CPU seconds ÷ wall seconds; load CPU: the share of time the load side's CPUs were busy (every process, /proc/stat).\n\n")
 	s.WriteString("| scenario | gateway | procs | round | first | CPU µs/req | QPS | p50 | p99 | busy | load CPU | flag |\n")

@@ -32,6 +32,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tollgate/e2e/bench/harness"
+
 	"github.com/valyala/fasthttp"
 
 	"tollgate/tenants"
@@ -169,7 +171,7 @@ type soakKey struct{ consumer, id, key string }
 // soakRun is one soak's moving parts.
 type soakRun struct {
 	b     *bench
-	s     *stack
+	s     *harness.Stack
 	hc    *fasthttp.HostClient
 	tally *soakTally
 	keys  map[string]*atomic.Pointer[soakKey] // slug → the key clients send now
@@ -186,7 +188,7 @@ func (r *soakRun) do(tenant, method, path string, header map[string]string, body
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://" + r.s.edgeAddr + path)
+	req.SetRequestURI("http://" + r.s.EdgeAddr + path)
 	req.UseHostHeader = true
 	req.Header.SetHost(tenant + ".localhost")
 	req.Header.SetMethod(method)
@@ -261,7 +263,7 @@ func (b *bench) soakUpstream(name string) (string, error) {
 		}
 	})}
 	go srv.Serve(ln)
-	b.clean.add(func() { srv.Close() })
+	b.Clean.Add(func() { srv.Close() })
 	return "http://" + ln.Addr().String(), nil
 }
 
@@ -277,7 +279,7 @@ func (b *bench) soak(ctx context.Context) (*soakResult, error) {
 	if r.upB, err = b.soakUpstream("B"); err != nil {
 		return res, err
 	}
-	if r.s, err = b.newStack(ctx, "soak", ""); err != nil {
+	if r.s, err = b.NewStack(ctx, "soak", ""); err != nil {
 		return res, err
 	}
 	if err := r.startBilling(ctx); err != nil {
@@ -287,11 +289,11 @@ func (b *bench) soak(ctx context.Context) (*soakResult, error) {
 		return res, err
 	}
 	// pprof on the admin port: the end's goroutine profile says what any growth is.
-	if err := r.s.startEdge(ctx, 0, "", "TOLLGATE_EDGE_ID=soak-"+randomHex(4), "TOLLGATE_PPROF=true"); err != nil {
+	if err := r.s.StartEdge(ctx, 0, "", "TOLLGATE_EDGE_ID=soak-"+harness.RandomHex(4), "TOLLGATE_PPROF=true"); err != nil {
 		return res, err
 	}
-	defer r.s.stopEdge()
-	r.hc = &fasthttp.HostClient{Addr: r.s.edgeAddr, MaxConns: 4096, ReadTimeout: 10 * time.Second,
+	defer r.s.StopEdge()
+	r.hc = &fasthttp.HostClient{Addr: r.s.EdgeAddr, MaxConns: 4096, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 10 * time.Second, MaxIdleConnDuration: time.Minute}
 	if err := r.warm(ctx); err != nil {
 		return res, err
@@ -337,30 +339,30 @@ func (b *bench) soak(ctx context.Context) (*soakResult, error) {
 
 // startBilling runs `tollgate billing` on the stack, its admin listener on a free port.
 func (r *soakRun) startBilling(ctx context.Context) error {
-	port, err := freePort()
+	port, err := harness.FreePort()
 	if err != nil {
 		return err
 	}
 	admin := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := startProc("tollgate billing", filepath.Join(r.s.dir, "billing.log"), "", r.s.env("TOLLGATE_BILLING_ADMIN_ADDR="+admin), r.s.bin, "billing")
+	p, err := harness.StartProc("tollgate billing", filepath.Join(r.s.Dir, "billing.log"), "", r.s.Env("TOLLGATE_BILLING_ADMIN_ADDR="+admin), r.s.Bin, "billing")
 	if err != nil {
 		return err
 	}
-	r.b.clean.add(p.stop)
-	return waitHTTP(ctx, r.b, "tollgate billing /readyz", "http://"+admin+"/readyz", r.b.readyTimeout, p)
+	r.b.Clean.Add(p.Stop)
+	return r.b.WaitHTTP(ctx, "tollgate billing /readyz", "http://"+admin+"/readyz", r.b.ReadyTimeout, p)
 }
 
 // configure creates the three tenants: soak-a and soak-b with key-auth routes and a
 // consumer each, soak-j with a JWT issuer, a policy and a JWT route.
 func (r *soakRun) configure(ctx context.Context) error {
-	c := r.s.client
+	c := r.s.Client
 	route := func(slug, name, path, auth, up string) (string, error) {
-		var out created
-		err := c.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody(name, path, up, auth, false), &out)
+		var out harness.Created
+		err := c.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody(name, path, up, auth, false), &out)
 		return out.ID, err
 	}
 	for _, slug := range []string{"soak-a", "soak-b", "soak-j"} {
-		if _, err := c.createTenant(ctx, slug); err != nil {
+		if _, err := c.CreateTenant(ctx, slug); err != nil {
 			return err
 		}
 	}
@@ -377,34 +379,34 @@ func (r *soakRun) configure(ctx context.Context) error {
 		return err
 	}
 	for _, slug := range []string{"soak-a", "soak-b"} {
-		var cons, k created
-		if err := c.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers", map[string]any{"name": slug + "-app"}, &cons); err != nil {
+		var cons, k harness.Created
+		if err := c.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers", map[string]any{"name": slug + "-app"}, &cons); err != nil {
 			return err
 		}
-		if err := c.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+cons.ID+"/keys", nil, &k); err != nil {
+		if err := c.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+cons.ID+"/keys", nil, &k); err != nil {
 			return err
 		}
 		p := &atomic.Pointer[soakKey]{}
 		p.Store(&soakKey{consumer: cons.ID, id: k.ID, key: k.Key})
 		r.keys[slug] = p
 	}
-	j, err := newJWTSetup()
+	j, err := harness.NewJWT()
 	if err != nil {
 		return err
 	}
-	r.jwt = j.token
-	if err := c.call(ctx, "POST", "/v1/tenants/soak-j/jwt-issuers", j.issuerBody(), nil); err != nil {
+	r.jwt = j.Token
+	if err := c.Call(ctx, "POST", "/v1/tenants/soak-j/jwt-issuers", j.IssuerBody(), nil); err != nil {
 		return err
 	}
 	policy := map[string]any{
 		"rules": [][]string{{"reader", "/orders/:id", "GET"}, {"*", "/orders/admin/*", "*", "deny"}},
 	}
-	if err := c.call(ctx, "PUT", "/v1/tenants/soak-j/policy", policy, nil); err != nil {
+	if err := c.Call(ctx, "PUT", "/v1/tenants/soak-j/policy", policy, nil); err != nil {
 		return err
 	}
-	jr := routeBody("orders", "/orders", r.upA, "jwt", false)
+	jr := harness.RouteBody("orders", "/orders", r.upA, "jwt", false)
 	jr["policy"] = true
-	return c.call(ctx, "POST", "/v1/tenants/soak-j/routes", jr, nil)
+	return c.Call(ctx, "POST", "/v1/tenants/soak-j/routes", jr, nil)
 }
 
 // warm waits until every kind of the mix gets the answer it should: routes, keys, the
@@ -412,8 +414,8 @@ func (r *soakRun) configure(ctx context.Context) error {
 func (r *soakRun) warm(ctx context.Context) error {
 	for i := range r.res.kinds {
 		k := &r.res.kinds[i]
-		err := waitFor(ctx, fmt.Sprintf("the edge to answer %s %s of %s with %d", k.method, k.path(0), k.tenant, k.want),
-			r.b.readyTimeout, 50*time.Millisecond, r.s.edge, func() error {
+		err := harness.WaitFor(ctx, fmt.Sprintf("the edge to answer %s %s of %s with %d", k.method, k.path(0), k.tenant, k.want),
+			r.b.ReadyTimeout, 50*time.Millisecond, r.s.Edge, func() error {
 				code, err := r.do(k.tenant, k.method, k.path(0), r.headers(k), k.body)
 				if err == nil && code != k.want {
 					err = fmt.Errorf("status %d", code)
@@ -523,18 +525,18 @@ func (r *soakRun) changeRoutes(ctx context.Context) {
 			if toB {
 				up = r.upB
 			}
-			err = r.s.client.callMatch(ctx, "PUT", "/v1/tenants/soak-a/routes/"+r.hotID, routeBody("hot", "/hot", up, "none", false))
+			err = r.s.Client.CallMatch(ctx, "PUT", "/v1/tenants/soak-a/routes/"+r.hotID, harness.RouteBody("hot", "/hot", up, "none", false))
 			if err == nil {
 				toB = !toB
 			}
 		case i%3 == 2 && len(churn) >= 3:
-			if err = r.s.client.call(ctx, "DELETE", "/v1/tenants/soak-a/routes/"+churn[0], nil, nil); err == nil {
+			if err = r.s.Client.Call(ctx, "DELETE", "/v1/tenants/soak-a/routes/"+churn[0], nil, nil); err == nil {
 				churn = churn[1:]
 			}
 		default:
-			var c created
-			body := routeBody(fmt.Sprintf("churn-%d", i), fmt.Sprintf("/churn-%d", i), r.upA, "none", false)
-			if err = r.s.client.call(ctx, "POST", "/v1/tenants/soak-a/routes", body, &c); err == nil {
+			var c harness.Created
+			body := harness.RouteBody(fmt.Sprintf("churn-%d", i), fmt.Sprintf("/churn-%d", i), r.upA, "none", false)
+			if err = r.s.Client.Call(ctx, "POST", "/v1/tenants/soak-a/routes", body, &c); err == nil {
 				churn = append(churn, c.ID)
 			}
 		}
@@ -546,31 +548,6 @@ func (r *soakRun) changeRoutes(ctx context.Context) {
 			r.res.routeErrors = append(r.res.routeErrors, err.Error())
 		}
 	}
-}
-
-// callMatch sends a full replacement with If-Match: * (whatever the current version).
-func (c *apiClient) callMatch(ctx context.Context, method, path string, in any) error {
-	raw, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, strings.NewReader(string(raw)))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("If-Match", "*")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: status %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	return nil
 }
 
 // rotateKeys rotates soak-a's and soak-b's keys in turn, one every soakRotateEvery.
@@ -609,20 +586,20 @@ func (r *soakRun) rotate(ctx context.Context, slug string) error {
 		}
 	}
 	issued := time.Now()
-	var k created
-	if err := r.s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+cur.consumer+"/keys", nil, &k); err != nil {
+	var k harness.Created
+	if err := r.s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+cur.consumer+"/keys", nil, &k); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "the edge to take "+slug+"'s new key", 30*time.Second, 20*time.Millisecond, r.s.edge, probe(k.Key, 200)); err != nil {
+	if err := harness.WaitFor(ctx, "the edge to take "+slug+"'s new key", 30*time.Second, 20*time.Millisecond, r.s.Edge, probe(k.Key, 200)); err != nil {
 		return err
 	}
 	r.res.newKeyServed = append(r.res.newKeyServed, time.Since(issued))
 	r.keys[slug].Store(&soakKey{consumer: cur.consumer, id: k.ID, key: k.Key})
 	revoked := time.Now()
-	if err := r.s.client.call(ctx, "DELETE", "/v1/tenants/"+slug+"/consumers/"+cur.consumer+"/keys/"+cur.id, nil, nil); err != nil {
+	if err := r.s.Client.Call(ctx, "DELETE", "/v1/tenants/"+slug+"/consumers/"+cur.consumer+"/keys/"+cur.id, nil, nil); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "the edge to refuse "+slug+"'s revoked key", 30*time.Second, 20*time.Millisecond, r.s.edge, probe(cur.key, 401)); err != nil {
+	if err := harness.WaitFor(ctx, "the edge to refuse "+slug+"'s revoked key", 30*time.Second, 20*time.Millisecond, r.s.Edge, probe(cur.key, 401)); err != nil {
 		return err
 	}
 	r.res.oldKeyRefused = append(r.res.oldKeyRefused, time.Since(revoked))
@@ -659,7 +636,7 @@ func (r *soakRun) sample() (soakSample, error) {
 			smp.load1, _ = strconv.ParseFloat(f[0], 64)
 		}
 	}
-	resp, err := r.b.http.Get("http://" + r.s.edgeAdmin + "/metrics")
+	resp, err := r.b.HTTP.Get("http://" + r.s.EdgeAdmin + "/metrics")
 	if err != nil {
 		return smp, err
 	}
@@ -671,7 +648,7 @@ func (r *soakRun) sample() (soakSample, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<16), 1<<20)
 	for sc.Scan() {
-		name, v, ok := metricLine(sc.Text())
+		name, v, ok := harness.MetricLine(sc.Text())
 		if !ok {
 			continue
 		}
@@ -697,50 +674,6 @@ func (r *soakRun) sample() (soakSample, error) {
 	return smp, nil
 }
 
-// scrapeMetrics reads an edge's /metrics at admin into a value per metric name, the
-// series of a labelled metric summed; empty when it cannot.
-func scrapeMetrics(b *bench, admin string) map[string]float64 {
-	out := map[string]float64{}
-	resp, err := b.http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		if name, v, ok := metricLine(sc.Text()); ok {
-			out[name] += v
-		}
-	}
-	return out
-}
-
-// metricLine splits a sample line of the Prometheus text format into its name and value.
-func metricLine(line string) (string, float64, bool) {
-	if line == "" || line[0] == '#' {
-		return "", 0, false
-	}
-	i := strings.IndexAny(line, "{ ")
-	if i < 0 {
-		return "", 0, false
-	}
-	name, rest := line[:i], line[i:]
-	if rest[0] == '{' {
-		j := strings.LastIndexByte(rest, '}')
-		if j < 0 {
-			return "", 0, false
-		}
-		rest = rest[j+1:]
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 {
-		return "", 0, false
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	return name, v, err == nil
-}
-
 // goroutineGroup is one stack of the edge's goroutine profile and how many goroutines
 // share it.
 type goroutineGroup struct {
@@ -751,7 +684,7 @@ type goroutineGroup struct {
 // goroutineProfile reads the edge's goroutine profile (debug=1: goroutines grouped by
 // stack), keeps it in the run's directory and returns its five largest groups.
 func (r *soakRun) goroutineProfile() []goroutineGroup {
-	resp, err := r.b.http.Get("http://" + r.s.edgeAdmin + "/debug/pprof/goroutine?debug=1")
+	resp, err := r.b.HTTP.Get("http://" + r.s.EdgeAdmin + "/debug/pprof/goroutine?debug=1")
 	if err != nil {
 		return nil
 	}
@@ -760,7 +693,7 @@ func (r *soakRun) goroutineProfile() []goroutineGroup {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return nil
 	}
-	_ = os.WriteFile(filepath.Join(r.s.dir, "edge-goroutines-end.txt"), raw, 0o644)
+	_ = os.WriteFile(filepath.Join(r.s.Dir, "edge-goroutines-end.txt"), raw, 0o644)
 	groups := parseGoroutines(string(raw))
 	return groups[:min(5, len(groups))]
 }
@@ -854,7 +787,7 @@ func (r *soakRun) settle(ctx context.Context) error {
 			var rep struct {
 				Total struct{ Requests, Billable int64 } `json:"total"`
 			}
-			if err := r.s.client.call(ctx, "GET", "/v1/tenants/"+slug+"/usage?from="+from+"&to="+to, nil, &rep); err != nil {
+			if err := r.s.Client.Call(ctx, "GET", "/v1/tenants/"+slug+"/usage?from="+from+"&to="+to, nil, &rep); err != nil {
 				lastErr = err
 				break
 			}

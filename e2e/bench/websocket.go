@@ -36,6 +36,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"tollgate/e2e/bench/harness"
 )
 
 // wsAcceptKey is the Sec-WebSocket-Accept for a client's key (RFC 6455 4.2.2).
@@ -46,7 +48,7 @@ func wsAcceptKey(key string) string {
 
 // startWSEcho starts the echo upstream on a free port, pinned to the load CPUs.
 func (b *bench) startWSEcho(ctx context.Context) error {
-	port, err := freePort()
+	port, err := harness.FreePort()
 	if err != nil {
 		return err
 	}
@@ -55,16 +57,16 @@ func (b *bench) startWSEcho(ctx context.Context) error {
 		return err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := startProc("websocket echo upstream", filepath.Join(b.dir, "wsecho.log"), b.loadCPUs,
+	p, err := harness.StartProc("websocket echo upstream", filepath.Join(b.Dir, "wsecho.log"), b.LoadCPUs,
 		append(os.Environ(), "TOLLGATE_BENCH_WSECHO="+addr), self)
 	if err != nil {
 		return err
 	}
-	b.clean.add(p.stop)
-	if err := waitHTTP(ctx, b, "websocket echo upstream", "http://"+addr+"/", 10*time.Second, p); err != nil {
+	b.Clean.Add(p.Stop)
+	if err := b.WaitHTTP(ctx, "websocket echo upstream", "http://"+addr+"/", 10*time.Second, p); err != nil {
 		return err
 	}
-	b.wsPort = port
+	b.WSPort = port
 	return nil
 }
 
@@ -339,7 +341,7 @@ func wsDial(spec *wsSpec) (net.Conn, *bufio.Reader, error) {
 		return nil, nil, err
 	}
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	key := base64.StdEncoding.EncodeToString([]byte(randomHex(8)))
+	key := base64.StdEncoding.EncodeToString([]byte(harness.RandomHex(8)))
 	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: %s\r\n\r\n",
 		spec.Path, spec.Host, key)
 	br := bufio.NewReader(c)
@@ -411,7 +413,7 @@ func (w wsResult) asPerf(rate int, gwCPUs, loadCPUs []int) (r perfResult, why st
 }
 
 // measureWS runs S6 against one gateway (see the top of the file).
-func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfScenario, p *proc, base string) (wsResult, error) {
+func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfScenario, p *harness.Proc, base string) (wsResult, error) {
 	res := wsResult{gateway: gw, procs: procs}
 	self, err := os.Executable()
 	if err != nil {
@@ -423,15 +425,15 @@ func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfSce
 		return res, err
 	}
 	time.Sleep(300 * time.Millisecond) // the previous scenario's connections wind down
-	u0, err := groupUsage(p.pid())
+	u0, err := harness.GroupUsage(p.Pid())
 	if err != nil {
-		return res, p.failure(err.Error())
+		return res, p.Failure(err.Error())
 	}
-	res.rss0 = u0.rssKB
+	res.rss0 = u0.RSSKB
 
 	ctx, cancel := context.WithTimeout(ctx, b.duration+2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "taskset", "-c", b.loadCPUs, self)
+	cmd := exec.CommandContext(ctx, "taskset", "-c", b.LoadCPUs, self)
 	cmd.Env = append(os.Environ(), "TOLLGATE_BENCH_LOADGEN=1")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -441,7 +443,7 @@ func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfSce
 	if err != nil {
 		return res, err
 	}
-	logPath := filepath.Join(b.dir, fmt.Sprintf("ws-%s-%d.log", gw, procs))
+	logPath := filepath.Join(b.Dir, fmt.Sprintf("ws-%s-%d.log", gw, procs))
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return res, err
@@ -464,22 +466,22 @@ func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfSce
 		return res, fmt.Errorf("S6 %s: opened %d of %d tunnels: %s", gw, op.Opened, b.wsConns, op.Error)
 	}
 	time.Sleep(time.Second) // let the gateway's memory settle (GC, buffers released after the upgrade)
-	u1, err := groupUsage(p.pid())
+	u1, err := harness.GroupUsage(p.Pid())
 	if err != nil {
-		return res, p.failure(err.Error())
+		return res, p.Failure(err.Error())
 	}
-	res.rss1 = u1.rssKB
-	res.usPerUpgrade = u1.cpuSince(u0, b.tick) * 1e6 / float64(op.Opened)
+	res.rss1 = u1.RSSKB
+	res.usPerUpgrade = u1.CPUSince(u0, b.tick) * 1e6 / float64(op.Opened)
 	if b.wsSettle > 0 {
 		time.Sleep(b.wsSettle)
-		us, err := groupUsage(p.pid())
+		us, err := harness.GroupUsage(p.Pid())
 		if err != nil {
-			return res, p.failure(err.Error())
+			return res, p.Failure(err.Error())
 		}
-		res.settleCPUSec = us.cpuSince(u1, b.tick)
+		res.settleCPUSec = us.CPUSince(u1, b.tick)
 		u1 = us
 	}
-	res.rssSettled = u1.rssKB
+	res.rssSettled = u1.RSSKB
 	res.sys0 = readCPUTimes()
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		return res, err
@@ -488,12 +490,12 @@ func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfSce
 		return res, fmt.Errorf("S6 %s: websocket client: %v (see %s)", gw, err, logPath)
 	}
 	res.sys1 = readCPUTimes()
-	u2, err := groupUsage(p.pid())
+	u2, err := harness.GroupUsage(p.Pid())
 	if err != nil {
-		return res, p.failure(err.Error())
+		return res, p.Failure(err.Error())
 	}
-	res.rss2 = u2.rssKB
-	res.trickleCPUSec = u2.cpuSince(u1, b.tick)
+	res.rss2 = u2.RSSKB
+	res.trickleCPUSec = u2.CPUSince(u1, b.tick)
 	if res.client.Received > 0 {
 		res.usPerMsg = res.trickleCPUSec * 1e6 / float64(res.client.Received)
 	}
