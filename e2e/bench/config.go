@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 
 	"github.com/nats-io/nats.go"
@@ -18,40 +19,13 @@ import (
 	"tollgate/tenants"
 )
 
-// latStats summarizes latencies. neg counts samples where the entry was in the bucket
-// before the 201 reached the client (the relay beat the HTTP response); they count as 0.
-type latStats struct {
-	n             int
-	p50, p99, max time.Duration
-	neg           int
-}
-
-func summarize(ds []time.Duration) latStats {
-	s := latStats{n: len(ds)}
-	if len(ds) == 0 {
-		return s
-	}
-	c := make([]time.Duration, len(ds))
-	for i, d := range ds {
-		if d < 0 {
-			s.neg++
-			d = 0
-		}
-		c[i] = d
-	}
-	slices.Sort(c)
-	pct := func(p float64) time.Duration { return c[min(len(c)-1, int(p*float64(len(c))))] }
-	s.p50, s.p99, s.max = pct(0.50), pct(0.99), c[len(c)-1]
-	return s
-}
-
 // configResult is the config scenario: how long after the api's 201 a change is in the
 // KV bucket (and served by an edge).
 type configResult struct {
-	seqBucket, seqEdge latStats
+	seqBucket, seqEdge figures.LatStats
 	burstN             int
 	burstWorkers       int
-	burstBucket        latStats
+	burstBucket        figures.LatStats
 	burstAPI           time.Duration // first POST sent → last 201
 	burstTotal         time.Duration // first POST sent → last entry in the bucket
 	burstEdgeLast      time.Duration // first POST sent → edge serves the route whose entry came last
@@ -198,9 +172,9 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 			edgeLat = append(edgeLat, time.Since(t201))
 		}
 	}
-	res.seqBucket, res.seqEdge = summarize(bucketLat), summarize(edgeLat)
+	res.seqBucket, res.seqEdge = figures.Summarize(bucketLat), figures.Summarize(edgeLat)
 	fmt.Fprintf(os.Stderr, "bench: config: %d sequential changes: 201→bucket p50 %s p99 %s\n",
-		b.cfgN, fmtDur(res.seqBucket.p50), fmtDur(res.seqBucket.p99))
+		b.cfgN, figures.FmtDur(res.seqBucket.P50), figures.FmtDur(res.seqBucket.P99))
 
 	// The burst: every creation at once from many clients.
 	type done struct {
@@ -233,7 +207,7 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 			lastSeen, lastPath = seen, d.path
 		}
 	}
-	res.burstBucket = summarize(lat)
+	res.burstBucket = figures.Summarize(lat)
 	res.burstAPI, res.burstTotal = lastAPI.Sub(start), lastSeen.Sub(start)
 	if b.edgeInConfig {
 		err := harness.WaitFor(ctx, "edge to serve "+lastPath, b.ReadyTimeout, time.Millisecond, s.Edge, func() error {
@@ -249,7 +223,7 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 		res.burstEdgeLast = time.Since(start)
 	}
 	fmt.Fprintf(os.Stderr, "bench: config: burst of %d: 201→bucket p50 %s p99 %s max %s, all in bucket after %s\n",
-		b.burst, fmtDur(res.burstBucket.p50), fmtDur(res.burstBucket.p99), fmtDur(res.burstBucket.max), fmtDur(res.burstTotal))
+		b.burst, figures.FmtDur(res.burstBucket.P50), figures.FmtDur(res.burstBucket.P99), figures.FmtDur(res.burstBucket.Max), figures.FmtDur(res.burstTotal))
 	return res, nil
 }
 
@@ -325,7 +299,7 @@ func (b *bench) rssRoutesRun(ctx context.Context) ([]rssResult, error) {
 		res.idle, res.idleFile, res.heap = harness.RSSKB(s.Edge.Pid()), harness.RSSFileKB(s.Edge.Pid()), heapInuseKB(b, s.EdgeAdmin)
 		out = append(out, res)
 		fmt.Fprintf(os.Stderr, "bench: rss10k: edge RSS %s with 1 route, %s with %d 2 s after they were served, %s idle (%s of it file pages; Go heap %s); applied in %s, served after %s\n",
-			fmtKB(res.base), fmtKB(res.loaded), n+1, fmtKB(res.idle), fmtKB(res.idleFile), fmtKB(res.heap), res.create.Round(time.Millisecond), res.applied.Round(time.Millisecond))
+			figures.FmtKB(res.base), figures.FmtKB(res.loaded), n+1, figures.FmtKB(res.idle), figures.FmtKB(res.idleFile), figures.FmtKB(res.heap), res.create.Round(time.Millisecond), res.applied.Round(time.Millisecond))
 	}
 	b.scale.rssStack, b.scale.rssSet, b.scale.rssFill = s, rs, fill // for cold (scale.go)
 	return out, nil
@@ -343,8 +317,8 @@ func (r *report) rssMarkdown(s *strings.Builder) {
 		"File pages are the part of the idle RSS that maps files, the binary's pages: clean, shared, and mapped more or less densely from one run to the next (±3 MiB on this machine).\n\n", configChunk, rssPerTenant, rssIdleAfter)
 	s.WriteString("| routes | tenants | RSS idle | of it file pages | RSS 2 s after | RSS with 1 route | per route | Go heap in use | applied in | all served after |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.rss {
-		fmt.Fprintf(s, "| %d | %d | %s | %s | %s | %s | %.2f KiB | %s | %s | %s |\n", x.routes+1, x.tenants+1, fmtKB(x.idle), fmtKB(x.idleFile), fmtKB(x.loaded), fmtKB(x.base),
-			float64(x.idle-x.base)/float64(x.routes), fmtKB(x.heap), x.create.Round(time.Millisecond), x.applied.Round(time.Millisecond))
+		fmt.Fprintf(s, "| %d | %d | %s | %s | %s | %s | %.2f KiB | %s | %s | %s |\n", x.routes+1, x.tenants+1, figures.FmtKB(x.idle), figures.FmtKB(x.idleFile), figures.FmtKB(x.loaded), figures.FmtKB(x.base),
+			float64(x.idle-x.base)/float64(x.routes), figures.FmtKB(x.heap), x.create.Round(time.Millisecond), x.applied.Round(time.Millisecond))
 	}
 	s.WriteString("\n")
 }

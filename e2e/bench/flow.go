@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 
 	"github.com/valyala/fasthttp"
@@ -374,7 +375,7 @@ func (b *bench) flowScenarios(ctx context.Context, scs []string) (*flowResult, e
 		for _, ph := range []string{"before", "burst", "after"} {
 			if x := res.find(res.s7, ph, "burst"); x != nil {
 				fmt.Fprintf(os.Stderr, "bench: S7 %-6s %6d req/s  p50 %s  p99 %s  max %s  non-2xx %d  errors %d  late %d\n",
-					ph, x.Rate, fmtUS(x.P50), fmtUS(x.P99), fmtUS(x.Max), x.Sent-x.OK-x.Errors, x.Errors, x.Late)
+					ph, x.Rate, figures.FmtUS(x.P50), figures.FmtUS(x.P99), figures.FmtUS(x.Max), x.Sent-x.OK-x.Errors, x.Errors, x.Late)
 			}
 		}
 	}
@@ -402,7 +403,7 @@ func (b *bench) flowScenarios(ctx context.Context, scs []string) (*flowResult, e
 				continue
 			}
 			fmt.Fprintf(os.Stderr, "bench: noisy %-11s %s %6d req/s  200 %d  429 %d  503 %d  p50 %s  p99 %s  late %d\n",
-				x.Phase, x.Stream, x.Rate, x.OK, x.Limited, x.Overloaded, fmtUS(x.P50), fmtUS(x.P99), x.Late)
+				x.Phase, x.Stream, x.Rate, x.OK, x.Limited, x.Overloaded, figures.FmtUS(x.P50), figures.FmtUS(x.P99), x.Late)
 		}
 	}
 	return res, nil
@@ -426,13 +427,13 @@ func (r *report) flowMarkdown(s *strings.Builder) {
 		for _, p := range rows {
 			vs1, vs2 := "-", "-"
 			if x := r.find("S1", p.gateway, p.procs); x != nil {
-				vs1 = ratio(p.usPerReq, x.usPerReq)
+				vs1 = figures.Ratio(p.usPerReq, x.usPerReq)
 			}
 			if x := r.find("S2", p.gateway, p.procs); x != nil {
-				vs2 = ratio(p.usPerReq, x.usPerReq)
+				vs2 = figures.Ratio(p.usPerReq, x.usPerReq)
 			}
 			fmt.Fprintf(s, "| %s (%s) | %d | %.0f | %s | %.2f | %s | %s | %.3f | %d |\n", p.scenario, flowModes[p.scenario], p.procs,
-				p.load.qps(), fmtUS(p.load.P99), p.usPerReq, vs1, vs2, p.redisPerReq, p.load.Status)
+				p.load.qps(), figures.FmtUS(p.load.P99), p.usPerReq, vs1, vs2, p.redisPerReq, p.load.Status)
 		}
 		s.WriteString("\n")
 	}
@@ -451,12 +452,12 @@ func (r *report) flowMarkdown(s *strings.Builder) {
 		s.WriteString("| phase | req/s | requests | p50 | p90 | p99 | max | non-2xx | errors | sent late |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, ph := range []string{"before", "burst", "after"} {
 			if x := f.find(f.s7, ph, "burst"); x != nil {
-				fmt.Fprintf(s, "| %s | %d | %d | %s | %s | %s | %s | %d | %d | %d |\n", ph, x.Rate, x.Sent, fmtUS(x.P50), fmtUS(x.P90),
-					fmtUS(x.P99), fmtUS(x.Max), x.Sent-x.OK-x.Errors, x.Errors, x.Late)
+				fmt.Fprintf(s, "| %s | %d | %d | %s | %s | %s | %s | %d | %d | %d |\n", ph, x.Rate, x.Sent, figures.FmtUS(x.P50), figures.FmtUS(x.P90),
+					figures.FmtUS(x.P99), figures.FmtUS(x.Max), x.Sent-x.OK-x.Errors, x.Errors, x.Late)
 			}
 		}
 		if b, a := f.find(f.s7, "burst", "burst"), f.find(f.s7, "before", "burst"); b != nil && a != nil {
-			fmt.Fprintf(s, "\np99 during the burst ÷ p99 before: %s\n", ratio(b.P99, a.P99))
+			fmt.Fprintf(s, "\np99 during the burst ÷ p99 before: %s\n", figures.Ratio(b.P99, a.P99))
 		}
 		s.WriteString("\n")
 	}
@@ -469,10 +470,10 @@ func (r *report) flowMarkdown(s *strings.Builder) {
 				continue
 			}
 			fmt.Fprintf(s, "| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %d |\n", x.Phase, x.Stream, x.Rate, x.OK, x.Limited,
-				x.Overloaded, x.Bad+x.Errors, fmtUS(x.P50), fmtUS(x.P99), fmtUS(x.Max), x.Late)
+				x.Overloaded, x.Bad+x.Errors, figures.FmtUS(x.P50), figures.FmtUS(x.P99), figures.FmtUS(x.Max), x.Late)
 		}
 		if a, n := f.find(f.noisy, "alone", "B"), f.find(f.noisy, "neighbour", "B"); a != nil && n != nil {
-			fmt.Fprintf(s, "\nB's p99 with the flooding neighbour ÷ alone: %s (the issue's bar: ≤ 1.10×)\n", ratio(n.P99, a.P99))
+			fmt.Fprintf(s, "\nB's p99 with the flooding neighbour ÷ alone: %s (the issue's bar: ≤ 1.10×)\n", figures.Ratio(n.P99, a.P99))
 		}
 		s.WriteString("\n")
 	}

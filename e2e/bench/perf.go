@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 )
 
@@ -342,7 +343,7 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 						w.round = round
 						rep.ws = append(rep.ws, w)
 						fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  round %d  %d tunnels  RSS +%.1f KiB/tunnel  %.1f µs CPU/upgrade  settling %.0f ms CPU  %.2f µs CPU/message  p99 %s  lost %d\n",
-							sc.id, gw, procs, round, w.client.Opened, w.kibPerConn(), w.usPerUpgrade, w.settleCPUSec*1000, w.usPerMsg, fmtUS(w.client.P99), w.client.Sent-w.client.Received)
+							sc.id, gw, procs, round, w.client.Opened, w.kibPerConn(), w.usPerUpgrade, w.settleCPUSec*1000, w.usPerMsg, figures.FmtUS(w.client.P99), w.client.Sent-w.client.Received)
 					}
 				}
 				continue
@@ -357,8 +358,8 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 				}
 				rep.perf = append(rep.perf, r)
 				fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  %8.0f req/s  p50 %s  p99 %s  %6.2f µs/req  busy %.2f  rss %s (peak %s)  non-2xx %d  sock-err %d%s\n",
-					sc.id, gw, procs, r.load.qps(), fmtUS(r.load.P50), fmtUS(r.load.P99), r.usPerReq, r.busy,
-					fmtKB(r.rssKB), fmtKB(r.rssPeakKB), r.load.Status, r.load.socketErrors(), r.split.String())
+					sc.id, gw, procs, r.load.qps(), figures.FmtUS(r.load.P50), figures.FmtUS(r.load.P99), r.usPerReq, r.busy,
+					figures.FmtKB(r.rssKB), figures.FmtKB(r.rssPeakKB), r.load.Status, r.load.socketErrors(), r.split.String())
 				b.settleAfterStorm(sc, gw, procs, targets[gw], r)
 			}
 		}

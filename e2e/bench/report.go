@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 )
 
@@ -57,35 +58,6 @@ func (r *report) describeTools() {
 	}
 }
 
-func fmtUS(us float64) string {
-	switch {
-	case us <= 0:
-		return "-"
-	case us < 1000:
-		return fmt.Sprintf("%.0fµs", us)
-	case us < 1e6:
-		return fmt.Sprintf("%.2fms", us/1000)
-	default:
-		return fmt.Sprintf("%.2fs", us/1e6)
-	}
-}
-
-func fmtDur(d time.Duration) string { return fmtUS(float64(d) / float64(time.Microsecond)) }
-
-func fmtKB(kb int64) string {
-	if kb <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f MiB", float64(kb)/1024)
-}
-
-func ratio(a, b float64) string {
-	if a <= 0 || b <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f×", a/b)
-}
-
 func (r *report) find(scenario, gateway string, procs int) *perfResult {
 	for i := range r.perf {
 		p := &r.perf[i]
@@ -129,17 +101,17 @@ func (r *report) markdown() string {
 			usN, qpsN, vsS1 := "-", "-", "-"
 			if p.gateway != "nginx" {
 				if n := r.find(p.scenario, "nginx", p.procs); n != nil {
-					usN, qpsN = ratio(p.usPerReq, n.usPerReq), ratio(p.load.qps(), n.load.qps())
+					usN, qpsN = figures.Ratio(p.usPerReq, n.usPerReq), figures.Ratio(p.load.qps(), n.load.qps())
 				}
 			}
 			if p.scenario != "S1" {
 				if s1 := r.find("S1", p.gateway, p.procs); s1 != nil {
-					vsS1 = ratio(p.usPerReq, s1.usPerReq)
+					vsS1 = figures.Ratio(p.usPerReq, s1.usPerReq)
 				}
 			}
 			fmt.Fprintf(&s, "| %s | %s | %d | %.0f | %s | %s | %.2f | %.2f | %s | %s | %s | %s | %d | %d |\n",
-				p.scenario, p.gateway, p.procs, p.load.qps(), fmtUS(p.load.P50), fmtUS(p.load.P99), p.usPerReq, p.busy,
-				usN, qpsN, vsS1, fmtKB(p.rssKB), p.load.Status, p.load.socketErrors())
+				p.scenario, p.gateway, p.procs, p.load.qps(), figures.FmtUS(p.load.P50), figures.FmtUS(p.load.P99), p.usPerReq, p.busy,
+				usN, qpsN, vsS1, figures.FmtKB(p.rssKB), p.load.Status, p.load.socketErrors())
 		}
 		s.WriteString("\n")
 		r.scenarioMarkdown(&s)
@@ -152,20 +124,20 @@ func (r *report) markdown() string {
 		s.WriteString("From the api's 201 reaching the client to the entry arriving at a JetStream KV watcher of the bucket ")
 		s.WriteString("(\"edge\": to the edge answering 200 on the new route, polled every 1 ms).\n\n")
 		s.WriteString("| changes | n | p50 | p99 | max | notes |\n|---|---:|---:|---:|---:|---|\n")
-		row := func(name string, l latStats, note string) {
-			if l.n == 0 {
+		row := func(name string, l figures.LatStats, note string) {
+			if l.N == 0 {
 				return
 			}
-			if l.neg > 0 {
-				note = strings.TrimPrefix(note+fmt.Sprintf("; %d in the bucket before the 201 arrived (counted as 0)", l.neg), "; ")
+			if l.Neg > 0 {
+				note = strings.TrimPrefix(note+fmt.Sprintf("; %d in the bucket before the 201 arrived (counted as 0)", l.Neg), "; ")
 			}
-			fmt.Fprintf(&s, "| %s | %d | %s | %s | %s | %s |\n", name, l.n, fmtDur(l.p50), fmtDur(l.p99), fmtDur(l.max), note)
+			fmt.Fprintf(&s, "| %s | %d | %s | %s | %s | %s |\n", name, l.N, figures.FmtDur(l.P50), figures.FmtDur(l.P99), figures.FmtDur(l.Max), note)
 		}
 		row("sequential, 201 → bucket", c.seqBucket, "")
 		row("sequential, 201 → edge serves", c.seqEdge, "")
-		note := fmt.Sprintf("%d clients; all 201s after %s; all in bucket after %s", c.burstWorkers, fmtDur(c.burstAPI), fmtDur(c.burstTotal))
+		note := fmt.Sprintf("%d clients; all 201s after %s; all in bucket after %s", c.burstWorkers, figures.FmtDur(c.burstAPI), figures.FmtDur(c.burstTotal))
 		if c.burstEdgeLast > 0 {
-			note += fmt.Sprintf("; edge serves the last after %s", fmtDur(c.burstEdgeLast))
+			note += fmt.Sprintf("; edge serves the last after %s", figures.FmtDur(c.burstEdgeLast))
 		}
 		row(fmt.Sprintf("burst of %d, 201 → bucket", c.burstN), c.burstBucket, note)
 		s.WriteString("\n")
@@ -240,7 +212,7 @@ func (r *report) scenarioMarkdown(s *strings.Builder) {
 					what = "nginx proxies S3 unchanged (it has no JSON rewrite): its S3 is its plain POST again"
 				}
 				rows = append(rows, fmt.Sprintf("| S3 | %s | %d | %.2f µs/req vs %.2f (S3b) | %s | %s |", gw, procs, x.usPerReq, base.usPerReq,
-					ratio(x.usPerReq, base.usPerReq), what))
+					figures.Ratio(x.usPerReq, base.usPerReq), what))
 			}
 		}
 		for _, gw := range gws {
@@ -253,7 +225,7 @@ func (r *report) scenarioMarkdown(s *strings.Builder) {
 			if x := r.find("S5", gw, procs); x != nil {
 				mbs := x.load.qps() * s5Size / (1 << 20)
 				rows = append(rows, fmt.Sprintf("| S5 | %s | %d | %.0f MiB/s relayed, %.1f µs/req (%.2f µs/KiB) | peak RSS %s (+%.1f MiB over the window's start) | %s |", gw, procs, mbs,
-					x.usPerReq, x.usPerReq/1024, fmtKB(x.rssPeakKB), float64(x.rssPeakKB-x.rssStartKB)/1024,
+					x.usPerReq, x.usPerReq/1024, figures.FmtKB(x.rssPeakKB), float64(x.rssPeakKB-x.rssStartKB)/1024,
 					strings.TrimPrefix(peerRatio(r, x, func(p *perfResult) float64 { return p.usPerReq }, "µs/req")+"; "+
 						peerRatio(r, x, func(p *perfResult) float64 { return float64(p.rssPeakKB) }, "peak RSS"), "; ")))
 			}
@@ -262,7 +234,7 @@ func (r *report) scenarioMarkdown(s *strings.Builder) {
 			p, k, h := r.find("S9p", gw, procs), r.find("S9", gw, procs), r.find("S9h", gw, procs)
 			if k != nil && p != nil {
 				rows = append(rows, fmt.Sprintf("| S9 | %s | %d | TLS keep-alive %.2f µs/req vs plain %.2f (S9p) | %s | %s |", gw, procs,
-					k.usPerReq, p.usPerReq, ratio(k.usPerReq, p.usPerReq), peerRatio(r, k, func(p *perfResult) float64 { return p.usPerReq }, "µs/req")))
+					k.usPerReq, p.usPerReq, figures.Ratio(k.usPerReq, p.usPerReq), peerRatio(r, k, func(p *perfResult) float64 { return p.usPerReq }, "µs/req")))
 			}
 			if h != nil {
 				rows = append(rows, fmt.Sprintf("| S9h | %s | %d | %.0f handshakes/s, %.1f µs CPU per handshake + request | | %s |", gw, procs,
@@ -294,7 +266,7 @@ func peerRatio(r *report, x *perfResult, f func(*perfResult) float64, what strin
 	if n == nil {
 		return ""
 	}
-	return fmt.Sprintf("%s nginx's %s", ratio(f(x), f(n)), what)
+	return fmt.Sprintf("%s nginx's %s", figures.Ratio(f(x), f(n)), what)
 }
 
 // wsMarkdown renders S6.
@@ -318,7 +290,7 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 		if w.gateway != "nginx" {
 			for _, n := range r.ws {
 				if n.gateway == "nginx" && n.procs == w.procs && n.round == w.round {
-					memN, cpuN = ratio(w.kibPerConn(), n.kibPerConn()), ratio(w.usPerMsg, n.usPerMsg)
+					memN, cpuN = figures.Ratio(w.kibPerConn(), n.kibPerConn()), figures.Ratio(w.usPerMsg, n.usPerMsg)
 					k := w.procs
 					if !slices.Contains(keys, k) {
 						keys = append(keys, k)
@@ -333,8 +305,8 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 			}
 		}
 		fmt.Fprintf(s, "| %s | %d | %d | %d | %.2fs | %s | %s | %.1f | %.1f | %.0f, %s | %d | %.2f | %s | %s | %d | %d | %s | %s |\n",
-			w.gateway, w.procs, w.round, w.client.Opened, w.client.OpenSeconds, fmtKB(w.rss0), fmtKB(w.rss1), w.kibPerConn(), w.usPerUpgrade,
-			w.settleCPUSec*1000, fmtKB(w.rssSettled), w.client.Received, w.usPerMsg, fmtUS(w.client.P50), fmtUS(w.client.P99), w.client.Sent-w.client.Received, w.client.ClosedByTheGateway, memN, cpuN)
+			w.gateway, w.procs, w.round, w.client.Opened, w.client.OpenSeconds, figures.FmtKB(w.rss0), figures.FmtKB(w.rss1), w.kibPerConn(), w.usPerUpgrade,
+			w.settleCPUSec*1000, figures.FmtKB(w.rssSettled), w.client.Received, w.usPerMsg, figures.FmtUS(w.client.P50), figures.FmtUS(w.client.P99), w.client.Sent-w.client.Received, w.client.ClosedByTheGateway, memN, cpuN)
 	}
 	s.WriteString("\n")
 	for _, k := range keys {

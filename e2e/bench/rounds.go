@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 )
 
@@ -452,7 +453,7 @@ func (b *bench) sweepRounds(ctx context.Context, procs int, scs []*perfScenario,
 					note = "  FLAGGED: " + m.why
 				}
 				fmt.Fprintf(os.Stderr, "bench: round %d/%d  %-4s %-8s procs=%d  %8.0f req/s  p99 %s  %6.2f µs/req  busy %.2f  load CPU %s  non-2xx %d  sock-err %d%s\n",
-					n, b.rnd.rounds, sc.id, gw, procs, r.load.qps(), fmtUS(r.load.P99), r.usPerReq, r.busy,
+					n, b.rnd.rounds, sc.id, gw, procs, r.load.qps(), figures.FmtUS(r.load.P99), r.usPerReq, r.busy,
 					fmtPct(busyShare(r.sys0, r.sys1, loadCPUs)), r.load.Status, r.load.socketErrors(), note)
 			}
 		}
@@ -682,7 +683,7 @@ func (r *report) roundsMarkdown(s *strings.Builder) {
 	s.WriteString("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, m := range r.rounds {
 		fmt.Fprintf(s, "| %s | %s | %d | %d | %s | %.2f | %.0f | %s | %s | %.2f | %s | %s |\n", m.scenario, m.gateway, m.procs, m.n, m.first,
-			m.usPerReq, m.load.qps(), fmtUS(m.load.P50), fmtUS(m.load.P99), m.busy, fmtPct(busyShare(m.sys0, m.sys1, loadCPUs)), m.why)
+			m.usPerReq, m.load.qps(), figures.FmtUS(m.load.P50), figures.FmtUS(m.load.P99), m.busy, fmtPct(busyShare(m.sys0, m.sys1, loadCPUs)), m.why)
 	}
 	s.WriteString("\n")
 }

@@ -32,6 +32,7 @@ import (
 	"time"
 	"unsafe"
 
+	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 
 	"tollgate/tenants"
@@ -276,10 +277,10 @@ type hotResult struct {
 	routes, tenants int
 	procs           int
 	loadRate        int
-	fill            time.Duration // creating the routes added for this run
-	served          time.Duration // from the first create to the edge serving them
-	api             latStats      // PUT sent → 200
-	edge            latStats      // 200 → first answer from the new upstream
+	fill            time.Duration    // creating the routes added for this run
+	served          time.Duration    // from the first create to the edge serving them
+	api             figures.LatStats // PUT sent → 200
+	edge            figures.LatStats // 200 → first answer from the new upstream
 	changes         int
 	underLoad       int   // changes made while the load ran
 	failed          int64 // load requests not answered 200 during the run, plus polls
@@ -348,7 +349,7 @@ func (b *bench) hotScenario(ctx context.Context) ([]hotResult, error) {
 				return out, err
 			}
 			fmt.Fprintf(os.Stderr, "bench: hotupdate: %d routes, %d tenant(s): 200→new upstream p50 %s p99 %s max %s; failed %d of %d; RSS %s → %s\n",
-				n, nt, fmtDur(r.edge.p50), fmtDur(r.edge.p99), fmtDur(r.edge.max), r.failed, r.sent, fmtKB(r.rssBefore), fmtKB(r.rssAfter))
+				n, nt, figures.FmtDur(r.edge.P50), figures.FmtDur(r.edge.P99), figures.FmtDur(r.edge.Max), r.failed, r.sent, figures.FmtKB(r.rssBefore), figures.FmtKB(r.rssAfter))
 		}
 		s.StopEdge()
 	}
@@ -435,7 +436,7 @@ func (b *bench) hotChanges(ctx context.Context, s *harness.Stack, r *hotResult, 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	r.api, r.edge = summarize(apiLat), summarize(edgeLat)
+	r.api, r.edge = figures.Summarize(apiLat), figures.Summarize(edgeLat)
 	r.rssAfter = harness.RSSKB(s.Edge.Pid())
 	lg := <-done
 	if lg.err != nil {
@@ -580,9 +581,9 @@ func (r *report) hotMarkdown(s *strings.Builder) {
 	s.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.hot {
 		fmt.Fprintf(s, "| %d | %d | %s | %s | %s | %s | %s | %s | %d/%d | %d / %d | %s | %s | %s |\n",
-			x.routes, x.tenants, x.fill.Round(time.Millisecond), x.served.Round(time.Millisecond), fmtDur(x.api.p50),
-			fmtDur(x.edge.p50), fmtDur(x.edge.p99), fmtDur(x.edge.max), x.underLoad, x.edge.n, x.failed, x.sent,
-			loadP99(x), fmtKB(x.rssBefore), fmtKB(x.rssAfter))
+			x.routes, x.tenants, x.fill.Round(time.Millisecond), x.served.Round(time.Millisecond), figures.FmtDur(x.api.P50),
+			figures.FmtDur(x.edge.P50), figures.FmtDur(x.edge.P99), figures.FmtDur(x.edge.Max), x.underLoad, x.edge.N, x.failed, x.sent,
+			loadP99(x), figures.FmtKB(x.rssBefore), figures.FmtKB(x.rssAfter))
 		if x.err != "" {
 			fmt.Fprintf(s, "\n%d routes, %d tenants stopped: %s\n\n", x.routes, x.tenants, x.err)
 		}
@@ -592,9 +593,9 @@ func (r *report) hotMarkdown(s *strings.Builder) {
 
 func loadP99(x hotResult) string {
 	if x.late > 0 {
-		return fmt.Sprintf("%s (%d late)", fmtUS(x.loadP99), x.late)
+		return fmt.Sprintf("%s (%d late)", figures.FmtUS(x.loadP99), x.late)
 	}
-	return fmtUS(x.loadP99)
+	return figures.FmtUS(x.loadP99)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -678,7 +679,7 @@ func (b *bench) coldScenario(ctx context.Context) (*coldResult, error) {
 		p.Stop()
 		res.runs = append(res.runs, run)
 		fmt.Fprintf(os.Stderr, "bench: cold: start %d: ready after %s, first answer after %s, RSS %s (%s 2 s later)\n",
-			k+1, fmtDur(run.ready), fmtDur(run.first), fmtKB(run.rss), fmtKB(run.rssIdle))
+			k+1, figures.FmtDur(run.ready), figures.FmtDur(run.first), figures.FmtKB(run.rss), figures.FmtKB(run.rssIdle))
 	}
 	return res, nil
 }
@@ -702,7 +703,7 @@ func (r *report) coldMarkdown(s *strings.Builder) {
 		c.procs, gatewayCPUs(c.procs), c.routes, c.tenants, c.fill.Round(time.Millisecond), reusedNote(c.reused))
 	s.WriteString("| start | /readyz 200 after | first answer after | RSS then | RSS 2 s later |\n|---:|---:|---:|---:|---:|\n")
 	for i, x := range c.runs {
-		fmt.Fprintf(s, "| %d | %s | %s | %s | %s |\n", i+1, fmtDur(x.ready), fmtDur(x.first), fmtKB(x.rss), fmtKB(x.rssIdle))
+		fmt.Fprintf(s, "| %d | %s | %s | %s | %s |\n", i+1, figures.FmtDur(x.ready), figures.FmtDur(x.first), figures.FmtKB(x.rss), figures.FmtKB(x.rssIdle))
 	}
 	s.WriteString("\n")
 }

@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 
 	"github.com/valyala/fasthttp"
@@ -869,19 +870,19 @@ func (r *report) soakMarkdown(s *strings.Builder) {
 	}
 	s.WriteString("| edge | RSS | Go heap in use | goroutines | open fds | p99 | load avg |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	row("idle, before the load", x.idle, "-")
-	row(fmt.Sprintf("start (at %s; p99 of minute 1)", fmtSecs(start)), start, fmtUS(first.p99))
-	row(fmt.Sprintf("end (at %s; p99 of minute %d)", fmtSecs(end), len(x.minutes)), end, fmtUS(last.p99))
-	row("peak", &peak, fmtUS(peakP99))
+	row(fmt.Sprintf("start (at %s; p99 of minute 1)", fmtSecs(start)), start, figures.FmtUS(first.p99))
+	row(fmt.Sprintf("end (at %s; p99 of minute %d)", fmtSecs(end), len(x.minutes)), end, figures.FmtUS(last.p99))
+	row("peak", &peak, figures.FmtUS(peakP99))
 	if start != nil && end != nil {
 		fmt.Fprintf(s, "| end − start | %+.1f MiB | %+.1f MiB | %+.0f | %+.0f | %s | |\n", (end.rss-start.rss)/(1<<20), (end.heap-start.heap)/(1<<20),
-			end.goroutines-start.goroutines, end.fds-start.fds, ratio(last.p99, first.p99))
+			end.goroutines-start.goroutines, end.fds-start.fds, figures.Ratio(last.p99, first.p99))
 	}
 	s.WriteString("\n")
 
 	s.WriteString("Per minute (the figures of the last sample in it; client conns: the bench's open connections to the edge, which the edge's goroutines and fds follow):\n\n")
 	s.WriteString("| minute | requests | p50 | p99 | max | 5xx + socket errors | RSS | heap | goroutines | fds | client conns | load avg |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, m := range x.minutes {
-		fmt.Fprintf(s, "| %d | %d | %s | %s | %s | %d |", i+1, m.n, fmtUS(m.p50), fmtUS(m.p99), fmtUS(m.max), m.errors)
+		fmt.Fprintf(s, "| %d | %d | %s | %s | %s | %d |", i+1, m.n, figures.FmtUS(m.p50), figures.FmtUS(m.p99), figures.FmtUS(m.max), m.errors)
 		if m.sample != nil {
 			fmt.Fprintf(s, " %s | %s | %.0f | %.0f | %d | %.2f |\n", mib(m.sample.rss), mib(m.sample.heap), m.sample.goroutines, m.sample.fds, m.sample.clientConns, m.sample.load1)
 		} else {
@@ -942,8 +943,8 @@ func (r *report) soakMarkdown(s *strings.Builder) {
 	s.WriteString("\n")
 
 	fmt.Fprintf(s, "Route changes: %d, %d failed. Key rotations: %d", x.routeChanges, len(x.routeErrors), x.rotations)
-	if n, o := summarize(x.newKeyServed), summarize(x.oldKeyRefused); n.n > 0 {
-		fmt.Fprintf(s, "; a new key served after p50 %s, max %s; a revoked key refused after p50 %s, max %s", fmtDur(n.p50), fmtDur(n.max), fmtDur(o.p50), fmtDur(o.max))
+	if n, o := figures.Summarize(x.newKeyServed), figures.Summarize(x.oldKeyRefused); n.N > 0 {
+		fmt.Fprintf(s, "; a new key served after p50 %s, max %s; a revoked key refused after p50 %s, max %s", figures.FmtDur(n.P50), figures.FmtDur(n.Max), figures.FmtDur(o.P50), figures.FmtDur(o.Max))
 	}
 	fmt.Fprintf(s, "; %d failed.\n", len(x.rotateErrors))
 	for _, e := range append(firstN(x.routeErrors, 3), firstN(x.rotateErrors, 3)...) {

@@ -41,6 +41,7 @@ import (
 	"sync"
 	"time"
 
+	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 
 	"github.com/valyala/fasthttp"
@@ -613,7 +614,7 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 					flag = "  GENERATOR BEHIND"
 				}
 				fmt.Fprintf(os.Stderr, "bench: tail  %3.0f%% %6d/s round %d %-24s p50 %s  p99 %s  p99.9 %s  max %s  late %d  queued %d  errors %d  non-2xx %d  busy %.2f  GCs %.0f%s\n",
-					frac*100, rate, round, gw, fmtUS(res.P50), fmtUS(res.P99), fmtUS(res.P999), fmtUS(res.Max),
+					frac*100, rate, round, gw, figures.FmtUS(res.P50), figures.FmtUS(res.P99), figures.FmtUS(res.P999), figures.FmtUS(res.Max),
 					res.Late, res.Queued, res.Errors, res.Bad, run.busy, run.gcs, flag)
 			}
 		}
@@ -750,7 +751,7 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 				continue
 			}
 			fmt.Fprintf(s, "| %.0f%% | %s | %.0f/s | %s | %s | %s | %s | %s | %s | %.2f | %s | %d | %d | %d | %d of %d |\n",
-				frac*100, gw, tailMedian(rate), fmtUS(tailMedian(p50)), fmtUS(tailMedian(p99)), fmtUS(tailMedian(p999)), fmtUS(tailMedian(mx)),
+				frac*100, gw, tailMedian(rate), figures.FmtUS(tailMedian(p50)), figures.FmtUS(tailMedian(p99)), figures.FmtUS(tailMedian(p999)), figures.FmtUS(tailMedian(mx)),
 				fmtRatios(r99), fmtRatios(r999), tailMedian(busy), fmtRatios(rbusy), late, queued, bad, flagged, len(p99))
 		}
 	}
@@ -761,10 +762,10 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 		x := run.res
 		gc := "-"
 		if run.gateway != "nginx" {
-			gc = fmt.Sprintf("%.0f (%s)", run.gcs, fmtUS(run.gcPause*1e6))
+			gc = fmt.Sprintf("%.0f (%s)", run.gcs, figures.FmtUS(run.gcPause*1e6))
 		}
 		fmt.Fprintf(s, "| %.0f%% | %d | %s | %.0f/s | %s | %s | %s | %s | %s | %s / %s | %d | %d | %.2f | %s |\n", run.frac*100, run.round, run.gateway,
-			x.sentRate(), fmtUS(x.P50), fmtUS(x.P90), fmtUS(x.P99), fmtUS(x.P999), fmtUS(x.Max), fmtUS(x.LagP99), fmtUS(x.LagMax), x.Late, x.Queued, run.busy, gc)
+			x.sentRate(), figures.FmtUS(x.P50), figures.FmtUS(x.P90), figures.FmtUS(x.P99), figures.FmtUS(x.P999), figures.FmtUS(x.Max), figures.FmtUS(x.LagP99), figures.FmtUS(x.LagMax), x.Late, x.Queued, run.busy, gc)
 	}
 	if len(t.traces) > 0 {
 		s.WriteString("\nExecution traces (`go tool trace FILE`):\n\n")

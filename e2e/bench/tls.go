@@ -23,6 +23,7 @@ import (
 	"os"
 	"time"
 
+	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 )
 
@@ -46,5 +47,5 @@ func (b *bench) settleAfterStorm(sc *perfScenario, gw string, procs int, p *harn
 	}
 	end := harness.GroupRSS(p)
 	fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  RSS before the storm %s, right after %s (peak %s), 10 s after %s, %s after %s\n",
-		sc.id, gw, procs, fmtKB(r.rssStartKB), fmtKB(r.rssKB), fmtKB(r.rssPeakKB), fmtKB(at10), *stormSettle, fmtKB(end))
+		sc.id, gw, procs, figures.FmtKB(r.rssStartKB), figures.FmtKB(r.rssKB), figures.FmtKB(r.rssPeakKB), figures.FmtKB(at10), *stormSettle, figures.FmtKB(end))
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 )
 
@@ -109,7 +110,7 @@ func (b *bench) traceRuns(ctx context.Context, st *harness.Stack, procs int, cpu
 				delta = fmt.Sprintf("  %+.1f%% CPU/req vs tracing off", 100*(r.usPerReq/plain.usPerReq-1))
 			}
 			fmt.Fprintf(os.Stderr, "bench: %-4s %-22s procs=%d  %8.0f req/s  p50 %s  p99 %s  %6.2f µs/req%s\n",
-				sc.id, label, procs, r.load.qps(), fmtUS(r.load.P50), fmtUS(r.load.P99), r.usPerReq, delta)
+				sc.id, label, procs, r.load.qps(), figures.FmtUS(r.load.P50), figures.FmtUS(r.load.P99), r.usPerReq, delta)
 		}
 		fmt.Fprintf(os.Stderr, "bench: %s: the sink took %d exports, %d KiB\n", label, sink.exports.Load()-exports0, (sink.bytes.Load()-bytes0)>>10)
 	}
