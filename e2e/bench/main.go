@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/soak"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
@@ -68,7 +69,7 @@ type bench struct {
 	wsRate       int           // S6: messages per second over all tunnels
 	wsSettle     time.Duration // S6: idle wait between the upgrades and the trickle
 	s3Seen       s3Seen
-	soakDuration time.Duration // soak: -duration when given, else soakDefaultDuration
+	soakDuration time.Duration // soak: -duration when given, else soak.DefaultDuration
 	soakRate     int           // soak: requests per second
 
 	cmp   compareSettings // -compare: another revision against the working tree (compare.go)
@@ -182,7 +183,7 @@ func run() int {
 		b.RedisURL = "redis://127.0.0.1:6379"
 		fmt.Fprintf(os.Stderr, "bench: S2x/S2a count in Redis: the edges use %s (-redis to choose)\n", b.RedisURL)
 	}
-	b.soakDuration = soakDefaultDuration
+	b.soakDuration = soak.DefaultDuration
 	flag.Visit(func(f *flag.Flag) {
 		if f.Name == "duration" {
 			b.soakDuration = b.duration
@@ -358,7 +359,7 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 		}
 	}
 	if needTollgate && slices.Contains(scs, "soak") {
-		r, err := b.soak(ctx)
+		r, err := soak.Run(ctx, b.Env, b.soakDuration, b.soakRate)
 		rep.soak = r
 		if err != nil {
 			return rep, fmt.Errorf("soak: %w", err)

@@ -11,6 +11,7 @@ import (
 
 	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/soak"
 )
 
 // report gathers a sweep's results and renders them as markdown.
@@ -25,7 +26,7 @@ type report struct {
 	cold   *coldResult // cold (scale.go)
 	flow   *flowResult
 	ws     []wsResult
-	soak   *soakResult
+	soak   *soak.Result
 	cmp    *compareResult // -compare (compare_run.go)
 	rounds []roundMeasure // the sweep's rounds, every measurement (rounds.go)
 	tail   *tailReport    // the tail scenario (tail.go)
@@ -145,7 +146,7 @@ func (r *report) markdown() string {
 	r.rssMarkdown(&s)
 	r.hotMarkdown(&s)
 	r.coldMarkdown(&s)
-	r.soakMarkdown(&s)
+	r.soak.Markdown(&s)
 	r.tailMarkdown(&s)
 	r.compareMarkdown(&s)
 	return s.String()

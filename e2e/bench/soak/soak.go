@@ -1,17 +1,16 @@
-package main
-
-// soak: the api, billing and one metered edge, driven for the whole -duration (10 min
-// unless given) by what a fleet lives with at once: mixed traffic at a fixed rate over
-// three tenants (GETs and small POSTs, key auth and JWT, a share of 4xx: a wrong key, a
-// path with no route, a policy denial, an upstream's own 404), a route change every
-// second and a key rotation every few seconds with the clients switching keys. It
-// samples the edge's memory, goroutines and open files and the p99 of every minute, so
-// drift shows as start against end, and at the end checks that billing folded exactly
-// what the clients were served.
+// Package soak is the bench's soak scenario: the api, billing and one metered edge,
+// driven for the whole -duration (10 min unless given) by what a fleet lives with at
+// once: mixed traffic at a fixed rate over three tenants (GETs and small POSTs, key auth
+// and JWT, a share of 4xx: a wrong key, a path with no route, a policy denial, an
+// upstream's own 404), a route change every second and a key rotation every few seconds
+// with the clients switching keys. It samples the edge's memory, goroutines and open
+// files and the p99 of every minute, so drift shows as start against end, and at the end
+// checks that billing folded exactly what the clients were served.
 //
 // The load is generated in the bench's own process rather than the pinned child the
 // other fixed-rate scenarios use: the clients must switch to each new key as the
 // rotation issues it.
+package soak
 
 import (
 	"bufio"
@@ -41,12 +40,12 @@ import (
 )
 
 const (
-	soakDefaultDuration = 10 * time.Minute
-	soakRouteEvery      = time.Second      // a route change through the api
-	soakRotateEvery     = 5 * time.Second  // a key rotation, the tenants in turn
-	soakSampleEvery     = 10 * time.Second // the edge's /metrics
-	soakUpstreamHeader  = "X-Soak-Upstream"
-	soakWrongKey        = "tg_soak_not_a_key"
+	DefaultDuration    = 10 * time.Minute // -duration unless given
+	soakRouteEvery     = time.Second      // a route change through the api
+	soakRotateEvery    = 5 * time.Second  // a key rotation, the tenants in turn
+	soakSampleEvery    = 10 * time.Second // the edge's /metrics
+	soakUpstreamHeader = "X-Soak-Upstream"
+	soakWrongKey       = "tg_soak_not_a_key"
 )
 
 // soakKind is one kind of request of the mix.
@@ -87,7 +86,7 @@ type soakTenantResult struct {
 	served, folded soakCounts
 }
 
-type soakResult struct {
+type Result struct {
 	duration      time.Duration
 	rate          int
 	kinds         []soakKind
@@ -171,17 +170,19 @@ type soakKey struct{ consumer, id, key string }
 
 // soakRun is one soak's moving parts.
 type soakRun struct {
-	b     *bench
-	s     *harness.Stack
-	hc    *fasthttp.HostClient
-	tally *soakTally
-	keys  map[string]*atomic.Pointer[soakKey] // slug → the key clients send now
-	jwt   string
-	upA   string
-	upB   string
-	hotID string // the route PUT every third change
-	res   *soakResult
-	start time.Time
+	env      *harness.Env
+	duration time.Duration
+	rate     int // requests per second
+	s        *harness.Stack
+	hc       *fasthttp.HostClient
+	tally    *soakTally
+	keys     map[string]*atomic.Pointer[soakKey] // slug → the key clients send now
+	jwt      string
+	upA      string
+	upB      string
+	hotID    string // the route PUT every third change
+	res      *Result
+	start    time.Time
 }
 
 // do sends one request to the edge and tallies its answer.
@@ -241,9 +242,9 @@ func soakKinds() []soakKind {
 	}
 }
 
-// soakUpstream answers every request itself and marks it, so the clients can tell the
+// upstream answers every request itself and marks it, so the clients can tell the
 // upstream's answers (billable, whatever their status) from the edge's own.
-func (b *bench) soakUpstream(name string) (string, error) {
+func upstream(b *harness.Env, name string) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -268,16 +269,17 @@ func (b *bench) soakUpstream(name string) (string, error) {
 	return "http://" + ln.Addr().String(), nil
 }
 
-// soak runs the scenario. The result is partial when an error stopped it.
-func (b *bench) soak(ctx context.Context) (*soakResult, error) {
-	res := &soakResult{duration: b.soakDuration, rate: b.soakRate, kinds: soakKinds()}
-	r := &soakRun{b: b, res: res, tally: &soakTally{tenants: map[string]*soakCounts{}, statuses: map[int]int64{}},
+// Run runs the scenario on a stack of its own: rate requests per second for duration.
+// The result is partial when an error stopped it.
+func Run(ctx context.Context, b *harness.Env, duration time.Duration, rate int) (*Result, error) {
+	res := &Result{duration: duration, rate: rate, kinds: soakKinds()}
+	r := &soakRun{env: b, duration: duration, rate: rate, res: res, tally: &soakTally{tenants: map[string]*soakCounts{}, statuses: map[int]int64{}},
 		keys: map[string]*atomic.Pointer[soakKey]{}}
 	var err error
-	if r.upA, err = b.soakUpstream("A"); err != nil {
+	if r.upA, err = upstream(b, "A"); err != nil {
 		return res, err
 	}
-	if r.upB, err = b.soakUpstream("B"); err != nil {
+	if r.upB, err = upstream(b, "B"); err != nil {
 		return res, err
 	}
 	if r.s, err = b.NewStack(ctx, "soak", ""); err != nil {
@@ -305,7 +307,7 @@ func (b *bench) soak(ctx context.Context) (*soakResult, error) {
 	}
 
 	fmt.Fprintf(os.Stderr, "bench: soak: %d req/s for %s, a route change every %s, a key rotation every %s\n",
-		b.soakRate, b.soakDuration, soakRouteEvery, soakRotateEvery)
+		rate, duration, soakRouteEvery, soakRotateEvery)
 	r.start = time.Now()
 	lctx, stopSide := context.WithCancel(ctx)
 	var side sync.WaitGroup
@@ -349,8 +351,8 @@ func (r *soakRun) startBilling(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.b.Clean.Add(p.Stop)
-	return r.b.WaitHTTP(ctx, "tollgate billing /readyz", "http://"+admin+"/readyz", r.b.ReadyTimeout, p)
+	r.env.Clean.Add(p.Stop)
+	return r.env.WaitHTTP(ctx, "tollgate billing /readyz", "http://"+admin+"/readyz", r.env.ReadyTimeout, p)
 }
 
 // configure creates the three tenants: soak-a and soak-b with key-auth routes and a
@@ -416,7 +418,7 @@ func (r *soakRun) warm(ctx context.Context) error {
 	for i := range r.res.kinds {
 		k := &r.res.kinds[i]
 		err := harness.WaitFor(ctx, fmt.Sprintf("the edge to answer %s %s of %s with %d", k.method, k.path(0), k.tenant, k.want),
-			r.b.ReadyTimeout, 50*time.Millisecond, r.s.Edge, func() error {
+			r.env.ReadyTimeout, 50*time.Millisecond, r.s.Edge, func() error {
 				code, err := r.do(k.tenant, k.method, k.path(0), r.headers(k), k.body)
 				if err == nil && code != k.want {
 					err = fmt.Errorf("status %d", code)
@@ -441,8 +443,8 @@ type soakLat struct {
 // load sends the mix at the fixed rate for the whole duration (an open loop: a slow
 // answer does not delay the next send) and returns every request's latency.
 func (r *soakRun) load(ctx context.Context) []soakLat {
-	rate, kinds := r.b.soakRate, r.res.kinds
-	n := int(float64(rate) * r.b.soakDuration.Seconds())
+	rate, kinds := r.rate, r.res.kinds
+	n := int(float64(rate) * r.duration.Seconds())
 	var mix []int
 	for i, k := range kinds {
 		for range k.weight {
@@ -637,7 +639,7 @@ func (r *soakRun) sample() (soakSample, error) {
 			smp.load1, _ = strconv.ParseFloat(f[0], 64)
 		}
 	}
-	resp, err := r.b.HTTP.Get("http://" + r.s.EdgeAdmin + "/metrics")
+	resp, err := r.env.HTTP.Get("http://" + r.s.EdgeAdmin + "/metrics")
 	if err != nil {
 		return smp, err
 	}
@@ -685,7 +687,7 @@ type goroutineGroup struct {
 // goroutineProfile reads the edge's goroutine profile (debug=1: goroutines grouped by
 // stack), keeps it in the run's directory and returns its five largest groups.
 func (r *soakRun) goroutineProfile() []goroutineGroup {
-	resp, err := r.b.HTTP.Get("http://" + r.s.EdgeAdmin + "/debug/pprof/goroutine?debug=1")
+	resp, err := r.env.HTTP.Get("http://" + r.s.EdgeAdmin + "/debug/pprof/goroutine?debug=1")
 	if err != nil {
 		return nil
 	}
@@ -833,10 +835,10 @@ func (r *soakRun) settle(ctx context.Context) error {
 	}
 }
 
-// soakMarkdown renders the soak: the edge's figures at start, end and peak, every
-// minute, the traffic's answers, the config churn and billed against served.
-func (r *report) soakMarkdown(s *strings.Builder) {
-	x := r.soak
+// Markdown renders the soak: the edge's figures at start, end and peak, every minute,
+// the traffic's answers, the config churn and billed against served. A nil x renders
+// nothing.
+func (x *Result) Markdown(s *strings.Builder) {
 	if x == nil || len(x.minutes) == 0 {
 		return
 	}
