@@ -37,6 +37,7 @@ import (
 
 	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/wsload"
 
 	"github.com/valyala/fasthttp"
 )
@@ -89,11 +90,11 @@ func (b *bench) redisCommands(admin string) float64 {
 // sent concurrently at fixed rates to the edge at Addr.
 // Closed (S9), WS (S6) or Tail (tail.go), when set, replace the phases with that kind of run.
 type lgSpec struct {
-	Addr   string      `json:"addr"`
-	Phases []lgPhase   `json:"phases"`
-	Closed *closedSpec `json:"closed,omitempty"`
-	WS     *wsSpec     `json:"ws,omitempty"`
-	Tail   *tailSpec   `json:"tail,omitempty"`
+	Addr   string       `json:"addr"`
+	Phases []lgPhase    `json:"phases"`
+	Closed *closedSpec  `json:"closed,omitempty"`
+	WS     *wsload.Spec `json:"ws,omitempty"`
+	Tail   *tailSpec    `json:"tail,omitempty"`
 }
 
 type lgPhase struct {
@@ -138,7 +139,7 @@ func runLoadgen() int {
 		return runTailGen(spec.Tail)
 	case spec.WS != nil:
 		// The bench's go-ahead may already sit in the decoder's buffer.
-		return runWSClient(spec.WS, io.MultiReader(dec.Buffered(), os.Stdin))
+		return wsload.RunClient(spec.WS, io.MultiReader(dec.Buffered(), os.Stdin))
 	}
 	hc := &fasthttp.HostClient{Addr: spec.Addr, MaxConns: 8192, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
 		MaxIdleConnDuration: time.Minute}

@@ -35,6 +35,7 @@ import (
 
 	"tollgate/e2e/bench/harness"
 	"tollgate/e2e/bench/soak"
+	"tollgate/e2e/bench/wsload"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
@@ -83,7 +84,7 @@ func main() {
 		os.Exit(runLoadgen()) // the bench as its own load generator (flow.go, load.go, websocket.go)
 	}
 	if addr := os.Getenv("TOLLGATE_BENCH_WSECHO"); addr != "" {
-		os.Exit(runWSEcho(addr)) // S6's upstream (websocket.go)
+		os.Exit(wsload.RunEcho(addr)) // S6's upstream (e2e/bench/wsload)
 	}
 	os.Exit(run())
 }
