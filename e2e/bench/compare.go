@@ -262,7 +262,7 @@ func (b *bench) lockMachine(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b.clean.add(release)
+	b.Clean.Add(release)
 	return nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"tollgate/e2e/bench/harness"
 )
 
 // compareSide is one of the two builds -compare measures, with its own stack (database,
@@ -15,9 +17,9 @@ import (
 type compareSide struct {
 	name    string // "A" or "B"
 	label   string // what was built
-	bin     string
+	Bin     string
 	env     []string // -compare-env-a or -b: this side's own edge settings
-	st      *stack
+	st      *harness.Stack
 	scs     []*perfScenario // the same scenarios, configured through this side's api
 	tlsAddr string
 }
@@ -35,14 +37,14 @@ type compareResult struct {
 // order of A and B alternating between rounds so that neither always runs first.
 func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error) {
 	rep := newReport(b)
-	if err := ensureTools(); err != nil {
+	if err := harness.EnsureTools(); err != nil {
 		return nil, err
 	}
 	rep.describeTools()
 	if err := checkServices(ctx, b); err != nil {
 		return nil, err
 	}
-	loadCPUs, err := parseCPUList(b.loadCPUs)
+	loadCPUs, err := parseCPUList(b.LoadCPUs)
 	if err != nil {
 		return nil, fmt.Errorf("-load-cpus: %w", err)
 	}
@@ -59,23 +61,23 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 			return nil, err
 		}
 	}
-	if A.bin, A.label, err = b.buildRef(ctx, b.cmp.ref, commitA, "tollgate-a"); err != nil {
+	if A.Bin, A.label, err = b.buildRef(ctx, b.cmp.ref, commitA, "tollgate-a"); err != nil {
 		return nil, err
 	}
 	switch {
 	case commitB == commitA:
 		// The same commit twice (the A/A run) is built once: both sides run that binary.
-		B.bin, B.label = A.bin, A.label
+		B.Bin, B.label = A.Bin, A.label
 	case commitB != "":
-		if B.bin, B.label, err = b.buildRef(ctx, b.cmp.refB, commitB, "tollgate-b"); err != nil {
+		if B.Bin, B.label, err = b.buildRef(ctx, b.cmp.refB, commitB, "tollgate-b"); err != nil {
 			return nil, err
 		}
-	case b.bin != "":
-		B.bin, B.label = b.bin, "-bin "+b.bin
+	case b.Bin != "":
+		B.Bin, B.label = b.Bin, "-bin "+b.Bin
 	default:
-		B.bin, B.label = filepath.Join(b.dir, "tollgate-b"), describeWorkTree(ctx, b.root)
+		B.Bin, B.label = filepath.Join(b.Dir, "tollgate-b"), describeWorkTree(ctx, b.root)
 		fmt.Fprintf(os.Stderr, "bench: building B, the %s\n", B.label)
-		if err := goBuild(ctx, b.root, B.bin); err != nil {
+		if err := goBuild(ctx, b.root, B.Bin); err != nil {
 			return nil, fmt.Errorf("building the working tree: %w", err)
 		}
 	}
@@ -85,7 +87,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 			s.label += ", edge with " + strings.Join(s.env, ",")
 		}
 	}
-	res := &compareResult{set: b.rnd, a: A.label, b: B.label, aSum: fileSHA256(A.bin), bSum: fileSHA256(B.bin)}
+	res := &compareResult{set: b.rnd, a: A.label, b: B.label, aSum: fileSHA256(A.Bin), bSum: fileSHA256(B.Bin)}
 	rep.cmp = res
 	if err := b.lockMachine(ctx); err != nil {
 		return rep, err
@@ -101,9 +103,9 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 	}
 	sides := []*compareSide{A, B}
 	for _, s := range sides {
-		b.bin = s.bin // newStack takes its binary from here
+		b.Bin = s.Bin // newStack takes its binary from here
 		// The api is idle while measuring; it stays off the gateway's CPU.
-		if s.st, err = b.newStack(ctx, "cmp"+strings.ToLower(s.name), b.loadCPUs); err != nil {
+		if s.st, err = b.NewStack(ctx, "cmp"+strings.ToLower(s.name), b.LoadCPUs); err != nil {
 			return rep, fmt.Errorf("%s: %w", s.name, err)
 		}
 		s.scs = buildPerfScenarios(b, ids)
@@ -122,19 +124,19 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 		for _, s := range sides {
 			extra := slices.Clone(s.env)
 			if withTLS {
-				port, err := freePort()
+				port, err := harness.FreePort()
 				if err != nil {
 					return rep, err
 				}
 				s.tlsAddr = fmt.Sprintf("127.0.0.1:%d", port)
-				extra = append(extra, "TOLLGATE_EDGE_TLS_ADDR="+s.tlsAddr, "TOLLGATE_EDGE_TLS_CERT="+b.tlsCert, "TOLLGATE_EDGE_TLS_KEY="+b.tlsKey)
+				extra = append(extra, "TOLLGATE_EDGE_TLS_ADDR="+s.tlsAddr, "TOLLGATE_EDGE_TLS_CERT="+b.TLSCert, "TOLLGATE_EDGE_TLS_KEY="+b.TLSKey)
 			}
-			if err := s.st.startEdge(ctx, procs, cpus, extra...); err != nil {
+			if err := s.st.StartEdge(ctx, procs, cpus, extra...); err != nil {
 				return rep, fmt.Errorf("%s: %w", s.name, err)
 			}
 			for _, sc := range s.scs {
-				base := "http://" + s.st.edgeAddr
-				if err := waitServed(ctx, b, s.st.edge, base, sc.host, sc.paths, sc.headers); err != nil {
+				base := "http://" + s.st.EdgeAddr
+				if err := b.WaitServed(ctx, s.st.Edge, base, sc.host, sc.paths, sc.headers); err != nil {
 					return rep, fmt.Errorf("%s %s: %w", s.name, sc.id, err)
 				}
 				if err := b.verify(ctx, "tollgate", sc, base); err != nil {
@@ -142,27 +144,27 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 				}
 			}
 		}
-		var ngx *proc
+		var ngx *harness.Proc
 		var ngxBase, ngxTLS string
 		if b.has("nginx") {
-			port, err := freePort()
+			port, err := harness.FreePort()
 			if err != nil {
 				return rep, err
 			}
 			tlsPort := 0
 			if withTLS {
-				if tlsPort, err = freePort(); err != nil {
+				if tlsPort, err = harness.FreePort(); err != nil {
 					return rep, err
 				}
 				ngxTLS = fmt.Sprintf("127.0.0.1:%d", tlsPort)
 			}
 			// A's scenarios carry the key and token nginx checks; B's differ only in those.
-			if ngx, err = startProxy(ctx, b, port, tlsPort, upPort, procs, cpus, proxySites(A.scs)); err != nil {
+			if ngx, err = b.StartProxy(ctx, port, tlsPort, upPort, procs, cpus, proxySites(A.scs)); err != nil {
 				return rep, err
 			}
 			ngxBase = fmt.Sprintf("http://127.0.0.1:%d", port)
 			for _, sc := range A.scs {
-				if err := waitServed(ctx, b, ngx, ngxBase, sc.host, sc.paths, sc.headers); err != nil {
+				if err := b.WaitServed(ctx, ngx, ngxBase, sc.host, sc.paths, sc.headers); err != nil {
 					return rep, fmt.Errorf("nginx %s: %w", sc.id, err)
 				}
 			}
@@ -177,12 +179,12 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 				rd := pairRound{scenario: A.scs[i].id, procs: procs, n: n, first: order[0].name}
 				for _, s := range order {
 					sc := s.scs[i]
-					addr := "http://" + s.st.edgeAddr
+					addr := "http://" + s.st.EdgeAddr
 					if sc.tls {
 						addr = s.tlsAddr
 					}
-					b.perfAdmin = s.st.edgeAdmin
-					r, why, err := b.measureRound(ctx, "tollgate", "tollgate-"+strings.ToLower(s.name), procs, sc, s.st.edge, addr, gwCPUs, loadCPUs)
+					b.perfAdmin = s.st.EdgeAdmin
+					r, why, err := b.measureRound(ctx, "tollgate", "tollgate-"+strings.ToLower(s.name), procs, sc, s.st.Edge, addr, gwCPUs, loadCPUs)
 					if err != nil {
 						return rep, fmt.Errorf("%s: %w", s.name, err)
 					}
@@ -214,10 +216,10 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 			}
 		}
 		for _, s := range sides {
-			s.st.stopEdge()
+			s.st.StopEdge()
 		}
 		if ngx != nil {
-			ngx.stop()
+			ngx.Stop()
 		}
 	}
 	return rep, nil
@@ -226,7 +228,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 // measureRound measures one scenario on one gateway for -compare's rounds, and why the
 // measurement is flagged (empty: it is not); S6 is measured by measureWS and stated per
 // message (wsResult.asPerf), under name (its client's log: ws-NAME-PROCS.log).
-func (b *bench) measureRound(ctx context.Context, gw, name string, procs int, sc *perfScenario, p *proc, addr string, gwCPUs, loadCPUs []int) (perfResult, string, error) {
+func (b *bench) measureRound(ctx context.Context, gw, name string, procs int, sc *perfScenario, p *harness.Proc, addr string, gwCPUs, loadCPUs []int) (perfResult, string, error) {
 	if sc.ws {
 		w, err := b.measureWS(ctx, name, procs, sc, p, addr)
 		if err != nil {
@@ -251,8 +253,8 @@ func sideWhy(side, why string) string {
 
 // buildRef builds commit, which ref named, into the run's directory and labels it.
 func (b *bench) buildRef(ctx context.Context, ref, commit, name string) (bin, label string, err error) {
-	fmt.Fprintf(os.Stderr, "bench: building %s (%s) from git (git archive into %s, go build -trimpath)\n", ref, commit[:12], b.dir)
-	if bin, _, err = buildRevision(ctx, b.root, commit, b.dir, name); err != nil {
+	fmt.Fprintf(os.Stderr, "bench: building %s (%s) from git (git archive into %s, go build -trimpath)\n", ref, commit[:12], b.Dir)
+	if bin, _, err = buildRevision(ctx, b.root, commit, b.Dir, name); err != nil {
 		return "", "", err
 	}
 	return bin, fmt.Sprintf("%s (%s)", ref, commit[:12]), nil
@@ -284,7 +286,7 @@ func (r *report) compareMarkdown(s *strings.Builder) {
 	fmt.Fprintf(s, "- %d rounds per scenario and procs value; in each, the scenario is measured on A and on B back to back "+
 		"(A first in odd rounds, B first in even ones), each build on its own stack (database, api, NATS prefix) with "+settings+", "+
 		"the edge pinned to CPUs 0 to procs−1, wrk -t%d -c%d and the upstream on CPU %s, %s warm-up and a %s window per measurement\n",
-		c.set.rounds, b.threads, b.conns, b.loadCPUs, b.warmup, b.duration)
+		c.set.rounds, b.threads, b.conns, b.LoadCPUs, b.warmup, b.duration)
 	s.WriteString("- per round: B ÷ A of the gateway's CPU µs/req (below 1: B spends less per request) and of QPS; " +
 		"the table gives their median over the rounds used, the extremes (min–max) and the interquartile range (Q1–Q3)\n")
 	s.WriteString(ciRule)
@@ -319,7 +321,7 @@ func (r *report) compareMarkdown(s *strings.Builder) {
 		s.WriteString("---:|")
 	}
 	s.WriteString("---|\n")
-	loadCPUs, _ := parseCPUList(b.loadCPUs)
+	loadCPUs, _ := parseCPUList(b.LoadCPUs)
 	for _, rd := range c.rounds {
 		flag := ""
 		if rd.flagged() {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tollgate/e2e/bench/harness"
 )
 
 func TestSpreadOf(t *testing.T) {
@@ -267,7 +269,7 @@ func TestBuildRevision(t *testing.T) {
 
 // The report says how many rounds the figure rests on, and what the flagged ones said.
 func TestCompareMarkdown(t *testing.T) {
-	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}}
+	b := &bench{threads: 2, conns: 64, Env: &harness.Env{LoadCPUs: "1"}, cores: []int{1}}
 	r := newReport(b)
 	r.cmp = &compareResult{set: roundSettings{rounds: 5, busyMin: 0.9}, a: "HEAD (abc)", b: "HEAD (abc)", aSum: "same", bSum: "same",
 		rounds: []pairRound{
@@ -323,7 +325,7 @@ func TestMachineLock(t *testing.T) {
 
 // With nginx asked for, each round shows its figure and the summary both builds' ratio to it.
 func TestCompareMarkdownNginx(t *testing.T) {
-	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}}
+	b := &bench{threads: 2, conns: 64, Env: &harness.Env{LoadCPUs: "1"}, cores: []int{1}}
 	r := newReport(b)
 	var rounds []pairRound
 	for n := 1; n <= 5; n++ {
@@ -496,7 +498,7 @@ func TestMedianRounds(t *testing.T) {
 // The sweep's report gives Tollgate ÷ nginx and Tollgate's own ratios per scenario, with the
 // rounds they rest on, and every measurement.
 func TestRoundsMarkdown(t *testing.T) {
-	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}, gateways: []string{"nginx", "tollgate"},
+	b := &bench{threads: 2, conns: 64, Env: &harness.Env{LoadCPUs: "1"}, cores: []int{1}, gateways: []string{"nginx", "tollgate"},
 		rnd: roundSettings{rounds: 5, busyMin: 0.9, loadMax: 0.98, warm: time.Second}, warmup: 2 * time.Second, duration: 5 * time.Second}
 	r := newReport(b)
 	r.rounds = measures(5, []string{"S1", "S2"}, func(sc, gw string, n int) float64 {
@@ -524,32 +526,4 @@ func TestRoundsMarkdown(t *testing.T) {
 		"Each row is the round with the median µs/req",
 		"or the load side's CPUs busy at least 98% of the window",
 	)
-}
-
-func TestCPUSince(t *testing.T) {
-	const tick = 100
-	for _, c := range []struct {
-		u0, u usage
-		want  float64
-	}{
-		{usage{ticks: 100, ns: 1_000_000_000}, usage{ticks: 201, ns: 2_004_500_000}, 1.0045}, // ns where both have it
-		{usage{ticks: 100}, usage{ticks: 201, ns: 2_004_500_000}, 1.01},                      // ticks when one lacks ns
-		{usage{ticks: 100, ns: 1_000_000_000}, usage{ticks: 201, ns: 1_500_000_000}, 1.01},   // a thread's run time lost: ticks
-	} {
-		if got := c.u.cpuSince(c.u0, tick); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("cpuSince(%+v, %+v) = %v, want %v", c.u0, c.u, got, c.want)
-		}
-	}
-	// This process's run time grows, in nanoseconds, as it burns CPU (however busy the
-	// machine: the loop runs until it has, or gives up after a minute).
-	n0 := runNS(os.Getpid())
-	if n0 <= 0 {
-		t.Fatalf("runNS of this process = %d", n0)
-	}
-	for end := time.Now().Add(time.Minute); time.Now().Before(end); {
-		if runNS(os.Getpid())-n0 >= int64(10*time.Millisecond) {
-			return
-		}
-	}
-	t.Errorf("runNS: still within 10 ms of %d after a minute of spinning", n0)
 }

@@ -10,46 +10,22 @@ import (
 	"sync"
 	"time"
 
+	"tollgate/e2e/bench/figures"
+	"tollgate/e2e/bench/harness"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"tollgate/tenants"
 )
 
-// latStats summarizes latencies. neg counts samples where the entry was in the bucket
-// before the 201 reached the client (the relay beat the HTTP response); they count as 0.
-type latStats struct {
-	n             int
-	p50, p99, max time.Duration
-	neg           int
-}
-
-func summarize(ds []time.Duration) latStats {
-	s := latStats{n: len(ds)}
-	if len(ds) == 0 {
-		return s
-	}
-	c := make([]time.Duration, len(ds))
-	for i, d := range ds {
-		if d < 0 {
-			s.neg++
-			d = 0
-		}
-		c[i] = d
-	}
-	slices.Sort(c)
-	pct := func(p float64) time.Duration { return c[min(len(c)-1, int(p*float64(len(c))))] }
-	s.p50, s.p99, s.max = pct(0.50), pct(0.99), c[len(c)-1]
-	return s
-}
-
 // configResult is the config scenario: how long after the api's 201 a change is in the
 // KV bucket (and served by an edge).
 type configResult struct {
-	seqBucket, seqEdge latStats
+	seqBucket, seqEdge figures.LatStats
 	burstN             int
 	burstWorkers       int
-	burstBucket        latStats
+	burstBucket        figures.LatStats
 	burstAPI           time.Duration // first POST sent → last 201
 	burstTotal         time.Duration // first POST sent → last entry in the bucket
 	burstEdgeLast      time.Duration // first POST sent → edge serves the route whose entry came last
@@ -101,9 +77,9 @@ func (w *bucketWatch) wait(ctx context.Context, key string, timeout time.Duratio
 
 // watchBucket watches keys matching filter in bucket, new changes only.
 func watchBucket(ctx context.Context, b *bench, bucket, filter string) (*bucketWatch, func(), error) {
-	nc, err := nats.Connect(b.natsURL, nats.Timeout(5*time.Second))
+	nc, err := nats.Connect(b.NatsURL, nats.Timeout(5*time.Second))
 	if err != nil {
-		return nil, nil, fmt.Errorf("NATS at %s: %v", b.natsURL, err)
+		return nil, nil, fmt.Errorf("NATS at %s: %v", b.NatsURL, err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -111,7 +87,7 @@ func watchBucket(ctx context.Context, b *bench, bucket, filter string) (*bucketW
 		return nil, nil, err
 	}
 	var kv jetstream.KeyValue
-	err = waitFor(ctx, "KV bucket "+bucket, b.readyTimeout, 100*time.Millisecond, nil, func() error {
+	err = harness.WaitFor(ctx, "KV bucket "+bucket, b.ReadyTimeout, 100*time.Millisecond, nil, func() error {
 		kv, err = js.KeyValue(ctx, bucket)
 		return err
 	})
@@ -145,35 +121,35 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 		return nil, err
 	}
 	upURL := fmt.Sprintf("http://127.0.0.1:%d", upPort)
-	s, err := b.newStack(ctx, "config", "")
+	s, err := b.NewStack(ctx, "config", "")
 	if err != nil {
 		return nil, err
 	}
 	if b.edgeInConfig {
-		if err := s.startEdge(ctx, 0, ""); err != nil {
+		if err := s.StartEdge(ctx, 0, ""); err != nil {
 			return nil, err
 		}
 	}
 	const slug = "cfg"
-	tid, err := s.client.createTenant(ctx, slug)
+	tid, err := s.Client.CreateTenant(ctx, slug)
 	if err != nil {
 		return nil, err
 	}
-	w, stop, err := watchBucket(ctx, b, s.prefix+"_config", tenants.ObjectKey(tid, tenants.KindRoute, "*"))
+	w, stop, err := watchBucket(ctx, b, s.Prefix+"_config", tenants.ObjectKey(tid, tenants.KindRoute, "*"))
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
 	res := &configResult{burstN: b.burst, burstWorkers: b.workers}
-	host, edgeBase := slug+".localhost", "http://"+s.edgeAddr
+	host, edgeBase := slug+".localhost", "http://"+s.EdgeAddr
 	// A fresh client per run so polling the edge never waits behind the api's connections.
 	poll := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 
 	var bucketLat, edgeLat []time.Duration
 	for i := range b.cfgN {
 		path := fmt.Sprintf("/cfg-seq-%d", i)
-		var r created
-		if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody(fmt.Sprintf("seq-%d", i), path, upURL, "none", false), &r); err != nil {
+		var r harness.Created
+		if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody(fmt.Sprintf("seq-%d", i), path, upURL, "none", false), &r); err != nil {
 			return res, err
 		}
 		t201 := time.Now()
@@ -183,8 +159,8 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 		}
 		bucketLat = append(bucketLat, seen.Sub(t201))
 		if b.edgeInConfig {
-			err := waitFor(ctx, "edge to serve "+path, 30*time.Second, time.Millisecond, s.edge, func() error {
-				code, err := edgeStatus(ctx, poll, edgeBase, host, path, nil)
+			err := harness.WaitFor(ctx, "edge to serve "+path, 30*time.Second, time.Millisecond, s.Edge, func() error {
+				code, err := harness.EdgeStatus(ctx, poll, edgeBase, host, path, nil)
 				if err == nil && code != http.StatusOK {
 					err = fmt.Errorf("status %d", code)
 				}
@@ -196,9 +172,9 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 			edgeLat = append(edgeLat, time.Since(t201))
 		}
 	}
-	res.seqBucket, res.seqEdge = summarize(bucketLat), summarize(edgeLat)
+	res.seqBucket, res.seqEdge = figures.Summarize(bucketLat), figures.Summarize(edgeLat)
 	fmt.Fprintf(os.Stderr, "bench: config: %d sequential changes: 201→bucket p50 %s p99 %s\n",
-		b.cfgN, fmtDur(res.seqBucket.p50), fmtDur(res.seqBucket.p99))
+		b.cfgN, figures.FmtDur(res.seqBucket.P50), figures.FmtDur(res.seqBucket.P99))
 
 	// The burst: every creation at once from many clients.
 	type done struct {
@@ -207,8 +183,8 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 	}
 	dones := make([]done, b.burst)
 	start := time.Now()
-	err = s.client.createRoutes(ctx, slug, b.burst, b.workers, func(i int) map[string]any {
-		return routeBody(fmt.Sprintf("burst-%d", i), fmt.Sprintf("/cfg-burst-%d", i), upURL, "none", false)
+	err = s.Client.CreateRoutes(ctx, slug, b.burst, b.workers, func(i int) map[string]any {
+		return harness.RouteBody(fmt.Sprintf("burst-%d", i), fmt.Sprintf("/cfg-burst-%d", i), upURL, "none", false)
 	}, func(i int, id string, at time.Time) {
 		dones[i] = done{key: tenants.ObjectKey(tid, tenants.KindRoute, id), path: fmt.Sprintf("/cfg-burst-%d", i), at: at}
 	})
@@ -219,7 +195,7 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 	lastPath := ""
 	lat := make([]time.Duration, 0, b.burst)
 	for _, d := range dones {
-		seen, err := w.wait(ctx, d.key, b.readyTimeout)
+		seen, err := w.wait(ctx, d.key, b.ReadyTimeout)
 		if err != nil {
 			return res, err
 		}
@@ -231,11 +207,11 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 			lastSeen, lastPath = seen, d.path
 		}
 	}
-	res.burstBucket = summarize(lat)
+	res.burstBucket = figures.Summarize(lat)
 	res.burstAPI, res.burstTotal = lastAPI.Sub(start), lastSeen.Sub(start)
 	if b.edgeInConfig {
-		err := waitFor(ctx, "edge to serve "+lastPath, b.readyTimeout, time.Millisecond, s.edge, func() error {
-			code, err := edgeStatus(ctx, poll, edgeBase, host, lastPath, nil)
+		err := harness.WaitFor(ctx, "edge to serve "+lastPath, b.ReadyTimeout, time.Millisecond, s.Edge, func() error {
+			code, err := harness.EdgeStatus(ctx, poll, edgeBase, host, lastPath, nil)
 			if err == nil && code != http.StatusOK {
 				err = fmt.Errorf("status %d", code)
 			}
@@ -247,7 +223,7 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 		res.burstEdgeLast = time.Since(start)
 	}
 	fmt.Fprintf(os.Stderr, "bench: config: burst of %d: 201→bucket p50 %s p99 %s max %s, all in bucket after %s\n",
-		b.burst, fmtDur(res.burstBucket.p50), fmtDur(res.burstBucket.p99), fmtDur(res.burstBucket.max), fmtDur(res.burstTotal))
+		b.burst, figures.FmtDur(res.burstBucket.P50), figures.FmtDur(res.burstBucket.P99), figures.FmtDur(res.burstBucket.Max), figures.FmtDur(res.burstTotal))
 	return res, nil
 }
 
@@ -274,26 +250,26 @@ func (b *bench) rssRoutesRun(ctx context.Context) ([]rssResult, error) {
 		return nil, err
 	}
 	upURL := fmt.Sprintf("http://127.0.0.1:%d", upPort)
-	s, err := b.newStack(ctx, "rss", "", bulkAPIEnv...)
+	s, err := b.NewStack(ctx, "rss", "", bulkAPIEnv...)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.startEdge(ctx, 0, ""); err != nil {
+	if err := s.StartEdge(ctx, 0, ""); err != nil {
 		return nil, err
 	}
 	const slug = "rss"
-	host, base := slug+".localhost", "http://"+s.edgeAddr
-	if _, err := s.client.createTenant(ctx, slug); err != nil {
+	host, base := slug+".localhost", "http://"+s.EdgeAddr
+	if _, err := s.Client.CreateTenant(ctx, slug); err != nil {
 		return nil, err
 	}
-	if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("first", "/first", upURL, "none", false), nil); err != nil {
+	if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody("first", "/first", upURL, "none", false), nil); err != nil {
 		return nil, err
 	}
-	if err := waitServed(ctx, b, s.edge, base, host, []string{"/first"}, nil); err != nil {
+	if err := b.WaitServed(ctx, s.Edge, base, host, []string{"/first"}, nil); err != nil {
 		return nil, err
 	}
 	time.Sleep(time.Second)
-	baseKB := rssKB(s.edge.pid())
+	baseKB := harness.RSSKB(s.Edge.Pid())
 	// The routes go into tenants of rssPerTenant, beside the one with the first route.
 	rs := &routeSet{per: rssPerTenant, upURL: upURL}
 	var (
@@ -303,27 +279,27 @@ func (b *bench) rssRoutesRun(ctx context.Context) ([]rssResult, error) {
 	for _, n := range slices.Sorted(slices.Values(b.scale.rssRoutes)) {
 		res := rssResult{routes: n, base: baseKB, tenants: (n + rs.per - 1) / rs.per}
 		start := time.Now()
-		if err := s.addTenants(ctx, rs, "rss", res.tenants); err != nil {
+		if err := b.addTenants(ctx, s, rs, "rss", res.tenants); err != nil {
 			return out, err
 		}
-		if res.create, err = s.fill(ctx, rs, n); err != nil {
+		if res.create, err = b.fill(ctx, s, rs, n); err != nil {
 			return out, err
 		}
-		if err := s.served(ctx, s.edge, base, rs); err != nil {
+		if err := b.served(ctx, s, s.Edge, base, rs); err != nil {
 			return out, err
 		}
 		res.applied = time.Since(start)
 		fill += res.create
 		time.Sleep(2 * time.Second)
-		res.loaded = rssKB(s.edge.pid())
+		res.loaded = harness.RSSKB(s.Edge.Pid())
 		// Loading is a burst of garbage (decoded entries, compiles); the edge gives what it
 		// freed back once it is idle (its memory returner), which is what an edge that
 		// holds these routes costs.
 		time.Sleep(rssIdleAfter - 2*time.Second)
-		res.idle, res.idleFile, res.heap = rssKB(s.edge.pid()), rssFileKB(s.edge.pid()), heapInuseKB(b, s.edgeAdmin)
+		res.idle, res.idleFile, res.heap = harness.RSSKB(s.Edge.Pid()), harness.RSSFileKB(s.Edge.Pid()), heapInuseKB(b, s.EdgeAdmin)
 		out = append(out, res)
 		fmt.Fprintf(os.Stderr, "bench: rss10k: edge RSS %s with 1 route, %s with %d 2 s after they were served, %s idle (%s of it file pages; Go heap %s); applied in %s, served after %s\n",
-			fmtKB(res.base), fmtKB(res.loaded), n+1, fmtKB(res.idle), fmtKB(res.idleFile), fmtKB(res.heap), res.create.Round(time.Millisecond), res.applied.Round(time.Millisecond))
+			figures.FmtKB(res.base), figures.FmtKB(res.loaded), n+1, figures.FmtKB(res.idle), figures.FmtKB(res.idleFile), figures.FmtKB(res.heap), res.create.Round(time.Millisecond), res.applied.Round(time.Millisecond))
 	}
 	b.scale.rssStack, b.scale.rssSet, b.scale.rssFill = s, rs, fill // for cold (scale.go)
 	return out, nil
@@ -341,8 +317,8 @@ func (r *report) rssMarkdown(s *strings.Builder) {
 		"File pages are the part of the idle RSS that maps files, the binary's pages: clean, shared, and mapped more or less densely from one run to the next (±3 MiB on this machine).\n\n", configChunk, rssPerTenant, rssIdleAfter)
 	s.WriteString("| routes | tenants | RSS idle | of it file pages | RSS 2 s after | RSS with 1 route | per route | Go heap in use | applied in | all served after |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.rss {
-		fmt.Fprintf(s, "| %d | %d | %s | %s | %s | %s | %.2f KiB | %s | %s | %s |\n", x.routes+1, x.tenants+1, fmtKB(x.idle), fmtKB(x.idleFile), fmtKB(x.loaded), fmtKB(x.base),
-			float64(x.idle-x.base)/float64(x.routes), fmtKB(x.heap), x.create.Round(time.Millisecond), x.applied.Round(time.Millisecond))
+		fmt.Fprintf(s, "| %d | %d | %s | %s | %s | %s | %.2f KiB | %s | %s | %s |\n", x.routes+1, x.tenants+1, figures.FmtKB(x.idle), figures.FmtKB(x.idleFile), figures.FmtKB(x.loaded), figures.FmtKB(x.base),
+			float64(x.idle-x.base)/float64(x.routes), figures.FmtKB(x.heap), x.create.Round(time.Millisecond), x.applied.Round(time.Millisecond))
 	}
 	s.WriteString("\n")
 }

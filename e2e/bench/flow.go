@@ -26,7 +26,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +35,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"tollgate/e2e/bench/figures"
+	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/wsload"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -52,7 +54,7 @@ func needsRedis(scs []string) bool {
 // flowPerfScenario is S2 with the limiter on in one mode, on a path of its own.
 func flowPerfScenario(id string) *perfScenario {
 	mode := flowModes[id]
-	key := "bench-" + randomHex(16) // replaced by the key Tollgate issues
+	key := "bench-" + harness.RandomHex(16) // replaced by the key Tollgate issues
 	path := "/keyed-" + mode
 	return &perfScenario{id: id, desc: "key auth + rate limit, " + mode + " (never reached)",
 		host: "bench.localhost", hit: path, paths: []string{path},
@@ -60,78 +62,25 @@ func flowPerfScenario(id string) *perfScenario {
 }
 
 // configureFlowScenario creates the consumer, key and limited route of an S2l/x/a.
-func (b *bench) configureFlowScenario(ctx context.Context, s *stack, slug, upURL string, sc *perfScenario) error {
-	var c, k created
-	if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers", map[string]any{"name": "bench-" + sc.id}, &c); err != nil {
+func (b *bench) configureFlowScenario(ctx context.Context, s *harness.Stack, slug, upURL string, sc *perfScenario) error {
+	var c, k harness.Created
+	if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers", map[string]any{"name": "bench-" + sc.id}, &c); err != nil {
 		return err
 	}
-	if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+c.ID+"/keys", nil, &k); err != nil {
+	if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+c.ID+"/keys", nil, &k); err != nil {
 		return err
 	}
 	sc.key = k.Key
 	sc.headers = map[string]string{"X-API-Key": k.Key}
-	r := routeBody("keyed-"+sc.mode, sc.hit, upURL, "key", false)
+	r := harness.RouteBody("keyed-"+sc.mode, sc.hit, upURL, "key", false)
 	// A limit the bench never reaches: only its bookkeeping (and Redis round trips) count.
 	r["rate_limit"] = map[string]any{"rps": 1_000_000, "burst": 1_000_000, "mode": sc.mode}
-	return s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil)
-}
-
-// putPlatformPlan creates or overwrites a platform plan (If-Match: *).
-func (c *apiClient) putPlatformPlan(ctx context.Context, name string, body map[string]any) error {
-	raw, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, "PUT", c.base+"/v1/platform/plans/"+name, bytes.NewReader(raw))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("If-Match", "*")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("PUT /v1/platform/plans/%s: %v", name, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("PUT /v1/platform/plans/%s: status %d: %s", name, resp.StatusCode, bytes.TrimSpace(b))
-	}
-	return nil
+	return s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil)
 }
 
 // redisCommands reads the edge's tollgate_limit_redis_commands_total (0 when absent).
 func (b *bench) redisCommands(admin string) float64 {
-	return scrapeMetrics(b, admin)["tollgate_limit_redis_commands_total"]
-}
-
-// deleteRedisPrefix removes the keys a stack's edges made under prefix.
-func deleteRedisPrefix(redisURL, prefix string) error {
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return err
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		if err := rdb.Del(ctx, keys[:n]...).Err(); err != nil {
-			return err
-		}
-		keys = keys[n:]
-	}
-	return nil
+	return b.ScrapeMetrics(admin)["tollgate_limit_redis_commands_total"]
 }
 
 // ---------------------------------------------------------------------------------------
@@ -141,11 +90,11 @@ func deleteRedisPrefix(redisURL, prefix string) error {
 // sent concurrently at fixed rates to the edge at Addr.
 // Closed (S9), WS (S6) or Tail (tail.go), when set, replace the phases with that kind of run.
 type lgSpec struct {
-	Addr   string      `json:"addr"`
-	Phases []lgPhase   `json:"phases"`
-	Closed *closedSpec `json:"closed,omitempty"`
-	WS     *wsSpec     `json:"ws,omitempty"`
-	Tail   *tailSpec   `json:"tail,omitempty"`
+	Addr   string       `json:"addr"`
+	Phases []lgPhase    `json:"phases"`
+	Closed *closedSpec  `json:"closed,omitempty"`
+	WS     *wsload.Spec `json:"ws,omitempty"`
+	Tail   *tailSpec    `json:"tail,omitempty"`
 }
 
 type lgPhase struct {
@@ -190,7 +139,7 @@ func runLoadgen() int {
 		return runTailGen(spec.Tail)
 	case spec.WS != nil:
 		// The bench's go-ahead may already sit in the decoder's buffer.
-		return runWSClient(spec.WS, io.MultiReader(dec.Buffered(), os.Stdin))
+		return wsload.RunClient(spec.WS, io.MultiReader(dec.Buffered(), os.Stdin))
 	}
 	hc := &fasthttp.HostClient{Addr: spec.Addr, MaxConns: 8192, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
 		MaxIdleConnDuration: time.Minute}
@@ -318,7 +267,7 @@ func runLoadgenChild[T any](ctx context.Context, b *bench, spec lgSpec, limit ti
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "taskset", "-c", b.loadCPUs, self)
+	cmd := exec.CommandContext(ctx, "taskset", "-c", b.LoadCPUs, self)
 	cmd.Env = append(os.Environ(), "TOLLGATE_BENCH_LOADGEN=1")
 	cmd.Stdin = bytes.NewReader(in)
 	var stdout, stderr bytes.Buffer
@@ -326,7 +275,7 @@ func runLoadgenChild[T any](ctx context.Context, b *bench, spec lgSpec, limit ti
 	if err := cmd.Run(); err != nil {
 		return out, fmt.Errorf("%s (%s): %v\n%s", what, tag, err, stderr.String())
 	}
-	_ = os.WriteFile(filepath.Join(b.dir, file+"-"+tag+".json"), stdout.Bytes(), 0o644)
+	_ = os.WriteFile(filepath.Join(b.Dir, file+"-"+tag+".json"), stdout.Bytes(), 0o644)
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		return out, fmt.Errorf("%s (%s) output %q: %v", what, tag, stdout.String(), err)
 	}
@@ -364,56 +313,56 @@ func (b *bench) flowScenarios(ctx context.Context, scs []string) (*flowResult, e
 		return nil, err
 	}
 	upURL := fmt.Sprintf("http://127.0.0.1:%d", upPort)
-	s, err := b.newStack(ctx, "flow", b.loadCPUs)
+	s, err := b.NewStack(ctx, "flow", b.LoadCPUs)
 	if err != nil {
 		return nil, err
 	}
 	procs := b.cores[0]
-	res := &flowResult{procs: procs, redis: b.redisURL, s7Base: b.s7Rate, noisyLimit: b.noisyLimit, noisyRate: b.noisyRate}
+	res := &flowResult{procs: procs, redis: b.RedisURL, s7Base: b.s7Rate, noisyLimit: b.noisyLimit, noisyRate: b.noisyRate}
 	host := func(slug string) string { return slug + ".localhost" }
 
 	if slices.Contains(scs, "S7") {
-		if _, err := s.client.createTenant(ctx, "burst"); err != nil {
+		if _, err := s.Client.CreateTenant(ctx, "burst"); err != nil {
 			return res, err
 		}
-		r := routeBody("burst", "/burst", upURL, "none", false)
+		r := harness.RouteBody("burst", "/burst", upURL, "none", false)
 		// The burst stays below the limit: 10× base for 1 s fits a bucket of 10× base
 		// (plus what refills at 2× base), so every answer must be 200.
 		r["rate_limit"] = map[string]any{"rps": 2 * b.s7Rate, "burst": 10 * b.s7Rate}
-		if err := s.client.call(ctx, "POST", "/v1/tenants/burst/routes", r, nil); err != nil {
+		if err := s.Client.Call(ctx, "POST", "/v1/tenants/burst/routes", r, nil); err != nil {
 			return res, err
 		}
 	}
 	if slices.Contains(scs, "noisy") {
 		plan := map[string]any{"rate_limit": map[string]any{"rps": b.noisyLimit, "burst": b.noisyLimit}, "concurrency": 64}
-		if err := s.client.putPlatformPlan(ctx, "bench-noisy", plan); err != nil {
+		if err := s.Client.PutPlatformPlan(ctx, "bench-noisy", plan); err != nil {
 			return res, err
 		}
-		if err := s.client.call(ctx, "POST", "/v1/tenants", map[string]any{"slug": "noisy", "name": "noisy", "plan": "bench-noisy"}, nil); err != nil {
+		if err := s.Client.Call(ctx, "POST", "/v1/tenants", map[string]any{"slug": "noisy", "name": "noisy", "plan": "bench-noisy"}, nil); err != nil {
 			return res, err
 		}
-		if _, err := s.client.createTenant(ctx, "quiet"); err != nil {
+		if _, err := s.Client.CreateTenant(ctx, "quiet"); err != nil {
 			return res, err
 		}
 		for _, slug := range []string{"noisy", "quiet"} {
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("api", "/api", upURL, "none", false), nil); err != nil {
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody("api", "/api", upURL, "none", false), nil); err != nil {
 				return res, err
 			}
 		}
 	}
-	if err := s.startEdge(ctx, procs, gatewayCPUs(procs)); err != nil {
+	if err := s.StartEdge(ctx, procs, gatewayCPUs(procs)); err != nil {
 		return res, err
 	}
-	defer s.stopEdge()
-	base := "http://" + s.edgeAddr
+	defer s.StopEdge()
+	base := "http://" + s.EdgeAddr
 	if slices.Contains(scs, "S7") {
-		if err := waitServed(ctx, b, s.edge, base, host("burst"), []string{"/burst"}, nil); err != nil {
+		if err := b.WaitServed(ctx, s.Edge, base, host("burst"), []string{"/burst"}, nil); err != nil {
 			return res, err
 		}
 		st := func(rate int) []lgStream {
 			return []lgStream{{Name: "burst", Host: host("burst"), Path: "/burst", Rate: rate}}
 		}
-		spec := lgSpec{Addr: s.edgeAddr, Phases: []lgPhase{
+		spec := lgSpec{Addr: s.EdgeAddr, Phases: []lgPhase{
 			{Name: "warmup", Duration: b.warmup, Streams: st(b.s7Rate)},
 			{Name: "before", Duration: 3 * time.Second, Streams: st(b.s7Rate)},
 			{Name: "burst", Duration: time.Second, Streams: st(10 * b.s7Rate)},
@@ -427,21 +376,21 @@ func (b *bench) flowScenarios(ctx context.Context, scs []string) (*flowResult, e
 		for _, ph := range []string{"before", "burst", "after"} {
 			if x := res.find(res.s7, ph, "burst"); x != nil {
 				fmt.Fprintf(os.Stderr, "bench: S7 %-6s %6d req/s  p50 %s  p99 %s  max %s  non-2xx %d  errors %d  late %d\n",
-					ph, x.Rate, fmtUS(x.P50), fmtUS(x.P99), fmtUS(x.Max), x.Sent-x.OK-x.Errors, x.Errors, x.Late)
+					ph, x.Rate, figures.FmtUS(x.P50), figures.FmtUS(x.P99), figures.FmtUS(x.Max), x.Sent-x.OK-x.Errors, x.Errors, x.Late)
 			}
 		}
 	}
 	if slices.Contains(scs, "noisy") {
-		if err := waitServed(ctx, b, s.edge, base, host("quiet"), []string{"/api"}, nil); err != nil {
+		if err := b.WaitServed(ctx, s.Edge, base, host("quiet"), []string{"/api"}, nil); err != nil {
 			return res, err
 		}
-		if err := waitServed(ctx, b, s.edge, base, host("noisy"), []string{"/api"}, nil); err != nil {
+		if err := b.WaitServed(ctx, s.Edge, base, host("noisy"), []string{"/api"}, nil); err != nil {
 			return res, err
 		}
 		quiet := lgStream{Name: "B", Host: host("quiet"), Path: "/api", Rate: b.noisyRate}
 		noisy := lgStream{Name: "A", Host: host("noisy"), Path: "/api", Rate: 10 * b.noisyLimit}
 		d := max(b.duration/2, 3*time.Second)
-		spec := lgSpec{Addr: s.edgeAddr, Phases: []lgPhase{
+		spec := lgSpec{Addr: s.EdgeAddr, Phases: []lgPhase{
 			{Name: "warmup", Duration: b.warmup, Streams: []lgStream{quiet}},
 			{Name: "alone", Duration: d, Streams: []lgStream{quiet}},
 			{Name: "neighbour", Duration: d, Streams: []lgStream{quiet, noisy}},
@@ -455,7 +404,7 @@ func (b *bench) flowScenarios(ctx context.Context, scs []string) (*flowResult, e
 				continue
 			}
 			fmt.Fprintf(os.Stderr, "bench: noisy %-11s %s %6d req/s  200 %d  429 %d  503 %d  p50 %s  p99 %s  late %d\n",
-				x.Phase, x.Stream, x.Rate, x.OK, x.Limited, x.Overloaded, fmtUS(x.P50), fmtUS(x.P99), x.Late)
+				x.Phase, x.Stream, x.Rate, x.OK, x.Limited, x.Overloaded, figures.FmtUS(x.P50), figures.FmtUS(x.P99), x.Late)
 		}
 	}
 	return res, nil
@@ -479,13 +428,13 @@ func (r *report) flowMarkdown(s *strings.Builder) {
 		for _, p := range rows {
 			vs1, vs2 := "-", "-"
 			if x := r.find("S1", p.gateway, p.procs); x != nil {
-				vs1 = ratio(p.usPerReq, x.usPerReq)
+				vs1 = figures.Ratio(p.usPerReq, x.usPerReq)
 			}
 			if x := r.find("S2", p.gateway, p.procs); x != nil {
-				vs2 = ratio(p.usPerReq, x.usPerReq)
+				vs2 = figures.Ratio(p.usPerReq, x.usPerReq)
 			}
 			fmt.Fprintf(s, "| %s (%s) | %d | %.0f | %s | %.2f | %s | %s | %.3f | %d |\n", p.scenario, flowModes[p.scenario], p.procs,
-				p.load.qps(), fmtUS(p.load.P99), p.usPerReq, vs1, vs2, p.redisPerReq, p.load.Status)
+				p.load.qps(), figures.FmtUS(p.load.P99), p.usPerReq, vs1, vs2, p.redisPerReq, p.load.Status)
 		}
 		s.WriteString("\n")
 	}
@@ -500,16 +449,16 @@ func (r *report) flowMarkdown(s *strings.Builder) {
 	if len(f.s7) > 0 {
 		fmt.Fprintf(s, "## S7: burst of 10× for 1 s\n\nOne route limited to %d/s with a bucket of %d (the burst stays below the limit); "+
 			"fixed-rate open-loop load (the bench's own generator on CPU %s), edge GOMAXPROCS=%d, %s. Latency from send to answer.\n\n",
-			2*f.s7Base, 10*f.s7Base, r.b.loadCPUs, f.procs, redisNote)
+			2*f.s7Base, 10*f.s7Base, r.b.LoadCPUs, f.procs, redisNote)
 		s.WriteString("| phase | req/s | requests | p50 | p90 | p99 | max | non-2xx | errors | sent late |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, ph := range []string{"before", "burst", "after"} {
 			if x := f.find(f.s7, ph, "burst"); x != nil {
-				fmt.Fprintf(s, "| %s | %d | %d | %s | %s | %s | %s | %d | %d | %d |\n", ph, x.Rate, x.Sent, fmtUS(x.P50), fmtUS(x.P90),
-					fmtUS(x.P99), fmtUS(x.Max), x.Sent-x.OK-x.Errors, x.Errors, x.Late)
+				fmt.Fprintf(s, "| %s | %d | %d | %s | %s | %s | %s | %d | %d | %d |\n", ph, x.Rate, x.Sent, figures.FmtUS(x.P50), figures.FmtUS(x.P90),
+					figures.FmtUS(x.P99), figures.FmtUS(x.Max), x.Sent-x.OK-x.Errors, x.Errors, x.Late)
 			}
 		}
 		if b, a := f.find(f.s7, "burst", "burst"), f.find(f.s7, "before", "burst"); b != nil && a != nil {
-			fmt.Fprintf(s, "\np99 during the burst ÷ p99 before: %s\n", ratio(b.P99, a.P99))
+			fmt.Fprintf(s, "\np99 during the burst ÷ p99 before: %s\n", figures.Ratio(b.P99, a.P99))
 		}
 		s.WriteString("\n")
 	}
@@ -522,10 +471,10 @@ func (r *report) flowMarkdown(s *strings.Builder) {
 				continue
 			}
 			fmt.Fprintf(s, "| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s | %d |\n", x.Phase, x.Stream, x.Rate, x.OK, x.Limited,
-				x.Overloaded, x.Bad+x.Errors, fmtUS(x.P50), fmtUS(x.P99), fmtUS(x.Max), x.Late)
+				x.Overloaded, x.Bad+x.Errors, figures.FmtUS(x.P50), figures.FmtUS(x.P99), figures.FmtUS(x.Max), x.Late)
 		}
 		if a, n := f.find(f.noisy, "alone", "B"), f.find(f.noisy, "neighbour", "B"); a != nil && n != nil {
-			fmt.Fprintf(s, "\nB's p99 with the flooding neighbour ÷ alone: %s (the issue's bar: ≤ 1.10×)\n", ratio(n.P99, a.P99))
+			fmt.Fprintf(s, "\nB's p99 with the flooding neighbour ÷ alone: %s (the issue's bar: ≤ 1.10×)\n", figures.Ratio(n.P99, a.P99))
 		}
 		s.WriteString("\n")
 	}

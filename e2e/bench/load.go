@@ -85,18 +85,18 @@ func runWrk(ctx context.Context, b *bench, t loadTarget, d time.Duration, tag st
 		fmt.Fprintf(&script, "wrk.body = %q\n", t.body)
 	}
 	script.WriteString(wrkDone)
-	path := filepath.Join(b.dir, "wrk-"+tag+".lua")
+	path := filepath.Join(b.Dir, "wrk-"+tag+".lua")
 	if err := os.WriteFile(path, []byte(script.String()), 0o644); err != nil {
 		return loadResult{}, err
 	}
 	secs := max(1, int(d.Round(time.Second)/time.Second))
-	argv := []string{"taskset", "-c", b.loadCPUs, "wrk",
+	argv := []string{"taskset", "-c", b.LoadCPUs, "wrk",
 		"-t", fmt.Sprint(b.threads), "-c", fmt.Sprint(b.conns), "-d", fmt.Sprintf("%ds", secs),
 		"--timeout", "5s", "--latency", "-s", path, t.url}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
-	logPath := filepath.Join(b.dir, "wrk-"+tag+".log")
+	logPath := filepath.Join(b.Dir, "wrk-"+tag+".log")
 	_ = os.WriteFile(logPath, out, 0o644)
 	if err != nil {
 		if ctx.Err() != nil {

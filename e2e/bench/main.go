@@ -33,19 +33,21 @@ import (
 	"syscall"
 	"time"
 
+	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/soak"
+	"tollgate/e2e/bench/wsload"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 )
 
 // bench holds the settings and shared state of one sweep.
 type bench struct {
-	root, dir    string // repository root; the run's temp directory
-	clean        *cleanups
-	http         *http.Client
-	tick         int64 // clock ticks per second, the unit of /proc/PID/stat times
+	*harness.Env        // the run's directory, cleanups, services and binaries, shared with every stack
+	root         string // repository root
+	tick         int64  // clock ticks per second, the unit of /proc/PID/stat times
 	gateways     []string
 	cores        []int
-	loadCPUs     string
 	threads      int
 	conns        int
 	warmup       time.Duration
@@ -54,33 +56,21 @@ type bench struct {
 	cfgN         int // config: sequential changes
 	burst        int // config: concurrent changes
 	workers      int // concurrent management API clients
-	readyTimeout time.Duration
-	natsURL      string
-	pgAdmin      string
-	redisURL     string
 	s2Limit      bool
-	meterOff     bool       // the edges run with TOLLGATE_METER=off (metering's cost: compare with a run without)
-	nginxForward bool       // -nginx-forward: nginx adds the forwarding headers and request id Tollgate adds
 	traceSamples []float64  // -traces: the perf scenarios again with the edge exporting traces at each rate (traces.go)
 	sink         *traceSink // where those traces go, once started
 	s7Rate       int        // S7: the base rate (the burst is 10×)
 	noisyLimit   int        // noisy: tenant A's rate limit (flooded at 10×)
 	noisyRate    int        // noisy: tenant B's rate
 	perfAdmin    string     // the perf edge's admin address (its /metrics)
-	bin          string
-	edgeBin      string // the tollgate-edge binary the edges run; empty: they run `bin edge`
-	edgeBinary   string // -edge-binary
+	edgeBinary   string     // -edge-binary
 	edgeInConfig bool
 	upPort       int           // the shared upstream, once started
-	canaryPort   int           // S4's canary upstream, once started
-	wsPort       int           // S6's WebSocket echo upstream, once started
 	wsConns      int           // S6: tunnels held open
 	wsRate       int           // S6: messages per second over all tunnels
 	wsSettle     time.Duration // S6: idle wait between the upgrades and the trickle
-	tlsCert      string
-	tlsKey       string // S9: the run's certificate and key, once written
 	s3Seen       s3Seen
-	soakDuration time.Duration // soak: -duration when given, else soakDefaultDuration
+	soakDuration time.Duration // soak: -duration when given, else soak.DefaultDuration
 	soakRate     int           // soak: requests per second
 
 	cmp   compareSettings // -compare: another revision against the working tree (compare.go)
@@ -94,13 +84,13 @@ func main() {
 		os.Exit(runLoadgen()) // the bench as its own load generator (flow.go, load.go, websocket.go)
 	}
 	if addr := os.Getenv("TOLLGATE_BENCH_WSECHO"); addr != "" {
-		os.Exit(runWSEcho(addr)) // S6's upstream (websocket.go)
+		os.Exit(wsload.RunEcho(addr)) // S6's upstream (e2e/bench/wsload)
 	}
 	os.Exit(run())
 }
 
 func run() int {
-	b := &bench{clean: &cleanups{}}
+	b := &bench{Env: &harness.Env{Clean: &harness.Cleanups{}}}
 	var (
 		scenarios = flag.String("scenarios", "S1,S2,S2j,S4r,config,rss10k", "comma-separated: S1 (1 route), S2 (key auth), S2j (JWT RS256 + policy + rate limit), S2l/S2x/S2a (key auth + a never-reached limit: local, exact, approximate), "+
 			"S3 (1 KB JSON POST rewritten, with its plain-POST baseline S3b), S4 (5% canary: split counted at the upstreams), S4r (many routes, hit one), S5 (1 MiB responses: CPU and peak RSS), "+
@@ -115,7 +105,7 @@ func run() int {
 	)
 	flag.DurationVar(&b.duration, "duration", 10*time.Second, "measured window per run")
 	flag.DurationVar(&b.warmup, "warmup", 2*time.Second, "warmup before each measured window")
-	flag.StringVar(&b.loadCPUs, "load-cpus", "1", "CPUs for wrk and the upstream")
+	flag.StringVar(&b.LoadCPUs, "load-cpus", "1", "CPUs for wrk and the upstream")
 	flag.IntVar(&b.threads, "threads", 2, "wrk threads")
 	flag.IntVar(&b.conns, "conns", 64, "wrk connections")
 	flag.IntVar(&b.routes, "routes", 5000, "routes of S4r")
@@ -123,12 +113,12 @@ func run() int {
 	flag.IntVar(&b.burst, "burst", 5000, "config: route creations fired concurrently")
 	flag.IntVar(&b.workers, "workers", 32, "concurrent management API clients for bulk creation")
 	flag.BoolVar(&b.edgeInConfig, "config-edge", true, "config: also time until the edge serves each new route")
-	flag.DurationVar(&b.readyTimeout, "ready-timeout", 2*time.Minute, "how long to wait for a process or config to be ready")
-	flag.StringVar(&b.natsURL, "nats", "nats://127.0.0.1:4222", "NATS (JetStream) the stacks use")
-	flag.StringVar(&b.pgAdmin, "pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres to create the run's databases on")
-	flag.StringVar(&b.redisURL, "redis", "", "TOLLGATE_REDIS_URL for the edges (empty: local limits only)")
-	flag.BoolVar(&b.meterOff, "meter-off", false, "start the edges with TOLLGATE_METER=off (no usage metering); metering's cost is S1/S2 of a run without it minus a run with it")
-	flag.BoolVar(&b.nginxForward, "nginx-forward", true, "nginx proxies as Tollgate does on the wire: it sends the upstream X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and an X-Request-Id, and returns the id to the client (false: nginx's bare proxy_pass, which sends and returns neither)")
+	flag.DurationVar(&b.ReadyTimeout, "ready-timeout", 2*time.Minute, "how long to wait for a process or config to be ready")
+	flag.StringVar(&b.NatsURL, "nats", "nats://127.0.0.1:4222", "NATS (JetStream) the stacks use")
+	flag.StringVar(&b.PGAdmin, "pg", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "Postgres to create the run's databases on")
+	flag.StringVar(&b.RedisURL, "redis", "", "TOLLGATE_REDIS_URL for the edges (empty: local limits only)")
+	flag.BoolVar(&b.MeterOff, "meter-off", false, "start the edges with TOLLGATE_METER=off (no usage metering); metering's cost is S1/S2 of a run without it minus a run with it")
+	flag.BoolVar(&b.NginxForward, "nginx-forward", true, "nginx proxies as Tollgate does on the wire: it sends the upstream X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and an X-Request-Id, and returns the id to the client (false: nginx's bare proxy_pass, which sends and returns neither)")
 	flag.BoolVar(&b.s2Limit, "s2-ratelimit", false, "S2: add a rate limit that is never reached (rps=burst=1e6) to the route, and limit_req to nginx")
 	flag.IntVar(&b.s7Rate, "s7-rate", 1000, "S7: base request rate; the burst is 10× it for 1 s")
 	flag.IntVar(&b.noisyLimit, "noisy-limit", 500, "noisy: tenant A's platform-plan rate limit (it is flooded at 10×)")
@@ -137,7 +127,7 @@ func run() int {
 	flag.IntVar(&b.wsRate, "ws-rate", 2000, "S6: messages per second, spread over all tunnels (each echoed back)")
 	flag.DurationVar(&b.wsSettle, "ws-settle", 12*time.Second, "S6: how long the tunnels stay open and idle between the upgrades and the trickle; the gateway's CPU meanwhile is reported apart, not counted per message")
 	flag.IntVar(&b.soakRate, "soak-rate", 500, "soak: requests per second of the mixed traffic")
-	flag.StringVar(&b.bin, "bin", "", "tollgate binary to run (default: go build from the repository root); with -compare, side B")
+	flag.StringVar(&b.Bin, "bin", "", "tollgate binary to run (default: go build from the repository root); with -compare, side B")
 	flag.StringVar(&b.edgeBinary, "edge-binary", "tollgate-edge", "what the edges run: tollgate-edge (the edge-only binary, go build ./cmd/tollgate-edge, as the deploy files run it) or tollgate (`tollgate edge`); with -bin or -compare, always tollgate")
 	traces := flag.String("traces", "off", "also measure the HTTP scenarios with the edge exporting traces to an in-process sink, at these sample rates (e.g. off,0.01,1)")
 	b.cmp.register(flag.CommandLine)
@@ -145,6 +135,7 @@ func run() int {
 	b.scale.register(flag.CommandLine)
 	b.tail.register(flag.CommandLine)
 	flag.Parse()
+	b.EdgeEnv = edgeEnvList()
 	var terr error
 	if b.traceSamples, terr = parseTraceSamples(*traces); terr != nil {
 		return fail(terr)
@@ -189,11 +180,11 @@ func run() int {
 	if b.edgeBinary != "tollgate-edge" && b.edgeBinary != "tollgate" {
 		return fail(fmt.Errorf("-edge-binary: %q is neither tollgate-edge nor tollgate", b.edgeBinary))
 	}
-	if needsRedis(scs) && b.redisURL == "" {
-		b.redisURL = "redis://127.0.0.1:6379"
-		fmt.Fprintf(os.Stderr, "bench: S2x/S2a count in Redis: the edges use %s (-redis to choose)\n", b.redisURL)
+	if needsRedis(scs) && b.RedisURL == "" {
+		b.RedisURL = "redis://127.0.0.1:6379"
+		fmt.Fprintf(os.Stderr, "bench: S2x/S2a count in Redis: the edges use %s (-redis to choose)\n", b.RedisURL)
 	}
-	b.soakDuration = soakDefaultDuration
+	b.soakDuration = soak.DefaultDuration
 	flag.Visit(func(f *flag.Flag) {
 		if f.Name == "duration" {
 			b.soakDuration = b.duration
@@ -207,24 +198,24 @@ func run() int {
 	}
 	if runtime.NumCPU() < 2 {
 		fmt.Fprintln(os.Stderr, "bench: only one CPU: gateway and load share it, figures are not comparable")
-		b.loadCPUs = "0"
+		b.LoadCPUs = "0"
 	}
 
 	var err error
 	if b.root, err = repoRoot(); err != nil {
 		return fail(err)
 	}
-	if b.dir, err = os.MkdirTemp("", "tollgate-bench-"); err != nil {
+	if b.Dir, err = os.MkdirTemp("", "tollgate-bench-"); err != nil {
 		return fail(err)
 	}
 	if *keep {
-		fmt.Fprintf(os.Stderr, "bench: keeping %s\n", b.dir)
+		fmt.Fprintf(os.Stderr, "bench: keeping %s\n", b.Dir)
 	} else {
-		b.clean.add(func() { os.RemoveAll(b.dir) })
+		b.Clean.Add(func() { os.RemoveAll(b.Dir) })
 	}
-	defer b.clean.run()
-	b.tick = clockTicks()
-	b.http = &http.Client{
+	defer b.Clean.Run()
+	b.tick = harness.ClockTicks()
+	b.HTTP = &http.Client{
 		Timeout:   30 * time.Second,
 		Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: 30 * time.Second},
 	}
@@ -291,7 +282,7 @@ func (b *bench) has(gw string) bool { return slices.Contains(b.gateways, gw) }
 // sweep runs everything asked for and returns the report, partial when an error stopped it.
 func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 	rep := newReport(b)
-	if err := ensureTools(); err != nil {
+	if err := harness.EnsureTools(); err != nil {
 		return nil, err
 	}
 	rep.describeTools()
@@ -369,7 +360,7 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 		}
 	}
 	if needTollgate && slices.Contains(scs, "soak") {
-		r, err := b.soak(ctx)
+		r, err := soak.Run(ctx, b.Env, b.soakDuration, b.soakRate)
 		rep.soak = r
 		if err != nil {
 			return rep, fmt.Errorf("soak: %w", err)
@@ -386,18 +377,40 @@ func isPerf(s string) bool {
 func checkServices(ctx context.Context, b *bench) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, b.pgAdmin)
+	conn, err := pgx.Connect(cctx, b.PGAdmin)
 	if err != nil {
-		return fmt.Errorf("postgres at %s is not reachable (bash .ci/services starts it): %v", b.pgAdmin, err)
+		return fmt.Errorf("postgres at %s is not reachable (bash .ci/services starts it): %v", b.PGAdmin, err)
 	}
 	conn.Close(cctx)
-	nc, err := nats.Connect(b.natsURL, nats.Timeout(3*time.Second))
+	nc, err := nats.Connect(b.NatsURL, nats.Timeout(3*time.Second))
 	if err != nil {
-		return fmt.Errorf("NATS at %s is not reachable (bash .ci/services starts it): %v", b.natsURL, err)
+		return fmt.Errorf("NATS at %s is not reachable (bash .ci/services starts it): %v", b.NatsURL, err)
 	}
 	defer nc.Close()
 	if _, err := nc.JetStream(); err != nil {
-		return fmt.Errorf("NATS at %s: JetStream: %v", b.natsURL, err)
+		return fmt.Errorf("NATS at %s: JetStream: %v", b.NatsURL, err)
+	}
+	return nil
+}
+
+// buildTollgate builds the binaries under test from the repository root: tollgate and,
+// unless -edge-binary says otherwise, tollgate-edge for the edges.
+func (b *bench) buildTollgate(ctx context.Context) error {
+	if b.Bin != "" {
+		return nil
+	}
+	b.Bin = filepath.Join(b.Dir, "tollgate")
+	fmt.Fprintf(os.Stderr, "bench: go build -o %s .\n", b.Bin)
+	if err := goBuild(ctx, b.root, b.Bin); err != nil {
+		return fmt.Errorf("building tollgate: %w", err)
+	}
+	if b.edgeBinary == "tollgate" {
+		return nil
+	}
+	b.EdgeBin = filepath.Join(b.Dir, "tollgate-edge")
+	fmt.Fprintf(os.Stderr, "bench: go build -o %s ./cmd/tollgate-edge\n", b.EdgeBin)
+	if err := goBuild(ctx, filepath.Join(b.root, "cmd", "tollgate-edge"), b.EdgeBin); err != nil {
+		return fmt.Errorf("building tollgate-edge: %w", err)
 	}
 	return nil
 }

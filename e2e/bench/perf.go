@@ -2,17 +2,14 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
-	"encoding/base64"
 	"fmt"
-	"math/big"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
+	"tollgate/e2e/bench/figures"
+	"tollgate/e2e/bench/harness"
 )
 
 // perfScenario is one proxy scenario, configured the same way on every gateway.
@@ -25,7 +22,7 @@ type perfScenario struct {
 	key      string // S2: the API key nginx checks and Tollgate issued
 	limit    bool   // S2: the never-reached rate limit
 	mode     string // S2l/S2x/S2a: the limit's mode (flow.go)
-	jwt      *jwtSetup
+	jwt      *harness.JWT
 	method   string // S3: POST, with body
 	body     string
 	upstream string // the nginx upstream block (S4's weighted split); empty: bench_upstream
@@ -34,49 +31,6 @@ type perfScenario struct {
 	newConn  bool   // S9h: a new connection, and so a full TLS handshake, per request
 	ws       bool   // S6: WebSocket tunnels, measured by measureWS rather than as requests
 	half     bool   // S3b, S9p, S9h: measured over half the window (at least 2 s), so S3 and S9 stay well under a minute
-}
-
-// jwtSetup is S2j's identity provider: an RSA key whose public half is the tenant's
-// inline JWK, and one RS256 token signed with it (clients reuse their token, so the
-// edge verifies its signature once and then answers from its verified-token cache).
-type jwtSetup struct {
-	key    *rsa.PrivateKey
-	token  string
-	issuer string
-}
-
-const (
-	s2jIssuer   = "https://idp.bench.example"
-	s2jAudience = "bench-api"
-	s2jConsumer = "bench-client"
-)
-
-func newJWTSetup() (*jwtSetup, error) {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{
-		"iss": s2jIssuer, "aud": s2jAudience, "sub": s2jConsumer, "roles": []string{"reader"},
-		"iat": now.Unix(), "exp": now.Add(24 * time.Hour).Unix(),
-	})
-	tok.Header["kid"] = "bench-1"
-	signed, err := tok.SignedString(k)
-	if err != nil {
-		return nil, err
-	}
-	return &jwtSetup{key: k, token: signed, issuer: s2jIssuer}, nil
-}
-
-// issuerBody is the tenant's issuer: the key inline, RS256.
-func (j *jwtSetup) issuerBody() map[string]any {
-	enc := base64.RawURLEncoding.EncodeToString
-	return map[string]any{
-		"issuer": j.issuer, "audiences": []string{s2jAudience}, "algorithms": []string{"RS256"},
-		"keys": []any{map[string]any{"kty": "RSA", "kid": "bench-1", "alg": "RS256", "use": "sig",
-			"n": enc(j.key.N.Bytes()), "e": enc(big.NewInt(int64(j.key.E)).Bytes())}},
-	}
 }
 
 // perfResult is one measured window of one gateway.
@@ -107,20 +61,20 @@ func buildPerfScenarios(b *bench, ids []string) []*perfScenario {
 			if b.s2Limit {
 				desc += " + rate limit (never reached)"
 			}
-			key := "bench-" + randomHex(16) // replaced by the key Tollgate issues when it runs
+			key := "bench-" + harness.RandomHex(16) // replaced by the key Tollgate issues when it runs
 			out = append(out, &perfScenario{id: "S2", desc: desc,
 				host: "bench.localhost", hit: "/keyed", paths: []string{"/keyed"},
 				key: key, headers: map[string]string{"X-API-Key": key}, limit: b.s2Limit})
 		case "S2j":
 			// Built here, not at configuration, so an nginx-only run checks the same token.
-			j, err := newJWTSetup()
+			j, err := harness.NewJWT()
 			if err != nil {
 				panic(err) // crypto/rand does not fail on Linux
 			}
 			out = append(out, &perfScenario{id: "S2j",
 				desc: "JWT RS256 + policy + rate limit (never reached); nginx: exact Authorization match + limit_req",
 				host: "jwt.localhost", hit: "/orders/1", paths: []string{"/orders/1"},
-				headers: map[string]string{"Authorization": "Bearer " + j.token}, limit: true, jwt: j})
+				headers: map[string]string{"Authorization": "Bearer " + j.Token}, limit: true, jwt: j})
 		case "S2l", "S2x", "S2a":
 			out = append(out, flowPerfScenario(id))
 		case "S3":
@@ -167,25 +121,25 @@ func buildPerfScenarios(b *bench, ids []string) []*perfScenario {
 func routePath(i int) string { return fmt.Sprintf("/api-%d/v1/items", i) }
 
 // proxySites mirrors the scenarios as nginx virtual hosts, one per host.
-func proxySites(scs []*perfScenario) []proxySite {
-	var sites []proxySite
+func proxySites(scs []*perfScenario) []harness.ProxySite {
+	var sites []harness.ProxySite
 	idx := map[string]int{}
 	for _, sc := range scs {
 		i, ok := idx[sc.host]
 		if !ok {
 			i = len(sites)
 			idx[sc.host] = i
-			sites = append(sites, proxySite{host: sc.host})
+			sites = append(sites, harness.ProxySite{Host: sc.host})
 		}
 		for _, p := range sc.paths {
-			if slices.ContainsFunc(sites[i].locs, func(l proxyLoc) bool { return l.path == p }) {
+			if slices.ContainsFunc(sites[i].Locs, func(l harness.ProxyLoc) bool { return l.Path == p }) {
 				continue // S9's three scenarios share one location
 			}
-			loc := proxyLoc{path: p, key: sc.key, limit: sc.limit, upstream: sc.upstream, ws: sc.ws}
+			loc := harness.ProxyLoc{Path: p, Key: sc.key, Limit: sc.limit, Upstream: sc.upstream, WS: sc.ws}
 			if sc.jwt != nil {
-				loc.authz = "Bearer " + sc.jwt.token
+				loc.Authz = "Bearer " + sc.jwt.Token
 			}
-			sites[i].locs = append(sites[i].locs, loc)
+			sites[i].Locs = append(sites[i].Locs, loc)
 		}
 	}
 	return sites
@@ -193,7 +147,7 @@ func proxySites(scs []*perfScenario) []proxySite {
 
 // configureTollgate creates the scenarios' tenants, routes, consumer and key through the
 // management API.
-func (b *bench) configureTollgate(ctx context.Context, s *stack, upURL string, scs []*perfScenario) error {
+func (b *bench) configureTollgate(ctx context.Context, s *harness.Stack, upURL string, scs []*perfScenario) error {
 	tenants := map[string]bool{}
 	for _, sc := range scs {
 		slug := strings.TrimSuffix(sc.host, ".localhost")
@@ -201,25 +155,25 @@ func (b *bench) configureTollgate(ctx context.Context, s *stack, upURL string, s
 			if sc.id == "S2j" {
 				// Its own tenant on the platform plan without limits: only the route's
 				// never-reached limit is counted, as nginx's limit_req.
-				if err := s.client.call(ctx, "POST", "/v1/tenants", map[string]any{"slug": slug, "name": slug, "plan": "unlimited"}, nil); err != nil {
+				if err := s.Client.Call(ctx, "POST", "/v1/tenants", map[string]any{"slug": slug, "name": slug, "plan": "unlimited"}, nil); err != nil {
 					return err
 				}
-			} else if _, err := s.client.createTenant(ctx, slug); err != nil {
+			} else if _, err := s.Client.CreateTenant(ctx, slug); err != nil {
 				return err
 			}
 			tenants[slug] = true
 		}
 		switch sc.id {
 		case "S1":
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("r1", sc.hit, upURL, "none", false), nil); err != nil {
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody("r1", sc.hit, upURL, "none", false), nil); err != nil {
 				return err
 			}
 		case "S2":
-			var c, k created
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers", map[string]any{"name": "bench-client"}, &c); err != nil {
+			var c, k harness.Created
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers", map[string]any{"name": "bench-client"}, &c); err != nil {
 				return err
 			}
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+c.ID+"/keys", nil, &k); err != nil {
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+c.ID+"/keys", nil, &k); err != nil {
 				return err
 			}
 			if k.Key == "" {
@@ -227,23 +181,23 @@ func (b *bench) configureTollgate(ctx context.Context, s *stack, upURL string, s
 			}
 			sc.key = k.Key
 			sc.headers = map[string]string{"X-API-Key": k.Key}
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("keyed", sc.hit, upURL, "key", sc.limit), nil); err != nil {
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody("keyed", sc.hit, upURL, "key", sc.limit), nil); err != nil {
 				return err
 			}
 		case "S2j":
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/jwt-issuers", sc.jwt.issuerBody(), nil); err != nil {
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/jwt-issuers", sc.jwt.IssuerBody(), nil); err != nil {
 				return err
 			}
 			policy := map[string]any{
 				"rules": [][]string{{"reader", "/orders/:id", "GET"}, {"*", "/orders/admin/*", "*", "deny"}},
 				"roles": [][]string{{"ops", "reader"}},
 			}
-			if err := s.client.call(ctx, "PUT", "/v1/tenants/"+slug+"/policy", policy, nil); err != nil {
+			if err := s.Client.Call(ctx, "PUT", "/v1/tenants/"+slug+"/policy", policy, nil); err != nil {
 				return err
 			}
-			r := routeBody("orders", "/orders", upURL, "jwt", sc.limit)
+			r := harness.RouteBody("orders", "/orders", upURL, "jwt", sc.limit)
 			r["policy"] = true
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
 				return err
 			}
 		case "S2l", "S2x", "S2a":
@@ -251,7 +205,7 @@ func (b *bench) configureTollgate(ctx context.Context, s *stack, upURL string, s
 				return err
 			}
 		case "S3b":
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("s3-plain", sc.hit, upURL, "none", false), nil); err != nil {
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody("s3-plain", sc.hit, upURL, "none", false), nil); err != nil {
 				return err
 			}
 		case "S3":
@@ -259,30 +213,30 @@ func (b *bench) configureTollgate(ctx context.Context, s *stack, upURL string, s
 				return err
 			}
 		case "S4":
-			r := routeBody("canary", sc.hit, upURL, "none", false)
+			r := harness.RouteBody("canary", sc.hit, upURL, "none", false)
 			r["canary"] = map[string]any{"weight": s4Weight,
-				"upstream": map[string]any{"targets": []map[string]any{{"url": fmt.Sprintf("http://127.0.0.1:%d", b.canaryPort)}}}}
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
+				"upstream": map[string]any{"targets": []map[string]any{{"url": fmt.Sprintf("http://127.0.0.1:%d", b.CanaryPort)}}}}
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
 				return err
 			}
 		case "S5":
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("s5", sc.hit, upURL, "none", false), nil); err != nil {
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody("s5", sc.hit, upURL, "none", false), nil); err != nil {
 				return err
 			}
 		case "S6":
-			r := routeBody("ws", sc.hit, fmt.Sprintf("http://127.0.0.1:%d", b.wsPort), "none", false)
+			r := harness.RouteBody("ws", sc.hit, fmt.Sprintf("http://127.0.0.1:%d", b.WSPort), "none", false)
 			r["websocket"] = true
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
 				return err
 			}
 		case "S9p":
 			// One route serves S9p, S9 and S9h: plain and TLS listeners alike.
-			if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("tls", sc.hit, upURL, "none", false), nil); err != nil {
+			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody("tls", sc.hit, upURL, "none", false), nil); err != nil {
 				return err
 			}
 		case "S4r":
 			// Through config applies (scale.go): a POST per route is a transaction each.
-			d, err := s.fill(ctx, &routeSet{slugs: []string{slug}, upURL: upURL}, len(sc.paths))
+			d, err := b.fill(ctx, s, &routeSet{slugs: []string{slug}, upURL: upURL}, len(sc.paths))
 			if err != nil {
 				return err
 			}
@@ -307,10 +261,10 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 		return err
 	}
 
-	var st *stack
+	var st *harness.Stack
 	if b.has("tollgate") {
 		// The api is idle while measuring; it stays off the gateway's CPU.
-		if st, err = b.newStack(ctx, "perf", b.loadCPUs, bulkAPIEnv...); err != nil { // S4r's routes in bulk (scale.go)
+		if st, err = b.NewStack(ctx, "perf", b.LoadCPUs, bulkAPIEnv...); err != nil { // S4r's routes in bulk (scale.go)
 			return err
 		}
 		if err := b.configureTollgate(ctx, st, upURL, scs); err != nil {
@@ -321,22 +275,22 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 	withTLS := slices.Contains(ids, "S9")
 	for _, procs := range b.cores {
 		cpus := gatewayCPUs(procs)
-		targets := map[string]*proc{}
+		targets := map[string]*harness.Proc{}
 		bases := map[string]string{}
 		tlsAddrs := map[string]string{}
 		if b.has("nginx") {
-			port, err := freePort()
+			port, err := harness.FreePort()
 			if err != nil {
 				return err
 			}
 			tlsPort := 0
 			if withTLS {
-				if tlsPort, err = freePort(); err != nil {
+				if tlsPort, err = harness.FreePort(); err != nil {
 					return err
 				}
 				tlsAddrs["nginx"] = fmt.Sprintf("127.0.0.1:%d", tlsPort)
 			}
-			p, err := startProxy(ctx, b, port, tlsPort, upPort, procs, cpus, proxySites(scs))
+			p, err := b.StartProxy(ctx, port, tlsPort, upPort, procs, cpus, proxySites(scs))
 			if err != nil {
 				return err
 			}
@@ -346,24 +300,24 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 		if st != nil {
 			var extra []string
 			if withTLS {
-				port, err := freePort()
+				port, err := harness.FreePort()
 				if err != nil {
 					return err
 				}
 				tlsAddrs["tollgate"] = fmt.Sprintf("127.0.0.1:%d", port)
 				extra = append(extra, "TOLLGATE_EDGE_TLS_ADDR="+tlsAddrs["tollgate"],
-					"TOLLGATE_EDGE_TLS_CERT="+b.tlsCert, "TOLLGATE_EDGE_TLS_KEY="+b.tlsKey)
+					"TOLLGATE_EDGE_TLS_CERT="+b.TLSCert, "TOLLGATE_EDGE_TLS_KEY="+b.TLSKey)
 			}
-			if err := st.startEdge(ctx, procs, cpus, extra...); err != nil {
+			if err := st.StartEdge(ctx, procs, cpus, extra...); err != nil {
 				return err
 			}
 			edgeEnv = extra
-			targets["tollgate"], bases["tollgate"] = st.edge, "http://"+st.edgeAddr
-			b.perfAdmin = st.edgeAdmin
+			targets["tollgate"], bases["tollgate"] = st.Edge, "http://"+st.EdgeAddr
+			b.perfAdmin = st.EdgeAdmin
 		}
 		for _, gw := range b.gateways {
 			for _, sc := range scs {
-				if err := waitServed(ctx, b, targets[gw], bases[gw], sc.host, sc.paths, sc.headers); err != nil {
+				if err := b.WaitServed(ctx, targets[gw], bases[gw], sc.host, sc.paths, sc.headers); err != nil {
 					return fmt.Errorf("%s %s: %w", gw, sc.id, err)
 				}
 				if err := b.verify(ctx, gw, sc, bases[gw]); err != nil {
@@ -389,7 +343,7 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 						w.round = round
 						rep.ws = append(rep.ws, w)
 						fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  round %d  %d tunnels  RSS +%.1f KiB/tunnel  %.1f µs CPU/upgrade  settling %.0f ms CPU  %.2f µs CPU/message  p99 %s  lost %d\n",
-							sc.id, gw, procs, round, w.client.Opened, w.kibPerConn(), w.usPerUpgrade, w.settleCPUSec*1000, w.usPerMsg, fmtUS(w.client.P99), w.client.Sent-w.client.Received)
+							sc.id, gw, procs, round, w.client.Opened, w.kibPerConn(), w.usPerUpgrade, w.settleCPUSec*1000, w.usPerMsg, figures.FmtUS(w.client.P99), w.client.Sent-w.client.Received)
 					}
 				}
 				continue
@@ -404,8 +358,8 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 				}
 				rep.perf = append(rep.perf, r)
 				fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  %8.0f req/s  p50 %s  p99 %s  %6.2f µs/req  busy %.2f  rss %s (peak %s)  non-2xx %d  sock-err %d%s\n",
-					sc.id, gw, procs, r.load.qps(), fmtUS(r.load.P50), fmtUS(r.load.P99), r.usPerReq, r.busy,
-					fmtKB(r.rssKB), fmtKB(r.rssPeakKB), r.load.Status, r.load.socketErrors(), r.split.String())
+					sc.id, gw, procs, r.load.qps(), figures.FmtUS(r.load.P50), figures.FmtUS(r.load.P99), r.usPerReq, r.busy,
+					figures.FmtKB(r.rssKB), figures.FmtKB(r.rssPeakKB), r.load.Status, r.load.socketErrors(), r.split.String())
 				b.settleAfterStorm(sc, gw, procs, targets[gw], r)
 			}
 		}
@@ -415,13 +369,13 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 			}
 		}
 		if p := targets["nginx"]; p != nil {
-			p.stop()
+			p.Stop()
 		}
 		if st != nil {
 			if err := b.traceRuns(ctx, st, procs, cpus, edgeEnv, scs, rep); err != nil {
 				return err
 			}
-			st.stopEdge()
+			st.StopEdge()
 		}
 	}
 	return nil
@@ -430,13 +384,13 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 // measure warms up, then runs the load (wrk, or the bench's own client for S9) for the
 // window while reading the gateway's CPU time from /proc before and after, and sampling
 // its RSS meanwhile. base is the gateway's URL, or its TLS address for a TLS scenario.
-func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScenario, p *proc, base string) (perfResult, error) {
+func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScenario, p *harness.Proc, base string) (perfResult, error) {
 	return b.measureWarm(ctx, b.warmup, gw, procs, sc, p, base)
 }
 
 // measureWarm is measure with warm as the warm-up: shorter in the sweep's later rounds,
 // whose gateway is already warm (rounds.go).
-func (b *bench) measureWarm(ctx context.Context, warm time.Duration, gw string, procs int, sc *perfScenario, p *proc, base string) (perfResult, error) {
+func (b *bench) measureWarm(ctx context.Context, warm time.Duration, gw string, procs int, sc *perfScenario, p *harness.Proc, base string) (perfResult, error) {
 	tag := fmt.Sprintf("%s-%s-%d", sc.id, gw, procs)
 	load := func(d time.Duration, tag string) (loadResult, error) {
 		if sc.loader == "go" {
@@ -467,11 +421,11 @@ func (b *bench) measureWarm(ctx context.Context, warm time.Duration, gw string, 
 			return perfResult{}, err
 		}
 	}
-	u0, err := groupUsage(p.pid())
+	u0, err := harness.GroupUsage(p.Pid())
 	if err != nil {
-		return perfResult{}, p.failure(err.Error())
+		return perfResult{}, p.Failure(err.Error())
 	}
-	peak := sampleRSS(p.pid())
+	peak := sampleRSS(p.Pid())
 	sys0 := readCPUTimes()
 	start := time.Now()
 	lr, err := load(window, tag)
@@ -481,11 +435,11 @@ func (b *bench) measureWarm(ctx context.Context, warm time.Duration, gw string, 
 	if err != nil {
 		return perfResult{}, err
 	}
-	u1, err := groupUsage(p.pid())
+	u1, err := harness.GroupUsage(p.Pid())
 	if err != nil {
-		return perfResult{}, p.failure(err.Error())
+		return perfResult{}, p.Failure(err.Error())
 	}
-	r := perfResult{scenario: sc.id, gateway: gw, procs: procs, load: lr, rssKB: u1.rssKB, rssPeakKB: max(peakKB, u1.rssKB), rssStartKB: u0.rssKB, sys0: sys0, sys1: sys1}
+	r := perfResult{scenario: sc.id, gateway: gw, procs: procs, load: lr, rssKB: u1.RSSKB, rssPeakKB: max(peakKB, u1.RSSKB), rssStartKB: u0.RSSKB, sys0: sys0, sys1: sys1}
 	if sc.id == "S4" {
 		split1, err := b.countSplit(ctx)
 		if err != nil {
@@ -496,13 +450,13 @@ func (b *bench) measureWarm(ctx context.Context, warm time.Duration, gw string, 
 	if gw == "tollgate" && lr.Requests > 0 {
 		r.redisPerReq = (b.redisCommands(b.perfAdmin) - redis0) / float64(lr.Requests)
 	}
-	r.cpuSec = u1.cpuSince(u0, b.tick)
+	r.cpuSec = u1.CPUSince(u0, b.tick)
 	if lr.Requests > 0 {
 		r.usPerReq = r.cpuSec * 1e6 / float64(lr.Requests)
 	}
 	r.busy = r.cpuSec / wall.Seconds()
 	if lr.Requests == 0 {
-		return r, fmt.Errorf("%s %s: the load generator completed no request (see %s)", gw, sc.id, p.log)
+		return r, fmt.Errorf("%s %s: the load generator completed no request (see %s)", gw, sc.id, p.Log())
 	}
 	return r, nil
 }
@@ -523,8 +477,8 @@ func sampleRSS(pgid int) func() int64 {
 				done <- peak
 				return
 			case <-t.C:
-				if u, err := groupUsage(pgid); err == nil {
-					peak = max(peak, u.rssKB)
+				if u, err := harness.GroupUsage(pgid); err == nil {
+					peak = max(peak, u.RSSKB)
 				}
 			}
 		}
@@ -537,11 +491,11 @@ func (b *bench) upstream(ctx context.Context) (int, error) {
 	if b.upPort != 0 {
 		return b.upPort, nil
 	}
-	port, err := freePort()
+	port, err := harness.FreePort()
 	if err != nil {
 		return 0, err
 	}
-	if _, err := startUpstream(ctx, b, port); err != nil {
+	if _, err := b.StartUpstream(ctx, port); err != nil {
 		return 0, err
 	}
 	b.upPort = port

@@ -8,6 +8,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"tollgate/e2e/bench/figures"
+	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/soak"
 )
 
 // report gathers a sweep's results and renders them as markdown.
@@ -22,7 +26,7 @@ type report struct {
 	cold   *coldResult // cold (scale.go)
 	flow   *flowResult
 	ws     []wsResult
-	soak   *soakResult
+	soak   *soak.Result
 	cmp    *compareResult // -compare (compare_run.go)
 	rounds []roundMeasure // the sweep's rounds, every measurement (rounds.go)
 	tail   *tailReport    // the tail scenario (tail.go)
@@ -42,46 +46,17 @@ func (r *report) describeTools() {
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	r.tools = []string{
 		fmt.Sprintf("%d CPUs, Linux %s, %s", runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version()),
-		firstLine(nginxBin(), "-v"),
+		firstLine(harness.NginxBin(), "-v"),
 		firstLine("wrk", "-v"),
 	}
-	if r.b.nginxForward {
+	if r.b.NginxForward {
 		r.tools = append(r.tools, "nginx adds X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id towards the upstream and returns X-Request-Id, as Tollgate does (-nginx-forward=false: bare proxy_pass)")
 	} else {
 		r.tools = append(r.tools, "nginx proxies with a bare proxy_pass: no forwarding headers or request id, which Tollgate adds (-nginx-forward=false)")
 	}
-	if r.b.meterOff {
+	if r.b.MeterOff {
 		r.tools = append(r.tools, "Tollgate edges with TOLLGATE_METER=off: usage metering disabled (the cost of metering)")
 	}
-}
-
-func fmtUS(us float64) string {
-	switch {
-	case us <= 0:
-		return "-"
-	case us < 1000:
-		return fmt.Sprintf("%.0fµs", us)
-	case us < 1e6:
-		return fmt.Sprintf("%.2fms", us/1000)
-	default:
-		return fmt.Sprintf("%.2fs", us/1e6)
-	}
-}
-
-func fmtDur(d time.Duration) string { return fmtUS(float64(d) / float64(time.Microsecond)) }
-
-func fmtKB(kb int64) string {
-	if kb <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f MiB", float64(kb)/1024)
-}
-
-func ratio(a, b float64) string {
-	if a <= 0 || b <= 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f×", a/b)
 }
 
 func (r *report) find(scenario, gateway string, procs int) *perfResult {
@@ -100,9 +75,9 @@ func (r *report) markdown() string {
 	for _, t := range r.tools {
 		fmt.Fprintf(&s, "- %s\n", t)
 	}
-	if r.b.edgeBin != "" {
+	if r.b.EdgeBin != "" {
 		s.WriteString("- Tollgate edges run tollgate-edge (the edge-only binary, as the deploy files run it; -edge-binary tollgate: `tollgate edge`)\n")
-	} else if r.b.bin != "" {
+	} else if r.b.Bin != "" {
 		s.WriteString("- Tollgate edges run `tollgate edge`\n")
 	}
 	if len(r.perf) == 0 {
@@ -127,17 +102,17 @@ func (r *report) markdown() string {
 			usN, qpsN, vsS1 := "-", "-", "-"
 			if p.gateway != "nginx" {
 				if n := r.find(p.scenario, "nginx", p.procs); n != nil {
-					usN, qpsN = ratio(p.usPerReq, n.usPerReq), ratio(p.load.qps(), n.load.qps())
+					usN, qpsN = figures.Ratio(p.usPerReq, n.usPerReq), figures.Ratio(p.load.qps(), n.load.qps())
 				}
 			}
 			if p.scenario != "S1" {
 				if s1 := r.find("S1", p.gateway, p.procs); s1 != nil {
-					vsS1 = ratio(p.usPerReq, s1.usPerReq)
+					vsS1 = figures.Ratio(p.usPerReq, s1.usPerReq)
 				}
 			}
 			fmt.Fprintf(&s, "| %s | %s | %d | %.0f | %s | %s | %.2f | %.2f | %s | %s | %s | %s | %d | %d |\n",
-				p.scenario, p.gateway, p.procs, p.load.qps(), fmtUS(p.load.P50), fmtUS(p.load.P99), p.usPerReq, p.busy,
-				usN, qpsN, vsS1, fmtKB(p.rssKB), p.load.Status, p.load.socketErrors())
+				p.scenario, p.gateway, p.procs, p.load.qps(), figures.FmtUS(p.load.P50), figures.FmtUS(p.load.P99), p.usPerReq, p.busy,
+				usN, qpsN, vsS1, figures.FmtKB(p.rssKB), p.load.Status, p.load.socketErrors())
 		}
 		s.WriteString("\n")
 		r.scenarioMarkdown(&s)
@@ -150,20 +125,20 @@ func (r *report) markdown() string {
 		s.WriteString("From the api's 201 reaching the client to the entry arriving at a JetStream KV watcher of the bucket ")
 		s.WriteString("(\"edge\": to the edge answering 200 on the new route, polled every 1 ms).\n\n")
 		s.WriteString("| changes | n | p50 | p99 | max | notes |\n|---|---:|---:|---:|---:|---|\n")
-		row := func(name string, l latStats, note string) {
-			if l.n == 0 {
+		row := func(name string, l figures.LatStats, note string) {
+			if l.N == 0 {
 				return
 			}
-			if l.neg > 0 {
-				note = strings.TrimPrefix(note+fmt.Sprintf("; %d in the bucket before the 201 arrived (counted as 0)", l.neg), "; ")
+			if l.Neg > 0 {
+				note = strings.TrimPrefix(note+fmt.Sprintf("; %d in the bucket before the 201 arrived (counted as 0)", l.Neg), "; ")
 			}
-			fmt.Fprintf(&s, "| %s | %d | %s | %s | %s | %s |\n", name, l.n, fmtDur(l.p50), fmtDur(l.p99), fmtDur(l.max), note)
+			fmt.Fprintf(&s, "| %s | %d | %s | %s | %s | %s |\n", name, l.N, figures.FmtDur(l.P50), figures.FmtDur(l.P99), figures.FmtDur(l.Max), note)
 		}
 		row("sequential, 201 → bucket", c.seqBucket, "")
 		row("sequential, 201 → edge serves", c.seqEdge, "")
-		note := fmt.Sprintf("%d clients; all 201s after %s; all in bucket after %s", c.burstWorkers, fmtDur(c.burstAPI), fmtDur(c.burstTotal))
+		note := fmt.Sprintf("%d clients; all 201s after %s; all in bucket after %s", c.burstWorkers, figures.FmtDur(c.burstAPI), figures.FmtDur(c.burstTotal))
 		if c.burstEdgeLast > 0 {
-			note += fmt.Sprintf("; edge serves the last after %s", fmtDur(c.burstEdgeLast))
+			note += fmt.Sprintf("; edge serves the last after %s", figures.FmtDur(c.burstEdgeLast))
 		}
 		row(fmt.Sprintf("burst of %d, 201 → bucket", c.burstN), c.burstBucket, note)
 		s.WriteString("\n")
@@ -171,7 +146,7 @@ func (r *report) markdown() string {
 	r.rssMarkdown(&s)
 	r.hotMarkdown(&s)
 	r.coldMarkdown(&s)
-	r.soakMarkdown(&s)
+	r.soak.Markdown(&s)
 	r.tailMarkdown(&s)
 	r.compareMarkdown(&s)
 	return s.String()
@@ -191,7 +166,7 @@ func (r *report) scaling(s *strings.Builder) {
 	fmt.Fprintf(s, "Projected max QPS = cores × 10⁶ ÷ µs/req, i.e. what the gateway would serve with its cores saturated, "+
 		"from the measured CPU per request; measured QPS cannot separate gateways here because wrk and the upstream on CPU %s "+
 		"saturate first. The %d-proc µs/req is measured with the gateway sharing CPU %s with the load side. "+
-		"Efficiency = µs/req at %d ÷ µs/req at %d (1.00 = linear).\n\n", r.b.loadCPUs, hi, r.b.loadCPUs, lo, hi)
+		"Efficiency = µs/req at %d ÷ µs/req at %d (1.00 = linear).\n\n", r.b.LoadCPUs, hi, r.b.LoadCPUs, lo, hi)
 	fmt.Fprintf(s, "| scenario | gateway | µs/req %d | µs/req %d | projected QPS %d core(s) | projected QPS %d cores | efficiency |\n", lo, hi, lo, hi)
 	s.WriteString("|---|---|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.perf {
@@ -211,7 +186,7 @@ func (r *report) scaling(s *strings.Builder) {
 func (r *report) perfNotes(s *strings.Builder) {
 	fmt.Fprintf(s, "- wrk -t%d -c%d, %s measured after %s warmup, with the upstream (nginx, 1 worker, `return 200 \"ok\"`) on CPU %s; "+
 		"the gateway on CPU 0 (1 proc) or CPUs 0-%d; nginx proxy: upstream keepalive 64, HTTP/1.1, access_log off\n",
-		r.b.threads, r.b.conns, r.b.duration, r.b.warmup, r.b.loadCPUs, runtime.NumCPU()-1)
+		r.b.threads, r.b.conns, r.b.duration, r.b.warmup, r.b.LoadCPUs, runtime.NumCPU()-1)
 	fmt.Fprintf(s, "- CPU µs/req: the run time of every thread of the gateway's process group (/proc/PID/task/*/schedstat, in ns; "+
 		"utime+stime from /proc/PID/stat, CLK_TCK %d, where a thread ended meanwhile) over the window ÷ requests wrk completed; "+
 		"busy = CPU seconds ÷ wall seconds\n", r.b.tick)
@@ -238,7 +213,7 @@ func (r *report) scenarioMarkdown(s *strings.Builder) {
 					what = "nginx proxies S3 unchanged (it has no JSON rewrite): its S3 is its plain POST again"
 				}
 				rows = append(rows, fmt.Sprintf("| S3 | %s | %d | %.2f µs/req vs %.2f (S3b) | %s | %s |", gw, procs, x.usPerReq, base.usPerReq,
-					ratio(x.usPerReq, base.usPerReq), what))
+					figures.Ratio(x.usPerReq, base.usPerReq), what))
 			}
 		}
 		for _, gw := range gws {
@@ -251,7 +226,7 @@ func (r *report) scenarioMarkdown(s *strings.Builder) {
 			if x := r.find("S5", gw, procs); x != nil {
 				mbs := x.load.qps() * s5Size / (1 << 20)
 				rows = append(rows, fmt.Sprintf("| S5 | %s | %d | %.0f MiB/s relayed, %.1f µs/req (%.2f µs/KiB) | peak RSS %s (+%.1f MiB over the window's start) | %s |", gw, procs, mbs,
-					x.usPerReq, x.usPerReq/1024, fmtKB(x.rssPeakKB), float64(x.rssPeakKB-x.rssStartKB)/1024,
+					x.usPerReq, x.usPerReq/1024, figures.FmtKB(x.rssPeakKB), float64(x.rssPeakKB-x.rssStartKB)/1024,
 					strings.TrimPrefix(peerRatio(r, x, func(p *perfResult) float64 { return p.usPerReq }, "µs/req")+"; "+
 						peerRatio(r, x, func(p *perfResult) float64 { return float64(p.rssPeakKB) }, "peak RSS"), "; ")))
 			}
@@ -260,7 +235,7 @@ func (r *report) scenarioMarkdown(s *strings.Builder) {
 			p, k, h := r.find("S9p", gw, procs), r.find("S9", gw, procs), r.find("S9h", gw, procs)
 			if k != nil && p != nil {
 				rows = append(rows, fmt.Sprintf("| S9 | %s | %d | TLS keep-alive %.2f µs/req vs plain %.2f (S9p) | %s | %s |", gw, procs,
-					k.usPerReq, p.usPerReq, ratio(k.usPerReq, p.usPerReq), peerRatio(r, k, func(p *perfResult) float64 { return p.usPerReq }, "µs/req")))
+					k.usPerReq, p.usPerReq, figures.Ratio(k.usPerReq, p.usPerReq), peerRatio(r, k, func(p *perfResult) float64 { return p.usPerReq }, "µs/req")))
 			}
 			if h != nil {
 				rows = append(rows, fmt.Sprintf("| S9h | %s | %d | %.0f handshakes/s, %.1f µs CPU per handshake + request | | %s |", gw, procs,
@@ -292,7 +267,7 @@ func peerRatio(r *report, x *perfResult, f func(*perfResult) float64, what strin
 	if n == nil {
 		return ""
 	}
-	return fmt.Sprintf("%s nginx's %s", ratio(f(x), f(n)), what)
+	return fmt.Sprintf("%s nginx's %s", figures.Ratio(f(x), f(n)), what)
 }
 
 // wsMarkdown renders S6.
@@ -306,7 +281,7 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 		"Then the tunnels stay open and idle for %s (*settling*: the gateway's CPU and RSS over and after that wait, one-off work after the burst such as the edge's memory return), "+
 		"and CPU per message = gateway CPU during the trickle that follows ÷ messages echoed (a frame each way). nginx: proxy_http_version 1.1 with Upgrade/Connection headers. "+
 		"Gateway CPU is its threads' run time in ns (in clock ticks, %d/s, ±1 tick, only when a thread ended meanwhile).\n\n",
-		r.b.wsConns, r.b.wsRate, r.b.duration, r.b.loadCPUs, r.b.wsSettle, r.b.tick)
+		r.b.wsConns, r.b.wsRate, r.b.duration, r.b.LoadCPUs, r.b.wsSettle, r.b.tick)
 	s.WriteString("| gateway | procs | round | tunnels | opened in | RSS before | RSS open | KiB/tunnel | CPU µs/upgrade | settling: CPU ms, RSS after | messages | CPU µs/message | p50 | p99 | lost | closed by gateway | KiB/tunnel vs nginx | µs/message vs nginx |\n")
 	s.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	perMsg, perTunnel := map[int][]float64{}, map[int][]float64{} // by procs
@@ -316,7 +291,7 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 		if w.gateway != "nginx" {
 			for _, n := range r.ws {
 				if n.gateway == "nginx" && n.procs == w.procs && n.round == w.round {
-					memN, cpuN = ratio(w.kibPerConn(), n.kibPerConn()), ratio(w.usPerMsg, n.usPerMsg)
+					memN, cpuN = figures.Ratio(w.kibPerConn(), n.kibPerConn()), figures.Ratio(w.usPerMsg, n.usPerMsg)
 					k := w.procs
 					if !slices.Contains(keys, k) {
 						keys = append(keys, k)
@@ -331,8 +306,8 @@ func (r *report) wsMarkdown(s *strings.Builder) {
 			}
 		}
 		fmt.Fprintf(s, "| %s | %d | %d | %d | %.2fs | %s | %s | %.1f | %.1f | %.0f, %s | %d | %.2f | %s | %s | %d | %d | %s | %s |\n",
-			w.gateway, w.procs, w.round, w.client.Opened, w.client.OpenSeconds, fmtKB(w.rss0), fmtKB(w.rss1), w.kibPerConn(), w.usPerUpgrade,
-			w.settleCPUSec*1000, fmtKB(w.rssSettled), w.client.Received, w.usPerMsg, fmtUS(w.client.P50), fmtUS(w.client.P99), w.client.Sent-w.client.Received, w.client.ClosedByTheGateway, memN, cpuN)
+			w.gateway, w.procs, w.round, w.client.Opened, w.client.OpenSeconds, figures.FmtKB(w.rss0), figures.FmtKB(w.rss1), w.kibPerConn(), w.usPerUpgrade,
+			w.settleCPUSec*1000, figures.FmtKB(w.rssSettled), w.client.Received, w.usPerMsg, figures.FmtUS(w.client.P50), figures.FmtUS(w.client.P99), w.client.Sent-w.client.Received, w.client.ClosedByTheGateway, memN, cpuN)
 	}
 	s.WriteString("\n")
 	for _, k := range keys {

@@ -4,16 +4,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/wsload"
 )
 
 // S6's rounds give a per-round ratio to nginx, and the settling CPU is shown apart.
 func TestWSMarkdownRounds(t *testing.T) {
-	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}, wsConns: 10, wsRate: 10,
+	b := &bench{threads: 2, conns: 64, Env: &harness.Env{LoadCPUs: "1"}, cores: []int{1}, wsConns: 10, wsRate: 10,
 		wsSettle: 12 * time.Second, duration: 5 * time.Second, tick: 100}
 	r := newReport(b)
 	ws := func(gw string, round int, usPerMsg float64, rss1 int64, settle float64) wsResult {
 		return wsResult{gateway: gw, procs: 1, round: round, usPerMsg: usPerMsg, rss0: 1000, rss1: rss1,
-			rssSettled: rss1, settleCPUSec: settle, client: wsClientResult{Opened: 10, Sent: 50, Received: 50}}
+			rssSettled: rss1, settleCPUSec: settle, client: wsload.Result{Opened: 10, Sent: 50, Received: 50}}
 	}
 	r.ws = []wsResult{
 		ws("nginx", 1, 40, 1100, 0), ws("tollgate", 1, 60, 1200, 0.07),
@@ -50,7 +53,7 @@ func TestWSAsPerf(t *testing.T) {
 	// CPU 0 (the gateway's) 18% busy over the trickle, 12% running processes, 10% of it
 	// the gateway; the rest softirqs.
 	w := wsResult{gateway: "tollgate-a", procs: 1, usPerMsg: 50, trickleCPUSec: 0.5,
-		client: wsClientResult{Sent: 10000, Received: 10000, TrickleSeconds: 5},
+		client: wsload.Result{Sent: 10000, Received: 10000, TrickleSeconds: 5},
 		sys0:   cpuTimes{0: {100, 1000, 80}, 1: {100, 1000, 100}}, sys1: cpuTimes{0: {190, 1500, 140}, 1: {600, 1500, 600}}}
 	gw, load := []int{0}, []int{1}
 	r, why := w.asPerf(2000, gw, load)
@@ -77,7 +80,7 @@ func TestWSAsPerf(t *testing.T) {
 
 // At the same rate, the tail's busy ratio is the ratio of CPU per request.
 func TestTailMarkdownBusyRatio(t *testing.T) {
-	b := &bench{threads: 2, conns: 64, loadCPUs: "1", cores: []int{1}, duration: 5 * time.Second, warmup: 2 * time.Second}
+	b := &bench{threads: 2, conns: 64, Env: &harness.Env{LoadCPUs: "1"}, cores: []int{1}, duration: 5 * time.Second, warmup: 2 * time.Second}
 	r := newReport(b)
 	res := tailResult{P50: 100, P99: 1000, P999: 2000, Max: 3000}
 	r.tail = &tailReport{procs: 1, maxQPS: 1000, maxRuns: []float64{1000}, gateways: []string{"nginx", "tollgate"},

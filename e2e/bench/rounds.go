@@ -21,6 +21,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"tollgate/e2e/bench/figures"
+	"tollgate/e2e/bench/harness"
 )
 
 // pairRound is two measurements of one round whose ratio b ÷ a is the round's figure:
@@ -416,13 +419,13 @@ var ownRatios = [][2]string{
 // reversed in even rounds; the gateways keep running with their config throughout. Every
 // measurement goes to rep.rounds, and the round with the median µs/req of each scenario
 // and gateway (among the rounds used) to rep.perf, for the tables that show one row each.
-func (b *bench) sweepRounds(ctx context.Context, procs int, scs []*perfScenario, targets map[string]*proc,
+func (b *bench) sweepRounds(ctx context.Context, procs int, scs []*perfScenario, targets map[string]*harness.Proc,
 	addr func(gw string, sc *perfScenario) string, rep *report) error {
 	gwCPUs, err := parseCPUList(gatewayCPUs(procs))
 	if err != nil {
 		return err
 	}
-	loadCPUs, err := parseCPUList(b.loadCPUs)
+	loadCPUs, err := parseCPUList(b.LoadCPUs)
 	if err != nil {
 		return fmt.Errorf("-load-cpus: %w", err)
 	}
@@ -450,7 +453,7 @@ func (b *bench) sweepRounds(ctx context.Context, procs int, scs []*perfScenario,
 					note = "  FLAGGED: " + m.why
 				}
 				fmt.Fprintf(os.Stderr, "bench: round %d/%d  %-4s %-8s procs=%d  %8.0f req/s  p99 %s  %6.2f µs/req  busy %.2f  load CPU %s  non-2xx %d  sock-err %d%s\n",
-					n, b.rnd.rounds, sc.id, gw, procs, r.load.qps(), fmtUS(r.load.P99), r.usPerReq, r.busy,
+					n, b.rnd.rounds, sc.id, gw, procs, r.load.qps(), figures.FmtUS(r.load.P99), r.usPerReq, r.busy,
 					fmtPct(busyShare(r.sys0, r.sys1, loadCPUs)), r.load.Status, r.load.socketErrors(), note)
 			}
 		}
@@ -673,14 +676,14 @@ func (r *report) roundsMarkdown(s *strings.Builder) {
 		})
 		s.WriteString("\n")
 	}
-	loadCPUs, _ := parseCPUList(b.loadCPUs)
+	loadCPUs, _ := parseCPUList(b.LoadCPUs)
 	s.WriteString("### Every measurement\n\n")
 	s.WriteString("busy: the gateway's CPU seconds ÷ wall seconds; load CPU: the share of time the load side's CPUs were busy (every process, /proc/stat).\n\n")
 	s.WriteString("| scenario | gateway | procs | round | first | CPU µs/req | QPS | p50 | p99 | busy | load CPU | flag |\n")
 	s.WriteString("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, m := range r.rounds {
 		fmt.Fprintf(s, "| %s | %s | %d | %d | %s | %.2f | %.0f | %s | %s | %.2f | %s | %s |\n", m.scenario, m.gateway, m.procs, m.n, m.first,
-			m.usPerReq, m.load.qps(), fmtUS(m.load.P50), fmtUS(m.load.P99), m.busy, fmtPct(busyShare(m.sys0, m.sys1, loadCPUs)), m.why)
+			m.usPerReq, m.load.qps(), figures.FmtUS(m.load.P50), figures.FmtUS(m.load.P99), m.busy, fmtPct(busyShare(m.sys0, m.sys1, loadCPUs)), m.why)
 	}
 	s.WriteString("\n")
 }

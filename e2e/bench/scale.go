@@ -14,9 +14,7 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -33,6 +31,9 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"tollgate/e2e/bench/figures"
+	"tollgate/e2e/bench/harness"
 
 	"tollgate/tenants"
 )
@@ -77,7 +78,7 @@ type scaleSettings struct {
 
 	// What rss10k leaves for cold when the counts agree: its stack, its routes and the
 	// time they took to load.
-	rssStack *stack
+	rssStack *harness.Stack
 	rssSet   *routeSet
 	rssFill  time.Duration
 }
@@ -151,19 +152,19 @@ func (rs *routeSet) slugOf(i int) string { return rs.slugs[rs.tenantOf(i)] }
 func (rs *routeSet) hostOf(i int) string { return rs.slugOf(i) + ".localhost" }
 
 // newRouteSet creates n tenants named prefix-0…, workers at a time; per is routeSet's.
-func (s *stack) newRouteSet(ctx context.Context, prefix string, n, per int, upURL string) (*routeSet, error) {
+func (b *bench) newRouteSet(ctx context.Context, s *harness.Stack, prefix string, n, per int, upURL string) (*routeSet, error) {
 	rs := &routeSet{per: per, upURL: upURL}
-	return rs, s.addTenants(ctx, rs, prefix, n)
+	return rs, b.addTenants(ctx, s, rs, prefix, n)
 }
 
 // addTenants creates tenants prefix-k… until rs has n of them.
-func (s *stack) addTenants(ctx context.Context, rs *routeSet, prefix string, n int) error {
+func (b *bench) addTenants(ctx context.Context, s *harness.Stack, rs *routeSet, prefix string, n int) error {
 	from := len(rs.slugs)
 	for k := from; k < n; k++ {
 		rs.slugs = append(rs.slugs, fmt.Sprintf("%s-%d", prefix, k))
 	}
-	return parallel(ctx, n-from, s.b.workers, func(i int) error {
-		_, err := s.client.createTenant(ctx, rs.slugs[from+i])
+	return parallel(ctx, n-from, b.workers, func(i int) error {
+		_, err := s.Client.CreateTenant(ctx, rs.slugs[from+i])
 		return err
 	})
 }
@@ -203,7 +204,7 @@ func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
 
 // fill creates routes rs.loaded..total-1 through config applies without prune, one
 // tenant's chunks in order and up to 4 tenants at once (Postgres shares the machine).
-func (s *stack) fill(ctx context.Context, rs *routeSet, total int) (time.Duration, error) {
+func (b *bench) fill(ctx context.Context, s *harness.Stack, rs *routeSet, total int) (time.Duration, error) {
 	start := time.Now()
 	if total <= rs.loaded {
 		return 0, nil
@@ -215,7 +216,7 @@ func (s *stack) fill(ctx context.Context, rs *routeSet, total int) (time.Duratio
 				return nil
 			}
 			doc := map[string]any{"version": 1, "tenant": rs.slugs[j], "routes": chunk}
-			err := s.client.callRetry(ctx, "PUT", "/v1/tenants/"+rs.slugs[j]+"/config", doc)
+			err := s.Client.CallRetry(ctx, "PUT", "/v1/tenants/"+rs.slugs[j]+"/config", doc)
 			chunk = chunk[:0]
 			return err
 		}
@@ -223,7 +224,7 @@ func (s *stack) fill(ctx context.Context, rs *routeSet, total int) (time.Duratio
 			if rs.tenantOf(i) != j {
 				continue
 			}
-			chunk = append(chunk, routeBody(fmt.Sprintf("route-%d", i), routePath(i), rs.upURL, "none", false))
+			chunk = append(chunk, harness.RouteBody(fmt.Sprintf("route-%d", i), routePath(i), rs.upURL, "none", false))
 			if len(chunk) == configChunk {
 				if err := flush(); err != nil {
 					return err
@@ -239,44 +240,10 @@ func (s *stack) fill(ctx context.Context, rs *routeSet, total int) (time.Duratio
 	return time.Since(start), nil
 }
 
-// callRetry is call for an idempotent write (a config apply without prune: applying a
-// document again changes nothing), sent again up to twice when the connection fails:
-// the api may close an idle keep-alive connection just as a request goes out on it.
-func (c *apiClient) callRetry(ctx context.Context, method, path string, in any) error {
-	raw, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	for try := 1; ; try++ {
-		req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(raw))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Authorization", "Bearer "+c.token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := c.hc.Do(req)
-		if err != nil {
-			if try < 3 && ctx.Err() == nil {
-				continue
-			}
-			return fmt.Errorf("%s %s: %v", method, path, err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return fmt.Errorf("%s %s: reading response: %v", method, path, err)
-		}
-		if resp.StatusCode/100 != 2 {
-			return fmt.Errorf("%s %s: status %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(body))
-		}
-		return nil
-	}
-}
-
 // served waits until the edge at base serves the last route of every tenant and a
 // spread of 200 others: polling every one of 100,000 routes would take longer than
 // loading them.
-func (s *stack) served(ctx context.Context, p *proc, base string, rs *routeSet) error {
+func (b *bench) served(ctx context.Context, s *harness.Stack, p *harness.Proc, base string, rs *routeSet) error {
 	idx := map[int]bool{}
 	last := map[int]int{} // tenant → its last route
 	for i := rs.loaded - 1; i >= 0 && len(last) < len(rs.slugs); i-- {
@@ -298,7 +265,7 @@ func (s *stack) served(ctx context.Context, p *proc, base string, rs *routeSet) 
 	}
 	slices.Sort(hosts)
 	return parallel(ctx, len(hosts), 8, func(i int) error {
-		return waitServed(ctx, s.b, p, base, hosts[i], byHost[hosts[i]], nil)
+		return b.WaitServed(ctx, p, base, hosts[i], byHost[hosts[i]], nil)
 	})
 }
 
@@ -310,10 +277,10 @@ type hotResult struct {
 	routes, tenants int
 	procs           int
 	loadRate        int
-	fill            time.Duration // creating the routes added for this run
-	served          time.Duration // from the first create to the edge serving them
-	api             latStats      // PUT sent → 200
-	edge            latStats      // 200 → first answer from the new upstream
+	fill            time.Duration    // creating the routes added for this run
+	served          time.Duration    // from the first create to the edge serving them
+	api             figures.LatStats // PUT sent → 200
+	edge            figures.LatStats // 200 → first answer from the new upstream
 	changes         int
 	underLoad       int   // changes made while the load ran
 	failed          int64 // load requests not answered 200 during the run, plus polls
@@ -335,29 +302,29 @@ func (b *bench) hotScenario(ctx context.Context) ([]hotResult, error) {
 	if err := b.scenarioServices(ctx, []string{"S4"}); err != nil { // the second upstream
 		return nil, err
 	}
-	ups := [2]string{fmt.Sprintf("http://127.0.0.1:%d", upPort), fmt.Sprintf("http://127.0.0.1:%d", b.canaryPort)}
+	ups := [2]string{fmt.Sprintf("http://127.0.0.1:%d", upPort), fmt.Sprintf("http://127.0.0.1:%d", b.CanaryPort)}
 	answers := [2]string{"ok", s4Answer}
 	counts := slices.Sorted(slices.Values(b.scale.hotRoutes))
 	var out []hotResult
 	for _, nt := range b.scale.hotTenants {
 		// The api shares the load CPUs: the edge's CPUs are the edge's alone.
-		s, err := b.newStack(ctx, fmt.Sprintf("hot%d", nt), b.loadCPUs, bulkAPIEnv...)
+		s, err := b.NewStack(ctx, fmt.Sprintf("hot%d", nt), b.LoadCPUs, bulkAPIEnv...)
 		if err != nil {
 			return out, err
 		}
 		procs := b.cores[0]
-		if err := s.startEdge(ctx, procs, gatewayCPUs(procs)); err != nil {
+		if err := s.StartEdge(ctx, procs, gatewayCPUs(procs)); err != nil {
 			return out, err
 		}
-		base := "http://" + s.edgeAddr
-		rs, err := s.newRouteSet(ctx, "hot", nt, 0, ups[0])
+		base := "http://" + s.EdgeAddr
+		rs, err := b.newRouteSet(ctx, s, "hot", nt, 0, ups[0])
 		if err != nil {
 			return out, err
 		}
 		// The changed route lives in tenant hot-0 beside that tenant's share of the routes.
 		slug, host, path := rs.slugs[0], rs.slugs[0]+".localhost", "/hot-probe"
-		var probe created
-		if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody("probe", path, ups[0], "none", false), &probe); err != nil {
+		var probe harness.Created
+		if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody("probe", path, ups[0], "none", false), &probe); err != nil {
 			return out, err
 		}
 		cur := 0
@@ -365,26 +332,26 @@ func (b *bench) hotScenario(ctx context.Context) ([]hotResult, error) {
 			r := hotResult{routes: n, tenants: nt, procs: procs, loadRate: b.scale.hotRate, changes: b.scale.hotN}
 			start := time.Now()
 			// n routes with the probe.
-			if r.fill, err = s.fill(ctx, rs, n-1); err != nil {
+			if r.fill, err = b.fill(ctx, s, rs, n-1); err != nil {
 				return out, fmt.Errorf("loading %d routes over %d tenants: %w", n, nt, err)
 			}
-			if err := s.served(ctx, s.edge, base, rs); err != nil {
+			if err := b.served(ctx, s, s.Edge, base, rs); err != nil {
 				return out, err
 			}
 			r.served = time.Since(start)
 			fmt.Fprintf(os.Stderr, "bench: hotupdate: %d routes over %d tenant(s): applied in %s, served after %s\n",
 				n, nt, r.fill.Round(time.Millisecond), r.served.Round(time.Millisecond))
 			time.Sleep(time.Second)
-			r.rssBefore = rssKB(s.edge.pid())
+			r.rssBefore = harness.RSSKB(s.Edge.Pid())
 			cur, err = b.hotChanges(ctx, s, &r, slug, host, path, probe.ID, ups, answers, cur)
 			out = append(out, r)
 			if err != nil {
 				return out, err
 			}
 			fmt.Fprintf(os.Stderr, "bench: hotupdate: %d routes, %d tenant(s): 200→new upstream p50 %s p99 %s max %s; failed %d of %d; RSS %s → %s\n",
-				n, nt, fmtDur(r.edge.p50), fmtDur(r.edge.p99), fmtDur(r.edge.max), r.failed, r.sent, fmtKB(r.rssBefore), fmtKB(r.rssAfter))
+				n, nt, figures.FmtDur(r.edge.P50), figures.FmtDur(r.edge.P99), figures.FmtDur(r.edge.Max), r.failed, r.sent, figures.FmtKB(r.rssBefore), figures.FmtKB(r.rssAfter))
 		}
-		s.stopEdge()
+		s.StopEdge()
 	}
 	return out, nil
 }
@@ -393,8 +360,8 @@ func (b *bench) hotScenario(ctx context.Context) ([]hotResult, error) {
 // generator sends -hot-rate requests per second to it, timing each change from the api's
 // 200 to the first answer of the new upstream. cur is the upstream the route has; the
 // one it has at the end is returned.
-func (b *bench) hotChanges(ctx context.Context, s *stack, r *hotResult, slug, host, path, id string, ups, answers [2]string, cur int) (int, error) {
-	poll, err := newPoller(s.edgeAddr, host, path, b.loadCPUs)
+func (b *bench) hotChanges(ctx context.Context, s *harness.Stack, r *hotResult, slug, host, path, id string, ups, answers [2]string, cur int) (int, error) {
+	poll, err := newPoller(s.EdgeAddr, host, path, b.LoadCPUs)
 	if err != nil {
 		return cur, err
 	}
@@ -402,7 +369,7 @@ func (b *bench) hotChanges(ctx context.Context, s *stack, r *hotResult, slug, ho
 	change := func() (api, edge time.Duration, err error) {
 		next := 1 - cur
 		t0 := time.Now()
-		if err := s.client.callMatch(ctx, "PUT", "/v1/tenants/"+slug+"/routes/"+id, routeBody("probe", path, ups[next], "none", false)); err != nil {
+		if err := s.Client.CallMatch(ctx, "PUT", "/v1/tenants/"+slug+"/routes/"+id, harness.RouteBody("probe", path, ups[next], "none", false)); err != nil {
 			return 0, 0, err
 		}
 		t200 := time.Now()
@@ -439,7 +406,7 @@ func (b *bench) hotChanges(ctx context.Context, s *stack, r *hotResult, slug, ho
 	slices.Sort(est[:])
 	r.failed = 0
 	window := min(90*time.Second, max(5*time.Second, time.Duration(r.changes)*(2*est[1]+50*time.Millisecond)))
-	spec := lgSpec{Addr: s.edgeAddr, Phases: []lgPhase{
+	spec := lgSpec{Addr: s.EdgeAddr, Phases: []lgPhase{
 		{Name: "warmup", Duration: time.Second, Streams: []lgStream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
 		{Name: "changes", Duration: window, Streams: []lgStream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
 	}}
@@ -469,8 +436,8 @@ func (b *bench) hotChanges(ctx context.Context, s *stack, r *hotResult, slug, ho
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	r.api, r.edge = summarize(apiLat), summarize(edgeLat)
-	r.rssAfter = rssKB(s.edge.pid())
+	r.api, r.edge = figures.Summarize(apiLat), figures.Summarize(edgeLat)
+	r.rssAfter = harness.RSSKB(s.Edge.Pid())
 	lg := <-done
 	if lg.err != nil {
 		return cur, lg.err
@@ -609,14 +576,14 @@ func (r *report) hotMarkdown(s *strings.Builder) {
 		"over a connection of its own; \"failed\": load requests and polls not answered 200 while the changes ran (must be 0); "+
 		"\"late\": load requests the generator sent 5 ms or more behind schedule (the load CPU was short). "+
 		"Routes were loaded with PUT /v1/tenants/{slug}/config (config as code, %d routes an apply, no prune).\n\n",
-		x0.changes, x0.loadRate, x0.procs, gatewayCPUs(x0.procs), r.b.loadCPUs, configChunk)
+		x0.changes, x0.loadRate, x0.procs, gatewayCPUs(x0.procs), r.b.LoadCPUs, configChunk)
 	s.WriteString("| routes | tenants | loaded in | served after | PUT → 200 p50 | 200 → new upstream p50 | p99 | max | under load | failed / sent | load p99 | RSS before | RSS after changes |\n")
 	s.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, x := range r.hot {
 		fmt.Fprintf(s, "| %d | %d | %s | %s | %s | %s | %s | %s | %d/%d | %d / %d | %s | %s | %s |\n",
-			x.routes, x.tenants, x.fill.Round(time.Millisecond), x.served.Round(time.Millisecond), fmtDur(x.api.p50),
-			fmtDur(x.edge.p50), fmtDur(x.edge.p99), fmtDur(x.edge.max), x.underLoad, x.edge.n, x.failed, x.sent,
-			loadP99(x), fmtKB(x.rssBefore), fmtKB(x.rssAfter))
+			x.routes, x.tenants, x.fill.Round(time.Millisecond), x.served.Round(time.Millisecond), figures.FmtDur(x.api.P50),
+			figures.FmtDur(x.edge.P50), figures.FmtDur(x.edge.P99), figures.FmtDur(x.edge.Max), x.underLoad, x.edge.N, x.failed, x.sent,
+			loadP99(x), figures.FmtKB(x.rssBefore), figures.FmtKB(x.rssAfter))
 		if x.err != "" {
 			fmt.Fprintf(s, "\n%d routes, %d tenants stopped: %s\n\n", x.routes, x.tenants, x.err)
 		}
@@ -626,9 +593,9 @@ func (r *report) hotMarkdown(s *strings.Builder) {
 
 func loadP99(x hotResult) string {
 	if x.late > 0 {
-		return fmt.Sprintf("%s (%d late)", fmtUS(x.loadP99), x.late)
+		return fmt.Sprintf("%s (%d late)", figures.FmtUS(x.loadP99), x.late)
 	}
-	return fmtUS(x.loadP99)
+	return figures.FmtUS(x.loadP99)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -663,16 +630,16 @@ func (b *bench) coldScenario(ctx context.Context) (*coldResult, error) {
 	if s != nil && rs.loaded == b.scale.coldRoutes && len(rs.slugs) == b.scale.coldTenants && rs.per == per {
 		// rss10k left the same routes in the same tenants: start from its bucket rather
 		// than load them again (its one-route tenant is there too).
-		s.stopEdge()
+		s.StopEdge()
 		res.fill, res.reused = b.scale.rssFill, true
 	} else {
-		if s, err = b.newStack(ctx, "cold", "", bulkAPIEnv...); err != nil {
+		if s, err = b.NewStack(ctx, "cold", "", bulkAPIEnv...); err != nil {
 			return nil, err
 		}
-		if rs, err = s.newRouteSet(ctx, "cold", b.scale.coldTenants, per, fmt.Sprintf("http://127.0.0.1:%d", upPort)); err != nil {
+		if rs, err = b.newRouteSet(ctx, s, "cold", b.scale.coldTenants, per, fmt.Sprintf("http://127.0.0.1:%d", upPort)); err != nil {
 			return res, err
 		}
-		if res.fill, err = s.fill(ctx, rs, b.scale.coldRoutes); err != nil {
+		if res.fill, err = b.fill(ctx, s, rs, b.scale.coldRoutes); err != nil {
 			return res, err
 		}
 	}
@@ -683,36 +650,36 @@ func (b *bench) coldScenario(ctx context.Context) (*coldResult, error) {
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	defer hc.CloseIdleConnections()
 	for k := range b.scale.coldRuns {
-		spool := filepath.Join(s.dir, fmt.Sprintf("cold-spool-%d", k))
-		env := s.env("TOLLGATE_METER_SPOOL_DIR="+spool, fmt.Sprintf("GOMAXPROCS=%d", res.procs))
+		spool := filepath.Join(s.Dir, fmt.Sprintf("cold-spool-%d", k))
+		env := s.Env("TOLLGATE_METER_SPOOL_DIR="+spool, fmt.Sprintf("GOMAXPROCS=%d", res.procs))
 		t0 := time.Now()
-		p, err := startProc(fmt.Sprintf("tollgate edge (cold start %d)", k+1), filepath.Join(s.dir, fmt.Sprintf("edge-cold-%d.log", k)),
-			gatewayCPUs(res.procs), env, s.edgeArgv()...)
+		p, err := harness.StartProc(fmt.Sprintf("tollgate edge (cold start %d)", k+1), filepath.Join(s.Dir, fmt.Sprintf("edge-cold-%d.log", k)),
+			gatewayCPUs(res.procs), env, s.EdgeArgv()...)
 		if err != nil {
 			return res, err
 		}
-		b.clean.add(p.stop)
+		b.Clean.Add(p.Stop)
 		var run coldRun
-		err = waitFor(ctx, "cold edge /readyz", b.readyTimeout, 2*time.Millisecond, p, answers200(ctx, hc, "http://"+s.edgeAdmin, "", "/readyz"))
+		err = harness.WaitFor(ctx, "cold edge /readyz", b.ReadyTimeout, 2*time.Millisecond, p, answers200(ctx, hc, "http://"+s.EdgeAdmin, "", "/readyz"))
 		if err != nil {
-			p.stop()
+			p.Stop()
 			return res, err
 		}
 		run.ready = time.Since(t0)
-		err = waitFor(ctx, "cold edge to serve "+host+path, b.readyTimeout, 2*time.Millisecond, p, answers200(ctx, hc, "http://"+s.edgeAddr, host, path))
+		err = harness.WaitFor(ctx, "cold edge to serve "+host+path, b.ReadyTimeout, 2*time.Millisecond, p, answers200(ctx, hc, "http://"+s.EdgeAddr, host, path))
 		if err != nil {
-			p.stop()
+			p.Stop()
 			return res, err
 		}
 		run.first = time.Since(t0)
-		run.rss = rssKB(p.pid())
+		run.rss = harness.RSSKB(p.Pid())
 		time.Sleep(2 * time.Second)
-		run.rssIdle = rssKB(p.pid())
+		run.rssIdle = harness.RSSKB(p.Pid())
 		hc.CloseIdleConnections()
-		p.stop()
+		p.Stop()
 		res.runs = append(res.runs, run)
 		fmt.Fprintf(os.Stderr, "bench: cold: start %d: ready after %s, first answer after %s, RSS %s (%s 2 s later)\n",
-			k+1, fmtDur(run.ready), fmtDur(run.first), fmtKB(run.rss), fmtKB(run.rssIdle))
+			k+1, figures.FmtDur(run.ready), figures.FmtDur(run.first), figures.FmtKB(run.rss), figures.FmtKB(run.rssIdle))
 	}
 	return res, nil
 }
@@ -736,7 +703,7 @@ func (r *report) coldMarkdown(s *strings.Builder) {
 		c.procs, gatewayCPUs(c.procs), c.routes, c.tenants, c.fill.Round(time.Millisecond), reusedNote(c.reused))
 	s.WriteString("| start | /readyz 200 after | first answer after | RSS then | RSS 2 s later |\n|---:|---:|---:|---:|---:|\n")
 	for i, x := range c.runs {
-		fmt.Fprintf(s, "| %d | %s | %s | %s | %s |\n", i+1, fmtDur(x.ready), fmtDur(x.first), fmtKB(x.rss), fmtKB(x.rssIdle))
+		fmt.Fprintf(s, "| %d | %s | %s | %s | %s |\n", i+1, figures.FmtDur(x.ready), figures.FmtDur(x.first), figures.FmtKB(x.rss), figures.FmtKB(x.rssIdle))
 	}
 	s.WriteString("\n")
 }
@@ -744,7 +711,7 @@ func (r *report) coldMarkdown(s *strings.Builder) {
 // answers200 is a check for waitFor: base answers GET path on host with a 200.
 func answers200(ctx context.Context, hc *http.Client, base, host, path string) func() error {
 	return func() error {
-		code, err := edgeStatus(ctx, hc, base, host, path, nil)
+		code, err := harness.EdgeStatus(ctx, hc, base, host, path, nil)
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("status %d", code)
 		}
@@ -754,5 +721,5 @@ func answers200(ctx context.Context, hc *http.Client, base, host, path string) f
 
 // heapInuseKB reads go_memstats_heap_inuse_bytes from an edge's /metrics (0 when it cannot).
 func heapInuseKB(b *bench, admin string) int64 {
-	return int64(scrapeMetrics(b, admin)["go_memstats_heap_inuse_bytes"]) / 1024
+	return int64(b.ScrapeMetrics(admin)["go_memstats_heap_inuse_bytes"]) / 1024
 }

@@ -26,14 +26,16 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+
+	"tollgate/e2e/bench/harness"
 )
 
 const (
-	s4Weight = 5         // S4: percent of requests to the canary
-	s5Path   = "/s5/1m"  // S5: the upstream's 1 MiB file
-	s5Size   = 1 << 20   // S5: its size
-	s4Answer = "canary"  // what the canary upstream answers
-	s3Check  = "/s3-chk" // S3: the route that shows the rewrite to the bench
+	s4Weight = harness.CanaryWeight // S4: percent of requests to the canary
+	s5Path   = harness.BigPath      // S5: the upstream's 1 MiB file
+	s5Size   = harness.BigSize      // S5: its size
+	s4Answer = "canary"             // what the canary upstream answers
+	s3Check  = "/s3-chk"            // S3: the route that shows the rewrite to the bench
 )
 
 // s3Body is S3's request: a JSON object of about 1 KB, as an order API might get.
@@ -76,11 +78,11 @@ func (s *splitCount) canaryPct() float64 {
 
 // countSplit reads both upstreams' request counters.
 func (b *bench) countSplit(ctx context.Context) (splitCount, error) {
-	m, err := upstreamRequests(ctx, b, b.upPort)
+	m, err := b.UpstreamRequests(ctx, b.upPort)
 	if err != nil {
 		return splitCount{}, err
 	}
-	c, err := upstreamRequests(ctx, b, b.canaryPort)
+	c, err := b.UpstreamRequests(ctx, b.CanaryPort)
 	return splitCount{main: m, canary: c}, err
 }
 
@@ -90,31 +92,33 @@ func (b *bench) scenarioServices(ctx context.Context, ids []string) error {
 	for _, id := range ids {
 		switch id {
 		case "S4":
-			if b.canaryPort != 0 {
+			if b.CanaryPort != 0 {
 				continue
 			}
-			port, err := freePort()
+			port, err := harness.FreePort()
 			if err != nil {
 				return err
 			}
-			if _, err := startUpstreamNamed(ctx, b, "canary upstream nginx", "upstream-canary", port, s4Answer); err != nil {
+			if _, err := b.StartUpstreamNamed(ctx, "canary upstream nginx", "upstream-canary", port, s4Answer); err != nil {
 				return err
 			}
-			b.canaryPort = port
+			b.CanaryPort = port
 		case "S6":
-			if b.wsPort != 0 {
+			if b.WSPort != 0 {
 				continue
 			}
 			if err := b.startWSEcho(ctx); err != nil {
 				return err
 			}
 		case "S9":
-			if b.tlsCert != "" {
+			if b.TLSCert != "" {
 				continue
 			}
-			if err := b.writeCert(); err != nil {
+			cert, key, err := b.WriteCert()
+			if err != nil {
 				return err
 			}
+			b.TLSCert, b.TLSKey = cert, key
 		}
 	}
 	return nil
@@ -123,10 +127,10 @@ func (b *bench) scenarioServices(ctx context.Context, ids []string) error {
 // configureS3 creates S3's rewriting route and, beside it, the same rewrite on a route to
 // an upstream of the bench's own that keeps the last body it got: verify compares that
 // with the rewrite expected, so S3 cannot measure a transform that does nothing.
-func (b *bench) configureS3(ctx context.Context, s *stack, slug, upURL string, sc *perfScenario) error {
-	r := routeBody("s3", sc.hit, upURL, "none", false)
+func (b *bench) configureS3(ctx context.Context, s *harness.Stack, slug, upURL string, sc *perfScenario) error {
+	r := harness.RouteBody("s3", sc.hit, upURL, "none", false)
 	r["transform"] = s3Transform
-	if err := s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
+	if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -141,10 +145,10 @@ func (b *bench) configureS3(ctx context.Context, s *stack, slug, upURL string, s
 		io.WriteString(w, "ok")
 	})}
 	go srv.Serve(ln)
-	b.clean.add(func() { srv.Close() })
-	chk := routeBody("s3-check", s3Check, "http://"+ln.Addr().String(), "none", false)
+	b.Clean.Add(func() { srv.Close() })
+	chk := harness.RouteBody("s3-check", s3Check, "http://"+ln.Addr().String(), "none", false)
 	chk["transform"] = s3Transform
-	return s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", chk, nil)
+	return s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", chk, nil)
 }
 
 // s3Expected is s3Body as S3's rewrite should leave it.
@@ -169,7 +173,7 @@ func (b *bench) verify(ctx context.Context, gw string, sc *perfScenario, base st
 		}
 		req.Host = sc.host
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := b.http.Do(req)
+		resp, err := b.HTTP.Do(req)
 		if err != nil {
 			return err
 		}
@@ -189,7 +193,7 @@ func (b *bench) verify(ctx context.Context, gw string, sc *perfScenario, base st
 			return err
 		}
 		req.Host = sc.host
-		resp, err := b.http.Do(req)
+		resp, err := b.HTTP.Do(req)
 		if err != nil {
 			return err
 		}
@@ -207,7 +211,7 @@ func (b *bench) verify(ctx context.Context, gw string, sc *perfScenario, base st
 				return err
 			}
 			req.Host = sc.host
-			resp, err := b.http.Do(req)
+			resp, err := b.HTTP.Do(req)
 			if err != nil {
 				return err
 			}

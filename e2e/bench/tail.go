@@ -41,6 +41,9 @@ import (
 	"sync"
 	"time"
 
+	"tollgate/e2e/bench/figures"
+	"tollgate/e2e/bench/harness"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -477,21 +480,21 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 	scs := buildPerfScenarios(b, []string{"S1"})
 	sc := scs[0]
 
-	port, err := freePort()
+	port, err := harness.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	ngx, err := startProxy(ctx, b, port, 0, upPort, procs, cpus, proxySites(scs))
+	ngx, err := b.StartProxy(ctx, port, 0, upPort, procs, cpus, proxySites(scs))
 	if err != nil {
 		return nil, err
 	}
-	defer ngx.stop()
+	defer ngx.Stop()
 	ngxBase := fmt.Sprintf("http://127.0.0.1:%d", port)
-	if err := waitServed(ctx, b, ngx, ngxBase, sc.host, sc.paths, nil); err != nil {
+	if err := b.WaitServed(ctx, ngx, ngxBase, sc.host, sc.paths, nil); err != nil {
 		return nil, fmt.Errorf("nginx: %w", err)
 	}
 
-	st, err := b.newStack(ctx, "tail", b.loadCPUs)
+	st, err := b.NewStack(ctx, "tail", b.LoadCPUs)
 	if err != nil {
 		return nil, err
 	}
@@ -501,30 +504,30 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 	variants := parseTailEnv(b.tail.env)
 	// One edge per variant, all idle but the one measured: a restart per run would add
 	// its start-up to every round.
-	edges := map[string]*stack{}
+	edges := map[string]*harness.Stack{}
 	for i, v := range variants {
 		s := st
 		if i > 0 {
 			// A variant gets a stack view of its own: the same database and NATS prefix
 			// (so the same config), its own ports.
 			cp := *st
-			if cp.edgeAddr, err = freeAddr(); err != nil {
+			if cp.EdgeAddr, err = harness.FreeAddr(); err != nil {
 				return nil, err
 			}
-			if cp.edgeAdmin, err = freeAddr(); err != nil {
+			if cp.EdgeAdmin, err = harness.FreeAddr(); err != nil {
 				return nil, err
 			}
-			cp.edge = nil
+			cp.Edge = nil
 			s = &cp
 		}
 		// Each edge its own id and meter spool: they share the stack's NATS prefix.
 		env := append([]string{"TOLLGATE_PPROF=true", fmt.Sprintf("TOLLGATE_EDGE_ID=tail-%d", i),
-			"TOLLGATE_METER_SPOOL_DIR=" + filepath.Join(b.dir, fmt.Sprintf("tail-spool-%d", i))}, v.env...)
-		if err := s.startEdge(ctx, procs, cpus, env...); err != nil {
+			"TOLLGATE_METER_SPOOL_DIR=" + filepath.Join(b.Dir, fmt.Sprintf("tail-spool-%d", i))}, v.env...)
+		if err := s.StartEdge(ctx, procs, cpus, env...); err != nil {
 			return nil, fmt.Errorf("%s: %w", v.name, err)
 		}
-		defer s.stopEdge()
-		if err := waitServed(ctx, b, s.edge, "http://"+s.edgeAddr, sc.host, sc.paths, nil); err != nil {
+		defer s.StopEdge()
+		if err := b.WaitServed(ctx, s.Edge, "http://"+s.EdgeAddr, sc.host, sc.paths, nil); err != nil {
 			return nil, fmt.Errorf("%s: %w", v.name, err)
 		}
 		edges[v.name] = s
@@ -551,12 +554,12 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 	}
 	type target struct {
 		addr string
-		p    *proc
-		s    *stack
+		p    *harness.Proc
+		s    *harness.Stack
 	}
 	targets := map[string]target{"nginx": {addr: fmt.Sprintf("127.0.0.1:%d", port), p: ngx}}
 	for name, s := range edges {
-		targets[name] = target{addr: s.edgeAddr, p: s.edge, s: s}
+		targets[name] = target{addr: s.EdgeAddr, p: s.Edge, s: s}
 	}
 	traced := map[string]bool{}
 	topFrac := slices.Max(fracs)
@@ -575,11 +578,11 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 				}
 				var gc0, pause0 float64
 				if t.s != nil {
-					gc0, pause0 = b.edgeGC(t.s.edgeAdmin)
+					gc0, pause0 = b.edgeGC(t.s.EdgeAdmin)
 				}
-				u0, err := groupUsage(t.p.pid())
+				u0, err := harness.GroupUsage(t.p.Pid())
 				if err != nil {
-					return rep, t.p.failure(err.Error())
+					return rep, t.p.Failure(err.Error())
 				}
 				t0 := time.Now()
 				res, err := b.tailGen(ctx, spec, tag)
@@ -587,9 +590,9 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 				if err != nil {
 					return rep, err
 				}
-				u1, err := groupUsage(t.p.pid())
+				u1, err := harness.GroupUsage(t.p.Pid())
 				if err != nil {
-					return rep, t.p.failure(err.Error())
+					return rep, t.p.Failure(err.Error())
 				}
 				if stopTrace != nil {
 					path, err := stopTrace()
@@ -600,9 +603,9 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 					}
 				}
 				run := tailRun{gateway: gw, frac: frac, round: round, res: res,
-					busy: u1.cpuSince(u0, b.tick) / wall.Seconds()}
+					busy: u1.CPUSince(u0, b.tick) / wall.Seconds()}
 				if t.s != nil {
-					gc1, pause1 := b.edgeGC(t.s.edgeAdmin)
+					gc1, pause1 := b.edgeGC(t.s.EdgeAdmin)
 					run.gcs, run.gcPause = gc1-gc0, pause1-pause0
 				}
 				rep.runs = append(rep.runs, run)
@@ -611,7 +614,7 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 					flag = "  GENERATOR BEHIND"
 				}
 				fmt.Fprintf(os.Stderr, "bench: tail  %3.0f%% %6d/s round %d %-24s p50 %s  p99 %s  p99.9 %s  max %s  late %d  queued %d  errors %d  non-2xx %d  busy %.2f  GCs %.0f%s\n",
-					frac*100, rate, round, gw, fmtUS(res.P50), fmtUS(res.P99), fmtUS(res.P999), fmtUS(res.Max),
+					frac*100, rate, round, gw, figures.FmtUS(res.P50), figures.FmtUS(res.P99), figures.FmtUS(res.P999), figures.FmtUS(res.Max),
 					res.Late, res.Queued, res.Errors, res.Bad, run.busy, run.gcs, flag)
 			}
 		}
@@ -621,8 +624,8 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 
 // tailTrace starts recording a runtime execution trace of the stack's edge after delay
 // (past the generator's warm-up); the returned function waits for it and says where it is.
-func (b *bench) tailTrace(ctx context.Context, s *stack, tag string, delay time.Duration) func() (string, error) {
-	path := filepath.Join(b.dir, "trace-"+tag+".out")
+func (b *bench) tailTrace(ctx context.Context, s *harness.Stack, tag string, delay time.Duration) func() (string, error) {
+	path := filepath.Join(b.Dir, "trace-"+tag+".out")
 	done := make(chan error, 1)
 	go func() {
 		select {
@@ -631,8 +634,8 @@ func (b *bench) tailTrace(ctx context.Context, s *stack, tag string, delay time.
 			return
 		case <-time.After(delay):
 		}
-		url := fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", s.edgeAdmin, max(1, int(b.tail.trace/time.Second)))
-		resp, err := b.http.Get(url)
+		url := fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", s.EdgeAdmin, max(1, int(b.tail.trace/time.Second)))
+		resp, err := b.HTTP.Get(url)
 		if err != nil {
 			done <- err
 			return
@@ -658,16 +661,8 @@ func (b *bench) tailTrace(ctx context.Context, s *stack, tag string, delay time.
 // edgeGC reads the edge's garbage collections so far and their pauses in all (seconds)
 // from its /metrics (the Go collector's go_gc_duration_seconds summary); 0 when absent.
 func (b *bench) edgeGC(admin string) (count, pauses float64) {
-	m := scrapeMetrics(b, admin)
+	m := b.ScrapeMetrics(admin)
 	return m["go_gc_duration_seconds_count"], m["go_gc_duration_seconds_sum"]
-}
-
-func freeAddr() (string, error) {
-	p, err := freePort()
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("127.0.0.1:%d", p), nil
 }
 
 // fmtRatios is per-round ratios as their median and extremes, with the median's 95%
@@ -720,7 +715,7 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 		"*queued*: requests that waited for their connection's previous answer (counted in their latency); "+
 		"*busy*: the gateway's CPU seconds ÷ wall seconds over the run, warm-up included; at the same rate sent, *busy ÷ nginx* is the ratio of CPU per request at equal load, "+
 		"which the closed-loop sweep cannot give (there each gateway's rate is what the saturated load side gets out of it).\n\n",
-		t.procs, r.b.conns, t.maxQPS, fmtQPSList(t.maxRuns), r.b.loadCPUs, t.conns, t.procs, t.rounds, r.b.warmup, r.b.duration)
+		t.procs, r.b.conns, t.maxQPS, fmtQPSList(t.maxRuns), r.b.LoadCPUs, t.conns, t.procs, t.rounds, r.b.warmup, r.b.duration)
 	s.WriteString("| load | gateway | rate sent | p50 | p99 | p99.9 | max | p99 ÷ nginx | p99.9 ÷ nginx | busy | busy ÷ nginx | late | queued | errors + non-2xx | flagged rounds |\n")
 	s.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, frac := range t.fracs {
@@ -756,7 +751,7 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 				continue
 			}
 			fmt.Fprintf(s, "| %.0f%% | %s | %.0f/s | %s | %s | %s | %s | %s | %s | %.2f | %s | %d | %d | %d | %d of %d |\n",
-				frac*100, gw, tailMedian(rate), fmtUS(tailMedian(p50)), fmtUS(tailMedian(p99)), fmtUS(tailMedian(p999)), fmtUS(tailMedian(mx)),
+				frac*100, gw, tailMedian(rate), figures.FmtUS(tailMedian(p50)), figures.FmtUS(tailMedian(p99)), figures.FmtUS(tailMedian(p999)), figures.FmtUS(tailMedian(mx)),
 				fmtRatios(r99), fmtRatios(r999), tailMedian(busy), fmtRatios(rbusy), late, queued, bad, flagged, len(p99))
 		}
 	}
@@ -767,10 +762,10 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 		x := run.res
 		gc := "-"
 		if run.gateway != "nginx" {
-			gc = fmt.Sprintf("%.0f (%s)", run.gcs, fmtUS(run.gcPause*1e6))
+			gc = fmt.Sprintf("%.0f (%s)", run.gcs, figures.FmtUS(run.gcPause*1e6))
 		}
 		fmt.Fprintf(s, "| %.0f%% | %d | %s | %.0f/s | %s | %s | %s | %s | %s | %s / %s | %d | %d | %.2f | %s |\n", run.frac*100, run.round, run.gateway,
-			x.sentRate(), fmtUS(x.P50), fmtUS(x.P90), fmtUS(x.P99), fmtUS(x.P999), fmtUS(x.Max), fmtUS(x.LagP99), fmtUS(x.LagMax), x.Late, x.Queued, run.busy, gc)
+			x.sentRate(), figures.FmtUS(x.P50), figures.FmtUS(x.P90), figures.FmtUS(x.P99), figures.FmtUS(x.P999), figures.FmtUS(x.Max), figures.FmtUS(x.LagP99), figures.FmtUS(x.LagMax), x.Late, x.Queued, run.busy, gc)
 	}
 	if len(t.traces) > 0 {
 		s.WriteString("\nExecution traces (`go tool trace FILE`):\n\n")

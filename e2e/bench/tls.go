@@ -18,58 +18,14 @@ package main
 //     request, and its QPS is handshakes per second.
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"flag"
 	"fmt"
-	"math/big"
 	"os"
-	"path/filepath"
 	"time"
-)
 
-// writeCert makes the run's self-signed certificate for *.localhost and writes it and
-// its key where nginx and the edge read them.
-func (b *bench) writeCert() error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "*.localhost"},
-		DNSNames:     []string{"*.localhost", "localhost"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	dir := filepath.Join(b.dir, "tls")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	cert, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return err
-	}
-	b.tlsCert, b.tlsKey = cert, keyPath
-	return nil
-}
+	"tollgate/e2e/bench/figures"
+	"tollgate/e2e/bench/harness"
+)
 
 // stormSettle: how long after S9h's storm of handshakes the gateway's RSS is watched
 // (-storm-settle; 0, the default, not at all: it lengthens the run by that much per
@@ -77,7 +33,7 @@ func (b *bench) writeCert() error {
 // and at the end: what the process keeps of a storm once it has passed.
 var stormSettle = flag.Duration("storm-settle", 0, "S9h: watch the gateway's RSS for this long after the handshake storm (e.g. 30s) and print it before, right after, 10 s after and at the end; 0: not at all (run with -rounds 1)")
 
-func (b *bench) settleAfterStorm(sc *perfScenario, gw string, procs int, p *proc, r perfResult) {
+func (b *bench) settleAfterStorm(sc *perfScenario, gw string, procs int, p *harness.Proc, r perfResult) {
 	if !sc.newConn || *stormSettle <= 0 || p == nil {
 		return
 	}
@@ -86,18 +42,10 @@ func (b *bench) settleAfterStorm(sc *perfScenario, gw string, procs int, p *proc
 	for time.Since(start) < *stormSettle {
 		time.Sleep(time.Second)
 		if at10 == 0 && time.Since(start) >= 10*time.Second {
-			at10 = groupRSS(p)
+			at10 = harness.GroupRSS(p)
 		}
 	}
-	end := groupRSS(p)
+	end := harness.GroupRSS(p)
 	fmt.Fprintf(os.Stderr, "bench: %-4s %-8s procs=%d  RSS before the storm %s, right after %s (peak %s), 10 s after %s, %s after %s\n",
-		sc.id, gw, procs, fmtKB(r.rssStartKB), fmtKB(r.rssKB), fmtKB(r.rssPeakKB), fmtKB(at10), *stormSettle, fmtKB(end))
-}
-
-func groupRSS(p *proc) int64 {
-	u, err := groupUsage(p.pid())
-	if err != nil {
-		return 0
-	}
-	return u.rssKB
+		sc.id, gw, procs, figures.FmtKB(r.rssStartKB), figures.FmtKB(r.rssKB), figures.FmtKB(r.rssPeakKB), figures.FmtKB(at10), *stormSettle, figures.FmtKB(end))
 }

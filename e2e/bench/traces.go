@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"tollgate/e2e/bench/figures"
+	"tollgate/e2e/bench/harness"
 )
 
 // The cost of traces (-traces): after the plain runs of S1/S2…, the edge is restarted
@@ -42,7 +45,7 @@ func (b *bench) traceSink() (*traceSink, error) {
 		w.WriteHeader(http.StatusOK) // an empty ExportTraceServiceResponse is zero bytes
 	})}
 	go func() { _ = srv.Serve(ln) }()
-	b.clean.add(func() { _ = srv.Close() })
+	b.Clean.Add(func() { _ = srv.Close() })
 	b.sink = s
 	return s, nil
 }
@@ -69,7 +72,7 @@ func traceLabel(p float64) string {
 
 // traceRuns measures the HTTP scenarios again with the edge exporting traces at each of
 // b.traceSamples, procs as the plain run. extra is the edge's environment of that run.
-func (b *bench) traceRuns(ctx context.Context, st *stack, procs int, cpus string, extra []string, scs []*perfScenario, rep *report) error {
+func (b *bench) traceRuns(ctx context.Context, st *harness.Stack, procs int, cpus string, extra []string, scs []*perfScenario, rep *report) error {
 	if len(b.traceSamples) == 0 {
 		return nil
 	}
@@ -78,24 +81,24 @@ func (b *bench) traceRuns(ctx context.Context, st *stack, procs int, cpus string
 		return err
 	}
 	for _, p := range b.traceSamples {
-		st.stopEdge()
+		st.StopEdge()
 		env := append(append([]string(nil), extra...),
 			"TOLLGATE_OTEL_ENDPOINT="+sink.url, "TOLLGATE_OTEL_SAMPLE="+strconv.FormatFloat(p, 'g', -1, 64))
-		if err := st.startEdge(ctx, procs, cpus, env...); err != nil {
+		if err := st.StartEdge(ctx, procs, cpus, env...); err != nil {
 			return err
 		}
-		b.perfAdmin = st.edgeAdmin
-		base := "http://" + st.edgeAddr
+		b.perfAdmin = st.EdgeAdmin
+		base := "http://" + st.EdgeAddr
 		label := traceLabel(p)
 		exports0, bytes0 := sink.exports.Load(), sink.bytes.Load()
 		for _, sc := range scs {
 			if sc.ws || sc.tls {
 				continue
 			}
-			if err := waitServed(ctx, b, st.edge, base, sc.host, sc.paths, sc.headers); err != nil {
+			if err := b.WaitServed(ctx, st.Edge, base, sc.host, sc.paths, sc.headers); err != nil {
 				return fmt.Errorf("%s %s: %w", label, sc.id, err)
 			}
-			r, err := b.measure(ctx, "tollgate", procs, sc, st.edge, base)
+			r, err := b.measure(ctx, "tollgate", procs, sc, st.Edge, base)
 			if err != nil {
 				return err
 			}
@@ -107,7 +110,7 @@ func (b *bench) traceRuns(ctx context.Context, st *stack, procs int, cpus string
 				delta = fmt.Sprintf("  %+.1f%% CPU/req vs tracing off", 100*(r.usPerReq/plain.usPerReq-1))
 			}
 			fmt.Fprintf(os.Stderr, "bench: %-4s %-22s procs=%d  %8.0f req/s  p50 %s  p99 %s  %6.2f µs/req%s\n",
-				sc.id, label, procs, r.load.qps(), fmtUS(r.load.P50), fmtUS(r.load.P99), r.usPerReq, delta)
+				sc.id, label, procs, r.load.qps(), figures.FmtUS(r.load.P50), figures.FmtUS(r.load.P99), r.usPerReq, delta)
 		}
 		fmt.Fprintf(os.Stderr, "bench: %s: the sink took %d exports, %d KiB\n", label, sink.exports.Load()-exports0, (sink.bytes.Load()-bytes0)>>10)
 	}

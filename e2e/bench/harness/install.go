@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"fmt"
@@ -6,12 +6,12 @@ import (
 	"os/exec"
 )
 
-// ensureTools installs nginx and wrk from Debian's packages when they are missing, saying
+// EnsureTools installs nginx and wrk from Debian's packages when they are missing, saying
 // what it installs. nginx is always needed: it is the upstream too. Package scripts are
 // kept from starting the system nginx on port 80.
-func ensureTools() error {
+func EnsureTools() error {
 	var missing []string
-	if _, err := os.Stat(nginxBin()); err != nil {
+	if _, err := os.Stat(NginxBin()); err != nil {
 		missing = append(missing, "nginx-light")
 	}
 	if _, err := exec.LookPath("wrk"); err != nil {

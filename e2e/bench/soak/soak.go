@@ -1,17 +1,16 @@
-package main
-
-// soak: the api, billing and one metered edge, driven for the whole -duration (10 min
-// unless given) by what a fleet lives with at once: mixed traffic at a fixed rate over
-// three tenants (GETs and small POSTs, key auth and JWT, a share of 4xx: a wrong key, a
-// path with no route, a policy denial, an upstream's own 404), a route change every
-// second and a key rotation every few seconds with the clients switching keys. It
-// samples the edge's memory, goroutines and open files and the p99 of every minute, so
-// drift shows as start against end, and at the end checks that billing folded exactly
-// what the clients were served.
+// Package soak is the bench's soak scenario: the api, billing and one metered edge,
+// driven for the whole -duration (10 min unless given) by what a fleet lives with at
+// once: mixed traffic at a fixed rate over three tenants (GETs and small POSTs, key auth
+// and JWT, a share of 4xx: a wrong key, a path with no route, a policy denial, an
+// upstream's own 404), a route change every second and a key rotation every few seconds
+// with the clients switching keys. It samples the edge's memory, goroutines and open
+// files and the p99 of every minute, so drift shows as start against end, and at the end
+// checks that billing folded exactly what the clients were served.
 //
 // The load is generated in the bench's own process rather than the pinned child the
 // other fixed-rate scenarios use: the clients must switch to each new key as the
 // rotation issues it.
+package soak
 
 import (
 	"bufio"
@@ -32,18 +31,21 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tollgate/e2e/bench/figures"
+	"tollgate/e2e/bench/harness"
+
 	"github.com/valyala/fasthttp"
 
 	"tollgate/tenants"
 )
 
 const (
-	soakDefaultDuration = 10 * time.Minute
-	soakRouteEvery      = time.Second      // a route change through the api
-	soakRotateEvery     = 5 * time.Second  // a key rotation, the tenants in turn
-	soakSampleEvery     = 10 * time.Second // the edge's /metrics
-	soakUpstreamHeader  = "X-Soak-Upstream"
-	soakWrongKey        = "tg_soak_not_a_key"
+	DefaultDuration    = 10 * time.Minute // -duration unless given
+	soakRouteEvery     = time.Second      // a route change through the api
+	soakRotateEvery    = 5 * time.Second  // a key rotation, the tenants in turn
+	soakSampleEvery    = 10 * time.Second // the edge's /metrics
+	soakUpstreamHeader = "X-Soak-Upstream"
+	soakWrongKey       = "tg_soak_not_a_key"
 )
 
 // soakKind is one kind of request of the mix.
@@ -84,7 +86,7 @@ type soakTenantResult struct {
 	served, folded soakCounts
 }
 
-type soakResult struct {
+type Result struct {
 	duration      time.Duration
 	rate          int
 	kinds         []soakKind
@@ -168,17 +170,19 @@ type soakKey struct{ consumer, id, key string }
 
 // soakRun is one soak's moving parts.
 type soakRun struct {
-	b     *bench
-	s     *stack
-	hc    *fasthttp.HostClient
-	tally *soakTally
-	keys  map[string]*atomic.Pointer[soakKey] // slug → the key clients send now
-	jwt   string
-	upA   string
-	upB   string
-	hotID string // the route PUT every third change
-	res   *soakResult
-	start time.Time
+	env      *harness.Env
+	duration time.Duration
+	rate     int // requests per second
+	s        *harness.Stack
+	hc       *fasthttp.HostClient
+	tally    *soakTally
+	keys     map[string]*atomic.Pointer[soakKey] // slug → the key clients send now
+	jwt      string
+	upA      string
+	upB      string
+	hotID    string // the route PUT every third change
+	res      *Result
+	start    time.Time
 }
 
 // do sends one request to the edge and tallies its answer.
@@ -186,7 +190,7 @@ func (r *soakRun) do(tenant, method, path string, header map[string]string, body
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://" + r.s.edgeAddr + path)
+	req.SetRequestURI("http://" + r.s.EdgeAddr + path)
 	req.UseHostHeader = true
 	req.Header.SetHost(tenant + ".localhost")
 	req.Header.SetMethod(method)
@@ -238,9 +242,9 @@ func soakKinds() []soakKind {
 	}
 }
 
-// soakUpstream answers every request itself and marks it, so the clients can tell the
+// upstream answers every request itself and marks it, so the clients can tell the
 // upstream's answers (billable, whatever their status) from the edge's own.
-func (b *bench) soakUpstream(name string) (string, error) {
+func upstream(b *harness.Env, name string) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -261,23 +265,24 @@ func (b *bench) soakUpstream(name string) (string, error) {
 		}
 	})}
 	go srv.Serve(ln)
-	b.clean.add(func() { srv.Close() })
+	b.Clean.Add(func() { srv.Close() })
 	return "http://" + ln.Addr().String(), nil
 }
 
-// soak runs the scenario. The result is partial when an error stopped it.
-func (b *bench) soak(ctx context.Context) (*soakResult, error) {
-	res := &soakResult{duration: b.soakDuration, rate: b.soakRate, kinds: soakKinds()}
-	r := &soakRun{b: b, res: res, tally: &soakTally{tenants: map[string]*soakCounts{}, statuses: map[int]int64{}},
+// Run runs the scenario on a stack of its own: rate requests per second for duration.
+// The result is partial when an error stopped it.
+func Run(ctx context.Context, b *harness.Env, duration time.Duration, rate int) (*Result, error) {
+	res := &Result{duration: duration, rate: rate, kinds: soakKinds()}
+	r := &soakRun{env: b, duration: duration, rate: rate, res: res, tally: &soakTally{tenants: map[string]*soakCounts{}, statuses: map[int]int64{}},
 		keys: map[string]*atomic.Pointer[soakKey]{}}
 	var err error
-	if r.upA, err = b.soakUpstream("A"); err != nil {
+	if r.upA, err = upstream(b, "A"); err != nil {
 		return res, err
 	}
-	if r.upB, err = b.soakUpstream("B"); err != nil {
+	if r.upB, err = upstream(b, "B"); err != nil {
 		return res, err
 	}
-	if r.s, err = b.newStack(ctx, "soak", ""); err != nil {
+	if r.s, err = b.NewStack(ctx, "soak", ""); err != nil {
 		return res, err
 	}
 	if err := r.startBilling(ctx); err != nil {
@@ -287,11 +292,11 @@ func (b *bench) soak(ctx context.Context) (*soakResult, error) {
 		return res, err
 	}
 	// pprof on the admin port: the end's goroutine profile says what any growth is.
-	if err := r.s.startEdge(ctx, 0, "", "TOLLGATE_EDGE_ID=soak-"+randomHex(4), "TOLLGATE_PPROF=true"); err != nil {
+	if err := r.s.StartEdge(ctx, 0, "", "TOLLGATE_EDGE_ID=soak-"+harness.RandomHex(4), "TOLLGATE_PPROF=true"); err != nil {
 		return res, err
 	}
-	defer r.s.stopEdge()
-	r.hc = &fasthttp.HostClient{Addr: r.s.edgeAddr, MaxConns: 4096, ReadTimeout: 10 * time.Second,
+	defer r.s.StopEdge()
+	r.hc = &fasthttp.HostClient{Addr: r.s.EdgeAddr, MaxConns: 4096, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 10 * time.Second, MaxIdleConnDuration: time.Minute}
 	if err := r.warm(ctx); err != nil {
 		return res, err
@@ -302,7 +307,7 @@ func (b *bench) soak(ctx context.Context) (*soakResult, error) {
 	}
 
 	fmt.Fprintf(os.Stderr, "bench: soak: %d req/s for %s, a route change every %s, a key rotation every %s\n",
-		b.soakRate, b.soakDuration, soakRouteEvery, soakRotateEvery)
+		rate, duration, soakRouteEvery, soakRotateEvery)
 	r.start = time.Now()
 	lctx, stopSide := context.WithCancel(ctx)
 	var side sync.WaitGroup
@@ -337,30 +342,30 @@ func (b *bench) soak(ctx context.Context) (*soakResult, error) {
 
 // startBilling runs `tollgate billing` on the stack, its admin listener on a free port.
 func (r *soakRun) startBilling(ctx context.Context) error {
-	port, err := freePort()
+	port, err := harness.FreePort()
 	if err != nil {
 		return err
 	}
 	admin := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := startProc("tollgate billing", filepath.Join(r.s.dir, "billing.log"), "", r.s.env("TOLLGATE_BILLING_ADMIN_ADDR="+admin), r.s.bin, "billing")
+	p, err := harness.StartProc("tollgate billing", filepath.Join(r.s.Dir, "billing.log"), "", r.s.Env("TOLLGATE_BILLING_ADMIN_ADDR="+admin), r.s.Bin, "billing")
 	if err != nil {
 		return err
 	}
-	r.b.clean.add(p.stop)
-	return waitHTTP(ctx, r.b, "tollgate billing /readyz", "http://"+admin+"/readyz", r.b.readyTimeout, p)
+	r.env.Clean.Add(p.Stop)
+	return r.env.WaitHTTP(ctx, "tollgate billing /readyz", "http://"+admin+"/readyz", r.env.ReadyTimeout, p)
 }
 
 // configure creates the three tenants: soak-a and soak-b with key-auth routes and a
 // consumer each, soak-j with a JWT issuer, a policy and a JWT route.
 func (r *soakRun) configure(ctx context.Context) error {
-	c := r.s.client
+	c := r.s.Client
 	route := func(slug, name, path, auth, up string) (string, error) {
-		var out created
-		err := c.call(ctx, "POST", "/v1/tenants/"+slug+"/routes", routeBody(name, path, up, auth, false), &out)
+		var out harness.Created
+		err := c.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody(name, path, up, auth, false), &out)
 		return out.ID, err
 	}
 	for _, slug := range []string{"soak-a", "soak-b", "soak-j"} {
-		if _, err := c.createTenant(ctx, slug); err != nil {
+		if _, err := c.CreateTenant(ctx, slug); err != nil {
 			return err
 		}
 	}
@@ -377,34 +382,34 @@ func (r *soakRun) configure(ctx context.Context) error {
 		return err
 	}
 	for _, slug := range []string{"soak-a", "soak-b"} {
-		var cons, k created
-		if err := c.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers", map[string]any{"name": slug + "-app"}, &cons); err != nil {
+		var cons, k harness.Created
+		if err := c.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers", map[string]any{"name": slug + "-app"}, &cons); err != nil {
 			return err
 		}
-		if err := c.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+cons.ID+"/keys", nil, &k); err != nil {
+		if err := c.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+cons.ID+"/keys", nil, &k); err != nil {
 			return err
 		}
 		p := &atomic.Pointer[soakKey]{}
 		p.Store(&soakKey{consumer: cons.ID, id: k.ID, key: k.Key})
 		r.keys[slug] = p
 	}
-	j, err := newJWTSetup()
+	j, err := harness.NewJWT()
 	if err != nil {
 		return err
 	}
-	r.jwt = j.token
-	if err := c.call(ctx, "POST", "/v1/tenants/soak-j/jwt-issuers", j.issuerBody(), nil); err != nil {
+	r.jwt = j.Token
+	if err := c.Call(ctx, "POST", "/v1/tenants/soak-j/jwt-issuers", j.IssuerBody(), nil); err != nil {
 		return err
 	}
 	policy := map[string]any{
 		"rules": [][]string{{"reader", "/orders/:id", "GET"}, {"*", "/orders/admin/*", "*", "deny"}},
 	}
-	if err := c.call(ctx, "PUT", "/v1/tenants/soak-j/policy", policy, nil); err != nil {
+	if err := c.Call(ctx, "PUT", "/v1/tenants/soak-j/policy", policy, nil); err != nil {
 		return err
 	}
-	jr := routeBody("orders", "/orders", r.upA, "jwt", false)
+	jr := harness.RouteBody("orders", "/orders", r.upA, "jwt", false)
 	jr["policy"] = true
-	return c.call(ctx, "POST", "/v1/tenants/soak-j/routes", jr, nil)
+	return c.Call(ctx, "POST", "/v1/tenants/soak-j/routes", jr, nil)
 }
 
 // warm waits until every kind of the mix gets the answer it should: routes, keys, the
@@ -412,8 +417,8 @@ func (r *soakRun) configure(ctx context.Context) error {
 func (r *soakRun) warm(ctx context.Context) error {
 	for i := range r.res.kinds {
 		k := &r.res.kinds[i]
-		err := waitFor(ctx, fmt.Sprintf("the edge to answer %s %s of %s with %d", k.method, k.path(0), k.tenant, k.want),
-			r.b.readyTimeout, 50*time.Millisecond, r.s.edge, func() error {
+		err := harness.WaitFor(ctx, fmt.Sprintf("the edge to answer %s %s of %s with %d", k.method, k.path(0), k.tenant, k.want),
+			r.env.ReadyTimeout, 50*time.Millisecond, r.s.Edge, func() error {
 				code, err := r.do(k.tenant, k.method, k.path(0), r.headers(k), k.body)
 				if err == nil && code != k.want {
 					err = fmt.Errorf("status %d", code)
@@ -438,8 +443,8 @@ type soakLat struct {
 // load sends the mix at the fixed rate for the whole duration (an open loop: a slow
 // answer does not delay the next send) and returns every request's latency.
 func (r *soakRun) load(ctx context.Context) []soakLat {
-	rate, kinds := r.b.soakRate, r.res.kinds
-	n := int(float64(rate) * r.b.soakDuration.Seconds())
+	rate, kinds := r.rate, r.res.kinds
+	n := int(float64(rate) * r.duration.Seconds())
 	var mix []int
 	for i, k := range kinds {
 		for range k.weight {
@@ -523,18 +528,18 @@ func (r *soakRun) changeRoutes(ctx context.Context) {
 			if toB {
 				up = r.upB
 			}
-			err = r.s.client.callMatch(ctx, "PUT", "/v1/tenants/soak-a/routes/"+r.hotID, routeBody("hot", "/hot", up, "none", false))
+			err = r.s.Client.CallMatch(ctx, "PUT", "/v1/tenants/soak-a/routes/"+r.hotID, harness.RouteBody("hot", "/hot", up, "none", false))
 			if err == nil {
 				toB = !toB
 			}
 		case i%3 == 2 && len(churn) >= 3:
-			if err = r.s.client.call(ctx, "DELETE", "/v1/tenants/soak-a/routes/"+churn[0], nil, nil); err == nil {
+			if err = r.s.Client.Call(ctx, "DELETE", "/v1/tenants/soak-a/routes/"+churn[0], nil, nil); err == nil {
 				churn = churn[1:]
 			}
 		default:
-			var c created
-			body := routeBody(fmt.Sprintf("churn-%d", i), fmt.Sprintf("/churn-%d", i), r.upA, "none", false)
-			if err = r.s.client.call(ctx, "POST", "/v1/tenants/soak-a/routes", body, &c); err == nil {
+			var c harness.Created
+			body := harness.RouteBody(fmt.Sprintf("churn-%d", i), fmt.Sprintf("/churn-%d", i), r.upA, "none", false)
+			if err = r.s.Client.Call(ctx, "POST", "/v1/tenants/soak-a/routes", body, &c); err == nil {
 				churn = append(churn, c.ID)
 			}
 		}
@@ -546,31 +551,6 @@ func (r *soakRun) changeRoutes(ctx context.Context) {
 			r.res.routeErrors = append(r.res.routeErrors, err.Error())
 		}
 	}
-}
-
-// callMatch sends a full replacement with If-Match: * (whatever the current version).
-func (c *apiClient) callMatch(ctx context.Context, method, path string, in any) error {
-	raw, err := json.Marshal(in)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, strings.NewReader(string(raw)))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("If-Match", "*")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: status %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(b)))
-	}
-	return nil
 }
 
 // rotateKeys rotates soak-a's and soak-b's keys in turn, one every soakRotateEvery.
@@ -609,20 +589,20 @@ func (r *soakRun) rotate(ctx context.Context, slug string) error {
 		}
 	}
 	issued := time.Now()
-	var k created
-	if err := r.s.client.call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+cur.consumer+"/keys", nil, &k); err != nil {
+	var k harness.Created
+	if err := r.s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers/"+cur.consumer+"/keys", nil, &k); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "the edge to take "+slug+"'s new key", 30*time.Second, 20*time.Millisecond, r.s.edge, probe(k.Key, 200)); err != nil {
+	if err := harness.WaitFor(ctx, "the edge to take "+slug+"'s new key", 30*time.Second, 20*time.Millisecond, r.s.Edge, probe(k.Key, 200)); err != nil {
 		return err
 	}
 	r.res.newKeyServed = append(r.res.newKeyServed, time.Since(issued))
 	r.keys[slug].Store(&soakKey{consumer: cur.consumer, id: k.ID, key: k.Key})
 	revoked := time.Now()
-	if err := r.s.client.call(ctx, "DELETE", "/v1/tenants/"+slug+"/consumers/"+cur.consumer+"/keys/"+cur.id, nil, nil); err != nil {
+	if err := r.s.Client.Call(ctx, "DELETE", "/v1/tenants/"+slug+"/consumers/"+cur.consumer+"/keys/"+cur.id, nil, nil); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, "the edge to refuse "+slug+"'s revoked key", 30*time.Second, 20*time.Millisecond, r.s.edge, probe(cur.key, 401)); err != nil {
+	if err := harness.WaitFor(ctx, "the edge to refuse "+slug+"'s revoked key", 30*time.Second, 20*time.Millisecond, r.s.Edge, probe(cur.key, 401)); err != nil {
 		return err
 	}
 	r.res.oldKeyRefused = append(r.res.oldKeyRefused, time.Since(revoked))
@@ -659,7 +639,7 @@ func (r *soakRun) sample() (soakSample, error) {
 			smp.load1, _ = strconv.ParseFloat(f[0], 64)
 		}
 	}
-	resp, err := r.b.http.Get("http://" + r.s.edgeAdmin + "/metrics")
+	resp, err := r.env.HTTP.Get("http://" + r.s.EdgeAdmin + "/metrics")
 	if err != nil {
 		return smp, err
 	}
@@ -671,7 +651,7 @@ func (r *soakRun) sample() (soakSample, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<16), 1<<20)
 	for sc.Scan() {
-		name, v, ok := metricLine(sc.Text())
+		name, v, ok := harness.MetricLine(sc.Text())
 		if !ok {
 			continue
 		}
@@ -697,50 +677,6 @@ func (r *soakRun) sample() (soakSample, error) {
 	return smp, nil
 }
 
-// scrapeMetrics reads an edge's /metrics at admin into a value per metric name, the
-// series of a labelled metric summed; empty when it cannot.
-func scrapeMetrics(b *bench, admin string) map[string]float64 {
-	out := map[string]float64{}
-	resp, err := b.http.Get("http://" + admin + "/metrics")
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<16), 1<<20)
-	for sc.Scan() {
-		if name, v, ok := metricLine(sc.Text()); ok {
-			out[name] += v
-		}
-	}
-	return out
-}
-
-// metricLine splits a sample line of the Prometheus text format into its name and value.
-func metricLine(line string) (string, float64, bool) {
-	if line == "" || line[0] == '#' {
-		return "", 0, false
-	}
-	i := strings.IndexAny(line, "{ ")
-	if i < 0 {
-		return "", 0, false
-	}
-	name, rest := line[:i], line[i:]
-	if rest[0] == '{' {
-		j := strings.LastIndexByte(rest, '}')
-		if j < 0 {
-			return "", 0, false
-		}
-		rest = rest[j+1:]
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 {
-		return "", 0, false
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	return name, v, err == nil
-}
-
 // goroutineGroup is one stack of the edge's goroutine profile and how many goroutines
 // share it.
 type goroutineGroup struct {
@@ -751,7 +687,7 @@ type goroutineGroup struct {
 // goroutineProfile reads the edge's goroutine profile (debug=1: goroutines grouped by
 // stack), keeps it in the run's directory and returns its five largest groups.
 func (r *soakRun) goroutineProfile() []goroutineGroup {
-	resp, err := r.b.http.Get("http://" + r.s.edgeAdmin + "/debug/pprof/goroutine?debug=1")
+	resp, err := r.env.HTTP.Get("http://" + r.s.EdgeAdmin + "/debug/pprof/goroutine?debug=1")
 	if err != nil {
 		return nil
 	}
@@ -760,7 +696,7 @@ func (r *soakRun) goroutineProfile() []goroutineGroup {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return nil
 	}
-	_ = os.WriteFile(filepath.Join(r.s.dir, "edge-goroutines-end.txt"), raw, 0o644)
+	_ = os.WriteFile(filepath.Join(r.s.Dir, "edge-goroutines-end.txt"), raw, 0o644)
 	groups := parseGoroutines(string(raw))
 	return groups[:min(5, len(groups))]
 }
@@ -854,7 +790,7 @@ func (r *soakRun) settle(ctx context.Context) error {
 			var rep struct {
 				Total struct{ Requests, Billable int64 } `json:"total"`
 			}
-			if err := r.s.client.call(ctx, "GET", "/v1/tenants/"+slug+"/usage?from="+from+"&to="+to, nil, &rep); err != nil {
+			if err := r.s.Client.Call(ctx, "GET", "/v1/tenants/"+slug+"/usage?from="+from+"&to="+to, nil, &rep); err != nil {
 				lastErr = err
 				break
 			}
@@ -899,10 +835,10 @@ func (r *soakRun) settle(ctx context.Context) error {
 	}
 }
 
-// soakMarkdown renders the soak: the edge's figures at start, end and peak, every
-// minute, the traffic's answers, the config churn and billed against served.
-func (r *report) soakMarkdown(s *strings.Builder) {
-	x := r.soak
+// Markdown renders the soak: the edge's figures at start, end and peak, every minute,
+// the traffic's answers, the config churn and billed against served. A nil x renders
+// nothing.
+func (x *Result) Markdown(s *strings.Builder) {
 	if x == nil || len(x.minutes) == 0 {
 		return
 	}
@@ -936,19 +872,19 @@ func (r *report) soakMarkdown(s *strings.Builder) {
 	}
 	s.WriteString("| edge | RSS | Go heap in use | goroutines | open fds | p99 | load avg |\n|---|---:|---:|---:|---:|---:|---:|\n")
 	row("idle, before the load", x.idle, "-")
-	row(fmt.Sprintf("start (at %s; p99 of minute 1)", fmtSecs(start)), start, fmtUS(first.p99))
-	row(fmt.Sprintf("end (at %s; p99 of minute %d)", fmtSecs(end), len(x.minutes)), end, fmtUS(last.p99))
-	row("peak", &peak, fmtUS(peakP99))
+	row(fmt.Sprintf("start (at %s; p99 of minute 1)", fmtSecs(start)), start, figures.FmtUS(first.p99))
+	row(fmt.Sprintf("end (at %s; p99 of minute %d)", fmtSecs(end), len(x.minutes)), end, figures.FmtUS(last.p99))
+	row("peak", &peak, figures.FmtUS(peakP99))
 	if start != nil && end != nil {
 		fmt.Fprintf(s, "| end − start | %+.1f MiB | %+.1f MiB | %+.0f | %+.0f | %s | |\n", (end.rss-start.rss)/(1<<20), (end.heap-start.heap)/(1<<20),
-			end.goroutines-start.goroutines, end.fds-start.fds, ratio(last.p99, first.p99))
+			end.goroutines-start.goroutines, end.fds-start.fds, figures.Ratio(last.p99, first.p99))
 	}
 	s.WriteString("\n")
 
 	s.WriteString("Per minute (the figures of the last sample in it; client conns: the bench's open connections to the edge, which the edge's goroutines and fds follow):\n\n")
 	s.WriteString("| minute | requests | p50 | p99 | max | 5xx + socket errors | RSS | heap | goroutines | fds | client conns | load avg |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, m := range x.minutes {
-		fmt.Fprintf(s, "| %d | %d | %s | %s | %s | %d |", i+1, m.n, fmtUS(m.p50), fmtUS(m.p99), fmtUS(m.max), m.errors)
+		fmt.Fprintf(s, "| %d | %d | %s | %s | %s | %d |", i+1, m.n, figures.FmtUS(m.p50), figures.FmtUS(m.p99), figures.FmtUS(m.max), m.errors)
 		if m.sample != nil {
 			fmt.Fprintf(s, " %s | %s | %.0f | %.0f | %d | %.2f |\n", mib(m.sample.rss), mib(m.sample.heap), m.sample.goroutines, m.sample.fds, m.sample.clientConns, m.sample.load1)
 		} else {
@@ -1009,8 +945,8 @@ func (r *report) soakMarkdown(s *strings.Builder) {
 	s.WriteString("\n")
 
 	fmt.Fprintf(s, "Route changes: %d, %d failed. Key rotations: %d", x.routeChanges, len(x.routeErrors), x.rotations)
-	if n, o := summarize(x.newKeyServed), summarize(x.oldKeyRefused); n.n > 0 {
-		fmt.Fprintf(s, "; a new key served after p50 %s, max %s; a revoked key refused after p50 %s, max %s", fmtDur(n.p50), fmtDur(n.max), fmtDur(o.p50), fmtDur(o.max))
+	if n, o := figures.Summarize(x.newKeyServed), figures.Summarize(x.oldKeyRefused); n.N > 0 {
+		fmt.Fprintf(s, "; a new key served after p50 %s, max %s; a revoked key refused after p50 %s, max %s", figures.FmtDur(n.P50), figures.FmtDur(n.Max), figures.FmtDur(o.P50), figures.FmtDur(o.Max))
 	}
 	fmt.Fprintf(s, "; %d failed.\n", len(x.rotateErrors))
 	for _, e := range append(firstN(x.routeErrors, 3), firstN(x.rotateErrors, 3)...) {

@@ -1,4 +1,9 @@
-package main
+// Package harness starts and measures what the bench runs: processes in their own
+// process groups (their CPU time and RSS read from /proc), Tollgate stacks on a database
+// and NATS prefix of their own, nginx as upstream and as the proxy to beat, and the
+// management API client the scenarios configure them with. Everything it starts is
+// registered with the run's Cleanups as soon as it exists; it measures nothing itself.
+package harness
 
 import (
 	"bytes"
@@ -17,21 +22,21 @@ import (
 	"time"
 )
 
-// cleanups runs registered undo steps in reverse order, once, whatever happened before:
+// Cleanups runs registered undo steps in reverse order, once, whatever happened before:
 // every process started, database created and bucket made is registered here as soon as
 // it exists.
-type cleanups struct {
+type Cleanups struct {
 	mu  sync.Mutex
 	fns []func()
 }
 
-func (c *cleanups) add(f func()) {
+func (c *Cleanups) Add(f func()) {
 	c.mu.Lock()
 	c.fns = append(c.fns, f)
 	c.mu.Unlock()
 }
 
-func (c *cleanups) run() {
+func (c *Cleanups) Run() {
 	c.mu.Lock()
 	fns := c.fns
 	c.fns = nil
@@ -41,9 +46,9 @@ func (c *cleanups) run() {
 	}
 }
 
-// proc is a process the bench started, leader of its own process group so that it and
+// Proc is a process the bench started, leader of its own process group so that it and
 // everything it forks (nginx's workers) are measured and killed together.
-type proc struct {
+type Proc struct {
 	name string
 	cmd  *exec.Cmd
 	log  string
@@ -52,18 +57,18 @@ type proc struct {
 	once sync.Once
 }
 
-// startProc starts argv in its own process group, pinned to cpus (taskset -c, exec'd, so
+// StartProc starts argv in its own process group, pinned to cpus (taskset -c, exec'd, so
 // the pid is the program's own) unless cpus is empty, with stdout and stderr in logPath.
 // Should the bench die without stopping it (SIGKILL, a second Ctrl-C), the kernel kills
 // it too (SIGKILL as its parent-death signal).
-func startProc(name, logPath, cpus string, env []string, argv ...string) (*proc, error) {
-	return startProcSig(name, logPath, cpus, env, syscall.SIGKILL, argv...)
+func StartProc(name, logPath, cpus string, env []string, argv ...string) (*Proc, error) {
+	return StartProcSig(name, logPath, cpus, env, syscall.SIGKILL, argv...)
 }
 
-// startProcSig is startProc with the signal the process gets when the bench dies. A
+// StartProcSig is StartProc with the signal the process gets when the bench dies. A
 // process that forks workers of its own (nginx) needs one it can handle: SIGKILL'd, the
 // master cannot stop its workers, which then live on, holding their port and CPU.
-func startProcSig(name, logPath, cpus string, env []string, deathSig syscall.Signal, argv ...string) (*proc, error) {
+func StartProcSig(name, logPath, cpus string, env []string, deathSig syscall.Signal, argv ...string) (*Proc, error) {
 	if cpus != "" {
 		argv = append([]string{"taskset", "-c", cpus}, argv...)
 	}
@@ -79,7 +84,7 @@ func startProcSig(name, logPath, cpus string, env []string, deathSig syscall.Sig
 		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	p := &Proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		f.Close()
@@ -119,9 +124,9 @@ var (
 	spawnReqs chan spawnReq
 )
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
-func (p *proc) exited() bool {
+func (p *Proc) Exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -130,10 +135,10 @@ func (p *proc) exited() bool {
 	}
 }
 
-// stop ends the whole process group: SIGTERM, then SIGKILL after a grace period.
-func (p *proc) stop() {
+// Stop ends the whole process group: SIGTERM, then SIGKILL after a grace period.
+func (p *Proc) Stop() {
 	p.once.Do(func() {
-		pg := p.pid()
+		pg := p.Pid()
 		_ = syscall.Kill(-pg, syscall.SIGTERM)
 		select {
 		case <-p.done:
@@ -148,16 +153,16 @@ func (p *proc) stop() {
 	})
 }
 
-// failure describes a process that died or did not come up, with the end of its log.
-func (p *proc) failure(what string) error {
+// Failure describes a process that died or did not come up, with the end of its log.
+func (p *Proc) Failure(what string) error {
 	state := "still running"
-	if p.exited() {
+	if p.Exited() {
 		state = fmt.Sprintf("exited: %v", p.err)
 	}
-	return fmt.Errorf("%s: %s (%s); last lines of %s:\n%s", p.name, what, state, p.log, tail(p.log, 25))
+	return fmt.Errorf("%s: %s (%s); last lines of %s:\n%s", p.name, what, state, p.log, Tail(p.log, 25))
 }
 
-func tail(path string, n int) string {
+func Tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "  (no log: " + err.Error() + ")"
@@ -169,33 +174,33 @@ func tail(path string, n int) string {
 	return "  " + strings.Join(lines, "\n  ")
 }
 
-// usage is what /proc says about a process group at one instant.
-type usage struct {
-	ticks int64 // utime+stime of every member, in clock ticks
-	ns    int64 // the same time in nanoseconds: every member's threads' run time (schedstat); 0 when /proc has none
-	rssKB int64 // VmRSS summed over members
-	procs int
+// Usage is what /proc says about a process group at one instant.
+type Usage struct {
+	Ticks int64 // utime+stime of every member, in clock ticks
+	NS    int64 // the same time in nanoseconds: every member's threads' run time (schedstat); 0 when /proc has none
+	RSSKB int64 // VmRSS summed over members
+	Procs int
 }
 
-// cpuSince is the group's CPU seconds from u0 to u. It counts in nanoseconds when /proc
+// CPUSince is the group's CPU seconds from u0 to u. It counts in nanoseconds when /proc
 // gave them both times: utime+stime come in ticks of 1/tick s (10 ms), a 1% step in a
 // one-second window of one busy core, where schedstat's run time is exact. A thread
 // that ended between the two lost its last run time from ns but not from ticks, so ns
 // is trusted only when it does not fall below what ticks say by more than two ticks.
-func (u usage) cpuSince(u0 usage, tick int64) float64 {
-	ticks := float64(u.ticks-u0.ticks) / float64(tick)
-	if u.ns <= 0 || u0.ns <= 0 {
+func (u Usage) CPUSince(u0 Usage, tick int64) float64 {
+	ticks := float64(u.Ticks-u0.Ticks) / float64(tick)
+	if u.NS <= 0 || u0.NS <= 0 {
 		return ticks
 	}
-	ns := float64(u.ns-u0.ns) / 1e9
+	ns := float64(u.NS-u0.NS) / 1e9
 	if ns < ticks-2/float64(tick) {
 		return ticks
 	}
 	return ns
 }
 
-// runNS sums the run time of every thread of pid (/proc/PID/task/*/schedstat, first field).
-func runNS(pid int) int64 {
+// RunNS sums the run time of every thread of pid (/proc/PID/task/*/schedstat, first field).
+func RunNS(pid int) int64 {
 	dir := fmt.Sprintf("/proc/%d/task", pid)
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -232,13 +237,13 @@ func procStat(pid int) []string {
 	return strings.Fields(string(b[i+1:]))
 }
 
-// groupUsage sums CPU time and RSS over every process whose process group is pgid.
-func groupUsage(pgid int) (usage, error) {
+// GroupUsage sums CPU time and RSS over every process whose process group is pgid.
+func GroupUsage(pgid int) (Usage, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return usage{}, err
+		return Usage{}, err
 	}
-	var u usage
+	var u Usage
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -251,24 +256,24 @@ func groupUsage(pgid int) (usage, error) {
 		}
 		ut, _ := strconv.ParseInt(f[11], 10, 64)
 		st, _ := strconv.ParseInt(f[12], 10, 64)
-		u.ticks += ut + st
-		u.ns += runNS(pid)
-		u.rssKB += rssKB(pid)
-		u.procs++
+		u.Ticks += ut + st
+		u.NS += RunNS(pid)
+		u.RSSKB += RSSKB(pid)
+		u.Procs++
 	}
-	if u.procs == 0 {
+	if u.Procs == 0 {
 		return u, fmt.Errorf("no process in group %d", pgid)
 	}
 	return u, nil
 }
 
-func rssKB(pid int) int64 { return statusKB(pid, "VmRSS:") }
+func RSSKB(pid int) int64 { return statusKB(pid, "VmRSS:") }
 
-// rssFileKB is the part of a process's RSS that is pages of files it maps, its binary's
+// RSSFileKB is the part of a process's RSS that is pages of files it maps, its binary's
 // above all: clean pages the kernel can drop and read again, shared with every process
 // of the same binary, and mapped more or less densely from one run to the next
 // (fault-around maps the neighbours of a touched page that are in the page cache).
-func rssFileKB(pid int) int64 { return statusKB(pid, "RssFile:") }
+func RSSFileKB(pid int) int64 { return statusKB(pid, "RssFile:") }
 
 // statusKB reads one kB field of /proc/<pid>/status; 0 when it cannot.
 func statusKB(pid int, field string) int64 {
@@ -288,8 +293,8 @@ func statusKB(pid int, field string) int64 {
 	return 0
 }
 
-// clockTicks is USER_HZ, the unit of utime and stime.
-func clockTicks() int64 {
+// ClockTicks is USER_HZ, the unit of utime and stime.
+func ClockTicks() int64 {
 	out, err := exec.Command("getconf", "CLK_TCK").Output()
 	if err == nil {
 		if n, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil && n > 0 {
@@ -299,8 +304,8 @@ func clockTicks() int64 {
 	return 100
 }
 
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
+// FreePort asks the kernel for a free loopback port.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -309,22 +314,22 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// waitFor polls check every interval until it returns nil, the process dies, or timeout
+// WaitFor polls check every interval until it returns nil, the process dies, or timeout
 // passes; the error says what was awaited and the last reason it was not ready.
-func waitFor(ctx context.Context, what string, timeout, interval time.Duration, p *proc, check func() error) error {
+func WaitFor(ctx context.Context, what string, timeout, interval time.Duration, p *Proc, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for {
 		if last = check(); last == nil {
 			return nil
 		}
-		if p != nil && p.exited() {
-			return p.failure(what + ": " + last.Error())
+		if p != nil && p.Exited() {
+			return p.Failure(what + ": " + last.Error())
 		}
 		if time.Now().After(deadline) {
 			err := fmt.Errorf("timed out after %s waiting for %s: %v", timeout, what, last)
 			if p != nil {
-				return p.failure(err.Error())
+				return p.Failure(err.Error())
 			}
 			return err
 		}
@@ -335,3 +340,24 @@ func waitFor(ctx context.Context, what string, timeout, interval time.Duration, 
 		}
 	}
 }
+
+// FreeAddr is a free loopback address, host and port.
+func FreeAddr() (string, error) {
+	p, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", p), nil
+}
+
+// GroupRSS is the RSS of p's process group in KB; 0 when it cannot be read.
+func GroupRSS(p *Proc) int64 {
+	u, err := GroupUsage(p.Pid())
+	if err != nil {
+		return 0
+	}
+	return u.RSSKB
+}
+
+// Log is the path of the file that holds the process's stdout and stderr.
+func (p *Proc) Log() string { return p.log }

@@ -1,4 +1,4 @@
-package main
+package harness
 
 import (
 	"bytes"
@@ -15,8 +15,8 @@ import (
 	"time"
 )
 
-// nginxBin is the Debian nginx the bench runs, as upstream and as the proxy to beat.
-func nginxBin() string {
+// NginxBin is the Debian nginx the bench runs, as upstream and as the proxy to beat.
+func NginxBin() string {
 	if p, err := exec.LookPath("nginx"); err == nil {
 		return p
 	}
@@ -40,23 +40,33 @@ events { worker_connections 8192; multi_accept on; }
 `, user, workers, dir, dir)
 }
 
-// startUpstream starts the fast upstream every gateway proxies to: nginx, one worker,
+// BigPath is where a bench upstream serves BigSize bytes (S5's responses) from a file.
+const (
+	BigPath = "/s5/1m"
+	BigSize = 1 << 20
+)
+
+// CanaryWeight is the percent of requests the nginx proxy's bench_canary_split sends to
+// the canary upstream (S4's split).
+const CanaryWeight = 5
+
+// StartUpstream starts the fast upstream every gateway proxies to: nginx, one worker,
 // answering 200 "ok" on every path, keep-alive without a request cap. It also serves S5's
 // 1 MiB body from a file (sendfile: the upstream's cost stays small) and its request
 // count on /__bench_status (S4 counts each side of the split from it).
-func startUpstream(ctx context.Context, b *bench, port int) (*proc, error) {
-	return startUpstreamNamed(ctx, b, "upstream nginx", "upstream", port, "ok")
+func (b *Env) StartUpstream(ctx context.Context, port int) (*Proc, error) {
+	return b.StartUpstreamNamed(ctx, "upstream nginx", "upstream", port, "ok")
 }
 
-// startUpstreamNamed is startUpstream with its own name, directory and answer (S4's
+// StartUpstreamNamed is StartUpstream with its own name, directory and answer (S4's
 // canary upstream answers "canary").
-func startUpstreamNamed(ctx context.Context, b *bench, name, dirName string, port int, answer string) (*proc, error) {
-	dir := filepath.Join(b.dir, dirName)
-	big := filepath.Join(dir, "www", strings.TrimPrefix(s5Path, "/"))
+func (b *Env) StartUpstreamNamed(ctx context.Context, name, dirName string, port int, answer string) (*Proc, error) {
+	dir := filepath.Join(b.Dir, dirName)
+	big := filepath.Join(dir, "www", strings.TrimPrefix(BigPath, "/"))
 	if err := os.MkdirAll(filepath.Dir(big), 0o755); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(big, bytes.Repeat([]byte("0123456789abcdef"), s5Size/16), 0o644); err != nil {
+	if err := os.WriteFile(big, bytes.Repeat([]byte("0123456789abcdef"), BigSize/16), 0o644); err != nil {
 		return nil, err
 	}
 	conf := nginxMain(dir, 1) + fmt.Sprintf(`http {
@@ -72,21 +82,21 @@ func startUpstreamNamed(ctx context.Context, b *bench, name, dirName string, por
 		location / { default_type text/plain; return 200 %[5]q; }
 	}
 }
-`, dir, port, upstreamStatusPath, s5Path, answer)
-	return startNginx(ctx, b, name, dir, conf, b.loadCPUs, port)
+`, dir, port, upstreamStatusPath, BigPath, answer)
+	return b.startNginx(ctx, name, dir, conf, b.LoadCPUs, port)
 }
 
 // upstreamStatusPath is where a bench upstream reports its request count.
 const upstreamStatusPath = "/__bench_status"
 
-// upstreamRequests is the number of requests the upstream nginx on port has answered,
+// UpstreamRequests is the number of requests the upstream nginx on port has answered,
 // not counting this one (stub_status counts the request that asks).
-func upstreamRequests(ctx context.Context, b *bench, port int) (int64, error) {
+func (b *Env) UpstreamRequests(ctx context.Context, port int) (int64, error) {
 	req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("http://127.0.0.1:%d%s", port, upstreamStatusPath), nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := b.http.Do(req)
+	resp, err := b.HTTP.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -111,20 +121,20 @@ func upstreamRequests(ctx context.Context, b *bench, port int) (int64, error) {
 	return n - 1, nil
 }
 
-// proxySite is one virtual host of the nginx proxy, mirroring a tenant's Tollgate routes.
-type proxySite struct {
-	host string
-	locs []proxyLoc
+// ProxySite is one virtual host of the nginx proxy, mirroring a tenant's Tollgate routes.
+type ProxySite struct {
+	Host string
+	Locs []ProxyLoc
 }
 
-// proxyLoc is one location of a site: a path prefix, proxied to the upstream.
-type proxyLoc struct {
-	path     string
-	key      string // when set, X-API-Key must equal it (S2's key auth)
-	limit    bool   // S2's never-triggered rate limit
-	authz    string // when set, Authorization must equal it (S2j's stand-in for JWT auth)
-	upstream string // the upstream block; empty: bench_upstream (S4: bench_canary_split)
-	ws       bool   // S6: a WebSocket location, proxied to bench_ws with the upgrade headers
+// ProxyLoc is one location of a site: a path prefix, proxied to the upstream.
+type ProxyLoc struct {
+	Path     string
+	Key      string // when set, X-API-Key must equal it (S2's key auth)
+	Limit    bool   // S2's never-triggered rate limit
+	Authz    string // when set, Authorization must equal it (S2j's stand-in for JWT auth)
+	Upstream string // the upstream block; empty: bench_upstream (S4: bench_canary_split)
+	WS       bool   // S6: a WebSocket location, proxied to bench_ws with the upgrade headers
 }
 
 // nginxForwardConf makes nginx tell the upstream what the edge tells it (edge/proxy.go's
@@ -137,12 +147,12 @@ const nginxForwardConf = "\t\t\tproxy_set_header X-Forwarded-For $proxy_add_x_fo
 	"\t\t\tproxy_set_header X-Request-Id $request_id;\n" +
 	"\t\t\tadd_header X-Request-Id $request_id always;\n"
 
-// startProxy starts the nginx proxy under test: workers workers pinned to cpus, an upstream
+// StartProxy starts the nginx proxy under test: workers workers pinned to cpus, an upstream
 // block with keepalive 64 and HTTP/1.1 with the Connection header cleared, as the nginx
 // docs recommend for upstream keep-alive. With tlsPort set every site is also served
 // over TLS 1.3 there (S9), with the certificate the edge gets.
-func startProxy(ctx context.Context, b *bench, port, tlsPort, upPort, workers int, cpus string, sites []proxySite) (*proc, error) {
-	dir := filepath.Join(b.dir, fmt.Sprintf("proxy-%dw", workers))
+func (b *Env) StartProxy(ctx context.Context, port, tlsPort, upPort, workers int, cpus string, sites []ProxySite) (*Proc, error) {
+	dir := filepath.Join(b.Dir, fmt.Sprintf("proxy-%dw", workers))
 	var s strings.Builder
 	s.WriteString(nginxMain(dir, workers))
 	fmt.Fprintf(&s, `http {
@@ -159,7 +169,7 @@ func startProxy(ctx context.Context, b *bench, port, tlsPort, upPort, workers in
 	}
 	limit_req_zone $binary_remote_addr zone=bench_limit:1m rate=1000000r/s;
 `, dir, upPort)
-	if b.canaryPort != 0 {
+	if b.CanaryPort != 0 {
 		// S4: smooth weighted round-robin, an exact 95/5 schedule like Tollgate's canary.
 		fmt.Fprintf(&s, `	upstream bench_canary_split {
 		server 127.0.0.1:%d weight=%d;
@@ -167,15 +177,15 @@ func startProxy(ctx context.Context, b *bench, port, tlsPort, upPort, workers in
 		keepalive 64;
 		keepalive_requests 1000000;
 	}
-`, upPort, 100-s4Weight, b.canaryPort, s4Weight)
+`, upPort, 100-CanaryWeight, b.CanaryPort, CanaryWeight)
 	}
-	if b.wsPort != 0 {
-		fmt.Fprintf(&s, "\tupstream bench_ws { server 127.0.0.1:%d; }\n", b.wsPort)
+	if b.WSPort != 0 {
+		fmt.Fprintf(&s, "\tupstream bench_ws { server 127.0.0.1:%d; }\n", b.WSPort)
 	}
 	tlsListen := ""
 	if tlsPort != 0 {
 		// Same certificate (ECDSA P-256) and protocol as the edge's TLS listener.
-		fmt.Fprintf(&s, "\tssl_certificate %s;\n\tssl_certificate_key %s;\n\tssl_protocols TLSv1.3;\n", b.tlsCert, b.tlsKey)
+		fmt.Fprintf(&s, "\tssl_certificate %s;\n\tssl_certificate_key %s;\n\tssl_protocols TLSv1.3;\n", b.TLSCert, b.TLSKey)
 		tlsListen = fmt.Sprintf("\t\tlisten 127.0.0.1:%d ssl;\n", tlsPort)
 	}
 	fmt.Fprintf(&s, `	server {
@@ -184,31 +194,31 @@ func startProxy(ctx context.Context, b *bench, port, tlsPort, upPort, workers in
 	}
 `, port, strings.Replace(tlsListen, " ssl;", " ssl default_server backlog=4096;", 1))
 	for _, site := range sites {
-		fmt.Fprintf(&s, "\tserver {\n\t\tlisten 127.0.0.1:%d;\n%s\t\tserver_name %s;\n", port, tlsListen, site.host)
-		for _, l := range site.locs {
-			fmt.Fprintf(&s, "\t\tlocation %s {\n", l.path)
-			if l.ws {
+		fmt.Fprintf(&s, "\tserver {\n\t\tlisten 127.0.0.1:%d;\n%s\t\tserver_name %s;\n", port, tlsListen, site.Host)
+		for _, l := range site.Locs {
+			fmt.Fprintf(&s, "\t\tlocation %s {\n", l.Path)
+			if l.WS {
 				// The WebSocket proxy setup of nginx's docs; idle tunnels stay open for the run.
 				s.WriteString("\t\t\tproxy_pass http://bench_ws;\n\t\t\tproxy_http_version 1.1;\n" +
 					"\t\t\tproxy_set_header Upgrade $http_upgrade;\n\t\t\tproxy_set_header Connection \"upgrade\";\n" +
 					"\t\t\tproxy_read_timeout 1h;\n\t\t\tproxy_send_timeout 1h;\n\t\t}\n")
 				continue
 			}
-			if l.key != "" {
-				fmt.Fprintf(&s, "\t\t\tif ($http_x_api_key != %q) { return 401; }\n", l.key)
+			if l.Key != "" {
+				fmt.Fprintf(&s, "\t\t\tif ($http_x_api_key != %q) { return 401; }\n", l.Key)
 			}
-			if l.authz != "" {
-				fmt.Fprintf(&s, "\t\t\tif ($http_authorization != %q) { return 401; }\n", l.authz)
+			if l.Authz != "" {
+				fmt.Fprintf(&s, "\t\t\tif ($http_authorization != %q) { return 401; }\n", l.Authz)
 			}
-			if l.limit {
+			if l.Limit {
 				s.WriteString("\t\t\tlimit_req zone=bench_limit burst=1000000 nodelay;\n")
 			}
-			up := l.upstream
+			up := l.Upstream
 			if up == "" {
 				up = "bench_upstream"
 			}
 			fmt.Fprintf(&s, "\t\t\tproxy_pass http://%s;\n\t\t\tproxy_http_version 1.1;\n\t\t\tproxy_set_header Connection \"\";\n", up)
-			if b.nginxForward {
+			if b.NginxForward {
 				s.WriteString(nginxForwardConf)
 			}
 			s.WriteString("\t\t}\n")
@@ -216,10 +226,10 @@ func startProxy(ctx context.Context, b *bench, port, tlsPort, upPort, workers in
 		s.WriteString("\t}\n")
 	}
 	s.WriteString("}\n")
-	return startNginx(ctx, b, fmt.Sprintf("nginx proxy (%d workers)", workers), dir, s.String(), cpus, port)
+	return b.startNginx(ctx, fmt.Sprintf("nginx proxy (%d workers)", workers), dir, s.String(), cpus, port)
 }
 
-func startNginx(ctx context.Context, b *bench, name, dir, conf, cpus string, port int) (*proc, error) {
+func (b *Env) startNginx(ctx context.Context, name, dir, conf, cpus string, port int) (*Proc, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -227,22 +237,22 @@ func startNginx(ctx context.Context, b *bench, name, dir, conf, cpus string, por
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	bin := nginxBin()
+	bin := NginxBin()
 	if out, err := exec.CommandContext(ctx, bin, "-t", "-q", "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", confPath).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("%s: configuration %s rejected: %v\n%s", name, confPath, err, out)
 	}
 	// SIGTERM if the bench dies: nginx's master then stops its workers (fast shutdown).
-	p, err := startProcSig(name, filepath.Join(dir, "stdout.log"), cpus, os.Environ(), syscall.SIGTERM,
+	p, err := StartProcSig(name, filepath.Join(dir, "stdout.log"), cpus, os.Environ(), syscall.SIGTERM,
 		bin, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", confPath)
 	if err != nil {
 		return nil, err
 	}
-	b.clean.add(p.stop)
+	b.Clean.Add(p.Stop)
 	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
 	// As long as any process: nginx takes over 10 s to start with S4r's 50,000 locations
 	// on a loaded core.
-	err = waitFor(ctx, name+" on "+url, b.readyTimeout, 20*time.Millisecond, p, func() error {
-		resp, err := b.http.Get(url)
+	err = WaitFor(ctx, name+" on "+url, b.ReadyTimeout, 20*time.Millisecond, p, func() error {
+		resp, err := b.HTTP.Get(url)
 		if err != nil {
 			return err
 		}
@@ -250,8 +260,8 @@ func startNginx(ctx context.Context, b *bench, name, dir, conf, cpus string, por
 		return nil
 	})
 	if err != nil {
-		p.stop()
-		return nil, fmt.Errorf("%w\nerror.log:\n%s", err, tail(filepath.Join(dir, "error.log"), 10))
+		p.Stop()
+		return nil, fmt.Errorf("%w\nerror.log:\n%s", err, Tail(filepath.Join(dir, "error.log"), 10))
 	}
 	return p, nil
 }

@@ -1,8 +1,9 @@
-package main
+package harness
 
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,7 +78,7 @@ func deathSigHelper() {
 		sig = syscall.SIGKILL
 	}
 	logPath := filepath.Join(os.Getenv("BENCH_DEATHSIG_DIR"), "master.log")
-	if _, err := startProcSig("forking master", logPath, "", os.Environ(), sig, "sh", "-c", forkingMaster); err != nil {
+	if _, err := StartProcSig("forking master", logPath, "", os.Environ(), sig, "sh", "-c", forkingMaster); err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
@@ -103,13 +104,13 @@ func alive(pid int) bool {
 // that at least one runs on a thread that ends.
 func TestChildOutlivesStartersThread(t *testing.T) {
 	dir := t.TempDir()
-	var procs []*proc
+	var procs []*Proc
 	for i := range 4 {
-		started := make(chan *proc, 1)
+		started := make(chan *Proc, 1)
 		errs := make(chan error, 1)
 		go func() {
 			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-			p, err := startProc("sleeper", filepath.Join(dir, fmt.Sprint("sleeper-", i, ".log")), "", nil, "sleep", "60")
+			p, err := StartProc("sleeper", filepath.Join(dir, fmt.Sprint("sleeper-", i, ".log")), "", nil, "sleep", "60")
 			if err != nil {
 				errs <- err
 				return
@@ -121,14 +122,42 @@ func TestChildOutlivesStartersThread(t *testing.T) {
 			t.Fatal(err)
 		case p := <-started:
 			procs = append(procs, p)
-			defer p.stop()
+			defer p.Stop()
 		}
 	}
 	// The starters' threads have ended by now or soon; a signal one set off arrives at once.
 	time.Sleep(500 * time.Millisecond)
 	for i, p := range procs {
-		if p.exited() {
+		if p.Exited() {
 			t.Errorf("child %d ended with its starter's thread: %v", i, p.err)
 		}
 	}
+}
+
+func TestCPUSince(t *testing.T) {
+	const tick = 100
+	for _, c := range []struct {
+		u0, u Usage
+		want  float64
+	}{
+		{Usage{Ticks: 100, NS: 1_000_000_000}, Usage{Ticks: 201, NS: 2_004_500_000}, 1.0045}, // ns where both have it
+		{Usage{Ticks: 100}, Usage{Ticks: 201, NS: 2_004_500_000}, 1.01},                      // ticks when one lacks ns
+		{Usage{Ticks: 100, NS: 1_000_000_000}, Usage{Ticks: 201, NS: 1_500_000_000}, 1.01},   // a thread's run time lost: ticks
+	} {
+		if got := c.u.CPUSince(c.u0, tick); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("CPUSince(%+v, %+v) = %v, want %v", c.u0, c.u, got, c.want)
+		}
+	}
+	// This process's run time grows, in nanoseconds, as it burns CPU (however busy the
+	// machine: the loop runs until it has, or gives up after a minute).
+	n0 := RunNS(os.Getpid())
+	if n0 <= 0 {
+		t.Fatalf("RunNS of this process = %d", n0)
+	}
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); {
+		if RunNS(os.Getpid())-n0 >= int64(10*time.Millisecond) {
+			return
+		}
+	}
+	t.Errorf("RunNS: still within 10 ms of %d after a minute of spinning", n0)
 }

@@ -1,8 +1,10 @@
-package main
+package soak
 
 import (
 	"testing"
 	"time"
+
+	"tollgate/e2e/bench/harness"
 )
 
 func TestMetricLine(t *testing.T) {
@@ -21,9 +23,9 @@ func TestMetricLine(t *testing.T) {
 		{"go_goroutines", "", 0, false},
 		{"go_goroutines NaNx", "go_goroutines", 0, false},
 	} {
-		name, v, ok := metricLine(c.line)
+		name, v, ok := harness.MetricLine(c.line)
 		if ok != c.ok || (ok && (name != c.name || v != c.v)) {
-			t.Errorf("metricLine(%q) = %q, %v, %v; want %q, %v, %v", c.line, name, v, ok, c.name, c.v, c.ok)
+			t.Errorf("harness.MetricLine(%q) = %q, %v, %v; want %q, %v, %v", c.line, name, v, ok, c.name, c.v, c.ok)
 		}
 	}
 }
