@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
+	"tollgate/tenants/accessrules"
 )
 
 func wantInvalid(t *testing.T, err error, field, msg string) {
