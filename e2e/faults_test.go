@@ -119,6 +119,7 @@ func TestFaults(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				tl.add(r) // the tenant's too: billed like the load
 				if r.Status != 200 {
 					return fmt.Errorf("%s", r)
 				}
