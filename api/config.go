@@ -11,8 +11,8 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"sigs.k8s.io/yaml"
 
-	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
+	"tollgate/tenants/accessrules"
 )
 
 // Config as code: GET and PUT /v1/tenants/{slug}/config (see tenants.ConfigDocument). The

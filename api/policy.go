@@ -6,8 +6,8 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
+	"tollgate/tenants/accessrules"
 )
 
 // The tenant's policy: one per tenant, replaced whole by PUT. It is validated by
