@@ -25,13 +25,29 @@ var chromiumOnce = sync.OnceValue(func() string {
 	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
 		return chromium + " is missing: install Debian's chromium (apt-get install -y chromium)"
 	}
+	// web's tests may be installing it at the same moment: apt-get then fails on its lock,
+	// so wait for the lock, and for the other install to finish.
+	deadline := time.Now().Add(10 * time.Minute)
 	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "chromium"}} {
-		cmd := exec.Command("apt-get", args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return "apt-get " + args[0] + " failed: " + err.Error()
+		for {
+			cmd := exec.Command("apt-get", append([]string{"-o", "DPkg::Lock::Timeout=120"}, args...)...)
+			cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			err := cmd.Run()
+			if _, serr := os.Stat(chromium); serr == nil {
+				return ""
+			}
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return "apt-get " + args[0] + " failed: " + err.Error()
+			}
+			time.Sleep(5 * time.Second)
 		}
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		return "apt-get installed no " + chromium
 	}
 	return ""
 })
