@@ -33,6 +33,7 @@ type endpoint struct {
 	csv          bool     // the success response may also be text/csv (?format=csv)
 	yaml         bool     // the body and the success response may also be application/yaml
 	heavy        bool     // a tenant may run only Config.HeavyCalls of these at once (heavy.go)
+	media        []string // the success body's media types when it is not JSON (result nil)
 }
 
 func (ep *endpoint) query() []string {
@@ -81,6 +82,12 @@ func (s *Server) table() []endpoint {
 			summary: "Readiness", desc: "200 when the store answers; 503 not_ready otherwise and while shutting down.", status: 200, result: status{}},
 		{method: http.MethodGet, path: "/v1/openapi.json", access: public, handle: s.serveOpenAPI, tag: tagHealth,
 			summary: "This document", status: 200, result: map[string]any{}},
+		{method: http.MethodGet, path: "/v1/docs", access: public, handle: s.serveDocs, tag: tagHealth,
+			summary: "This document as a reference page", desc: "HTML for a browser: /v1/openapi.json rendered by the files under /v1/docs/, with no inline script or style.",
+			status: 200, media: []string{"text/html"}},
+		{method: http.MethodGet, path: "/v1/docs/:asset", access: public, handle: s.serveDocsAsset, tag: tagHealth,
+			summary: "A file of the reference page", desc: "The renderer's script and stylesheets, embedded in the binary.",
+			status: 200, media: []string{"text/javascript", "text/css"}},
 
 		{method: http.MethodPost, path: "/v1/tenants", access: adminOnly, handle: s.createTenant, tag: tagTenants,
 			summary: "Create a tenant", desc: "Admin token only.", body: tenantCreate{}, status: 201, result: tenants.Tenant{}, etag: true},

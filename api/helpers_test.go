@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -293,11 +295,13 @@ func (e *env) conforms(method, path string, r *resp, body any) error {
 		if len(r.body) > 0 {
 			return fmt.Errorf("a body where the document has none")
 		}
-	} else {
-		schema := content["application/json"].(map[string]any)["schema"].(map[string]any)
-		if err := e.validate(schema, body, "$"); err != nil {
+	} else if js, ok := content["application/json"].(map[string]any); ok {
+		if err := e.validate(js["schema"].(map[string]any), body, "$"); err != nil {
 			return err
 		}
+	} else if mt, _, _ := mime.ParseMediaType(r.header.Get("Content-Type")); content[mt] == nil {
+		// Not JSON (the reference page and its files): the media type is what is promised.
+		return fmt.Errorf("media type %q is not documented (%v)", mt, slices.Collect(maps.Keys(content)))
 	}
 	if hs, _ := res["headers"].(map[string]any); hs != nil {
 		for name := range hs {

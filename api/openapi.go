@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"tollgate/api/apidocs"
 	"tollgate/tenants"
 )
 
@@ -249,7 +250,7 @@ func (ep *endpoint) errorStatuses() []int {
 	if ep.access == adminOnly || ep.path == "/v1/tenants/:slug" && ep.method != http.MethodGet || ep.path == "/v1/billing/export" || ep.path == "/v1/billing/invoices" || strings.HasPrefix(ep.path, "/v1/billing/prices") || invitee {
 		set[403] = true
 	}
-	if ep.access == tenantScoped || strings.HasSuffix(ep.path, "/platform/plans/:name") || invitee {
+	if ep.access == tenantScoped || strings.HasSuffix(ep.path, "/platform/plans/:name") || invitee || ep.path == "/v1/docs/:asset" {
 		set[404] = true
 	}
 	if ep.path == "/v1/stripe/webhook" { // its signature may be refused; unset, it is not served
@@ -384,6 +385,10 @@ func (s *Server) operation(g *schemas, ep *endpoint) obj {
 			schema = obj{"type": "string", "pattern": "^[a-z0-9_-]{1,63}$"}
 			desc = "The plan's name."
 		}
+		if name == "asset" {
+			schema = obj{"type": "string", "enum": apidocs.Names()}
+			desc = "The file's name."
+		}
 		params = append(params, obj{"name": name, "in": "path", "required": true, "description": desc, "schema": schema})
 	}
 	if ep.list {
@@ -427,6 +432,13 @@ func (s *Server) operation(g *schemas, ep *endpoint) obj {
 		if ep.yaml && ep.body == nil {
 			ok["content"].(obj)[mimeYAML] = ok["content"].(obj)["application/json"]
 		}
+	}
+	if ep.result == nil && len(ep.media) > 0 {
+		content := obj{}
+		for _, m := range ep.media {
+			content[m] = obj{"schema": obj{"type": "string"}}
+		}
+		ok["content"] = content
 	}
 	if ep.secret {
 		ok["description"] = "Created. The plaintext secret is in this response only (Cache-Control: no-store)."
