@@ -19,6 +19,7 @@ import (
 	billingcli "tollgate/billing/cli"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/config"
+	"tollgate/infra/natsconn"
 	"tollgate/infra/tracing"
 	"tollgate/tenants"
 	"tollgate/tenants/dnsproof"
@@ -75,7 +76,7 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 	if err != nil {
 		return nil, err
 	}
-	nc, err := tgnats.ConnectAuth(natsURL, "tollgate-api", cfg.NATSAuth())
+	nc, err := natsconn.ConnectAuth(natsURL, "tollgate-api", cfg.NATSAuth())
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -15,8 +15,8 @@ import (
 	"tollgate/billing/billingtest"
 	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
+	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
-	tgnats "tollgate/tenants/nats"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -42,7 +42,7 @@ type stack struct {
 
 func newStack(t *testing.T, url string) *stack {
 	t.Helper()
-	nc, err := tgnats.Connect(url, "test-edge", nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
+	nc, err := natsconn.Connect(url, "test-edge", nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func (s *stack) consume(t *testing.T, url string, cfg billingnats.ConsumerConfig
 // consumeCtx runs a billing consumer until ctx ends; done closes when it has returned.
 func (s *stack) consumeCtx(t *testing.T, ctx context.Context, url string, cfg billingnats.ConsumerConfig) (c *billingnats.Consumer, done <-chan struct{}) {
 	t.Helper()
-	nc, err := tgnats.Connect(url, "test-billing", nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
+	nc, err := natsconn.Connect(url, "test-billing", nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

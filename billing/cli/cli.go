@@ -29,7 +29,7 @@ import (
 	billingstripe "tollgate/billing/stripe"
 	"tollgate/infra/admin"
 	"tollgate/infra/config"
-	tgnats "tollgate/tenants/nats"
+	"tollgate/infra/natsconn"
 	"tollgate/tenants/postgres"
 )
 
@@ -63,7 +63,7 @@ type Options struct {
 	NATSPrefix  string
 	// NATSAuth and NATSReplicas: sign-in and TLS, and the usage stream's replicas, as
 	// every process has them (TOLLGATE_NATS_CREDS…, TOLLGATE_NATS_REPLICAS).
-	NATSAuth     tgnats.Auth
+	NATSAuth     natsconn.Auth
 	NATSReplicas int
 	StripeKey    string // empty: no Stripe push
 	StripeURL    string
@@ -94,7 +94,7 @@ func OptionsFromEnv(getenv func(string) string) (Options, *config.Config, error)
 		DatabaseURL: cfg.DatabaseURL,
 		NATSURL:     cfg.NATSURL,
 		NATSPrefix:  cfg.NATSPrefix,
-		NATSAuth: tgnats.Auth{
+		NATSAuth: natsconn.Auth{
 			Creds: cfg.NATSCreds, NKey: cfg.NATSNKey,
 			TLSCA: cfg.NATSTLSCA, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
 		},
@@ -183,7 +183,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer store.Close()
-	nc, err := tgnats.ConnectAuth(o.NATSURL, "tollgate-billing", o.NATSAuth)
+	nc, err := natsconn.ConnectAuth(o.NATSURL, "tollgate-billing", o.NATSAuth)
 	if err != nil {
 		return err
 	}
@@ -267,7 +267,7 @@ func Reconcile(ctx context.Context, o Options, p billing.Period, settle time.Dur
 		return nil, err
 	}
 	defer store.Close()
-	nc, err := tgnats.ConnectAuth(o.NATSURL, "tollgate-billing-reconcile", o.NATSAuth)
+	nc, err := natsconn.ConnectAuth(o.NATSURL, "tollgate-billing-reconcile", o.NATSAuth)
 	if err != nil {
 		return nil, err
 	}

@@ -12,8 +12,8 @@ import (
 	"tollgate/billing/cli"
 	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
+	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
-	tgnats "tollgate/tenants/nats"
 )
 
 // The billing process folds what an edge meters, and `billing reconcile` agrees with it;
@@ -41,7 +41,7 @@ func TestRunAndReconcile(t *testing.T) {
 	go func() { done <- cli.Run(ctx, o) }()
 	defer func() { cancel(); <-done }()
 
-	nc, err := tgnats.Connect(ns.ClientURL(), "edge")
+	nc, err := natsconn.Connect(ns.ClientURL(), "edge")
 	if err != nil {
 		t.Fatal(err)
 	}

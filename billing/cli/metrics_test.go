@@ -15,8 +15,8 @@ import (
 	"tollgate/billing/cli"
 	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
+	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
-	tgnats "tollgate/tenants/nats"
 )
 
 // The billing process serves its admin listener: /healthz, /readyz while Postgres and
@@ -64,7 +64,7 @@ func TestAdminListener(t *testing.T) {
 		t.Fatalf("folded before any batch: %v", v)
 	}
 
-	nc, err := tgnats.Connect(ns.ClientURL(), "edge")
+	nc, err := natsconn.Connect(ns.ClientURL(), "edge")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"tollgate/billing/billingtest"
 	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
+	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
 	tgnats "tollgate/tenants/nats"
 )
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 
 func connectList(t testing.TB, servers, name string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := tgnats.ConnectAuth(servers, name, tgnats.Auth{}, nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
+	nc, err := natsconn.ConnectAuth(servers, name, natsconn.Auth{}, nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"tollgate/billing"
+	"tollgate/infra/natsconn"
 	tgnats "tollgate/tenants/nats"
 )
 
@@ -37,9 +38,9 @@ const (
 // EnsureStream creates the usage stream "<prefix>_usage" on subjects "<prefix>.usage.>"
 // or brings an existing one to these settings: file storage, limits retention (batches
 // stay for StreamMaxAge whether folded or not, for audit and replays), DuplicateWindow,
-// and replicas copies (raised on an existing stream, never lowered: see tgnats.Replicas).
+// and replicas copies (raised on an existing stream, never lowered: see natsconn.Replicas).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string, replicas int) (jetstream.Stream, error) {
-	r, err := tgnats.Replicas(ctx, js, billing.UsageStream(prefix), replicas)
+	r, err := natsconn.Replicas(ctx, js, billing.UsageStream(prefix), replicas)
 	if err != nil {
 		return nil, fmt.Errorf("ensure stream %s: %w", billing.UsageStream(prefix), err)
 	}
@@ -64,7 +65,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string, re
 // storage, entries kept TotalsMaxAge, replicas copies, raised and never lowered) or
 // brings the existing one to these settings.
 func EnsureTotalsBucket(ctx context.Context, js jetstream.JetStream, prefix string, replicas int) (jetstream.KeyValue, error) {
-	r, err := tgnats.Replicas(ctx, js, tgnats.KVStream(billing.TotalsBucket(prefix)), replicas)
+	r, err := natsconn.Replicas(ctx, js, tgnats.KVStream(billing.TotalsBucket(prefix)), replicas)
 	if err != nil {
 		return nil, fmt.Errorf("ensure kv bucket %s: %w", billing.TotalsBucket(prefix), err)
 	}

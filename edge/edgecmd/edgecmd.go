@@ -20,6 +20,7 @@ import (
 
 	"tollgate/edge"
 	"tollgate/infra/config"
+	"tollgate/infra/natsconn"
 	tgnats "tollgate/tenants/nats"
 )
 
@@ -69,9 +70,9 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 	}
 	defer fc.close() // after the edge has drained: the deferred calls below run first
 	// Connect does not fail on an unreachable server: it keeps trying in the background
-	// (tgnats.Connect sets nats.go's RetryOnFailedConnect), so the edge can start from its
+	// (natsconn.Connect sets nats.go's RetryOnFailedConnect), so the edge can start from its
 	// snapshot and follow the bucket once NATS is back.
-	nc, err := tgnats.ConnectAuth(natsURL, "tollgate-edge-"+cfg.EdgeID, cfg.NATSAuth())
+	nc, err := natsconn.ConnectAuth(natsURL, "tollgate-edge-"+cfg.EdgeID, cfg.NATSAuth())
 	if err != nil {
 		return err
 	}

@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"tollgate/infra/natsconn"
 	"tollgate/infra/tracing"
 	"tollgate/tenants"
-	tgnats "tollgate/tenants/nats"
 )
 
 // DefaultNATSURL is the NATS of the api, the edge and billing when TOLLGATE_NATS_URL is
@@ -419,8 +419,8 @@ func (c *Config) UpstreamAddressRule() *tenants.UpstreamAddressRule {
 func (c *Config) KVBucket() string { return c.NATSPrefix + "_config" }
 
 // NATSAuth is the sign-in and TLS every process connects to NATS with.
-func (c *Config) NATSAuth() tgnats.Auth {
-	return tgnats.Auth{
+func (c *Config) NATSAuth() natsconn.Auth {
+	return natsconn.Auth{
 		Creds:   c.NATSCreds,
 		NKey:    c.NATSNKey,
 		TLSCA:   c.NATSTLSCA,
