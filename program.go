@@ -72,7 +72,7 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 	if err := postgres.Migrate(ctx, cfg.DatabaseURL); err != nil {
 		return nil, err
 	}
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamAddressRule(cfg.UpstreamAddressRule()), postgres.WithTimeout(cfg.DBTimeout))
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamAddressRule(upstreamRule(cfg)), postgres.WithTimeout(cfg.DBTimeout))
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +174,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 
 		// The same checker and schedule as runAPI's automatic checks.
 		Proofs:       dnsproof.New(cfg.DNSResolver),
-		DomainChecks: cfg.DomainChecks,
+		DomainChecks: domainChecks(cfg),
 
 		Usage:  billingpg.New(cp.db.Pool()), // rollups folded by `tollgate billing`, same database
 		Prices: billingpg.New(cp.db.Pool()),
@@ -183,7 +183,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		StripeWebhook: stripe.webhook,
 		Connect:       stripe.connect,
 		AdminToken:    cfg.AdminToken,
-		Upstreams:     cfg.UpstreamAddressRule(),
+		Upstreams:     upstreamRule(cfg),
 		Mailer:        cp.mail,
 		PublicURL:     cfg.PublicURL,
 		Logger:        log,
@@ -212,6 +212,17 @@ func heavyCalls(n int) int {
 		return -1
 	}
 	return n
+}
+
+// upstreamRule is the operator's say on upstreams from the config: the allowed CIDRs, the
+// edge domain and the gateway's own ports.
+func upstreamRule(cfg *config.Config) *tenants.UpstreamAddressRule {
+	return &tenants.UpstreamAddressRule{AllowCIDRs: cfg.AllowCIDRs, EdgeDomain: cfg.EdgeDomain, GatewayPorts: cfg.GatewayPorts()}
+}
+
+// domainChecks is when custom domains' DNS proofs are checked, from the config.
+func domainChecks(cfg *config.Config) tenants.DomainSchedule {
+	return tenants.DomainSchedule{PendingMin: cfg.DomainCheckMin, PendingMax: cfg.DomainCheckMax, Recheck: cfg.DomainRecheck}.WithDefaults()
 }
 
 // API serves the management API and runs the outbox relay. With --resync it rebuilds the
@@ -290,7 +301,7 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 	checksDone := make(chan struct{})
 	go func() {
 		defer close(checksDone)
-		checks := &dnsproof.Loop{Store: cp.db, Checker: dnsproof.New(cfg.DNSResolver), Schedule: cfg.DomainChecks, Logger: log}
+		checks := &dnsproof.Loop{Store: cp.db, Checker: dnsproof.New(cfg.DNSResolver), Schedule: domainChecks(cfg), Logger: log}
 		_ = checks.Run(checksCtx)
 	}()
 	defer func() { stopChecks(); <-checksDone }()

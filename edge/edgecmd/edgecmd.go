@@ -21,6 +21,7 @@ import (
 	"tollgate/edge"
 	"tollgate/infra/config"
 	"tollgate/infra/natsconn"
+	"tollgate/tenants"
 	tgnats "tollgate/tenants/nats"
 )
 
@@ -124,7 +125,7 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 		Registry:       fc.reg,
 		Limiter:        fc.lim,
 		Domain:         cfg.EdgeDomain,
-		AddressRule:    cfg.UpstreamAddressRule(),
+		AddressRule:    &tenants.UpstreamAddressRule{AllowCIDRs: cfg.AllowCIDRs, EdgeDomain: cfg.EdgeDomain, GatewayPorts: cfg.GatewayPorts()},
 		TrustedProxies: cfg.TrustedProxy,
 		Logger:         log,
 		AccessLog:      cfg.AccessLog,
