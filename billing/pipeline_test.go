@@ -11,12 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"tollgate/billing"
 	"tollgate/billing/billingtest"
 	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
 	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -98,7 +98,7 @@ func TestOutageSpoolsReplaysAndFoldsExactlyN(t *testing.T) {
 	url := ns.ClientURL()
 	s := newStack(t, url)
 	tn := s.db.Tenant(t, "acme", "pro")
-	pub, err := billingnats.NewPublisher(s.nc, s.prefix, "edge-1")
+	pub, err := usage.NewPublisher(s.nc, s.prefix, "edge-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestOutageSpoolsReplaysAndFoldsExactlyN(t *testing.T) {
 // lossyAck publishes but, once, reports failure as if the ack was lost: the meter spools
 // the batch it had in fact delivered and publishes it again later.
 type lossyAck struct {
-	*billingnats.Publisher
+	*usage.Publisher
 	lose atomic.Bool
 }
 
@@ -171,7 +171,7 @@ func TestDuplicateBatchesFoldOnce(t *testing.T) {
 	ns := testenv.NATS(t)
 	s := newStack(t, ns.ClientURL())
 	tn := s.db.Tenant(t, "acme", "pro")
-	pub, err := billingnats.NewPublisher(s.nc, s.prefix, "edge-1")
+	pub, err := usage.NewPublisher(s.nc, s.prefix, "edge-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestDuplicateBatchesFoldOnce(t *testing.T) {
 	if m.Spooled() != 0 {
 		t.Fatalf("spooled %d after replay", m.Spooled())
 	}
-	stream, err := s.js.Stream(context.Background(), billing.UsageStream(s.prefix))
+	stream, err := s.js.Stream(context.Background(), usage.Stream(s.prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 	url := ns.ClientURL()
 	s := newStack(t, url)
 	tn := s.db.Tenant(t, "acme", "pro")
-	pub, err := billingnats.NewPublisher(s.nc, s.prefix, "edge-1")
+	pub, err := usage.NewPublisher(s.nc, s.prefix, "edge-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 	at := time.Now()
 	for i := 1; i <= batches; i++ {
 		b := billingtest.Batch(uint64(i), billingtest.Record(tn.ID, at, "r1", "", 200, true, per))
-		data, _ := billing.EncodeBatch(b)
+		data, _ := usage.EncodeBatch(b)
 		if err := pub.Publish(context.Background(), b.ID, data); err != nil {
 			t.Fatal(err)
 		}
@@ -277,10 +277,10 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 func TestPoisonBatchIsTerminated(t *testing.T) {
 	ns := testenv.NATS(t)
 	s := newStack(t, ns.ClientURL())
-	if _, err := billingnats.EnsureStream(context.Background(), s.js, s.prefix, 1); err != nil {
+	if _, err := usage.EnsureStream(context.Background(), s.js, s.prefix, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.js.Publish(context.Background(), billing.UsageSubject(s.prefix, "x"), []byte(`{"id":"x","edge_id":"x","records":[{"tenant_id":"not-a-uuid"}]}`)); err != nil {
+	if _, err := s.js.Publish(context.Background(), usage.Subject(s.prefix, "x"), []byte(`{"id":"x","edge_id":"x","records":[{"tenant_id":"not-a-uuid"}]}`)); err != nil {
 		t.Fatal(err)
 	}
 	c := s.consume(t, ns.ClientURL(), billingnats.ConsumerConfig{})

@@ -30,10 +30,11 @@ import (
 	"tollgate/infra/admin"
 	"tollgate/infra/config"
 	"tollgate/infra/natsconn"
+	"tollgate/infra/usage"
 	"tollgate/tenants/postgres"
 )
 
-const usage = `usage: tollgate billing [command] [flags]
+const helpText = `usage: tollgate billing [command] [flags]
 
 commands:
   (none)      run the usage consumer (and the Stripe push when TOLLGATE_STRIPE_KEY is set)
@@ -152,10 +153,10 @@ func Main(ctx context.Context, args []string) error {
 	case "subscribe":
 		return subscribeCmd(ctx, o)
 	case "help", "-h", "--help":
-		fmt.Fprint(o.Stdout, usage)
+		fmt.Fprint(o.Stdout, helpText)
 		return nil
 	}
-	return fmt.Errorf("unknown billing command %q\n\n%s", cmd, usage)
+	return fmt.Errorf("unknown billing command %q\n\n%s", cmd, helpText)
 }
 
 // Run is the billing process: the durable usage consumer folding into Postgres and, with
@@ -229,7 +230,7 @@ func Run(ctx context.Context, o Options) error {
 		log.Info("billing: TOLLGATE_STRIPE_KEY not set; usage is not pushed to Stripe")
 	}
 	c := billingnats.NewConsumer(js, store, billingnats.ConsumerConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log, Metrics: metrics, Tracer: o.Tracer})
-	log.Info("billing: consuming usage", "stream", billing.UsageStream(o.NATSPrefix))
+	log.Info("billing: consuming usage", "stream", usage.Stream(o.NATSPrefix))
 	err = c.Run(ctx)
 	wg.Wait()
 	return err

@@ -10,10 +10,10 @@ import (
 	"tollgate/billing"
 	"tollgate/billing/billingtest"
 	"tollgate/billing/cli"
-	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
 	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 )
 
 // The billing process folds what an edge meters, and `billing reconcile` agrees with it;
@@ -46,7 +46,7 @@ func TestRunAndReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	pub, _ := billingnats.NewPublisher(nc, prefix, "edge-1")
+	pub, _ := usage.NewPublisher(nc, prefix, "edge-1")
 	m, err := meter.New(meter.Config{EdgeID: "edge-1", Sink: pub, SpoolDir: t.TempDir(), Logger: o.Logger})
 	if err != nil {
 		t.Fatal(err)

@@ -13,10 +13,10 @@ import (
 
 	"tollgate/billing/billingtest"
 	"tollgate/billing/cli"
-	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
 	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 )
 
 // The billing process serves its admin listener: /healthz, /readyz while Postgres and
@@ -69,7 +69,7 @@ func TestAdminListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	pub, _ := billingnats.NewPublisher(nc, prefix, "edge-1")
+	pub, _ := usage.NewPublisher(nc, prefix, "edge-1")
 	m, err := meter.New(meter.Config{EdgeID: "edge-1", Sink: pub, SpoolDir: t.TempDir(), Logger: o.Logger})
 	if err != nil {
 		t.Fatal(err)

@@ -14,13 +14,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"tollgate/billing"
+	"tollgate/infra/usage"
 )
 
 // Folder folds one batch into the rollups in one transaction, recording its id; it
 // reports folded false when the id was already recorded (nothing changed). billing/postgres
 // implements it.
 type Folder interface {
-	Fold(ctx context.Context, b *billing.UsageBatch) (folded bool, err error)
+	Fold(ctx context.Context, b *usage.Batch) (folded bool, err error)
 }
 
 // ConsumerConfig configures a Consumer. Zero fields take the default in their comment.
@@ -145,10 +146,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 func (c *Consumer) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := EnsureStream(cctx, c.js, c.cfg.Prefix, c.cfg.Replicas); err != nil {
+	if _, err := usage.EnsureStream(cctx, c.js, c.cfg.Prefix, c.cfg.Replicas); err != nil {
 		return nil, err
 	}
-	return c.js.CreateOrUpdateConsumer(cctx, billing.UsageStream(c.cfg.Prefix), jetstream.ConsumerConfig{
+	return c.js.CreateOrUpdateConsumer(cctx, usage.Stream(c.cfg.Prefix), jetstream.ConsumerConfig{
 		Durable:       c.cfg.Durable,
 		Description:   "Tollgate billing: folds usage batches into hourly rollups",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -156,12 +157,12 @@ func (c *Consumer) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		AckWait:       c.cfg.AckWait,
 		MaxDeliver:    -1,
 		MaxAckPending: c.cfg.MaxAckPending,
-		FilterSubject: billing.UsageSubjects(c.cfg.Prefix),
+		FilterSubject: usage.Subjects(c.cfg.Prefix),
 	})
 }
 
 func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
-	b, err := billing.DecodeBatch(msg.Data())
+	b, err := usage.DecodeBatch(msg.Data())
 	if err != nil {
 		c.poison.Add(1)
 		c.cfg.Metrics.Batch(billing.BatchPoison, time.Time{}, time.Now())
@@ -202,7 +203,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 }
 
 // fold folds a batch, in a span of its own when tracing.
-func (c *Consumer) fold(ctx context.Context, b *billing.UsageBatch) (bool, error) {
+func (c *Consumer) fold(ctx context.Context, b *usage.Batch) (bool, error) {
 	if c.cfg.Tracer == nil {
 		return c.folder.Fold(ctx, b)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"tollgate/billing"
+	"tollgate/infra/usage"
 )
 
 // FoldedChecker says which batch ids have been folded; billing/postgres.Store is one.
@@ -45,7 +46,7 @@ func NewInFlight(js jetstream.JetStream, prefix, durable string, folded FoldedCh
 // hour.
 func (r *InFlightReader) InFlight(ctx context.Context) (*billing.InFlight, error) {
 	out := &billing.InFlight{}
-	stream, err := r.js.Stream(ctx, billing.UsageStream(r.prefix))
+	stream, err := r.js.Stream(ctx, usage.Stream(r.prefix))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return out, nil // nothing was ever published
 	}
@@ -94,7 +95,7 @@ func (r *InFlightReader) InFlight(ctx context.Context) (*billing.InFlight, error
 		hour               int64
 	}
 	sums := map[cell]*[2]int64{}
-	var pending []*billing.UsageBatch
+	var pending []*usage.Batch
 	check := func() error {
 		if len(pending) == 0 {
 			return nil
@@ -146,7 +147,7 @@ func (r *InFlightReader) InFlight(ctx context.Context) (*billing.InFlight, error
 				return nil, fmt.Errorf("read usage stream: %w", err)
 			}
 			seq = md.Sequence.Stream
-			if b, err := billing.DecodeBatch(msg.Data()); err == nil {
+			if b, err := usage.DecodeBatch(msg.Data()); err == nil {
 				pending = append(pending, b)
 			}
 			if seq >= last {
