@@ -46,7 +46,7 @@ func Migrate(ctx context.Context, args []string) error {
 	return nil
 }
 
-// Billing is `tollgate billing`: the usage consumer, and the finance subcommands
+// Billing is `tollgate billing`: the usage reader, and the finance subcommands
 // (reconcile, export, enable, push). See billing/cli.
 func Billing(ctx context.Context, args []string) error {
 	return billingcli.Main(ctx, args)

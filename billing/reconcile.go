@@ -57,7 +57,7 @@ type FoldedSource interface {
 }
 
 // InFlight is what edges published that billing has not folded yet: the batches in the
-// usage stream that billing's consumer has not folded.
+// usage stream that billing's usage reader has not folded.
 type InFlight struct {
 	Batches int          `json:"batches"`
 	Totals  []EdgeFolded `json:"totals"`

@@ -286,7 +286,7 @@ func TestReconcilePlantedCases(t *testing.T) {
 		t.Fatalf("one of two batches in flight read: %s", kinds(r))
 	}
 	ctx1, stop := context.WithCancel(ctx)
-	_, done := s.consumeCtx(t, ctx1, ns.ClientURL(), billingnats.ConsumerConfig{})
+	_, done := s.consumeCtx(t, ctx1, ns.ClientURL(), billingnats.UsageReaderConfig{})
 	waitFor(t, 10*time.Second, "clean folded", func() bool { return s.folded(t) == 25 })
 	if r := reconcile(); !r.OK() || len(r.Pending) != 0 || r.Edges[0].Served != 25 || r.Edges[0].Folded != 25 {
 		t.Fatalf("a clean hour: %s %+v", kinds(r), r.Edges)
@@ -330,7 +330,7 @@ func TestReconcilePlantedCases(t *testing.T) {
 		}
 	}
 	ctx2, stop := context.WithCancel(ctx)
-	_, done = s.consumeCtx(t, ctx2, ns.ClientURL(), billingnats.ConsumerConfig{})
+	_, done = s.consumeCtx(t, ctx2, ns.ClientURL(), billingnats.UsageReaderConfig{})
 	waitFor(t, 10*time.Second, "folded", func() bool { return s.folded(t) == 25+10+12+8+20+20 })
 	stop()
 	<-done
@@ -383,7 +383,7 @@ func TestReconcilePlantedCases(t *testing.T) {
 		}
 	}
 	// Folded at last, the late batch agrees.
-	s.consume(t, ns.ClientURL(), billingnats.ConsumerConfig{})
+	s.consume(t, ns.ClientURL(), billingnats.UsageReaderConfig{})
 	waitFor(t, 10*time.Second, "late folded", func() bool { return s.folded(t) == 25+10+12+12+8+20+20+6 })
 	if got := kinds(reconcile()); strings.Contains(got, "late") {
 		t.Fatalf("after the late batch folded: %s", got)

@@ -1,5 +1,5 @@
 // Package cli is `tollgate billing`: it wires billing's Postgres store, the JetStream
-// usage consumer and (when a Stripe key is set) the Stripe pusher into a process, and
+// usage reader and (when a Stripe key is set) the Stripe pusher into a process, and
 // provides the finance subcommands. the tollgate command (main package) calls Main; `tollgate dev` may call Run
 // to run billing inside its own process.
 package cli
@@ -37,7 +37,7 @@ import (
 const helpText = `usage: tollgate billing [command] [flags]
 
 commands:
-  (none)      run the usage consumer (and the Stripe push when TOLLGATE_STRIPE_KEY is set)
+  (none)      run the usage reader (and the Stripe push when TOLLGATE_STRIPE_KEY is set)
   reconcile   --period YYYY-MM [--json] [--settle 15m]: compare, per tenant, hour and
               edge, what each edge served with what was folded from its batches, and
               what was pushed to Stripe; names each difference (loss, dropped,
@@ -159,7 +159,7 @@ func Main(ctx context.Context, args []string) error {
 	return fmt.Errorf("unknown billing command %q\n\n%s", cmd, helpText)
 }
 
-// Run is the billing process: the durable usage consumer folding into Postgres and, with
+// Run is the billing process: the usage reader folding into Postgres and, with
 // a Stripe key, the Stripe push every PushInterval, until ctx ends.
 func Run(ctx context.Context, o Options) error {
 	log := o.logger()
@@ -229,7 +229,7 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		log.Info("billing: TOLLGATE_STRIPE_KEY not set; usage is not pushed to Stripe")
 	}
-	c := billingnats.NewConsumer(js, store, billingnats.ConsumerConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log, Metrics: metrics, Tracer: o.Tracer})
+	c := billingnats.NewUsageReader(js, store, billingnats.UsageReaderConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log, Metrics: metrics, Tracer: o.Tracer})
 	log.Info("billing: consuming usage", "stream", usage.Stream(o.NATSPrefix))
 	err = c.Run(ctx)
 	wg.Wait()

@@ -154,7 +154,7 @@ func TestClusterUsageExactlyOnce(t *testing.T) {
 	}
 	_, billJS := connectList(t, c.URLs(), "billing")
 	bctx, stop := context.WithCancel(context.Background())
-	cons := billingnats.NewConsumer(billJS, db.Store, billingnats.ConsumerConfig{Prefix: prefix, Replicas: 3, AckWait: time.Second, Logger: quiet})
+	cons := billingnats.NewUsageReader(billJS, db.Store, billingnats.UsageReaderConfig{Prefix: prefix, Replicas: 3, AckWait: time.Second, Logger: quiet})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = cons.Run(bctx) }()
 	t.Cleanup(func() { stop(); <-done })

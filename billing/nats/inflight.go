@@ -21,7 +21,7 @@ type FoldedChecker interface {
 const DefaultMaxInFlight = 200_000
 
 // InFlightReader finds the usage batches that are in the stream and not folded: those
-// after billing's consumer's acknowledgement floor whose id is not in usage_batches. It is
+// after the UsageReader's durable consumer's acknowledgement floor whose id is not in usage_batches. It is
 // reconciliation's billing.InFlightSource, and reads without acknowledging anything (an
 // ordered consumer of its own, removed by the server once idle).
 type InFlightReader struct {
@@ -33,8 +33,8 @@ type InFlightReader struct {
 	Max int
 }
 
-// NewInFlight reads the usage stream of prefix behind billing's durable consumer
-// (ConsumerConfig.Durable; "" for the default).
+// NewInFlight reads the usage stream of prefix behind the UsageReader's durable consumer
+// (UsageReaderConfig.Durable; "" for the default).
 func NewInFlight(js jetstream.JetStream, prefix, durable string, folded FoldedChecker) *InFlightReader {
 	if durable == "" {
 		durable = "billing"

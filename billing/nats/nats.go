@@ -1,7 +1,7 @@
-// Package nats is billing's side of usage over JetStream: the durable Consumer billing
-// folds batches with, and the reader of the KV bucket of the edges' running totals that
-// reconciliation uses (Totals). The stream and bucket, and the Publisher edges write them
-// with, are infra/usage's, which the edge links without any of billing.
+// Package nats is billing's side of usage over JetStream: the UsageReader billing folds
+// batches with (a durable JetStream consumer), and Totals, which reads the edges' running
+// totals from their KV bucket for reconciliation. The stream and bucket, and the Publisher
+// edges write them with, are infra/usage's, which the edge links without any of billing.
 //
 // Every name is under the stack's prefix (usage.Stream, usage.TotalsBucket), and
 // nothing here needs a NATS server newer than 2.9.
