@@ -32,7 +32,7 @@ func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *sl
 		Prices:     billingpg.New(cp.db.Pool()),
 		Portals:    cp.db,
 		Domains:    cp.db,
-		Upstreams:  cfg.UpstreamAddressRule(),
+		Upstreams:  upstreamRule(cfg),
 		EdgeDomain: cfg.EdgeDomain,
 		EdgePort:   port,
 		Mailer:     cp.mail,

@@ -19,6 +19,7 @@ import (
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
+	"tollgate/infra/natsconn"
 	"tollgate/infra/tracing"
 	"tollgate/tenants"
 	"tollgate/tenants/dnsproof"
@@ -73,11 +74,11 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 	if err := postgres.Migrate(ctx, cfg.DatabaseURL); err != nil {
 		return nil, err
 	}
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamAddressRule(cfg.UpstreamAddressRule()), postgres.WithTimeout(cfg.DBTimeout))
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamAddressRule(upstreamRule(cfg)), postgres.WithTimeout(cfg.DBTimeout))
 	if err != nil {
 		return nil, err
 	}
-	nc, err := tgnats.ConnectAuth(natsURL, "tollgate-api", cfg.NATSAuth())
+	nc, err := natsconn.ConnectAuth(natsURL, "tollgate-api", cfg.NATSAuth())
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -175,7 +176,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 
 		// The same checker and schedule as runAPI's automatic checks.
 		Proofs:       dnsproof.New(cfg.DNSResolver),
-		DomainChecks: cfg.DomainChecks,
+		DomainChecks: domainChecks(cfg),
 
 		Usage:  billingpg.New(cp.db.Pool()), // rollups folded by `tollgate billing`, same database
 		Prices: billingpg.New(cp.db.Pool()),
@@ -184,7 +185,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		StripeWebhook: stripe.webhook,
 		Connect:       stripe.connect,
 		AdminToken:    cfg.AdminToken,
-		Upstreams:     cfg.UpstreamAddressRule(),
+		Upstreams:     upstreamRule(cfg),
 		Mailer:        cp.mail,
 		PublicURL:     cfg.PublicURL,
 		Logger:        log,
@@ -305,7 +306,7 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 	checksDone := make(chan struct{})
 	go func() {
 		defer close(checksDone)
-		checks := &dnsproof.Loop{Store: cp.db, Checker: dnsproof.New(cfg.DNSResolver), Schedule: cfg.DomainChecks, Logger: log}
+		checks := &dnsproof.Loop{Store: cp.db, Checker: dnsproof.New(cfg.DNSResolver), Schedule: domainChecks(cfg), Logger: log}
 		_ = checks.Run(checksCtx)
 	}()
 	defer func() { stopChecks(); <-checksDone }()
@@ -326,4 +327,14 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 	err := srv.Shutdown(sctx)
 	<-relayDone
 	return err
+}
+
+// upstreamRule is the address rule tenants' upstreams must follow, from the config.
+func upstreamRule(cfg *config.Config) *tenants.UpstreamAddressRule {
+	return &tenants.UpstreamAddressRule{AllowCIDRs: cfg.AllowCIDRs, EdgeDomain: cfg.EdgeDomain, GatewayPorts: cfg.GatewayPorts()}
+}
+
+// domainChecks is when custom domains' DNS proofs are checked, from the config.
+func domainChecks(cfg *config.Config) tenants.DomainSchedule {
+	return tenants.DomainSchedule{PendingMin: cfg.DomainCheckMin, PendingMax: cfg.DomainCheckMax, Recheck: cfg.DomainRecheck}.WithDefaults()
 }

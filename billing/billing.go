@@ -1,13 +1,13 @@
-// Package billing is Tollgate's usage and billing domain: the usage batch edges publish
-// (UsageBatch, the one billable rule), the hourly rollups billing folds them into, the
-// usage report and monthly export the api serves (with ready-to-mount Fiber handlers),
+// Package billing is Tollgate's usage and billing domain: the hourly rollups it folds the
+// edges' usage batches into (the batch format and the one billable rule are infra/usage's),
+// the usage report and monthly export the api serves (with ready-to-mount Fiber handlers),
 // prices, and the reconciliation of what edges counted with what was folded and pushed
 // to Stripe.
 //
 // It does no I/O of its own: billing/postgres stores rollups, prices and pushes,
 // billing/nats carries batches and edge totals over JetStream, billing/stripe pushes
 // usage to Stripe, and billing/cli wires them into `tollgate billing`. The edge's meter
-// (edge/meter) imports only this package, for the batch format and the billable rule.
+// (edge/meter) imports none of billing: what it shares with billing is infra/usage.
 package billing
 
 import (
@@ -18,27 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
-
-// Origin says who produced a response: the tenant's upstream, or the edge itself.
-type Origin uint8
-
-const (
-	// OriginEdge: the gateway answered on its own (401, 403, 404, 413, 429, 502, 503, 504…).
-	OriginEdge Origin = iota
-	// OriginUpstream: the upstream's response was relayed, whatever its status.
-	OriginUpstream
-)
-
-// StatusClass is the hundreds digit of an HTTP status: 1 for 1xx … 5 for 5xx, 0 for a
-// status outside 100–599.
-func StatusClass(status int) int {
-	if status < 100 || status > 599 {
-		return 0
-	}
-	return status / 100
-}
 
 // ClassLabel is "2xx" for class 2, "other" for 0.
 func ClassLabel(class int) string {
@@ -46,64 +28,6 @@ func ClassLabel(class int) string {
 		return "other"
 	}
 	return string(rune('0'+class)) + "xx"
-}
-
-// Billable is the billing rule, applied in this one place (the meter calls it when it
-// builds a batch; nothing downstream second-guesses it):
-//
-//   - a response the upstream produced is billable, whatever its status: 2xx to 5xx,
-//     including the upstream's own 5xx, since the gateway did all of its work (auth,
-//     policy, limits, proxying) and the upstream is the tenant's;
-//   - a response the edge produced itself is counted but never billed: rejections (401,
-//     403, 404, 413, 429), shedding and not-ready (503), and the edge's answers for an
-//     upstream that failed or timed out (502, 504);
-//   - a status outside 100–599 is not billable.
-func Billable(class int, origin Origin) bool {
-	return origin == OriginUpstream && class >= 1 && class <= 5
-}
-
-// Names of the JetStream objects, all under the stack's prefix (TOLLGATE_NATS_PREFIX).
-
-// UsageStream is the stream of usage batches: "<prefix>_usage".
-func UsageStream(prefix string) string { return prefix + "_usage" }
-
-// UsageSubjects is the stream's subject filter: "<prefix>.usage.>".
-func UsageSubjects(prefix string) string { return prefix + ".usage.>" }
-
-// UsageSubject is the subject an edge publishes its batches on: "<prefix>.usage.<edge>",
-// the edge id made a single subject token (see Token).
-func UsageSubject(prefix, edgeID string) string { return prefix + ".usage." + Token(edgeID) }
-
-// TotalsBucket is the KV bucket of the edges' running totals: "<prefix>_meter_totals".
-func TotalsBucket(prefix string) string { return prefix + "_meter_totals" }
-
-// Token makes s usable as one NATS subject token or KV key token: every character
-// outside [A-Za-z0-9_-] becomes '_' (so "web-1.eu" is "web-1_eu"); empty becomes "_".
-func Token(s string) string {
-	if s == "" {
-		return "_"
-	}
-	ok := true
-	for i := 0; i < len(s); i++ {
-		if !tokenChar(s[i]) {
-			ok = false
-			break
-		}
-	}
-	if ok {
-		return s
-	}
-	b := []byte(s)
-	for i, c := range b {
-		if !tokenChar(c) {
-			b[i] = '_'
-		}
-	}
-	return string(b)
-}
-
-func tokenChar(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
 
 // Period is a calendar month in UTC, the unit of export and reconciliation.
@@ -209,22 +133,6 @@ type UsageService interface {
 	Export(ctx context.Context, p Period) ([]ExportRow, error)
 }
 
-// Counts are the four counters of usage.
-type Counts struct {
-	Requests int64 `json:"requests"`
-	Billable int64 `json:"billable"`
-	BytesIn  int64 `json:"bytes_in"`
-	BytesOut int64 `json:"bytes_out"`
-}
-
-// Add adds o to c.
-func (c *Counts) Add(o Counts) {
-	c.Requests += o.Requests
-	c.Billable += o.Billable
-	c.BytesIn += o.BytesIn
-	c.BytesOut += o.BytesOut
-}
-
 // Granularity of a usage report.
 const (
 	GranularityHour = "hour"
@@ -253,11 +161,11 @@ type UsageQuery struct {
 // UsageReport is the answer to a UsageQuery: the range's total and one item per bucket
 // and group that saw traffic, ordered by start, route, consumer, status.
 type UsageReport struct {
-	From        time.Time   `json:"from"`
-	To          time.Time   `json:"to"`
-	Granularity string      `json:"granularity"`
-	Total       Counts      `json:"total"`
-	Items       []UsageItem `json:"items"`
+	From        time.Time    `json:"from"`
+	To          time.Time    `json:"to"`
+	Granularity string       `json:"granularity"`
+	Total       usage.Counts `json:"total"`
+	Items       []UsageItem  `json:"items"`
 }
 
 // UsageItem is the usage of one time bucket (and group). RouteID, ConsumerID and Status
@@ -268,7 +176,7 @@ type UsageItem struct {
 	RouteID    *string   `json:"route_id,omitempty"`
 	ConsumerID *string   `json:"consumer_id,omitempty"`
 	Status     string    `json:"status,omitempty"`
-	Counts
+	usage.Counts
 }
 
 // Query bounds.

@@ -8,7 +8,7 @@ import (
 
 // Metrics are the billing process's Prometheus series: how far behind the edges the
 // folding is, and how the Stripe push fares. A nil *Metrics records nothing, so the
-// consumer and the pusher take one whether or not the process serves metrics.
+// usage reader and the pusher take one whether or not the process serves metrics.
 type Metrics struct {
 	foldLag      prometheus.Histogram
 	batches      *prometheus.CounterVec

@@ -11,12 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"tollgate/billing"
 	"tollgate/billing/billingtest"
 	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
+	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
-	tgnats "tollgate/tenants/nats"
+	"tollgate/infra/usage"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -42,7 +42,7 @@ type stack struct {
 
 func newStack(t *testing.T, url string) *stack {
 	t.Helper()
-	nc, err := tgnats.Connect(url, "test-edge", nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
+	nc, err := natsconn.Connect(url, "test-edge", nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func newStack(t *testing.T, url string) *stack {
 }
 
 // consume runs a billing consumer on its own connection until the test ends.
-func (s *stack) consume(t *testing.T, url string, cfg billingnats.ConsumerConfig) *billingnats.Consumer {
+func (s *stack) consume(t *testing.T, url string, cfg billingnats.UsageReaderConfig) *billingnats.UsageReader {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c, done := s.consumeCtx(t, ctx, url, cfg)
@@ -64,9 +64,9 @@ func (s *stack) consume(t *testing.T, url string, cfg billingnats.ConsumerConfig
 }
 
 // consumeCtx runs a billing consumer until ctx ends; done closes when it has returned.
-func (s *stack) consumeCtx(t *testing.T, ctx context.Context, url string, cfg billingnats.ConsumerConfig) (c *billingnats.Consumer, done <-chan struct{}) {
+func (s *stack) consumeCtx(t *testing.T, ctx context.Context, url string, cfg billingnats.UsageReaderConfig) (c *billingnats.UsageReader, done <-chan struct{}) {
 	t.Helper()
-	nc, err := tgnats.Connect(url, "test-billing", nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
+	nc, err := natsconn.Connect(url, "test-billing", nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func (s *stack) consumeCtx(t *testing.T, ctx context.Context, url string, cfg bi
 	if cfg.AckWait == 0 {
 		cfg.AckWait = time.Second
 	}
-	c = billingnats.NewConsumer(js, s.db.Store, cfg)
+	c = billingnats.NewUsageReader(js, s.db.Store, cfg)
 	d := make(chan struct{})
 	go func() {
 		defer close(d)
@@ -98,7 +98,7 @@ func TestOutageSpoolsReplaysAndFoldsExactlyN(t *testing.T) {
 	url := ns.ClientURL()
 	s := newStack(t, url)
 	tn := s.db.Tenant(t, "acme", "pro")
-	pub, err := billingnats.NewPublisher(s.nc, s.prefix, "edge-1")
+	pub, err := usage.NewPublisher(s.nc, s.prefix, "edge-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestOutageSpoolsReplaysAndFoldsExactlyN(t *testing.T) {
 			}
 		}
 	}
-	s.consume(t, url, billingnats.ConsumerConfig{})
+	s.consume(t, url, billingnats.UsageReaderConfig{})
 
 	record(1000)
 	waitFor(t, 10*time.Second, "the first 1000 folded", func() bool { return s.folded(t) == 1000 })
@@ -153,7 +153,7 @@ func TestOutageSpoolsReplaysAndFoldsExactlyN(t *testing.T) {
 // lossyAck publishes but, once, reports failure as if the ack was lost: the meter spools
 // the batch it had in fact delivered and publishes it again later.
 type lossyAck struct {
-	*billingnats.Publisher
+	*usage.Publisher
 	lose atomic.Bool
 }
 
@@ -171,7 +171,7 @@ func TestDuplicateBatchesFoldOnce(t *testing.T) {
 	ns := testenv.NATS(t)
 	s := newStack(t, ns.ClientURL())
 	tn := s.db.Tenant(t, "acme", "pro")
-	pub, err := billingnats.NewPublisher(s.nc, s.prefix, "edge-1")
+	pub, err := usage.NewPublisher(s.nc, s.prefix, "edge-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestDuplicateBatchesFoldOnce(t *testing.T) {
 	if m.Spooled() != 0 {
 		t.Fatalf("spooled %d after replay", m.Spooled())
 	}
-	stream, err := s.js.Stream(context.Background(), billing.UsageStream(s.prefix))
+	stream, err := s.js.Stream(context.Background(), usage.Stream(s.prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestDuplicateBatchesFoldOnce(t *testing.T) {
 		jetstream.WithMsgID(raw.Header.Get(jetstream.MsgIDHeader)+"-after-window")); err != nil {
 		t.Fatal(err)
 	}
-	c := s.consume(t, ns.ClientURL(), billingnats.ConsumerConfig{})
+	c := s.consume(t, ns.ClientURL(), billingnats.UsageReaderConfig{})
 	waitFor(t, 10*time.Second, "both copies handled", func() bool { st := c.Stats(); return st.Folded+st.Duplicates == 2 })
 	if st := c.Stats(); st.Folded != 1 || st.Duplicates != 1 {
 		t.Fatalf("stats %+v", st)
@@ -231,7 +231,7 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 	url := ns.ClientURL()
 	s := newStack(t, url)
 	tn := s.db.Tenant(t, "acme", "pro")
-	pub, err := billingnats.NewPublisher(s.nc, s.prefix, "edge-1")
+	pub, err := usage.NewPublisher(s.nc, s.prefix, "edge-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 	at := time.Now()
 	for i := 1; i <= batches; i++ {
 		b := billingtest.Batch(uint64(i), billingtest.Record(tn.ID, at, "r1", "", 200, true, per))
-		data, _ := billing.EncodeBatch(b)
+		data, _ := usage.EncodeBatch(b)
 		if err := pub.Publish(context.Background(), b.ID, data); err != nil {
 			t.Fatal(err)
 		}
@@ -248,7 +248,7 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 	var n atomic.Int32
 	ctx, kill := context.WithCancel(context.Background())
 	defer kill()
-	_, done1 := s.consumeCtx(t, ctx, url, billingnats.ConsumerConfig{AfterFold: func(id string, folded bool) {
+	_, done1 := s.consumeCtx(t, ctx, url, billingnats.UsageReaderConfig{AfterFold: func(id string, folded bool) {
 		if n.Add(1) == 5 {
 			killedAt = id
 			kill() // after the commit, before the ack
@@ -262,7 +262,7 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 	if before != 5*per {
 		t.Fatalf("folded %d before the crash, want %d", before, 5*per)
 	}
-	c2 := s.consume(t, url, billingnats.ConsumerConfig{})
+	c2 := s.consume(t, url, billingnats.UsageReaderConfig{})
 	waitFor(t, 15*time.Second, "everything folded", func() bool { return s.folded(t) >= batches*per })
 	waitFor(t, 5*time.Second, "the unacked batch redelivered", func() bool { return c2.Stats().Duplicates >= 1 })
 	if got := s.folded(t); got != batches*per {
@@ -277,12 +277,12 @@ func TestConsumerKilledBetweenCommitAndAck(t *testing.T) {
 func TestPoisonBatchIsTerminated(t *testing.T) {
 	ns := testenv.NATS(t)
 	s := newStack(t, ns.ClientURL())
-	if _, err := billingnats.EnsureStream(context.Background(), s.js, s.prefix, 1); err != nil {
+	if _, err := usage.EnsureStream(context.Background(), s.js, s.prefix, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.js.Publish(context.Background(), billing.UsageSubject(s.prefix, "x"), []byte(`{"id":"x","edge_id":"x","records":[{"tenant_id":"not-a-uuid"}]}`)); err != nil {
+	if _, err := s.js.Publish(context.Background(), usage.Subject(s.prefix, "x"), []byte(`{"id":"x","edge_id":"x","records":[{"tenant_id":"not-a-uuid"}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	c := s.consume(t, ns.ClientURL(), billingnats.ConsumerConfig{})
+	c := s.consume(t, ns.ClientURL(), billingnats.UsageReaderConfig{})
 	waitFor(t, 10*time.Second, "the poison batch", func() bool { return c.Stats().Poison == 1 })
 }

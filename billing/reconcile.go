@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"tollgate/infra/usage"
 )
 
 // HourTotal is a tenant's usage in one hour as one source saw it.
@@ -18,7 +20,7 @@ type HourTotal struct {
 }
 
 // EdgeFolded is what billing folded, or has yet to fold, from the batches of one boot of
-// an edge for a tenant's hour. EdgeID and BootID are those of the batches (UsageBatch).
+// an edge for a tenant's hour. EdgeID and BootID are those of the batches (usage.Batch).
 type EdgeFolded struct {
 	EdgeID   string    `json:"edge_id"`
 	BootID   string    `json:"boot_id"`
@@ -43,7 +45,7 @@ type PushTotal struct {
 
 // EdgeTotalsSource reads the totals edges published for a period (billing/nats).
 type EdgeTotalsSource interface {
-	EdgeTotals(ctx context.Context, p Period) ([]EdgeTotal, error)
+	EdgeTotals(ctx context.Context, p Period) ([]usage.EdgeTotal, error)
 }
 
 // FoldedSource reads what billing folded for a period (billing/postgres): per tenant and
@@ -55,7 +57,7 @@ type FoldedSource interface {
 }
 
 // InFlight is what edges published that billing has not folded yet: the batches in the
-// usage stream that billing's consumer has not folded.
+// usage stream that billing's usage reader has not folded.
 type InFlight struct {
 	Batches int          `json:"batches"`
 	Totals  []EdgeFolded `json:"totals"`

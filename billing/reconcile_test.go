@@ -15,12 +15,13 @@ import (
 	"tollgate/billing/billingtest"
 	billingnats "tollgate/billing/nats"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 )
 
 // views are the inputs of one Reconcile, in memory: the rules are a pure function of
 // them, so each case is planted exactly (the real stores are exercised below).
 type views struct {
-	edges     []billing.EdgeTotal
+	edges     []usage.EdgeTotal
 	byEdge    []billing.EdgeFolded
 	extra     map[string]int64 // tenant → requests in the tenant rollup beyond the per-edge ones
 	inflight  []billing.EdgeFolded
@@ -28,7 +29,7 @@ type views struct {
 	customers map[string]string
 }
 
-func (v *views) EdgeTotals(context.Context, billing.Period) ([]billing.EdgeTotal, error) {
+func (v *views) EdgeTotals(context.Context, billing.Period) ([]usage.EdgeTotal, error) {
 	return v.edges, nil
 }
 
@@ -72,14 +73,14 @@ func TestReconcileRules(t *testing.T) {
 	h1 := h0.Add(time.Hour)
 	now := func() time.Time { return h1.Add(30 * time.Minute) } // h0 settled, h1 not
 	p := billing.PeriodOf(h0)
-	served := func(edge, boot, tenant string, h time.Time, req, bill, dropped int64) billing.EdgeTotal {
-		return billing.EdgeTotal{EdgeID: edge, BootID: boot, TenantID: tenant, Hour: h, Requests: req, Billable: bill, Dropped: dropped, DroppedBillable: dropped}
+	served := func(edge, boot, tenant string, h time.Time, req, bill, dropped int64) usage.EdgeTotal {
+		return usage.EdgeTotal{EdgeID: edge, BootID: boot, TenantID: tenant, Hour: h, Requests: req, Billable: bill, Dropped: dropped, DroppedBillable: dropped}
 	}
 	folded := func(edge, boot, tenant string, h time.Time, req, bill int64) billing.EdgeFolded {
 		return billing.EdgeFolded{EdgeID: edge, BootID: boot, TenantID: tenant, Hour: h, Requests: req, Billable: bill}
 	}
 	v := &views{
-		edges: []billing.EdgeTotal{
+		edges: []usage.EdgeTotal{
 			// t1: two boots of e1 agree; e2 is short in an hour not yet settled
 			served("e1", "a", "t1", h0, 60, 50, 0), served("e1", "b", "t1", h0, 40, 40, 0),
 			served("e2", "a", "t1", h1, 10, 10, 0),
@@ -187,14 +188,14 @@ func TestReconcileRules(t *testing.T) {
 // plantedEdge publishes what an edge's meter would — batches to the usage stream, totals
 // to the bucket — so a test can leave out or spoil exactly one of them.
 type plantedEdge struct {
-	pub      *billingnats.Publisher
+	pub      *usage.Publisher
 	id, boot string
 	seq      uint64
 }
 
 func (s *stack) edge(t *testing.T, id string) *plantedEdge {
 	t.Helper()
-	pub, err := billingnats.NewPublisher(s.nc, s.prefix, id)
+	pub, err := usage.NewPublisher(s.nc, s.prefix, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,12 +203,12 @@ func (s *stack) edge(t *testing.T, id string) *plantedEdge {
 }
 
 // batch publishes a batch of n billable requests of tenant at hour at.
-func (e *plantedEdge) batch(t *testing.T, tenant string, at time.Time, n int64) *billing.UsageBatch {
+func (e *plantedEdge) batch(t *testing.T, tenant string, at time.Time, n int64) *usage.Batch {
 	t.Helper()
 	e.seq++
-	b := &billing.UsageBatch{ID: billing.BatchID(e.id, e.boot, e.seq), EdgeID: e.id, BootID: e.boot, Seq: e.seq,
-		Created: time.Now().UTC(), Records: []billing.UsageRecord{billingtest.Record(tenant, at, "r", "", 200, true, n)}}
-	data, err := billing.EncodeBatch(b)
+	b := &usage.Batch{ID: usage.BatchID(e.id, e.boot, e.seq), EdgeID: e.id, BootID: e.boot, Seq: e.seq,
+		Created: time.Now().UTC(), Records: []usage.Record{billingtest.Record(tenant, at, "r", "", 200, true, n)}}
+	data, err := usage.EncodeBatch(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,8 +221,8 @@ func (e *plantedEdge) batch(t *testing.T, tenant string, at time.Time, n int64) 
 // totals publishes the edge's totals: served requests, all billable.
 func (e *plantedEdge) totals(t *testing.T, tenant string, at time.Time, served int64) {
 	t.Helper()
-	tot := billing.EdgeTotal{EdgeID: e.id, BootID: e.boot, TenantID: tenant, Hour: billing.Hour(at), Requests: served, Billable: served}
-	if err := e.pub.PutTotals(context.Background(), []billing.EdgeTotal{tot}); err != nil {
+	tot := usage.EdgeTotal{EdgeID: e.id, BootID: e.boot, TenantID: tenant, Hour: billing.Hour(at), Requests: served, Billable: served}
+	if err := e.pub.PutTotals(context.Background(), []usage.EdgeTotal{tot}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -285,7 +286,7 @@ func TestReconcilePlantedCases(t *testing.T) {
 		t.Fatalf("one of two batches in flight read: %s", kinds(r))
 	}
 	ctx1, stop := context.WithCancel(ctx)
-	_, done := s.consumeCtx(t, ctx1, ns.ClientURL(), billingnats.ConsumerConfig{})
+	_, done := s.consumeCtx(t, ctx1, ns.ClientURL(), billingnats.UsageReaderConfig{})
 	waitFor(t, 10*time.Second, "clean folded", func() bool { return s.folded(t) == 25 })
 	if r := reconcile(); !r.OK() || len(r.Pending) != 0 || r.Edges[0].Served != 25 || r.Edges[0].Folded != 25 {
 		t.Fatalf("a clean hour: %s %+v", kinds(r), r.Edges)
@@ -299,11 +300,11 @@ func TestReconcilePlantedCases(t *testing.T) {
 	el.batch(t, lost, at, 10)
 	el.batch(t, lost, at, 5)
 	el.totals(t, lost, at, 15)
-	stream, err := s.js.Stream(ctx, billing.UsageStream(s.prefix))
+	stream, err := s.js.Stream(ctx, usage.Stream(s.prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := stream.GetLastMsgForSubject(ctx, billing.UsageSubject(s.prefix, "edge-lossy"))
+	msg, err := stream.GetLastMsgForSubject(ctx, usage.Subject(s.prefix, "edge-lossy"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +330,7 @@ func TestReconcilePlantedCases(t *testing.T) {
 		}
 	}
 	ctx2, stop := context.WithCancel(ctx)
-	_, done = s.consumeCtx(t, ctx2, ns.ClientURL(), billingnats.ConsumerConfig{})
+	_, done = s.consumeCtx(t, ctx2, ns.ClientURL(), billingnats.UsageReaderConfig{})
 	waitFor(t, 10*time.Second, "folded", func() bool { return s.folded(t) == 25+10+12+8+20+20 })
 	stop()
 	<-done
@@ -382,7 +383,7 @@ func TestReconcilePlantedCases(t *testing.T) {
 		}
 	}
 	// Folded at last, the late batch agrees.
-	s.consume(t, ns.ClientURL(), billingnats.ConsumerConfig{})
+	s.consume(t, ns.ClientURL(), billingnats.UsageReaderConfig{})
 	waitFor(t, 10*time.Second, "late folded", func() bool { return s.folded(t) == 25+10+12+12+8+20+20+6 })
 	if got := kinds(reconcile()); strings.Contains(got, "late") {
 		t.Fatalf("after the late batch folded: %s", got)
@@ -400,7 +401,7 @@ func BenchmarkReconcile(b *testing.B) {
 		for e := 0; e < 10; e++ {
 			edge := fmt.Sprintf("edge-%d", e)
 			for h := start; h.Before(p.End()); h = h.Add(time.Hour) {
-				v.edges = append(v.edges, billing.EdgeTotal{EdgeID: edge, BootID: "b", TenantID: tenant, Hour: h, Requests: 100, Billable: 90})
+				v.edges = append(v.edges, usage.EdgeTotal{EdgeID: edge, BootID: "b", TenantID: tenant, Hour: h, Requests: 100, Billable: 90})
 				v.byEdge = append(v.byEdge, billing.EdgeFolded{EdgeID: edge, BootID: "b", TenantID: tenant, Hour: h, Requests: 100, Billable: 90})
 			}
 		}
@@ -451,7 +452,7 @@ func TestReconcileDroppedIsLoss(t *testing.T) {
 				h = now().Add(-30 * time.Minute).Truncate(time.Hour)
 			}
 			v := &views{
-				edges:  []billing.EdgeTotal{{EdgeID: "e1", BootID: "b", TenantID: "t", Hour: h, Requests: c.served, Billable: c.served, Dropped: c.dropped, DroppedBillable: c.dropped}},
+				edges:  []usage.EdgeTotal{{EdgeID: "e1", BootID: "b", TenantID: "t", Hour: h, Requests: c.served, Billable: c.served, Dropped: c.dropped, DroppedBillable: c.dropped}},
 				byEdge: []billing.EdgeFolded{{EdgeID: "e1", BootID: "b", TenantID: "t", Hour: h, Requests: c.folded, Billable: c.folded}},
 			}
 			if c.inflight > 0 {
@@ -493,7 +494,7 @@ func TestReconcileDroppedIsLoss(t *testing.T) {
 func TestReconcileDroppedBillable(t *testing.T) {
 	h := time.Date(2026, 12, 5, 3, 0, 0, 0, time.UTC)
 	v := &views{
-		edges:  []billing.EdgeTotal{{EdgeID: "e1", BootID: "b", TenantID: "t", Hour: h, Requests: 50, Billable: 40, Dropped: 0, DroppedBillable: 3}},
+		edges:  []usage.EdgeTotal{{EdgeID: "e1", BootID: "b", TenantID: "t", Hour: h, Requests: 50, Billable: 40, Dropped: 0, DroppedBillable: 3}},
 		byEdge: []billing.EdgeFolded{{EdgeID: "e1", BootID: "b", TenantID: "t", Hour: h, Requests: 50, Billable: 37}},
 	}
 	r, err := billing.Reconcile(context.Background(), billing.PeriodOf(h), billing.ReconcileSources{Edges: v, Folded: v, Now: func() time.Time { return h.Add(3 * time.Hour) }})

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/billing"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
 
@@ -21,7 +21,7 @@ import (
 // the request's only when the upstream answered (the edge refuses before reading it).
 type bytesTally struct {
 	mu sync.Mutex
-	c  billing.Counts
+	c  usage.Counts
 }
 
 func (bt *bytesTally) add(r *edgeResp, sent int) {
@@ -44,7 +44,7 @@ func (bt *bytesTally) add(r *edgeResp, sent int) {
 	bt.c.BytesOut += int64(len(r.Body))
 }
 
-func (bt *bytesTally) counts() billing.Counts {
+func (bt *bytesTally) counts() usage.Counts {
 	bt.mu.Lock()
 	defer bt.mu.Unlock()
 	return bt.c
@@ -140,7 +140,7 @@ func TestBillingBytes(t *testing.T) {
 	edge.stopClean(t, stopTimeout) // the tunnel is still open
 
 	want := tally.counts()
-	var got billing.Counts
+	var got usage.Counts
 	check := func() error {
 		if got, err = b.usage(); err != nil {
 			return err

@@ -19,6 +19,7 @@ import (
 
 	"tollgate/billing"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
 
@@ -177,24 +178,24 @@ func (b *billingStack) load(e *edgeClient, workers int, stop <-chan struct{}) *s
 }
 
 // usage is the tenant's usage total this month.
-func (b *billingStack) usage() (billing.Counts, error) {
+func (b *billingStack) usage() (usage.Counts, error) {
 	r, err := b.api.try("GET", "/v1/tenants/"+b.slug+"/usage", nil)
 	if err != nil {
-		return billing.Counts{}, err
+		return usage.Counts{}, err
 	}
 	var rep billing.UsageReport
 	if r.Status != 200 || json.Unmarshal(r.Raw, &rep) != nil {
-		return billing.Counts{}, fmt.Errorf("usage: %s", r)
+		return usage.Counts{}, fmt.Errorf("usage: %s", r)
 	}
 	return rep.Total, nil
 }
 
 // wantUsage waits until the usage equals the meterTally, fails at once if it goes past it, and
 // checks that it stays there over two more meter flushes.
-func (b *billingStack) wantUsage() billing.Counts {
+func (b *billingStack) wantUsage() usage.Counts {
 	b.t.Helper()
 	req, bill := b.tl.counts()
-	var got billing.Counts
+	var got usage.Counts
 	check := func() error {
 		var err error
 		if got, err = b.usage(); err != nil {
@@ -218,7 +219,7 @@ func (b *billingStack) wantUsage() billing.Counts {
 }
 
 // wantExport checks the month's export (JSON and CSV) against the usage.
-func (b *billingStack) wantExport(want billing.Counts) {
+func (b *billingStack) wantExport(want usage.Counts) {
 	b.t.Helper()
 	period := billing.PeriodOf(time.Now()).String()
 	r := b.api.call("GET", "/v1/billing/export?format=json&period="+period, nil)
@@ -226,7 +227,7 @@ func (b *billingStack) wantExport(want billing.Counts) {
 	if r.Status != 200 || json.Unmarshal(r.Raw, &doc) != nil {
 		b.t.Fatalf("export: %s", r)
 	}
-	var got billing.Counts
+	var got usage.Counts
 	var total billing.CurrencyTotal
 	for _, row := range doc.Items {
 		if row.Tenant == b.slug {
@@ -404,7 +405,7 @@ func republishFirstBatch(t *testing.T, natsURL, prefix string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, billing.UsageStream(prefix))
+	st, err := js.Stream(ctx, usage.Stream(prefix))
 	if err != nil {
 		t.Fatalf("usage stream: %v", err)
 	}

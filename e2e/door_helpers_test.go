@@ -17,11 +17,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"tollgate/infra/usage"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"tollgate/billing"
 )
 
 // The door suite's plumbing: one stack and edge shared by the suite's parallel cases (a
@@ -108,7 +107,7 @@ func (d *door) metered(tenantID string) (int64, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, billing.UsageStream(d.s.prefix))
+	st, err := js.Stream(ctx, usage.Stream(d.s.prefix))
 	if err != nil {
 		return 0, err
 	}
@@ -122,7 +121,7 @@ func (d *door) metered(tenantID string) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("usage batch %d: %w", seq, err)
 		}
-		b, err := billing.DecodeBatch(m.Data)
+		b, err := usage.DecodeBatch(m.Data)
 		if err != nil {
 			return 0, err
 		}

@@ -20,6 +20,7 @@ import (
 
 	"tollgate/billing"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 )
 
 // The fault fleet: every process of a production deployment, each a real one started by
@@ -103,7 +104,7 @@ func startFaultFleet(t *testing.T, edges int) *faultFleet {
 		t.Cleanup(e.client.close)
 		f.edges = append(f.edges, e)
 	}
-	for _, st := range []string{f.configStream(), billing.UsageStream(f.prefix)} {
+	for _, st := range []string{f.configStream(), usage.Stream(f.prefix)} {
 		eventually(t, 30*time.Second, st+" on 3 peers", func() error {
 			si, err := f.streamInfo(st)
 			if err != nil {
@@ -262,14 +263,14 @@ func (f *faultFleet) waitStreamCurrent(t *testing.T, stream string) {
 }
 
 // usage is what billing folded for slug this month, read through the api.
-func (f *faultFleet) usage(slug string) (billing.Counts, error) {
+func (f *faultFleet) usage(slug string) (usage.Counts, error) {
 	r, err := f.apiC.try("GET", "/v1/tenants/"+slug+"/usage", nil)
 	if err != nil {
-		return billing.Counts{}, err
+		return usage.Counts{}, err
 	}
 	var rep billing.UsageReport
 	if r.Status != 200 || json.Unmarshal(r.Raw, &rep) != nil {
-		return billing.Counts{}, fmt.Errorf("usage: %s", r)
+		return usage.Counts{}, fmt.Errorf("usage: %s", r)
 	}
 	return rep.Total, nil
 }
@@ -279,10 +280,10 @@ func (f *faultFleet) usage(slug string) (billing.Counts, error) {
 // killed process, which the edge may have counted), fails at once if it goes past that,
 // and checks that it stays there over two more meter flushes. It returns the usage and
 // how long after the call it matched.
-func (f *faultFleet) wantBilled(t *testing.T, slug string, tl *meterTally, lost int64) (billing.Counts, time.Duration) {
+func (f *faultFleet) wantBilled(t *testing.T, slug string, tl *meterTally, lost int64) (usage.Counts, time.Duration) {
 	t.Helper()
 	req, bill := tl.counts()
-	var got billing.Counts
+	var got usage.Counts
 	check := func() error {
 		var err error
 		if got, err = f.usage(slug); err != nil {

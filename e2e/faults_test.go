@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/billing"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
 
@@ -66,7 +66,7 @@ func TestFaults(t *testing.T) {
 		const slug = "flt-nats"
 		tl := &meterTally{}
 		f.tenant(t, slug, up.URL, tl)
-		usage := billing.UsageStream(f.prefix)
+		usage := usage.Stream(f.prefix)
 		f.waitStreamCurrent(t, usage)
 		admins := f.edgeAdmins()
 		errsBefore := metricTotal("tollgate_meter_publish_errors_total", admins...)
@@ -138,7 +138,7 @@ func TestFaults(t *testing.T) {
 		if n := l.serverErrors() + l.count("transport"); n > 0 {
 			t.Errorf("%d answers were 5xx or failed while NATS was down: %s", n, l)
 		}
-		f.waitStreamCurrent(t, billing.UsageStream(f.prefix))
+		f.waitStreamCurrent(t, usage.Stream(f.prefix))
 		f.waitStreamCurrent(t, f.configStream())
 	})
 

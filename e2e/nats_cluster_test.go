@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"tollgate/billing"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
 
@@ -66,14 +66,14 @@ func TestNATSClusterRidesThroughLoss(t *testing.T) {
 		})
 		return si
 	}
-	cfgStream, usageStream := "KV_"+s.bucket(), billing.UsageStream(s.prefix)
+	cfgStream, usageStream := "KV_"+s.bucket(), usage.Stream(s.prefix)
 	eventually(t, 15*time.Second, "usage stream created", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := js.Stream(ctx, usageStream)
 		return err
 	})
-	for _, st := range []string{cfgStream, usageStream, "KV_" + billing.TotalsBucket(s.prefix)} {
+	for _, st := range []string{cfgStream, usageStream, "KV_" + usage.TotalsBucket(s.prefix)} {
 		eventually(t, 10*time.Second, st+" on 3 peers", func() error {
 			si := info(st)
 			if si.Config.Replicas != 3 || si.Cluster == nil || si.Cluster.Leader == "" || len(si.Cluster.Replicas) != 2 {

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"tollgate/billing"
-	billingnats "tollgate/billing/nats"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 )
 
 // reconcileRun is one `tollgate billing reconcile` of the stack: its exit status and what
@@ -121,14 +121,14 @@ func TestReconcileSeesPerEdge(t *testing.T) {
 		id           string
 		batch, total int64
 	}{{"edge-x", 6, 10}, {"edge-y", 3, 0}} {
-		pub, err := billingnats.NewPublisher(nc, b.prefix, ed.id)
+		pub, err := usage.NewPublisher(nc, b.prefix, ed.id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		batch := &billing.UsageBatch{ID: billing.BatchID(ed.id, "boot1", 1), EdgeID: ed.id, BootID: "boot1", Seq: 1, Created: time.Now().UTC(),
-			Records: []billing.UsageRecord{{TenantID: tenantID, Hour: hour, RouteID: "r", Class: 2,
-				Counts: billing.Counts{Requests: ed.batch, Billable: ed.batch}}}}
-		data, err := billing.EncodeBatch(batch)
+		batch := &usage.Batch{ID: usage.BatchID(ed.id, "boot1", 1), EdgeID: ed.id, BootID: "boot1", Seq: 1, Created: time.Now().UTC(),
+			Records: []usage.Record{{TenantID: tenantID, Hour: hour, RouteID: "r", Class: 2,
+				Counts: usage.Counts{Requests: ed.batch, Billable: ed.batch}}}}
+		data, err := usage.EncodeBatch(batch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func TestReconcileSeesPerEdge(t *testing.T) {
 			t.Fatal(err)
 		}
 		if ed.total > 0 {
-			if err := pub.PutTotals(ctx, []billing.EdgeTotal{{EdgeID: ed.id, BootID: "boot1", TenantID: tenantID,
+			if err := pub.PutTotals(ctx, []usage.EdgeTotal{{EdgeID: ed.id, BootID: "boot1", TenantID: tenantID,
 				Hour: hour, Requests: ed.total, Billable: ed.total}}); err != nil {
 				t.Fatal(err)
 			}

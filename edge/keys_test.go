@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/billing"
 	"tollgate/edge"
 	"tollgate/edge/meter"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
 
@@ -65,10 +65,10 @@ func TestKeyExpiry(t *testing.T) {
 }
 
 // keyUses lists the key uses of the sink's batches in order.
-func (s *memSink) keyUses() []billing.KeyUse {
+func (s *memSink) keyUses() []usage.KeyUse {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []billing.KeyUse
+	var out []usage.KeyUse
 	for _, b := range s.batches {
 		out = append(out, b.KeyUses...)
 	}

@@ -11,7 +11,7 @@ import (
 // route (none for a request that matched no route), consumer, UTC hour of arrival and
 // status class, with the body bytes that went through. A request whose Host names no
 // tenant, and one answered before the config was loaded or while draining, is not
-// metered. Whether a request is billable is billing's rule (billing.Billable), applied
+// metered. Whether a request is billable is billing's rule (usage.Billable), applied
 // to what the edge reports here: the status, and whether the upstream produced the
 // response (x.reply == nil) or the edge answered itself (401, 403, 404 route_not_found,
 // 429, 502/504 of a failed upstream, ...).

@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/billing"
 	"tollgate/edge"
 	"tollgate/edge/meter"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
 
@@ -104,9 +104,9 @@ func meteredHarness(t *testing.T, opts ...func(*edge.Config)) (*harness, *meter.
 // waitCounts flushes the meter until the cell "tenant route consumer class" holds want
 // (a streamed body or a tunnel is recorded when it ends, a moment after the client
 // has seen its last byte).
-func waitCounts(t *testing.T, m *meter.Meter, sink *memSink, cell string, want billing.Counts) {
+func waitCounts(t *testing.T, m *meter.Meter, sink *memSink, cell string, want usage.Counts) {
 	t.Helper()
-	var got billing.Counts
+	var got usage.Counts
 	waitFor(t, 5*time.Second, func() string {
 		if err := m.Flush(context.Background()); err != nil {
 			t.Fatal(err)
@@ -174,7 +174,7 @@ func TestMeteredBytesAreTheBodies(t *testing.T) {
 			if c.method != "HEAD" && r.body != string(pattern(c.out)) {
 				t.Fatalf("the client got another body than the upstream sent")
 			}
-			waitCounts(t, m, sink, acme+" "+c.name+"  2", billing.Counts{Requests: 1, Billable: 1, BytesIn: int64(c.in), BytesOut: int64(c.out)})
+			waitCounts(t, m, sink, acme+" "+c.name+"  2", usage.Counts{Requests: 1, Billable: 1, BytesIn: int64(c.in), BytesOut: int64(c.out)})
 		})
 	}
 }
@@ -196,7 +196,7 @@ func TestMeteredBytesCutShort(t *testing.T) {
 		if r.status != 200 || len(r.body) != 300_000 {
 			t.Fatalf("%d with %d body bytes, want 200 cut at 300000", r.status, len(r.body))
 		}
-		waitCounts(t, m, sink, acme+" upcut  2", billing.Counts{Requests: 1, Billable: 1, BytesOut: 300_000})
+		waitCounts(t, m, sink, acme+" upcut  2", usage.Counts{Requests: 1, Billable: 1, BytesOut: 300_000})
 	})
 
 	for _, mode := range []string{"cl", "chunked"} {
@@ -256,7 +256,7 @@ func TestMeteredBytesCutShort(t *testing.T) {
 		if resp.StatusCode != 502 {
 			t.Fatalf("status %d, want the edge's 502", resp.StatusCode)
 		}
-		waitCounts(t, m, sink, acme+" upload  5", billing.Counts{Requests: 1, BytesIn: 100_000, BytesOut: resp.ContentLength})
+		waitCounts(t, m, sink, acme+" upload  5", usage.Counts{Requests: 1, BytesIn: 100_000, BytesOut: resp.ContentLength})
 	})
 }
 
@@ -278,13 +278,13 @@ func TestMeteredBytesEdgeAnswers(t *testing.T) {
 	if r.status != 401 || r.errCode() == "" {
 		t.Fatalf("no key: %s", r)
 	}
-	waitCounts(t, m, sink, acme+" keyed  4", billing.Counts{Requests: 1, BytesOut: int64(len(r.body))})
+	waitCounts(t, m, sink, acme+" keyed  4", usage.Counts{Requests: 1, BytesOut: int64(len(r.body))})
 
 	r = send(t, h.public, "POST", host, "/small/x?n=10", nil, string(pattern(5000)))
 	if r.status != 413 {
 		t.Fatalf("over the body limit: %s", r)
 	}
-	waitCounts(t, m, sink, acme+" small  4", billing.Counts{Requests: 1, BytesOut: int64(len(r.body))})
+	waitCounts(t, m, sink, acme+" small  4", usage.Counts{Requests: 1, BytesOut: int64(len(r.body))})
 
 	r = h.get(host, "/nowhere")
 	if r.status != 404 || len(r.body) == 0 {
@@ -293,14 +293,14 @@ func TestMeteredBytesEdgeAnswers(t *testing.T) {
 	if rh := send(t, h.public, "HEAD", host, "/nowhere", nil, ""); rh.status != 404 || rh.body != "" {
 		t.Fatalf("HEAD, no route: %s", rh)
 	}
-	waitCounts(t, m, sink, acme+"   4", billing.Counts{Requests: 2, BytesOut: int64(len(r.body))})
+	waitCounts(t, m, sink, acme+"   4", usage.Counts{Requests: 2, BytesOut: int64(len(r.body))})
 
 	miss := h.get(host, "/cached/x?n=40000")
 	hit := h.get(host, "/cached/x?n=40000")
 	if miss.header.Get("X-Cache") != "MISS" || hit.header.Get("X-Cache") != "HIT" || len(hit.body) != 40_000 || len(miss.body) != 40_000 {
 		t.Fatalf("cache: %s %d, then %s %d", miss.header.Get("X-Cache"), len(miss.body), hit.header.Get("X-Cache"), len(hit.body))
 	}
-	waitCounts(t, m, sink, acme+" cached  2", billing.Counts{Requests: 2, Billable: 2, BytesOut: 80_000})
+	waitCounts(t, m, sink, acme+" cached  2", usage.Counts{Requests: 2, Billable: 2, BytesOut: 80_000})
 }
 
 // wsFrame is one binary WebSocket frame around payload, masked as a client sends it or
@@ -440,7 +440,7 @@ func TestMeteredBytesWebSocket(t *testing.T) {
 	}
 	cell := acme + " ws  1"
 	// Recorded while the tunnel is still open.
-	waitCounts(t, m, sink, cell, billing.Counts{Requests: 1, Billable: 1, BytesIn: in1, BytesOut: out1})
+	waitCounts(t, m, sink, cell, usage.Counts{Requests: 1, Billable: 1, BytesIn: in1, BytesOut: out1})
 
 	in2, out2 := exchange([][]byte{pattern(1000)}, [][]byte{pattern(126)}, 0)
 	closeFrame := []byte{0x88, 0x82, 1, 2, 3, 4, 0x03 ^ 1, 0xe8 ^ 2} // 1000, masked
@@ -458,7 +458,7 @@ func TestMeteredBytesWebSocket(t *testing.T) {
 		}
 		return ""
 	})
-	waitCounts(t, m, sink, cell, billing.Counts{Requests: 1, Billable: 1,
+	waitCounts(t, m, sink, cell, usage.Counts{Requests: 1, Billable: 1,
 		BytesIn: in1 + in2 + int64(len(closeFrame)), BytesOut: out1 + out2})
 }
 
@@ -482,7 +482,7 @@ func TestMeteredBytesRewrittenAndRetried(t *testing.T) {
 	if r.status != 200 || r.header.Get("X-Got-Body") != strconv.Itoa(len(`{"keep":"`)+1000+len(`"}`)) {
 		t.Fatalf("rewrite: %s, the upstream got %s bytes", r, r.header.Get("X-Got-Body"))
 	}
-	waitCounts(t, m, sink, acme+" rewrite  2", billing.Counts{Requests: 1, Billable: 1, BytesIn: int64(len(doc)), BytesOut: 10})
+	waitCounts(t, m, sink, acme+" rewrite  2", usage.Counts{Requests: 1, Billable: 1, BytesIn: int64(len(doc)), BytesOut: 10})
 
 	body := pattern(50_000)
 	for i := 0; i < 4; i++ { // round-robin: some start on the dead target
@@ -494,5 +494,5 @@ func TestMeteredBytesRewrittenAndRetried(t *testing.T) {
 	if n := h.metric("tollgate_edge_upstream_retries_total", map[string]string{"result": "success"}); n == 0 {
 		t.Fatal("no request was retried")
 	}
-	waitCounts(t, m, sink, acme+" retry  2", billing.Counts{Requests: 4, Billable: 4, BytesIn: 4 * 50_000, BytesOut: 4 * 20})
+	waitCounts(t, m, sink, acme+" retry  2", usage.Counts{Requests: 4, Billable: 4, BytesIn: 4 * 50_000, BytesOut: 4 * 20})
 }

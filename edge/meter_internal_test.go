@@ -6,14 +6,14 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"tollgate/billing"
 	"tollgate/edge/meter"
+	usagewire "tollgate/infra/usage" // the edge has its own type usage
 )
 
 type discardSink struct{}
 
-func (discardSink) Publish(context.Context, string, []byte) error        { return nil }
-func (discardSink) PutTotals(context.Context, []billing.EdgeTotal) error { return nil }
+func (discardSink) Publish(context.Context, string, []byte) error          { return nil }
+func (discardSink) PutTotals(context.Context, []usagewire.EdgeTotal) error { return nil }
 
 // BenchmarkMeterRecordPlain is the meter's share of a plain proxied request, a GET
 // answered with an in-memory body: counting its request body and recording it.

@@ -12,20 +12,20 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"tollgate/billing"
 	"tollgate/edge"
 	"tollgate/edge/meter"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
 
 // memSink keeps what a meter publishes.
 type memSink struct {
 	mu      sync.Mutex
-	batches []*billing.UsageBatch
+	batches []*usage.Batch
 }
 
 func (s *memSink) Publish(_ context.Context, _ string, data []byte) error {
-	b := new(billing.UsageBatch) // not DecodeBatch: the harness's tenant ids are not UUIDs
+	b := new(usage.Batch) // not DecodeBatch: the harness's tenant ids are not UUIDs
 	if err := json.Unmarshal(data, b); err != nil {
 		return err
 	}
@@ -35,13 +35,13 @@ func (s *memSink) Publish(_ context.Context, _ string, data []byte) error {
 	return nil
 }
 
-func (s *memSink) PutTotals(context.Context, []billing.EdgeTotal) error { return nil }
+func (s *memSink) PutTotals(context.Context, []usage.EdgeTotal) error { return nil }
 
 // sum adds up the records by "tenant route consumer class".
-func (s *memSink) sum() map[string]billing.Counts {
+func (s *memSink) sum() map[string]usage.Counts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := map[string]billing.Counts{}
+	out := map[string]usage.Counts{}
 	for _, b := range s.batches {
 		for _, r := range b.Records {
 			k := fmt.Sprintf("%s %s %s %d", r.TenantID, r.RouteID, r.ConsumerID, r.Class)
@@ -163,8 +163,8 @@ func BenchmarkHandlerMetered(b *testing.B) {
 
 type nopSink struct{}
 
-func (nopSink) Publish(context.Context, string, []byte) error        { return nil }
-func (nopSink) PutTotals(context.Context, []billing.EdgeTotal) error { return nil }
+func (nopSink) Publish(context.Context, string, []byte) error      { return nil }
+func (nopSink) PutTotals(context.Context, []usage.EdgeTotal) error { return nil }
 
 // TestMeteringJWTCaller: a JWT caller is metered as the consumer "<iss>|<claim>".
 func TestMeteringJWTCaller(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"tollgate/infra/netaddr"
 )
 
 // UpstreamAddressRule is the operator's say on where upstreams may point. The zero value
@@ -22,31 +24,6 @@ type UpstreamAddressRule struct {
 	GatewayPorts []int
 	// EdgeDomain: a target under it would route back into the edge.
 	EdgeDomain string
-}
-
-// ParseCIDRs parses a comma-separated CIDR list (bare addresses count as /32 or /128).
-func ParseCIDRs(s string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		if !strings.Contains(part, "/") {
-			a, err := netip.ParseAddr(part)
-			if err != nil {
-				return nil, fmt.Errorf("%q is not a CIDR or an address", part)
-			}
-			out = append(out, netip.PrefixFrom(a, a.BitLen()))
-			continue
-		}
-		p, err := netip.ParsePrefix(part)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a CIDR: %v", part, err)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
 }
 
 func (p *UpstreamAddressRule) allowed(a netip.Addr) bool {
@@ -212,31 +189,10 @@ func validHostname(h string) bool {
 	return true
 }
 
-// reservedSlugs would collide with hosts the service itself uses under the edge domain.
-var reservedSlugs = map[string]bool{"www": true, "api": true, "admin": true, "console": true, "edge": true, "status": true}
-
 // ValidateSlug applies DNS label rules: 1–63 of a–z, 0–9 and '-', not starting or ending
-// with '-'. Slugs are the first label of the tenant's edge host name.
-func ValidateSlug(s string) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("is required")
-	case len(s) > 63:
-		return fmt.Errorf("must be at most 63 characters (a DNS label), got %d", len(s))
-	case s[0] == '-' || s[len(s)-1] == '-':
-		return fmt.Errorf("must not start or end with '-'")
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return fmt.Errorf("may contain only lowercase letters, digits and '-' (found %q at %d)", rune(c), i)
-		}
-	}
-	if reservedSlugs[s] {
-		return fmt.Errorf("%q is reserved", s)
-	}
-	return nil
-}
+// with '-', and refuses the names the service itself uses under the edge domain. Slugs are
+// the first label of the tenant's edge host name.
+func ValidateSlug(s string) error { return netaddr.CheckLabel(s) }
 
 // ValidateName checks a human-readable name: 1–100 characters, printable, trimmed.
 func ValidateName(s string) error {

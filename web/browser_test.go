@@ -28,6 +28,7 @@ import (
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 	"tollgate/tenants/smtp/smtptest"
 )
 
@@ -506,15 +507,15 @@ func TestConsole(t *testing.T) {
 		}
 		defer store.Close()
 		hour := billing.Hour(time.Now())
-		rec := func(class, n int, billable bool) billing.UsageRecord {
-			c := billing.Counts{Requests: int64(n)}
+		rec := func(class, n int, billable bool) usage.Record {
+			c := usage.Counts{Requests: int64(n)}
 			if billable {
 				c.Billable = int64(n)
 			}
-			return billing.UsageRecord{TenantID: tenant["id"].(string), Hour: hour, RouteID: routeID, Class: class, Counts: c}
+			return usage.Record{TenantID: tenant["id"].(string), Hour: hour, RouteID: routeID, Class: class, Counts: c}
 		}
-		_, err = store.Fold(context.Background(), &billing.UsageBatch{ID: billing.BatchID("web-test", suffix, 1), EdgeID: "web-test", BootID: suffix, Seq: 1,
-			Created: time.Now().UTC(), Records: []billing.UsageRecord{rec(2, ok, true), rec(4, denied, false)}})
+		_, err = store.Fold(context.Background(), &usage.Batch{ID: usage.BatchID("web-test", suffix, 1), EdgeID: "web-test", BootID: suffix, Seq: 1,
+			Created: time.Now().UTC(), Records: []usage.Record{rec(2, ok, true), rec(4, denied, false)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 )
 
 // adminSend calls the management API with the admin token and a JSON body (a PUT
@@ -57,9 +58,9 @@ func TestPricesConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	_, err = store.Fold(context.Background(), &billing.UsageBatch{ID: billing.BatchID("web-prices", suffix, 1), EdgeID: "web-prices", BootID: suffix, Seq: 1,
-		Created: time.Now().UTC(), Records: []billing.UsageRecord{{TenantID: tenantID, Hour: billing.Hour(time.Now()), Class: 2,
-			Counts: billing.Counts{Requests: 1234, Billable: 1234}}}})
+	_, err = store.Fold(context.Background(), &usage.Batch{ID: usage.BatchID("web-prices", suffix, 1), EdgeID: "web-prices", BootID: suffix, Seq: 1,
+		Created: time.Now().UTC(), Records: []usage.Record{{TenantID: tenantID, Hour: billing.Hour(time.Now()), Class: 2,
+			Counts: usage.Counts{Requests: 1234, Billable: 1234}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

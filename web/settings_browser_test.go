@@ -13,6 +13,7 @@ import (
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 )
 
 // adminPut calls the management API with the admin token and a JSON body.
@@ -199,9 +200,9 @@ func TestConsoleSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	_, err = store.Fold(context.Background(), &billing.UsageBatch{ID: billing.BatchID("web-fin", suffix, 1), EdgeID: "web-fin", BootID: suffix, Seq: 1,
-		Created: time.Now().UTC(), Records: []billing.UsageRecord{{TenantID: tenant["id"].(string), Hour: billing.Hour(time.Now()), Class: 2,
-			Counts: billing.Counts{Requests: 1234, Billable: 1234}}}})
+	_, err = store.Fold(context.Background(), &usage.Batch{ID: usage.BatchID("web-fin", suffix, 1), EdgeID: "web-fin", BootID: suffix, Seq: 1,
+		Created: time.Now().UTC(), Records: []usage.Record{{TenantID: tenant["id"].(string), Hour: billing.Hour(time.Now()), Class: 2,
+			Counts: usage.Counts{Requests: 1234, Billable: 1234}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/billing"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 	"tollgate/web/forms"
 )
@@ -200,7 +201,7 @@ func deref(s *string) string {
 	return *s
 }
 
-func add(into map[string]*usageRow, id string, n billing.Counts, names map[string]string, link, none, gone string) {
+func add(into map[string]*usageRow, id string, n usage.Counts, names map[string]string, link, none, gone string) {
 	r := into[id]
 	if r == nil {
 		r = &usageRow{Name: names[id]}

@@ -9,6 +9,7 @@ import (
 
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
 
@@ -30,12 +31,12 @@ func TestUsageByConsumerAndRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	hour := billing.Hour(time.Now())
-	rec := func(route, consumer string, n int64) billing.UsageRecord {
-		return billing.UsageRecord{TenantID: tn.ID, Hour: hour, RouteID: route, ConsumerID: consumer, Class: 2, Counts: billing.Counts{Requests: n, Billable: n}}
+	rec := func(route, consumer string, n int64) usage.Record {
+		return usage.Record{TenantID: tn.ID, Hour: hour, RouteID: route, ConsumerID: consumer, Class: 2, Counts: usage.Counts{Requests: n, Billable: n}}
 	}
 	gone := "01a00000-0000-7000-8000-000000000000"
-	if _, err := billingpg.New(e.db.Pool()).Fold(ctx, &billing.UsageBatch{ID: billing.BatchID("web-test", "usage", 1), EdgeID: "web-test", BootID: "usage", Seq: 1,
-		Created: time.Now().UTC(), Records: []billing.UsageRecord{rec(r.ID, cs.ID, 7), rec(r.ID, "", 2), rec(gone, cs.ID, 1)}}); err != nil {
+	if _, err := billingpg.New(e.db.Pool()).Fold(ctx, &usage.Batch{ID: usage.BatchID("web-test", "usage", 1), EdgeID: "web-test", BootID: "usage", Seq: 1,
+		Created: time.Now().UTC(), Records: []usage.Record{rec(r.ID, cs.ID, 7), rec(r.ID, "", 2), rec(gone, cs.ID, 1)}}); err != nil {
 		t.Fatal(err)
 	}
 	pg := e.get(owner, "/console/t/acme/usage")

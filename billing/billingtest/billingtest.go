@@ -11,6 +11,7 @@ import (
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
 )
@@ -63,29 +64,29 @@ func (db *DB) Tenant(t testing.TB, slug, plan string) *tenants.Tenant {
 }
 
 // Record is a record of n billable requests (billable = n when upstream).
-func Record(tenantID string, at time.Time, route, consumer string, status int, upstream bool, n int64) billing.UsageRecord {
-	r := billing.UsageRecord{TenantID: tenantID, Hour: billing.Hour(at), RouteID: route, ConsumerID: consumer,
-		Class: billing.StatusClass(status), Counts: billing.Counts{Requests: n, BytesIn: 10 * n, BytesOut: 100 * n}}
-	o := billing.OriginEdge
+func Record(tenantID string, at time.Time, route, consumer string, status int, upstream bool, n int64) usage.Record {
+	r := usage.Record{TenantID: tenantID, Hour: billing.Hour(at), RouteID: route, ConsumerID: consumer,
+		Class: usage.StatusClass(status), Counts: usage.Counts{Requests: n, BytesIn: 10 * n, BytesOut: 100 * n}}
+	o := usage.OriginEdge
 	if upstream {
-		o = billing.OriginUpstream
+		o = usage.OriginUpstream
 	}
-	if billing.Billable(r.Class, o) {
+	if usage.Billable(r.Class, o) {
 		r.Billable = n
 	}
 	return r
 }
 
 // Batch makes a batch of the records with edge "test-edge", boot "boot".
-func Batch(seq uint64, recs ...billing.UsageRecord) *billing.UsageBatch {
-	return &billing.UsageBatch{
-		ID: billing.BatchID("test-edge", "boot", seq), EdgeID: "test-edge", BootID: "boot", Seq: seq,
+func Batch(seq uint64, recs ...usage.Record) *usage.Batch {
+	return &usage.Batch{
+		ID: usage.BatchID("test-edge", "boot", seq), EdgeID: "test-edge", BootID: "boot", Seq: seq,
 		Created: time.Now().UTC(), Records: recs,
 	}
 }
 
 // Fold folds batches and fails the test on an error.
-func (db *DB) Fold(t testing.TB, bs ...*billing.UsageBatch) {
+func (db *DB) Fold(t testing.TB, bs ...*usage.Batch) {
 	t.Helper()
 	for _, b := range bs {
 		if err := b.Validate(); err != nil {

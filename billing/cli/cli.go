@@ -29,7 +29,8 @@ import (
 	"tollgate/infra/admin"
 	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
-	tgnats "tollgate/tenants/nats"
+	"tollgate/infra/natsconn"
+	"tollgate/infra/usage"
 	"tollgate/tenants/postgres"
 )
 
@@ -40,7 +41,7 @@ type Options struct {
 	NATSPrefix  string
 	// NATSAuth and NATSReplicas: sign-in and TLS, and the usage stream's replicas, as
 	// every process has them (TOLLGATE_NATS_CREDS…, TOLLGATE_NATS_REPLICAS).
-	NATSAuth     tgnats.Auth
+	NATSAuth     natsconn.Auth
 	NATSReplicas int
 	StripeKey    string // empty: no Stripe push
 	StripeURL    string
@@ -71,7 +72,7 @@ func OptionsFromEnv(getenv func(string) string) (Options, *config.Config, error)
 		DatabaseURL: cfg.DatabaseURL,
 		NATSURL:     cfg.NATSURL,
 		NATSPrefix:  cfg.NATSPrefix,
-		NATSAuth: tgnats.Auth{
+		NATSAuth: natsconn.Auth{
 			Creds: cfg.NATSCreds, NKey: cfg.NATSNKey,
 			TLSCA: cfg.NATSTLSCA, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
 		},
@@ -151,7 +152,7 @@ func task(f func(context.Context, Options) error) func(*cobra.Command, []string)
 	})
 }
 
-// Run is the billing process: the durable usage consumer folding into Postgres and, with
+// Run is the billing process: the usage reader folding into Postgres and, with
 // a Stripe key, the Stripe push every PushInterval, until ctx ends.
 func Run(ctx context.Context, o Options) error {
 	log := o.logger()
@@ -176,7 +177,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	defer store.Close()
-	nc, err := tgnats.ConnectAuth(o.NATSURL, "tollgate-billing", o.NATSAuth)
+	nc, err := natsconn.ConnectAuth(o.NATSURL, "tollgate-billing", o.NATSAuth)
 	if err != nil {
 		return err
 	}
@@ -221,8 +222,8 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		log.Info("billing: TOLLGATE_STRIPE_KEY not set; usage is not pushed to Stripe")
 	}
-	c := billingnats.NewConsumer(js, store, billingnats.ConsumerConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log, Metrics: metrics, Tracer: o.Tracer})
-	log.Info("billing: consuming usage", "stream", billing.UsageStream(o.NATSPrefix))
+	c := billingnats.NewUsageReader(js, store, billingnats.UsageReaderConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log, Metrics: metrics, Tracer: o.Tracer})
+	log.Info("billing: consuming usage", "stream", usage.Stream(o.NATSPrefix))
 	err = c.Run(ctx)
 	wg.Wait()
 	return err
@@ -260,7 +261,7 @@ func Reconcile(ctx context.Context, o Options, p billing.Period, settle time.Dur
 		return nil, err
 	}
 	defer store.Close()
-	nc, err := tgnats.ConnectAuth(o.NATSURL, "tollgate-billing-reconcile", o.NATSAuth)
+	nc, err := natsconn.ConnectAuth(o.NATSURL, "tollgate-billing-reconcile", o.NATSAuth)
 	if err != nil {
 		return nil, err
 	}

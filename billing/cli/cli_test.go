@@ -10,10 +10,10 @@ import (
 	"tollgate/billing"
 	"tollgate/billing/billingtest"
 	"tollgate/billing/cli"
-	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
+	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
-	tgnats "tollgate/tenants/nats"
+	"tollgate/infra/usage"
 )
 
 // The billing process folds what an edge meters, and `billing reconcile` agrees with it;
@@ -41,12 +41,12 @@ func TestRunAndReconcile(t *testing.T) {
 	go func() { done <- cli.Run(ctx, o) }()
 	defer func() { cancel(); <-done }()
 
-	nc, err := tgnats.Connect(ns.ClientURL(), "edge")
+	nc, err := natsconn.Connect(ns.ClientURL(), "edge")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	pub, _ := billingnats.NewPublisher(nc, prefix, "edge-1")
+	pub, _ := usage.NewPublisher(nc, prefix, "edge-1")
 	m, err := meter.New(meter.Config{EdgeID: "edge-1", Sink: pub, SpoolDir: t.TempDir(), Logger: o.Logger})
 	if err != nil {
 		t.Fatal(err)

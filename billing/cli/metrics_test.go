@@ -13,10 +13,10 @@ import (
 
 	"tollgate/billing/billingtest"
 	"tollgate/billing/cli"
-	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
+	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
-	tgnats "tollgate/tenants/nats"
+	"tollgate/infra/usage"
 )
 
 // The billing process serves its admin listener: /healthz, /readyz while Postgres and
@@ -64,12 +64,12 @@ func TestAdminListener(t *testing.T) {
 		t.Fatalf("folded before any batch: %v", v)
 	}
 
-	nc, err := tgnats.Connect(ns.ClientURL(), "edge")
+	nc, err := natsconn.Connect(ns.ClientURL(), "edge")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	pub, _ := billingnats.NewPublisher(nc, prefix, "edge-1")
+	pub, _ := usage.NewPublisher(nc, prefix, "edge-1")
 	m, err := meter.New(meter.Config{EdgeID: "edge-1", Sink: pub, SpoolDir: t.TempDir(), Logger: o.Logger})
 	if err != nil {
 		t.Fatal(err)

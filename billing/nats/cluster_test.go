@@ -11,11 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"tollgate/billing"
 	"tollgate/billing/billingtest"
 	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
+	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 	tgnats "tollgate/tenants/nats"
 )
 
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 
 func connectList(t testing.TB, servers, name string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := tgnats.ConnectAuth(servers, name, tgnats.Auth{}, nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
+	nc, err := natsconn.ConnectAuth(servers, name, natsconn.Auth{}, nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,11 +61,11 @@ func TestClusterStreamReplicas(t *testing.T) {
 			do   func(context.Context) error
 		}{
 			{"usage stream", func(ctx context.Context) error {
-				_, err := billingnats.EnsureStream(ctx, js, name, replicas)
+				_, err := usage.EnsureStream(ctx, js, name, replicas)
 				return err
 			}},
 			{"totals bucket", func(ctx context.Context) error {
-				_, err := billingnats.EnsureTotalsBucket(ctx, js, name, replicas)
+				_, err := usage.EnsureTotalsBucket(ctx, js, name, replicas)
 				return err
 			}},
 		} {
@@ -81,7 +82,7 @@ func TestClusterStreamReplicas(t *testing.T) {
 
 	fresh := testenv.Name("tg")
 	ensure(fresh, 3)
-	for _, s := range []string{billing.UsageStream(fresh), tgnats.KVStream(billing.TotalsBucket(fresh))} {
+	for _, s := range []string{usage.Stream(fresh), tgnats.KVStream(usage.TotalsBucket(fresh))} {
 		if r, peers, _ := testenv.StreamReplicas(t, js, s); r != 3 || peers != 3 {
 			t.Errorf("%s: %d replicas on %d peers, want 3 on 3", s, r, peers)
 		}
@@ -89,12 +90,12 @@ func TestClusterStreamReplicas(t *testing.T) {
 
 	old := testenv.Name("tg")
 	ensure(old, 1)
-	cons, err := js.CreateOrUpdateConsumer(ctx, billing.UsageStream(old), jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy})
+	cons, err := js.CreateOrUpdateConsumer(ctx, usage.Stream(old), jetstream.ConsumerConfig{Durable: "billing", AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ensure(old, 3) // raised
-	for _, s := range []string{billing.UsageStream(old), tgnats.KVStream(billing.TotalsBucket(old))} {
+	for _, s := range []string{usage.Stream(old), tgnats.KVStream(usage.TotalsBucket(old))} {
 		testenv.WaitFor(t, 10*time.Second, func() error {
 			if r, peers, _ := testenv.StreamReplicas(t, js, s); r != 3 || peers != 3 {
 				return fmt.Errorf("%s raised to %d replicas on %d peers, want 3 on 3", s, r, peers)
@@ -112,13 +113,13 @@ func TestClusterStreamReplicas(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := billingnats.EnsureStream(ctx, js, old, 1); err != nil {
+	if _, err := usage.EnsureStream(ctx, js, old, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := billingnats.EnsureTotalsBucket(ctx, js, old, 1); err != nil {
+	if _, err := usage.EnsureTotalsBucket(ctx, js, old, 1); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{billing.UsageStream(old), tgnats.KVStream(billing.TotalsBucket(old))} {
+	for _, s := range []string{usage.Stream(old), tgnats.KVStream(usage.TotalsBucket(old))} {
 		if r, _, _ := testenv.StreamReplicas(t, js, s); r != 3 {
 			t.Errorf("a setting of 1 lowered %s to %d replicas; it must keep 3", s, r)
 		}
@@ -137,11 +138,11 @@ func TestClusterUsageExactlyOnce(t *testing.T) {
 	edgeNC, js := connectList(t, c.URLs(), "edge-1")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := billingnats.EnsureStream(ctx, js, prefix, 3); err != nil {
+	if _, err := usage.EnsureStream(ctx, js, prefix, 3); err != nil {
 		t.Fatal(err)
 	}
 
-	pub, err := billingnats.NewPublisher(edgeNC, prefix, "edge-1")
+	pub, err := usage.NewPublisher(edgeNC, prefix, "edge-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestClusterUsageExactlyOnce(t *testing.T) {
 	}
 	_, billJS := connectList(t, c.URLs(), "billing")
 	bctx, stop := context.WithCancel(context.Background())
-	cons := billingnats.NewConsumer(billJS, db.Store, billingnats.ConsumerConfig{Prefix: prefix, Replicas: 3, AckWait: time.Second, Logger: quiet})
+	cons := billingnats.NewUsageReader(billJS, db.Store, billingnats.UsageReaderConfig{Prefix: prefix, Replicas: 3, AckWait: time.Second, Logger: quiet})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = cons.Run(bctx) }()
 	t.Cleanup(func() { stop(); <-done })
@@ -172,7 +173,7 @@ func TestClusterUsageExactlyOnce(t *testing.T) {
 	}
 
 	record(500 * time.Millisecond)
-	_, _, leader := testenv.StreamReplicas(t, js, billing.UsageStream(prefix))
+	_, _, leader := testenv.StreamReplicas(t, js, usage.Stream(prefix))
 	li := c.Index(leader)
 	start := time.Now()
 	c.Kill(li)
@@ -181,7 +182,7 @@ func TestClusterUsageExactlyOnce(t *testing.T) {
 	testenv.WaitFor(t, 15*time.Second, func() error {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		s, err := js.Stream(pctx, billing.UsageStream(prefix))
+		s, err := js.Stream(pctx, usage.Stream(prefix))
 		if err != nil {
 			return err
 		}

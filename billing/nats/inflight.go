@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"tollgate/billing"
+	"tollgate/infra/usage"
 )
 
 // FoldedChecker says which batch ids have been folded; billing/postgres.Store is one.
@@ -20,7 +21,7 @@ type FoldedChecker interface {
 const DefaultMaxInFlight = 200_000
 
 // InFlightReader finds the usage batches that are in the stream and not folded: those
-// after billing's consumer's acknowledgement floor whose id is not in usage_batches. It is
+// after the UsageReader's durable consumer's acknowledgement floor whose id is not in usage_batches. It is
 // reconciliation's billing.InFlightSource, and reads without acknowledging anything (an
 // ordered consumer of its own, removed by the server once idle).
 type InFlightReader struct {
@@ -32,8 +33,8 @@ type InFlightReader struct {
 	Max int
 }
 
-// NewInFlight reads the usage stream of prefix behind billing's durable consumer
-// (ConsumerConfig.Durable; "" for the default).
+// NewInFlight reads the usage stream of prefix behind the UsageReader's durable consumer
+// (UsageReaderConfig.Durable; "" for the default).
 func NewInFlight(js jetstream.JetStream, prefix, durable string, folded FoldedChecker) *InFlightReader {
 	if durable == "" {
 		durable = "billing"
@@ -45,7 +46,7 @@ func NewInFlight(js jetstream.JetStream, prefix, durable string, folded FoldedCh
 // hour.
 func (r *InFlightReader) InFlight(ctx context.Context) (*billing.InFlight, error) {
 	out := &billing.InFlight{}
-	stream, err := r.js.Stream(ctx, billing.UsageStream(r.prefix))
+	stream, err := r.js.Stream(ctx, usage.Stream(r.prefix))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return out, nil // nothing was ever published
 	}
@@ -94,7 +95,7 @@ func (r *InFlightReader) InFlight(ctx context.Context) (*billing.InFlight, error
 		hour               int64
 	}
 	sums := map[cell]*[2]int64{}
-	var pending []*billing.UsageBatch
+	var pending []*usage.Batch
 	check := func() error {
 		if len(pending) == 0 {
 			return nil
@@ -146,7 +147,7 @@ func (r *InFlightReader) InFlight(ctx context.Context) (*billing.InFlight, error
 				return nil, fmt.Errorf("read usage stream: %w", err)
 			}
 			seq = md.Sequence.Stream
-			if b, err := billing.DecodeBatch(msg.Data()); err == nil {
+			if b, err := usage.DecodeBatch(msg.Data()); err == nil {
 				pending = append(pending, b)
 			}
 			if seq >= last {

@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"tollgate/infra/usage"
 
 	"github.com/jackc/pgx/v5"
-
-	"tollgate/billing"
 )
 
 // foldKeyUses moves keys.last_used_at forward to the batch's key uses, in the fold's
@@ -18,7 +17,7 @@ import (
 //
 // The rows are locked in primary-key order before they are written, as the rollups are,
 // so that two edges' folds touching the same keys never deadlock.
-func foldKeyUses(ctx context.Context, tx pgx.Tx, uses []billing.KeyUse) error {
+func foldKeyUses(ctx context.Context, tx pgx.Tx, uses []usage.KeyUse) error {
 	keyIDs := make([]string, 0, len(uses))
 	tenantIDs := make([]string, 0, len(uses))
 	ats := make([]time.Time, 0, len(uses))

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/billing"
 	"tollgate/billing/billingtest"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
 
@@ -39,7 +39,7 @@ func lastUsed(t *testing.T, db *billingtest.DB, k *tenants.Key) time.Time {
 	return *keys[0].LastUsedAt
 }
 
-func keyUseBatch(seq uint64, uses ...billing.KeyUse) *billing.UsageBatch {
+func keyUseBatch(seq uint64, uses ...usage.KeyUse) *usage.Batch {
 	b := billingtest.Batch(seq)
 	b.KeyUses = uses
 	return b
@@ -62,10 +62,10 @@ func TestFoldKeyUses(t *testing.T) {
 		t.Fatal("a new key has a last use")
 	}
 	db.Fold(t, keyUseBatch(1,
-		billing.KeyUse{KeyID: k1.ID, TenantID: acme.ID, At: at(time.Minute)},
-		billing.KeyUse{KeyID: k1.ID, TenantID: acme.ID, At: at(0)}, // an earlier use of the same key
-		billing.KeyUse{KeyID: k3.ID, TenantID: acme.ID, At: at(0)}, // another tenant's key
-		billing.KeyUse{KeyID: "k-not-a-uuid", TenantID: acme.ID, At: at(0)},
+		usage.KeyUse{KeyID: k1.ID, TenantID: acme.ID, At: at(time.Minute)},
+		usage.KeyUse{KeyID: k1.ID, TenantID: acme.ID, At: at(0)}, // an earlier use of the same key
+		usage.KeyUse{KeyID: k3.ID, TenantID: acme.ID, At: at(0)}, // another tenant's key
+		usage.KeyUse{KeyID: "k-not-a-uuid", TenantID: acme.ID, At: at(0)},
 	))
 	if got := lastUsed(t, db, k1); !got.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("k1 last used %v, want %v", got, t0.Add(time.Minute))
@@ -77,7 +77,7 @@ func TestFoldKeyUses(t *testing.T) {
 	// An older use (a late batch of another edge) does not move it back; a newer one in a
 	// batch with counts moves it, and its counts fold too.
 	b := billingtest.Batch(2, billingtest.Record(acme.ID, t0, "r", "", 200, true, 3))
-	b.KeyUses = []billing.KeyUse{
+	b.KeyUses = []usage.KeyUse{
 		{KeyID: k1.ID, TenantID: acme.ID, At: at(-time.Hour)},
 		{KeyID: k2.ID, TenantID: acme.ID, At: at(2 * time.Minute)},
 		{KeyID: k3.ID, TenantID: other.ID, At: at(3 * time.Minute)},
@@ -97,7 +97,7 @@ func TestFoldKeyUses(t *testing.T) {
 	}
 
 	// A batch folded before is not folded again, its uses included.
-	again := keyUseBatch(1, billing.KeyUse{KeyID: k2.ID, TenantID: acme.ID, At: at(time.Hour)})
+	again := keyUseBatch(1, usage.KeyUse{KeyID: k2.ID, TenantID: acme.ID, At: at(time.Hour)})
 	if folded, err := db.Store.Fold(ctx, again); err != nil || folded {
 		t.Fatalf("refold: %v %v", folded, err)
 	}
@@ -124,13 +124,13 @@ func TestFoldKeyUsesConcurrent(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < batches; i++ {
-				var uses []billing.KeyUse
+				var uses []usage.KeyUse
 				for j := range keys {
 					k := keys[j]
 					if w%2 == 1 {
 						k = keys[nkeys-1-j]
 					}
-					uses = append(uses, billing.KeyUse{KeyID: k.ID, TenantID: acme.ID, At: t0.Add(time.Duration(w*batches+i) * time.Second).Unix()})
+					uses = append(uses, usage.KeyUse{KeyID: k.ID, TenantID: acme.ID, At: t0.Add(time.Duration(w*batches+i) * time.Second).Unix()})
 				}
 				b := keyUseBatch(uint64(w*batches+i+1), uses...)
 				if _, err := db.Store.Fold(ctx, b); err != nil {

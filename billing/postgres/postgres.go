@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"tollgate/billing"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
 
@@ -81,14 +82,14 @@ type rollupKey struct {
 // requests per tenant and hour to its edge's and boot's usage_edge_hourly row. folded is false
 // when the batch had been folded before; then nothing changed. Rows are upserted in
 // primary-key order so that concurrent folds never deadlock.
-func (s *Store) Fold(ctx context.Context, b *billing.UsageBatch) (folded bool, err error) {
-	merged := map[rollupKey]*billing.Counts{}
+func (s *Store) Fold(ctx context.Context, b *usage.Batch) (folded bool, err error) {
+	merged := map[rollupKey]*usage.Counts{}
 	for i := range b.Records {
 		r := &b.Records[i]
 		k := rollupKey{strings.ToLower(r.TenantID), r.RouteID, r.ConsumerID, r.Hour.Unix(), r.Class}
 		c := merged[k]
 		if c == nil {
-			c = &billing.Counts{}
+			c = &usage.Counts{}
 			merged[k] = c
 		}
 		c.Add(r.Counts)
@@ -311,8 +312,8 @@ func (s *Store) FoldedBatches(ctx context.Context, ids []string) (map[string]boo
 }
 
 // Sum adds up every rollup, for tests and operators.
-func (s *Store) Sum(ctx context.Context) (billing.Counts, error) {
-	var c billing.Counts
+func (s *Store) Sum(ctx context.Context) (usage.Counts, error) {
+	var c usage.Counts
 	err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(requests), 0), coalesce(sum(billable), 0),
 		coalesce(sum(bytes_in), 0), coalesce(sum(bytes_out), 0) FROM usage_hourly`).
 		Scan(&c.Requests, &c.Billable, &c.BytesIn, &c.BytesOut)

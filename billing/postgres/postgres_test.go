@@ -9,6 +9,7 @@ import (
 
 	"tollgate/billing"
 	"tollgate/billing/billingtest"
+	"tollgate/infra/usage"
 	"tollgate/tenants"
 )
 
@@ -75,7 +76,7 @@ func TestFoldByEdgeConcurrent(t *testing.T) {
 				seq := uint64((w/2)*batches + i + 1)
 				b := billingtest.Batch(seq, billingtest.Record(tn.ID, at, "r", "", 200, true, int64(seq)))
 				b.BootID = []string{"a", "b"}[seq%2]
-				b.ID = billing.BatchID(b.EdgeID, b.BootID, seq)
+				b.ID = usage.BatchID(b.EdgeID, b.BootID, seq)
 				if _, err := db.Store.Fold(ctx, b); err != nil {
 					errs <- err
 					return

@@ -26,6 +26,8 @@ import (
 	"tollgate/edge/upstreamclient"
 	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
+	"tollgate/infra/natsconn"
+	"tollgate/tenants"
 	tgnats "tollgate/tenants/nats"
 )
 
@@ -94,9 +96,9 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 	}
 	defer fc.close()
 	// Connect does not fail on an unreachable server: it keeps trying in the background
-	// (tgnats.Connect sets nats.go's RetryOnFailedConnect), so the edge can start from its
+	// (natsconn.Connect sets nats.go's RetryOnFailedConnect), so the edge can start from its
 	// snapshot and follow the bucket once NATS is back.
-	nc, err := tgnats.ConnectAuth(natsURL, "tollgate-edge-"+cfg.EdgeID, cfg.NATSAuth())
+	nc, err := natsconn.ConnectAuth(natsURL, "tollgate-edge-"+cfg.EdgeID, cfg.NATSAuth())
 	if err != nil {
 		return err
 	}
@@ -219,7 +221,7 @@ func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, log *slog.Logg
 		Registry:       fc.reg,
 		Limiter:        fc.lim,
 		Domain:         cfg.EdgeDomain,
-		AddressRule:    cfg.UpstreamAddressRule(),
+		AddressRule:    &tenants.UpstreamAddressRule{AllowCIDRs: cfg.AllowCIDRs, EdgeDomain: cfg.EdgeDomain, GatewayPorts: cfg.GatewayPorts()},
 		TrustedProxies: cfg.TrustedProxy,
 		Logger:         log,
 		AccessLog:      cfg.AccessLog,

@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
 	"tollgate/infra/config"
+	"tollgate/infra/usage"
 )
 
 // meterDrain bounds how long a stopping edge waits for NATS to take its last usage
@@ -25,7 +25,7 @@ func openMeter(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, log
 		log.Warn("metering is off (TOLLGATE_METER=off): this edge's traffic is not billed")
 		return nil, nil
 	}
-	pub, err := billingnats.NewPublisher(nc, cfg.NATSPrefix, cfg.EdgeID)
+	pub, err := usage.NewPublisher(nc, cfg.NATSPrefix, cfg.EdgeID)
 	if err != nil {
 		return nil, err
 	}

@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/billing"
 	"tollgate/edge/meter"
+	"tollgate/infra/usage"
 )
 
 // The crash tests run this test binary again as a child that meters and is killed with
@@ -83,7 +83,7 @@ func (s *logSink) Publish(_ context.Context, id string, data []byte) error {
 	return nil
 }
 
-func (s *logSink) PutTotals(_ context.Context, ts []billing.EdgeTotal) error {
+func (s *logSink) PutTotals(_ context.Context, ts []usage.EdgeTotal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	data, err := json.Marshal(ts)
@@ -96,11 +96,11 @@ func (s *logSink) PutTotals(_ context.Context, ts []billing.EdgeTotal) error {
 // published is what reached the sinks, deduplicated by batch id as billing does.
 type published struct {
 	batches map[string][]byte
-	totals  map[string]billing.EdgeTotal // by TotalsKey, the last value
+	totals  map[string]usage.EdgeTotal // by TotalsKey, the last value
 }
 
 func newPublished() *published {
-	return &published{batches: map[string][]byte{}, totals: map[string]billing.EdgeTotal{}}
+	return &published{batches: map[string][]byte{}, totals: map[string]usage.EdgeTotal{}}
 }
 
 // add records a published batch; a second copy of an id must be byte for byte the first.
@@ -132,12 +132,12 @@ func (p *published) readLog(t *testing.T, path string) {
 			il := int(binary.LittleEndian.Uint16(payload))
 			p.add(t, string(payload[2:2+il]), payload[2+il:])
 		case 'T':
-			var ts []billing.EdgeTotal
+			var ts []usage.EdgeTotal
 			if err := json.Unmarshal(payload, &ts); err != nil {
 				t.Fatal(err)
 			}
 			for _, et := range ts {
-				p.totals[billing.TotalsKey(&et)] = et
+				p.totals[usage.TotalsKey(&et)] = et
 			}
 		}
 		data = data[5+l:]
@@ -160,7 +160,7 @@ func (p *published) readSink(t *testing.T, s *memSink) {
 func (p *published) byBoot(t *testing.T) (batches, totals map[string]int64) {
 	batches, totals = map[string]int64{}, map[string]int64{}
 	for _, data := range p.batches {
-		b, err := billing.DecodeBatch(data)
+		b, err := usage.DecodeBatch(data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -406,7 +406,7 @@ func TestCrashKill9BetweenPublishAndCommit(t *testing.T) {
 	for k := range before.batches {
 		id = k
 	}
-	if id != billing.BatchID(crashEdge, "dead", 1) {
+	if id != usage.BatchID(crashEdge, "dead", 1) {
 		t.Fatalf("published %s", id)
 	}
 

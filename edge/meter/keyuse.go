@@ -5,13 +5,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"tollgate/billing"
+	"tollgate/infra/usage"
 )
 
 // Last use of API keys. The edge notes the key of every request it authenticates with
 // Key.Use; the meter keeps at most one use per key per Config.KeyUseInterval and ships
-// the uses of each flush in batches of their own (billing.UsageBatch.KeyUses, no
+// the uses of each flush in batches of their own (usage.Batch.KeyUses, no
 // records), numbered in the same sequence as the usage, so they are published, spooled
 // and deduplicated like it and billing moves keys.last_used_at forward from them.
 //
@@ -44,7 +43,7 @@ type Key struct {
 // keyUses is the list of uses waiting for the next flush.
 type keyUses struct {
 	mu      sync.Mutex
-	pending []billing.KeyUse
+	pending []usage.KeyUse
 	every   int64 // Config.KeyUseInterval in seconds
 }
 
@@ -73,10 +72,10 @@ func (k *Key) note(at int64) {
 	if at-last < k.every || !k.noted.CompareAndSwap(last, at) {
 		return
 	}
-	k.m.noteKeyUse(billing.KeyUse{KeyID: k.id, TenantID: k.tenantID, At: at})
+	k.m.noteKeyUse(usage.KeyUse{KeyID: k.id, TenantID: k.tenantID, At: at})
 }
 
-func (m *Meter) noteKeyUse(u billing.KeyUse) {
+func (m *Meter) noteKeyUse(u usage.KeyUse) {
 	ku := &m.keys
 	ku.mu.Lock()
 	ok := len(ku.pending) < maxPendingKeyUses
@@ -92,7 +91,7 @@ func (m *Meter) noteKeyUse(u billing.KeyUse) {
 }
 
 // takeKeyUses empties the pending list.
-func (m *Meter) takeKeyUses() []billing.KeyUse {
+func (m *Meter) takeKeyUses() []usage.KeyUse {
 	ku := &m.keys
 	ku.mu.Lock()
 	defer ku.mu.Unlock()
@@ -100,21 +99,21 @@ func (m *Meter) takeKeyUses() []billing.KeyUse {
 		return nil
 	}
 	out := ku.pending
-	ku.pending = make([]billing.KeyUse, 0, len(out))
+	ku.pending = make([]usage.KeyUse, 0, len(out))
 	return out
 }
 
 // cutKeyUses appends the batches of key uses numbered from seq and returns the next
 // free sequence number.
-func cutKeyUses(out []encodedBatch, edge, boot string, seq uint64, created time.Time, uses []billing.KeyUse) ([]encodedBatch, uint64, error) {
+func cutKeyUses(out []encodedBatch, edge, boot string, seq uint64, created time.Time, uses []usage.KeyUse) ([]encodedBatch, uint64, error) {
 	for len(uses) > 0 {
 		n := min(len(uses), maxBatchKeyUses)
-		b := &billing.UsageBatch{
-			ID:     billing.BatchID(edge, boot, seq),
+		b := &usage.Batch{
+			ID:     usage.BatchID(edge, boot, seq),
 			EdgeID: edge, BootID: boot, Seq: seq,
 			Created: created, KeyUses: uses[:n:n],
 		}
-		data, err := billing.EncodeBatch(b)
+		data, err := usage.EncodeBatch(b)
 		if err != nil {
 			return out, seq, err
 		}

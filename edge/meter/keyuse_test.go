@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"tollgate/billing"
 	"tollgate/edge/meter"
+	"tollgate/infra/usage"
 )
 
 const (
@@ -36,7 +36,7 @@ func TestKeyUsesInBatches(t *testing.T) {
 	if len(counts.Records) != 1 || len(counts.KeyUses) != 0 || len(uses.Records) != 0 || uses.Seq != counts.Seq+1 {
 		t.Fatalf("batches %+v and %+v, want the records then the uses in the next sequence", counts, uses)
 	}
-	want := []billing.KeyUse{{KeyID: key1, TenantID: tenantA, At: t0.Unix()}, {KeyID: key2, TenantID: tenantB, At: t0.Unix() + 2}}
+	want := []usage.KeyUse{{KeyID: key1, TenantID: tenantA, At: t0.Unix()}, {KeyID: key2, TenantID: tenantB, At: t0.Unix() + 2}}
 	if len(uses.KeyUses) != 2 || uses.KeyUses[0] != want[0] || uses.KeyUses[1] != want[1] {
 		t.Fatalf("key uses %+v, want %+v", uses.KeyUses, want)
 	}
@@ -81,16 +81,16 @@ func TestKeyUsesSpool(t *testing.T) {
 // that is not a Unix time does not.
 func TestKeyUsesWireForm(t *testing.T) {
 	old := `{"id":"e.b.1","edge_id":"e","boot_id":"b","seq":1,"created":"2026-05-01T10:00:00Z","records":[]}`
-	b, err := billing.DecodeBatch([]byte(old))
+	b, err := usage.DecodeBatch([]byte(old))
 	if err != nil || len(b.KeyUses) != 0 {
 		t.Fatalf("old batch: %+v %v", b, err)
 	}
-	b.KeyUses = []billing.KeyUse{{KeyID: key1, TenantID: tenantA, At: 1_800_000_000}}
-	data, err := billing.EncodeBatch(b)
+	b.KeyUses = []usage.KeyUse{{KeyID: key1, TenantID: tenantA, At: 1_800_000_000}}
+	data, err := usage.EncodeBatch(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := billing.DecodeBatch(data)
+	back, err := usage.DecodeBatch(data)
 	if err != nil || len(back.KeyUses) != 1 || back.KeyUses[0] != b.KeyUses[0] {
 		t.Fatalf("round trip: %+v %v", back, err)
 	}
@@ -100,8 +100,8 @@ func TestKeyUsesWireForm(t *testing.T) {
 		t.Fatalf("wire form %s has no key_uses", data)
 	}
 	b.KeyUses[0].At = 0
-	data, _ = billing.EncodeBatch(b)
-	if _, err := billing.DecodeBatch(data); err == nil {
+	data, _ = usage.EncodeBatch(b)
+	if _, err := usage.DecodeBatch(data); err == nil {
 		t.Fatal("a key use without a time decoded")
 	}
 }

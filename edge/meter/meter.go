@@ -2,7 +2,7 @@
 // UTC hour and status class, with body bytes in and out (and, through RecordBytes, the
 // bytes of a long-lived exchange without another request), in a memory-mapped state
 // file that outlives the process (see state.go); and about once a second cuts the counts
-// into a billing.UsageBatch and hands it to a Sink (JetStream, see billing/nats),
+// into a usage.Batch and hands it to a Sink (JetStream, see infra/usage),
 // spooling it to local disk whenever the sink cannot take it and replaying the spool, in
 // order and with the original ids, once it can. A run killed without warning leaves its
 // counts and totals in the state file, and the next run on the same spool directory
@@ -71,22 +71,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"tollgate/infra/usage"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"tollgate/billing"
 )
 
-// Sink is where batches and totals go: billing/nats.Publisher in production.
+// Sink is where batches and totals go: usage.Publisher in production.
 type Sink interface {
 	// Publish stores one encoded batch under msgID (its Nats-Msg-Id) and returns nil
 	// only once it is durably accepted; a duplicate of a stored id is success. It should
 	// fail fast while the transport is down.
 	Publish(ctx context.Context, msgID string, data []byte) error
 	// PutTotals records running totals; each replaces the previous value of its key
-	// (billing.TotalsKey).
-	PutTotals(ctx context.Context, totals []billing.EdgeTotal) error
+	// (usage.TotalsKey).
+	PutTotals(ctx context.Context, totals []usage.EdgeTotal) error
 }
 
 // Config configures a Meter. Zero fields take the default in their comment.
@@ -162,7 +161,7 @@ type Meter struct {
 	seq     uint64
 	marked  []*cellRec // the cells of the batches in flight
 	// inherited: totals earlier runs saved at Close and could not publish.
-	inherited      []billing.EdgeTotal
+	inherited      []usage.EdgeTotal
 	inheritedFiles []string
 
 	totalsMu sync.Mutex
@@ -384,7 +383,7 @@ func (m *Meter) Record(tenantID, routeID, consumerID string, status int, upstrea
 // Record counts one request of the route: consumer is the authenticated consumer's handle
 // (nil for none; it must be of the route's tenant), status the response's HTTP status,
 // upstream whether the upstream produced the response (false for the edge's own answers,
-// see billing.Billable), bytesIn and bytesOut the request and response body bytes that
+// see usage.Billable), bytesIn and bytesOut the request and response body bytes that
 // went through, at the time the request arrived (it decides the hour; zero means now).
 func (r *Route) Record(consumer *Consumer, status int, upstream bool, bytesIn, bytesOut int64, at time.Time) {
 	r.add(consumer, status, upstream, 1, bytesIn, bytesOut, at)
@@ -410,7 +409,7 @@ func (r *Route) add(consumer *Consumer, status int, upstream bool, requests, byt
 	if u < 0 && u%3600 != 0 {
 		h--
 	}
-	meta := h<<8 | int64(billing.StatusClass(status))<<1
+	meta := h<<8 | int64(usage.StatusClass(status))<<1
 	if upstream {
 		meta |= 1
 	}
@@ -558,7 +557,7 @@ func (m *Meter) cycle(ctx context.Context) error {
 	var out []encodedBatch
 	var firstErr error
 	if len(acc) > 0 || len(uses) > 0 {
-		var dropped []*billing.UsageBatch
+		var dropped []*usage.Batch
 		var next uint64
 		out, next, dropped = cutBatches(m.cfg.EdgeID, m.cfg.BootID, first, now, acc.records(), false)
 		// After the counts' batches, so a restart that rebuilds those from the state file
@@ -635,7 +634,7 @@ func (m *Meter) commit(first uint64, acc aggregate, now time.Time) {
 
 // encodedBatch is a batch and its wire form.
 type encodedBatch struct {
-	b    *billing.UsageBatch
+	b    *usage.Batch
 	data []byte
 }
 
@@ -644,17 +643,17 @@ type encodedBatch struct {
 // nothing else, so a restart cuts the same records into the same batches, byte for byte.
 // With validate, a batch billing would refuse is returned as dropped (records read back
 // from a state file are not trusted).
-func cutBatches(edge, boot string, first uint64, created time.Time, recs []billing.UsageRecord, validate bool) (out []encodedBatch, next uint64, dropped []*billing.UsageBatch) {
+func cutBatches(edge, boot string, first uint64, created time.Time, recs []usage.Record, validate bool) (out []encodedBatch, next uint64, dropped []*usage.Batch) {
 	seq := first
-	var cut func(recs []billing.UsageRecord)
-	cut = func(recs []billing.UsageRecord) {
-		b := &billing.UsageBatch{
-			ID:     billing.BatchID(edge, boot, seq),
+	var cut func(recs []usage.Record)
+	cut = func(recs []usage.Record) {
+		b := &usage.Batch{
+			ID:     usage.BatchID(edge, boot, seq),
 			EdgeID: edge, BootID: boot, Seq: seq,
 			Created: created, Records: recs,
 		}
 		seq++
-		data, err := billing.EncodeBatch(b)
+		data, err := usage.EncodeBatch(b)
 		if err == nil && len(data) > maxBatchBytes && len(recs) > 1 {
 			cut(recs[:len(recs)/2])
 			cut(recs[len(recs)/2:])
@@ -726,11 +725,11 @@ func (m *Meter) publish(ctx context.Context, id string, data []byte) error {
 }
 
 // spoolAppend spools a batch, counting as dropped whatever the spool gives up for it.
-func (m *Meter) spoolAppend(id string, data []byte, b *billing.UsageBatch) error {
+func (m *Meter) spoolAppend(id string, data []byte, b *usage.Batch) error {
 	first := m.spool.Len() == 0
 	dropped, err := m.spool.append(id, data)
 	for _, d := range dropped {
-		db, derr := billing.DecodeBatch(d)
+		db, derr := usage.DecodeBatch(d)
 		if derr != nil {
 			m.m.dropped.WithLabelValues("spool_corrupt").Inc()
 			continue
@@ -756,7 +755,7 @@ func (m *Meter) spoolAppend(id string, data []byte, b *billing.UsageBatch) error
 }
 
 // dropBatch accounts for a batch that will never be published.
-func (m *Meter) dropBatch(b *billing.UsageBatch, reason string) {
+func (m *Meter) dropBatch(b *usage.Batch, reason string) {
 	m.m.batches.WithLabelValues("dropped").Inc()
 	var n int64
 	m.totalsMu.Lock()
@@ -826,21 +825,21 @@ func (m *Meter) collect(now time.Time, first uint64) aggregate {
 }
 
 // aggregate adds cells up by the dimensions of a usage record.
-type aggregate map[aggKey]*billing.Counts
+type aggregate map[aggKey]*usage.Counts
 
 func (a aggregate) add(tenant, route, consumer string, hour int64, class uint8, upstream bool, d [3]int64) {
 	k := aggKey{tenant: tenant, route: route, consumer: consumer, hour: hour, class: class}
 	c := a[k]
 	if c == nil {
-		c = &billing.Counts{}
+		c = &usage.Counts{}
 		a[k] = c
 	}
 	c.Requests += d[0]
-	origin := billing.OriginEdge
+	origin := usage.OriginEdge
 	if upstream {
-		origin = billing.OriginUpstream
+		origin = usage.OriginUpstream
 	}
-	if billing.Billable(int(class), origin) {
+	if usage.Billable(int(class), origin) {
 		c.Billable += d[0]
 	}
 	c.BytesIn += d[1]
@@ -848,13 +847,13 @@ func (a aggregate) add(tenant, route, consumer string, hour int64, class uint8, 
 }
 
 // records are the usage records, in the one order batches are cut in.
-func (a aggregate) records() []billing.UsageRecord {
+func (a aggregate) records() []usage.Record {
 	if len(a) == 0 {
 		return nil
 	}
-	recs := make([]billing.UsageRecord, 0, len(a))
+	recs := make([]usage.Record, 0, len(a))
 	for k, c := range a {
-		recs = append(recs, billing.UsageRecord{
+		recs = append(recs, usage.Record{
 			TenantID: k.tenant, Hour: time.Unix(k.hour*3600, 0).UTC(), RouteID: k.route,
 			ConsumerID: k.consumer, Class: int(k.class), Counts: *c,
 		})
@@ -877,8 +876,8 @@ func (a aggregate) records() []billing.UsageRecord {
 }
 
 // byTenantHour sums the counts per tenant and hour, the totals' key.
-func (a aggregate) byTenantHour() map[totalKey]billing.Counts {
-	out := map[totalKey]billing.Counts{}
+func (a aggregate) byTenantHour() map[totalKey]usage.Counts {
+	out := map[totalKey]usage.Counts{}
 	for k, c := range a {
 		tk := totalKey{k.tenant, k.hour}
 		o := out[tk]
@@ -903,7 +902,7 @@ func (m *Meter) putTotals(ctx context.Context, now time.Time) {
 		m.inherited, m.inheritedFiles = nil, nil
 	}
 	m.totalsMu.Lock()
-	var dirty []billing.EdgeTotal
+	var dirty []usage.EdgeTotal
 	var keys []totalKey
 	for k, t := range m.totals {
 		if t.dirty != 0 {
@@ -946,7 +945,7 @@ const totalsFilePrefix = "totals-"
 // saveTotals writes the totals not yet published, if any, to the spool directory.
 func (m *Meter) saveTotals() error {
 	m.totalsMu.Lock()
-	var dirty []billing.EdgeTotal
+	var dirty []usage.EdgeTotal
 	for k, t := range m.totals {
 		if t.dirty != 0 {
 			dirty = append(dirty, m.edgeTotal(k, t))
@@ -957,7 +956,7 @@ func (m *Meter) saveTotals() error {
 	if len(dirty) == 0 {
 		return nil
 	}
-	path := filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+billing.Token(m.cfg.BootID)+".json")
+	path := filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+usage.Token(m.cfg.BootID)+".json")
 	if err := writeTotals(path, dirty); err != nil {
 		return err
 	}
@@ -972,7 +971,7 @@ func (m *Meter) saveTotals() error {
 }
 
 // writeTotals replaces the file at path with totals, durably.
-func writeTotals(path string, totals []billing.EdgeTotal) error {
+func writeTotals(path string, totals []usage.EdgeTotal) error {
 	data, err := json.Marshal(totals)
 	if err != nil {
 		return err
@@ -1042,7 +1041,7 @@ func (m *Meter) recoverState() {
 		}
 	}
 	if len(r.totals) > 0 {
-		tp := filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+"recovered-"+billing.Token(r.bootID)+".json")
+		tp := filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+"recovered-"+usage.Token(r.bootID)+".json")
 		if err := writeTotals(tp, r.totals); err != nil {
 			m.log.Error("meter: totals of an earlier run not saved", "err", err)
 			failed = true
@@ -1066,7 +1065,7 @@ func (m *Meter) loadTotals() {
 	files, _ := filepath.Glob(filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+"*.json"))
 	for _, f := range files {
 		data, err := os.ReadFile(f)
-		var ts []billing.EdgeTotal
+		var ts []usage.EdgeTotal
 		if err == nil {
 			err = json.Unmarshal(data, &ts)
 		}
@@ -1079,8 +1078,8 @@ func (m *Meter) loadTotals() {
 	}
 }
 
-func (m *Meter) edgeTotal(k totalKey, t *totalRec) billing.EdgeTotal {
-	return billing.EdgeTotal{
+func (m *Meter) edgeTotal(k totalKey, t *totalRec) usage.EdgeTotal {
+	return usage.EdgeTotal{
 		EdgeID: m.cfg.EdgeID, BootID: m.cfg.BootID, TenantID: k.tenant,
 		Hour:     time.Unix(k.hour*3600, 0).UTC(),
 		Requests: t.requests, Billable: t.billable, Dropped: t.dropped, DroppedBillable: t.droppedBillable,
@@ -1090,9 +1089,9 @@ func (m *Meter) edgeTotal(k totalKey, t *totalRec) billing.EdgeTotal {
 // Totals is what this edge counted since boot, per tenant and hour (for the hours still
 // kept, see Config.TotalsRetention), ordered by tenant and hour. Counts still in the
 // shards, not yet cut into a batch, are not included.
-func (m *Meter) Totals() []billing.EdgeTotal {
+func (m *Meter) Totals() []usage.EdgeTotal {
 	m.totalsMu.Lock()
-	out := make([]billing.EdgeTotal, 0, len(m.totals))
+	out := make([]usage.EdgeTotal, 0, len(m.totals))
 	for k, t := range m.totals {
 		out = append(out, m.edgeTotal(k, t))
 	}
@@ -1101,7 +1100,7 @@ func (m *Meter) Totals() []billing.EdgeTotal {
 	return out
 }
 
-func sortTotals(out []billing.EdgeTotal) {
+func sortTotals(out []usage.EdgeTotal) {
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].TenantID != out[j].TenantID {
 			return out[i].TenantID < out[j].TenantID

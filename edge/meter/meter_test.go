@@ -19,6 +19,7 @@ import (
 	billingnats "tollgate/billing/nats"
 	"tollgate/edge/meter"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 )
 
 const (
@@ -31,9 +32,9 @@ type memSink struct {
 	mu      sync.Mutex
 	down    bool
 	ids     []string
-	batches []*billing.UsageBatch
+	batches []*usage.Batch
 	data    [][]byte // as published, byte for byte
-	totals  map[string]billing.EdgeTotal
+	totals  map[string]usage.EdgeTotal
 }
 
 var errDown = errors.New("sink down")
@@ -44,7 +45,7 @@ func (s *memSink) Publish(_ context.Context, id string, data []byte) error {
 	if s.down {
 		return errDown
 	}
-	b, err := billing.DecodeBatch(data)
+	b, err := usage.DecodeBatch(data)
 	if err != nil {
 		return err
 	}
@@ -57,17 +58,17 @@ func (s *memSink) Publish(_ context.Context, id string, data []byte) error {
 	return nil
 }
 
-func (s *memSink) PutTotals(_ context.Context, ts []billing.EdgeTotal) error {
+func (s *memSink) PutTotals(_ context.Context, ts []usage.EdgeTotal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
 		return errDown
 	}
 	if s.totals == nil {
-		s.totals = map[string]billing.EdgeTotal{}
+		s.totals = map[string]usage.EdgeTotal{}
 	}
 	for _, t := range ts {
-		s.totals[billing.TotalsKey(&t)] = t
+		s.totals[usage.TotalsKey(&t)] = t
 	}
 	return nil
 }
@@ -122,11 +123,11 @@ func TestBillableRule(t *testing.T) {
 		{429, false, false}, {502, false, false}, {503, false, false}, {504, false, false}, {200, false, false},
 		{0, true, false}, {999, true, false},
 	} {
-		o := billing.OriginEdge
+		o := usage.OriginEdge
 		if c.upstream {
-			o = billing.OriginUpstream
+			o = usage.OriginUpstream
 		}
-		if got := billing.Billable(billing.StatusClass(c.status), o); got != c.want {
+		if got := usage.Billable(usage.StatusClass(c.status), o); got != c.want {
 			t.Errorf("Billable(%d, upstream=%v) = %v, want %v", c.status, c.upstream, got, c.want)
 		}
 	}
@@ -142,7 +143,7 @@ func TestFlushedBatchesSumToRecords(t *testing.T) {
 	}
 	defer nc.Close()
 	prefix := testenv.Name("tg")
-	pub, err := billingnats.NewPublisher(nc, prefix, "edge-1.test")
+	pub, err := usage.NewPublisher(nc, prefix, "edge-1.test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestFlushedBatchesSumToRecords(t *testing.T) {
 	}
 
 	js, _ := jetstream.New(nc)
-	str, err := js.Stream(context.Background(), billing.UsageStream(prefix))
+	str, err := js.Stream(context.Background(), usage.Stream(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,11 +201,11 @@ func TestFlushedBatchesSumToRecords(t *testing.T) {
 		if got := msg.Headers().Get(jetstream.MsgIDHeader); got == "" {
 			t.Fatal("batch published without Nats-Msg-Id")
 		}
-		b, err := billing.DecodeBatch(msg.Data())
+		b, err := usage.DecodeBatch(msg.Data())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if msg.Headers().Get(jetstream.MsgIDHeader) != b.ID || b.ID != billing.BatchID("edge-1.test", m.BootID(), b.Seq) {
+		if msg.Headers().Get(jetstream.MsgIDHeader) != b.ID || b.ID != usage.BatchID("edge-1.test", m.BootID(), b.Seq) {
 			t.Fatalf("msg id %q, batch id %q", msg.Headers().Get(jetstream.MsgIDHeader), b.ID)
 		}
 		for _, r := range b.Records {
@@ -294,7 +295,7 @@ func TestSpoolAndReplayInOrder(t *testing.T) {
 		t.Fatalf("%d batches still spooled", m.Spooled())
 	}
 	for i, id := range sink.ids {
-		if want := billing.BatchID("edge-1.test", m.BootID(), uint64(i+1)); id != want {
+		if want := usage.BatchID("edge-1.test", m.BootID(), uint64(i+1)); id != want {
 			t.Fatalf("batch %d published as %s, want %s (in order)", i, id, want)
 		}
 	}
@@ -403,7 +404,7 @@ func TestSpoolFullDropsOldestAndCountsThem(t *testing.T) {
 		t.Fatalf("totals: %d requests, %d dropped; want %d, %v", tot, drop, recorded, dropped)
 	}
 	// The oldest went: the first batch published is not batch 1.
-	if sink.ids[0] == billing.BatchID("edge-1.test", m.BootID(), 1) {
+	if sink.ids[0] == usage.BatchID("edge-1.test", m.BootID(), 1) {
 		t.Fatal("the oldest batch survived a full spool")
 	}
 }
@@ -536,7 +537,7 @@ func TestRecordBytesCountsNoRequest(t *testing.T) {
 	if err := m.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got := map[time.Time]billing.Counts{}
+	got := map[time.Time]usage.Counts{}
 	for _, b := range sink.batches {
 		for _, rec := range b.Records {
 			if rec.RouteID != "ws" || rec.ConsumerID != "c" || rec.Class != 1 {
@@ -547,7 +548,7 @@ func TestRecordBytesCountsNoRequest(t *testing.T) {
 			got[rec.Hour] = cnt
 		}
 	}
-	want := map[time.Time]billing.Counts{
+	want := map[time.Time]usage.Counts{
 		h0: {Requests: 1, Billable: 1, BytesIn: 10, BytesOut: 20},
 		h1: {BytesIn: 5, BytesOut: 7},
 	}

@@ -10,9 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"tollgate/infra/usage"
 	"unsafe"
-
-	"tollgate/billing"
 )
 
 // The state file keeps the counts the meter has not handed over yet, and its running
@@ -537,8 +536,8 @@ type recovery struct {
 	edgeID, bootID string
 	inflight       []encodedBatch // rebuilt: the batches that were in flight
 	rest           []encodedBatch // new: what was counted and not yet cut
-	dropped        []*billing.UsageBatch
-	totals         []billing.EdgeTotal
+	dropped        []*usage.Batch
+	totals         []usage.EdgeTotal
 }
 
 func (r *recovery) requests() (n int64) {
@@ -641,7 +640,7 @@ func (img *stateImage) plan() *recovery {
 		if t.requests == 0 && t.dropped == 0 {
 			continue
 		}
-		r.totals = append(r.totals, billing.EdgeTotal{
+		r.totals = append(r.totals, usage.EdgeTotal{
 			EdgeID: img.edgeID, BootID: img.bootID, TenantID: t.tenant, Hour: time.Unix(t.hour*3600, 0).UTC(),
 			Requests: t.requests, Billable: t.billable, Dropped: t.dropped, DroppedBillable: t.droppedBillable,
 		})

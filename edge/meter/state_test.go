@@ -12,12 +12,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"tollgate/infra/usage"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-
-	"tollgate/billing"
 )
 
 // The records' layout is what readState parses: a field moved in the struct must move
@@ -75,7 +74,7 @@ func (s *captureSink) Publish(_ context.Context, id string, data []byte) error {
 	return nil
 }
 
-func (s *captureSink) PutTotals(context.Context, []billing.EdgeTotal) error { return nil }
+func (s *captureSink) PutTotals(context.Context, []usage.EdgeTotal) error { return nil }
 
 // stateSeeds are state files of a run: counted and not cut, in flight (twice, the second
 // with totals of an earlier flush), and with a freed record.
@@ -229,7 +228,7 @@ func FuzzStateFile(f *testing.F) {
 		r := img.plan()
 		for _, list := range [][]encodedBatch{r.inflight, r.rest} {
 			for _, e := range list {
-				if _, err := billing.DecodeBatch(e.data); err != nil {
+				if _, err := usage.DecodeBatch(e.data); err != nil {
 					t.Fatalf("planned batch %s refused by billing: %v", e.b.ID, err)
 				}
 			}
@@ -296,7 +295,7 @@ func TestStatePlanRedoesAHalfDoneCommit(t *testing.T) {
 		// What the live commit would have written by this step.
 		for i := range st.totals {
 			tr := &st.totals[i]
-			var add billing.Counts
+			var add usage.Counts
 			for _, e := range want.inflight {
 				for _, r := range e.b.Records {
 					if r.TenantID == tr.tenant && r.Hour.Unix()/3600 == tr.hour {

@@ -17,8 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"tollgate/tenants"
 )
 
 // NewRegistry returns a registry with the Go runtime's and the process's collectors, as
@@ -84,10 +82,15 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"status":"ready"}`))
 		return
 	}
-	body, _ := json.Marshal(map[string]any{"error": map[string]string{"code": string(tenants.ENotReady), "message": msg, "request_id": ""}})
+	body, _ := json.Marshal(map[string]any{"error": map[string]string{"code": codeNotReady, "message": msg, "request_id": ""}})
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = w.Write(body)
 }
+
+// codeNotReady is the contract's error code for a process that cannot serve yet
+// (tenants.ENotReady, which the api and the edge answer with); infrastructure spells it out
+// rather than import the domain, and the test holds the two equal.
+const codeNotReady = "not_ready"
 
 // Drain makes /readyz fail from now on, ahead of the process's shutdown.
 func (s *Server) Drain() { s.draining.Store(true) }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"tollgate/infra/admin"
+	"tollgate/tenants"
 )
 
 func TestReadyz(t *testing.T) {
@@ -48,7 +49,7 @@ func TestReadyz(t *testing.T) {
 	var env struct {
 		Error struct{ Code, Message string }
 	}
-	if err := json.Unmarshal([]byte(body), &env); err != nil || code != 503 || env.Error.Code != "not_ready" || env.Error.Message != `postgres: "unreachable"` {
+	if err := json.Unmarshal([]byte(body), &env); err != nil || code != 503 || env.Error.Code != string(tenants.ENotReady) || env.Error.Message != `postgres: "unreachable"` {
 		t.Fatalf("/readyz with postgres down: %d %s (%v)", code, body, err)
 	}
 	down.Store(false)

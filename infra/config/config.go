@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"tollgate/infra/natsconn"
+	"tollgate/infra/netaddr"
 	"tollgate/infra/tracing"
-	"tollgate/tenants"
-	tgnats "tollgate/tenants/nats"
 )
 
 // DefaultNATSURL is the NATS of the api, the edge and billing when TOLLGATE_NATS_URL is
@@ -112,9 +112,11 @@ type Config struct {
 	OTELEndpoint string  // TOLLGATE_OTEL_ENDPOINT [unset: no spans are made; e.g. http://collector:4318]
 	OTELSample   float64 // TOLLGATE_OTEL_SAMPLE [0.01: the share of traces started here that are recorded; a caller's traceparent decides for its own]
 
-	// DomainChecks: TOLLGATE_DOMAIN_CHECK_MIN [10s], TOLLGATE_DOMAIN_CHECK_MAX [10m],
-	// TOLLGATE_DOMAIN_RECHECK [1h] (see tenants.DomainSchedule; the rest take defaults).
-	DomainChecks tenants.DomainSchedule
+	// When custom domains' DNS proofs are checked (tenants.DomainSchedule's PendingMin,
+	// PendingMax and Recheck; the rest take defaults). Zero is unset: the default.
+	DomainCheckMin time.Duration // TOLLGATE_DOMAIN_CHECK_MIN [10s]
+	DomainCheckMax time.Duration // TOLLGATE_DOMAIN_CHECK_MAX [10m]
+	DomainRecheck  time.Duration // TOLLGATE_DOMAIN_RECHECK [1h]
 }
 
 // FromEnv reads the environment. getenv is os.Getenv in production, a map in tests.
@@ -193,10 +195,10 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		}
 	}
 	var err error
-	if c.AllowCIDRs, err = tenants.ParseCIDRs(getenv("TOLLGATE_UPSTREAM_ALLOW_CIDRS")); err != nil {
+	if c.AllowCIDRs, err = netaddr.ParseCIDRs(getenv("TOLLGATE_UPSTREAM_ALLOW_CIDRS")); err != nil {
 		return nil, fmt.Errorf("TOLLGATE_UPSTREAM_ALLOW_CIDRS: %v", err)
 	}
-	if c.TrustedProxy, err = tenants.ParseCIDRs(getenv("TOLLGATE_TRUSTED_PROXIES")); err != nil {
+	if c.TrustedProxy, err = netaddr.ParseCIDRs(getenv("TOLLGATE_TRUSTED_PROXIES")); err != nil {
 		return nil, fmt.Errorf("TOLLGATE_TRUSTED_PROXIES: %v", err)
 	}
 	for _, b := range []struct {
@@ -209,7 +211,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 			}
 		}
 	}
-	if err := tenants.ValidateSlug(strings.Split(c.EdgeDomain, ".")[0]); err != nil && c.EdgeDomain != "localhost" {
+	if err := netaddr.CheckLabel(strings.Split(c.EdgeDomain, ".")[0]); err != nil && c.EdgeDomain != "localhost" {
 		// The edge domain's labels follow host name rules; reuse the slug check on the first.
 		return nil, fmt.Errorf("TOLLGATE_EDGE_DOMAIN %q: %v", c.EdgeDomain, err)
 	}
@@ -370,9 +372,9 @@ func (c *Config) trust(getenv func(string) string) error {
 		name string
 		dst  *time.Duration
 	}{
-		{"TOLLGATE_DOMAIN_CHECK_MIN", &c.DomainChecks.PendingMin},
-		{"TOLLGATE_DOMAIN_CHECK_MAX", &c.DomainChecks.PendingMax},
-		{"TOLLGATE_DOMAIN_RECHECK", &c.DomainChecks.Recheck},
+		{"TOLLGATE_DOMAIN_CHECK_MIN", &c.DomainCheckMin},
+		{"TOLLGATE_DOMAIN_CHECK_MAX", &c.DomainCheckMax},
+		{"TOLLGATE_DOMAIN_RECHECK", &c.DomainRecheck},
 	} {
 		if v := getenv(d.name); v != "" {
 			n, err := time.ParseDuration(v)
@@ -382,7 +384,6 @@ func (c *Config) trust(getenv func(string) string) error {
 			*d.dst = n
 		}
 	}
-	c.DomainChecks = c.DomainChecks.WithDefaults()
 	if v := getenv("TOLLGATE_EDGE_CACHE_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
@@ -401,26 +402,26 @@ func redactURL(s string) string {
 	return "<unparsable>"
 }
 
-// UpstreamAddressRule is the operator's upstream rules derived from the config: the allowed
-// CIDRs, and the gateway's own ports, which no local upstream may use.
-func (c *Config) UpstreamAddressRule() *tenants.UpstreamAddressRule {
-	p := &tenants.UpstreamAddressRule{AllowCIDRs: c.AllowCIDRs, EdgeDomain: c.EdgeDomain}
+// GatewayPorts are the ports of the gateway's own listeners, which no local upstream may
+// use (tenants.UpstreamAddressRule.GatewayPorts, beside AllowCIDRs and EdgeDomain).
+func (c *Config) GatewayPorts() []int {
+	var ports []int
 	for _, addr := range []string{c.APIAddr, c.EdgeAddr, c.EdgeAdmin, c.EdgeTLSAddr, c.APIAdminAddr, c.BillingAdminAddr} {
 		if _, port, err := net.SplitHostPort(addr); err == nil {
 			if n, err := strconv.Atoi(port); err == nil && n > 0 {
-				p.GatewayPorts = append(p.GatewayPorts, n)
+				ports = append(ports, n)
 			}
 		}
 	}
-	return p
+	return ports
 }
 
 // KVBucket is the JetStream KV bucket of config entries.
 func (c *Config) KVBucket() string { return c.NATSPrefix + "_config" }
 
 // NATSAuth is the sign-in and TLS every process connects to NATS with.
-func (c *Config) NATSAuth() tgnats.Auth {
-	return tgnats.Auth{
+func (c *Config) NATSAuth() natsconn.Auth {
+	return natsconn.Auth{
 		Creds:   c.NATSCreds,
 		NKey:    c.NATSNKey,
 		TLSCA:   c.NATSTLSCA,

@@ -31,7 +31,7 @@ import (
 
 	"tollgate/edge/limit"
 	"tollgate/infra/config"
-	tgnats "tollgate/tenants/nats"
+	"tollgate/infra/natsconn"
 )
 
 // objects is one kustomize build, decoded into the Kubernetes types.
@@ -336,7 +336,7 @@ func checkProgramConfig(t *testing.T, o *objects) {
 				t.Errorf("%s: the settings it is given are refused: %v", d.Name, err)
 				continue
 			}
-			if err := tgnats.CheckServers(cfg.NATSURL); err != nil {
+			if err := natsconn.CheckServers(cfg.NATSURL); err != nil {
 				t.Errorf("%s: %v", d.Name, err)
 			}
 			if cfg.RedisURL != "" {

@@ -190,7 +190,7 @@ func checkEdgeTLS(t *testing.T, o *objects) {
 			if err != nil {
 				continue // checkProgramConfig reports it
 			}
-			if !slices.Contains(cfg.UpstreamAddressRule().GatewayPorts, tlsPort) {
+			if !slices.Contains(cfg.GatewayPorts(), tlsPort) {
 				t.Errorf("%s does not count the edge's TLS port %d among the gateway's own: it would accept an upstream on it", d.Name, tlsPort)
 			}
 		}

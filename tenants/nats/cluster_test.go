@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"tollgate/infra/natsconn"
 	"tollgate/infra/testenv"
 	"tollgate/tenants"
 	tgnats "tollgate/tenants/nats"
@@ -21,7 +22,7 @@ import (
 // quickly so the tests measure the cluster rather than the backoff.
 func connectList(t testing.TB, servers string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := tgnats.ConnectAuth(servers, t.Name(), tgnats.Auth{},
+	nc, err := natsconn.ConnectAuth(servers, t.Name(), natsconn.Auth{},
 		append([]nats.Option{nats.ReconnectWait(50 * time.Millisecond), nats.ReconnectJitter(0, 0)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

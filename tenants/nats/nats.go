@@ -15,68 +15,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"strings"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"tollgate/infra/natsconn"
 )
 
 // MaxValueSize is the largest config entry the bucket accepts.
 const MaxValueSize = 1 << 20
 
-// Connect dials url (one server or a comma-separated list of a cluster's) with the options
-// every Tollgate process wants: reconnect forever, one second apart (jittered), buffer up
-// to 8 MB while reconnecting, and notice a dead server within about 15 s. The list is
-// shuffled (nats.go's default), so a fleet's connections spread over the cluster's nodes,
-// and servers the cluster announces are added to it, so a list naming one node still
-// fails over to the others. It returns at once when the server cannot be reached at
-// start, with the connection retrying in the background, so an api started during a NATS
-// outage comes up and its outbox catches up later, and an edge started during one becomes
-// ready when NATS returns. name identifies the process in the server's connection list.
-// opts are applied last and override these defaults.
-func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
-	log := slog.Default().With("nats", redactList(url), "conn", name)
-	o := []nats.Option{
-		nats.Name(name),
-		nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true),
-		nats.ReconnectWait(time.Second),
-		nats.ReconnectJitter(250*time.Millisecond, time.Second),
-		nats.ReconnectBufSize(8 << 20),
-		nats.Timeout(2 * time.Second),
-		nats.PingInterval(5 * time.Second),
-		nats.MaxPingsOutstanding(3),
-		nats.ConnectHandler(func(nc *nats.Conn) { log.Info("nats connected", "server", nc.ConnectedUrlRedacted()) }),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("nats disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted()) }),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			if sub != nil {
-				log.Warn("nats async error", "subject", sub.Subject, "err", err)
-			} else {
-				log.Warn("nats async error", "err", err)
-			}
-		}),
-	}
-	nc, err := nats.Connect(url, append(o, opts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("nats connect %s: %w", redactList(url), err)
-	}
-	return nc, nil
-}
-
 // EnsureBucket creates the config bucket or brings an existing one to the settings below:
 // history 1 (an edge needs the latest value only, and JetStream then indexes one message
 // per key), file storage, values up to MaxValueSize, and replicas copies (raised on an
-// existing bucket, never lowered: see Replicas). Nothing it sets needs NATS 2.10.
+// existing bucket, never lowered: see natsconn.Replicas). Nothing it sets needs NATS 2.10.
 func EnsureBucket(ctx context.Context, js jetstream.JetStream, name string, replicas int) (jetstream.KeyValue, error) {
-	r, err := Replicas(ctx, js, streamName(name), replicas)
+	r, err := natsconn.Replicas(ctx, js, streamName(name), replicas)
 	if err != nil {
 		return nil, fmt.Errorf("ensure kv bucket %s: %w", name, err)
 	}
@@ -103,6 +58,9 @@ const (
 	kvStreamPre   = "KV_"
 	kvSubjectsPre = "$KV."
 )
+
+// KVStream is the name of the stream behind KV bucket bucket.
+func KVStream(bucket string) string { return streamName(bucket) }
 
 func streamName(bucket string) string    { return kvStreamPre + bucket }
 func subjectPrefix(bucket string) string { return kvSubjectsPre + bucket + "." }

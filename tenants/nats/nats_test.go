@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"tollgate/infra/natsconn"
 	"tollgate/infra/natsserver"
 	"tollgate/infra/testenv"
 	"tollgate/tenants"
@@ -57,7 +58,7 @@ func newEnv(t testing.TB) *env {
 
 func connect(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := tgnats.Connect(url, t.Name(), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
+	nc, err := natsconn.Connect(url, t.Name(), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"tollgate/infra/natsconn"
 	"tollgate/infra/natsserver"
 	"tollgate/infra/testenv"
 	"tollgate/tenants"
@@ -90,7 +91,7 @@ func TestRelayToNATS(t *testing.T) {
 
 	s := testenv.NATS(t)
 	port, storeDir := s.Addr().(*net.TCPAddr).Port, filepath.Dir(s.StoreDir())
-	nc, err := tgnats.Connect(s.ClientURL(), t.Name(), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
+	nc, err := natsconn.Connect(s.ClientURL(), t.Name(), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,28 +1,27 @@
-package billing
+package usage
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/google/uuid"
-
-	"tollgate/tenants"
 )
 
-// UsageBatch is what an edge's meter publishes about once a second: the requests it
+// Batch is what an edge's meter publishes about once a second: the requests it
 // counted since its previous batch, per tenant, UTC hour, route, consumer and status
 // class. Its ID — edge id, boot id, sequence — is also its Nats-Msg-Id, so JetStream drops
 // a republished copy within the stream's duplicate window, and billing records it under a
 // unique key, so a copy arriving at any later time folds nothing.
-type UsageBatch struct {
-	ID      string        `json:"id"`
-	EdgeID  string        `json:"edge_id"`
-	BootID  string        `json:"boot_id"`
-	Seq     uint64        `json:"seq"`
-	Created time.Time     `json:"created"` // when the edge cut the batch
-	Records []UsageRecord `json:"records"`
+type Batch struct {
+	ID      string    `json:"id"`
+	EdgeID  string    `json:"edge_id"`
+	BootID  string    `json:"boot_id"`
+	Seq     uint64    `json:"seq"`
+	Created time.Time `json:"created"` // when the edge cut the batch
+	Records []Record  `json:"records"`
 	// KeyUses are the API keys the edge took since it last reported them, each at most
 	// once per its report interval; billing moves keys.last_used_at forward from them.
 	// Batches of edges that predate them have none.
@@ -37,9 +36,9 @@ type KeyUse struct {
 	At       int64  `json:"at"`
 }
 
-// UsageRecord is one cell of a batch. Billable is already decided (see Billable); billing
+// Record is one cell of a batch. Billable is already decided (see Billable); billing
 // adds the counts to the rollup row of the same dimensions.
-type UsageRecord struct {
+type Record struct {
 	TenantID   string    `json:"tenant_id"`
 	Hour       time.Time `json:"hour"`
 	RouteID    string    `json:"route_id,omitempty"`
@@ -60,14 +59,17 @@ const (
 )
 
 // EncodeBatch is the batch's wire form (JSON).
-func EncodeBatch(b *UsageBatch) ([]byte, error) { return json.Marshal(b) }
+func EncodeBatch(b *Batch) ([]byte, error) { return json.Marshal(b) }
 
-// DecodeBatch parses and validates a batch's wire form. An error means the message can
-// never fold (EInvalidRequest): the consumer terminates it instead of retrying.
-func DecodeBatch(data []byte) (*UsageBatch, error) {
-	var b UsageBatch
+// ErrInvalid is what every error of DecodeBatch and Validate wraps: the batch can never
+// fold, so billing terminates its message instead of retrying it.
+var ErrInvalid = errors.New("invalid usage batch")
+
+// DecodeBatch parses and validates a batch's wire form. An error wraps ErrInvalid.
+func DecodeBatch(data []byte) (*Batch, error) {
+	var b Batch
 	if err := json.Unmarshal(data, &b); err != nil {
-		return nil, tenants.Errorf(tenants.EInvalidRequest, "usage batch: %v", err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	if err := b.Validate(); err != nil {
 		return nil, err
@@ -77,9 +79,10 @@ func DecodeBatch(data []byte) (*UsageBatch, error) {
 
 // Validate checks what folding relies on: an id, tenant ids that are UUIDs, whole UTC
 // hours, known status classes and counts that are not negative, with billable ≤ requests.
-func (b *UsageBatch) Validate() error {
+// An error wraps ErrInvalid.
+func (b *Batch) Validate() error {
 	bad := func(format string, args ...any) error {
-		return tenants.Errorf(tenants.EInvalidRequest, "usage batch %q: %s", b.ID, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w %q: %s", ErrInvalid, b.ID, fmt.Sprintf(format, args...))
 	}
 	if b.ID == "" || len(b.ID) > maxIDLen {
 		return bad("id must be 1–%d characters", maxIDLen)
@@ -95,7 +98,7 @@ func (b *UsageBatch) Validate() error {
 		if _, err := uuid.Parse(r.TenantID); err != nil || len(r.TenantID) != 36 {
 			return bad("records[%d].tenant_id %q is not a UUID", i, r.TenantID)
 		}
-		if r.Hour.IsZero() || !r.Hour.Equal(Hour(r.Hour)) {
+		if r.Hour.IsZero() || !r.Hour.Equal(r.Hour.UTC().Truncate(time.Hour)) {
 			return bad("records[%d].hour %s is not a whole UTC hour", i, r.Hour.Format(time.RFC3339Nano))
 		}
 		r.Hour = r.Hour.UTC()
@@ -121,7 +124,7 @@ func (b *UsageBatch) Validate() error {
 }
 
 // Requests is the batch's request count.
-func (b *UsageBatch) Requests() int64 {
+func (b *Batch) Requests() int64 {
 	var n int64
 	for i := range b.Records {
 		n += b.Records[i].Requests
@@ -147,12 +150,14 @@ type EdgeTotal struct {
 }
 
 // TotalsKey is t's key in the TotalsBucket: "<YYYYMM>.<tenant>.<edge>.<boot>.<DDHH>", so
-// one period's totals are listed with the filter TotalsFilter(period).
+// one month's totals are listed with the filter TotalsFilter(year, month).
 func TotalsKey(t *EdgeTotal) string {
 	h := t.Hour.UTC()
 	return fmt.Sprintf("%04d%02d.%s.%s.%s.%02d%02d", h.Year(), int(h.Month()), Token(t.TenantID),
 		Token(t.EdgeID), Token(t.BootID), h.Day(), h.Hour())
 }
 
-// TotalsFilter is the key filter of one period's totals.
-func TotalsFilter(p Period) string { return fmt.Sprintf("%04d%02d.>", p.Year, int(p.Month)) }
+// TotalsFilter is the key filter of the totals of one calendar month (UTC).
+func TotalsFilter(year int, month time.Month) string {
+	return fmt.Sprintf("%04d%02d.>", year, int(month))
+}

@@ -14,17 +14,18 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"tollgate/billing"
+	"tollgate/infra/usage"
 )
 
 // Folder folds one batch into the rollups in one transaction, recording its id; it
 // reports folded false when the id was already recorded (nothing changed). billing/postgres
 // implements it.
 type Folder interface {
-	Fold(ctx context.Context, b *billing.UsageBatch) (folded bool, err error)
+	Fold(ctx context.Context, b *usage.Batch) (folded bool, err error)
 }
 
-// ConsumerConfig configures a Consumer. Zero fields take the default in their comment.
-type ConsumerConfig struct {
+// UsageReaderConfig configures a UsageReader. Zero fields take the default in their comment.
+type UsageReaderConfig struct {
 	// Prefix is the stack's NATS prefix. Required.
 	Prefix string
 	// Durable names the JetStream consumer; every billing replica uses the same one and
@@ -40,7 +41,7 @@ type ConsumerConfig struct {
 	// RetryDelay is how long a batch that failed to fold waits before redelivery.
 	// Default: 5s.
 	RetryDelay time.Duration
-	// Replicas of the usage stream when the consumer creates it (TOLLGATE_NATS_REPLICAS;
+	// Replicas of the usage stream when the reader creates it (TOLLGATE_NATS_REPLICAS;
 	// raised on an existing stream, never lowered). The durable consumer inherits the
 	// stream's. Default: 1.
 	Replicas int
@@ -55,30 +56,31 @@ type ConsumerConfig struct {
 	Tracer trace.Tracer
 }
 
-// Consumer is billing's durable pull consumer of the usage stream: each batch is folded
-// (billing/postgres.Store.Fold) and acknowledged only after the fold's transaction
-// committed, so a crash between the two redelivers a batch whose fold then changes
-// nothing. A batch that cannot be decoded is terminated (logged, never retried); one whose
+// UsageReader reads the usage stream for billing through a durable JetStream pull
+// consumer (JetStream's word; a consumer in Tollgate's domain is an API client, which this
+// is not): each batch is folded (billing/postgres.Store.Fold) and acknowledged only after
+// the fold's transaction committed, so a crash between the two redelivers a batch whose
+// fold then changes nothing. A batch that cannot be decoded is terminated (logged, never retried); one whose
 // fold fails is retried after RetryDelay.
-type Consumer struct {
+type UsageReader struct {
 	js     jetstream.JetStream
 	folder Folder
-	cfg    ConsumerConfig
+	cfg    UsageReaderConfig
 	log    *slog.Logger
 
 	folded, duplicates, poison, failures atomic.Int64
 }
 
-// ConsumerStats counts what a Consumer did since it was made.
-type ConsumerStats struct {
+// UsageReaderStats counts what a UsageReader did since it was made.
+type UsageReaderStats struct {
 	Folded     int64 // batches folded
 	Duplicates int64 // batches found folded already
 	Poison     int64 // batches terminated as undecodable
 	Failures   int64 // folds that failed and were retried
 }
 
-// NewConsumer returns a consumer folding into folder.
-func NewConsumer(js jetstream.JetStream, folder Folder, cfg ConsumerConfig) *Consumer {
+// NewUsageReader returns a reader folding into folder.
+func NewUsageReader(js jetstream.JetStream, folder Folder, cfg UsageReaderConfig) *UsageReader {
 	if cfg.Durable == "" {
 		cfg.Durable = "billing"
 	}
@@ -97,21 +99,21 @@ func NewConsumer(js jetstream.JetStream, folder Folder, cfg ConsumerConfig) *Con
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Consumer{js: js, folder: folder, cfg: cfg, log: cfg.Logger.With("component", "billing-consumer")}
+	return &UsageReader{js: js, folder: folder, cfg: cfg, log: cfg.Logger.With("component", "billing-consumer")}
 }
 
-// Stats returns the consumer's counts.
-func (c *Consumer) Stats() ConsumerStats {
-	return ConsumerStats{Folded: c.folded.Load(), Duplicates: c.duplicates.Load(), Poison: c.poison.Load(), Failures: c.failures.Load()}
+// Stats returns the reader's counts.
+func (c *UsageReader) Stats() UsageReaderStats {
+	return UsageReaderStats{Folded: c.folded.Load(), Duplicates: c.duplicates.Load(), Poison: c.poison.Load(), Failures: c.failures.Load()}
 }
 
-// Run consumes until ctx ends, waiting out NATS outages. It returns nil when ctx ends.
-func (c *Consumer) Run(ctx context.Context) error {
+// Run reads and folds until ctx ends, waiting out NATS outages. It returns nil when ctx ends.
+func (c *UsageReader) Run(ctx context.Context) error {
 	var cons jetstream.Consumer
 	for ctx.Err() == nil {
 		if cons == nil {
 			var err error
-			if cons, err = c.consumer(ctx); err != nil {
+			if cons, err = c.durable(ctx); err != nil {
 				c.log.Warn("billing: usage consumer not ready; retrying", "err", err)
 				sleep(ctx, time.Second)
 				continue
@@ -142,13 +144,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *Consumer) consumer(ctx context.Context) (jetstream.Consumer, error) {
+// durable creates or updates the durable JetStream consumer the reader fetches from.
+func (c *UsageReader) durable(ctx context.Context) (jetstream.Consumer, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := EnsureStream(cctx, c.js, c.cfg.Prefix, c.cfg.Replicas); err != nil {
+	if _, err := usage.EnsureStream(cctx, c.js, c.cfg.Prefix, c.cfg.Replicas); err != nil {
 		return nil, err
 	}
-	return c.js.CreateOrUpdateConsumer(cctx, billing.UsageStream(c.cfg.Prefix), jetstream.ConsumerConfig{
+	return c.js.CreateOrUpdateConsumer(cctx, usage.Stream(c.cfg.Prefix), jetstream.ConsumerConfig{
 		Durable:       c.cfg.Durable,
 		Description:   "Tollgate billing: folds usage batches into hourly rollups",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -156,12 +159,12 @@ func (c *Consumer) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		AckWait:       c.cfg.AckWait,
 		MaxDeliver:    -1,
 		MaxAckPending: c.cfg.MaxAckPending,
-		FilterSubject: billing.UsageSubjects(c.cfg.Prefix),
+		FilterSubject: usage.Subjects(c.cfg.Prefix),
 	})
 }
 
-func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
-	b, err := billing.DecodeBatch(msg.Data())
+func (c *UsageReader) handle(ctx context.Context, msg jetstream.Msg) {
+	b, err := usage.DecodeBatch(msg.Data())
 	if err != nil {
 		c.poison.Add(1)
 		c.cfg.Metrics.Batch(billing.BatchPoison, time.Time{}, time.Now())
@@ -202,7 +205,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) {
 }
 
 // fold folds a batch, in a span of its own when tracing.
-func (c *Consumer) fold(ctx context.Context, b *billing.UsageBatch) (bool, error) {
+func (c *UsageReader) fold(ctx context.Context, b *usage.Batch) (bool, error) {
 	if c.cfg.Tracer == nil {
 		return c.folder.Fold(ctx, b)
 	}

@@ -1,4 +1,4 @@
-package nats_test
+package natsconn_test
 
 import (
 	"crypto/ecdsa"
@@ -19,16 +19,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"tollgate/infra/natsconn"
 	"tollgate/infra/testcert"
 	"tollgate/infra/testenv"
-	tgnats "tollgate/tenants/nats"
 )
 
 // dial connects once, without the background retry Connect normally keeps up, so a
 // refused sign-in is an error here rather than a retry loop.
-func dial(t *testing.T, servers string, a tgnats.Auth) (*nats.Conn, error) {
+func dial(t *testing.T, servers string, a natsconn.Auth) (*nats.Conn, error) {
 	t.Helper()
-	nc, err := tgnats.ConnectAuth(servers, t.Name(), a, nats.RetryOnFailedConnect(false), nats.MaxReconnects(0))
+	nc, err := natsconn.ConnectAuth(servers, t.Name(), a, nats.RetryOnFailedConnect(false), nats.MaxReconnects(0))
 	if err == nil {
 		t.Cleanup(nc.Close)
 	}
@@ -56,13 +56,13 @@ func TestAuthNKey(t *testing.T) {
 	c := testenv.StartNATSClusterWith(t, testenv.NATSClusterOptions{Nodes: 1,
 		Config: fmt.Sprintf("authorization { users: [ { nkey: %s } ] }", pub)})
 
-	if _, err := dial(t, c.URLs(), tgnats.Auth{}); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+	if _, err := dial(t, c.URLs(), natsconn.Auth{}); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
 		t.Errorf("without a seed: %v, want an authorization violation", err)
 	}
-	if _, err := dial(t, c.URLs(), tgnats.Auth{NKey: writeFile(t, "other.nk", string(otherSeed))}); err == nil {
+	if _, err := dial(t, c.URLs(), natsconn.Auth{NKey: writeFile(t, "other.nk", string(otherSeed))}); err == nil {
 		t.Error("another user's seed was accepted")
 	}
-	nc, err := dial(t, c.URLs(), tgnats.Auth{NKey: writeFile(t, "user.nk", string(seed))})
+	nc, err := dial(t, c.URLs(), natsconn.Auth{NKey: writeFile(t, "user.nk", string(seed))})
 	if err != nil {
 		t.Fatalf("with the seed: %v", err)
 	}
@@ -115,13 +115,13 @@ func TestAuthCreds(t *testing.T) {
 		"operator: %q\nsystem_account: %s\nresolver: MEMORY\nresolver_preload: { %s: %q, %s: %q }",
 		opJWT, sysPub, accPub, accJWT, sysPub, sysJWT)})
 
-	if _, err := dial(t, c.URLs(), tgnats.Auth{}); err == nil {
+	if _, err := dial(t, c.URLs(), natsconn.Auth{}); err == nil {
 		t.Error("a connection without credentials was accepted")
 	}
-	if _, err := dial(t, c.URLs(), tgnats.Auth{Creds: creds(stranger)}); err == nil {
+	if _, err := dial(t, c.URLs(), natsconn.Auth{Creds: creds(stranger)}); err == nil {
 		t.Error("a user of an unknown account was accepted")
 	}
-	nc, err := dial(t, c.URLs(), tgnats.Auth{Creds: creds(acc)})
+	nc, err := dial(t, c.URLs(), natsconn.Auth{Creds: creds(acc)})
 	if err != nil {
 		t.Fatalf("with the credentials: %v", err)
 	}
@@ -145,18 +145,18 @@ func TestAuthTLS(t *testing.T) {
 	certPEM, keyPEM := clientCert(t, ca)
 	cert, key := writeFile(t, "client.pem", certPEM), writeFile(t, "client.key", keyPEM)
 
-	if _, err := dial(t, url, tgnats.Auth{}); err == nil {
+	if _, err := dial(t, url, natsconn.Auth{}); err == nil {
 		t.Error("a client that does not trust the server's CA connected")
 	}
-	if _, err := dial(t, url, tgnats.Auth{TLSCA: caFile}); err == nil {
+	if _, err := dial(t, url, natsconn.Auth{TLSCA: caFile}); err == nil {
 		t.Error("a client without a certificate was accepted")
 	}
 	other := testcert.NewCA(t)
 	otherCert, otherKey := clientCert(t, other)
-	if _, err := dial(t, url, tgnats.Auth{TLSCA: caFile, TLSCert: writeFile(t, "o.pem", otherCert), TLSKey: writeFile(t, "o.key", otherKey)}); err == nil {
+	if _, err := dial(t, url, natsconn.Auth{TLSCA: caFile, TLSCert: writeFile(t, "o.pem", otherCert), TLSKey: writeFile(t, "o.key", otherKey)}); err == nil {
 		t.Error("a certificate from another CA was accepted")
 	}
-	nc, err := dial(t, url, tgnats.Auth{TLSCA: caFile, TLSCert: cert, TLSKey: key})
+	nc, err := dial(t, url, natsconn.Auth{TLSCA: caFile, TLSCert: cert, TLSKey: key})
 	if err != nil {
 		t.Fatalf("with CA and client certificate: %v", err)
 	}
@@ -202,27 +202,27 @@ func TestAuthFilesCheckedAtStart(t *testing.T) {
 	caFile := writeFile(t, "ca.pem", ca.PEM)
 	for _, tc := range []struct {
 		name, servers string
-		auth          tgnats.Auth
+		auth          natsconn.Auth
 		want          string
 	}{
-		{"creds missing", "nats://127.0.0.1:1", tgnats.Auth{Creds: "/nonexistent/user.creds"}, "TOLLGATE_NATS_CREDS"},
-		{"creds garbage", "nats://127.0.0.1:1", tgnats.Auth{Creds: garbage}, "TOLLGATE_NATS_CREDS"},
-		{"nkey missing", "nats://127.0.0.1:1", tgnats.Auth{NKey: "/nonexistent/user.nk"}, "TOLLGATE_NATS_NKEY"},
-		{"nkey garbage", "nats://127.0.0.1:1", tgnats.Auth{NKey: garbage}, "TOLLGATE_NATS_NKEY"},
-		{"both", "nats://127.0.0.1:1", tgnats.Auth{Creds: garbage, NKey: writeFile(t, "u.nk", string(seed))}, "set one"},
-		{"ca missing", "tls://127.0.0.1:1", tgnats.Auth{TLSCA: "/nonexistent/ca.pem"}, "TOLLGATE_NATS_TLS_CA"},
-		{"ca garbage", "tls://127.0.0.1:1", tgnats.Auth{TLSCA: garbage}, "TOLLGATE_NATS_TLS_CA"},
-		{"cert without key", "tls://127.0.0.1:1", tgnats.Auth{TLSCA: caFile, TLSCert: caFile}, "TOLLGATE_NATS_TLS_KEY"},
-		{"cert garbage", "tls://127.0.0.1:1", tgnats.Auth{TLSCert: garbage, TLSKey: garbage}, "TOLLGATE_NATS_TLS_CERT"},
-		{"empty list", " ", tgnats.Auth{}, "TOLLGATE_NATS_URL"},
-		{"empty entry", "nats://127.0.0.1:4222,,nats://127.0.0.1:4223", tgnats.Auth{}, "TOLLGATE_NATS_URL"},
-		{"no scheme", "127.0.0.1:4222", tgnats.Auth{}, "TOLLGATE_NATS_URL"},
-		{"http", "http://127.0.0.1:4222", tgnats.Auth{}, "scheme"},
-		{"password hidden", "nats://u:hunter2@[::1", tgnats.Auth{}, "TOLLGATE_NATS_URL"},
+		{"creds missing", "nats://127.0.0.1:1", natsconn.Auth{Creds: "/nonexistent/user.creds"}, "TOLLGATE_NATS_CREDS"},
+		{"creds garbage", "nats://127.0.0.1:1", natsconn.Auth{Creds: garbage}, "TOLLGATE_NATS_CREDS"},
+		{"nkey missing", "nats://127.0.0.1:1", natsconn.Auth{NKey: "/nonexistent/user.nk"}, "TOLLGATE_NATS_NKEY"},
+		{"nkey garbage", "nats://127.0.0.1:1", natsconn.Auth{NKey: garbage}, "TOLLGATE_NATS_NKEY"},
+		{"both", "nats://127.0.0.1:1", natsconn.Auth{Creds: garbage, NKey: writeFile(t, "u.nk", string(seed))}, "set one"},
+		{"ca missing", "tls://127.0.0.1:1", natsconn.Auth{TLSCA: "/nonexistent/ca.pem"}, "TOLLGATE_NATS_TLS_CA"},
+		{"ca garbage", "tls://127.0.0.1:1", natsconn.Auth{TLSCA: garbage}, "TOLLGATE_NATS_TLS_CA"},
+		{"cert without key", "tls://127.0.0.1:1", natsconn.Auth{TLSCA: caFile, TLSCert: caFile}, "TOLLGATE_NATS_TLS_KEY"},
+		{"cert garbage", "tls://127.0.0.1:1", natsconn.Auth{TLSCert: garbage, TLSKey: garbage}, "TOLLGATE_NATS_TLS_CERT"},
+		{"empty list", " ", natsconn.Auth{}, "TOLLGATE_NATS_URL"},
+		{"empty entry", "nats://127.0.0.1:4222,,nats://127.0.0.1:4223", natsconn.Auth{}, "TOLLGATE_NATS_URL"},
+		{"no scheme", "127.0.0.1:4222", natsconn.Auth{}, "TOLLGATE_NATS_URL"},
+		{"http", "http://127.0.0.1:4222", natsconn.Auth{}, "scheme"},
+		{"password hidden", "nats://u:hunter2@[::1", natsconn.Auth{}, "TOLLGATE_NATS_URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			nc, err := tgnats.ConnectAuth(tc.servers, "test", tc.auth)
+			nc, err := natsconn.ConnectAuth(tc.servers, "test", tc.auth)
 			if err == nil {
 				nc.Close()
 				t.Fatal("no error")
@@ -236,7 +236,7 @@ func TestAuthFilesCheckedAtStart(t *testing.T) {
 		})
 	}
 	// A list of good URLs passes the check.
-	if err := tgnats.CheckServers("nats://a:4222, tls://b:4222,nats://user:pw@c"); err != nil {
+	if err := natsconn.CheckServers("nats://a:4222, tls://b:4222,nats://user:pw@c"); err != nil {
 		t.Errorf("a good list: %v", err)
 	}
 }

@@ -1,4 +1,9 @@
-package nats
+// Package natsconn is how every Tollgate process reaches NATS: the connection options they
+// share (reconnect forever, notice a dead server quickly), sign-in and TLS from the
+// TOLLGATE_NATS_* settings, the server-list check, and the replica rule of the streams and
+// buckets they create. It knows no subject, stream or bucket of its own: the config KV
+// (tenants/nats) and the usage stream (billing/nats, infra/usage) build on it.
+package natsconn
 
 import (
 	"context"
@@ -7,6 +12,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -109,6 +115,50 @@ func ConnectAuth(servers, name string, a Auth, opts ...nats.Option) (*nats.Conn,
 	return Connect(servers, name, append(ao, opts...)...)
 }
 
+// Connect dials url (one server or a comma-separated list of a cluster's) with the options
+// every Tollgate process wants: reconnect forever, one second apart (jittered), buffer up
+// to 8 MB while reconnecting, and notice a dead server within about 15 s. The list is
+// shuffled (nats.go's default), so a fleet's connections spread over the cluster's nodes,
+// and servers the cluster announces are added to it, so a list naming one node still
+// fails over to the others. It returns at once when the server cannot be reached at
+// start, with the connection retrying in the background, so an api started during a NATS
+// outage comes up and its outbox catches up later, and an edge started during one becomes
+// ready when NATS returns. name identifies the process in the server's connection list.
+// opts are applied last and override these defaults.
+func Connect(url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	log := slog.Default().With("nats", redactList(url), "conn", name)
+	o := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.ReconnectWait(time.Second),
+		nats.ReconnectJitter(250*time.Millisecond, time.Second),
+		nats.ReconnectBufSize(8 << 20),
+		nats.Timeout(2 * time.Second),
+		nats.PingInterval(5 * time.Second),
+		nats.MaxPingsOutstanding(3),
+		nats.ConnectHandler(func(nc *nats.Conn) { log.Info("nats connected", "server", nc.ConnectedUrlRedacted()) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "server", nc.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Warn("nats async error", "subject", sub.Subject, "err", err)
+			} else {
+				log.Warn("nats async error", "err", err)
+			}
+		}),
+	}
+	nc, err := nats.Connect(url, append(o, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("nats connect %s: %w", redactList(url), err)
+	}
+	return nc, nil
+}
+
 // redact hides a password in a server URL before it is logged or shown in an error.
 func redact(s string) string {
 	u, err := url.Parse(s)
@@ -168,6 +218,3 @@ func Replicas(ctx context.Context, js jetstream.JetStream, stream string, want i
 	}
 	return want, nil
 }
-
-// KVStream is the name of the stream behind KV bucket bucket.
-func KVStream(bucket string) string { return streamName(bucket) }

@@ -1,0 +1,48 @@
+package usage_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"tollgate/infra/usage"
+)
+
+func TestToken(t *testing.T) {
+	for in, want := range map[string]string{"edge-1": "edge-1", "web.eu-1": "web_eu-1", "": "_", "a b*>": "a_b__"} {
+		if got := usage.Token(in); got != want {
+			t.Errorf("Token(%q) = %q, want %q", in, got, want)
+		}
+	}
+	k := usage.TotalsKey(&usage.EdgeTotal{EdgeID: "web.eu", BootID: "b1", TenantID: "t-1", Hour: time.Date(2024, 3, 9, 7, 0, 0, 0, time.UTC)})
+	if k != "202403.t-1.web_eu.b1.0907" {
+		t.Errorf("TotalsKey = %s", k)
+	}
+}
+
+// FuzzDecodeBatch: whatever arrives on the usage stream, DecodeBatch either rejects it
+// or returns a batch Fold can take.
+func FuzzDecodeBatch(f *testing.F) {
+	f.Add([]byte(`{"id":"e.b.1","edge_id":"e","boot_id":"b","seq":1,"records":[{"tenant_id":"0190a000-0000-7000-8000-00000000000a","hour":"2024-01-01T05:00:00Z","route_id":"r","class":2,"requests":3,"billable":3}]}`))
+	f.Add([]byte(`{"id":"e.b.1","edge_id":"e","records":[{"tenant_id":"0190a000-0000-7000-8000-00000000000a","hour":"2024-01-01T05:30:00Z","class":2,"requests":1}]}`))
+	f.Add([]byte(`{"id":"x","edge_id":"x","records":[{"tenant_id":"{0190a000-0000-7000-8000-00000000000a}","hour":"2024-01-01T05:00:00+01:00","class":9,"requests":-1,"billable":2}]}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b, err := usage.DecodeBatch(data)
+		if err != nil {
+			if !errors.Is(err, usage.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if b.ID == "" || b.EdgeID == "" {
+			t.Fatal("batch without ids")
+		}
+		for _, r := range b.Records {
+			if len(r.TenantID) != 36 || !r.Hour.Equal(r.Hour.Truncate(time.Hour)) || r.Hour.Location() != time.UTC ||
+				r.Class < 0 || r.Class > 5 || r.Requests < 0 || r.Billable < 0 || r.Billable > r.Requests || r.BytesIn < 0 || r.BytesOut < 0 {
+				t.Fatalf("accepted a bad record %+v", r)
+			}
+		}
+	})
+}
