@@ -1,5 +1,5 @@
 // Package cli is `tollgate billing`: it wires billing's Postgres store, the JetStream
-// usage consumer and (when a Stripe key is set) the Stripe pusher into a process, and
+// usage reader and (when a Stripe key is set) the Stripe pusher into a process, and
 // provides the finance subcommands. The tollgate command mounts Command; `tollgate dev`
 // calls Run to run billing inside its own process.
 package cli
@@ -88,13 +88,13 @@ func OptionsFromEnv(getenv func(string) string) (Options, *config.Config, error)
 	return o, cfg, nil
 }
 
-// Command is `tollgate billing`: alone, the usage consumer; with a subcommand, one
+// Command is `tollgate billing`: alone, the usage reader; with a subcommand, one
 // finance task that exits. Each reads the environment when it runs, not for its help.
 func Command() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "billing",
 		Short: "folds usage batches into Postgres rollups; finance subcommands",
-		Long: `Alone, billing runs the usage consumer: it folds the edges' usage batches from NATS
+		Long: `Alone, billing runs the usage reader: it folds the edges' usage batches from NATS
 into Postgres rollups and, when TOLLGATE_STRIPE_KEY is set, pushes settled usage to
 Stripe every minute and keeps paying tenants' subscriptions in line with their plans.
 Its subcommands do one finance task and exit.`,
