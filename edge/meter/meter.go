@@ -70,6 +70,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"tollgate/infra/usage"
 	"unsafe"
@@ -300,7 +301,7 @@ func New(cfg Config) (*Meter, error) {
 	m.spool = sp
 	m.recoverState()
 	m.loadTotals()
-	st, err := createState(filepath.Join(cfg.SpoolDir, stateFileName), cfg.EdgeID, cfg.BootID, cfg.StateChunkBytes, cfg.StateMaxBytes)
+	st, err := createState(filepath.Join(cfg.SpoolDir, stateFileName), cfg.EdgeID, cfg.BootID, cfg.StateChunkBytes, cfg.StateMaxBytes, sp.lend)
 	if err != nil {
 		// Metering goes on, in memory only: a crash of this run loses up to a flush of counts.
 		m.log.Error("meter: no state file; counts live on the heap until the next start, and a crash loses those not yet handed over", "dir", cfg.SpoolDir, "err", err)
@@ -957,7 +958,7 @@ func (m *Meter) saveTotals() error {
 		return nil
 	}
 	path := filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+usage.Token(m.cfg.BootID)+".json")
-	if err := writeTotals(path, dirty); err != nil {
+	if err := writeTotals(path, dirty, m.spool.lend); err != nil {
 		return err
 	}
 	for _, f := range m.inheritedFiles {
@@ -971,7 +972,22 @@ func (m *Meter) saveTotals() error {
 }
 
 // writeTotals replaces the file at path with totals, durably.
-func writeTotals(path string, totals []usage.EdgeTotal) error {
+// writeTotals saves totals at path. On a full disk it borrows the room from the spool's
+// reserve (borrow, when not nil) and tries once more: totals lost make reconciliation
+// report a run as unaccounted for.
+func writeTotals(path string, totals []usage.EdgeTotal, borrow func(int64) bool) error {
+	err := writeTotalsOnce(path, totals)
+	if errors.Is(err, syscall.ENOSPC) && borrow != nil {
+		data, _ := json.Marshal(totals)
+		// Whole pages: the file's data, and a page for the directory entry.
+		if borrow(int64(len(data))/4096*4096 + 2*4096) {
+			err = writeTotalsOnce(path, totals)
+		}
+	}
+	return err
+}
+
+func writeTotalsOnce(path string, totals []usage.EdgeTotal) error {
 	data, err := json.Marshal(totals)
 	if err != nil {
 		return err
@@ -990,6 +1006,7 @@ func writeTotals(path string, totals []usage.EdgeTotal) error {
 		err = os.Rename(tmp, path)
 	}
 	if err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("meter: save totals: %w", err)
 	}
 	syncDir(filepath.Dir(path))
@@ -1042,7 +1059,7 @@ func (m *Meter) recoverState() {
 	}
 	if len(r.totals) > 0 {
 		tp := filepath.Join(m.cfg.SpoolDir, totalsFilePrefix+"recovered-"+usage.Token(r.bootID)+".json")
-		if err := writeTotals(tp, r.totals); err != nil {
+		if err := writeTotals(tp, r.totals, m.spool.lend); err != nil {
 			m.log.Error("meter: totals of an earlier run not saved", "err", err)
 			failed = true
 		}

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -57,6 +58,9 @@ type spool struct {
 	peeked int64 // length of the record peek returned
 	log    *slog.Logger
 
+	// rmu guards reserve and reserved: the state file borrows from the reserve (lend)
+	// from whichever goroutine records.
+	rmu      sync.Mutex
 	reserve  *os.File // nil: no reservation
 	reserved int64    // bytes allocated to reserve
 	alloc    int64    // bytes allocated to segments, as far as known
@@ -167,21 +171,38 @@ func openSpool(dir string, max, segMax int64, reserve bool, log *slog.Logger) (*
 
 // reservedBytes is the disk space the spool holds, used or not.
 func (s *spool) reservedBytes() int64 {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
 	if s.reserve == nil {
 		return 0
 	}
 	return s.reserved + s.alloc
 }
 
+// lend gives n bytes of the reserve back to the disk for the meter's state file to take
+// when the disk is full: counts the state file cannot hold are lost in a crash, while
+// the spool is only needed once NATS is away. False when the reserve has not n bytes.
+func (s *spool) lend(n int64) bool {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if s.reserve == nil || s.reserved < n {
+		return false
+	}
+	s.shrinkReserveLocked(s.reserved - n)
+	return true
+}
+
 // refill grows the reserve back to what the segments leave of max, as far as the disk
 // allows: whole if it can, else step by step.
 func (s *spool) refill() {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
 	if s.reserve == nil {
 		return
 	}
 	want := max(s.max-s.alloc, 0)
 	if want <= s.reserved {
-		s.shrinkReserve(want)
+		s.shrinkReserveLocked(want)
 		return
 	}
 	fd := int(s.reserve.Fd())
@@ -202,6 +223,12 @@ func (s *spool) refill() {
 
 // shrinkReserve gives the reserve's blocks past n back to the disk.
 func (s *spool) shrinkReserve(n int64) {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	s.shrinkReserveLocked(n)
+}
+
+func (s *spool) shrinkReserveLocked(n int64) {
 	if s.reserve == nil || n >= s.reserved {
 		return
 	}
@@ -212,6 +239,13 @@ func (s *spool) shrinkReserve(n int64) {
 	s.reserved = n
 }
 
+// take gives up to n bytes of the reserve back to the disk.
+func (s *spool) take(n int64) {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	s.shrinkReserveLocked(max(s.reserved-n, 0))
+}
+
 // preallocate makes g's blocks up to n bytes exist on disk without changing its size.
 func (s *spool) preallocate(g *segment, n int64) {
 	if s.reserve == nil || n <= g.alloc {
@@ -219,7 +253,7 @@ func (s *spool) preallocate(g *segment, n int64) {
 	}
 	const keepSize = 0x01 // FALLOC_FL_KEEP_SIZE
 	// The reserve gives up what the segment takes, so the pair never holds more than max.
-	s.shrinkReserve(max(s.reserved-(n-g.alloc), 0))
+	s.take(n - g.alloc)
 	if err := syscall.Fallocate(int(g.f.Fd()), keepSize, 0, n); err != nil {
 		s.log.Warn("meter spool: could not allocate a segment ahead", "segment", g.path, "err", err)
 		return
@@ -364,7 +398,7 @@ func (s *spool) newSegment(alloc int64) (*segment, error) {
 	path := filepath.Join(s.dir, fmt.Sprintf("%020d%s", s.next, segSuffix))
 	// The reserve's blocks go back to the disk first, so that on a full disk the new
 	// file's inode and blocks can be had.
-	s.shrinkReserve(max(s.reserved-alloc, 0))
+	s.take(alloc)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR|os.O_APPEND, 0o640)
 	if err != nil {
 		s.refill()
@@ -458,10 +492,12 @@ func (s *spool) close() {
 		g.f.Close()
 	}
 	s.segs = nil
+	s.rmu.Lock()
 	if s.reserve != nil {
 		s.reserve.Close()
 		s.reserve = nil
 	}
+	s.rmu.Unlock()
 	if s.lock != nil {
 		syscall.Flock(int(s.lock.Fd()), syscall.LOCK_UN)
 		s.lock.Close()

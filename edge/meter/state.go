@@ -144,6 +144,10 @@ type stateFile struct {
 	edge     string
 	boot     string
 
+	// borrow, when set, frees n bytes of disk elsewhere (the spool's reserve) so that an
+	// allocation the full disk refused can be tried once more.
+	borrow func(n int64) bool
+
 	mu   sync.Mutex // allocation
 	off  int        // bump offset in the last chunk
 	free map[uint32][]unsafe.Pointer
@@ -158,7 +162,7 @@ type stateHeaderValues struct {
 // createState replaces the file at path with a fresh one for this boot (through a
 // temporary file and a rename, so a crash leaves the old or the new, never half) and maps
 // it.
-func createState(path, edge, boot string, chunk int, maxBytes int64) (*stateFile, error) {
+func createState(path, edge, boot string, chunk int, maxBytes int64, borrow func(int64) bool) (*stateFile, error) {
 	if len(edge) > maxStateID || len(boot) > maxStateID {
 		return nil, fmt.Errorf("edge id or boot id longer than %d bytes", maxStateID)
 	}
@@ -170,14 +174,14 @@ func createState(path, edge, boot string, chunk int, maxBytes int64) (*stateFile
 	if err != nil {
 		return nil, err
 	}
-	s := &stateFile{path: path, f: f, chunk: chunk, maxBytes: maxBytes, edge: edge, boot: boot, free: map[uint32][]unsafe.Pointer{}}
+	s := &stateFile{path: path, f: f, chunk: chunk, maxBytes: maxBytes, edge: edge, boot: boot, borrow: borrow, free: map[uint32][]unsafe.Pointer{}}
 	fail := func(err error) (*stateFile, error) {
 		s.unmap()
 		f.Close()
 		os.Remove(tmp)
 		return nil, err
 	}
-	if err := syscall.Fallocate(int(f.Fd()), 0, 0, stateHeader); err != nil {
+	if err := s.allocate(0, stateHeader); err != nil {
 		return fail(fmt.Errorf("allocate: %w", err))
 	}
 	if s.hdr, err = syscall.Mmap(int(f.Fd()), 0, stateHeader, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED); err != nil {
@@ -204,7 +208,7 @@ func (s *stateFile) grow() error {
 	if off+int64(s.chunk) > s.maxBytes {
 		return errStateFull
 	}
-	if err := syscall.Fallocate(int(s.f.Fd()), 0, off, int64(s.chunk)); err != nil {
+	if err := s.allocate(off, int64(s.chunk)); err != nil {
 		return fmt.Errorf("allocate: %w", err)
 	}
 	b, err := syscall.Mmap(int(s.f.Fd()), off, s.chunk, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
@@ -214,6 +218,16 @@ func (s *stateFile) grow() error {
 	s.chunks = append(s.chunks, b)
 	s.off = 0
 	return nil
+}
+
+// allocate makes the file's blocks in [off, off+n) exist, borrowing them when the disk is
+// full.
+func (s *stateFile) allocate(off, n int64) error {
+	err := syscall.Fallocate(int(s.f.Fd()), 0, off, n)
+	if errors.Is(err, syscall.ENOSPC) && s.borrow != nil && s.borrow(n) {
+		err = syscall.Fallocate(int(s.f.Fd()), 0, off, n)
+	}
+	return err
 }
 
 // writeHeader writes the older copy of the header, CRC last.
