@@ -7,9 +7,9 @@ import (
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/config"
-	"tollgate/web/portal"
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
+	"tollgate/web/portal"
 )
 
 // mountPortal serves the tenants' developer portals under /portal/{slug}/ on the api's

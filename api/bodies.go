@@ -7,7 +7,7 @@ import (
 )
 
 // Request bodies. The config objects (routes, consumers, plans, JWT issuers, domains, the
-// policy) are their domain types, tenants.Route and the others: a request may set every
+// access rules) are their domain types, tenants.Route and the others: a request may set every
 // field but the read-only ones (decodeBody refuses those as unknown), and an update
 // adds the version it is based on. The bodies below are the API's own: the tenant's
 // (whose store keeps more than a client sends), and the few places where the API takes

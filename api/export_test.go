@@ -45,7 +45,7 @@ func Decode(kind, contentType string, body []byte) error {
 	case "jwt_issuer_update":
 		_, _, err = decodeJWTIssuerUpdate(contentType, body, limit)
 	case "policy":
-		_, _, err = decodePolicy(contentType, body, limit)
+		_, _, err = decodeAccessRules(contentType, body, limit)
 	case "invite":
 		_, err = decodeInvite(contentType, body, limit)
 	case "invite_token":

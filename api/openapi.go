@@ -46,7 +46,7 @@ var schemaNames = map[reflect.Type]string{
 	reflect.TypeFor[jwtIssuerUpdate]():     "JWTIssuerUpdate",
 	reflect.TypeFor[tenants.Issuer]():      "JWTIssuer",
 	reflect.TypeFor[tenants.AccessRules](): "Policy",
-	reflect.TypeFor[policyPut]():           "PolicyPut",
+	reflect.TypeFor[accessRulesPut]():      "PolicyPut",
 	reflect.TypeFor[status]():              "Status",
 	reflect.TypeFor[errorBody]():           "Error",
 	reflect.TypeFor[errorDetail]():         "ErrorDetail",
@@ -326,7 +326,7 @@ func (s *Server) document() obj {
 		"security": []obj{{"bearer": []string{}}},
 		"tags": []obj{
 			{"name": tagTenants}, {"name": tagRoutes}, {"name": tagConsumers}, {"name": tagKeys},
-			{"name": tagPlans}, {"name": tagTokens}, {"name": tagJWTIssuers}, {"name": tagPolicy}, {"name": tagDomains}, {"name": tagPlatform}, {"name": tagHealth},
+			{"name": tagPlans}, {"name": tagTokens}, {"name": tagJWTIssuers}, {"name": tagAccessRules}, {"name": tagDomains}, {"name": tagPlatform}, {"name": tagHealth},
 		},
 		"paths": paths,
 		"components": obj{

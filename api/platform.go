@@ -30,7 +30,7 @@ type resourcesBody struct {
 	Plans           *int   `json:"plans" doc:"The tenant's consumer plans, 0–1000. Default: 1000."`
 	Domains         *int   `json:"domains" doc:"Custom domains, 0–1000. Default: 1000."`
 	JWTIssuers      *int   `json:"jwt_issuers" doc:"JWT issuers, 0–32. Default: 32."`
-	PolicyRules     *int   `json:"policy_rules" doc:"Rules and role links of the tenant's policy together (each counts one), 0–11000. Default: 11000."`
+	AccessRules     *int   `json:"policy_rules" doc:"Rules and role links of the tenant's policy together (each counts one), 0–11000. Default: 11000."`
 	CacheBytes      *int64 `json:"cache_bytes" doc:"Bytes of each edge's response cache the tenant's answers may hold (body, headers, key and a fixed overhead each); the edge's own budget, shared fairly, may give less. 0: routes may not cache. At most 2^40. Default: 2^40."`
 }
 
@@ -50,7 +50,7 @@ func (b *resourcesBody) domain() *tenants.ResourceLimits {
 	set(&r.Plans, b.Plans)
 	set(&r.Domains, b.Domains)
 	set(&r.JWTIssuers, b.JWTIssuers)
-	set(&r.PolicyRules, b.PolicyRules)
+	set(&r.AccessRules, b.AccessRules)
 	if b.CacheBytes != nil {
 		r.CacheBytes = *b.CacheBytes
 	}

@@ -70,10 +70,10 @@ type ResourceLimits struct {
 	Plans      int `json:"plans"`
 	Domains    int `json:"domains"`
 	JWTIssuers int `json:"jwt_issuers"`
-	// PolicyRules bounds the rules and the role links of the tenant's policy together:
+	// AccessRules bounds the rules and the role links of the tenant's access rules together:
 	// each [subject, path, action] rule and each [member, role] link counts one, since
 	// both cost the edges memory and compile time alike.
-	PolicyRules int `json:"policy_rules"`
+	AccessRules int `json:"policy_rules"`
 	// CacheBytes is the most the tenant's answers may hold of each edge's response cache
 	// (bodies, headers, keys and a fixed overhead per answer). 0: routes may not cache.
 	CacheBytes int64 `json:"cache_bytes"`
@@ -88,8 +88,8 @@ var MaxResources = ResourceLimits{
 	Plans:           1_000,
 	Domains:         1_000,
 	JWTIssuers:      MaxIssuersPerTenant,
-	// The policy engine's own bounds: 1,000 rules and 10,000 role links.
-	PolicyRules: 11_000,
+	// The access-rules engine's own bounds: 1,000 rules and 10,000 role links.
+	AccessRules: 11_000,
 	CacheBytes:  1 << 40,
 }
 
@@ -102,7 +102,7 @@ const (
 	ResPlans           = "plans"
 	ResDomains         = "domains"
 	ResJWTIssuers      = "jwt_issuers"
-	ResPolicyRules     = "policy_rules"
+	ResAccessRules     = "policy_rules"
 	ResCacheBytes      = "cache_bytes"
 )
 
@@ -115,7 +115,7 @@ var resourceNouns = map[string][2]string{
 	ResPlans:           {"consumer plans", "consumer plan"},
 	ResDomains:         {"custom domains", "custom domain"},
 	ResJWTIssuers:      {"JWT issuers", "JWT issuer"},
-	ResPolicyRules:     {"policy rules and role links together", "policy rule or role link"},
+	ResAccessRules:     {"policy rules and role links together", "policy rule or role link"},
 }
 
 // OverLimit is the error of a save that would take a tenant past its plan's limit of
@@ -133,7 +133,7 @@ func OverLimit(resource, plan string, limit int64) *Error {
 		noun = nouns[1]
 	}
 	what := "delete one"
-	if resource == ResPolicyRules {
+	if resource == ResAccessRules {
 		what = "remove some"
 	}
 	return Invalid(resource, "the %s plan allows %d %s; %s or move to a larger plan", plan, limit, noun, what)
@@ -154,8 +154,8 @@ func (r *ResourceLimits) Get(resource string) int64 {
 		return int64(r.Domains)
 	case ResJWTIssuers:
 		return int64(r.JWTIssuers)
-	case ResPolicyRules:
-		return int64(r.PolicyRules)
+	case ResAccessRules:
+		return int64(r.AccessRules)
 	case ResCacheBytes:
 		return r.CacheBytes
 	}
@@ -174,7 +174,7 @@ func (r *ResourceLimits) Validate() error {
 		{ResPlans, int64(r.Plans), int64(MaxResources.Plans)},
 		{ResDomains, int64(r.Domains), int64(MaxResources.Domains)},
 		{ResJWTIssuers, int64(r.JWTIssuers), int64(MaxResources.JWTIssuers)},
-		{ResPolicyRules, int64(r.PolicyRules), int64(MaxResources.PolicyRules)},
+		{ResAccessRules, int64(r.AccessRules), int64(MaxResources.AccessRules)},
 		{ResCacheBytes, r.CacheBytes, MaxResources.CacheBytes},
 	} {
 		if c.v < 0 || c.v > c.limit {

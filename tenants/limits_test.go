@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
+	"tollgate/tenants/accessrules"
 )
 
 func wantInvalid(t *testing.T, err error, field, msg string) {
@@ -155,8 +155,8 @@ func TestResourceLimits(t *testing.T) {
 		t.Fatalf("a plan without resources gets the ceilings, got %+v", p.Resources)
 	}
 	// The policy ceiling is the engine's own bound on rules and role links together.
-	if tenants.MaxResources.PolicyRules != accessrules.MaxRules+accessrules.MaxRoleLinks {
-		t.Errorf("policy_rules ceiling %d, engine bound %d", tenants.MaxResources.PolicyRules, accessrules.MaxRules+accessrules.MaxRoleLinks)
+	if tenants.MaxResources.AccessRules != accessrules.MaxRules+accessrules.MaxRoleLinks {
+		t.Errorf("policy_rules ceiling %d, engine bound %d", tenants.MaxResources.AccessRules, accessrules.MaxRules+accessrules.MaxRoleLinks)
 	}
 	if tenants.MaxResources.JWTIssuers != tenants.MaxIssuersPerTenant {
 		t.Errorf("jwt_issuers ceiling %d", tenants.MaxResources.JWTIssuers)
@@ -171,7 +171,7 @@ func TestResourceLimits(t *testing.T) {
 		{func(r *tenants.ResourceLimits) { r.Plans = 1001 }, "resources.plans"},
 		{func(r *tenants.ResourceLimits) { r.Domains = 1001 }, "resources.domains"},
 		{func(r *tenants.ResourceLimits) { r.JWTIssuers = 33 }, "resources.jwt_issuers"},
-		{func(r *tenants.ResourceLimits) { r.PolicyRules = -2 }, "resources.policy_rules"},
+		{func(r *tenants.ResourceLimits) { r.AccessRules = -2 }, "resources.policy_rules"},
 		{func(r *tenants.ResourceLimits) { r.CacheBytes = 1<<40 + 1 }, "resources.cache_bytes"},
 	} {
 		r := tenants.MaxResources
@@ -189,7 +189,7 @@ func TestResourceLimits(t *testing.T) {
 		{tenants.ResRoutes, 1, "the free plan allows 1 route; delete one or move to a larger plan"},
 		{tenants.ResDomains, 0, "the free plan allows no custom domains; move to a larger plan"},
 		{tenants.ResKeysPerConsumer, 2, "the free plan allows 2 keys per consumer; delete one"},
-		{tenants.ResPolicyRules, 100, "the free plan allows 100 policy rules and role links together; remove some or move to a larger plan"},
+		{tenants.ResAccessRules, 100, "the free plan allows 100 policy rules and role links together; remove some or move to a larger plan"},
 		{tenants.ResCacheBytes, 0, "the free plan allows no response cache (cache_bytes 0)"},
 	} {
 		wantInvalid(t, tenants.OverLimit(c.res, "free", c.limit), c.res, c.msg)

@@ -45,7 +45,7 @@ type Route struct {
 	Upstream Upstream `json:"upstream" required:"true"`
 	// Auth is AuthNone, AuthKey, AuthJWT or AuthKeyOrJWT. Default: AuthNone.
 	Auth string `json:"auth" enum:"none,key,jwt,key_or_jwt" doc:"Default: none."`
-	// CheckAccess makes the edge check the tenant's policy for this route.
+	// CheckAccess makes the edge check the tenant's access rules for this route.
 	CheckAccess bool       `json:"policy" doc:"Check the tenant's policy for this route."`
 	RateLimit   *RateLimit `json:"rate_limit,omitempty" doc:"Per-route limit. Default: none."`
 	// StripPrefix removes the matched path prefix before proxying.
@@ -309,13 +309,13 @@ type JWTIssuerService interface {
 	DeleteJWTIssuer(ctx context.Context, tenantID, id string) error
 }
 
-// AccessRulesService manages a tenant's policy. Validating a policy is the compiler's job
+// AccessRulesService manages a tenant's access rules. Validating them is the compiler's job
 // (accessrules.Compile); callers validate before PutAccessRules.
 type AccessRulesService interface {
 	// FindAccessRules: ENotFound when the tenant has none.
 	FindAccessRules(ctx context.Context, tenantID string) (*AccessRules, error)
-	// PutAccessRules creates or replaces the tenant's policy; when p.Version is not 0 only if
-	// it is current. ENotFound (tenant, or no policy to update at that version),
+	// PutAccessRules creates or replaces the tenant's access rules; when p.Version is not 0 only if
+	// it is current. ENotFound (tenant, or no access rules to update at that version),
 	// EVersionConflict.
 	PutAccessRules(ctx context.Context, p *AccessRules) error
 }

@@ -60,7 +60,7 @@ func fullConsole(t *testing.T) *consoleEnv {
 	t.Helper()
 	db, _ := pgtest.Open(t)
 	mail := smtptest.Start(t)
-	c := web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db, Plans: db, JWTIssuers: db, Policies: db,
+	c := web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db, Plans: db, JWTIssuers: db, AccessRules: db,
 		Usage: billingpg.New(db.Pool()), Mailer: mail.Mailer(t), PublicURL: "https://console.tollgate.test"})
 	app := fiber.New(fiber.Config{Immutable: true})
 	c.Mount(app)

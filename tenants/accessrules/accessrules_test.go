@@ -9,8 +9,8 @@ import (
 
 	"github.com/casbin/casbin/v2/util"
 
-	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
+	"tollgate/tenants/accessrules"
 )
 
 func mustCompile(t testing.TB, rules, roles [][]string) *accessrules.Enforcer {

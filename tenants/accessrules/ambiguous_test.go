@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"tollgate/tenants/accessrules"
 	"tollgate/tenants"
+	"tollgate/tenants/accessrules"
 )
 
 // TestAmbiguousPathsNeverDodgeDeny: spellings some upstreams read as /admin — a segment

@@ -164,8 +164,8 @@ func (db *DB) DeleteTenant(ctx context.Context, tenantID string) error {
 		var kind, id string
 		_, err = pgx.ForEachRow(rows, []any{&kind, &id}, func() error {
 			key := tenants.ObjectKey(tenantID, kind, id)
-			if kind == tenants.KindPolicy {
-				key = tenants.PolicyKey(tenantID)
+			if kind == tenants.KindAccessRules {
+				key = tenants.AccessRulesKey(tenantID)
 			}
 			changes = append(changes, del(tenantID, key))
 			return nil

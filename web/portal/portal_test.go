@@ -16,11 +16,11 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/infra/testcert"
-	"tollgate/web/portal"
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
 	"tollgate/tenants/postgres/pgtest"
 	"tollgate/tenants/smtp/smtptest"
+	"tollgate/web/portal"
 )
 
 const password = "correct horse battery"
