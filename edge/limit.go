@@ -84,7 +84,7 @@ func (e *Edge) compilePlan(tenantID, slug, name string, p *tenants.Plan) planRul
 		return out
 	}
 	mode, _ := limit.ParseMode(p.Mode, limit.ModeApproximate)
-	r, q, c, err := limit.PlanPolicies(limit.Scope{Tenant: tenantID, Name: name, Mode: mode}, p)
+	r, q, c, err := limit.PlanRules(limit.Scope{Tenant: tenantID, Name: name, Mode: mode}, p)
 	if err != nil {
 		e.log.Error("edge: plan limits skipped", "tenant", slug, "plan", p.Name, "err", err)
 		return out
