@@ -49,7 +49,7 @@ type Config struct {
 	Tenants   tenants.TenantService
 	Routes    tenants.RouteService
 	Consumers tenants.ConsumerService
-	Plans     tenants.PlanService
+	Plans     tenants.ConsumerPlanService
 	Tokens    tenants.TokenService
 	// JWTIssuers and AccessRules serve /v1/tenants/{slug}/jwt-issuers and .../policy.
 	JWTIssuers  tenants.JWTIssuerService

@@ -132,14 +132,14 @@ func (s *Server) table() []endpoint {
 			summary: "Revoke a key", desc: scopedDoc, status: 204},
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/plans", access: tenantScoped, class: rbac.Write, handle: plans.handleCreate, tag: tagPlans,
-			summary: "Create a plan", desc: scopedDoc, body: planInput{}, status: 201, result: tenants.Plan{}, etag: true},
+			summary: "Create a plan", desc: scopedDoc, body: planInput{}, status: 201, result: tenants.ConsumerPlan{}, etag: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/plans", access: tenantScoped, class: rbac.Read, handle: plans.handleList, tag: tagPlans,
-			summary: "List plans", desc: scopedDoc, status: 200, result: list[tenants.Plan]{}, list: true},
+			summary: "List plans", desc: scopedDoc, status: 200, result: list[tenants.ConsumerPlan]{}, list: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, class: rbac.Read, handle: plans.handleGet, tag: tagPlans,
-			summary: "Get a plan", desc: scopedDoc, status: 200, result: tenants.Plan{}, etag: true},
+			summary: "Get a plan", desc: scopedDoc, status: 200, result: tenants.ConsumerPlan{}, etag: true},
 		{method: http.MethodPut, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, class: rbac.Write, handle: plans.handlePut, tag: tagPlans,
 			summary: "Replace a plan", desc: "Full replacement: omitted limits are removed." + scopedDoc + ifMatchDoc,
-			body: planUpdate{}, status: 200, result: tenants.Plan{}, etag: true, ifMatch: true},
+			body: planUpdate{}, status: 200, result: tenants.ConsumerPlan{}, etag: true, ifMatch: true},
 		{method: http.MethodDelete, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, class: rbac.Write, handle: plans.handleDelete, tag: tagPlans,
 			summary: "Delete a plan", desc: "409 conflict while a consumer uses it." + scopedDoc, status: 204},
 

@@ -457,7 +457,7 @@ func (ts *tenantState) viewLocked(incrementally bool) *tenantView {
 	for _, k := range ts.keys {
 		v.keys = append(v.keys, k)
 	}
-	v.plans = make([]*tenants.Plan, 0, len(ts.plans))
+	v.plans = make([]*tenants.ConsumerPlan, 0, len(ts.plans))
 	for _, p := range ts.plans {
 		v.plans = append(v.plans, p)
 	}

@@ -30,12 +30,12 @@ import (
 // an edge ignores an entry whose Rev is not newer than the one it holds for that key, so a
 // replayed or late publish never rolls config back.
 type Entry struct {
-	Rev      int64     `json:"rev"`
-	Tenant   *Tenant   `json:"tenant,omitempty"`
-	Route    *Route    `json:"route,omitempty"`
-	Consumer *Consumer `json:"consumer,omitempty"`
-	Key      *KeyEntry `json:"key,omitempty"`
-	Plan     *Plan     `json:"plan,omitempty"`
+	Rev      int64         `json:"rev"`
+	Tenant   *Tenant       `json:"tenant,omitempty"`
+	Route    *Route        `json:"route,omitempty"`
+	Consumer *Consumer     `json:"consumer,omitempty"`
+	Key      *KeyEntry     `json:"key,omitempty"`
+	Plan     *ConsumerPlan `json:"plan,omitempty"`
 	// JWTIssuer carries its HS256Secret, if any: the edges verify with it.
 	JWTIssuer   *Issuer      `json:"jwt_issuer,omitempty"`
 	AccessRules *AccessRules `json:"policy,omitempty"`

@@ -33,13 +33,13 @@ type ConfigDocument struct {
 	// Revision stamps the state exported (ConfigRevision); apply refuses a document whose
 	// revision is not current, unless forced, so an edit of a stale copy does not undo
 	// changes made since.
-	Revision    string         `json:"revision,omitempty" doc:"Opaque stamp of the state exported. Apply refuses a document whose revision is no longer current (409 version_conflict) unless forced; without one, no check is made."`
-	Routes      []*Route       `json:"routes" doc:"Routes, by name."`
-	Consumers   []*Consumer    `json:"consumers" doc:"Consumers, by name. Their API keys are not config: they are created and revoked through .../keys."`
-	Plans       []*Plan        `json:"plans" doc:"Plans, by name."`
-	JWTIssuers  []*Issuer      `json:"jwt_issuers" doc:"JWT issuers, by issuer. Export leaves hs256_secret out; on apply, an issuer with no key source keeps the stored secret."`
-	AccessRules *AccessRules   `json:"policy,omitempty" doc:"The tenant's policy; absent: left as it is."`
-	Domains     []ConfigDomain `json:"domains" doc:"Custom domains, by host name. Apply keeps or (with prune) removes them; a domain is claimed with its certificate through .../domains."`
+	Revision    string          `json:"revision,omitempty" doc:"Opaque stamp of the state exported. Apply refuses a document whose revision is no longer current (409 version_conflict) unless forced; without one, no check is made."`
+	Routes      []*Route        `json:"routes" doc:"Routes, by name."`
+	Consumers   []*Consumer     `json:"consumers" doc:"Consumers, by name. Their API keys are not config: they are created and revoked through .../keys."`
+	Plans       []*ConsumerPlan `json:"plans" doc:"Plans, by name."`
+	JWTIssuers  []*Issuer       `json:"jwt_issuers" doc:"JWT issuers, by issuer. Export leaves hs256_secret out; on apply, an issuer with no key source keeps the stored secret."`
+	AccessRules *AccessRules    `json:"policy,omitempty" doc:"The tenant's policy; absent: left as it is."`
+	Domains     []ConfigDomain  `json:"domains" doc:"Custom domains, by host name. Apply keeps or (with prune) removes them; a domain is claimed with its certificate through .../domains."`
 }
 
 // ConfigDomain is a custom domain as the document names it. Its certificate and key are
@@ -151,7 +151,7 @@ func (d *ConfigDocument) CheckNames() error {
 func (d *ConfigDocument) Sort() {
 	slices.SortFunc(d.Routes, func(a, b *Route) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(d.Consumers, func(a, b *Consumer) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(d.Plans, func(a, b *Plan) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(d.Plans, func(a, b *ConsumerPlan) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(d.JWTIssuers, func(a, b *Issuer) int { return strings.Compare(a.Issuer, b.Issuer) })
 	slices.SortFunc(d.Domains, func(a, b ConfigDomain) int { return strings.Compare(a.Hostname, b.Hostname) })
 }

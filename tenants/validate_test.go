@@ -174,7 +174,7 @@ func TestSlug(t *testing.T) {
 }
 
 func TestPlanAndConsumer(t *testing.T) {
-	for _, p := range []tenants.Plan{
+	for _, p := range []tenants.ConsumerPlan{
 		{Name: ""}, {Name: "Gold"}, {Name: "gold", Quota: &tenants.Quota{Requests: 0}},
 		{Name: "gold", Concurrency: -1}, {Name: "gold", RateLimit: &tenants.RateLimit{RPS: 2_000_000}},
 	} {

@@ -52,7 +52,7 @@ type Config struct {
 	Audit     tenants.AuditService
 	// Plans, JWTIssuers and AccessRules serve the plans, JWT issuers and access-rules pages. Nil:
 	// the page says the setting is not managed here.
-	Plans       tenants.PlanService
+	Plans       tenants.ConsumerPlanService
 	JWTIssuers  tenants.JWTIssuerService
 	AccessRules tenants.AccessRulesService
 	// Usage draws the usage page. Nil: the page says usage is not collected here.

@@ -18,7 +18,7 @@ func Example() {
 	defer lim.Close()
 
 	// At compile time, from the tenant's config.
-	plan := &tenants.Plan{RateLimit: &tenants.RateLimit{RPS: 2, Burst: 2}, Concurrency: 10}
+	plan := &tenants.ConsumerPlan{RateLimit: &tenants.RateLimit{RPS: 2, Burst: 2}, Concurrency: 10}
 	rate, _, conc, _ := limit.PlanRules(limit.Scope{Tenant: "t1", Name: "consumer", Mode: limit.ModeExact}, plan)
 	route, _ := limit.NewRate(limit.Scope{Tenant: "t1", Name: "route:r1", Mode: limit.ModeLocal}, limit.RateOf(&tenants.RateLimit{RPS: 100}))
 

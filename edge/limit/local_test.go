@@ -545,7 +545,7 @@ func TestRuleValidation(t *testing.T) {
 	if _, err := limit.ParseMode("fast", limit.ModeLocal); err == nil {
 		t.Error("mode fast accepted")
 	}
-	rl, q, conc, err := limit.PlanRules(s, &tenants.Plan{RateLimit: &tenants.RateLimit{RPS: 5, Burst: 8}, Quota: &tenants.Quota{Requests: 1000}, Concurrency: 3})
+	rl, q, conc, err := limit.PlanRules(s, &tenants.ConsumerPlan{RateLimit: &tenants.RateLimit{RPS: 5, Burst: 8}, Quota: &tenants.Quota{Requests: 1000}, Concurrency: 3})
 	if err != nil || rl == nil || q == nil || conc == nil {
 		t.Fatalf("PlanRules: %v %v %v %v", rl, q, conc, err)
 	}

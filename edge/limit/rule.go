@@ -169,7 +169,7 @@ func NewConcurrency(s Scope, max int64) (*Rule, error) {
 // PlanRules compiles a plan into its rate, quota and concurrency rules, each nil
 // when the plan sets none. The three share the scope's name (they count different
 // things, so their state is kept apart).
-func PlanRules(s Scope, p *tenants.Plan) (rate, quota, concurrency *Rule, err error) {
+func PlanRules(s Scope, p *tenants.ConsumerPlan) (rate, quota, concurrency *Rule, err error) {
 	if p == nil {
 		return nil, nil, nil, nil
 	}

@@ -24,7 +24,7 @@ type configState struct {
 	slug        string
 	routes      []*tenants.Route
 	consumers   []*tenants.Consumer
-	plans       []*tenants.Plan
+	plans       []*tenants.ConsumerPlan
 	issuers     []*tenants.Issuer
 	accessRules *tenants.AccessRules // nil: none
 	domains     []*tenants.Domain
@@ -245,14 +245,14 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 	}
 
 	if doc.Plans != nil {
-		w, err := diffObjects(c.plan, &objectKind[tenants.Plan]{
+		w, err := diffObjects(c.plan, &objectKind[tenants.ConsumerPlan]{
 			kind: tenants.ConfigKindPlan, field: "plans", noun: "plan",
-			name: func(p *tenants.Plan) string { return p.Name }, id: func(p *tenants.Plan) string { return p.ID },
-			adopt:     func(want, cur *tenants.Plan) { want.ID, want.Version = cur.ID, cur.Version },
-			check:     func(want, _ *tenants.Plan) error { want.TenantID = tenantID; return want.Validate() },
+			name: func(p *tenants.ConsumerPlan) string { return p.Name }, id: func(p *tenants.ConsumerPlan) string { return p.ID },
+			adopt:     func(want, cur *tenants.ConsumerPlan) { want.ID, want.Version = cur.ID, cur.Version },
+			check:     func(want, _ *tenants.ConsumerPlan) error { want.TenantID = tenantID; return want.Validate() },
 			conflicts: planConflicts, removeConflicts: planDeleteConflicts,
-			insert: func(p *tenants.Plan) error { return insertPlan(ctx, tx, p) },
-			update: func(p *tenants.Plan) error { return updatePlan(ctx, tx, p) },
+			insert: func(p *tenants.ConsumerPlan) error { return insertPlan(ctx, tx, p) },
+			update: func(p *tenants.ConsumerPlan) error { return updatePlan(ctx, tx, p) },
 			remove: func(id string) error { return deletePlan(ctx, tx, tenantID, id) },
 		}, doc.Plans, st.plans, prune)
 		if err != nil {

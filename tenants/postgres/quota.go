@@ -25,7 +25,7 @@ var resourceColumns = map[string]string{
 	tenants.ResRoutes:          "routes",
 	tenants.ResConsumers:       "consumers",
 	tenants.ResKeysPerConsumer: "keys_per_consumer",
-	tenants.ResPlans:           "plans",
+	tenants.ResConsumerPlans:   "plans",
 	tenants.ResDomains:         "domains",
 	tenants.ResJWTIssuers:      "jwt_issuers",
 	tenants.ResAccessRules:     "policy_rules",
