@@ -270,7 +270,7 @@ func seedDemo(ctx context.Context, cp *controlPlane, upstreamAddr string) (strin
 	db := cp.db
 	t, err := db.FindTenant(ctx, demoSlug)
 	if tenants.ErrorCode(err) == tenants.ENotFound {
-		t = &tenants.Tenant{Slug: demoSlug, Name: "Demo", Plan: tenants.PlatformUnlimited}
+		t = &tenants.Tenant{Slug: demoSlug, Name: "Demo", PlatformPlan: tenants.PlatformUnlimited}
 		err = db.CreateTenant(ctx, t)
 	}
 	if err != nil {

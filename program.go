@@ -161,18 +161,18 @@ func tracer(p *tracing.Provider, scope string) trace.Tracer {
 func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server {
 	stripe := newStripeSide(cp, cfg, log)
 	srv := api.New(api.Config{
-		People:     cp.db,
-		Audit:      cp.db,
-		Tenants:    cp.db,
-		Routes:     cp.db,
-		Consumers:  cp.db,
-		Plans:      cp.db,
-		Tokens:     cp.db,
-		JWTIssuers: cp.db,
-		Policies:   cp.db,
-		Domains:    cp.db,
-		APIDocs:    cp.db,
-		EdgeDomain: cfg.EdgeDomain,
+		People:      cp.db,
+		Audit:       cp.db,
+		Tenants:     cp.db,
+		Routes:      cp.db,
+		Consumers:   cp.db,
+		Plans:       cp.db,
+		Tokens:      cp.db,
+		JWTIssuers:  cp.db,
+		AccessRules: cp.db,
+		Domains:     cp.db,
+		APIDocs:     cp.db,
+		EdgeDomain:  cfg.EdgeDomain,
 
 		// The same checker and schedule as runAPI's automatic checks.
 		Proofs:       dnsproof.New(cfg.DNSResolver),

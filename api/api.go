@@ -49,11 +49,11 @@ type Config struct {
 	Tenants   tenants.TenantService
 	Routes    tenants.RouteService
 	Consumers tenants.ConsumerService
-	Plans     tenants.PlanService
+	Plans     tenants.ConsumerPlanService
 	Tokens    tenants.TokenService
-	// JWTIssuers and Policies serve /v1/tenants/{slug}/jwt-issuers and .../policy.
-	JWTIssuers tenants.JWTIssuerService
-	Policies   tenants.AccessRulesService
+	// JWTIssuers and AccessRules serve /v1/tenants/{slug}/jwt-issuers and .../policy.
+	JWTIssuers  tenants.JWTIssuerService
+	AccessRules tenants.AccessRulesService
 	// PlatformPlans serves /v1/platform/plans. Default: Tenants, when it implements
 	// tenants.PlatformPlanService (the Postgres store does).
 	PlatformPlans tenants.PlatformPlanService
@@ -182,8 +182,8 @@ func New(cfg Config) *Server {
 	if cfg.Tenants == nil || cfg.Routes == nil || cfg.Consumers == nil || cfg.Plans == nil || cfg.Tokens == nil {
 		panic("api.New: Config needs Tenants, Routes, Consumers, Plans and Tokens")
 	}
-	if cfg.JWTIssuers == nil || cfg.Policies == nil {
-		panic("api.New: Config needs JWTIssuers and Policies")
+	if cfg.JWTIssuers == nil || cfg.AccessRules == nil {
+		panic("api.New: Config needs JWTIssuers and AccessRules")
 	}
 	if cfg.PlatformPlans == nil {
 		pp, ok := cfg.Tenants.(tenants.PlatformPlanService)

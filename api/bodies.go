@@ -7,7 +7,7 @@ import (
 )
 
 // Request bodies. The config objects (routes, consumers, plans, JWT issuers, domains, the
-// policy) are their domain types, tenants.Route and the others: a request may set every
+// access rules) are their domain types, tenants.Route and the others: a request may set every
 // field but the read-only ones (decodeBody refuses those as unknown), and an update
 // adds the version it is based on. The bodies below are the API's own: the tenant's
 // (whose store keeps more than a client sends), and the few places where the API takes
@@ -29,7 +29,7 @@ type tenantPatch struct {
 }
 
 // planRateBody is a plan's rate: a plan has one mode, and its rate applies per consumer
-// (per tenant for a platform plan). tenants.Plan.Validate refuses a per or a mode too;
+// (per tenant for a platform plan). tenants.ConsumerPlan.Validate refuses a per or a mode too;
 // this body makes them unknown fields, as the document shows (PlanRateLimitInput).
 type planRateBody struct {
 	RPS   int `json:"rps" doc:"Requests per second on average, 1–1000000. Set rps or rpm, not both."`
@@ -57,7 +57,7 @@ type consumerUpdate struct {
 // planInput is a plan as the API takes it: its rate is only a rate, since a plan's rate
 // counts per consumer and the plan has one mode for rate and quota.
 type planInput struct {
-	tenants.Plan
+	tenants.ConsumerPlan
 	RateLimit *planRateBody `json:"rate_limit" doc:"Per-consumer rate. Default: none."`
 }
 
@@ -107,7 +107,7 @@ func decodeTenantCreate(ct string, body []byte, limit int) (*tenants.Tenant, err
 	if err := decodeBody(ct, body, limit, &b, false); err != nil {
 		return nil, err
 	}
-	t := &tenants.Tenant{Slug: b.Slug, Name: b.Name, Plan: b.Plan}
+	t := &tenants.Tenant{Slug: b.Slug, Name: b.Name, PlatformPlan: b.Plan}
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (p *tenantPatch) apply(cur *tenants.Tenant) (*tenants.Tenant, error) {
 		if *p.Plan == "" {
 			return nil, tenants.Invalid("plan", "must not be empty (omit it to keep the current plan)")
 		}
-		t.Plan = *p.Plan
+		t.PlatformPlan = *p.Plan
 	}
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -194,13 +194,13 @@ func decodeConsumerUpdate(ct string, body []byte, limit int) (*tenants.Consumer,
 	return &b.Consumer, b.Version, nil
 }
 
-func (b *planInput) plan() *tenants.Plan {
-	p := b.Plan
+func (b *planInput) plan() *tenants.ConsumerPlan {
+	p := b.ConsumerPlan
 	p.RateLimit = b.RateLimit.domain()
 	return &p
 }
 
-func decodePlan(ct string, body []byte, limit int) (*tenants.Plan, error) {
+func decodePlan(ct string, body []byte, limit int) (*tenants.ConsumerPlan, error) {
 	var b planInput
 	if err := decodeBody(ct, body, limit, &b, false); err != nil {
 		return nil, err
@@ -212,7 +212,7 @@ func decodePlan(ct string, body []byte, limit int) (*tenants.Plan, error) {
 	return p, nil
 }
 
-func decodePlanUpdate(ct string, body []byte, limit int) (*tenants.Plan, *int64, error) {
+func decodePlanUpdate(ct string, body []byte, limit int) (*tenants.ConsumerPlan, *int64, error) {
 	var b planUpdate
 	if err := decodeBody(ct, body, limit, &b, false); err != nil {
 		return nil, nil, err

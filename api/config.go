@@ -35,7 +35,7 @@ func isYAML(mediaType string) bool {
 }
 
 // decodeConfig reads a config document (JSON, or YAML by its Content-Type) and checks what
-// needs no store: its shape, its names and its policy, compiled as PUT .../policy
+// needs no store: its shape, its names and its access rules, compiled as PUT .../policy
 // compiles it. Errors name the document path.
 func decodeConfig(ct string, body []byte, limit int) (*tenants.ConfigDocument, error) {
 	if limit > 0 && len(body) > limit {
@@ -55,7 +55,7 @@ func decodeConfig(ct string, body []byte, limit int) (*tenants.ConfigDocument, e
 	if err := doc.CheckNames(); err != nil {
 		return nil, err
 	}
-	if p := doc.Policy; p != nil {
+	if p := doc.AccessRules; p != nil {
 		if p.Rules == nil {
 			return nil, tenants.Invalid("policy.rules", "is required: a list of rules, [] for none (then every call to a policy route is denied)")
 		}

@@ -51,10 +51,10 @@ const (
 	tagKeys      = "keys"
 	tagPlans     = "plans"
 	tagTokens    = "tokens"
-	// JWT auth and policy.
-	tagJWTIssuers = "jwt-issuers"
-	tagPolicy     = "policy"
-	tagPlatform   = "platform"
+	// JWT auth and access rules.
+	tagJWTIssuers  = "jwt-issuers"
+	tagAccessRules = "policy"
+	tagPlatform    = "platform"
 	// People and audit.
 	tagAudit   = "audit"
 	tagMembers = "members"
@@ -139,14 +139,14 @@ func (s *Server) table() []endpoint {
 			summary: "Revoke a key", desc: scopedDoc, status: 204},
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/plans", access: tenantScoped, class: rbac.Write, handle: plans.handleCreate, tag: tagPlans,
-			summary: "Create a plan", desc: scopedDoc, body: planInput{}, status: 201, result: tenants.Plan{}, etag: true},
+			summary: "Create a plan", desc: scopedDoc, body: planInput{}, status: 201, result: tenants.ConsumerPlan{}, etag: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/plans", access: tenantScoped, class: rbac.Read, handle: plans.handleList, tag: tagPlans,
-			summary: "List plans", desc: scopedDoc, status: 200, result: list[tenants.Plan]{}, list: true},
+			summary: "List plans", desc: scopedDoc, status: 200, result: list[tenants.ConsumerPlan]{}, list: true},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, class: rbac.Read, handle: plans.handleGet, tag: tagPlans,
-			summary: "Get a plan", desc: scopedDoc, status: 200, result: tenants.Plan{}, etag: true},
+			summary: "Get a plan", desc: scopedDoc, status: 200, result: tenants.ConsumerPlan{}, etag: true},
 		{method: http.MethodPut, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, class: rbac.Write, handle: plans.handlePut, tag: tagPlans,
 			summary: "Replace a plan", desc: "Full replacement: omitted limits are removed." + scopedDoc + ifMatchDoc,
-			body: planUpdate{}, status: 200, result: tenants.Plan{}, etag: true, ifMatch: true},
+			body: planUpdate{}, status: 200, result: tenants.ConsumerPlan{}, etag: true, ifMatch: true},
 		{method: http.MethodDelete, path: "/v1/tenants/:slug/plans/:id", access: tenantScoped, class: rbac.Write, handle: plans.handleDelete, tag: tagPlans,
 			summary: "Delete a plan", desc: "409 conflict while a consumer uses it." + scopedDoc, status: 204},
 
@@ -163,13 +163,13 @@ func (s *Server) table() []endpoint {
 		{method: http.MethodDelete, path: "/v1/tenants/:slug/jwt-issuers/:id", access: tenantScoped, class: rbac.Write, handle: jwtIssuers.handleDelete, tag: tagJWTIssuers,
 			summary: "Remove a JWT issuer", desc: "Its tokens stop working at the edges within moments." + scopedDoc, status: 204},
 
-		{method: http.MethodGet, path: "/v1/tenants/:slug/policy", access: tenantScoped, class: rbac.Read, handle: s.getPolicy, tag: tagPolicy,
+		{method: http.MethodGet, path: "/v1/tenants/:slug/policy", access: tenantScoped, class: rbac.Read, handle: s.getAccessRules, tag: tagAccessRules,
 			summary: "Get the tenant's policy", desc: "404 not_found until one is put." + scopedDoc, status: 200, result: tenants.AccessRules{}, etag: true},
-		{method: http.MethodPut, path: "/v1/tenants/:slug/policy", access: tenantScoped, class: rbac.Write, handle: s.putPolicy, tag: tagPolicy,
+		{method: http.MethodPut, path: "/v1/tenants/:slug/policy", access: tenantScoped, class: rbac.Write, handle: s.putAccessRules, tag: tagAccessRules,
 			summary: "Create or replace the tenant's policy",
 			desc: "Routes with \"policy\": true are checked against it at the edge; without a policy they deny every call. Validated by compiling it: a bad rule is 400 validation_failed with field naming it (\"rules[2][1]\")." + scopedDoc +
 				` Optionally conditional: send If-Match with the ETag you read (or "version" in the body); a stale version gets 409 version_conflict. Without either, PUT replaces whatever is current.`,
-			body: policyPut{}, status: 200, result: tenants.AccessRules{}, etag: true, ifMatch: true},
+			body: accessRulesPut{}, status: 200, result: tenants.AccessRules{}, etag: true, ifMatch: true},
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/tokens", access: tenantScoped, class: rbac.TenantAdmin, handle: s.createToken, tag: tagTokens,
 			summary: "Create a management token for the tenant",

@@ -19,7 +19,7 @@ func Decode(kind, contentType string, body []byte) error {
 	case "tenant_patch":
 		var patch *tenantPatch
 		if patch, err = decodeTenantPatch(contentType, body, limit); err == nil {
-			cur := &tenants.Tenant{ID: "t", Slug: "acme", Name: "Acme", Plan: "free", Version: 1, CreatedAt: time.Now()}
+			cur := &tenants.Tenant{ID: "t", Slug: "acme", Name: "Acme", PlatformPlan: "free", Version: 1, CreatedAt: time.Now()}
 			_, err = patch.apply(cur)
 		}
 	case "route":
@@ -45,7 +45,7 @@ func Decode(kind, contentType string, body []byte) error {
 	case "jwt_issuer_update":
 		_, _, err = decodeJWTIssuerUpdate(contentType, body, limit)
 	case "policy":
-		_, _, err = decodePolicy(contentType, body, limit)
+		_, _, err = decodeAccessRules(contentType, body, limit)
 	case "invite":
 		_, err = decodeInvite(contentType, body, limit)
 	case "invite_token":

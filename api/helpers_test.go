@@ -63,7 +63,7 @@ func newEnv(t *testing.T, edit ...func(*api.Config)) *env {
 	logs := &syncBuffer{}
 	cfg := api.Config{
 		Tenants: db, Routes: db, Consumers: db, Plans: db, Tokens: db,
-		JWTIssuers: db, Policies: db,
+		JWTIssuers: db, AccessRules: db,
 		Domains: db, EdgeDomain: "edge.test",
 		AdminToken: adminToken,
 		Upstreams:  policy,

@@ -197,15 +197,15 @@ func (s *Server) consumers() *collection[tenants.Consumer] {
 	}
 }
 
-func (s *Server) plans() *collection[tenants.Plan] {
+func (s *Server) plans() *collection[tenants.ConsumerPlan] {
 	limit := s.cfg.BodyLimit
-	return &collection[tenants.Plan]{
+	return &collection[tenants.ConsumerPlan]{
 		name: "plan", path: "plans",
-		meta: func(v *tenants.Plan) (*string, *string, *int64) { return &v.ID, &v.TenantID, &v.Version },
-		decode: func(ct string, body []byte) (*tenants.Plan, error) {
+		meta: func(v *tenants.ConsumerPlan) (*string, *string, *int64) { return &v.ID, &v.TenantID, &v.Version },
+		decode: func(ct string, body []byte) (*tenants.ConsumerPlan, error) {
 			return decodePlan(ct, body, limit)
 		},
-		decodeUpdate: func(ct string, body []byte) (*tenants.Plan, *int64, error) {
+		decodeUpdate: func(ct string, body []byte) (*tenants.ConsumerPlan, *int64, error) {
 			return decodePlanUpdate(ct, body, limit)
 		},
 		create: s.cfg.Plans.CreatePlan, list: s.cfg.Plans.ListPlans, find: s.cfg.Plans.FindPlan,

@@ -29,28 +29,29 @@ type obj = map[string]any
 // schemaNames gives the API's own types their public names, and domain types the name
 // of their output schema where it is not the type's.
 var schemaNames = map[reflect.Type]string{
-	reflect.TypeFor[tenantCreate]():        "TenantCreate",
-	reflect.TypeFor[tenantPatch]():         "TenantPatch",
-	reflect.TypeFor[routeUpdate]():         "RouteUpdate",
-	reflect.TypeFor[planRateBody]():        "PlanRateLimitInput",
-	reflect.TypeFor[platformPlanBody]():    "PlatformPlanPut",
-	reflect.TypeFor[resourcesBody]():       "PlatformPlanResourcesInput",
-	reflect.TypeFor[quotaBody]():           "QuotaInput",
-	reflect.TypeFor[consumerUpdate]():      "ConsumerUpdate",
-	reflect.TypeFor[planInput]():           "PlanCreate",
-	reflect.TypeFor[planUpdate]():          "PlanUpdate",
-	reflect.TypeFor[tokenBody]():           "TokenCreate",
-	reflect.TypeFor[keyBody]():             "KeyCreate",
-	reflect.TypeFor[domainVerifyBody]():    "DomainVerify",
-	reflect.TypeFor[createdKey]():          "CreatedKey",
-	reflect.TypeFor[createdToken]():        "CreatedToken",
-	reflect.TypeFor[jwtIssuerUpdate]():     "JWTIssuerUpdate",
-	reflect.TypeFor[tenants.Issuer]():      "JWTIssuer",
-	reflect.TypeFor[tenants.AccessRules](): "Policy",
-	reflect.TypeFor[policyPut]():           "PolicyPut",
-	reflect.TypeFor[status]():              "Status",
-	reflect.TypeFor[errorBody]():           "Error",
-	reflect.TypeFor[errorDetail]():         "ErrorDetail",
+	reflect.TypeFor[tenantCreate]():         "TenantCreate",
+	reflect.TypeFor[tenantPatch]():          "TenantPatch",
+	reflect.TypeFor[routeUpdate]():          "RouteUpdate",
+	reflect.TypeFor[planRateBody]():         "PlanRateLimitInput",
+	reflect.TypeFor[platformPlanBody]():     "PlatformPlanPut",
+	reflect.TypeFor[resourcesBody]():        "PlatformPlanResourcesInput",
+	reflect.TypeFor[quotaBody]():            "QuotaInput",
+	reflect.TypeFor[consumerUpdate]():       "ConsumerUpdate",
+	reflect.TypeFor[planInput]():            "PlanCreate",
+	reflect.TypeFor[planUpdate]():           "PlanUpdate",
+	reflect.TypeFor[tokenBody]():            "TokenCreate",
+	reflect.TypeFor[keyBody]():              "KeyCreate",
+	reflect.TypeFor[domainVerifyBody]():     "DomainVerify",
+	reflect.TypeFor[createdKey]():           "CreatedKey",
+	reflect.TypeFor[createdToken]():         "CreatedToken",
+	reflect.TypeFor[jwtIssuerUpdate]():      "JWTIssuerUpdate",
+	reflect.TypeFor[tenants.Issuer]():       "JWTIssuer",
+	reflect.TypeFor[tenants.ConsumerPlan](): "Plan",
+	reflect.TypeFor[tenants.AccessRules]():  "Policy",
+	reflect.TypeFor[accessRulesPut]():       "PolicyPut",
+	reflect.TypeFor[status]():               "Status",
+	reflect.TypeFor[errorBody]():            "Error",
+	reflect.TypeFor[errorDetail]():          "ErrorDetail",
 }
 
 // inputNames are the names of the domain types' input schemas (domainBody's is the one
@@ -66,7 +67,7 @@ var inputNames = map[reflect.Type]string{
 	reflect.TypeFor[tenants.Domain]():    "domainBody",
 	// The config document holds objects as requests send them, in its responses too.
 	reflect.TypeFor[tenants.ConfigDocument](): "ConfigDocument",
-	reflect.TypeFor[tenants.Plan]():           "PlanInput",
+	reflect.TypeFor[tenants.ConsumerPlan]():   "PlanInput",
 	reflect.TypeFor[tenants.AccessRules]():    "PolicyInput",
 }
 
@@ -327,7 +328,7 @@ func (s *Server) document() obj {
 		"security": []obj{{"bearer": []string{}}},
 		"tags": []obj{
 			{"name": tagTenants}, {"name": tagRoutes}, {"name": tagConsumers}, {"name": tagKeys},
-			{"name": tagPlans}, {"name": tagTokens}, {"name": tagJWTIssuers}, {"name": tagPolicy}, {"name": tagDomains}, {"name": tagPlatform}, {"name": tagHealth},
+			{"name": tagPlans}, {"name": tagTokens}, {"name": tagJWTIssuers}, {"name": tagAccessRules}, {"name": tagDomains}, {"name": tagPlatform}, {"name": tagHealth},
 		},
 		"paths": paths,
 		"components": obj{

@@ -37,7 +37,7 @@ func newProxiedEnv(t *testing.T) (*env, *pgtest.Proxy) {
 	logs := &syncBuffer{}
 	srv := api.New(api.Config{
 		Tenants: db, Routes: db, Consumers: db, Plans: db, Tokens: db,
-		JWTIssuers: db, Policies: db, People: db, Audit: db,
+		JWTIssuers: db, AccessRules: db, People: db, Audit: db,
 		Domains: db, EdgeDomain: "edge.test",
 		AdminToken:     adminToken,
 		Upstreams:      policy,

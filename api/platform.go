@@ -27,10 +27,10 @@ type resourcesBody struct {
 	Routes          *int   `json:"routes" doc:"Routes, 0–50000. Default: 50000."`
 	Consumers       *int   `json:"consumers" doc:"Consumers, 0–1000000. Default: 1000000."`
 	KeysPerConsumer *int   `json:"keys_per_consumer" doc:"API keys of each consumer, 0–100. Default: 100."`
-	Plans           *int   `json:"plans" doc:"The tenant's consumer plans, 0–1000. Default: 1000."`
+	ConsumerPlans   *int   `json:"plans" doc:"The tenant's consumer plans, 0–1000. Default: 1000."`
 	Domains         *int   `json:"domains" doc:"Custom domains, 0–1000. Default: 1000."`
 	JWTIssuers      *int   `json:"jwt_issuers" doc:"JWT issuers, 0–32. Default: 32."`
-	PolicyRules     *int   `json:"policy_rules" doc:"Rules and role links of the tenant's policy together (each counts one), 0–11000. Default: 11000."`
+	AccessRules     *int   `json:"policy_rules" doc:"Rules and role links of the tenant's policy together (each counts one), 0–11000. Default: 11000."`
 	CacheBytes      *int64 `json:"cache_bytes" doc:"Bytes of each edge's response cache the tenant's answers may hold (body, headers, key and a fixed overhead each); the edge's own budget, shared fairly, may give less. 0: routes may not cache. At most 2^40. Default: 2^40."`
 }
 
@@ -47,10 +47,10 @@ func (b *resourcesBody) domain() *tenants.ResourceLimits {
 	set(&r.Routes, b.Routes)
 	set(&r.Consumers, b.Consumers)
 	set(&r.KeysPerConsumer, b.KeysPerConsumer)
-	set(&r.Plans, b.Plans)
+	set(&r.ConsumerPlans, b.ConsumerPlans)
 	set(&r.Domains, b.Domains)
 	set(&r.JWTIssuers, b.JWTIssuers)
-	set(&r.PolicyRules, b.PolicyRules)
+	set(&r.AccessRules, b.AccessRules)
 	if b.CacheBytes != nil {
 		r.CacheBytes = *b.CacheBytes
 	}

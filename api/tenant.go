@@ -49,7 +49,7 @@ func (s *Server) patchTenant(c *fiber.Ctx, r *request) error {
 	if err != nil {
 		return err
 	}
-	if t.Plan != r.tenant.Plan && !r.who.admin {
+	if t.PlatformPlan != r.tenant.PlatformPlan && !r.who.admin {
 		e := tenants.Errorf(tenants.EForbidden, "only the platform admin may change a tenant's plan")
 		e.Field = "plan"
 		return e

@@ -238,6 +238,11 @@ type tenantView struct {
 // what it is (Loss, DroppedUsage, DoubleCount, MissingTotals, Unattributed, StripeShort,
 // StripeExcess); differences that may yet close — an hour not settled, batches in
 // flight, pushes being retried — are listed as Pending instead.
+//
+// It gathers every view (gather), sums each edge's period (edgeSummaries), compares each
+// edge-hour (compareEdgeHour) and each tenant-hour (compareTenantHour), classifying a
+// difference by what may still close it (classify, addEdgeKinds), and reports them in a
+// stable order.
 func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconciliation, error) {
 	if src.Now == nil {
 		src.Now = time.Now
@@ -245,27 +250,86 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 	if src.Settle <= 0 {
 		src.Settle = DefaultSettle
 	}
-	edges := map[edgeHour]*edgeView{}
-	tenants := map[tenantHour]*tenantView{}
-	tv := func(tenant string, h time.Time) *tenantView {
-		k := tenantHour{strings.ToLower(tenant), h.Unix()}
-		v := tenants[k]
-		if v == nil {
-			v = &tenantView{}
-			tenants[k] = v
-		}
-		return v
+	vs, err := gather(ctx, p, src)
+	if err != nil {
+		return nil, err
 	}
-	ev := func(tenant string, h time.Time, edge string) *edgeView {
-		k := edgeHour{tenantHour{strings.ToLower(tenant), h.Unix()}, edge}
-		v := edges[k]
-		if v == nil {
-			v = &edgeView{}
-			edges[k] = v
-			tv(tenant, h) // every edge-hour has its tenant-hour
-		}
-		return v
+	r := &Reconciliation{Period: p.String(), Settle: src.Settle.String(), InFlightBatches: vs.inFlightBatches,
+		Tenants: []TenantReconciliation{}, Edges: []EdgeReconciliation{}, Discrepancies: []Discrepancy{}, Pending: []Discrepancy{}}
+	now := src.Now()
+	cmp := comparison{
+		settled: func(h time.Time) bool { return !h.Add(time.Hour + src.Settle).After(now) },
+		partial: vs.partial,
 	}
+
+	ekeys := vs.edgeKeys()
+	r.Edges = append(r.Edges, vs.edgeSummaries(ekeys)...)
+	for _, k := range ekeys {
+		if vs.tenants[k.tenantHour].legacy {
+			continue // compared per tenant below
+		}
+		r.compareEdgeHour(k, vs.edges[k], cmp)
+	}
+
+	perTenant := vs.edgesPerTenant()
+	var cur *TenantReconciliation
+	for _, k := range vs.tenantKeys() {
+		if cur == nil || cur.TenantID != k.tenant {
+			r.Tenants = append(r.Tenants, TenantReconciliation{TenantID: k.tenant, StripeCustomer: vs.customers[k.tenant]})
+			cur = &r.Tenants[len(r.Tenants)-1]
+		}
+		all := perTenant[k]
+		if all == nil {
+			all = &edgeView{}
+		}
+		cur.add(vs.tenants[k], all)
+		r.compareTenantHour(k, vs.tenants[k], all, vs.customers[k.tenant] != "", cmp)
+	}
+	sortDiscrepancies(r.Discrepancies)
+	sortDiscrepancies(r.Pending)
+	return r, nil
+}
+
+// views are every view of a period, keyed by tenant-hour and by edge-hour: what
+// Reconcile compares.
+type views struct {
+	edges     map[edgeHour]*edgeView
+	tenants   map[tenantHour]*tenantView
+	customers map[string]string // tenant id → Stripe customer id
+	// inFlightBatches is how many batches were waiting unfolded; partial says not all of
+	// them were read.
+	inFlightBatches int
+	partial         bool
+}
+
+// tenant is the tenant-hour's view, made on first use.
+func (vs *views) tenant(tenant string, h time.Time) *tenantView {
+	k := tenantHour{strings.ToLower(tenant), h.Unix()}
+	v := vs.tenants[k]
+	if v == nil {
+		v = &tenantView{}
+		vs.tenants[k] = v
+	}
+	return v
+}
+
+// edge is the edge-hour's view, made on first use with its tenant-hour's: every
+// edge-hour has its tenant-hour.
+func (vs *views) edge(tenant string, h time.Time, edge string) *edgeView {
+	k := edgeHour{tenantHour{strings.ToLower(tenant), h.Unix()}, edge}
+	v := vs.edges[k]
+	if v == nil {
+		v = &edgeView{}
+		vs.edges[k] = v
+		vs.tenant(tenant, h)
+	}
+	return v
+}
+
+// gather reads every source src has for p into views: the edges' totals, the rollups
+// (per tenant and per edge), the batches in flight and what was pushed to Stripe.
+func gather(ctx context.Context, p Period, src ReconcileSources) (*views, error) {
+	vs := &views{edges: map[edgeHour]*edgeView{}, tenants: map[tenantHour]*tenantView{}, customers: map[string]string{}}
 	start, end := p.Start(), p.End()
 	in := func(h time.Time) bool { return !h.Before(start) && h.Before(end) }
 
@@ -277,7 +341,7 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		if !in(t.Hour) {
 			continue
 		}
-		v := ev(t.TenantID, t.Hour, t.EdgeID)
+		v := vs.edge(t.TenantID, t.Hour, t.EdgeID)
 		v.served += t.Requests
 		v.servedBill += t.Billable
 		v.dropped += t.Dropped
@@ -289,7 +353,7 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		return nil, fmt.Errorf("reconcile: rollups: %w", err)
 	}
 	for _, t := range folded {
-		v := tv(t.TenantID, t.Hour)
+		v := vs.tenant(t.TenantID, t.Hour)
 		v.folded += t.Requests
 		v.foldedBill += t.Billable
 	}
@@ -298,32 +362,30 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		return nil, fmt.Errorf("reconcile: rollups by edge: %w", err)
 	}
 	for _, t := range byEdge {
-		v := ev(t.TenantID, t.Hour, t.EdgeID)
+		v := vs.edge(t.TenantID, t.Hour, t.EdgeID)
 		v.folded += t.Requests
 		v.foldedBill += t.Billable
 		bv := v.boot(t.BootID)
 		bv.folded += t.Requests
 		bv.foldedBill += t.Billable
-		tvv := tv(t.TenantID, t.Hour)
-		tvv.attributed += t.Requests
-		tvv.attributedBl += t.Billable
+		tv := vs.tenant(t.TenantID, t.Hour)
+		tv.attributed += t.Requests
+		tv.attributedBl += t.Billable
 		if t.EdgeID == LegacyEdge {
-			tvv.legacy = true
+			tv.legacy = true
 		}
 	}
-	r := &Reconciliation{Period: p.String(), Settle: src.Settle.String(),
-		Tenants: []TenantReconciliation{}, Edges: []EdgeReconciliation{}, Discrepancies: []Discrepancy{}, Pending: []Discrepancy{}}
-	var flight *InFlight
 	if src.InFlight != nil {
-		if flight, err = src.InFlight.InFlight(ctx); err != nil {
+		flight, err := src.InFlight.InFlight(ctx)
+		if err != nil {
 			return nil, fmt.Errorf("reconcile: batches in flight: %w", err)
 		}
-		r.InFlightBatches = flight.Batches
+		vs.inFlightBatches, vs.partial = flight.Batches, flight.Partial
 		for _, t := range flight.Totals {
 			if !in(t.Hour) {
 				continue
 			}
-			v := ev(t.TenantID, t.Hour, t.EdgeID)
+			v := vs.edge(t.TenantID, t.Hour, t.EdgeID)
 			v.inflight += t.Requests
 			v.inflightBill += t.Billable
 			bv := v.boot(t.BootID)
@@ -331,9 +393,8 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 			bv.inflightBill += t.Billable
 		}
 	}
-	customers := map[string]string{}
 	if src.Stripe != nil {
-		if customers, err = src.Stripe.BillingCustomers(ctx); err != nil {
+		if vs.customers, err = src.Stripe.BillingCustomers(ctx); err != nil {
 			return nil, fmt.Errorf("reconcile: billing customers: %w", err)
 		}
 		pushes, err := src.Stripe.PushTotals(ctx, p)
@@ -341,24 +402,23 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 			return nil, fmt.Errorf("reconcile: stripe pushes: %w", err)
 		}
 		for _, t := range pushes {
-			v := tv(t.TenantID, t.Hour)
+			v := vs.tenant(t.TenantID, t.Hour)
 			v.pushed += t.Pushed
 			v.pending += t.Pending
 			v.failed += t.Failed
 		}
 	}
+	return vs, nil
+}
 
-	now := src.Now()
-	settled := func(h time.Time) bool { return !h.Add(time.Hour + src.Settle).After(now) }
-	partial := flight != nil && flight.Partial
-
-	// Per edge: served against folded, the edge's drops a loss with a known cause.
-	ekeys := make([]edgeHour, 0, len(edges))
-	for k := range edges {
-		ekeys = append(ekeys, k)
+// edgeKeys are the edge-hours by tenant, edge and hour.
+func (vs *views) edgeKeys() []edgeHour {
+	keys := make([]edgeHour, 0, len(vs.edges))
+	for k := range vs.edges {
+		keys = append(keys, k)
 	}
-	sort.Slice(ekeys, func(i, j int) bool {
-		a, b := ekeys[i], ekeys[j]
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
 		switch {
 		case a.tenant != b.tenant:
 			return a.tenant < b.tenant
@@ -367,17 +427,39 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		}
 		return a.hour < b.hour
 	})
-	edgeSum := map[[2]string]*EdgeReconciliation{}
-	var edgeOrder [][2]string
+	return keys
+}
+
+// tenantKeys are the tenant-hours by tenant and hour.
+func (vs *views) tenantKeys() []tenantHour {
+	keys := make([]tenantHour, 0, len(vs.tenants))
+	for k := range vs.tenants {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].tenant != keys[j].tenant {
+			return keys[i].tenant < keys[j].tenant
+		}
+		return keys[i].hour < keys[j].hour
+	})
+	return keys
+}
+
+// edgeSummaries sums each edge's period for each tenant, in the order of ekeys (the
+// edge-hours sorted by edgeKeys). A boot counts when it reported totals or had batches
+// folded.
+func (vs *views) edgeSummaries(ekeys []edgeHour) []EdgeReconciliation {
+	sums := map[[2]string]*EdgeReconciliation{}
+	var order [][2]string
 	boots := map[[2]string]map[string]bool{}
 	for _, k := range ekeys {
-		v := edges[k]
+		v := vs.edges[k]
 		sk := [2]string{k.tenant, k.edge}
-		es := edgeSum[sk]
+		es := sums[sk]
 		if es == nil {
 			es = &EdgeReconciliation{TenantID: k.tenant, EdgeID: k.edge}
-			edgeSum[sk] = es
-			edgeOrder = append(edgeOrder, sk)
+			sums[sk] = es
+			order = append(order, sk)
 			boots[sk] = map[string]bool{}
 		}
 		for _, b := range v.boots {
@@ -390,87 +472,19 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		es.Folded += v.folded
 		es.InFlight += v.inflight
 	}
-	for _, sk := range edgeOrder {
-		es := edgeSum[sk]
+	out := make([]EdgeReconciliation, 0, len(order))
+	for _, sk := range order {
+		es := sums[sk]
 		es.Boots = len(boots[sk])
-		r.Edges = append(r.Edges, *es)
+		out = append(out, *es)
 	}
+	return out
+}
 
-	for _, k := range ekeys {
-		v := edges[k]
-		h := time.Unix(k.hour, 0).UTC()
-		if tenants[k.tenantHour].legacy {
-			continue // compared per tenant below
-		}
-		base := Discrepancy{TenantID: k.tenant, Hour: h, EdgeID: k.edge, Edge: v.served, Dropped: v.dropped,
-			Folded: v.folded, Billable: v.foldedBill, InFlight: v.inflight}
-		// Batches of a boot that published no totals have nothing to be checked against:
-		// they are set apart, and the rest is compared with the boots that did report.
-		var missing []string
-		var mReq, mBill, mIn, mInBill int64
-		reported := false
-		for _, b := range v.boots {
-			if b.reported {
-				reported = true
-				continue
-			}
-			if b.folded == 0 && b.foldedBill == 0 && b.inflight == 0 && b.inflightBill == 0 {
-				continue
-			}
-			mReq += b.folded
-			mBill += b.foldedBill
-			mIn += b.inflight
-			mInBill += b.inflightBill
-			missing = append(missing, b.id)
-		}
-		sort.Strings(missing)
-		if len(missing) > 0 {
-			d := base
-			d.Kind, d.BootIDs, d.Difference, d.Unit = MissingTotals, missing, mReq, UnitRequests
-			who := "edge " + quoteEdge(k.edge)
-			if reported {
-				who += fmt.Sprintf(" (boot %s)", strings.Join(missing, ", "))
-			}
-			d.Message = fmt.Sprintf("MISSING TOTALS: %s never reported totals for this hour, yet billing folded %d requests (%d billable) from its batches%s: nothing says what it served",
-				who, mReq, mBill, inFlightNote(mIn))
-			if mReq == 0 && mBill == 0 || !settled(h) {
-				d.Kind = Pending
-				d.Message = fmt.Sprintf("pending: %s has not reported totals for this hour yet; %d requests folded, %d in flight", who, mReq, mIn)
-				r.Pending = append(r.Pending, d)
-			} else {
-				r.Discrepancies = append(r.Discrepancies, d)
-			}
-		}
-		got, gotBill := v.folded-mReq, v.foldedBill-mBill
-		inf, infBill := v.inflight-mIn, v.inflightBill-mInBill
-		c := classify(v.served, v.dropped, got, inf, partial)
-		unit := UnitRequests
-		if c.none() {
-			c, unit = classify(v.servedBill, v.droppedBill, gotBill, infBill, partial), UnitBillable
-		}
-		if c.none() {
-			continue
-		}
-		what := fmt.Sprintf("edge %s served %d requests (%d of them dropped by the edge), billing folded %d", quoteEdge(k.edge), v.served, v.dropped, got)
-		if unit == UnitBillable {
-			what = fmt.Sprintf("requests agree but edge %s's billable %d (%d of them dropped by the edge) and the folded %d do not", quoteEdge(k.edge), v.servedBill, v.droppedBill, gotBill)
-		}
-		r.addEdgeKinds(base, c, unit, settled(h), what, inf)
-	}
-
-	// Per tenant: the billed rollup against the per-edge ones, the legacy hours, Stripe.
-	keys := make([]tenantHour, 0, len(tenants))
-	for k := range tenants {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].tenant != keys[j].tenant {
-			return keys[i].tenant < keys[j].tenant
-		}
-		return keys[i].hour < keys[j].hour
-	})
-	perTenant := map[tenantHour]*edgeView{} // every edge of a tenant-hour, summed
-	for k, ekv := range edges {
+// edgesPerTenant sums every edge of each tenant-hour.
+func (vs *views) edgesPerTenant() map[tenantHour]*edgeView {
+	perTenant := map[tenantHour]*edgeView{}
+	for k, ekv := range vs.edges {
 		all := perTenant[k.tenantHour]
 		if all == nil {
 			all = &edgeView{}
@@ -483,80 +497,145 @@ func Reconcile(ctx context.Context, p Period, src ReconcileSources) (*Reconcilia
 		all.inflight += ekv.inflight
 		all.inflightBill += ekv.inflightBill
 	}
-	var cur *TenantReconciliation
-	for _, k := range keys {
-		v := tenants[k]
-		h := time.Unix(k.hour, 0).UTC()
-		if cur == nil || cur.TenantID != k.tenant {
-			r.Tenants = append(r.Tenants, TenantReconciliation{TenantID: k.tenant, StripeCustomer: customers[k.tenant]})
-			cur = &r.Tenants[len(r.Tenants)-1]
-		}
-		all := perTenant[k]
-		if all == nil {
-			all = &edgeView{}
-		}
-		cur.EdgeRequests += all.served
-		cur.EdgeBillable += all.servedBill
-		cur.Dropped += all.dropped
-		cur.DroppedBillable += all.droppedBill
-		cur.FoldedRequests += v.folded
-		cur.FoldedBillable += v.foldedBill
-		cur.InFlight += all.inflight
-		cur.Pushed += v.pushed
-		cur.PushPending += v.pending
-		cur.PushFailed += v.failed
+	return perTenant
+}
 
-		base := Discrepancy{TenantID: k.tenant, Hour: h, Edge: all.served, Dropped: all.dropped,
-			Folded: v.folded, Billable: v.foldedBill, InFlight: all.inflight, Pushed: v.pushed}
-		if v.folded != v.attributed || v.foldedBill != v.attributedBl {
-			d := base
-			d.Kind, d.Difference, d.Unit = Unattributed, v.folded-v.attributed, UnitRequests
-			if d.Difference == 0 {
-				d.Difference, d.Unit = v.foldedBill-v.attributedBl, UnitBillable
-			}
-			d.Message = fmt.Sprintf("UNATTRIBUTED: the tenant's rollup has %d requests (%d billable), its per-edge rollups %d (%d billable): %s, written outside the fold",
-				v.folded, v.foldedBill, v.attributed, v.attributedBl, signWords(d.Difference, d.Unit))
-			r.Discrepancies = append(r.Discrepancies, d)
-		}
-		if v.legacy {
-			// Folded (partly) before rollups were kept per edge: the edges' sum against
-			// the tenant's rollup, as reconcile used to compare.
-			c := classify(all.served, all.dropped, v.folded, all.inflight, partial)
-			unit := UnitRequests
-			if c.none() {
-				c, unit = classify(all.servedBill, all.droppedBill, v.foldedBill, all.inflightBill, partial), UnitBillable
-			}
-			if !c.none() {
-				what := fmt.Sprintf("all edges served %d requests (%d of them dropped by the edges), billing folded %d (partly before rollups were kept per edge, so per tenant only)",
-					all.served, all.dropped, v.folded)
-				r.addEdgeKinds(base, c, unit, settled(h), what, all.inflight)
-			}
-		}
-		if customers[k.tenant] == "" || !settled(h) || v.pushed == v.foldedBill {
+// add sums one tenant-hour into t: v its rollups and pushes, all its edges together.
+func (t *TenantReconciliation) add(v *tenantView, all *edgeView) {
+	t.EdgeRequests += all.served
+	t.EdgeBillable += all.servedBill
+	t.Dropped += all.dropped
+	t.DroppedBillable += all.droppedBill
+	t.FoldedRequests += v.folded
+	t.FoldedBillable += v.foldedBill
+	t.InFlight += all.inflight
+	t.Pushed += v.pushed
+	t.PushPending += v.pending
+	t.PushFailed += v.failed
+}
+
+// comparison is what every comparison of a reconciliation shares: which hours have
+// settled, and whether the batches in flight were only partly read.
+type comparison struct {
+	settled func(hour time.Time) bool
+	partial bool
+}
+
+// compareEdgeHour compares what one edge served in a tenant-hour with what billing
+// folded from its batches: the batches of boots that reported no totals apart
+// (MissingTotals), the rest by edgeKinds, in requests or, when those agree, in billable
+// requests.
+func (r *Reconciliation) compareEdgeHour(k edgeHour, v *edgeView, cmp comparison) {
+	h := time.Unix(k.hour, 0).UTC()
+	base := Discrepancy{TenantID: k.tenant, Hour: h, EdgeID: k.edge, Edge: v.served, Dropped: v.dropped,
+		Folded: v.folded, Billable: v.foldedBill, InFlight: v.inflight}
+	// Batches of a boot that published no totals have nothing to be checked against:
+	// they are set apart, and the rest is compared with the boots that did report.
+	var missing []string
+	var mReq, mBill, mIn, mInBill int64
+	reported := false
+	for _, b := range v.boots {
+		if b.reported {
+			reported = true
 			continue
 		}
+		if b.folded == 0 && b.foldedBill == 0 && b.inflight == 0 && b.inflightBill == 0 {
+			continue
+		}
+		mReq += b.folded
+		mBill += b.foldedBill
+		mIn += b.inflight
+		mInBill += b.inflightBill
+		missing = append(missing, b.id)
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
 		d := base
-		d.Difference, d.Unit = v.pushed-v.foldedBill, UnitBillable
-		what := fmt.Sprintf("billing folded %d billable requests, Stripe accepted %d (%d being retried, %d given up on)",
-			v.foldedBill, v.pushed, v.pending, v.failed)
-		switch {
-		case d.Difference > 0:
-			d.Kind = StripeExcess
-			d.Message = fmt.Sprintf("STRIPE EXCESS: %s: %s", what, signWords(d.Difference, "billable requests billed"))
-			r.Discrepancies = append(r.Discrepancies, d)
-		case v.pushed+v.pending >= v.foldedBill:
+		d.Kind, d.BootIDs, d.Difference, d.Unit = MissingTotals, missing, mReq, UnitRequests
+		who := "edge " + quoteEdge(k.edge)
+		if reported {
+			who += fmt.Sprintf(" (boot %s)", strings.Join(missing, ", "))
+		}
+		d.Message = fmt.Sprintf("MISSING TOTALS: %s never reported totals for this hour, yet billing folded %d requests (%d billable) from its batches%s: nothing says what it served",
+			who, mReq, mBill, inFlightNote(mIn))
+		if mReq == 0 && mBill == 0 || !cmp.settled(h) {
 			d.Kind = Pending
-			d.Message = fmt.Sprintf("pending (Stripe push being retried): %s", what)
+			d.Message = fmt.Sprintf("pending: %s has not reported totals for this hour yet; %d requests folded, %d in flight", who, mReq, mIn)
 			r.Pending = append(r.Pending, d)
-		default:
-			d.Kind = StripeShort
-			d.Message = fmt.Sprintf("STRIPE SHORT: %s: %s", what, signWords(d.Difference, "billable requests billed"))
+		} else {
 			r.Discrepancies = append(r.Discrepancies, d)
 		}
 	}
-	sortDiscrepancies(r.Discrepancies)
-	sortDiscrepancies(r.Pending)
-	return r, nil
+	got, gotBill := v.folded-mReq, v.foldedBill-mBill
+	inf, infBill := v.inflight-mIn, v.inflightBill-mInBill
+	c := classify(v.served, v.dropped, got, inf, cmp.partial)
+	unit := UnitRequests
+	if c.none() {
+		c, unit = classify(v.servedBill, v.droppedBill, gotBill, infBill, cmp.partial), UnitBillable
+	}
+	if c.none() {
+		return
+	}
+	what := fmt.Sprintf("edge %s served %d requests (%d of them dropped by the edge), billing folded %d", quoteEdge(k.edge), v.served, v.dropped, got)
+	if unit == UnitBillable {
+		what = fmt.Sprintf("requests agree but edge %s's billable %d (%d of them dropped by the edge) and the folded %d do not", quoteEdge(k.edge), v.servedBill, v.droppedBill, gotBill)
+	}
+	r.addEdgeKinds(base, c, unit, cmp.settled(h), what, inf)
+}
+
+// compareTenantHour compares a tenant-hour's billed rollup v with its per-edge rollups
+// (Unattributed); for an hour folded (partly) before rollups were kept per edge, all its
+// edges' totals with the rollup; and, when the tenant is billed through Stripe and the
+// hour has settled, the rollup's billable requests with what Stripe accepted.
+func (r *Reconciliation) compareTenantHour(k tenantHour, v *tenantView, all *edgeView, stripe bool, cmp comparison) {
+	h := time.Unix(k.hour, 0).UTC()
+	base := Discrepancy{TenantID: k.tenant, Hour: h, Edge: all.served, Dropped: all.dropped,
+		Folded: v.folded, Billable: v.foldedBill, InFlight: all.inflight, Pushed: v.pushed}
+	if v.folded != v.attributed || v.foldedBill != v.attributedBl {
+		d := base
+		d.Kind, d.Difference, d.Unit = Unattributed, v.folded-v.attributed, UnitRequests
+		if d.Difference == 0 {
+			d.Difference, d.Unit = v.foldedBill-v.attributedBl, UnitBillable
+		}
+		d.Message = fmt.Sprintf("UNATTRIBUTED: the tenant's rollup has %d requests (%d billable), its per-edge rollups %d (%d billable): %s, written outside the fold",
+			v.folded, v.foldedBill, v.attributed, v.attributedBl, signWords(d.Difference, d.Unit))
+		r.Discrepancies = append(r.Discrepancies, d)
+	}
+	if v.legacy {
+		// Folded (partly) before rollups were kept per edge: the edges' sum against
+		// the tenant's rollup, as reconcile used to compare.
+		c := classify(all.served, all.dropped, v.folded, all.inflight, cmp.partial)
+		unit := UnitRequests
+		if c.none() {
+			c, unit = classify(all.servedBill, all.droppedBill, v.foldedBill, all.inflightBill, cmp.partial), UnitBillable
+		}
+		if !c.none() {
+			what := fmt.Sprintf("all edges served %d requests (%d of them dropped by the edges), billing folded %d (partly before rollups were kept per edge, so per tenant only)",
+				all.served, all.dropped, v.folded)
+			r.addEdgeKinds(base, c, unit, cmp.settled(h), what, all.inflight)
+		}
+	}
+	if !stripe || !cmp.settled(h) || v.pushed == v.foldedBill {
+		return
+	}
+	d := base
+	d.Difference, d.Unit = v.pushed-v.foldedBill, UnitBillable
+	what := fmt.Sprintf("billing folded %d billable requests, Stripe accepted %d (%d being retried, %d given up on)",
+		v.foldedBill, v.pushed, v.pending, v.failed)
+	switch {
+	case d.Difference > 0:
+		d.Kind = StripeExcess
+		d.Message = fmt.Sprintf("STRIPE EXCESS: %s: %s", what, signWords(d.Difference, "billable requests billed"))
+		r.Discrepancies = append(r.Discrepancies, d)
+	case v.pushed+v.pending >= v.foldedBill:
+		d.Kind = Pending
+		d.Message = fmt.Sprintf("pending (Stripe push being retried): %s", what)
+		r.Pending = append(r.Pending, d)
+	default:
+		d.Kind = StripeShort
+		d.Message = fmt.Sprintf("STRIPE SHORT: %s: %s", what, signWords(d.Difference, "billable requests billed"))
+		r.Discrepancies = append(r.Discrepancies, d)
+	}
 }
 
 // edgeKinds is how what an edge served splits against what billing folded from it.

@@ -85,7 +85,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 		ts.plans[pk.ID] = ent.Plan
 	case tenants.KindJWTIssuer:
 		ts.issuers[pk.ID] = ent.JWTIssuer
-	case tenants.KindPolicy:
+	case tenants.KindAccessRules:
 		ts.accessRules = ent.AccessRules
 	case tenants.KindDomain:
 		ts.domains[pk.ID] = dom
@@ -130,7 +130,7 @@ func (e *Edge) applyDelete(key string) {
 		delete(ts.plans, pk.ID)
 	case tenants.KindJWTIssuer:
 		delete(ts.issuers, pk.ID)
-	case tenants.KindPolicy:
+	case tenants.KindAccessRules:
 		ts.accessRules = nil
 	case tenants.KindDomain:
 		delete(ts.domains, pk.ID)
@@ -196,7 +196,7 @@ func validateEntry(pk tenants.ParsedKey, ent *tenants.Entry) error {
 			return err
 		}
 		ent.JWTIssuer = &is
-	case tenants.KindPolicy:
+	case tenants.KindAccessRules:
 		// Compiled, and so checked, when the tenant compiles: access rules that do not
 		// compile deny every call of the routes that check access, rather than older ones
 		// staying in force.
@@ -457,7 +457,7 @@ func (ts *tenantState) viewLocked(incrementally bool) *tenantView {
 	for _, k := range ts.keys {
 		v.keys = append(v.keys, k)
 	}
-	v.plans = make([]*tenants.Plan, 0, len(ts.plans))
+	v.plans = make([]*tenants.ConsumerPlan, 0, len(ts.plans))
 	for _, p := range ts.plans {
 		v.plans = append(v.plans, p)
 	}

@@ -49,7 +49,7 @@ var (
 	replyNoBearer      = newReply(tenants.EUnauthenticated, "this API needs a JWT in the Authorization header (Bearer)")
 	replyNoCredential  = newReply(tenants.EUnauthenticated, "this API needs a key in the X-API-Key header or a JWT in the Authorization header (Bearer)")
 	replyBadJWT        = newReply(jwtauth.Code, jwtauth.Message)
-	replyAccessDenied  = newReply(tenants.EPolicyDenied, "the API's policy does not allow this call")
+	replyAccessDenied  = newReply(tenants.EAccessDenied, "the API's policy does not allow this call")
 	hdrAuthorization   = []byte("Authorization")
 	hdrWWWAuthenticate = []byte("WWW-Authenticate")
 	strBearer          = []byte("Bearer")

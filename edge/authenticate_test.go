@@ -571,7 +571,7 @@ func TestAccessRulesHostilePaths(t *testing.T) {
 			continue
 		}
 		switch {
-		case c.status == deny && c.method != "HEAD" && r.errCode() != tenants.EPolicyDenied:
+		case c.status == deny && c.method != "HEAD" && r.errCode() != tenants.EAccessDenied:
 			t.Errorf("%s: code %q, want policy_denied", name, r.errCode())
 		case c.status == 400 && r.errCode() != tenants.EInvalidRequest:
 			t.Errorf("%s: code %q", name, r.errCode())
@@ -583,7 +583,7 @@ func TestAccessRulesHostilePaths(t *testing.T) {
 	}
 
 	// Without a policy, policy routes deny everyone; routes without "policy" are open.
-	h.del(tenants.PolicyKey(acme))
+	h.del(tenants.AccessRulesKey(acme))
 	waitFor(t, 5*time.Second, func() string {
 		if r := h.get("acme."+domain, "/orders/1", "X-API-Key: "+alice); r.status != 403 {
 			return "policy deleted: " + r.String()

@@ -22,7 +22,7 @@ type tenantView struct {
 	routes      []*tenants.Route
 	consumers   []*tenants.Consumer
 	keys        []keyEntry
-	plans       []*tenants.Plan
+	plans       []*tenants.ConsumerPlan
 	issuers     []*tenants.Issuer
 	accessRules *tenants.AccessRules
 	// changed, when not nil, says only routes changed since the last compile: these ids,
@@ -128,7 +128,7 @@ func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*S
 		Slug:      v.tenant.Slug,
 		keys:      make(map[[32]byte]apiKey, len(v.keys)),
 		consumers: make(map[string]*Consumer, len(v.consumers)),
-		plans:     make(map[string]*tenants.Plan, len(v.plans)),
+		plans:     make(map[string]*tenants.ConsumerPlan, len(v.plans)),
 	}
 	s := &Snapshot{
 		TenantID:     v.tenant.ID,
@@ -138,7 +138,7 @@ func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*S
 		meter:        e.meterRoute(v.tenant.ID, ""),
 		tenantConfig: conf,
 	}
-	plansByName := make(map[string]*tenants.Plan, len(v.plans))
+	plansByName := make(map[string]*tenants.ConsumerPlan, len(v.plans))
 	for _, p := range v.plans {
 		s.plans[p.ID] = p
 		plansByName[p.Name] = p

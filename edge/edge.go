@@ -133,7 +133,7 @@ type tenantState struct {
 	routes      map[string]*tenants.Route
 	consumers   map[string]*tenants.Consumer
 	keys        map[string]keyEntry
-	plans       map[string]*tenants.Plan
+	plans       map[string]*tenants.ConsumerPlan
 	issuers     map[string]*tenants.Issuer
 	accessRules *tenants.AccessRules
 	domains     map[string]domainEntry // custom domains (tls.go), by id
@@ -152,7 +152,7 @@ func newTenantState(id string) *tenantState {
 	return &tenantState{
 		id: id, revs: map[string]int64{},
 		routes: map[string]*tenants.Route{}, consumers: map[string]*tenants.Consumer{},
-		keys: map[string]keyEntry{}, plans: map[string]*tenants.Plan{},
+		keys: map[string]keyEntry{}, plans: map[string]*tenants.ConsumerPlan{},
 		issuers:  map[string]*tenants.Issuer{},
 		domains:  map[string]domainEntry{},
 		slot:     &tenantSlot{},

@@ -117,7 +117,7 @@ func (h *harness) putRev(obj any, rev int64) {
 		e.Consumer = o
 	case *tenants.KeyEntry:
 		e.Key = o
-	case *tenants.Plan:
+	case *tenants.ConsumerPlan:
 		e.Plan = o
 	case *tenants.Issuer:
 		e.JWTIssuer = o

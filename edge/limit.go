@@ -78,13 +78,13 @@ func (p *planRules) any() bool { return p[0] != nil || p[1] != nil || p[2] != ni
 
 // compilePlan compiles a plan of tenant tenantID under scope name; a plan that does not
 // compile (validated input, so a bug) is logged and enforces nothing.
-func (e *Edge) compilePlan(tenantID, slug, name string, p *tenants.Plan) planRules {
+func (e *Edge) compilePlan(tenantID, slug, name string, p *tenants.ConsumerPlan) planRules {
 	var out planRules
 	if p == nil {
 		return out
 	}
 	mode, _ := limit.ParseMode(p.Mode, limit.ModeApproximate)
-	r, q, c, err := limit.PlanPolicies(limit.Scope{Tenant: tenantID, Name: name, Mode: mode}, p)
+	r, q, c, err := limit.PlanRules(limit.Scope{Tenant: tenantID, Name: name, Mode: mode}, p)
 	if err != nil {
 		e.log.Error("edge: plan limits skipped", "tenant", slug, "plan", p.Name, "err", err)
 		return out
@@ -96,7 +96,7 @@ func (e *Edge) compilePlan(tenantID, slug, name string, p *tenants.Plan) planRul
 // before the routes compile: their limit steps use both.
 func (e *Edge) compileLimits(s *Snapshot, t *tenants.Tenant) {
 	if t.Limits != nil {
-		s.limits = e.compilePlan(s.TenantID, s.Slug, scopeTenant, t.Limits.Plan())
+		s.limits = e.compilePlan(s.TenantID, s.Slug, scopeTenant, t.Limits.AsConsumerPlan())
 	}
 	for _, c := range s.consumers {
 		if c.Plan != nil {

@@ -17,7 +17,7 @@ import (
 // limitedTenant files a tenant on a platform plan with the given limits.
 func (h *harness) limitedTenant(slug string, limits *tenants.PlatformPlan) string {
 	id := "t-" + slug
-	h.put(&tenants.Tenant{ID: id, Slug: slug, Name: slug, Plan: limits.Name, Limits: limits})
+	h.put(&tenants.Tenant{ID: id, Slug: slug, Name: slug, PlatformPlan: limits.Name, Limits: limits})
 	return id
 }
 
@@ -124,7 +124,7 @@ func TestLimitTenantPlan(t *testing.T) {
 	}
 
 	// A new plan applies at once; the counts carry over (same scope).
-	h.put(&tenants.Tenant{ID: acme, Slug: "acme", Name: "acme", Plan: "small",
+	h.put(&tenants.Tenant{ID: acme, Slug: "acme", Name: "acme", PlatformPlan: "small",
 		Limits: &tenants.PlatformPlan{Name: "small", RateLimit: &tenants.RateLimit{RPM: 60, Burst: 5}}})
 	waitFor(t, 2*time.Second, func() string {
 		if l, _ := rateHeaders(h.get(host, "/a")); l != 5 {
@@ -144,7 +144,7 @@ func TestLimitTightestWins(t *testing.T) {
 		return &tenants.RateLimit{RPM: n, Burst: burst, Per: per, Mode: tenants.ModeLocal}
 	}
 	acme := h.limitedTenant("acme", &tenants.PlatformPlan{Name: "mid", RateLimit: &tenants.RateLimit{RPM: 60, Burst: 20}})
-	h.put(&tenants.Plan{ID: "p-gold", TenantID: acme, Name: "gold", RateLimit: &tenants.RateLimit{RPM: 60, Burst: 8}})
+	h.put(&tenants.ConsumerPlan{ID: "p-gold", TenantID: acme, Name: "gold", RateLimit: &tenants.RateLimit{RPM: 60, Burst: 8}})
 	h.put(&tenants.Consumer{ID: "c-1", TenantID: acme, Name: "one", Plan: "gold"})
 	key := h.key(acme, "c-1", "k-1")
 	h.limitedRoute(acme, "plain", "/plain", tenants.AuthKey, nil, up.URL)
@@ -213,7 +213,7 @@ func TestLimitQuota(t *testing.T) {
 	h := newHarness(t)
 	up := newUpstream(t, "up")
 	acme := h.tenant("acme")
-	h.put(&tenants.Plan{ID: "p-trial", TenantID: acme, Name: "trial", Quota: &tenants.Quota{Requests: 3}})
+	h.put(&tenants.ConsumerPlan{ID: "p-trial", TenantID: acme, Name: "trial", Quota: &tenants.Quota{Requests: 3}})
 	h.put(&tenants.Consumer{ID: "c-1", TenantID: acme, Name: "one", Plan: "trial"})
 	h.put(&tenants.Consumer{ID: "c-2", TenantID: acme, Name: "two", Plan: "trial"})
 	k1, k2 := h.key(acme, "c-1", "k-1"), h.key(acme, "c-2", "k-2")

@@ -36,7 +36,7 @@ type tenantConfig struct {
 
 	keys        map[[32]byte]apiKey  // by SHA-256 of the plaintext key
 	consumers   map[string]*Consumer // by id
-	plans       map[string]*tenants.Plan
+	plans       map[string]*tenants.ConsumerPlan
 	jwt         *jwtauth.Verifier     // nil: no usable issuer (jwt routes refuse every token)
 	accessRules *accessrules.Enforcer // nil: none (routes that check access deny every call)
 	// limits is the tenant's platform plan, compiled; consumerLimits: some consumer
@@ -49,7 +49,7 @@ type tenantConfig struct {
 type Consumer struct {
 	ID   string
 	Name string
-	Plan *tenants.Plan // nil when the consumer has no plan (or names an unknown one)
+	Plan *tenants.ConsumerPlan // nil when the consumer has no plan (or names an unknown one)
 
 	id, name []byte          // header values, made once
 	subjects []string        // who the access rules see: id and name (a JWT caller: <iss>|<claim>, the claim, its roles)

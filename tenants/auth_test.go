@@ -16,7 +16,7 @@ func TestAuthEntryKeys(t *testing.T) {
 		kind, id   string
 	}{
 		{"t.jwt-issuer.i", `{"rev":1,"jwt_issuer":{"id":"i","tenant_id":"t","issuer":"x"}}`, true, tenants.KindJWTIssuer, "i"},
-		{"t.policy", `{"rev":1,"policy":{"tenant_id":"t","rules":[]}}`, true, tenants.KindPolicy, ""},
+		{"t.policy", `{"rev":1,"policy":{"tenant_id":"t","rules":[]}}`, true, tenants.KindAccessRules, ""},
 		{"t.policy", `{"rev":1,"policy":{"tenant_id":"u","rules":[]}}`, false, "", ""},
 		{"t.policy.p", `{"rev":1,"policy":{"tenant_id":"t"}}`, false, "", ""},
 		{".policy", `{"rev":1,"policy":{"tenant_id":""}}`, false, "", ""},

@@ -30,12 +30,12 @@ import (
 // an edge ignores an entry whose Rev is not newer than the one it holds for that key, so a
 // replayed or late publish never rolls config back.
 type Entry struct {
-	Rev      int64     `json:"rev"`
-	Tenant   *Tenant   `json:"tenant,omitempty"`
-	Route    *Route    `json:"route,omitempty"`
-	Consumer *Consumer `json:"consumer,omitempty"`
-	Key      *KeyEntry `json:"key,omitempty"`
-	Plan     *Plan     `json:"plan,omitempty"`
+	Rev      int64         `json:"rev"`
+	Tenant   *Tenant       `json:"tenant,omitempty"`
+	Route    *Route        `json:"route,omitempty"`
+	Consumer *Consumer     `json:"consumer,omitempty"`
+	Key      *KeyEntry     `json:"key,omitempty"`
+	Plan     *ConsumerPlan `json:"plan,omitempty"`
 	// JWTIssuer carries its HS256Secret, if any: the edges verify with it.
 	JWTIssuer   *Issuer      `json:"jwt_issuer,omitempty"`
 	AccessRules *AccessRules `json:"policy,omitempty"`
@@ -63,16 +63,16 @@ const (
 	KindConsumer = "consumer"
 	KindKey      = "key"
 	KindPlan     = "plan"
-	// KindJWTIssuer entries are keyed by issuer id; KindPolicy, one per tenant, like
+	// KindJWTIssuer entries are keyed by issuer id; KindAccessRules, one per tenant, like
 	// KindTenant by the tenant alone.
-	KindJWTIssuer = "jwt-issuer"
-	KindPolicy    = "policy"
-	KindDomain    = "domain"
+	KindJWTIssuer   = "jwt-issuer"
+	KindAccessRules = "policy"
+	KindDomain      = "domain"
 )
 
 // TenantKey and ObjectKey build entry keys.
 func TenantKey(tenantID string) string           { return tenantID + "." + KindTenant }
-func PolicyKey(tenantID string) string           { return tenantID + "." + KindPolicy }
+func AccessRulesKey(tenantID string) string      { return tenantID + "." + KindAccessRules }
 func ObjectKey(tenantID, kind, id string) string { return tenantID + "." + kind + "." + id }
 
 // TenantFilter is the KV key filter matching every entry of a tenant.
@@ -94,7 +94,7 @@ func (e *Entry) EntryKey() (string, error) {
 	case e.JWTIssuer != nil:
 		return ObjectKey(e.JWTIssuer.TenantID, KindJWTIssuer, e.JWTIssuer.ID), nil
 	case e.AccessRules != nil:
-		return PolicyKey(e.AccessRules.TenantID), nil
+		return AccessRulesKey(e.AccessRules.TenantID), nil
 	case e.Domain != nil:
 		return ObjectKey(e.Domain.TenantID, KindDomain, e.Domain.ID), nil
 	}
@@ -105,7 +105,7 @@ func (e *Entry) EntryKey() (string, error) {
 type ParsedKey struct {
 	TenantID string
 	Kind     string
-	ID       string // empty for KindTenant and KindPolicy
+	ID       string // empty for KindTenant and KindAccessRules
 }
 
 // ParseKey takes an entry key apart, refusing anything not of the layout above.
@@ -114,8 +114,8 @@ func ParseKey(key string) (ParsedKey, error) {
 	switch {
 	case len(parts) == 2 && parts[1] == KindTenant && parts[0] != "":
 		return ParsedKey{TenantID: parts[0], Kind: KindTenant}, nil
-	case len(parts) == 2 && parts[1] == KindPolicy && parts[0] != "":
-		return ParsedKey{TenantID: parts[0], Kind: KindPolicy}, nil
+	case len(parts) == 2 && parts[1] == KindAccessRules && parts[0] != "":
+		return ParsedKey{TenantID: parts[0], Kind: KindAccessRules}, nil
 	case len(parts) == 3 && parts[0] != "" && parts[2] != "":
 		switch parts[1] {
 		case KindRoute, KindConsumer, KindKey, KindPlan, KindJWTIssuer, KindDomain:
@@ -160,7 +160,7 @@ func DecodeEntry(key string, value []byte) (ParsedKey, *Entry, error) {
 	case e.JWTIssuer != nil:
 		tenantID, id, kind = e.JWTIssuer.TenantID, e.JWTIssuer.ID, KindJWTIssuer
 	case e.AccessRules != nil:
-		tenantID, id, kind = e.AccessRules.TenantID, "", KindPolicy
+		tenantID, id, kind = e.AccessRules.TenantID, "", KindAccessRules
 	case e.Domain != nil:
 		tenantID, id, kind = e.Domain.TenantID, e.Domain.ID, KindDomain
 	}

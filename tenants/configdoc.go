@@ -26,20 +26,20 @@ const ConfigDocumentVersion = 1
 
 // ConfigDocument is a tenant's config as code. A list left out (or null) is not managed
 // by the document: apply leaves that kind alone, prune included; an empty list manages it
-// as empty. Likewise a document without policy leaves the tenant's policy as it is.
+// as empty. Likewise a document without policy leaves the tenant's access rules as they are.
 type ConfigDocument struct {
 	Version int    `json:"version" required:"true" doc:"The document's layout: 1."`
 	Tenant  string `json:"tenant" required:"true" doc:"The slug of the tenant the document is of; applying it to another tenant is refused."`
 	// Revision stamps the state exported (ConfigRevision); apply refuses a document whose
 	// revision is not current, unless forced, so an edit of a stale copy does not undo
 	// changes made since.
-	Revision   string         `json:"revision,omitempty" doc:"Opaque stamp of the state exported. Apply refuses a document whose revision is no longer current (409 version_conflict) unless forced; without one, no check is made."`
-	Routes     []*Route       `json:"routes" doc:"Routes, by name."`
-	Consumers  []*Consumer    `json:"consumers" doc:"Consumers, by name. Their API keys are not config: they are created and revoked through .../keys."`
-	Plans      []*Plan        `json:"plans" doc:"Plans, by name."`
-	JWTIssuers []*Issuer      `json:"jwt_issuers" doc:"JWT issuers, by issuer. Export leaves hs256_secret out; on apply, an issuer with no key source keeps the stored secret."`
-	Policy     *AccessRules   `json:"policy,omitempty" doc:"The tenant's policy; absent: left as it is."`
-	Domains    []ConfigDomain `json:"domains" doc:"Custom domains, by host name. Apply keeps or (with prune) removes them; a domain is claimed with its certificate through .../domains."`
+	Revision    string          `json:"revision,omitempty" doc:"Opaque stamp of the state exported. Apply refuses a document whose revision is no longer current (409 version_conflict) unless forced; without one, no check is made."`
+	Routes      []*Route        `json:"routes" doc:"Routes, by name."`
+	Consumers   []*Consumer     `json:"consumers" doc:"Consumers, by name. Their API keys are not config: they are created and revoked through .../keys."`
+	Plans       []*ConsumerPlan `json:"plans" doc:"Plans, by name."`
+	JWTIssuers  []*Issuer       `json:"jwt_issuers" doc:"JWT issuers, by issuer. Export leaves hs256_secret out; on apply, an issuer with no key source keeps the stored secret."`
+	AccessRules *AccessRules    `json:"policy,omitempty" doc:"The tenant's policy; absent: left as it is."`
+	Domains     []ConfigDomain  `json:"domains" doc:"Custom domains, by host name. Apply keeps or (with prune) removes them; a domain is claimed with its certificate through .../domains."`
 }
 
 // ConfigDomain is a custom domain as the document names it. Its certificate and key are
@@ -53,12 +53,12 @@ type ConfigDomain struct {
 
 // Kinds of object in a ConfigChange, as the document names its lists (singular).
 const (
-	ConfigKindRoute     = "route"
-	ConfigKindConsumer  = "consumer"
-	ConfigKindPlan      = "plan"
-	ConfigKindJWTIssuer = "jwt_issuer"
-	ConfigKindPolicy    = "policy"
-	ConfigKindDomain    = "domain"
+	ConfigKindRoute       = "route"
+	ConfigKindConsumer    = "consumer"
+	ConfigKindPlan        = "plan"
+	ConfigKindJWTIssuer   = "jwt_issuer"
+	ConfigKindAccessRules = "policy"
+	ConfigKindDomain      = "domain"
 )
 
 // ConfigChange names one object an apply creates, updates or deletes.
@@ -94,7 +94,7 @@ type ConfigService interface {
 	ExportConfig(ctx context.Context, tenantID string) (*ConfigDocument, error)
 	// ApplyConfig makes the tenant's config what doc says, in one transaction (one burst
 	// of config entries, one audit entry of ctx's), and answers what it did. The
-	// caller has validated doc's policy (accessrules.Compile, field "policy…"); the
+	// caller has validated doc's access rules (accessrules.Compile, field "policy…"); the
 	// objects are validated here as their own writes do, with errors naming the document
 	// path ("routes[3].upstream.targets[0].url"). EValidation (also when doc is of another
 	// tenant), EConflict, EVersionConflict (a stale revision, unless o.Force), ENotFound
@@ -151,7 +151,7 @@ func (d *ConfigDocument) CheckNames() error {
 func (d *ConfigDocument) Sort() {
 	slices.SortFunc(d.Routes, func(a, b *Route) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(d.Consumers, func(a, b *Consumer) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(d.Plans, func(a, b *Plan) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(d.Plans, func(a, b *ConsumerPlan) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(d.JWTIssuers, func(a, b *Issuer) int { return strings.Compare(a.Issuer, b.Issuer) })
 	slices.SortFunc(d.Domains, func(a, b ConfigDomain) int { return strings.Compare(a.Hostname, b.Hostname) })
 }

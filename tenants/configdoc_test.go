@@ -15,7 +15,7 @@ func TestConfigDocumentJSON(t *testing.T) {
 		Version:   tenants.ConfigDocumentVersion,
 		Tenant:    "acme",
 		Consumers: []*tenants.Consumer{{ID: "c1", TenantID: "t1", Name: "alice", Version: 3}},
-		Plans:     []*tenants.Plan{},
+		Plans:     []*tenants.ConsumerPlan{},
 	}
 	b, err := json.Marshal(doc)
 	if err != nil {
@@ -49,7 +49,7 @@ func TestConfigAtPath(t *testing.T) {
 
 // TestConfigCheckNames: a name twice is refused at its second place.
 func TestConfigCheckNames(t *testing.T) {
-	doc := &tenants.ConfigDocument{Version: 1, Tenant: "acme", Plans: []*tenants.Plan{{Name: "a"}, {Name: "b"}, {Name: "a"}}}
+	doc := &tenants.ConfigDocument{Version: 1, Tenant: "acme", Plans: []*tenants.ConsumerPlan{{Name: "a"}, {Name: "b"}, {Name: "a"}}}
 	var e *tenants.Error
 	if err := doc.CheckNames(); !errors.As(err, &e) || e.Field != "plans[2].name" {
 		t.Fatalf("got %v", err)

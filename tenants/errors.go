@@ -23,7 +23,7 @@ const (
 	EInvalidCredential = "invalid_credential"  // a credential was sent and is not valid here
 	EExpiredKey        = "expired_key"         // edge: the API key is past its expires_at
 	EForbidden         = "forbidden"           // authenticated, but not allowed to do this
-	EPolicyDenied      = "policy_denied"       // the tenant's policy denies this call (edge)
+	EAccessDenied      = "policy_denied"       // the tenant's access rules deny this call (edge)
 	ENotFound          = "not_found"           // no such object (or not visible to the caller)
 	ETenantNotFound    = "tenant_not_found"    // edge: the Host names no tenant
 	ERouteNotFound     = "route_not_found"     // edge: no route matches the path
@@ -60,7 +60,7 @@ var Codes = []CodeInfo{
 	{EInvalidCredential, http.StatusUnauthorized, "both", "the credential is unknown, expired or not valid for this tenant"},
 	{EExpiredKey, http.StatusUnauthorized, "edge", "the API key is past its `expires_at`; the consumer needs a new key"},
 	{EForbidden, http.StatusForbidden, "api", "the credential may not do this"},
-	{EPolicyDenied, http.StatusForbidden, "edge", "the tenant's policy denies this consumer this call"},
+	{EAccessDenied, http.StatusForbidden, "edge", "the tenant's policy denies this consumer this call"},
 	{ENotFound, http.StatusNotFound, "api", "no such object, or it belongs to another tenant"},
 	{ETenantNotFound, http.StatusNotFound, "edge", "the Host header names no tenant"},
 	{ERouteNotFound, http.StatusNotFound, "edge", "no route of the tenant matches the path, whatever the method"},

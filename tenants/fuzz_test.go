@@ -19,11 +19,11 @@ func FuzzRouteValidate(f *testing.F) {
 		if json.Unmarshal(data, &r) != nil {
 			return
 		}
-		if r.Validate(devPolicy) != nil {
+		if r.Validate(devAddressRule) != nil {
 			return
 		}
 		before, _ := json.Marshal(r)
-		if err := r.Validate(devPolicy); err != nil {
+		if err := r.Validate(devAddressRule); err != nil {
 			t.Fatalf("accepted route fails revalidation: %v", err)
 		}
 		after, _ := json.Marshal(r)

@@ -40,9 +40,9 @@ const (
 // MaxQuota bounds a monthly quota.
 const MaxQuota = int64(1) << 40
 
-// PlatformPlan is one of the operator's plans. A tenant's Plan names one, and its limits
-// cap the whole tenant: every consumer and route of the tenant together. Tenants' own
-// plans (Plan) are for their consumers.
+// PlatformPlan is one of the operator's plans. A tenant's PlatformPlan names one, and
+// its limits cap the whole tenant: every consumer and route of the tenant together.
+// Tenants' own plans (ConsumerPlan) are for their API consumers.
 type PlatformPlan struct {
 	Name        string     `json:"name"`
 	RateLimit   *RateLimit `json:"rate_limit,omitempty"`
@@ -66,14 +66,14 @@ type ResourceLimits struct {
 	Routes          int `json:"routes"`
 	Consumers       int `json:"consumers"`
 	KeysPerConsumer int `json:"keys_per_consumer"`
-	// Plans counts the tenant's consumer plans (POST /v1/tenants/{slug}/plans).
-	Plans      int `json:"plans"`
-	Domains    int `json:"domains"`
-	JWTIssuers int `json:"jwt_issuers"`
-	// PolicyRules bounds the rules and the role links of the tenant's policy together:
+	// ConsumerPlans counts the tenant's consumer plans (POST /v1/tenants/{slug}/plans).
+	ConsumerPlans int `json:"plans"`
+	Domains       int `json:"domains"`
+	JWTIssuers    int `json:"jwt_issuers"`
+	// AccessRules bounds the rules and the role links of the tenant's access rules together:
 	// each [subject, path, action] rule and each [member, role] link counts one, since
 	// both cost the edges memory and compile time alike.
-	PolicyRules int `json:"policy_rules"`
+	AccessRules int `json:"policy_rules"`
 	// CacheBytes is the most the tenant's answers may hold of each edge's response cache
 	// (bodies, headers, keys and a fixed overhead per answer). 0: routes may not cache.
 	CacheBytes int64 `json:"cache_bytes"`
@@ -85,11 +85,11 @@ var MaxResources = ResourceLimits{
 	Routes:          50_000,
 	Consumers:       1_000_000,
 	KeysPerConsumer: 100,
-	Plans:           1_000,
+	ConsumerPlans:   1_000,
 	Domains:         1_000,
 	JWTIssuers:      MaxIssuersPerTenant,
-	// The policy engine's own bounds: 1,000 rules and 10,000 role links.
-	PolicyRules: 11_000,
+	// The access-rules engine's own bounds: 1,000 rules and 10,000 role links.
+	AccessRules: 11_000,
 	CacheBytes:  1 << 40,
 }
 
@@ -99,10 +99,10 @@ const (
 	ResRoutes          = "routes"
 	ResConsumers       = "consumers"
 	ResKeysPerConsumer = "keys_per_consumer"
-	ResPlans           = "plans"
+	ResConsumerPlans   = "plans"
 	ResDomains         = "domains"
 	ResJWTIssuers      = "jwt_issuers"
-	ResPolicyRules     = "policy_rules"
+	ResAccessRules     = "policy_rules"
 	ResCacheBytes      = "cache_bytes"
 )
 
@@ -112,10 +112,10 @@ var resourceNouns = map[string][2]string{
 	ResRoutes:          {"routes", "route"},
 	ResConsumers:       {"consumers", "consumer"},
 	ResKeysPerConsumer: {"keys per consumer", "key per consumer"},
-	ResPlans:           {"consumer plans", "consumer plan"},
+	ResConsumerPlans:   {"consumer plans", "consumer plan"},
 	ResDomains:         {"custom domains", "custom domain"},
 	ResJWTIssuers:      {"JWT issuers", "JWT issuer"},
-	ResPolicyRules:     {"policy rules and role links together", "policy rule or role link"},
+	ResAccessRules:     {"policy rules and role links together", "policy rule or role link"},
 }
 
 // OverLimit is the error of a save that would take a tenant past its plan's limit of
@@ -133,7 +133,7 @@ func OverLimit(resource, plan string, limit int64) *Error {
 		noun = nouns[1]
 	}
 	what := "delete one"
-	if resource == ResPolicyRules {
+	if resource == ResAccessRules {
 		what = "remove some"
 	}
 	return Invalid(resource, "the %s plan allows %d %s; %s or move to a larger plan", plan, limit, noun, what)
@@ -148,14 +148,14 @@ func (r *ResourceLimits) Get(resource string) int64 {
 		return int64(r.Consumers)
 	case ResKeysPerConsumer:
 		return int64(r.KeysPerConsumer)
-	case ResPlans:
-		return int64(r.Plans)
+	case ResConsumerPlans:
+		return int64(r.ConsumerPlans)
 	case ResDomains:
 		return int64(r.Domains)
 	case ResJWTIssuers:
 		return int64(r.JWTIssuers)
-	case ResPolicyRules:
-		return int64(r.PolicyRules)
+	case ResAccessRules:
+		return int64(r.AccessRules)
 	case ResCacheBytes:
 		return r.CacheBytes
 	}
@@ -171,10 +171,10 @@ func (r *ResourceLimits) Validate() error {
 		{ResRoutes, int64(r.Routes), int64(MaxResources.Routes)},
 		{ResConsumers, int64(r.Consumers), int64(MaxResources.Consumers)},
 		{ResKeysPerConsumer, int64(r.KeysPerConsumer), int64(MaxResources.KeysPerConsumer)},
-		{ResPlans, int64(r.Plans), int64(MaxResources.Plans)},
+		{ResConsumerPlans, int64(r.ConsumerPlans), int64(MaxResources.ConsumerPlans)},
 		{ResDomains, int64(r.Domains), int64(MaxResources.Domains)},
 		{ResJWTIssuers, int64(r.JWTIssuers), int64(MaxResources.JWTIssuers)},
-		{ResPolicyRules, int64(r.PolicyRules), int64(MaxResources.PolicyRules)},
+		{ResAccessRules, int64(r.AccessRules), int64(MaxResources.AccessRules)},
 		{ResCacheBytes, r.CacheBytes, MaxResources.CacheBytes},
 	} {
 		if c.v < 0 || c.v > c.limit {
@@ -184,9 +184,10 @@ func (r *ResourceLimits) Validate() error {
 	return nil
 }
 
-// Plan is p's limits as a Plan, the form the limiter compiles.
-func (p *PlatformPlan) Plan() *Plan {
-	return &Plan{Name: p.Name, RateLimit: p.RateLimit, Quota: p.Quota, Concurrency: p.Concurrency, Mode: p.Mode}
+// AsConsumerPlan is p's limits in the shape of a consumer plan, the form the limiter
+// compiles.
+func (p *PlatformPlan) AsConsumerPlan() *ConsumerPlan {
+	return &ConsumerPlan{Name: p.Name, RateLimit: p.RateLimit, Quota: p.Quota, Concurrency: p.Concurrency, Mode: p.Mode}
 }
 
 // Validate checks p and fills defaults, by the rules of a tenant's plan.

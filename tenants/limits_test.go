@@ -101,27 +101,27 @@ func TestMinApproximateBurst(t *testing.T) {
 }
 
 func TestPlanLimits(t *testing.T) {
-	p := tenants.Plan{Name: "gold", RateLimit: &tenants.RateLimit{RPM: 600}, Quota: &tenants.Quota{Requests: 10}}
+	p := tenants.ConsumerPlan{Name: "gold", RateLimit: &tenants.RateLimit{RPM: 600}, Quota: &tenants.Quota{Requests: 10}}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	if p.Mode != tenants.ModeApproximate || p.RateLimit.Burst != 600 {
 		t.Fatalf("defaults: %+v %+v", p, *p.RateLimit)
 	}
-	small := tenants.Plan{Name: "gold", RateLimit: &tenants.RateLimit{RPS: 100, Burst: 5}}
+	small := tenants.ConsumerPlan{Name: "gold", RateLimit: &tenants.RateLimit{RPS: 100, Burst: 5}}
 	if err := small.Validate(); err != nil || small.Mode != tenants.ModeExact {
 		t.Fatalf("small burst: %v, mode %q", err, small.Mode)
 	}
 	for _, tc := range []struct {
-		p     tenants.Plan
+		p     tenants.ConsumerPlan
 		field string
 		msg   string
 	}{
-		{tenants.Plan{Name: "g", RateLimit: &tenants.RateLimit{RPS: 5, Per: "ip"}}, "rate_limit.per", "route setting"},
-		{tenants.Plan{Name: "g", RateLimit: &tenants.RateLimit{RPS: 5, Mode: "exact"}}, "rate_limit.mode", "route setting"},
-		{tenants.Plan{Name: "g", Mode: "fast"}, "mode", "local, exact, approximate"},
-		{tenants.Plan{Name: "g", Mode: "approximate", RateLimit: &tenants.RateLimit{RPS: 1000, Burst: 100}}, "rate_limit.burst", "at least 101"},
-		{tenants.Plan{Name: "g", Quota: &tenants.Quota{Requests: tenants.MaxQuota + 1}}, "quota.requests", "between 1"},
+		{tenants.ConsumerPlan{Name: "g", RateLimit: &tenants.RateLimit{RPS: 5, Per: "ip"}}, "rate_limit.per", "route setting"},
+		{tenants.ConsumerPlan{Name: "g", RateLimit: &tenants.RateLimit{RPS: 5, Mode: "exact"}}, "rate_limit.mode", "route setting"},
+		{tenants.ConsumerPlan{Name: "g", Mode: "fast"}, "mode", "local, exact, approximate"},
+		{tenants.ConsumerPlan{Name: "g", Mode: "approximate", RateLimit: &tenants.RateLimit{RPS: 1000, Burst: 100}}, "rate_limit.burst", "at least 101"},
+		{tenants.ConsumerPlan{Name: "g", Quota: &tenants.Quota{Requests: tenants.MaxQuota + 1}}, "quota.requests", "between 1"},
 	} {
 		wantInvalid(t, tc.p.Validate(), tc.field, tc.msg)
 	}
@@ -135,12 +135,12 @@ func TestPlatformPlanAndTenantLimits(t *testing.T) {
 	if pp.Mode != tenants.ModeApproximate {
 		t.Fatalf("mode %q", pp.Mode)
 	}
-	if p := pp.Plan(); p.Name != "free" || p.RateLimit != pp.RateLimit || p.Concurrency != 10 || p.Mode != pp.Mode {
+	if p := pp.AsConsumerPlan(); p.Name != "free" || p.RateLimit != pp.RateLimit || p.Concurrency != 10 || p.Mode != pp.Mode {
 		t.Fatalf("Plan(): %+v", p)
 	}
 	wantInvalid(t, (&tenants.PlatformPlan{Name: "Free"}).Validate(), "name", "lowercase")
 
-	tn := tenants.Tenant{Slug: "acme", Plan: "odd", Limits: &tenants.PlatformPlan{Name: "odd", Concurrency: -1}}
+	tn := tenants.Tenant{Slug: "acme", PlatformPlan: "odd", Limits: &tenants.PlatformPlan{Name: "odd", Concurrency: -1}}
 	wantInvalid(t, tn.Validate(), "limits.concurrency", "between 0")
 }
 
@@ -155,8 +155,8 @@ func TestResourceLimits(t *testing.T) {
 		t.Fatalf("a plan without resources gets the ceilings, got %+v", p.Resources)
 	}
 	// The policy ceiling is the engine's own bound on rules and role links together.
-	if tenants.MaxResources.PolicyRules != accessrules.MaxRules+accessrules.MaxRoleLinks {
-		t.Errorf("policy_rules ceiling %d, engine bound %d", tenants.MaxResources.PolicyRules, accessrules.MaxRules+accessrules.MaxRoleLinks)
+	if tenants.MaxResources.AccessRules != accessrules.MaxRules+accessrules.MaxRoleLinks {
+		t.Errorf("policy_rules ceiling %d, engine bound %d", tenants.MaxResources.AccessRules, accessrules.MaxRules+accessrules.MaxRoleLinks)
 	}
 	if tenants.MaxResources.JWTIssuers != tenants.MaxIssuersPerTenant {
 		t.Errorf("jwt_issuers ceiling %d", tenants.MaxResources.JWTIssuers)
@@ -168,10 +168,10 @@ func TestResourceLimits(t *testing.T) {
 		{func(r *tenants.ResourceLimits) { r.Routes = -1 }, "resources.routes"},
 		{func(r *tenants.ResourceLimits) { r.Consumers = tenants.MaxResources.Consumers + 1 }, "resources.consumers"},
 		{func(r *tenants.ResourceLimits) { r.KeysPerConsumer = -1 }, "resources.keys_per_consumer"},
-		{func(r *tenants.ResourceLimits) { r.Plans = 1001 }, "resources.plans"},
+		{func(r *tenants.ResourceLimits) { r.ConsumerPlans = 1001 }, "resources.plans"},
 		{func(r *tenants.ResourceLimits) { r.Domains = 1001 }, "resources.domains"},
 		{func(r *tenants.ResourceLimits) { r.JWTIssuers = 33 }, "resources.jwt_issuers"},
-		{func(r *tenants.ResourceLimits) { r.PolicyRules = -2 }, "resources.policy_rules"},
+		{func(r *tenants.ResourceLimits) { r.AccessRules = -2 }, "resources.policy_rules"},
 		{func(r *tenants.ResourceLimits) { r.CacheBytes = 1<<40 + 1 }, "resources.cache_bytes"},
 	} {
 		r := tenants.MaxResources
@@ -189,7 +189,7 @@ func TestResourceLimits(t *testing.T) {
 		{tenants.ResRoutes, 1, "the free plan allows 1 route; delete one or move to a larger plan"},
 		{tenants.ResDomains, 0, "the free plan allows no custom domains; move to a larger plan"},
 		{tenants.ResKeysPerConsumer, 2, "the free plan allows 2 keys per consumer; delete one"},
-		{tenants.ResPolicyRules, 100, "the free plan allows 100 policy rules and role links together; remove some or move to a larger plan"},
+		{tenants.ResAccessRules, 100, "the free plan allows 100 policy rules and role links together; remove some or move to a larger plan"},
 		{tenants.ResCacheBytes, 0, "the free plan allows no response cache (cache_bytes 0)"},
 	} {
 		wantInvalid(t, tenants.OverLimit(c.res, "free", c.limit), c.res, c.msg)

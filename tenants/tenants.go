@@ -10,11 +10,11 @@ import (
 // Tenant is a customer of the service: it owns routes, consumers, keys and plans, and is
 // reached at the edge as {slug}.{edge domain}. Slug is immutable once created.
 type Tenant struct {
-	ID   string `json:"id"`
-	Slug string `json:"slug"`
-	Name string `json:"name"`
-	Plan string `json:"plan"` // the platform plan that caps the whole tenant
-	// Limits is the platform plan Plan names, as the store resolved it when it read or
+	ID           string `json:"id"`
+	Slug         string `json:"slug"`
+	Name         string `json:"name"`
+	PlatformPlan string `json:"plan"` // the platform plan that caps the whole tenant
+	// Limits is the platform plan PlatformPlan names, as the store resolved it when it read or
 	// wrote the tenant: it travels in the tenant's config entry so the edge can enforce it
 	// (a change of the platform plan re-emits the entries of its tenants). Read-only in
 	// the API; nil when the plan names no platform plan.
@@ -45,7 +45,7 @@ type Route struct {
 	Upstream Upstream `json:"upstream" required:"true"`
 	// Auth is AuthNone, AuthKey, AuthJWT or AuthKeyOrJWT. Default: AuthNone.
 	Auth string `json:"auth" enum:"none,key,jwt,key_or_jwt" doc:"Default: none."`
-	// CheckAccess makes the edge check the tenant's policy for this route.
+	// CheckAccess makes the edge check the tenant's access rules for this route.
 	CheckAccess bool       `json:"policy" doc:"Check the tenant's policy for this route."`
 	RateLimit   *RateLimit `json:"rate_limit,omitempty" doc:"Per-route limit. Default: none."`
 	// StripPrefix removes the matched path prefix before proxying.
@@ -132,11 +132,12 @@ type Quota struct {
 	Requests int64 `json:"requests" required:"true" doc:"Requests per calendar month (UTC)."`
 }
 
-// Plan is a named bundle of limits a tenant assigns to consumers.
+// ConsumerPlan is a named bundle of limits a tenant assigns to its API consumers (the
+// API's and the console's "plan"; not the tenant's own PlatformPlan).
 // Like Route, it is the API's body, the stored object and the config entry alike. Its
 // RateLimit is only a rate (RPS or RPM, Burst; Validate refuses Per and Mode): a plan's
 // rate counts per consumer, and its mode is the plan's.
-type Plan struct {
+type ConsumerPlan struct {
 	ID          string     `json:"id" readonly:"true"`
 	TenantID    string     `json:"tenant_id" readonly:"true"`
 	Name        string     `json:"name" required:"true" doc:"Unique within the tenant: lowercase letters, digits, '-' and '_'."`
@@ -231,14 +232,14 @@ const (
 
 // TenantService manages tenants.
 type TenantService interface {
-	// CreateTenant: EValidation (also when Plan names no platform plan), EConflict (slug
+	// CreateTenant: EValidation (also when PlatformPlan names no platform plan), EConflict (slug
 	// taken). t.Limits is filled in from the platform plan.
 	CreateTenant(ctx context.Context, t *Tenant) error
 	// FindTenant looks a tenant up by slug: ENotFound.
 	FindTenant(ctx context.Context, slug string) (*Tenant, error)
 	ListTenants(ctx context.Context, p Page) ([]*Tenant, string, error)
 	// UpdateTenant changes name and plan when t.Version is current: ENotFound,
-	// EVersionConflict, EValidation (also when Plan names no platform plan).
+	// EVersionConflict, EValidation (also when PlatformPlan names no platform plan).
 	UpdateTenant(ctx context.Context, t *Tenant) error
 	// DeleteTenant removes the tenant and everything it owns: ENotFound.
 	DeleteTenant(ctx context.Context, tenantID string) error
@@ -272,13 +273,13 @@ type ConsumerService interface {
 	DeleteKey(ctx context.Context, tenantID, consumerID, keyID string) error
 }
 
-// PlanService manages a tenant's plans.
-type PlanService interface {
+// ConsumerPlanService manages a tenant's consumer plans.
+type ConsumerPlanService interface {
 	// CreatePlan: EValidation, EConflict (name taken).
-	CreatePlan(ctx context.Context, p *Plan) error
-	FindPlan(ctx context.Context, tenantID, id string) (*Plan, error)
-	ListPlans(ctx context.Context, tenantID string, p Page) ([]*Plan, string, error)
-	UpdatePlan(ctx context.Context, p *Plan) error
+	CreatePlan(ctx context.Context, p *ConsumerPlan) error
+	FindPlan(ctx context.Context, tenantID, id string) (*ConsumerPlan, error)
+	ListPlans(ctx context.Context, tenantID string, p Page) ([]*ConsumerPlan, string, error)
+	UpdatePlan(ctx context.Context, p *ConsumerPlan) error
 	// DeletePlan: EConflict while a consumer uses it.
 	DeletePlan(ctx context.Context, tenantID, id string) error
 }
@@ -309,13 +310,13 @@ type JWTIssuerService interface {
 	DeleteJWTIssuer(ctx context.Context, tenantID, id string) error
 }
 
-// AccessRulesService manages a tenant's policy. Validating a policy is the compiler's job
+// AccessRulesService manages a tenant's access rules. Validating them is the compiler's job
 // (accessrules.Compile); callers validate before PutAccessRules.
 type AccessRulesService interface {
 	// FindAccessRules: ENotFound when the tenant has none.
 	FindAccessRules(ctx context.Context, tenantID string) (*AccessRules, error)
-	// PutAccessRules creates or replaces the tenant's policy; when p.Version is not 0 only if
-	// it is current. ENotFound (tenant, or no policy to update at that version),
+	// PutAccessRules creates or replaces the tenant's access rules; when p.Version is not 0 only if
+	// it is current. ENotFound (tenant, or no access rules to update at that version),
 	// EVersionConflict.
 	PutAccessRules(ctx context.Context, p *AccessRules) error
 }

@@ -14,7 +14,7 @@ type Transform struct {
 	Response *ResponseTransform `json:"response,omitempty"`
 }
 
-// RequestTransform is applied after authentication, policy, limits and the body limit,
+// RequestTransform is applied after authentication, access rules, limits and the body limit,
 // before the request goes upstream.
 type RequestTransform struct {
 	Headers *HeaderTransform `json:"headers,omitempty"`

@@ -441,7 +441,7 @@ func validateRouteLimit(rl *RateLimit, auth string) error {
 	return validateMode("rate_limit.mode", &rl.Mode, rl, "rate_limit", def)
 }
 
-// Validate checks t and fills defaults. Plan defaults to "free".
+// Validate checks t and fills defaults. PlatformPlan defaults to "free".
 func (t *Tenant) Validate() error {
 	if err := ValidateSlug(t.Slug); err != nil {
 		return Invalid("slug", "%v", err)
@@ -452,10 +452,10 @@ func (t *Tenant) Validate() error {
 	if err := ValidateName(t.Name); err != nil {
 		return Invalid("name", "%v", err)
 	}
-	if t.Plan == "" {
-		t.Plan = "free"
+	if t.PlatformPlan == "" {
+		t.PlatformPlan = "free"
 	}
-	if err := ValidatePlanName(t.Plan); err != nil {
+	if err := ValidatePlanName(t.PlatformPlan); err != nil {
 		return Invalid("plan", "%v", err)
 	}
 	if t.Limits != nil {
@@ -571,7 +571,7 @@ func (c *Consumer) Validate() error {
 }
 
 // Validate checks p.
-func (p *Plan) Validate() error {
+func (p *ConsumerPlan) Validate() error {
 	if err := ValidatePlanName(p.Name); err != nil {
 		return Invalid("name", "%v", err)
 	}

@@ -13,7 +13,7 @@ import (
 
 var strict = &tenants.UpstreamAddressRule{GatewayPorts: []int{8000, 8080, 9000}, EdgeDomain: "localhost"}
 
-var devPolicy = &tenants.UpstreamAddressRule{
+var devAddressRule = &tenants.UpstreamAddressRule{
 	AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 	GatewayPorts: []int{8000, 8080, 9000},
 	EdgeDomain:   "tollgate.test",
@@ -83,12 +83,12 @@ func TestRouteValidateRejects(t *testing.T) {
 		{"localhost", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://localhost:3000" }, "upstream.targets[0].url", "loopback"},
 		{"ipv6 loopback", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[::1]:3000" }, "upstream.targets[0].url", "loopback"},
 		{"mapped loopback", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[::ffff:127.0.0.1]/" }, "upstream.targets[0].url", "loopback"},
-		{"metadata", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://169.254.169.254/" }, "upstream.targets[0].url", "link-local"},
+		{"metadata", devAddressRule, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://169.254.169.254/" }, "upstream.targets[0].url", "link-local"},
 		{"private", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://10.0.0.1/" }, "upstream.targets[0].url", "private"},
 		{"unspecified", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://0.0.0.0/" }, "upstream.targets[0].url", "unspecified"},
 		{"benchmarking", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://198.18.0.1/" }, "upstream.targets[0].url", "198.18.0.1 is in 198.18.0.0/15, benchmarking (RFC 2544), which upstreams may not use"},
-		{"shared", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://100.64.0.1/" }, "upstream.targets[0].url", "shared address space"},
-		{"nat64 loopback", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[64:ff9b::a9fe:a9fe]/" }, "upstream.targets[0].url", "link-local"},
+		{"shared", devAddressRule, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://100.64.0.1/" }, "upstream.targets[0].url", "shared address space"},
+		{"nat64 loopback", devAddressRule, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[64:ff9b::a9fe:a9fe]/" }, "upstream.targets[0].url", "link-local"},
 		{"6to4 loopback", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[2002:7f00:1::1]/" }, "upstream.targets[0].url", "loopback"},
 		{"unique local", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[fd00::1]/" }, "upstream.targets[0].url", "unique-local"},
 		{"documentation v6", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://[3fff::1]/" }, "upstream.targets[0].url", "documentation (RFC 9637)"},
@@ -96,12 +96,12 @@ func TestRouteValidateRejects(t *testing.T) {
 		{"decimal ipv4", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://2130706433:8080/" }, "upstream.targets[0].url", "shorthand form"},
 		{"hex ipv4", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://0x7f.0x1/" }, "upstream.targets[0].url", "shorthand form"},
 		{"octal ipv4", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://0177.0.0.01/" }, "upstream.targets[0].url", "shorthand form"},
-		{"broadcast", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://255.255.255.255/" }, "upstream.targets[0].url", "limited broadcast"},
+		{"broadcast", devAddressRule, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://255.255.255.255/" }, "upstream.targets[0].url", "limited broadcast"},
 		{"canary target", strict, func(r *tenants.Route) {
 			r.Canary = &tenants.Canary{Weight: 5, Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "http://192.0.0.170/"}}}}
 		}, "canary.upstream.targets[0].url", "NAT64/DNS64 discovery"},
-		{"own port allowed range", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://127.0.0.1:8000" }, "upstream.targets[0].url", "gateway's own"},
-		{"own edge domain", devPolicy, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://x.tollgate.test:8000" }, "upstream.targets[0].url", "gateway's own edge"},
+		{"own port allowed range", devAddressRule, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://127.0.0.1:8000" }, "upstream.targets[0].url", "gateway's own"},
+		{"own edge domain", devAddressRule, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://x.tollgate.test:8000" }, "upstream.targets[0].url", "gateway's own edge"},
 		{"bad port", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://example.com:99999" }, "upstream.targets[0].url", "port"},
 		{"bad host", strict, func(r *tenants.Route) { r.Upstream.Targets[0].URL = "http://exa mple.com" }, "upstream.targets[0].url", ""},
 		{"negative weight", strict, func(r *tenants.Route) { r.Upstream.Targets[0].Weight = -1 }, "upstream.targets[0].weight", "between 0 and 1000"},
@@ -151,7 +151,7 @@ func TestValidatePathParams(t *testing.T) {
 func TestAllowedRanges(t *testing.T) {
 	r := validRoute()
 	r.Upstream.Targets[0].URL = "http://127.0.0.1:3000"
-	if err := r.Validate(devPolicy); err != nil {
+	if err := r.Validate(devAddressRule); err != nil {
 		t.Fatalf("127.0.0.0/8 allowed by the operator: %v", err)
 	}
 }
@@ -174,7 +174,7 @@ func TestSlug(t *testing.T) {
 }
 
 func TestPlanAndConsumer(t *testing.T) {
-	for _, p := range []tenants.Plan{
+	for _, p := range []tenants.ConsumerPlan{
 		{Name: ""}, {Name: "Gold"}, {Name: "gold", Quota: &tenants.Quota{Requests: 0}},
 		{Name: "gold", Concurrency: -1}, {Name: "gold", RateLimit: &tenants.RateLimit{RPS: 2_000_000}},
 	} {

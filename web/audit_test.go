@@ -23,7 +23,7 @@ func TestAuditSameForAPIAndConsole(t *testing.T) {
 	owner := e.signUp("acme", true)
 	tenantID := mustTenant(t, e, "acme")
 	srv := api.New(api.Config{Tenants: e.db, Routes: e.db, Consumers: e.db, Plans: e.db, Tokens: e.db,
-		JWTIssuers: e.db, Policies: e.db, People: e.db, Audit: e.db, AdminToken: "tg_admin_for_the_audit_test"})
+		JWTIssuers: e.db, AccessRules: e.db, People: e.db, Audit: e.db, AdminToken: "tg_admin_for_the_audit_test"})
 	apiCall := func(method, path string, body any) map[string]any {
 		t.Helper()
 		var rd io.Reader

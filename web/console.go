@@ -1,6 +1,6 @@
 // Package web is Tollgate's console: server-rendered pages (html/template, one CSS file,
 // a little vanilla JavaScript, all embedded) that let people sign up, sign in and run
-// their tenant's APIs — routes, consumers and keys, plans, JWT issuers, the policy, usage,
+// their tenant's APIs — routes, consumers and keys, plans, JWT issuers, the access rules, usage,
 // the audit log, members — and lets the finance role export the bill.
 //
 // It is mounted on the management API's Fiber app under /console/ and calls the same
@@ -50,11 +50,11 @@ type Config struct {
 	Consumers tenants.ConsumerService
 	People    tenants.PeopleService
 	Audit     tenants.AuditService
-	// Plans, JWTIssuers and Policies serve the plans, JWT issuers and policy pages. Nil:
+	// Plans, JWTIssuers and AccessRules serve the plans, JWT issuers and access-rules pages. Nil:
 	// the page says the setting is not managed here.
-	Plans      tenants.PlanService
-	JWTIssuers tenants.JWTIssuerService
-	Policies   tenants.AccessRulesService
+	Plans       tenants.ConsumerPlanService
+	JWTIssuers  tenants.JWTIssuerService
+	AccessRules tenants.AccessRulesService
 	// Usage draws the usage page. Nil: the page says usage is not collected here.
 	Usage billing.UsageService
 	// Payments serves a tenant's payments page (connected Stripe account, consumers'
@@ -263,10 +263,10 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Get("/jwt-issuers/:id", c.issuerEditPage)
 	t.Post("/jwt-issuers/:id", c.issuerUpdate)
 	t.Post("/jwt-issuers/:id/delete", c.issuerDelete)
-	t.Get("/policy", c.policyPage)
+	t.Get("/policy", c.accessRulesPage)
 	t.Get("/portal", c.portalPage)
 	t.Post("/portal", c.portalSave)
-	t.Post("/policy", c.policySave)
+	t.Post("/policy", c.accessRulesSave)
 	g.Get("/finance", c.financePage)
 	g.Get("/finance/prices", c.pricesPage)
 	g.Post("/finance/prices", c.priceCreate)

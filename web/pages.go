@@ -267,9 +267,9 @@ func (c *Console) consumerCreate(ctx *fiber.Ctx) error {
 type consumerData struct {
 	Consumer  *tenants.Consumer
 	Keys      []*tenants.Key
-	NewKey    string          // the plaintext of a key just created: shown once
-	Route     string          // a key-auth route's first path, for the example
-	Plans     []*tenants.Plan // the tenant's plans, to put the consumer on one; nil: plans are off
+	NewKey    string                  // the plaintext of a key just created: shown once
+	Route     string                  // a key-auth route's first path, for the example
+	Plans     []*tenants.ConsumerPlan // the tenant's plans, to put the consumer on one; nil: plans are off
 	PlanError string
 	KeyForm   keyForm
 	Now       time.Time // for which keys have expired

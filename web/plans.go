@@ -31,7 +31,7 @@ type planForm struct {
 
 var planModes = []string{tenants.ModeApproximate, tenants.ModeExact, tenants.ModeLocal}
 
-func planFormOf(p *tenants.Plan) planForm {
+func planFormOf(p *tenants.ConsumerPlan) planForm {
 	f := planForm{ID: p.ID, Version: strconv.FormatInt(p.Version, 10), Name: p.Name, Unit: "rps", Mode: p.Mode,
 		Public: p.Public, Description: p.Description, Errors: map[string]string{}}
 	if rl := p.RateLimit; rl != nil {
@@ -71,7 +71,7 @@ func number(v, key, what string, errs map[string]string) int64 {
 	return n
 }
 
-func readPlanForm(ctx *fiber.Ctx, p *tenants.Plan) planForm {
+func readPlanForm(ctx *fiber.Ctx, p *tenants.ConsumerPlan) planForm {
 	f := planForm{ID: p.ID, Version: ctx.FormValue("version"), Name: strings.TrimSpace(ctx.FormValue("name")),
 		Rate: strings.TrimSpace(ctx.FormValue("rate")), Unit: ctx.FormValue("unit"), Burst: strings.TrimSpace(ctx.FormValue("burst")),
 		Quota: strings.TrimSpace(ctx.FormValue("quota")), Concurrency: strings.TrimSpace(ctx.FormValue("concurrency")),
@@ -102,7 +102,7 @@ func readPlanForm(ctx *fiber.Ctx, p *tenants.Plan) planForm {
 }
 
 type plansData struct {
-	Plans    []*tenants.Plan
+	Plans    []*tenants.ConsumerPlan
 	Platform *tenants.PlatformPlan
 	Enabled  bool
 }
@@ -146,7 +146,7 @@ func (c *Console) planCreate(ctx *fiber.Ctx) error {
 		return err
 	}
 	tv := tenantOf(ctx)
-	p := &tenants.Plan{TenantID: tv.ID}
+	p := &tenants.ConsumerPlan{TenantID: tv.ID}
 	f := readPlanForm(ctx, p)
 	if sent, err := c.submit(ctx, c.planSave(ctx, p, f.Errors, c.cfg.Plans.CreatePlan, "plans.create", "/plans?done=plan-created")); sent {
 		return err
@@ -155,7 +155,7 @@ func (c *Console) planCreate(ctx *fiber.Ctx) error {
 }
 
 // planSave validates p and stores it with store.
-func (c *Console) planSave(ctx *fiber.Ctx, p *tenants.Plan, errs map[string]string, store func(context.Context, *tenants.Plan) error, audit, done string) formSave {
+func (c *Console) planSave(ctx *fiber.Ctx, p *tenants.ConsumerPlan, errs map[string]string, store func(context.Context, *tenants.ConsumerPlan) error, audit, done string) formSave {
 	return formSave{
 		errs: errs, noun: "plan", audit: audit, done: done,
 		save: func() error {

@@ -60,7 +60,7 @@ func fullConsole(t *testing.T) *consoleEnv {
 	t.Helper()
 	db, _ := pgtest.Open(t)
 	mail := smtptest.Start(t)
-	c := web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db, Plans: db, JWTIssuers: db, Policies: db,
+	c := web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db, Plans: db, JWTIssuers: db, AccessRules: db,
 		Usage: billingpg.New(db.Pool()), Mailer: mail.Mailer(t), PublicURL: "https://console.tollgate.test"})
 	app := fiber.New(fiber.Config{Immutable: true})
 	c.Mount(app)
@@ -87,7 +87,7 @@ func TestEveryFormRedirects(t *testing.T) {
 	r := &tenants.Route{TenantID: tn.ID, Name: "hello", Paths: []string{"/hello"}, Auth: tenants.AuthKey,
 		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "https://api.example.com", Weight: 1}}}}
 	cs := &tenants.Consumer{TenantID: tn.ID, Name: "app"}
-	pl := &tenants.Plan{TenantID: tn.ID, Name: "gold"}
+	pl := &tenants.ConsumerPlan{TenantID: tn.ID, Name: "gold"}
 	is := &tenants.Issuer{TenantID: tn.ID, Issuer: "https://idp.example.com", Audiences: []string{"api"}, HS256Secret: strings.Repeat("s", 32)}
 	for _, err := range []error{e.db.CreateRoute(ctx, r), e.db.CreateConsumer(ctx, cs), e.db.CreatePlan(ctx, pl), e.db.CreateJWTIssuer(ctx, is)} {
 		if err != nil {

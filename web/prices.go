@@ -297,7 +297,7 @@ func (c *Console) planPriceDelete(ctx *fiber.Ctx) error {
 
 // pricedPlan is the plan of a price POST, once the caller may change its prices; nil
 // when the response is written (with the error to return).
-func (c *Console) pricedPlan(ctx *fiber.Ctx) (*tenants.Plan, error) {
+func (c *Console) pricedPlan(ctx *fiber.Ctx) (*tenants.ConsumerPlan, error) {
 	if c.cfg.Plans == nil || c.cfg.Prices == nil {
 		return nil, c.notFound(ctx, nil)
 	}

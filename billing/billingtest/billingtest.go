@@ -56,7 +56,7 @@ func (db *DB) Tenant(t testing.TB, slug, plan string) *tenants.Tenant {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	tn := &tenants.Tenant{Slug: slug, Name: "Tenant " + slug, Plan: plan}
+	tn := &tenants.Tenant{Slug: slug, Name: "Tenant " + slug, PlatformPlan: plan}
 	if err := db.Tenants.CreateTenant(context.Background(), tn); err != nil {
 		t.Fatal(err)
 	}

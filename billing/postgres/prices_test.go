@@ -77,7 +77,7 @@ func TestPriceVersions(t *testing.T) {
 func TestPriceValidation(t *testing.T) {
 	db := billingtest.Open(t)
 	tn := db.Tenant(t, "acme", "pro")
-	if err := db.Tenants.CreatePlan(ctx, &tenants.Plan{TenantID: tn.ID, Name: "gold"}); err != nil {
+	if err := db.Tenants.CreatePlan(ctx, &tenants.ConsumerPlan{TenantID: tn.ID, Name: "gold"}); err != nil {
 		t.Fatal(err)
 	}
 	now := billing.PeriodOf(time.Now()).String()
@@ -144,7 +144,7 @@ func TestExportPlanHistory(t *testing.T) {
 		t.Fatalf("June: %+v", r) // enterprise is per consumer: 1,000 at 10 per 1,000
 	}
 	up := *tn
-	up.Plan = "unlimited"
+	up.PlatformPlan = "unlimited"
 	if err := db.Tenants.UpdateTenant(ctx, &up); err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestConsumerExport(t *testing.T) {
 	consumers := map[string]string{"gold": "", "silver": "", "": ""}
 	for plan := range consumers {
 		if plan != "" {
-			if err := db.Tenants.CreatePlan(ctx, &tenants.Plan{TenantID: tn.ID, Name: plan}); err != nil {
+			if err := db.Tenants.CreatePlan(ctx, &tenants.ConsumerPlan{TenantID: tn.ID, Name: plan}); err != nil {
 				t.Fatal(err)
 			}
 		}

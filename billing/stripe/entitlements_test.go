@@ -34,7 +34,7 @@ func newPaying(t *testing.T) *paying {
 	p := &paying{t: t, db: db, tenant: db.Tenant(t, "acme", "pro"), base: time.Now().UTC().Truncate(time.Second)}
 	ctx := context.Background()
 	for _, name := range []string{"basic", "gold"} {
-		if err := db.Tenants.CreatePlan(ctx, &tenants.Plan{TenantID: p.tenant.ID, Name: name}); err != nil {
+		if err := db.Tenants.CreatePlan(ctx, &tenants.ConsumerPlan{TenantID: p.tenant.ID, Name: name}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -55,7 +55,7 @@ func setPlan(t *testing.T, db *billingtest.DB, tn *tenants.Tenant, plan string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur.Plan = plan
+	cur.PlatformPlan = plan
 	if err := db.Tenants.UpdateTenant(ctx, cur); err != nil {
 		t.Fatal(err)
 	}

@@ -173,7 +173,7 @@ func TestWebhookCheckoutCompleted(t *testing.T) {
 	tn := db.Tenant(t, "acme", "pro")
 	ctx := context.Background()
 	for _, name := range []string{"basic", "gold"} {
-		if err := db.Tenants.CreatePlan(ctx, &tenants.Plan{TenantID: tn.ID, Name: name}); err != nil {
+		if err := db.Tenants.CreatePlan(ctx, &tenants.ConsumerPlan{TenantID: tn.ID, Name: name}); err != nil {
 			t.Fatal(err)
 		}
 	}

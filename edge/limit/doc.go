@@ -1,6 +1,6 @@
 // Package limit is the edge's flow control: rate limits (GCRA), monthly quotas and
 // concurrency caps, counted in process and, for the limits that must hold across the
-// fleet, in Redis. The edge compiles its plans and routes into Policies when config
+// fleet, in Redis. The edge compiles its plans and routes into Rules when config
 // changes and, per request, calls AllowAt with the request's checks and AcquireAll for
 // its concurrency caps.
 //
@@ -103,7 +103,7 @@
 //
 // # Redis Cluster and Sentinel
 //
-// Every key of a policy carries its tenant as a hash tag ("{tenant}"), so the keys of one
+// Every key of a rule carries its tenant as a hash tag ("{tenant}"), so the keys of one
 // request's EVALSHA, all of one tenant, share a slot. The breaker is per limiter: while
 // any master is unreachable every cluster limit is at the local share. On Redis Cluster
 // the probe reads the slot map afresh and loads the scripts on every master,

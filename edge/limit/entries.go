@@ -22,7 +22,7 @@ type entry struct {
 	view     atomic.Int64
 	pending  atomic.Int64 // admissions not yet pushed
 	inflight atomic.Int64 // quota: pushed, answer not back yet
-	interval atomic.Int64 // rate: emission interval of the policy last used, ns
+	interval atomic.Int64 // rate: emission interval of the rule last used, ns
 	used     atomic.Int64 // time of the last request, ns
 	tracked  atomic.Bool  // on the sync loop's list
 	evicted  atomic.Bool  // dropped from the table: synced until drained, then forgotten

@@ -11,15 +11,15 @@ import (
 	"tollgate/tenants"
 )
 
-// The edge's use: policies compiled with the tenant's snapshot, one AcquireAll and one
+// The edge's use: rules compiled with the tenant's snapshot, one AcquireAll and one
 // AllowAt per request, the headers on every answer.
 func Example() {
 	lim, _ := limit.New(limit.Config{}) // Redis: nil, local limits only
 	defer lim.Close()
 
 	// At compile time, from the tenant's config.
-	plan := &tenants.Plan{RateLimit: &tenants.RateLimit{RPS: 2, Burst: 2}, Concurrency: 10}
-	rate, _, conc, _ := limit.PlanPolicies(limit.Scope{Tenant: "t1", Name: "consumer", Mode: limit.ModeExact}, plan)
+	plan := &tenants.ConsumerPlan{RateLimit: &tenants.RateLimit{RPS: 2, Burst: 2}, Concurrency: 10}
+	rate, _, conc, _ := limit.PlanRules(limit.Scope{Tenant: "t1", Name: "consumer", Mode: limit.ModeExact}, plan)
 	route, _ := limit.NewRate(limit.Scope{Tenant: "t1", Name: "route:r1", Mode: limit.ModeLocal}, limit.RateOf(&tenants.RateLimit{RPS: 100}))
 
 	// Per request, once the consumer is known.

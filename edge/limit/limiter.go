@@ -91,7 +91,7 @@ const (
 // further ones are decided at the local share.)
 const MaxChecks = 8
 
-// Check is one limit a request is subject to: the policy and the part of its key that
+// Check is one limit a request is subject to: the rule and the part of its key that
 // varies per request (a consumer id, a client IP; empty for a tenant- or route-wide
 // limit). The limiter does not keep Key.
 type Check struct {
@@ -454,7 +454,7 @@ func (v *verdict) refuse(p *Rule, code string, limit, reset, retry int64) {
 		RetryAfter: time.Duration(max(retry, 1)), Degraded: v.d.Degraded}
 }
 
-// hash is the in-process key of (policy, key, salt): seeded per process, so clients
+// hash is the in-process key of (rule, key, salt): seeded per process, so clients
 // cannot aim keys at one bucket.
 func (l *Limiter) hash(p *Rule, key []byte, salt uint64) uint64 {
 	h := maphash.Bytes(l.seed, key) ^ p.id ^ salt*0x9e3779b97f4a7c15
@@ -573,7 +573,7 @@ func (t Ticket) Release() {
 	}
 }
 
-// Acquire takes a place under a concurrency policy's cap for key (this edge's share of
+// Acquire takes a place under a concurrency rule's cap for key (this edge's share of
 // the cap: ⌈max ÷ live edges⌉). ok is false, immediately, when the cap is reached:
 // nothing queues, and each key has its own counter, so one tenant at its cap does not
 // slow another.
@@ -604,7 +604,7 @@ func (ts *Tickets) Release() {
 	ts.n = 0
 }
 
-// AcquireAll takes a place under every concurrency policy in checks (other policies
+// AcquireAll takes a place under every concurrency rule in checks (other rules
 // are skipped), or none: when one cap is reached the places taken are given back and
 // the decision is refused with tenants.EOverloaded and a RetryAfter of one second.
 // Checks past MaxChecks are ignored.

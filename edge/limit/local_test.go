@@ -520,7 +520,7 @@ func TestConcurrencyIsolation(t *testing.T) {
 	}
 }
 
-func TestPolicyValidation(t *testing.T) {
+func TestRuleValidation(t *testing.T) {
 	s := limit.Scope{Tenant: "t", Name: "n"}
 	for _, r := range []limit.Rate{{Limit: 0, Per: time.Second}, {Limit: 1, Per: 0}, {Limit: 10, Per: time.Second, Burst: -1}, {Limit: 2_000_000_000, Per: time.Second}} {
 		if _, err := limit.NewRate(s, r); err == nil {
@@ -545,11 +545,11 @@ func TestPolicyValidation(t *testing.T) {
 	if _, err := limit.ParseMode("fast", limit.ModeLocal); err == nil {
 		t.Error("mode fast accepted")
 	}
-	rl, q, conc, err := limit.PlanPolicies(s, &tenants.Plan{RateLimit: &tenants.RateLimit{RPS: 5, Burst: 8}, Quota: &tenants.Quota{Requests: 1000}, Concurrency: 3})
+	rl, q, conc, err := limit.PlanRules(s, &tenants.ConsumerPlan{RateLimit: &tenants.RateLimit{RPS: 5, Burst: 8}, Quota: &tenants.Quota{Requests: 1000}, Concurrency: 3})
 	if err != nil || rl == nil || q == nil || conc == nil {
-		t.Fatalf("PlanPolicies: %v %v %v %v", rl, q, conc, err)
+		t.Fatalf("PlanRules: %v %v %v %v", rl, q, conc, err)
 	}
 	if rl.String() != "t/n: 5 per 1s, burst 8 (local)" || q.String() != "t/n: 1000 per month (local)" || conc.String() != "t/n: 3 in flight" {
-		t.Errorf("plan policies: %s | %s | %s", rl, q, conc)
+		t.Errorf("plan rules: %s | %s | %s", rl, q, conc)
 	}
 }

@@ -89,7 +89,7 @@ type Scope struct {
 }
 
 // Rule is one compiled limit: a rate, a monthly quota or a concurrency cap, with its
-// mode. Policies are built when config compiles and only read afterwards; any number of
+// mode. Rules are built when config compiles and only read afterwards; any number of
 // requests use one concurrently.
 type Rule struct {
 	kind   kind
@@ -129,13 +129,13 @@ func NewRate(s Scope, r Rate) (*Rule, error) {
 	if r.Burst > (math.MaxInt64/4)/t/maxEdges-maxEdges {
 		return nil, fmt.Errorf("limit: %s: burst %d of %d per %s is too large", s.Name, r.Burst, r.Limit, r.Per)
 	}
-	p, err := newRule(kindRate, s)
+	rule, err := newRule(kindRate, s)
 	if err != nil {
 		return nil, err
 	}
-	p.rate, p.interval, p.tol = r, t, t*r.Burst
-	p.keyBase = "rl:{" + s.Tenant + "}:" + s.Name + ":"
-	return p, nil
+	rule.rate, rule.interval, rule.tol = r, t, t*r.Burst
+	rule.keyBase = "rl:{" + s.Tenant + "}:" + s.Name + ":"
+	return rule, nil
 }
 
 // NewQuota compiles a quota of requests per calendar month (UTC).
@@ -143,13 +143,13 @@ func NewQuota(s Scope, requests int64) (*Rule, error) {
 	if requests < 1 {
 		return nil, fmt.Errorf("limit: %s: quota must be at least 1, got %d", s.Name, requests)
 	}
-	p, err := newRule(kindQuota, s)
+	rule, err := newRule(kindQuota, s)
 	if err != nil {
 		return nil, err
 	}
-	p.limit = requests
-	p.keyBase = "q:{" + s.Tenant + "}:" + s.Name + ":"
-	return p, nil
+	rule.limit = requests
+	rule.keyBase = "q:{" + s.Tenant + "}:" + s.Name + ":"
+	return rule, nil
 }
 
 // NewConcurrency compiles a cap on requests in flight. The cap is enforced per edge, at
@@ -158,18 +158,18 @@ func NewConcurrency(s Scope, max int64) (*Rule, error) {
 	if max < 1 {
 		return nil, fmt.Errorf("limit: %s: concurrency must be at least 1, got %d", s.Name, max)
 	}
-	p, err := newRule(kindConcurrency, s)
+	rule, err := newRule(kindConcurrency, s)
 	if err != nil {
 		return nil, err
 	}
-	p.limit = max
-	return p, nil
+	rule.limit = max
+	return rule, nil
 }
 
-// PlanPolicies compiles a plan into its rate, quota and concurrency policies, each nil
+// PlanRules compiles a plan into its rate, quota and concurrency rules, each nil
 // when the plan sets none. The three share the scope's name (they count different
 // things, so their state is kept apart).
-func PlanPolicies(s Scope, p *tenants.Plan) (rate, quota, concurrency *Rule, err error) {
+func PlanRules(s Scope, p *tenants.ConsumerPlan) (rate, quota, concurrency *Rule, err error) {
 	if p == nil {
 		return nil, nil, nil, nil
 	}
@@ -193,7 +193,7 @@ func PlanPolicies(s Scope, p *tenants.Plan) (rate, quota, concurrency *Rule, err
 
 func newRule(k kind, s Scope) (*Rule, error) {
 	if s.Name == "" {
-		return nil, errors.New("limit: a policy needs a scope name")
+		return nil, errors.New("limit: a rule needs a scope name")
 	}
 	if int(s.Mode) >= len(modeNames) {
 		return nil, fmt.Errorf("limit: %s: unknown mode %d", s.Name, s.Mode)
@@ -206,36 +206,36 @@ func newRule(k kind, s Scope) (*Rule, error) {
 	return &Rule{kind: k, mode: s.Mode, tenant: s.Tenant, name: s.Name, id: h.Sum64()}, nil
 }
 
-// Mode is where the policy counts.
-func (p *Rule) Mode() Mode { return p.mode }
+// Mode is where the rule counts.
+func (r *Rule) Mode() Mode { return r.mode }
 
-// Name is the scope name the policy was built with.
-func (p *Rule) Name() string { return p.name }
+// Name is the scope name the rule was built with.
+func (r *Rule) Name() string { return r.name }
 
-// Tenant is the tenant id the policy was built with.
-func (p *Rule) Tenant() string { return p.tenant }
+// Tenant is the tenant id the rule was built with.
+func (r *Rule) Tenant() string { return r.tenant }
 
-func (p *Rule) String() string {
-	switch p.kind {
+func (r *Rule) String() string {
+	switch r.kind {
 	case kindRate:
-		return fmt.Sprintf("%s/%s: %d per %s, burst %d (%s)", p.tenant, p.name, p.rate.Limit, p.rate.Per, p.rate.Burst, p.mode)
+		return fmt.Sprintf("%s/%s: %d per %s, burst %d (%s)", r.tenant, r.name, r.rate.Limit, r.rate.Per, r.rate.Burst, r.mode)
 	case kindQuota:
-		return fmt.Sprintf("%s/%s: %d per month (%s)", p.tenant, p.name, p.limit, p.mode)
+		return fmt.Sprintf("%s/%s: %d per month (%s)", r.tenant, r.name, r.limit, r.mode)
 	default:
-		return fmt.Sprintf("%s/%s: %d in flight", p.tenant, p.name, p.limit)
+		return fmt.Sprintf("%s/%s: %d in flight", r.tenant, r.name, r.limit)
 	}
 }
 
-// share is a rate policy's GCRA parameters for one of n edges: T·n, and a burst of
+// share is a rate rule's GCRA parameters for one of n edges: T·n, and a burst of
 // ⌈burst/n⌉ (at least 1).
-func (p *Rule) share(n int64) (t, tol, burst int64) {
+func (r *Rule) share(n int64) (t, tol, burst int64) {
 	if n <= 1 {
-		return p.interval, p.tol, p.rate.Burst
+		return r.interval, r.tol, r.rate.Burst
 	}
 	if n > maxEdges {
 		n = maxEdges
 	}
-	t = p.interval * n
-	burst = (p.rate.Burst + n - 1) / n
+	t = r.interval * n
+	burst = (r.rate.Burst + n - 1) / n
 	return t, t * burst, burst
 }

@@ -44,7 +44,7 @@ const (
 // AnySubject as a rule's subject matches every caller that has an identity.
 const AnySubject = "*"
 
-// Bounds of a policy.
+// Bounds of a tenant's access rules.
 const (
 	MaxRules      = 1000
 	MaxRoleLinks  = 10000
@@ -57,7 +57,7 @@ const (
 // Methods a rule's action may name ("*" is every method).
 var methods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
-// Enforcer is one tenant's compiled policy.
+// Enforcer is one tenant's compiled access rules.
 type Enforcer struct {
 	casbin   *casbin.Enforcer
 	patterns []*pattern
@@ -75,10 +75,10 @@ type action struct {
 	methods []string
 }
 
-// Compile validates a tenant's policy and compiles it. rules are [subject, path,
+// Compile validates a tenant's access rules and compiles them. rules are [subject, path,
 // action] or [subject, path, action, effect]; roles are [member, role] links (a member is
 // a consumer or a role; roles may inherit roles). Errors are *tenants.Error with code
-// EValidation, Field a JSON path into the policy body ("rules[2][1]") and a message
+// EValidation, Field a JSON path into the access rules' body ("rules[2][1]") and a message
 // saying which rule failed — the api returns them as they are for PUT .../policy.
 func Compile(rules [][]string, roles [][]string) (*Enforcer, error) {
 	if len(rules) > MaxRules {
@@ -336,7 +336,7 @@ func (e *Enforcer) Allow(subjects []string, method, path []byte) bool {
 // computes those match bits — one cheap pass over the patterns — and looks the request's
 // class (subjects, method, bits) up in a second cache; only a new class runs Casbin.
 // Requests to /orders/1, /orders/2, … are one class: made-up ids cannot make every
-// request pay for a full policy evaluation.
+// request pay for a full evaluation of the rules.
 func (e *Enforcer) decide(subjects []string, method, path []byte, useClasses bool) bool {
 	if e.rules == 0 || !normalPath(path) || len(method) == 0 {
 		return false

@@ -8,8 +8,8 @@ import (
 	"tollgate/tenants/accessrules"
 )
 
-// benchPolicy has n rules over n/4 resources plus role links, like a tenant's API.
-func benchPolicy(b *testing.B, n int) *accessrules.Enforcer {
+// benchAccessRules has n rules over n/4 resources plus role links, like a tenant's API.
+func benchAccessRules(b *testing.B, n int) *accessrules.Enforcer {
 	var rules, roles [][]string
 	for i := 0; len(rules) < n; i++ {
 		res := fmt.Sprintf("/v1/res%d", i)
@@ -28,7 +28,7 @@ func BenchmarkAllow(b *testing.B) {
 	subjects := []string{"alice", "mobile-app"}
 	get := []byte("GET")
 	for _, n := range []int{10, 100} {
-		e := benchPolicy(b, n)
+		e := benchAccessRules(b, n)
 		path := []byte("/v1/res1/42")
 		if !e.Allow(subjects, get, path) {
 			b.Fatal("denied")

@@ -16,7 +16,7 @@ import (
 // per Enforcer), so clients cannot aim at a set. The array is allocated on first use:
 // tenants that never call Allow pay nothing.
 //
-// An Enforcer never changes, so an entry is never stale; a new policy is a new Enforcer.
+// An Enforcer never changes, so an entry is never stale; new access rules are a new Enforcer.
 type decisionCache struct {
 	size  int // slots, a power of two; 0 means cacheSlots
 	once  sync.Once

@@ -41,8 +41,8 @@ import (
 //
 // A path with ";" (or "%3B") anywhere is never allowed: many servers cut a segment at
 // ";" (matrix parameters: Tomcat, Jetty, Spring read /admin;x=1 as /admin), so no rule
-// can know what such a path reaches. The policy treats it as a denial, not the edge,
-// so routes without a policy still pass such paths through. Patterns may not contain it.
+// can know what such a path reaches. The access rules treat it as a denial, not the edge,
+// so routes that do not check access still pass such paths through. Patterns may not contain it.
 
 type segKind uint8
 
@@ -258,7 +258,7 @@ func toggleSlash(dst, path []byte) []byte {
 }
 
 // normalPath reports whether path is in the edge's normal form, free of ";" and passes
-// CheckPath: the only paths the policy decides on. Anything else is denied, so a caller
+// CheckPath: the only paths access rules decide on. Anything else is denied, so a caller
 // that forgot to normalize or check fails closed.
 func normalPath(path []byte) bool {
 	if len(path) == 0 || path[0] != '/' {

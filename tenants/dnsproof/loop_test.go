@@ -35,7 +35,7 @@ func TestLoopReplicas(t *testing.T) {
 	t.Parallel()
 	db, _ := pgtest.Open(t)
 	ctx := context.Background()
-	tn := &tenants.Tenant{Slug: "acme", Plan: tenants.PlatformUnlimited}
+	tn := &tenants.Tenant{Slug: "acme", PlatformPlan: tenants.PlatformUnlimited}
 	if err := db.CreateTenant(ctx, tn); err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func (wt *writeTx) emitted(changes []change) {
 
 // recordAudit inserts the audit entries of ctx's audit, if any. What the caller set wins;
 // the rest comes from the write: the tenant and object it named, else the first config
-// change it emitted (a tenant or its policy name "", the tenant itself).
+// change it emitted (a tenant or its access rules name "", the tenant itself).
 func (wt *writeTx) recordAudit(ctx context.Context) error {
 	a, ok := tenants.AuditOf(ctx)
 	if !ok {

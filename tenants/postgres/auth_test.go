@@ -156,7 +156,7 @@ func TestJWTIssuerLimit(t *testing.T) {
 	wantCode(t, db.CreateJWTIssuer(ctx, is), tenants.EValidation)
 }
 
-func TestPolicyPut(t *testing.T) {
+func TestAccessRulesPut(t *testing.T) {
 	t.Parallel()
 	db, url := openDB(t)
 	ctx := context.Background()
@@ -222,7 +222,7 @@ func TestAuthEntriesDeleteAndResync(t *testing.T) {
 			t.Fatal(err)
 		}
 		if id == keep.ID {
-			keepKeys = []string{tenants.ObjectKey(id, tenants.KindJWTIssuer, is.ID), tenants.PolicyKey(id)}
+			keepKeys = []string{tenants.ObjectKey(id, tenants.KindJWTIssuer, is.ID), tenants.AccessRulesKey(id)}
 		}
 	}
 	issuers, _, _ := db.ListJWTIssuers(ctx, tn.ID, tenants.Page{})
@@ -238,7 +238,7 @@ func TestAuthEntriesDeleteAndResync(t *testing.T) {
 		}
 		deleted[r.Key] = true
 	}
-	for _, k := range []string{tenants.TenantKey(tn.ID), tenants.ObjectKey(tn.ID, tenants.KindJWTIssuer, issuers[0].ID), tenants.PolicyKey(tn.ID)} {
+	for _, k := range []string{tenants.TenantKey(tn.ID), tenants.ObjectKey(tn.ID, tenants.KindJWTIssuer, issuers[0].ID), tenants.AccessRulesKey(tn.ID)} {
 		if !deleted[k] {
 			t.Errorf("no delete of %s in %v", k, deleted)
 		}

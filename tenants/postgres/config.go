@@ -21,13 +21,13 @@ import (
 
 // configState is a tenant's config as stored, each list sorted by name.
 type configState struct {
-	slug      string
-	routes    []*tenants.Route
-	consumers []*tenants.Consumer
-	plans     []*tenants.Plan
-	issuers   []*tenants.Issuer
-	policy    *tenants.AccessRules // nil: none
-	domains   []*tenants.Domain
+	slug        string
+	routes      []*tenants.Route
+	consumers   []*tenants.Consumer
+	plans       []*tenants.ConsumerPlan
+	issuers     []*tenants.Issuer
+	accessRules *tenants.AccessRules // nil: none
+	domains     []*tenants.Domain
 }
 
 func collect[T any](ctx context.Context, tx pgx.Tx, scan func(pgx.Row) (*T, error), query, tenantID string) ([]*T, error) {
@@ -68,9 +68,9 @@ func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*co
 	if st.domains, err = collect(ctx, tx, scanDomain, `SELECT `+domainColumns+` FROM domains WHERE tenant_id = $1 ORDER BY hostname`, tenantID); err != nil {
 		return nil, err
 	}
-	st.policy, err = scanPolicy(tx.QueryRow(ctx, `SELECT `+policyColumns+` FROM policies WHERE tenant_id = $1`, tenantID))
+	st.accessRules, err = scanAccessRules(tx.QueryRow(ctx, `SELECT `+accessRulesColumns+` FROM policies WHERE tenant_id = $1`, tenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		st.policy, err = nil, nil
+		st.accessRules, err = nil, nil
 	}
 	return &st, err
 }
@@ -92,8 +92,8 @@ func (st *configState) revision() string {
 	for _, is := range st.issuers {
 		lines = append(lines, fmt.Sprintf("jwt_issuer %s %d", is.ID, is.Version))
 	}
-	if st.policy != nil {
-		lines = append(lines, fmt.Sprintf("policy %d", st.policy.Version))
+	if st.accessRules != nil {
+		lines = append(lines, fmt.Sprintf("policy %d", st.accessRules.Version))
 	}
 	for _, d := range st.domains {
 		lines = append(lines, fmt.Sprintf("domain %s %s", d.ID, d.Hostname))
@@ -106,15 +106,15 @@ func (st *configState) revision() string {
 // document is the state as a config document: the objects without their secrets.
 func (st *configState) document() *tenants.ConfigDocument {
 	doc := &tenants.ConfigDocument{
-		Version:    tenants.ConfigDocumentVersion,
-		Tenant:     st.slug,
-		Revision:   st.revision(),
-		Routes:     st.routes,
-		Consumers:  st.consumers,
-		Plans:      st.plans,
-		JWTIssuers: make([]*tenants.Issuer, len(st.issuers)),
-		Policy:     st.policy,
-		Domains:    make([]tenants.ConfigDomain, len(st.domains)),
+		Version:     tenants.ConfigDocumentVersion,
+		Tenant:      st.slug,
+		Revision:    st.revision(),
+		Routes:      st.routes,
+		Consumers:   st.consumers,
+		Plans:       st.plans,
+		JWTIssuers:  make([]*tenants.Issuer, len(st.issuers)),
+		AccessRules: st.accessRules,
+		Domains:     make([]tenants.ConfigDomain, len(st.domains)),
 	}
 	for i, is := range st.issuers {
 		c := *is
@@ -156,7 +156,7 @@ var errNothingToCommit = errors.New("nothing to commit")
 // is validated and written as its own create, update or delete would be, in one
 // transaction: creates and updates of plans first (consumers name them), then consumers,
 // the deletes of plans (once no consumer names them), routes (deletes before updates
-// before creates, so paths move between routes), JWT issuers, the policy and the
+// before creates, so paths move between routes), JWT issuers, the access rules and the
 // domains. The transaction records ctx's audit entry once.
 func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.ConfigDocument, o tenants.ApplyOptions) (*tenants.ConfigPlan, error) {
 	if !parseID(tenantID) {
@@ -245,14 +245,14 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 	}
 
 	if doc.Plans != nil {
-		w, err := diffObjects(c.plan, &objectKind[tenants.Plan]{
+		w, err := diffObjects(c.plan, &objectKind[tenants.ConsumerPlan]{
 			kind: tenants.ConfigKindPlan, field: "plans", noun: "plan",
-			name: func(p *tenants.Plan) string { return p.Name }, id: func(p *tenants.Plan) string { return p.ID },
-			adopt:     func(want, cur *tenants.Plan) { want.ID, want.Version = cur.ID, cur.Version },
-			check:     func(want, _ *tenants.Plan) error { want.TenantID = tenantID; return want.Validate() },
+			name: func(p *tenants.ConsumerPlan) string { return p.Name }, id: func(p *tenants.ConsumerPlan) string { return p.ID },
+			adopt:     func(want, cur *tenants.ConsumerPlan) { want.ID, want.Version = cur.ID, cur.Version },
+			check:     func(want, _ *tenants.ConsumerPlan) error { want.TenantID = tenantID; return want.Validate() },
 			conflicts: planConflicts, removeConflicts: planDeleteConflicts,
-			insert: func(p *tenants.Plan) error { return insertPlan(ctx, tx, p) },
-			update: func(p *tenants.Plan) error { return updatePlan(ctx, tx, p) },
+			insert: func(p *tenants.ConsumerPlan) error { return insertPlan(ctx, tx, p) },
+			update: func(p *tenants.ConsumerPlan) error { return updatePlan(ctx, tx, p) },
 			remove: func(id string) error { return deletePlan(ctx, tx, tenantID, id) },
 		}, doc.Plans, st.plans, prune)
 		if err != nil {
@@ -329,7 +329,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 		c.rest = append(c.rest, slices.Concat(w.deletes, w.updates, w.creates)...)
 	}
 
-	if want := doc.Policy; want != nil {
+	if want := doc.AccessRules; want != nil {
 		want.TenantID = tenantID
 		if want.Rules == nil {
 			want.Rules = [][]string{}
@@ -338,16 +338,16 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 			want.Roles = [][]string{}
 		}
 		switch {
-		case st.policy == nil:
-			change(&c.plan.Created, tenants.ConfigKindPolicy, tenants.ConfigKindPolicy)
-		case !same(st.policy, want):
-			change(&c.plan.Updated, tenants.ConfigKindPolicy, tenants.ConfigKindPolicy)
+		case st.accessRules == nil:
+			change(&c.plan.Created, tenants.ConfigKindAccessRules, tenants.ConfigKindAccessRules)
+		case !same(st.accessRules, want):
+			change(&c.plan.Updated, tenants.ConfigKindAccessRules, tenants.ConfigKindAccessRules)
 		default:
 			c.plan.Unchanged++
 		}
-		if st.policy == nil || !same(st.policy, want) {
+		if st.accessRules == nil || !same(st.accessRules, want) {
 			want.Version = 0 // the transaction holds the tenant: replace what it read
-			c.rest = append(c.rest, at("policy", "put policy", nil, func() error { return putPolicy(ctx, tx, want) }))
+			c.rest = append(c.rest, at("policy", "put policy", nil, func() error { return putAccessRules(ctx, tx, want) }))
 		}
 	}
 

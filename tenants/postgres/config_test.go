@@ -60,7 +60,7 @@ func changes(list []tenants.ConfigChange) string {
 func seedConfig(t *testing.T, db *postgres.DB, ca *testcert.CA, tn *tenants.Tenant) {
 	t.Helper()
 	ctx := context.Background()
-	if err := db.CreatePlan(ctx, &tenants.Plan{TenantID: tn.ID, Name: "gold", Concurrency: 5}); err != nil {
+	if err := db.CreatePlan(ctx, &tenants.ConsumerPlan{TenantID: tn.ID, Name: "gold", Concurrency: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.CreateConsumer(ctx, &tenants.Consumer{TenantID: tn.ID, Name: "alice", Plan: "gold"}); err != nil {
@@ -252,7 +252,7 @@ func TestConfigApplyRules(t *testing.T) {
 
 	t.Run("prune deletes what the document dropped", func(t *testing.T) {
 		doc := parseDoc(t, exportJSON(t, db, tn.ID))
-		doc.Consumers, doc.Plans, doc.Domains = []*tenants.Consumer{}, []*tenants.Plan{}, []tenants.ConfigDomain{}
+		doc.Consumers, doc.Plans, doc.Domains = []*tenants.Consumer{}, []*tenants.ConsumerPlan{}, []tenants.ConfigDomain{}
 		doc.JWTIssuers = []*tenants.Issuer{}
 		plan := apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{Prune: true})
 		if got := changes(plan.Deleted); got != "plan:gold consumer:alice jwt_issuer:https://idp.example domain:api.example.com" {
@@ -272,7 +272,7 @@ func TestConfigApplyRouteLimit(t *testing.T) {
 	t.Parallel()
 	db, _ := openDB(t)
 	ctx := context.Background()
-	tn := &tenants.Tenant{Slug: "acme", Plan: tenants.PlatformFree} // 10 routes
+	tn := &tenants.Tenant{Slug: "acme", PlatformPlan: tenants.PlatformFree} // 10 routes
 	if err := db.CreateTenant(ctx, tn); err != nil {
 		t.Fatal(err)
 	}

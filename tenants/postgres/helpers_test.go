@@ -123,7 +123,7 @@ func checkFor(t *testing.T, total, sleep time.Duration, fn func() error) {
 // objects are not stopped by the resource limits of the default plan.
 func mustTenant(t *testing.T, db *postgres.DB, slug string) *tenants.Tenant {
 	t.Helper()
-	tn := &tenants.Tenant{Slug: slug, Plan: tenants.PlatformUnlimited}
+	tn := &tenants.Tenant{Slug: slug, PlatformPlan: tenants.PlatformUnlimited}
 	if err := db.CreateTenant(context.Background(), tn); err != nil {
 		t.Fatalf("create tenant %s: %v", slug, err)
 	}

@@ -113,7 +113,7 @@ func TestMultiHostURLReadWrite(t *testing.T) {
 		t.Fatalf("open %s: %v", rw, err)
 	}
 	defer db.Close()
-	if err := db.CreateTenant(ctx, &tenants.Tenant{Slug: "acme", Plan: tenants.PlatformUnlimited}); err != nil {
+	if err := db.CreateTenant(ctx, &tenants.Tenant{Slug: "acme", PlatformPlan: tenants.PlatformUnlimited}); err != nil {
 		t.Fatalf("write through %s: %v", rw, err)
 	}
 	if standby.conns.Load() == 0 {
@@ -135,7 +135,7 @@ func TestMultiHostURLReadWrite(t *testing.T) {
 		t.Fatalf("open %s: %v", plain, err)
 	}
 	defer db2.Close()
-	err = db2.CreateTenant(ctx, &tenants.Tenant{Slug: "beta", Plan: tenants.PlatformUnlimited})
+	err = db2.CreateTenant(ctx, &tenants.Tenant{Slug: "beta", PlatformPlan: tenants.PlatformUnlimited})
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "25006" { // read_only_sql_transaction
 		t.Fatalf("a write on the standby without target_session_attrs: %v, want read_only_sql_transaction", err)

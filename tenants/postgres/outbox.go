@@ -107,7 +107,7 @@ func (db *DB) OutboxPending(ctx context.Context) (int64, error) {
 
 // Entries calls fn with the current entry of every object of every tenant, each with a
 // fresh Rev, in Rev order: tenants first, then plans, consumers, keys, routes, JWT issuers
-// and policies. It is
+// and access rules. It is
 // how the KV bucket is rebuilt from Postgres (see Relay.Resync).
 //
 // The entries are read from one snapshot taken while no write is in flight, and their revs
@@ -227,12 +227,12 @@ func (db *DB) Entries(ctx context.Context, fn func(tenants.Change) error) (first
 			}
 			return emitEntry(is.TenantID, tenants.ObjectKey(is.TenantID, tenants.KindJWTIssuer, is.ID), &tenants.Entry{JWTIssuer: is})
 		}},
-		{`SELECT ` + policyColumns + ` FROM policies ORDER BY tenant_id`, func(rows pgx.Rows) error {
-			p, err := scanPolicy(rows)
+		{`SELECT ` + accessRulesColumns + ` FROM policies ORDER BY tenant_id`, func(rows pgx.Rows) error {
+			p, err := scanAccessRules(rows)
 			if err != nil {
 				return err
 			}
-			return emitEntry(p.TenantID, tenants.PolicyKey(p.TenantID), &tenants.Entry{AccessRules: p})
+			return emitEntry(p.TenantID, tenants.AccessRulesKey(p.TenantID), &tenants.Entry{AccessRules: p})
 		}},
 		{`SELECT ` + domainColumns + ` FROM domains ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
 			d, err := scanDomain(rows)

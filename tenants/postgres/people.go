@@ -47,11 +47,11 @@ func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) er
 		if err != nil {
 			return err
 		}
-		if err := lockPlatformPlan(ctx, tx, t.Plan); err != nil {
+		if err := lockPlatformPlan(ctx, tx, t.PlatformPlan); err != nil {
 			return err
 		}
 		st, err := scanTenant(tx.QueryRow(ctx, `INSERT INTO tenants (id, slug, name, plan) VALUES ($1, $2, $3, $4)
-			RETURNING `+tenantColumns, tid, t.Slug, t.Name, t.Plan))
+			RETURNING `+tenantColumns, tid, t.Slug, t.Name, t.PlatformPlan))
 		if err != nil {
 			return err
 		}
@@ -65,7 +65,7 @@ func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) er
 	return constraintError(err, "sign up", map[string]*tenants.Error{
 		"users_email_key":   {Code: tenants.EConflict, Field: "email", Message: "an account with this email exists: sign in instead"},
 		"tenants_slug_key":  {Code: tenants.EConflict, Field: "slug", Message: `slug "` + t.Slug + `" is taken`},
-		"tenants_plan_fkey": noPlatformPlan(t.Plan),
+		"tenants_plan_fkey": noPlatformPlan(t.PlatformPlan),
 	})
 }
 

@@ -22,8 +22,8 @@ type planLimits struct {
 // planColumns puts the limits first, so the columns of their own fill in the rest.
 const planColumns = `limits, tenant_id::text, id::text, name, version, created_at, updated_at`
 
-func scanPlan(row pgx.Row) (*tenants.Plan, error) {
-	var p tenants.Plan
+func scanPlan(row pgx.Row) (*tenants.ConsumerPlan, error) {
+	var p tenants.ConsumerPlan
 	if err := row.Scan(&p, &p.TenantID, &p.ID, &p.Name, &p.Version, &p.CreatedAt, &p.UpdatedAt); err != nil {
 		return nil, err
 	}
@@ -31,12 +31,12 @@ func scanPlan(row pgx.Row) (*tenants.Plan, error) {
 	return &p, nil
 }
 
-func planChange(p *tenants.Plan) change {
+func planChange(p *tenants.ConsumerPlan) change {
 	c := *p
 	return put(p.TenantID, tenants.ObjectKey(p.TenantID, tenants.KindPlan, p.ID), &tenants.Entry{Plan: &c})
 }
 
-func planConflicts(p *tenants.Plan) map[string]*tenants.Error {
+func planConflicts(p *tenants.ConsumerPlan) map[string]*tenants.Error {
 	return map[string]*tenants.Error{
 		"plans_name_key": {Code: tenants.EConflict, Field: "name", Message: fmt.Sprintf("a plan named %q already exists", p.Name)},
 		// Renaming a plan that consumers name.
@@ -47,7 +47,7 @@ func planConflicts(p *tenants.Plan) map[string]*tenants.Error {
 // CreatePlan validates p, stores it with a new id and version 1, and fills in p.
 // EValidation (also past the platform plan's plans), EConflict (name taken), ENotFound
 // (tenant).
-func (db *DB) CreatePlan(ctx context.Context, p *tenants.Plan) error {
+func (db *DB) CreatePlan(ctx context.Context, p *tenants.ConsumerPlan) error {
 	if !parseID(p.TenantID) {
 		return notFound("tenant")
 	}
@@ -59,8 +59,8 @@ func (db *DB) CreatePlan(ctx context.Context, p *tenants.Plan) error {
 }
 
 // insertPlan is CreatePlan's work in tx, on a validated p.
-func insertPlan(ctx context.Context, tx pgx.Tx, p *tenants.Plan) error {
-	if err := checkCount(ctx, tx, p.TenantID, tenants.ResPlans, countPlans); err != nil {
+func insertPlan(ctx context.Context, tx pgx.Tx, p *tenants.ConsumerPlan) error {
+	if err := checkCount(ctx, tx, p.TenantID, tenants.ResConsumerPlans, countPlans); err != nil {
 		return err
 	}
 	saved, err := scanPlan(tx.QueryRow(ctx, `INSERT INTO plans (tenant_id, id, name, limits) VALUES ($1, $2, $3, $4)
@@ -73,7 +73,7 @@ func insertPlan(ctx context.Context, tx pgx.Tx, p *tenants.Plan) error {
 }
 
 // FindPlan: ENotFound.
-func (db *DB) FindPlan(ctx context.Context, tenantID, id string) (*tenants.Plan, error) {
+func (db *DB) FindPlan(ctx context.Context, tenantID, id string) (*tenants.ConsumerPlan, error) {
 	if !parseID(tenantID) || !parseID(id) {
 		return nil, notFound("plan")
 	}
@@ -86,31 +86,31 @@ func (db *DB) FindPlan(ctx context.Context, tenantID, id string) (*tenants.Plan,
 
 // ListPlans returns a page of the tenant's plans in creation order and the cursor of the
 // next page ("" after the last).
-func (db *DB) ListPlans(ctx context.Context, tenantID string, pg tenants.Page) ([]*tenants.Plan, string, error) {
+func (db *DB) ListPlans(ctx context.Context, tenantID string, pg tenants.Page) ([]*tenants.ConsumerPlan, string, error) {
 	limit, cursor, err := page(pg)
 	if err != nil {
 		return nil, "", err
 	}
 	if !parseID(tenantID) {
-		return []*tenants.Plan{}, "", nil
+		return []*tenants.ConsumerPlan{}, "", nil
 	}
 	rows, err := db.pool.Query(ctx, `SELECT `+planColumns+` FROM plans
 		WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3`, tenantID, cursor, limit+1)
 	if err != nil {
 		return nil, "", constraintError(err, "list plans", nil)
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.Plan, error) { return scanPlan(r) })
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.ConsumerPlan, error) { return scanPlan(r) })
 	if err != nil {
 		return nil, "", constraintError(err, "list plans", nil)
 	}
-	list, next := nextCursor(list, limit, func(p *tenants.Plan) string { return p.ID })
+	list, next := nextCursor(list, limit, func(p *tenants.ConsumerPlan) string { return p.ID })
 	return list, next, nil
 }
 
 // UpdatePlan replaces the plan's name and limits when p.Version is current and fills in
 // p's new version and timestamps. A plan consumers are assigned to keeps its name.
 // ENotFound, EVersionConflict, EConflict, EValidation.
-func (db *DB) UpdatePlan(ctx context.Context, p *tenants.Plan) error {
+func (db *DB) UpdatePlan(ctx context.Context, p *tenants.ConsumerPlan) error {
 	if !parseID(p.TenantID) || !parseID(p.ID) {
 		return notFound("plan")
 	}
@@ -122,7 +122,7 @@ func (db *DB) UpdatePlan(ctx context.Context, p *tenants.Plan) error {
 }
 
 // updatePlan is UpdatePlan's work in tx, on a validated p.
-func updatePlan(ctx context.Context, tx pgx.Tx, p *tenants.Plan) error {
+func updatePlan(ctx context.Context, tx pgx.Tx, p *tenants.ConsumerPlan) error {
 	saved, err := scanPlan(tx.QueryRow(ctx, `UPDATE plans SET name = $4, limits = $5, version = version + 1, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+planColumns,
 		p.TenantID, p.ID, p.Version, p.Name, specOf(p, "name")))
@@ -151,7 +151,7 @@ var planDeleteConflicts = map[string]*tenants.Error{
 
 // deletePlan is DeletePlan's work in tx.
 func deletePlan(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	forgetCount(ctx, tenantID, tenants.ResPlans)
+	forgetCount(ctx, tenantID, tenants.ResConsumerPlans)
 	// Lock the plan so no consumer is assigned to it between the check and the delete
 	// (assigning one locks the plan row shared through the foreign key).
 	var tid, pid, name string
@@ -178,4 +178,4 @@ func deletePlan(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
 	return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindPlan, pid)))
 }
 
-var _ tenants.PlanService = (*DB)(nil)
+var _ tenants.ConsumerPlanService = (*DB)(nil)

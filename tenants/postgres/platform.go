@@ -34,7 +34,7 @@ func scanPlatformPlan(row pgx.Row) (*tenants.PlatformPlan, error) {
 		r tenants.ResourceLimits
 	)
 	if err := row.Scan(&p.Name, &l, &p.Version, &p.CreatedAt, &p.UpdatedAt,
-		&r.Routes, &r.Consumers, &r.KeysPerConsumer, &r.Plans, &r.Domains, &r.JWTIssuers, &r.PolicyRules, &r.CacheBytes); err != nil {
+		&r.Routes, &r.Consumers, &r.KeysPerConsumer, &r.ConsumerPlans, &r.Domains, &r.JWTIssuers, &r.AccessRules, &r.CacheBytes); err != nil {
 		return nil, err
 	}
 	p.RateLimit, p.Quota, p.Concurrency, p.Mode = l.RateLimit, l.Quota, l.Concurrency, l.Mode
@@ -113,13 +113,13 @@ func (db *DB) PutPlatformPlan(ctx context.Context, p *tenants.PlatformPlan) erro
 					policy_rules = EXCLUDED.policy_rules, cache_bytes = EXCLUDED.cache_bytes,
 					version = platform_plans.version + 1, updated_at = now()
 				RETURNING `+platformPlanColumns, p.Name, l,
-				r.Routes, r.Consumers, r.KeysPerConsumer, r.Plans, r.Domains, r.JWTIssuers, r.PolicyRules, r.CacheBytes)
+				r.Routes, r.Consumers, r.KeysPerConsumer, r.ConsumerPlans, r.Domains, r.JWTIssuers, r.AccessRules, r.CacheBytes)
 		} else {
 			row = tx.QueryRow(ctx, `UPDATE platform_plans SET limits = $3, routes = $4, consumers = $5,
 					keys_per_consumer = $6, plans = $7, domains = $8, jwt_issuers = $9, policy_rules = $10,
 					cache_bytes = $11, version = version + 1, updated_at = now()
 				WHERE name = $1 AND version = $2 RETURNING `+platformPlanColumns, p.Name, p.Version, l,
-				r.Routes, r.Consumers, r.KeysPerConsumer, r.Plans, r.Domains, r.JWTIssuers, r.PolicyRules, r.CacheBytes)
+				r.Routes, r.Consumers, r.KeysPerConsumer, r.ConsumerPlans, r.Domains, r.JWTIssuers, r.AccessRules, r.CacheBytes)
 		}
 		saved, err := scanPlatformPlan(row)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -55,7 +55,7 @@ func TestTenantPlatformPlan(t *testing.T) {
 	ctx := context.Background()
 	conn := rawConn(t, url)
 
-	err := db.CreateTenant(ctx, &tenants.Tenant{Slug: "acme", Plan: "gold"})
+	err := db.CreateTenant(ctx, &tenants.Tenant{Slug: "acme", PlatformPlan: "gold"})
 	wantCode(t, err, tenants.EValidation)
 	if e := err.(*tenants.Error); e.Field != "plan" || e.Message != `there is no platform plan named "gold" (GET /v1/platform/plans lists them)` {
 		t.Fatalf("error %+v", e)
@@ -80,10 +80,10 @@ func TestTenantPlatformPlan(t *testing.T) {
 		t.Fatalf("list: %v %s", err, mustJSON(list))
 	}
 
-	up := &tenants.Tenant{ID: tn.ID, Name: "Acme", Plan: "gold", Version: 1}
+	up := &tenants.Tenant{ID: tn.ID, Name: "Acme", PlatformPlan: "gold", Version: 1}
 	err = db.UpdateTenant(ctx, up)
 	wantCode(t, err, tenants.EValidation)
-	up.Plan = "pro"
+	up.PlatformPlan = "pro"
 	if err := db.UpdateTenant(ctx, up); err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +130,8 @@ func TestPutPlatformPlan(t *testing.T) {
 	if p.Version != 1 || p.Mode != tenants.ModeApproximate || p.CreatedAt.IsZero() {
 		t.Fatalf("created %+v", p)
 	}
-	on1 := &tenants.Tenant{Slug: "one", Plan: "gold"}
-	on2 := &tenants.Tenant{Slug: "two", Plan: "gold"}
+	on1 := &tenants.Tenant{Slug: "one", PlatformPlan: "gold"}
+	on2 := &tenants.Tenant{Slug: "two", PlatformPlan: "gold"}
 	for _, tn := range []*tenants.Tenant{on1, on2} {
 		if err := db.CreateTenant(ctx, tn); err != nil {
 			t.Fatal(err)
@@ -192,7 +192,7 @@ func TestPlatformPlanRace(t *testing.T) {
 	const n = 6
 	ts := make([]*tenants.Tenant, n)
 	for i := range ts {
-		ts[i] = &tenants.Tenant{Slug: fmt.Sprintf("t%d", i), Plan: "a"}
+		ts[i] = &tenants.Tenant{Slug: fmt.Sprintf("t%d", i), PlatformPlan: "a"}
 		if err := db.CreateTenant(ctx, ts[i]); err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +214,7 @@ func TestPlatformPlanRace(t *testing.T) {
 		go func(tn *tenants.Tenant) {
 			defer wg.Done()
 			for j := 0; j < 10; j++ {
-				tn.Plan = map[bool]string{true: "a", false: "b"}[j%2 == 1]
+				tn.PlatformPlan = map[bool]string{true: "a", false: "b"}[j%2 == 1]
 				if err := db.UpdateTenant(ctx, tn); err != nil {
 					errs <- err
 					return
@@ -239,8 +239,8 @@ func TestPlatformPlanRace(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := last[tn.ID]
-		if mustJSON(e.Tenant.Limits) != mustJSON(cur.Limits) || e.Tenant.Plan != cur.Plan {
-			t.Errorf("%s: last entry has plan %s %s, the tenant is on %s %s", tn.Slug, e.Tenant.Plan, mustJSON(e.Tenant.Limits), cur.Plan, mustJSON(cur.Limits))
+		if mustJSON(e.Tenant.Limits) != mustJSON(cur.Limits) || e.Tenant.PlatformPlan != cur.PlatformPlan {
+			t.Errorf("%s: last entry has plan %s %s, the tenant is on %s %s", tn.Slug, e.Tenant.PlatformPlan, mustJSON(e.Tenant.Limits), cur.PlatformPlan, mustJSON(cur.Limits))
 		}
 	}
 }

@@ -25,10 +25,10 @@ var resourceColumns = map[string]string{
 	tenants.ResRoutes:          "routes",
 	tenants.ResConsumers:       "consumers",
 	tenants.ResKeysPerConsumer: "keys_per_consumer",
-	tenants.ResPlans:           "plans",
+	tenants.ResConsumerPlans:   "plans",
 	tenants.ResDomains:         "domains",
 	tenants.ResJWTIssuers:      "jwt_issuers",
-	tenants.ResPolicyRules:     "policy_rules",
+	tenants.ResAccessRules:     "policy_rules",
 	tenants.ResCacheBytes:      "cache_bytes",
 }
 
@@ -109,11 +109,11 @@ func forgetCount(ctx context.Context, tenantID, resource string) {
 	}
 }
 
-// checkPolicySize refuses a policy of entries rules and role links when the tenant's plan
-// allows fewer, unless the tenant's current policy is at least as large (a plan lowered
-// under a policy keeps it, and lets the tenant edit it down). It locks the tenant row.
-func checkPolicySize(ctx context.Context, tx pgx.Tx, tenantID string, entries int) error {
-	plan, limit, err := lockTenantLimit(ctx, tx, tenantID, tenants.ResPolicyRules)
+// checkAccessRulesSize refuses access rules of entries rules and role links when the tenant's plan
+// allows fewer, unless the tenant's current access rules are at least as large (a plan lowered
+// under access rules keeps them, and lets the tenant edit them down). It locks the tenant row.
+func checkAccessRulesSize(ctx context.Context, tx pgx.Tx, tenantID string, entries int) error {
+	plan, limit, err := lockTenantLimit(ctx, tx, tenantID, tenants.ResAccessRules)
 	if err != nil || int64(entries) <= limit {
 		return err
 	}
@@ -126,7 +126,7 @@ func checkPolicySize(ctx context.Context, tx pgx.Tx, tenantID string, entries in
 	if int64(entries) <= current {
 		return nil
 	}
-	e := tenants.OverLimit(tenants.ResPolicyRules, plan, limit)
+	e := tenants.OverLimit(tenants.ResAccessRules, plan, limit)
 	e.Message += fmt.Sprintf(" (this policy has %d)", entries)
 	return e
 }

@@ -462,7 +462,7 @@ func populate(t *testing.T, db *postgres.DB) {
 	for _, slug := range []string{"a", "b"} {
 		tn := mustTenant(t, db, slug)
 		churn(t, db, tn.ID, 8)
-		if err := db.CreatePlan(ctx, &tenants.Plan{TenantID: tn.ID, Name: "gold"}); err != nil {
+		if err := db.CreatePlan(ctx, &tenants.ConsumerPlan{TenantID: tn.ID, Name: "gold"}); err != nil {
 			t.Fatal(err)
 		}
 		c := &tenants.Consumer{TenantID: tn.ID, Name: "alice", Plan: "gold"}

@@ -25,7 +25,7 @@ func TestSpecColumns(t *testing.T) {
 	if err := db.CreateJWTIssuer(ctx, is); err != nil {
 		t.Fatal(err)
 	}
-	p := &tenants.Plan{TenantID: tn.ID, Name: "gold", RateLimit: &tenants.RateLimit{RPS: 5, Burst: 5}, Concurrency: 2}
+	p := &tenants.ConsumerPlan{TenantID: tn.ID, Name: "gold", RateLimit: &tenants.RateLimit{RPS: 5, Burst: 5}, Concurrency: 2}
 	if err := db.CreatePlan(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestSpecOldRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantPlan := tenants.Plan{ID: planID, TenantID: tn.ID, Name: "gold", RateLimit: &tenants.RateLimit{RPS: 5, Burst: 5},
+	wantPlan := tenants.ConsumerPlan{ID: planID, TenantID: tn.ID, Name: "gold", RateLimit: &tenants.RateLimit{RPS: 5, Burst: 5},
 		Quota: &tenants.Quota{Requests: 100}, Concurrency: 2, Mode: tenants.ModeExact,
 		Version: 1, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
 	if !reflect.DeepEqual(*p, wantPlan) {

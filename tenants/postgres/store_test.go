@@ -57,7 +57,7 @@ func TestTenantCRUD(t *testing.T) {
 	if err := db.CreateTenant(ctx, tn); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := uuid.Parse(tn.ID); err != nil || tn.Version != 1 || tn.Plan != "free" || tn.CreatedAt.IsZero() {
+	if _, err := uuid.Parse(tn.ID); err != nil || tn.Version != 1 || tn.PlatformPlan != "free" || tn.CreatedAt.IsZero() {
 		t.Fatalf("created tenant %+v", tn)
 	}
 	got, err := db.FindTenant(ctx, "acme")
@@ -75,11 +75,11 @@ func TestTenantCRUD(t *testing.T) {
 	wantMessage(t, err, `slug "acme" is taken`)
 	wantCode(t, db.CreateTenant(ctx, &tenants.Tenant{Slug: "Bad Slug"}), tenants.EValidation)
 
-	upd := &tenants.Tenant{ID: tn.ID, Name: "Acme Corp", Plan: "pro", Version: 1}
+	upd := &tenants.Tenant{ID: tn.ID, Name: "Acme Corp", PlatformPlan: "pro", Version: 1}
 	if err := db.UpdateTenant(ctx, upd); err != nil {
 		t.Fatal(err)
 	}
-	if upd.Version != 2 || upd.Slug != "acme" || upd.Plan != "pro" || upd.UpdatedAt.Before(upd.CreatedAt) {
+	if upd.Version != 2 || upd.Slug != "acme" || upd.PlatformPlan != "pro" || upd.UpdatedAt.Before(upd.CreatedAt) {
 		t.Fatalf("updated %+v", upd)
 	}
 	stale := &tenants.Tenant{ID: tn.ID, Name: "Stale", Version: 1}
@@ -363,7 +363,7 @@ func TestPlans(t *testing.T) {
 	conn := rawConn(t, url)
 	tn := mustTenant(t, db, "acme")
 
-	p := &tenants.Plan{TenantID: tn.ID, Name: "gold", RateLimit: &tenants.RateLimit{RPS: 100}, Quota: &tenants.Quota{Requests: 1e6}, Concurrency: 5}
+	p := &tenants.ConsumerPlan{TenantID: tn.ID, Name: "gold", RateLimit: &tenants.RateLimit{RPS: 100}, Quota: &tenants.Quota{Requests: 1e6}, Concurrency: 5}
 	if err := db.CreatePlan(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -371,10 +371,10 @@ func TestPlans(t *testing.T) {
 	if err != nil || mustJSON(got) != mustJSON(p) || got.RateLimit.Burst != 100 {
 		t.Fatalf("find: %s %v", mustJSON(got), err)
 	}
-	err = db.CreatePlan(ctx, &tenants.Plan{TenantID: tn.ID, Name: "gold"})
+	err = db.CreatePlan(ctx, &tenants.ConsumerPlan{TenantID: tn.ID, Name: "gold"})
 	wantCode(t, err, tenants.EConflict)
 	wantMessage(t, err, `a plan named "gold" already exists`)
-	wantCode(t, db.CreatePlan(ctx, &tenants.Plan{TenantID: tn.ID, Name: "Gold!"}), tenants.EValidation)
+	wantCode(t, db.CreatePlan(ctx, &tenants.ConsumerPlan{TenantID: tn.ID, Name: "Gold!"}), tenants.EValidation)
 
 	upd := *got
 	upd.Quota = nil
@@ -444,7 +444,7 @@ func TestConsumersAndKeys(t *testing.T) {
 	if e := err.(*tenants.Error); e.Field != "plan" {
 		t.Fatalf("field %q", e.Field)
 	}
-	if err := db.CreatePlan(ctx, &tenants.Plan{TenantID: tn.ID, Name: "gold"}); err != nil {
+	if err := db.CreatePlan(ctx, &tenants.ConsumerPlan{TenantID: tn.ID, Name: "gold"}); err != nil {
 		t.Fatal(err)
 	}
 	c := &tenants.Consumer{TenantID: tn.ID, Name: "alice", Plan: "gold"}
@@ -616,7 +616,7 @@ func TestTenantIsolation(t *testing.T) {
 	b := mustTenant(t, db, "b")
 
 	route := mustRoute(t, db, newRoute(a.ID, "r", "/r"))
-	plan := &tenants.Plan{TenantID: a.ID, Name: "gold"}
+	plan := &tenants.ConsumerPlan{TenantID: a.ID, Name: "gold"}
 	if err := db.CreatePlan(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
@@ -706,7 +706,7 @@ func TestDeleteTenantOutbox(t *testing.T) {
 		r := mustRoute(t, db, newRoute(tn.ID, fmt.Sprintf("r%d", i), fmt.Sprintf("/r%d", i)))
 		want[tenants.ObjectKey(tn.ID, tenants.KindRoute, r.ID)] = true
 	}
-	p := &tenants.Plan{TenantID: tn.ID, Name: "gold"}
+	p := &tenants.ConsumerPlan{TenantID: tn.ID, Name: "gold"}
 	db.CreatePlan(ctx, p)
 	want[tenants.ObjectKey(tn.ID, tenants.KindPlan, p.ID)] = true
 	c := &tenants.Consumer{TenantID: tn.ID, Name: "alice", Plan: "gold"}
@@ -763,7 +763,7 @@ func TestOutboxAtomicity(t *testing.T) {
 		db.UpdateRoute(ctx, &tenants.Route{ID: r.ID, TenantID: tn.ID, Name: "r", Paths: []string{"/r"}, Version: 7,
 			Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "http://127.0.0.1:1"}}}}),
 		db.CreateConsumer(ctx, &tenants.Consumer{TenantID: tn.ID, Name: "c", Plan: "none"}),
-		db.CreatePlan(ctx, &tenants.Plan{TenantID: tn.ID, Name: "p", Concurrency: -1}),
+		db.CreatePlan(ctx, &tenants.ConsumerPlan{TenantID: tn.ID, Name: "p", Concurrency: -1}),
 	}
 	for i, err := range failures {
 		if err == nil {

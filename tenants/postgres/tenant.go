@@ -16,7 +16,7 @@ const tenantColumns = `id::text, slug, name, plan, version, created_at, updated_
 
 func scanTenant(row pgx.Row) (*tenants.Tenant, error) {
 	var t tenants.Tenant
-	if err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.Plan, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.Limits); err != nil {
+	if err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.PlatformPlan, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.Limits); err != nil {
 		return nil, err
 	}
 	t.CreatedAt, t.UpdatedAt = utc(t.CreatedAt), utc(t.UpdatedAt)
@@ -37,11 +37,11 @@ func (db *DB) CreateTenant(ctx context.Context, t *tenants.Tenant) error {
 	}
 	id := newID()
 	err := db.write(ctx, func(tx pgx.Tx) error {
-		if err := lockPlatformPlan(ctx, tx, t.Plan); err != nil {
+		if err := lockPlatformPlan(ctx, tx, t.PlatformPlan); err != nil {
 			return err
 		}
 		row := tx.QueryRow(ctx, `INSERT INTO tenants (id, slug, name, plan) VALUES ($1, $2, $3, $4)
-			RETURNING `+tenantColumns, id, t.Slug, t.Name, t.Plan)
+			RETURNING `+tenantColumns, id, t.Slug, t.Name, t.PlatformPlan)
 		saved, err := scanTenant(row)
 		if err != nil {
 			return err
@@ -51,7 +51,7 @@ func (db *DB) CreateTenant(ctx context.Context, t *tenants.Tenant) error {
 	})
 	return constraintError(err, "create tenant", map[string]*tenants.Error{
 		"tenants_slug_key":  {Code: tenants.EConflict, Field: "slug", Message: `slug "` + t.Slug + `" is taken`},
-		"tenants_plan_fkey": noPlatformPlan(t.Plan),
+		"tenants_plan_fkey": noPlatformPlan(t.PlatformPlan),
 	})
 }
 
@@ -112,11 +112,11 @@ func (db *DB) UpdateTenant(ctx context.Context, t *tenants.Tenant) error {
 		return err
 	}
 	err = db.write(ctx, func(tx pgx.Tx) error {
-		if err := lockPlatformPlan(ctx, tx, t.Plan); err != nil {
+		if err := lockPlatformPlan(ctx, tx, t.PlatformPlan); err != nil {
 			return err
 		}
 		row := tx.QueryRow(ctx, `UPDATE tenants SET name = $3, plan = $4, version = version + 1, updated_at = now()
-			WHERE id = $1 AND version = $2 RETURNING `+tenantColumns, t.ID, t.Version, t.Name, t.Plan)
+			WHERE id = $1 AND version = $2 RETURNING `+tenantColumns, t.ID, t.Version, t.Name, t.PlatformPlan)
 		saved, err := scanTenant(row)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return versionOrNotFound(ctx, tx, "tenant", `SELECT version FROM tenants WHERE id = $1`, t.Version, t.ID)
@@ -127,7 +127,7 @@ func (db *DB) UpdateTenant(ctx context.Context, t *tenants.Tenant) error {
 		*t = *saved
 		return emit(ctx, tx, tenantChange(t))
 	})
-	return constraintError(err, "update tenant", map[string]*tenants.Error{"tenants_plan_fkey": noPlatformPlan(t.Plan)})
+	return constraintError(err, "update tenant", map[string]*tenants.Error{"tenants_plan_fkey": noPlatformPlan(t.PlatformPlan)})
 }
 
 // DeleteTenant removes the tenant and everything it owns, and deletes every one of its
@@ -164,8 +164,8 @@ func (db *DB) DeleteTenant(ctx context.Context, tenantID string) error {
 		var kind, id string
 		_, err = pgx.ForEachRow(rows, []any{&kind, &id}, func() error {
 			key := tenants.ObjectKey(tenantID, kind, id)
-			if kind == tenants.KindPolicy {
-				key = tenants.PolicyKey(tenantID)
+			if kind == tenants.KindAccessRules {
+				key = tenants.AccessRulesKey(tenantID)
 			}
 			changes = append(changes, del(tenantID, key))
 			return nil

@@ -101,7 +101,7 @@ func (p *Portal) keyDelete(ctx *fiber.Ctx) error {
 
 // offer is one public plan as the plans page shows it.
 type offer struct {
-	*tenants.Plan
+	*tenants.ConsumerPlan
 	Price   *billing.Price
 	Paid    bool
 	Current bool
@@ -144,7 +144,7 @@ func (p *Portal) offers(ctx *fiber.Ctx) ([]offer, error) {
 		if !pl.Public {
 			continue
 		}
-		o := offer{Plan: pl, Current: pl.Name == current}
+		o := offer{ConsumerPlan: pl, Current: pl.Name == current}
 		if p.cfg.Prices != nil {
 			pr, err := p.cfg.Prices.PriceAt(p.ctx(ctx), v.Tenant.ID, pl.Name, billing.PeriodOf(p.cfg.Now()))
 			if err != nil && tenants.ErrorCode(err) != tenants.ENotFound {

@@ -55,7 +55,7 @@ const (
 type Config struct {
 	Tenants   tenants.TenantService
 	Consumers tenants.ConsumerService
-	Plans     tenants.PlanService
+	Plans     tenants.ConsumerPlanService
 	Routes    tenants.RouteService
 	Portals   tenants.PortalService
 	// Usage draws the usage page. Nil: the page says usage is not collected here.

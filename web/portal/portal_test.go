@@ -48,7 +48,7 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) tenant(slug string, on bool) *tenants.Tenant {
 	e.t.Helper()
-	tn := &tenants.Tenant{Slug: slug, Name: "Tenant " + slug, Plan: tenants.PlatformUnlimited}
+	tn := &tenants.Tenant{Slug: slug, Name: "Tenant " + slug, PlatformPlan: tenants.PlatformUnlimited}
 	if err := e.db.CreateTenant(context.Background(), tn); err != nil {
 		e.t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestPortalForms(t *testing.T) {
 	c.post("/portal/acme/keys", "/portal/acme/keys/00000000-0000-0000-0000-000000000001/delete", neturl.Values{}).want(t, 404)
 
 	// Plans: a private plan is not offered; a public free plan is chosen at once.
-	for _, pl := range []*tenants.Plan{{TenantID: a.ID, Name: "internal"}, {TenantID: a.ID, Name: "starter", Public: true, Description: "For trying it out", Quota: &tenants.Quota{Requests: 1000}}} {
+	for _, pl := range []*tenants.ConsumerPlan{{TenantID: a.ID, Name: "internal"}, {TenantID: a.ID, Name: "starter", Public: true, Description: "For trying it out", Quota: &tenants.Quota{Requests: 1000}}} {
 		if err := e.db.CreatePlan(ctx, pl); err != nil {
 			t.Fatal(err)
 		}

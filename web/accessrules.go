@@ -14,24 +14,24 @@ import (
 	"tollgate/tenants/rbac"
 )
 
-// The tenant's access policy as two texts: rules, one "subject, path, action[, effect]"
+// The tenant's access rules as two texts: rules, one "subject, path, action[, effect]"
 // a line, and role links, one "member, role" a line; blank lines and # comments are
 // skipped. It is validated by the engine the edges run (accessrules.Compile), as the API
 // does, and an error is shown on the line it is about.
 
-type policyLine struct {
+type accessRuleLine struct {
 	N     int // 1-based line of the text
 	Text  string
 	Error string
 }
 
-type policyForm struct {
+type accessRulesForm struct {
 	Version      string
 	Rules, Roles string
 	Exists       bool
 	Errors       map[string]string
 	// RuleLines and RoleLines list the lines of a text with an error, the bad one marked.
-	RuleLines, RoleLines []policyLine
+	RuleLines, RoleLines []accessRuleLine
 }
 
 // parseLines splits a text into rows of comma-separated fields and the text line of each.
@@ -61,14 +61,14 @@ func joinLines(rows [][]string) string {
 }
 
 var (
-	policyFieldRE = regexp.MustCompile(`^(rules|roles)\[(\d+)\](?:\[(\d+)\])?`)
-	policyRefRE   = regexp.MustCompile(`(rules|roles)\[(\d+)\]`)
-	ruleColumns   = []string{"subject", "path", "action", "effect"}
-	roleColumns   = []string{"member", "role"}
+	accessRulesFieldRE = regexp.MustCompile(`^(rules|roles)\[(\d+)\](?:\[(\d+)\])?`)
+	accessRulesRefRE   = regexp.MustCompile(`(rules|roles)\[(\d+)\]`)
+	ruleColumns        = []string{"subject", "path", "action", "effect"}
+	roleColumns        = []string{"member", "role"}
 )
 
-// policyError puts a compile error on the line it names.
-func policyError(err error, f *policyForm, ruleAt, roleAt []int) bool {
+// accessRulesError puts a compile error on the line it names.
+func accessRulesError(err error, f *accessRulesForm, ruleAt, roleAt []int) bool {
 	var te *tenants.Error
 	if !errors.As(err, &te) || te.Code == tenants.EInternal {
 		return false
@@ -83,12 +83,12 @@ func policyError(err error, f *policyForm, ruleAt, roleAt []int) bool {
 		}
 		return i + 1
 	}
-	msg := policyRefRE.ReplaceAllStringFunc(te.Message, func(ref string) string {
-		m := policyRefRE.FindStringSubmatch(ref)
+	msg := accessRulesRefRE.ReplaceAllStringFunc(te.Message, func(ref string) string {
+		m := accessRulesRefRE.FindStringSubmatch(ref)
 		i, _ := strconv.Atoi(m[2])
 		return "line " + strconv.Itoa(lineOf(m[1], i))
 	})
-	m := policyFieldRE.FindStringSubmatch(te.Field)
+	m := accessRulesFieldRE.FindStringSubmatch(te.Field)
 	if m == nil {
 		key := te.Field
 		if key != "rules" && key != "roles" {
@@ -114,12 +114,12 @@ func policyError(err error, f *policyForm, ruleAt, roleAt []int) bool {
 	if m[1] == "roles" {
 		text = f.Roles
 	}
-	var out []policyLine
+	var out []accessRuleLine
 	for n, l := range strings.Split(text, "\n") {
 		if strings.TrimSpace(l) == "" && n+1 != line {
 			continue
 		}
-		pl := policyLine{N: n + 1, Text: l}
+		pl := accessRuleLine{N: n + 1, Text: l}
 		if n+1 == line {
 			pl.Error = msg
 		}
@@ -133,10 +133,10 @@ func policyError(err error, f *policyForm, ruleAt, roleAt []int) bool {
 	return true
 }
 
-func (c *Console) policyPage(ctx *fiber.Ctx) error {
-	f := policyForm{Errors: map[string]string{}, Version: "0"}
-	if c.cfg.Policies != nil {
-		p, err := c.cfg.Policies.FindAccessRules(c.ctx(ctx), tenantOf(ctx).ID)
+func (c *Console) accessRulesPage(ctx *fiber.Ctx) error {
+	f := accessRulesForm{Errors: map[string]string{}, Version: "0"}
+	if c.cfg.AccessRules != nil {
+		p, err := c.cfg.AccessRules.FindAccessRules(c.ctx(ctx), tenantOf(ctx).ID)
 		switch {
 		case err == nil:
 			f.Rules, f.Roles, f.Version, f.Exists = joinLines(p.Rules), joinLines(p.Roles), strconv.FormatInt(p.Version, 10), true
@@ -144,18 +144,18 @@ func (c *Console) policyPage(ctx *fiber.Ctx) error {
 			return c.internal(ctx, err)
 		}
 	}
-	return c.render(ctx, http.StatusOK, "policy", page{Title: "Policy", Nav: "policy", Form: f, Data: c.cfg.Policies != nil})
+	return c.render(ctx, http.StatusOK, "policy", page{Title: "Policy", Nav: "policy", Form: f, Data: c.cfg.AccessRules != nil})
 }
 
-func (c *Console) policySave(ctx *fiber.Ctx) error {
-	if c.cfg.Policies == nil {
+func (c *Console) accessRulesSave(ctx *fiber.Ctx) error {
+	if c.cfg.AccessRules == nil {
 		return c.notFound(ctx, nil)
 	}
 	if ok, err := c.may(ctx, rbac.Write); !ok {
 		return err
 	}
 	tv := tenantOf(ctx)
-	f := policyForm{Version: ctx.FormValue("version"), Rules: ctx.FormValue("rules"), Roles: ctx.FormValue("roles"), Errors: map[string]string{}}
+	f := accessRulesForm{Version: ctx.FormValue("version"), Rules: ctx.FormValue("rules"), Roles: ctx.FormValue("roles"), Errors: map[string]string{}}
 	f.Exists = f.Version != "" && f.Version != "0"
 	rules, ruleAt := parseLines(f.Rules)
 	roles, roleAt := parseLines(f.Roles)
@@ -163,14 +163,14 @@ func (c *Console) policySave(ctx *fiber.Ctx) error {
 	if err == nil {
 		v, _ := strconv.ParseInt(f.Version, 10, 64)
 		p := &tenants.AccessRules{TenantID: tv.ID, Rules: rules, Roles: roles, Version: v}
-		err = c.cfg.Policies.PutAccessRules(c.audited(ctx, user(ctx), tv.ID, tenants.AuditAction("policy", tenants.AuditUpdate), ""), p)
+		err = c.cfg.AccessRules.PutAccessRules(c.audited(ctx, user(ctx), tv.ID, tenants.AuditAction("policy", tenants.AuditUpdate), ""), p)
 		if err == nil {
 			return ctx.Redirect(c.tenantURL(ctx, "/policy?done=policy-saved"), http.StatusSeeOther)
 		}
 	}
 	if tenants.ErrorCode(err) == tenants.EVersionConflict {
 		f.Errors["form"] = "Someone changed the policy since you opened it. Reload the page to see their change, then edit again."
-	} else if !policyError(err, &f, ruleAt, roleAt) {
+	} else if !accessRulesError(err, &f, ruleAt, roleAt) {
 		return c.internal(ctx, err)
 	}
 	return c.render(ctx, http.StatusUnprocessableEntity, "policy", page{Title: "Policy", Nav: "policy", Form: f, Data: true})

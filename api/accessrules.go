@@ -10,20 +10,20 @@ import (
 	"tollgate/tenants/accessrules"
 )
 
-// The tenant's policy: one per tenant, replaced whole by PUT. It is validated by
+// The tenant's access rules: one set per tenant, replaced whole by PUT. It is validated by
 // compiling it with the engine the edges run (accessrules), so what the api accepts the
 // edges can enforce, and its errors name the rule at fault ("rules[2][1]").
 
-// policyPut is the body of PUT: the access rules and the version they replace.
-type policyPut struct {
+// accessRulesPut is the body of PUT: the access rules and the version they replace.
+type accessRulesPut struct {
 	tenants.AccessRules
 	// Version makes the replacement conditional; without it (and without If-Match) PUT
 	// replaces whatever is current.
 	Version *int64 `json:"version" doc:"Replace only at this version; or send If-Match. Optional: without either, PUT replaces whatever is current."`
 }
 
-func decodePolicy(ct string, body []byte, limit int) (*tenants.AccessRules, *int64, error) {
-	var b policyPut
+func decodeAccessRules(ct string, body []byte, limit int) (*tenants.AccessRules, *int64, error) {
+	var b accessRulesPut
 	if err := decodeBody(ct, body, limit, &b, false); err != nil {
 		return nil, nil, err
 	}
@@ -39,16 +39,16 @@ func decodePolicy(ct string, body []byte, limit int) (*tenants.AccessRules, *int
 	return &b.AccessRules, b.Version, nil
 }
 
-func (s *Server) getPolicy(c *fiber.Ctx, r *request) error {
-	p, err := s.cfg.Policies.FindAccessRules(r.ctx, r.tenant.ID)
+func (s *Server) getAccessRules(c *fiber.Ctx, r *request) error {
+	p, err := s.cfg.AccessRules.FindAccessRules(r.ctx, r.tenant.ID)
 	if err != nil {
 		return err
 	}
 	return reply(c, http.StatusOK, p, p.Version)
 }
 
-func (s *Server) putPolicy(c *fiber.Ctx, r *request) error {
-	p, bodyVersion, err := decodePolicy(contentType(c), c.Body(), s.cfg.BodyLimit)
+func (s *Server) putAccessRules(c *fiber.Ctx, r *request) error {
+	p, bodyVersion, err := decodeAccessRules(contentType(c), c.Body(), s.cfg.BodyLimit)
 	if err != nil {
 		return err
 	}
@@ -63,7 +63,7 @@ func (s *Server) putPolicy(c *fiber.Ctx, r *request) error {
 		}
 	}
 	p.TenantID, p.Version = r.tenant.ID, v
-	if err := s.cfg.Policies.PutAccessRules(r.ctx, p); err != nil {
+	if err := s.cfg.AccessRules.PutAccessRules(r.ctx, p); err != nil {
 		return err
 	}
 	return reply(c, http.StatusOK, p, p.Version)
