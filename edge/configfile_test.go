@@ -35,13 +35,6 @@ func (a *applied) apply(key string, value []byte, rev uint64) {
 	}
 }
 
-func (a *applied) take() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	l := a.log
-	a.log = nil
-	return l
-}
 
 func openConfigFile(t *testing.T, dir string, a *applied, opts ...func(*configfile.Config)) *configfile.File {
 	t.Helper()

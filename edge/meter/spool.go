@@ -221,13 +221,7 @@ func (s *spool) refill() {
 	s.reserve.Truncate(s.reserved)
 }
 
-// shrinkReserve gives the reserve's blocks past n back to the disk.
-func (s *spool) shrinkReserve(n int64) {
-	s.rmu.Lock()
-	defer s.rmu.Unlock()
-	s.shrinkReserveLocked(n)
-}
-
+// shrinkReserveLocked gives the reserve's blocks past n back to the disk; rmu held.
 func (s *spool) shrinkReserveLocked(n int64) {
 	if s.reserve == nil || n >= s.reserved {
 		return
