@@ -35,7 +35,6 @@ func (a *applied) apply(key string, value []byte, rev uint64) {
 	}
 }
 
-
 func openConfigFile(t *testing.T, dir string, a *applied, opts ...func(*configfile.Config)) *configfile.File {
 	t.Helper()
 	cfg := configfile.Config{Dir: dir, Bucket: "tollgate_config", Apply: a.apply, Debounce: time.Millisecond}
