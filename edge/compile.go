@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tollgate/edge/meter"
+	"tollgate/edge/transform"
 	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
@@ -398,7 +399,7 @@ func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetri
 		rateLimit:      r.RateLimit,
 		checkAccess:    r.CheckAccess,
 		meter:          e.meterRoute(conf.TenantID, r.ID),
-		transform:      compileTransform(r.Transform),
+		transform:      transform.Compile(r.Transform),
 	}
 	if r.Cache != nil && tc != nil {
 		if prev != nil {
