@@ -3,6 +3,7 @@ package edge
 import (
 	"time"
 
+	"tollgate/edge/cache"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/meter"
 	"tollgate/edge/routing"
@@ -79,7 +80,7 @@ type route struct {
 	checkAccess    bool                 // check the tenant's access rules
 	meter          *meter.Route         // nil: metering off
 	transform      *transform.Transform // nil: none (edge/transform)
-	cache          *responseCache       // nil: none (cache.go)
+	cache          *cache.Cache         // nil: none (edge/cache)
 }
 
 // Routes is the number of (path, route) entries of the snapshot's route table.
