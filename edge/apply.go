@@ -479,11 +479,11 @@ func (e *Edge) unpublish(ts *tenantState) {
 	}
 	for _, rt := range ts.compiled.routes {
 		if rt.cache != nil {
-			rt.cache.drop()
+			rt.cache.Drop()
 		}
 	}
 	if e.cache != nil {
-		e.cache.forget(ts.id)
+		e.cache.Forget(ts.id)
 	}
 	ts.compiled = compiled{}
 	e.labels.drop(ts.id)

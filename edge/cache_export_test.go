@@ -1,13 +1,13 @@
 package edge
 
-import "time"
+import (
+	"time"
+
+	"tollgate/edge/cache"
+)
 
 // SetCacheClock replaces the response cache's clock until the returned restore is called.
-func SetCacheClock(now func() time.Time) (restore func()) {
-	old := cacheClock
-	cacheClock = now
-	return func() { cacheClock = old }
-}
+func SetCacheClock(now func() time.Time) (restore func()) { return cache.SetClock(now) }
 
 // CacheEntries is how many answers the cache of the route serving GET path of the
 // tenant slug keeps.
@@ -16,15 +16,8 @@ func CacheEntries(e *Edge, slug, path string) int {
 	if rt == nil || rt.cache == nil {
 		return -1
 	}
-	n := 0
-	for i := range rt.cache.shards {
-		s := &rt.cache.shards[i]
-		s.mu.Lock()
-		n += s.count
-		s.mu.Unlock()
-	}
-	return n
+	return rt.cache.Len()
 }
 
 // CacheMaxVariants is the most answers one key of a route's cache holds.
-const CacheMaxVariants = cacheMaxVariants
+const CacheMaxVariants = cache.MaxVariants

@@ -35,9 +35,9 @@ func (e *Edge) chain(rt *route) handler {
 		{true, e.limitStep},                                                           // limit.go; itself when no limit applies
 		{rt.cache != nil, cacheStep},                                                  // cache.go
 		{true, bodyLimitStep},                                                         // limit_body.go
-		{tr != nil && (tr.reqHeaders != nil || tr.json != nil), requestTransformStep}, // transform.go
+		{tr != nil && (tr.ReqHeaders != nil || tr.JSON != nil), requestTransformStep}, // transform.go
 		{rt.websocket, e.wsStep},                                                      // websocket.go
-		{tr != nil && tr.respHeaders != nil, responseTransformStep},                   // transform.go
+		{tr != nil && tr.RespHeaders != nil, responseTransformStep},                   // transform.go
 	}
 	h := e.proxyStep(rt) // proxy.go
 	for i := len(steps) - 1; i >= 0; i-- {

@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tollgate/edge/cache"
 	"tollgate/edge/meter"
+	"tollgate/edge/transform"
 	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
@@ -203,7 +205,7 @@ func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*S
 		e.releaseRoute(prev, built[id])
 	}
 	if cached == 0 && e.cache != nil {
-		e.cache.forget(v.tenant.ID)
+		e.cache.Forget(v.tenant.ID)
 	}
 	for k, su := range c.shared {
 		if su.n <= 0 {
@@ -265,9 +267,9 @@ func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []*upstream
 			e.labels.dropRoute(prev.labels, id)
 			continue
 		}
-		var tc *tenantCache
+		var tc *cache.Tenant
 		if r.Cache != nil && e.cache != nil {
-			tc = e.cache.tenant(v.tenant)
+			tc = e.cache.Tenant(v.tenant)
 		}
 		rt := e.compileRoute(s.tenantConfig, r, e.labels.route(prev.labels, id, r.Name), nil, tc, c)
 		if rt == nil {
@@ -295,7 +297,7 @@ func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []*upstream
 		}
 	}
 	if cacheDropped && c.cached == 0 && e.cache != nil {
-		e.cache.forget(v.tenant.ID)
+		e.cache.Forget(v.tenant.ID)
 	}
 
 	// Each path the changes touch is filed again from scratch, by every route that
@@ -352,7 +354,7 @@ func (e *Edge) conflict(slug string, rt *route, path string, other *route) {
 // cannot be built, which validation at apply time rules out.
 // A plain upstream (sharedKey) comes from c.shared, or goes there; the caller counts
 // the route in (compiled.share).
-func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetrics, prev *route, tc *tenantCache, c *compiled) *route {
+func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetrics, prev *route, tc *cache.Tenant, c *compiled) *route {
 	var up *upstream
 	var cn *canary
 	var err error
@@ -398,14 +400,14 @@ func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetri
 		rateLimit:      r.RateLimit,
 		checkAccess:    r.CheckAccess,
 		meter:          e.meterRoute(conf.TenantID, r.ID),
-		transform:      compileTransform(r.Transform),
+		transform:      transform.Compile(r.Transform),
 	}
 	if r.Cache != nil && tc != nil {
 		if prev != nil {
 			rt.cache = prev.cache
 		}
 		if rt.cache == nil {
-			rt.cache = newResponseCache(r.Cache, r.Auth, tc)
+			rt.cache = cache.New(r.Cache, r.Auth, tc)
 		}
 	}
 	rt.serve = e.chain(rt)
@@ -434,7 +436,7 @@ func (e *Edge) releaseRoute(old, next *route) {
 		old.canary.upstream.close()
 	}
 	if old.cache != nil && (next == nil || next.cache != old.cache) {
-		old.cache.drop()
+		old.cache.Drop()
 	}
 }
 

@@ -59,6 +59,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"tollgate/edge/cache"
 	"tollgate/edge/configfile"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
@@ -84,7 +85,7 @@ type Edge struct {
 	ownLim bool // lim is the edge's own: Shutdown closes it
 	flow   *flowMetrics
 	jwks   *jwtauth.JWKSCache // key sets of every tenant's jwks_url issuers (authenticate_jwt.go)
-	cache  *cacheBudget       // the response caches' shared budget (cache_budget.go); nil: off
+	cache  *cache.Budget      // the response caches' shared budget (edge/cache); nil: off
 	auth   *authMetrics
 
 	// Read by every request.

@@ -92,7 +92,7 @@ const (
 	clsRequestID
 )
 
-const tollgatePrefix = "x-tollgate-"
+const tollgatePrefix = routing.EdgeHeaderPrefix
 
 // classify names the class of a header key (any case) without allocating.
 func classify(k []byte) int {
@@ -246,29 +246,6 @@ func spoofsEdgeHeader(k []byte) bool {
 	return len(f) == len(k) && len(f) <= maxEdgeHeader && edgeHeaderFolds[string(f)]
 }
 
-// nextHeader takes the first "Key: value" line off a raw header block.
-func nextHeader(raw []byte) (key, value, rest []byte) {
-	line := raw
-	if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-		line, rest = raw[:i], raw[i+1:]
-	}
-	if n := len(line); n > 0 && line[n-1] == '\r' {
-		line = line[:n-1]
-	}
-	i := bytes.IndexByte(line, ':')
-	if i <= 0 {
-		return nil, nil, rest
-	}
-	key, value = line[:i], line[i+1:]
-	for len(value) > 0 && (value[0] == ' ' || value[0] == '\t') {
-		value = value[1:]
-	}
-	for len(value) > 0 && (value[len(value)-1] == ' ' || value[len(value)-1] == '\t') {
-		value = value[:len(value)-1]
-	}
-	return key, value, rest
-}
-
 // scanRequestHeaders reads the raw request header block once: it removes the hop-by-hop,
 // identity and underscore headers from the request that will go upstream and notes the
 // values the later steps need (API key, request id, X-Forwarded-For chain). It runs
@@ -279,7 +256,7 @@ func (x *exchange) scanRequestHeaders(raw []byte) {
 	hs := &x.hs
 	for len(raw) > 0 {
 		var k, v []byte
-		k, v, raw = nextHeader(raw)
+		k, v, raw = routing.NextHeader(raw)
 		if k == nil {
 			continue
 		}

@@ -3,9 +3,11 @@ package edge
 import (
 	"time"
 
+	"tollgate/edge/cache"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/meter"
 	"tollgate/edge/routing"
+	"tollgate/edge/transform"
 	"tollgate/tenants"
 	"tollgate/tenants/accessrules"
 )
@@ -75,10 +77,10 @@ type route struct {
 	snapshot       *tenantConfig  // of the snapshots the route is compiled into
 	src            *tenants.Route // the entry it was compiled from: kept while that is unchanged
 	rateLimit      *tenants.RateLimit
-	checkAccess    bool           // check the tenant's access rules
-	meter          *meter.Route   // nil: metering off
-	transform      *transform     // nil: none (transform.go)
-	cache          *responseCache // nil: none (cache.go)
+	checkAccess    bool                 // check the tenant's access rules
+	meter          *meter.Route         // nil: metering off
+	transform      *transform.Transform // nil: none (edge/transform)
+	cache          *cache.Cache         // nil: none (edge/cache)
 }
 
 // Routes is the number of (path, route) entries of the snapshot's route table.

@@ -15,6 +15,7 @@ import (
 
 	"tollgate/edge/conn"
 	"tollgate/edge/meter"
+	"tollgate/edge/routing"
 )
 
 // WebSocket. A route with "websocket": true passes an upgrade request
@@ -52,7 +53,7 @@ func isWebSocketUpgrade(raw []byte) bool {
 	var up, conn bool
 	for len(raw) > 0 {
 		var k, v []byte
-		k, v, raw = nextHeader(raw)
+		k, v, raw = routing.NextHeader(raw)
 		switch {
 		case k == nil:
 		case bytes.EqualFold(k, hdrUpgrade):

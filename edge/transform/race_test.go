@@ -1,6 +1,6 @@
 //go:build race
 
-package edge
+package transform
 
 // raceBuild: sync.Pool drops items at random under the race detector, so a pooled path
 // allocates there now and then.

@@ -1,4 +1,4 @@
-package edge
+package cache
 
 import (
 	"fmt"
@@ -14,9 +14,9 @@ import (
 )
 
 // testBudget is a cache budget of limit bytes with its own metrics registry.
-func testBudget(t testing.TB, limit int64) *cacheBudget {
+func testBudget(t testing.TB, limit int64) *Budget {
 	t.Helper()
-	b, err := newCacheBudget(limit, prometheus.NewRegistry())
+	b, err := NewBudget(limit, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,41 +25,41 @@ func testBudget(t testing.TB, limit int64) *cacheBudget {
 
 // testTenant is tenant id's share of b, its plan allowing cacheBytes (0: no plan
 // resources, the whole budget).
-func testTenant(b *cacheBudget, id string, cacheBytes int64) *tenantCache {
+func testTenant(b *Budget, id string, cacheBytes int64) *Tenant {
 	tn := &tenants.Tenant{ID: id, Slug: id}
 	if cacheBytes > 0 {
 		tn.Limits = &tenants.PlatformPlan{Name: "p", Resources: &tenants.ResourceLimits{CacheBytes: cacheBytes}}
 	}
-	return b.tenant(tn)
+	return b.Tenant(tn)
 }
 
 // testRoute is a route cache of tc large enough that only the budget bounds it.
-func testRoute(tc *tenantCache) *responseCache {
-	return newResponseCache(&tenants.Cache{TTLMS: 3_600_000, MaxEntries: tenants.MaxCacheEntries, MaxBodyBytes: 64 << 10}, "", tc)
+func testRoute(tc *Tenant) *Cache {
+	return New(&tenants.Cache{TTLMS: 3_600_000, MaxEntries: tenants.MaxCacheEntries, MaxBodyBytes: 64 << 10}, "", tc)
 }
 
 var farFuture = time.Now().Add(time.Hour)
 
-// keep stores an answer of body bytes under key, as cacheStep would.
-func keep(rc *responseCache, key string, body int) *cacheEntry {
-	e := &cacheEntry{status: 200, body: make([]byte, body), stored: time.Now(), expires: farFuture, key: key, tenant: rc.tenant}
+// keep stores an answer of body bytes under key, as the edge's cache step would.
+func keep(rc *Cache, key string, body int) *Entry {
+	e := &Entry{status: 200, body: make([]byte, body), stored: time.Now(), expires: farFuture, key: key, tenant: rc.tenant}
 	e.size = cap(e.body) + len(key) + cacheEntryOverhead
-	rc.put(e)
+	rc.Put(e)
 	return e
 }
 
-func (rc *responseCache) has(key string) bool {
-	e, _ := rc.get([]byte(key), len(key), time.Now(), nil, nil)
+func (rc *Cache) has(key string) bool {
+	e, _ := rc.Get([]byte(key), len(key), time.Now(), nil, nil)
 	return e != nil
 }
 
 // checkBooks checks, at rest, that every byte is counted once: the edge's total is the
 // sum of the tenants', each tenant's the sum of its listed entries, and those are the
 // entries the shards hold.
-func checkBooks(t *testing.T, b *cacheBudget, caches ...*responseCache) {
+func checkBooks(t *testing.T, b *Budget, caches ...*Cache) {
 	t.Helper()
 	var tenantsSum int64
-	listed := map[*cacheEntry]bool{}
+	listed := map[*Entry]bool{}
 	b.mu.Lock()
 	for id, tc := range b.tenants {
 		var sum int64
@@ -85,7 +85,7 @@ func checkBooks(t *testing.T, b *cacheBudget, caches ...*responseCache) {
 			s := &rc.shards[i]
 			bytes := 0
 			for k, ck := range s.m {
-				if len(ck.variants) == 0 || len(ck.variants) > cacheMaxVariants {
+				if len(ck.variants) == 0 || len(ck.variants) > MaxVariants {
 					t.Errorf("key %q holds %d answers", k, len(ck.variants))
 				}
 				for _, e := range ck.variants {
@@ -164,7 +164,7 @@ func TestCacheBudgetEvictsMostOverFairShare(t *testing.T) {
 		keep(rz, fmt.Sprint("/z/", i), 1000)
 	}
 	const entry = 1000 + 8 + cacheEntryOverhead // body size class 1024, key ≈ 7
-	for _, tc := range []*tenantCache{x, y, z} {
+	for _, tc := range []*Tenant{x, y, z} {
 		if u := tc.used.Load(); u < budget/3-2*entry || u > budget/3+2*entry {
 			t.Errorf("a tenant holds %d bytes, fair share %d", u, budget/3)
 		}
@@ -200,8 +200,8 @@ func TestCacheBudgetTenantLimit(t *testing.T) {
 	}
 	checkBooks(t, b, rs, r2)
 
-	rs.drop()
-	r2.drop()
+	rs.Drop()
+	r2.Drop()
 	if small.used.Load() != 0 || b.used.Load() != 0 {
 		t.Errorf("dropped routes still count %d / %d bytes", small.used.Load(), b.used.Load())
 	}
@@ -216,7 +216,7 @@ func TestCacheBudgetTenantLimit(t *testing.T) {
 func TestCacheBudgetConcurrent(t *testing.T) {
 	const budget = 512 << 10
 	b := testBudget(t, budget)
-	var caches []*responseCache
+	var caches []*Cache
 	for i := range 4 {
 		caches = append(caches, testRoute(testTenant(b, fmt.Sprint("t", i), 0)))
 	}
@@ -277,7 +277,7 @@ func BenchmarkCacheGet(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			if e, _ := rc.get(keys[i&63], len(keys[i&63]), now, nil, nil); e == nil {
+			if e, _ := rc.Get(keys[i&63], len(keys[i&63]), now, nil, nil); e == nil {
 				b.Fatal("miss")
 			}
 			i++
@@ -300,22 +300,22 @@ func BenchmarkCachePut(b *testing.B) {
 	for b.Loop() {
 		n++
 		k := string(strconv.AppendInt(key[:len("/c/items/")], int64(n), 10))
-		e := &cacheEntry{status: 200, body: body, stored: now, expires: now.Add(time.Hour), key: k, tenant: rc.tenant}
+		e := &Entry{status: 200, body: body, stored: now, expires: now.Add(time.Hour), key: k, tenant: rc.tenant}
 		e.size = 128 + len(k) + cacheEntryOverhead
-		rc.put(e)
+		rc.Put(e)
 	}
 }
 
 // keepVariant stores an answer of body bytes under key, varying on X-V with value v.
-func keepVariant(rc *responseCache, key, v string, body int) {
+func keepVariant(rc *Cache, key, v string, body int) {
 	names := [][]byte{[]byte("x-v")}
-	e := &cacheEntry{status: 200, body: make([]byte, body), stored: time.Now(), expires: farFuture, key: key, tenant: rc.tenant,
+	e := &Entry{status: 200, body: make([]byte, body), stored: time.Now(), expires: farFuture, key: key, tenant: rc.tenant,
 		varyNames: names, varyVals: appendVaryValues(nil, names, []byte("X-V: "+v+"\r\n"), nil)}
 	e.size = cap(e.body) + len(key) + len(e.varyVals) + cacheEntryOverhead
-	rc.put(e)
+	rc.Put(e)
 }
 
-// A Vary storm on one key keeps at most cacheMaxVariants answers, evicted by the
+// A Vary storm on one key keeps at most MaxVariants answers, evicted by the
 // budget like any other, and every byte stays counted once.
 func TestCacheVariantsBooks(t *testing.T) {
 	b := testBudget(t, 64<<10)
@@ -333,12 +333,12 @@ func TestCacheVariantsBooks(t *testing.T) {
 	s.mu.Lock()
 	n := len(s.m["/k"].variants)
 	s.mu.Unlock()
-	if n < 1 || n > cacheMaxVariants {
+	if n < 1 || n > MaxVariants {
 		t.Errorf("%d variants kept", n)
 	}
 	keep(rc, "/k", 10) // no Vary now: the variants go
 	checkBooks(t, b, rc)
-	rc.drop()
+	rc.Drop()
 	if b.used.Load() != 0 {
 		t.Errorf("%d bytes held after drop", b.used.Load())
 	}

@@ -1,6 +1,6 @@
 //go:build !race
 
-package edge
+package transform
 
 // raceBuild: this is not a race-detector build (transform_race_test.go).
 const raceBuild = false

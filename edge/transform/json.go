@@ -1,4 +1,4 @@
-package edge
+package transform
 
 import (
 	"bytes"
@@ -7,9 +7,9 @@ import (
 	"sync/atomic"
 )
 
-// The JSON rewrite in one pass. sjson, which jsonOps.apply falls back to, scans the body
+// The JSON rewrite in one pass. sjson, which JSONOps.apply falls back to, scans the body
 // and copies it whole for every remove, rename and set: S3's five edits of a 1 KB body
-// took five scans, five copies and 17 allocations. jsonEditor instead splits only the
+// took five scans, five copies and 17 allocations. Editor instead splits only the
 // objects the paths walk through into members (slices of the body), applies the edits
 // to that small tree in the order sjson would, and writes the result once into a pooled
 // buffer; values the edits do not reach are copied as they are.
@@ -90,20 +90,20 @@ func (jsonFallback) Error() string { return "json edit needs sjson" }
 
 var errJSONFallback error = jsonFallback{}
 
-// jsonEditor holds one rewrite's tree; pooled, so a rewrite allocates nothing once the
+// Editor holds one rewrite's tree; pooled, so a rewrite allocates nothing once the
 // pool is warm.
-type jsonEditor struct {
+type Editor struct {
 	nodes []jsonNode
 	out   []byte
 }
 
-var jsonEditorPool = sync.Pool{New: func() any { return new(jsonEditor) }}
+var editorPool = sync.Pool{New: func() any { return new(Editor) }}
 
 // maxPooledJSONOut keeps a rare huge body's buffer out of the pool.
 const maxPooledJSONOut = 256 << 10
 
 // release returns ed to the pool; a nil ed (sjson's rewrite) has nothing to return.
-func (ed *jsonEditor) release() {
+func (ed *Editor) Release() {
 	if ed == nil {
 		return
 	}
@@ -114,12 +114,12 @@ func (ed *jsonEditor) release() {
 		clear(ed.nodes[i].members[:cap(ed.nodes[i].members)])
 	}
 	ed.nodes = ed.nodes[:0]
-	jsonEditorPool.Put(ed)
+	editorPool.Put(ed)
 }
 
 // newNode returns the index of a fresh node holding the members of the object raw (nil:
 // an empty object).
-func (ed *jsonEditor) newNode(raw []byte) int {
+func (ed *Editor) newNode(raw []byte) int {
 	if len(ed.nodes) < cap(ed.nodes) {
 		ed.nodes = ed.nodes[:len(ed.nodes)+1]
 	} else {
@@ -156,7 +156,7 @@ func (ed *jsonEditor) newNode(raw []byte) int {
 }
 
 // find returns the index of key's member in node n, -1 when there is none.
-func (ed *jsonEditor) find(n int, key []byte) (int, error) {
+func (ed *Editor) find(n int, key []byte) (int, error) {
 	nd := &ed.nodes[n]
 	if nd.escaped {
 		return -1, errJSONFallback
@@ -175,7 +175,7 @@ func (ed *jsonEditor) find(n int, key []byte) (int, error) {
 
 // object returns the node of member m of node n, splitting its value when it is an
 // object; a value of any other kind cannot be walked through here.
-func (ed *jsonEditor) object(n, m int) (int, error) {
+func (ed *Editor) object(n, m int) (int, error) {
 	mem := &ed.nodes[n].members[m]
 	if mem.node >= 0 {
 		return mem.node, nil
@@ -190,7 +190,7 @@ func (ed *jsonEditor) object(n, m int) (int, error) {
 
 // parent walks to the object holding the last key of p; -1 when a key on the way is
 // missing (and create is false).
-func (ed *jsonEditor) parent(p [][]byte, create bool) (int, error) {
+func (ed *Editor) parent(p [][]byte, create bool) (int, error) {
 	n := 0
 	for _, k := range p[:len(p)-1] {
 		m, err := ed.find(n, k)
@@ -213,7 +213,7 @@ func (ed *jsonEditor) parent(p [][]byte, create bool) (int, error) {
 	return n, nil
 }
 
-func (ed *jsonEditor) remove(p [][]byte) error {
+func (ed *Editor) remove(p [][]byte) error {
 	n, err := ed.parent(p, false)
 	if err != nil || n < 0 {
 		return err
@@ -229,7 +229,7 @@ func (ed *jsonEditor) remove(p [][]byte) error {
 
 // set gives p the value v (raw JSON, or node >= 0), in place when p exists, else as a
 // new last member, creating the objects on the way.
-func (ed *jsonEditor) set(p [][]byte, raw []byte, node int) error {
+func (ed *Editor) set(p [][]byte, raw []byte, node int) error {
 	n, err := ed.parent(p, true)
 	if err != nil {
 		return err
@@ -249,7 +249,7 @@ func (ed *jsonEditor) set(p [][]byte, raw []byte, node int) error {
 }
 
 // get returns p's member as raw JSON or a node; ok is false when p is missing.
-func (ed *jsonEditor) get(p [][]byte) (raw []byte, node int, ok bool, err error) {
+func (ed *Editor) get(p [][]byte) (raw []byte, node int, ok bool, err error) {
 	n, err := ed.parent(p, false)
 	if err != nil || n < 0 {
 		return nil, -1, false, err
@@ -263,7 +263,7 @@ func (ed *jsonEditor) get(p [][]byte) (raw []byte, node int, ok bool, err error)
 }
 
 // run applies j's edits to body, a valid JSON object, and returns the result in ed.out.
-func (ed *jsonEditor) run(j *jsonOps, body []byte) ([]byte, error) {
+func (ed *Editor) run(j *JSONOps, body []byte) ([]byte, error) {
 	start, end := skipJSONSpace(body, 0), len(body)
 	for body[end-1] != '}' { // valid JSON: only spaces follow the root object
 		end--
@@ -300,7 +300,7 @@ func (ed *jsonEditor) run(j *jsonOps, body []byte) ([]byte, error) {
 	return ed.out, nil
 }
 
-func (ed *jsonEditor) write(out []byte, n int) []byte {
+func (ed *Editor) write(out []byte, n int) []byte {
 	out = append(out, '{')
 	for i, m := range ed.nodes[n].members {
 		if i > 0 {

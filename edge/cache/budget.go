@@ -1,4 +1,4 @@
-package edge
+package cache
 
 import (
 	"sync"
@@ -9,7 +9,7 @@ import (
 	"tollgate/tenants"
 )
 
-// cacheBudget is the edge's response-cache memory, shared by every tenant's cached
+// Budget is the edge's response-cache memory, shared by every tenant's cached
 // routes (Config.CacheBytes). Every kept answer counts its bytes against its tenant and
 // the edge; the total never passes the budget, and a tenant never passes its plan's
 // cache_bytes. When the budget is full, room is made by evicting the oldest answers of
@@ -19,32 +19,32 @@ import (
 //
 // Only storing an answer (a miss the upstream answered) and dropping one touch this: a
 // hit takes its shard's lock as before and nothing here.
-type cacheBudget struct {
+type Budget struct {
 	limit int64
 	used  atomic.Int64
 	// evictMu lets one store at a time make room in a full budget; the others wait and
 	// then find the room it made.
 	evictMu sync.Mutex
 	mu      sync.Mutex // guards tenants
-	tenants map[string]*tenantCache
+	tenants map[string]*Tenant
 
 	evictTenant prometheus.Counter // evicted for the tenant's own cache_bytes
 	evictBudget prometheus.Counter // evicted to make room in the edge's budget
 }
 
-// tenantCache is one tenant's share of the budget: its bytes and its answers, oldest
+// Tenant is one tenant's share of the budget: its bytes and its answers, oldest
 // first, across all its routes.
-type tenantCache struct {
-	budget *cacheBudget
+type Tenant struct {
+	budget *Budget
 	limit  atomic.Int64 // the plan's cache_bytes, at most the budget
 	used   atomic.Int64 // its answers' sizes, and stores reserved but not yet linked
 	mu     sync.Mutex   // guards the list
-	head   *cacheEntry
-	tail   *cacheEntry
+	head   *Entry
+	tail   *Entry
 }
 
-func newCacheBudget(limit int64, reg prometheus.Registerer) (*cacheBudget, error) {
-	b := &cacheBudget{limit: limit, tenants: map[string]*tenantCache{}}
+func NewBudget(limit int64, reg prometheus.Registerer) (*Budget, error) {
+	b := &Budget{limit: limit, tenants: map[string]*Tenant{}}
 	evictions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_edge_cache_evictions_total",
 		Help: "Answers the response cache evicted before they expired to make room: reason tenant_limit (the tenant's plan's cache_bytes) or budget (the edge's TOLLGATE_EDGE_CACHE_BYTES, taken from the tenant most over its fair share).",
@@ -74,13 +74,13 @@ func newCacheBudget(limit int64, reg prometheus.Registerer) (*cacheBudget, error
 	return b, nil
 }
 
-// tenant returns t's share, made on first use, with its limit set from t's platform plan
+// Tenant returns t's share, made on first use, with its limit set from t's platform plan
 // (the whole budget when the entry carries none); a lowered limit evicts at once.
-func (b *cacheBudget) tenant(t *tenants.Tenant) *tenantCache {
+func (b *Budget) Tenant(t *tenants.Tenant) *Tenant {
 	b.mu.Lock()
 	tc := b.tenants[t.ID]
 	if tc == nil {
-		tc = &tenantCache{budget: b}
+		tc = &Tenant{budget: b}
 		b.tenants[t.ID] = tc
 	}
 	b.mu.Unlock()
@@ -94,15 +94,15 @@ func (b *cacheBudget) tenant(t *tenants.Tenant) *tenantCache {
 	return tc
 }
 
-// forget drops a tenant's share once none of its routes caches any more (the caller has
+// Forget drops a tenant's share once none of its routes caches any more (the caller has
 // dropped them all).
-func (b *cacheBudget) forget(tenantID string) {
+func (b *Budget) Forget(tenantID string) {
 	b.mu.Lock()
 	delete(b.tenants, tenantID)
 	b.mu.Unlock()
 }
 
-func (b *cacheBudget) holders() int {
+func (b *Budget) holders() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := 0
@@ -114,7 +114,7 @@ func (b *cacheBudget) holders() int {
 	return n
 }
 
-func (t *tenantCache) limitNow() int { return int(t.limit.Load()) }
+func (t *Tenant) limitNow() int { return int(t.limit.Load()) }
 
 // addWithin adds n to a when the sum stays within max, atomically.
 func addWithin(a *atomic.Int64, n, max int64) bool {
@@ -133,7 +133,7 @@ func addWithin(a *atomic.Int64, n, max int64) bool {
 // past its limit and, past the budget, those of the tenant most over its fair share. It
 // reports whether the bytes are counted; the caller then links the entry, or gives them
 // back with unreserve.
-func (t *tenantCache) reserve(size int64) bool {
+func (t *Tenant) reserve(size int64) bool {
 	b := t.budget
 	if size > t.limit.Load() {
 		return false
@@ -150,7 +150,7 @@ func (t *tenantCache) reserve(size int64) bool {
 	return false
 }
 
-func (t *tenantCache) unreserve(size int64) {
+func (t *Tenant) unreserve(size int64) {
 	t.used.Add(-size)
 	t.budget.used.Add(-size)
 }
@@ -161,7 +161,7 @@ func (t *tenantCache) unreserve(size int64) {
 // evictions. The storing tenant has counted size already, so a tenant flooding the
 // cache is the most over and evicts its own answers; a tenant within its fair share is
 // never the most over while the budget is full.
-func (b *cacheBudget) makeRoom(size int64) bool {
+func (b *Budget) makeRoom(size int64) bool {
 	b.evictMu.Lock()
 	defer b.evictMu.Unlock()
 	for !addWithin(&b.used, size, b.limit) {
@@ -188,7 +188,7 @@ func (b *cacheBudget) makeRoom(size int64) bool {
 // mostOver returns the tenant holding the most bytes over its fair share, and the bytes
 // at which it would stop being the most over (the runner-up's usage, as fair shares are
 // equal), or nil when no tenant holds any.
-func (b *cacheBudget) mostOver() (victim *tenantCache, next int64) {
+func (b *Budget) mostOver() (victim *Tenant, next int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var top int64
@@ -205,7 +205,7 @@ func (b *cacheBudget) mostOver() (victim *tenantCache, next int64) {
 }
 
 // link appends a stored entry (counted by reserve) to t's list.
-func (t *tenantCache) link(e *cacheEntry) {
+func (t *Tenant) link(e *Entry) {
 	t.mu.Lock()
 	e.tprev = t.tail
 	if t.tail != nil {
@@ -219,7 +219,7 @@ func (t *tenantCache) link(e *cacheEntry) {
 
 // unlink takes a removed entry off t's list and gives its bytes back (the caller holds
 // the entry's shard lock and has taken it out of the shard's map).
-func (t *tenantCache) unlink(e *cacheEntry) {
+func (t *Tenant) unlink(e *Entry) {
 	t.mu.Lock()
 	if e.tprev != nil {
 		e.tprev.tnext = e.tnext
@@ -241,7 +241,7 @@ func (t *tenantCache) unlink(e *cacheEntry) {
 // The list is read under t's lock, the entry removed under its shard's (the lock order
 // everywhere is shard, then tenant): an entry removed meanwhile by someone else is
 // already off the list, and the next call sees the new oldest.
-func (t *tenantCache) evictOldest(c prometheus.Counter) bool {
+func (t *Tenant) evictOldest(c prometheus.Counter) bool {
 	t.mu.Lock()
 	e := t.head
 	t.mu.Unlock()
@@ -256,32 +256,4 @@ func (t *tenantCache) evictOldest(c prometheus.Counter) bool {
 	}
 	s.mu.Unlock()
 	return true
-}
-
-// initCache makes the edge's cache budget from Config.CacheBytes (none when negative:
-// routes then answer without caching).
-func (e *Edge) initCache() error {
-	if e.cfg.CacheBytes < 0 {
-		return nil
-	}
-	b, err := newCacheBudget(e.cfg.CacheBytes, e.cfg.Registry)
-	if err != nil {
-		return err
-	}
-	e.cache = b
-	return nil
-}
-
-// tenantCacheFor returns the cache share of v's tenant, its limit set from the tenant's
-// plan, when the edge caches and a route of the tenant has a cache; nil otherwise.
-func (e *Edge) tenantCacheFor(v *tenantView) *tenantCache {
-	if e.cache == nil {
-		return nil
-	}
-	for _, r := range v.routes {
-		if r.Cache != nil {
-			return e.cache.tenant(v.tenant)
-		}
-	}
-	return nil
 }

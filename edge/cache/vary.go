@@ -1,4 +1,4 @@
-package edge
+package cache
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 //
 // The upstream's Vary names request headers its answer was made from. A key (path,
 // query, the route's vary headers, the consumer) then holds one answer per combination
-// of those headers' values, up to cacheMaxVariants, and a request is given the answer
+// of those headers' values, up to MaxVariants, and a request is given the answer
 // whose values are its own. The values are read from the client's raw header block,
 // which no step of the chain changes, so the request that stored an answer and the one
 // that looks it up are compared on the same bytes whatever a transform does later. A
@@ -31,10 +31,10 @@ import (
 // any other through a Vary naming it (the route's or the upstream's) and an answer made
 // public; failing that, the answer is not kept.
 
-// cacheMaxVariants is the most answers one key holds: a Vary storm (a new value of a
+// MaxVariants is the most answers one key holds: a Vary storm (a new value of a
 // varied header with every request) replaces a key's oldest answers instead of filling
 // the route's and the tenant's share with one page.
-const cacheMaxVariants = 8
+const MaxVariants = 8
 
 // cacheMaxVaryNames is the most headers an upstream's Vary may name for the answer to
 // be kept.
@@ -42,18 +42,18 @@ const cacheMaxVaryNames = 16
 
 // Credentials a request may carry, as flags.
 const (
-	credAuthorization uint8 = 1 << iota
-	credCookie
-	credAPIKey
+	CredAuthorization uint8 = 1 << iota
+	CredCookie
+	CredAPIKey
 )
 
 var credNames = [...]struct {
 	flag uint8
 	name string
 }{
-	{credAuthorization, "authorization"},
-	{credCookie, "cookie"},
-	{credAPIKey, "x-api-key"},
+	{CredAuthorization, "authorization"},
+	{CredCookie, "cookie"},
+	{CredAPIKey, "x-api-key"},
 }
 
 // credentialOf is the flag of a credential header name (any case), or 0.
@@ -67,11 +67,11 @@ func credentialOf(name []byte) uint8 {
 }
 
 // credentials are the credentials a raw request header block carries (non-empty).
-func credentials(raw []byte) uint8 {
+func Credentials(raw []byte) uint8 {
 	var f uint8
 	for len(raw) > 0 {
 		var k, v []byte
-		k, v, raw = nextHeader(raw)
+		k, v, raw = routing.NextHeader(raw)
 		if k != nil && len(v) > 0 {
 			f |= credentialOf(k)
 		}
@@ -135,7 +135,7 @@ func parseVary(names [][]byte, v []byte) ([][]byte, bool) {
 				return nil, false
 			}
 		}
-		if bytes.HasPrefix(n, []byte(tollgatePrefix)) {
+		if bytes.HasPrefix(n, []byte(routing.EdgeHeaderPrefix)) {
 			return nil, false
 		}
 		names = append(names, n)
@@ -163,7 +163,7 @@ func appendVaryValues(dst []byte, names [][]byte, raw, consumer []byte) []byte {
 		} else {
 			for r := raw; len(r) > 0; {
 				var k, v []byte
-				k, v, r = nextHeader(r)
+				k, v, r = routing.NextHeader(r)
 				if k != nil && bytes.EqualFold(k, name) {
 					dst = appendVaryValue(dst, v)
 				}
@@ -191,25 +191,25 @@ func sameNames(a, b [][]byte) bool {
 	return true
 }
 
-// cacheCaller is what the cache needs of a request to decide whom its answer may go to.
-type cacheCaller struct {
-	raw      []byte // the client's raw header block
-	consumer []byte // the authenticated consumer's id, nil when none
-	creds    uint8  // credentials carried
-	consumed uint8  // credentials the edge authenticated the caller with
+// Caller is what the cache needs of a request to decide whom its answer may go to.
+type Caller struct {
+	Raw      []byte // the client's raw header block
+	Consumer []byte // the authenticated consumer's id, nil when none
+	Creds    uint8  // credentials carried
+	Consumed uint8  // credentials the edge authenticated the caller with
 }
 
 // mayKeep reports whether an answer to c, whose Vary names names and which is public
 // (or s-maxage) or not, may be kept (see the top of this file).
-func (rc *responseCache) mayKeep(c *cacheCaller, names [][]byte, public bool) bool {
-	if c.creds == 0 || rc.shared && public {
+func (rc *Cache) mayKeep(c *Caller, names [][]byte, public bool) bool {
+	if c.Creds == 0 || rc.shared && public {
 		return true
 	}
 	for _, cn := range credNames {
 		f := cn.flag
 		switch {
-		case c.creds&f == 0:
-		case c.consumed&f != 0 && rc.perUser:
+		case c.Creds&f == 0:
+		case c.Consumed&f != 0 && rc.perUser:
 		case public && (rc.varyCreds&f != 0 || varyNames(names, cn.name)):
 		default:
 			return false

@@ -1,4 +1,4 @@
-package edge
+package transform
 
 import (
 	"bytes"
@@ -28,9 +28,9 @@ func FuzzJSONTransform(f *testing.F) {
 		Remove: []string{"password"},
 		Rename: map[string]string{"user": "login"},
 	}}
-	var trs []*transform
+	var trs []*Transform
 	for _, j := range rewrites {
-		trs = append(trs, compileTransform(&tenants.Transform{Request: &tenants.RequestTransform{JSON: j}}))
+		trs = append(trs, Compile(&tenants.Transform{Request: &tenants.RequestTransform{JSON: j}}))
 	}
 	for _, s := range []string{`{}`, `{"a":1}`, `{"a":{"b":2},"secret":"s","old":[1,2]}`, `{"list":[9,8]}`, `[1]`, `{"a":`, `"x"`, `{"a":"\u00e9"}`,
 		` { "a" : { "q" : 1 , "r" : [ ] } , "t" : { "u" : "v" } } `, `{"a":{"b":1,"b":2}}`, `{"a\u0062":1,"old":2}`, `{"user":"ann","password":"p","meta":{}}`,
@@ -40,26 +40,26 @@ func FuzzJSONTransform(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		in := append([]byte(nil), body...)
 		for _, tr := range trs {
-			out, ed, r := tr.json.apply(body)
+			out, ed, r := tr.JSON.Apply(body)
 			if string(in) != string(body) {
 				t.Fatalf("the input was modified")
 			}
-			if r != nil {
-				ed.release()
+			if r != OK {
+				ed.Release()
 				continue
 			}
 			if !gjson.ValidBytes(out) {
 				t.Fatalf("invalid output %q from %q", out, body)
 			}
-			want, wr := tr.json.applySJSON(body)
-			if wr != nil {
+			want, wr := tr.JSON.applySJSON(body)
+			if wr != OK {
 				t.Fatalf("one pass took %q, sjson refused it: %v", body, wr)
 			}
 			var a, b bytes.Buffer
 			if json.Compact(&a, out) != nil || json.Compact(&b, want) != nil || a.String() != b.String() {
 				t.Fatalf("from %q: one pass %q, sjson %q", body, out, want)
 			}
-			ed.release()
+			ed.Release()
 		}
 	})
 }
@@ -74,10 +74,10 @@ func TestRewritePath(t *testing.T) {
 		{"/", "/api", "/a/b", "/api/a/b"},
 		{"/v1/", "/v2/", "/v1/a", "/v2/a"},
 	} {
-		tr := compileTransform(&tenants.Transform{Request: &tenants.RequestTransform{Path: &tenants.PathTransform{
+		tr := Compile(&tenants.Transform{Request: &tenants.RequestTransform{Path: &tenants.PathTransform{
 			Prefix: &tenants.PrefixRewrite{From: c.from, To: c.to}}}})
 		var buf []byte
-		if got := string(tr.rewritePath([]byte(c.in), &buf)); got != c.want {
+		if got := string(tr.RewritePath([]byte(c.in), &buf)); got != c.want {
 			t.Errorf("%s→%s on %s: %s, want %s", c.from, c.to, c.in, got, c.want)
 		}
 	}
@@ -85,7 +85,7 @@ func TestRewritePath(t *testing.T) {
 
 // BenchmarkJSONTransform is S3's rewrite (e2e/bench) on a body of about 1 KB.
 func BenchmarkJSONTransform(b *testing.B) {
-	tr := compileTransform(&tenants.Transform{Request: &tenants.RequestTransform{JSON: &tenants.JSONTransform{
+	tr := Compile(&tenants.Transform{Request: &tenants.RequestTransform{JSON: &tenants.JSONTransform{
 		Set:    map[string]json.RawMessage{"meta.via": json.RawMessage(`"tollgate"`), "meta.version": json.RawMessage(`2`)},
 		Remove: []string{"password"},
 		Rename: map[string]string{"user": "login"},
@@ -101,11 +101,11 @@ func BenchmarkJSONTransform(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				_, ed, r := tr.json.apply(body)
-				if r != nil {
+				_, ed, r := tr.JSON.Apply(body)
+				if r != OK {
 					b.Fatal(r)
 				}
-				ed.release()
+				ed.Release()
 			}
 		})
 	}
@@ -114,7 +114,7 @@ func BenchmarkJSONTransform(b *testing.B) {
 // TestJSONOnePassAllocs: once its pool is warm, the one-pass rewrite allocates nothing,
 // and sjson's fallback still serves what the editor leaves to it.
 func TestJSONOnePassAllocs(t *testing.T) {
-	tr := compileTransform(&tenants.Transform{Request: &tenants.RequestTransform{JSON: &tenants.JSONTransform{
+	tr := Compile(&tenants.Transform{Request: &tenants.RequestTransform{JSON: &tenants.JSONTransform{
 		Set:    map[string]json.RawMessage{"meta.via": json.RawMessage(`"tollgate"`), "meta.version": json.RawMessage(`2`)},
 		Remove: []string{"password"},
 		Rename: map[string]string{"user": "login"},
@@ -122,29 +122,29 @@ func TestJSONOnePassAllocs(t *testing.T) {
 	body := []byte(`{"user":"ann","password":"p","items":[{"sku":"A","qty":1}],"shipping":{"city":"Utrecht"}}`)
 	const want = `{"items":[{"sku":"A","qty":1}],"shipping":{"city":"Utrecht"},"login":"ann","meta":{"version":2,"via":"tollgate"}}`
 	rewrite := func() string {
-		out, ed, r := tr.json.apply(body)
-		if r != nil {
+		out, ed, r := tr.JSON.Apply(body)
+		if r != OK {
 			t.Fatal(r)
 		}
 		s := string(out)
-		ed.release()
+		ed.Release()
 		return s
 	}
 	if got := rewrite(); got != want {
 		t.Fatalf("got %s, want %s", got, want)
 	}
 	if n := testing.AllocsPerRun(100, func() {
-		_, ed, _ := tr.json.apply(body)
-		ed.release()
+		_, ed, _ := tr.JSON.Apply(body)
+		ed.Release()
 	}); n != 0 && !raceBuild {
 		t.Errorf("%.1f allocations per rewrite, want 0", n)
 	}
 	// A key present twice where a path walks: sjson's answer, through the fallback.
 	dup := []byte(`{"user":"a","user":"b"}`)
-	out, ed, r := tr.json.apply(dup)
-	want2, _ := tr.json.applySJSON(dup)
-	if r != nil || string(out) != string(want2) {
+	out, ed, r := tr.JSON.Apply(dup)
+	want2, _ := tr.JSON.applySJSON(dup)
+	if r != OK || string(out) != string(want2) {
 		t.Errorf("duplicate keys: %s %v, sjson %s", out, r, want2)
 	}
-	ed.release()
+	ed.Release()
 }
