@@ -500,7 +500,7 @@ func TestImage(t *testing.T) {
 	}
 	tollgate := bins[entrypoint[0]]
 	usage, code := run(tollgate, []string{})
-	if code != 2 || !strings.Contains(usage, "usage: tollgate") {
+	if code != 2 || !strings.Contains(usage, "Usage:") || !strings.Contains(usage, "tollgate [command]") {
 		t.Errorf("tollgate without a command: exit %d, want 2 and the usage:\n%s", code, usage)
 	}
 	for _, p := range procs {
