@@ -1,13 +1,9 @@
 package tenants_test
 
 import (
-	"os"
-	"path/filepath"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+	"tollgate/infra/testenv"
 
 	"tollgate/tenants"
 )
@@ -17,17 +13,9 @@ import (
 // and all of them state the same number.
 func readmeNumber(t *testing.T, patterns ...string) int {
 	t.Helper()
-	text := strings.Join(strings.Fields(docsText(t, "..")), " ")
 	n := -1
 	for _, p := range patterns {
-		m := regexp.MustCompile(p).FindAllStringSubmatch(text, -1)
-		if len(m) != 1 {
-			t.Fatalf("the README states %q %d times, want once", p, len(m))
-		}
-		v, err := strconv.Atoi(m[0][1])
-		if err != nil {
-			t.Fatalf("%q: %v", p, err)
-		}
+		v := testenv.DocNumbers(t, p)[0]
 		if n >= 0 && v != n {
 			t.Fatalf("the README disagrees with itself: %q says %d, another statement %d", p, v, n)
 		}
@@ -58,24 +46,4 @@ func TestREADMEInvitationLinkLifetime(t *testing.T) {
 	if want := time.Duration(d) * 24 * time.Hour; tenants.InviteTTL != want {
 		t.Errorf("an invitation link lives %s; the README states %s", tenants.InviteTTL, want)
 	}
-}
-
-// docsText is the README and every page of docs/ under root, joined: the documentation
-// a pinned statement may live in.
-func docsText(t *testing.T, root string) string {
-	t.Helper()
-	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, p := range append([]string{filepath.Join(root, "README.md")}, pages...) {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(data)
-		b.WriteString("\n")
-	}
-	return b.String()
 }

@@ -1,13 +1,9 @@
 package web
 
 import (
-	"os"
-	"path/filepath"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+	"tollgate/infra/testenv"
 
 	"tollgate/tenants"
 )
@@ -15,26 +11,13 @@ import (
 // The README's trust model states the console's numbers; these tests hold the defaults
 // to them, so neither changes without the other.
 
-// readmeNumbers returns the numbers each pattern captures in the README and docs/ (whitespace
-// collapsed, so a statement may wrap), failing unless every pattern matches once.
+// readmeNumbers returns the numbers each pattern captures in the README and docs/, failing
+// unless every pattern matches once.
 func readmeNumbers(t *testing.T, patterns ...string) [][]int {
 	t.Helper()
-	text := strings.Join(strings.Fields(docsText(t, "..")), " ")
 	var out [][]int
 	for _, p := range patterns {
-		m := regexp.MustCompile(p).FindAllStringSubmatch(text, -1)
-		if len(m) != 1 {
-			t.Fatalf("the README states %q %d times, want once", p, len(m))
-		}
-		var nums []int
-		for _, s := range m[0][1:] {
-			n, err := strconv.Atoi(strings.ReplaceAll(s, ",", ""))
-			if err != nil {
-				t.Fatalf("%q: %v", p, err)
-			}
-			nums = append(nums, n)
-		}
-		out = append(out, nums)
+		out = append(out, testenv.DocNumbers(t, p))
 	}
 	return out
 }
@@ -107,23 +90,3 @@ func TestREADMEMailThrottle(t *testing.T) {
 
 // ReadmeNumbers is readmeNumbers for the behavioural tests of package web_test.
 var ReadmeNumbers = readmeNumbers
-
-// docsText is the README and every page of docs/ under root, joined: the documentation
-// a pinned statement may live in.
-func docsText(t *testing.T, root string) string {
-	t.Helper()
-	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, p := range append([]string{filepath.Join(root, "README.md")}, pages...) {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(data)
-		b.WriteString("\n")
-	}
-	return b.String()
-}

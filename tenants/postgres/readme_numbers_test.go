@@ -2,36 +2,18 @@ package postgres_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+	"tollgate/infra/testenv"
 
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
 )
 
-// readmeNumbers returns what pattern captures in the README and docs/ (whitespace collapsed, so a
-// statement may wrap), failing unless it matches exactly once.
+// readmeNumbers is what pattern captures in the README and docs/, stated once.
 func readmeNumbers(t *testing.T, pattern string) []int {
 	t.Helper()
-	text := strings.Join(strings.Fields(docsText(t, "../..")), " ")
-	m := regexp.MustCompile(pattern).FindAllStringSubmatch(text, -1)
-	if len(m) != 1 {
-		t.Fatalf("the README states %q %d times, want once", pattern, len(m))
-	}
-	var out []int
-	for _, s := range m[0][1:] {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("%q: %v", pattern, err)
-		}
-		out = append(out, n)
-	}
-	return out
+	return testenv.DocNumbers(t, pattern)
 }
 
 // The invitation caps, stated twice in the README (the trust model, then the console):
@@ -81,24 +63,4 @@ func TestREADMEInvitationExpiry(t *testing.T) {
 	if got, want := inv.ExpiresAt.Sub(inv.CreatedAt), time.Duration(days)*24*time.Hour; got != want {
 		t.Errorf("an invitation expires %s after it was made; the README states %s", got, want)
 	}
-}
-
-// docsText is the README and every page of docs/ under root, joined: the documentation
-// a pinned statement may live in.
-func docsText(t *testing.T, root string) string {
-	t.Helper()
-	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, p := range append([]string{filepath.Join(root, "README.md")}, pages...) {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(data)
-		b.WriteString("\n")
-	}
-	return b.String()
 }

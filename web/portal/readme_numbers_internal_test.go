@@ -1,13 +1,9 @@
 package portal
 
 import (
-	"os"
-	"path/filepath"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+	"tollgate/infra/testenv"
 
 	"tollgate/tenants"
 )
@@ -15,22 +11,10 @@ import (
 // The README says the portal throttles like the console; its rules are held to the
 // numbers the README's console section states, so neither changes without the other.
 
+// readmeNumbers is what pattern captures in the README and docs/, stated once.
 func readmeNumbers(t *testing.T, pattern string) []int {
 	t.Helper()
-	text := strings.Join(strings.Fields(docsText(t, "../..")), " ")
-	m := regexp.MustCompile(pattern).FindAllStringSubmatch(text, -1)
-	if len(m) != 1 {
-		t.Fatalf("the README states %q %d times, want once", pattern, len(m))
-	}
-	var out []int
-	for _, s := range m[0][1:] {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			t.Fatalf("%q: %v", pattern, err)
-		}
-		out = append(out, n)
-	}
-	return out
+	return testenv.DocNumbers(t, pattern)
 }
 
 func TestREADMEPortalThrottles(t *testing.T) {
@@ -53,24 +37,4 @@ func TestREADMEPortalThrottles(t *testing.T) {
 			t.Errorf("the portal's %s throttle is %+v; the README states %+v", c.name, c.got, c.want)
 		}
 	}
-}
-
-// docsText is the README and every page of docs/ under root, joined: the documentation
-// a pinned statement may live in.
-func docsText(t *testing.T, root string) string {
-	t.Helper()
-	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, p := range append([]string{filepath.Join(root, "README.md")}, pages...) {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(data)
-		b.WriteString("\n")
-	}
-	return b.String()
 }
