@@ -162,9 +162,6 @@ func TestSpoolReservedAheadKeepsUsageOnAFullDisk(t *testing.T) {
 // state file's counts are spooled by the next run into the same space, and everything is
 // published once the sink takes it.
 func TestCrashOnFullDiskLosesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("re-executes the test binary")
-	}
 	disk := mountDisk(t, "4m")
 	dir := t.TempDir()
 	spool, logPath, started := filepath.Join(disk, "spool"), filepath.Join(dir, "published.log"), filepath.Join(dir, "started")
