@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,29 +14,10 @@ import (
 	"tollgate/tenants"
 )
 
-// applied records what a configfile.File passes on, and passes it to next if set.
-type applied struct {
-	mu   sync.Mutex
-	log  []string // "put key rev" or "del key"
-	next func(string, []byte, uint64)
-}
-
-func (a *applied) apply(key string, value []byte, rev uint64) {
-	a.mu.Lock()
-	if value == nil {
-		a.log = append(a.log, "del "+key)
-	} else {
-		a.log = append(a.log, "put "+key+" "+string(value))
-	}
-	a.mu.Unlock()
-	if a.next != nil {
-		a.next(key, value, rev)
-	}
-}
-
-func openConfigFile(t *testing.T, dir string, a *applied, opts ...func(*configfile.Config)) *configfile.File {
+// openConfigFile opens the config file in dir, passing what it loads to apply.
+func openConfigFile(t *testing.T, dir string, apply func(string, []byte, uint64), opts ...func(*configfile.Config)) *configfile.File {
 	t.Helper()
-	cfg := configfile.Config{Dir: dir, Bucket: "tollgate_config", Apply: a.apply, Debounce: time.Millisecond}
+	cfg := configfile.Config{Dir: dir, Bucket: "tollgate_config", Apply: apply, Debounce: time.Millisecond}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -67,7 +47,7 @@ func TestReadyzSaysConfigFromSnapshot(t *testing.T) {
 	}
 
 	h := newHarness(t)
-	f := openConfigFile(t, dir, &applied{next: h.e.Apply}, func(c *configfile.Config) { c.Registry = h.reg })
+	f := openConfigFile(t, dir, h.e.Apply, func(c *configfile.Config) { c.Registry = h.reg })
 	h.e.UseConfigFile(f)
 	if ok, err := f.Restore(time.Hour); !ok {
 		t.Fatal(err)

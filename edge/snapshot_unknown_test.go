@@ -32,7 +32,7 @@ func TestStaleSnapshotUnknownTenantNotReady(t *testing.T) {
 	}
 
 	h := newHarness(t)
-	f := openConfigFile(t, dir, &applied{next: h.e.Apply}, func(c *configfile.Config) { c.Registry = h.reg; c.Refresh = 5 * time.Minute })
+	f := openConfigFile(t, dir, h.e.Apply, func(c *configfile.Config) { c.Registry = h.reg; c.Refresh = 5 * time.Minute })
 	h.e.UseConfigFile(f)
 	if ok, err := f.Restore(time.Hour); !ok {
 		t.Fatal(err)

@@ -976,22 +976,19 @@ func (m *Meter) saveTotals() error {
 // reserve (borrow, when not nil) and tries once more: totals lost make reconciliation
 // report a run as unaccounted for.
 func writeTotals(path string, totals []usage.EdgeTotal, borrow func(int64) bool) error {
-	err := writeTotalsOnce(path, totals)
-	if errors.Is(err, syscall.ENOSPC) && borrow != nil {
-		data, _ := json.Marshal(totals)
-		// Whole pages: the file's data, and a page for the directory entry.
-		if borrow(int64(len(data))/4096*4096 + 2*4096) {
-			err = writeTotalsOnce(path, totals)
-		}
-	}
-	return err
-}
-
-func writeTotalsOnce(path string, totals []usage.EdgeTotal) error {
 	data, err := json.Marshal(totals)
 	if err != nil {
 		return err
 	}
+	err = writeTotalsOnce(path, data)
+	// Whole pages: the file's data, and a page for the directory entry.
+	if errors.Is(err, syscall.ENOSPC) && borrow != nil && borrow(int64(len(data))/4096*4096+2*4096) {
+		err = writeTotalsOnce(path, data)
+	}
+	return err
+}
+
+func writeTotalsOnce(path string, data []byte) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
 	if err != nil {
