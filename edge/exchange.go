@@ -49,6 +49,9 @@ type exchange struct {
 	in countingReader // the request body bytes read, when metered (meter.go)
 
 	upstream time.Duration // spent in upstream exchanges, for the latency split (metrics.go)
+	// functionTime is the guest run time of the route's functions for this request (the
+	// wall time of their callbacks, the host's waits excluded): metered as function_us.
+	functionTime time.Duration
 
 	trailers trailerStrip // a chunked request body, read without its trailer (headers.go)
 
@@ -69,7 +72,7 @@ func (x *exchange) reset() {
 	}
 	x.stripLen = 0
 	x.in = countingReader{}
-	x.upstream = 0
+	x.upstream, x.functionTime = 0, 0
 	x.trailers = trailerStrip{}
 	x.hs = headerScan{}
 	clear(x.checks[:x.nchecks]) // do not keep old snapshots' policies alive in the pool

@@ -57,6 +57,14 @@ import (
 // buffers counted (and, for a streamed body, at most one copy buffer more: see
 // upstreamclient's body).
 //
+// # Function time
+//
+// The guest run time of a route's functions (x.functionTime, set by the function step)
+// goes into the same record as the request, in whole microseconds rounded up
+// (meter.FunctionUS): usage's function_us, priced as its own unit. It is counted
+// whatever the status and whoever answered, since the tenant's code ran either way;
+// a request that ran no function adds 0.
+//
 // A record made after the handler returned (a streamed body, a tunnel) never touches
 // the RequestCtx, which fasthttp recycles: everything it needs is copied into a usage
 // when the handler returns.
@@ -148,7 +156,7 @@ func (e *Edge) meterRecord(x *exchange, status int) {
 	case resp.IsBodyStream():
 		if mb, ok := resp.BodyStream().(meteredBody); ok {
 			mb.RecordAtClose(meter.Usage{Route: mr, Consumer: e.meterHandleFor(s, x.consumer), Status: status,
-				Upstream: x.reply == nil, At: x.ctx.Time(), In: x.in.n})
+				Upstream: x.reply == nil, At: x.ctx.Time(), In: x.in.n, Function: x.functionTime})
 			return
 		}
 		// Every stream the edge sets is a meteredBody; a new kind that is not would be
@@ -157,5 +165,5 @@ func (e *Edge) meterRecord(x *exchange, status int) {
 	default:
 		out = len(resp.Body())
 	}
-	mr.Record(e.meterHandleFor(s, x.consumer), status, x.reply == nil, x.in.n, int64(out), x.ctx.Time())
+	mr.RecordFunction(e.meterHandleFor(s, x.consumer), status, x.reply == nil, x.in.n, int64(out), x.functionTime, x.ctx.Time())
 }

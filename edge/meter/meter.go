@@ -387,7 +387,23 @@ func (m *Meter) Record(tenantID, routeID, consumerID string, status int, upstrea
 // see usage.Billable), bytesIn and bytesOut the request and response body bytes that
 // went through, at the time the request arrived (it decides the hour; zero means now).
 func (r *Route) Record(consumer *Consumer, status int, upstream bool, bytesIn, bytesOut int64, at time.Time) {
-	r.add(consumer, status, upstream, 1, bytesIn, bytesOut, at)
+	r.add(consumer, status, upstream, 1, bytesIn, bytesOut, 0, at)
+}
+
+// RecordFunction is Record for a request that ran the tenant's functions for fn (the
+// guest's run time): it is counted in whole microseconds, rounded up, so a request whose
+// functions ran at all counts at least 1 µs.
+func (r *Route) RecordFunction(consumer *Consumer, status int, upstream bool, bytesIn, bytesOut int64, fn time.Duration, at time.Time) {
+	r.add(consumer, status, upstream, 1, bytesIn, bytesOut, FunctionUS(fn), at)
+}
+
+// FunctionUS is fn in the unit it is metered in: whole microseconds, rounded up; 0 for
+// none.
+func FunctionUS(fn time.Duration) int64 {
+	if fn <= 0 {
+		return 0
+	}
+	return int64((fn + time.Microsecond - 1) / time.Microsecond)
 }
 
 // RecordBytes adds bytes to the route's counts without counting a request: the bytes a
@@ -398,10 +414,10 @@ func (r *Route) RecordBytes(consumer *Consumer, status int, upstream bool, bytes
 	if bytesIn == 0 && bytesOut == 0 {
 		return
 	}
-	r.add(consumer, status, upstream, 0, bytesIn, bytesOut, at)
+	r.add(consumer, status, upstream, 0, bytesIn, bytesOut, 0, at)
 }
 
-func (r *Route) add(consumer *Consumer, status int, upstream bool, requests, bytesIn, bytesOut int64, at time.Time) {
+func (r *Route) add(consumer *Consumer, status int, upstream bool, requests, bytesIn, bytesOut, fnUS int64, at time.Time) {
 	if at.IsZero() {
 		at = time.Now()
 	}
@@ -436,6 +452,7 @@ func (r *Route) add(consumer *Consumer, status int, upstream bool, requests, byt
 	c.req += requests
 	c.in += bytesIn
 	c.out += bytesOut
+	c.fn += fnUS
 	s.mu.Unlock()
 }
 
@@ -614,16 +631,16 @@ func (m *Meter) commit(first uint64, acc aggregate, now time.Time) {
 	m.totalsMu.Lock()
 	for k, c := range acc.byTenantHour() {
 		t := m.totalAt(k)
-		t.pendReq, t.pendBill = t.requests+c.Requests, t.billable+c.Billable
+		t.pendReq, t.pendBill, t.pendFn = t.requests+c.Requests, t.billable+c.Billable, t.function+c.FunctionUS
 		t.pendSeq = first
-		t.requests, t.billable = t.pendReq, t.pendBill
+		t.requests, t.billable, t.function = t.pendReq, t.pendBill, t.pendFn
 		t.seq = first
 		t.dirty = 1
 		n += c.Requests
 	}
 	m.totalsMu.Unlock()
 	for _, c := range m.marked {
-		c.hReq, c.hIn, c.hOut = c.mReq, c.mIn, c.mOut
+		c.hReq, c.hIn, c.hOut, c.hFn = c.mReq, c.mIn, c.mOut, c.mFn
 	}
 	clear(m.marked)
 	m.marked = m.marked[:0]
@@ -766,6 +783,7 @@ func (m *Meter) dropBatch(b *usage.Batch, reason string) {
 		t := m.totalAt(totalKey{r.TenantID, r.Hour.Unix() / 3600})
 		t.dropped += r.Requests
 		t.droppedBillable += r.Billable
+		t.droppedFunction += r.FunctionUS
 		t.dirty = 1
 	}
 	m.totalsMu.Unlock()
@@ -799,8 +817,8 @@ func (m *Meter) collect(now time.Time, first uint64) aggregate {
 		s.mu.Lock()
 		for k, c := range s.cells {
 			hour, class, upstream := k.meta>>8, uint8(k.meta>>1&0x7f), k.meta&1 == 1
-			d := [3]int64{c.req - c.hReq, c.in - c.hIn, c.out - c.hOut}
-			if d == [3]int64{} {
+			d := counts{c.req - c.hReq, c.in - c.hIn, c.out - c.hOut, c.fn - c.hFn}
+			if d == (counts{}) {
 				c.idle++
 				if c.idle > 3 || hour < cur {
 					delete(s.cells, k)
@@ -811,8 +829,8 @@ func (m *Meter) collect(now time.Time, first uint64) aggregate {
 			c.idle = 0
 			// The tag first: a cell caught half-way carries a tag no header names yet.
 			c.tag = first
-			c.iReq, c.iIn, c.iOut = d[0], d[1], d[2]
-			c.mReq, c.mIn, c.mOut = c.req, c.in, c.out
+			c.iReq, c.iIn, c.iOut, c.iFn = d[0], d[1], d[2], d[3]
+			c.mReq, c.mIn, c.mOut, c.mFn = c.req, c.in, c.out, c.fn
 			m.marked = append(m.marked, c)
 			cid := ""
 			if k.consumer != nil {
@@ -828,7 +846,7 @@ func (m *Meter) collect(now time.Time, first uint64) aggregate {
 // aggregate adds cells up by the dimensions of a usage record.
 type aggregate map[aggKey]*usage.Counts
 
-func (a aggregate) add(tenant, route, consumer string, hour int64, class uint8, upstream bool, d [3]int64) {
+func (a aggregate) add(tenant, route, consumer string, hour int64, class uint8, upstream bool, d counts) {
 	k := aggKey{tenant: tenant, route: route, consumer: consumer, hour: hour, class: class}
 	c := a[k]
 	if c == nil {
@@ -845,6 +863,7 @@ func (a aggregate) add(tenant, route, consumer string, hour int64, class uint8, 
 	}
 	c.BytesIn += d[1]
 	c.BytesOut += d[2]
+	c.FunctionUS += d[3]
 }
 
 // records are the usage records, in the one order batches are cut in.
@@ -1097,6 +1116,7 @@ func (m *Meter) edgeTotal(k totalKey, t *totalRec) usage.EdgeTotal {
 		EdgeID: m.cfg.EdgeID, BootID: m.cfg.BootID, TenantID: k.tenant,
 		Hour:     time.Unix(k.hour*3600, 0).UTC(),
 		Requests: t.requests, Billable: t.billable, Dropped: t.dropped, DroppedBillable: t.droppedBillable,
+		FunctionUS: t.function, DroppedFunctionUS: t.droppedFunction,
 	}
 }
 
@@ -1224,9 +1244,10 @@ type Usage struct {
 	Upstream bool
 	At       time.Time // the request's arrival: it decides the hour
 	In, Out  int64
+	Function time.Duration // the guest run time of the request's functions
 }
 
 // Record records u on its route.
 func (u *Usage) Record() {
-	u.Route.Record(u.Consumer, u.Status, u.Upstream, u.In, u.Out, u.At)
+	u.Route.add(u.Consumer, u.Status, u.Upstream, 1, u.In, u.Out, FunctionUS(u.Function), u.At)
 }

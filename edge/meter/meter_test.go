@@ -480,6 +480,9 @@ func TestRecordAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { m.Record(tenantA, "r1", "consumer", 200, true, 1, 2, at) }); n != 0 {
 		t.Fatalf("Meter.Record allocates %v times per call", n)
 	}
+	if n := testing.AllocsPerRun(1000, func() { r.RecordFunction(c, 200, true, 1, 2, 3*time.Microsecond, at) }); n != 0 {
+		t.Fatalf("Route.RecordFunction allocates %v times per call", n)
+	}
 }
 
 func BenchmarkRouteRecord(b *testing.B) {
@@ -565,5 +568,66 @@ func TestRecordBytesCountsNoRequest(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(1000, func() { r.RecordBytes(c, 101, true, 1, 1, h1) }); n != 0 {
 		t.Fatalf("RecordBytes allocates %v times per call", n)
+	}
+}
+
+// Function time goes into the request's own cell, in whole microseconds rounded up, and
+// reaches the batches and the edge's totals as function_us, through the spool as through
+// a direct publish, each microsecond once.
+func TestFunctionTimeIsMetered(t *testing.T) {
+	for _, c := range []struct {
+		in   time.Duration
+		want int64
+	}{{0, 0}, {-time.Second, 0}, {time.Nanosecond, 1}, {999 * time.Nanosecond, 1}, {time.Microsecond, 1}, {1001 * time.Nanosecond, 2}, {1500 * time.Microsecond, 1500}} {
+		if got := meter.FunctionUS(c.in); got != c.want {
+			t.Errorf("FunctionUS(%v) = %d, want %d", c.in, got, c.want)
+		}
+	}
+	sink := &memSink{}
+	m := newMeter(t, meter.Config{Sink: sink})
+	hour := time.Now().UTC().Truncate(time.Hour)
+	r := m.Route(tenantA, "r1")
+	c := meter.NewConsumer(tenantA, "consumer-1")
+	r.RecordFunction(c, 200, true, 1, 2, 1500*time.Nanosecond, hour) // 2 µs
+	r.RecordFunction(c, 200, true, 0, 0, time.Millisecond, hour)     // 1000 µs
+	r.RecordFunction(c, 500, false, 0, 0, 10*time.Microsecond, hour) // a function that failed still ran
+	r.Record(c, 200, true, 0, 0, hour)
+	if err := m.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sink.setDown(true)
+	u := meter.Usage{Route: r, Consumer: c, Status: 200, Upstream: true, At: hour, Function: 4 * time.Microsecond}
+	u.Record() // a streamed body's record at close
+	if err := m.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if m.Spooled() != 1 {
+		t.Fatalf("%d batches spooled", m.Spooled())
+	}
+	sink.setDown(false)
+	if err := m.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	byClass := map[int]usage.Counts{}
+	for _, b := range sink.batches {
+		for _, rec := range b.Records {
+			x := byClass[rec.Class]
+			x.Add(rec.Counts)
+			byClass[rec.Class] = x
+		}
+	}
+	if got := byClass[2]; got.Requests != 4 || got.FunctionUS != 1006 {
+		t.Errorf("2xx: %+v, want 4 requests and 1006 µs", got)
+	}
+	if got := byClass[5]; got.Requests != 1 || got.Billable != 0 || got.FunctionUS != 10 {
+		t.Errorf("5xx of the edge: %+v, want 1 request, not billable, 10 µs", got)
+	}
+	var total usage.EdgeTotal
+	for _, et := range m.Totals() {
+		total.Requests += et.Requests
+		total.FunctionUS += et.FunctionUS
+	}
+	if total.Requests != 5 || total.FunctionUS != 1016 {
+		t.Errorf("totals: %d requests, %d µs; want 5 and 1016", total.Requests, total.FunctionUS)
 	}
 }

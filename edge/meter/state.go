@@ -75,7 +75,7 @@ import (
 const (
 	stateFileName = "meter.state"
 	stateMagic    = "TGMETER\x01"
-	stateVersion  = 1
+	stateVersion  = 2 // 2 added function time to cells and totals; 1 is still read
 	stateUnit     = 64
 	stateHeader   = 4096 // bytes before the first chunk
 	headerCopy    = 2048 // offset of the header's second copy
@@ -111,9 +111,15 @@ type cellRec struct {
 	hReq, hIn, hOut   int64 // handed over
 	mReq, mIn, mOut   int64 // cumulative at the cut tagged tag
 	iReq, iIn, iOut   int64 // in flight under tag
+	// Function time (µs), after the fields of version 1 so that its layout is a prefix:
+	// cumulative, handed over, at the cut, in flight.
+	fn, hFn, mFn, iFn int64
 }
 
-const cellHdr = int(unsafe.Sizeof(cellRec{}))
+const (
+	cellHdr   = int(unsafe.Sizeof(cellRec{}))
+	cellHdrV1 = 136 // a version 1 cell, without function time
+)
 
 // totalRec is a running total of this boot for a tenant's hour.
 type totalRec struct {
@@ -126,9 +132,15 @@ type totalRec struct {
 	tenantLen                                    uint16
 	dirty                                        uint8 // changed since last published
 	_                                            [5]byte
+	// Function time (µs), after the fields of version 1: like requests, dropped and
+	// pendReq.
+	function, droppedFunction, pendFn int64
 }
 
-const totalHdr = int(unsafe.Sizeof(totalRec{}))
+const (
+	totalHdr   = int(unsafe.Sizeof(totalRec{}))
+	totalHdrV1 = 88
+)
 
 var errStateFull = errors.New("state file full")
 
@@ -396,8 +408,12 @@ type cellImage struct {
 	class                   uint8
 	upstream                bool
 	tag                     uint64
-	cum, handed, mark, infl [3]int64
+	// Counts in the order of counts: requests, bytes in, bytes out, function µs.
+	cum, handed, mark, infl counts
 }
+
+// counts are a cell's counters: requests, bytes in, bytes out and function time (µs).
+type counts = [4]int64
 
 type totalImage struct {
 	tenant                                       string
@@ -405,6 +421,7 @@ type totalImage struct {
 	requests, billable, dropped, droppedBillable int64
 	seq, pendSeq                                 uint64
 	pendReq, pendBill                            int64
+	function, droppedFunction, pendFn            int64
 }
 
 // errStateHeader is a file whose header is not a valid header of this version: it is
@@ -431,7 +448,7 @@ func readState(data []byte) (*stateImage, error) {
 			why = fmt.Errorf("%w: not a state file of this version (magic %q)", errStateHeader, b[0:8])
 		case le.Uint32(b[headerLen-4:]) != crc32.Checksum(b[:headerLen-4], castagnoli):
 			why = fmt.Errorf("%w: checksum mismatch", errStateHeader)
-		case le.Uint32(b[8:]) != stateVersion || le.Uint32(b[12:]) != stateUnit:
+		case le.Uint32(b[8:]) != stateVersion && le.Uint32(b[8:]) != 1 || le.Uint32(b[12:]) != stateUnit:
 			why = fmt.Errorf("%w: version %d, unit %d", errStateHeader, le.Uint32(b[8:]), le.Uint32(b[12:]))
 		default:
 			if g := le.Uint64(b[24:]); best == nil || g > bestGen {
@@ -459,13 +476,19 @@ func readState(data []byte) (*stateImage, error) {
 	if img.nextSeq == 0 || img.nextSeq > 1<<62 || img.inflFirst != 0 && (img.inflFirst > img.inflLast || img.inflLast >= img.nextSeq) {
 		return nil, fmt.Errorf("%w: sequences %d, %d–%d", errStateHeader, img.nextSeq, img.inflFirst, img.inflLast)
 	}
+	cellLen, totalLen := cellHdr, totalHdr
+	if le.Uint32(b[8:]) == 1 {
+		cellLen, totalLen = cellHdrV1, totalHdrV1
+	}
 	for off := stateHeader; off+chunk <= len(data); off += chunk {
-		img.readChunk(data[off : off+chunk])
+		img.readChunk(data[off:off+chunk], cellLen, totalLen)
 	}
 	return img, nil
 }
 
-func (img *stateImage) readChunk(c []byte) {
+// readChunk reads the records of a chunk whose cells and totals have headers of cellLen
+// and totalLen bytes (shorter in version 1, without function time).
+func (img *stateImage) readChunk(c []byte, cellLen, totalLen int) {
 	le := binary.LittleEndian
 	i64 := func(b []byte, off int) int64 { return int64(le.Uint64(b[off:])) }
 	for off := 0; off+8 <= len(c); {
@@ -482,16 +505,16 @@ func (img *stateImage) readChunk(c []byte) {
 		off += size
 		switch state {
 		case recCell:
-			if size < cellHdr {
+			if size < cellLen {
 				img.skipped++
 				return
 			}
 			tl, rl, cl := int(le.Uint16(r[50:])), int(le.Uint16(r[52:])), int(le.Uint16(r[54:]))
-			if cellHdr+tl+rl+cl > size {
+			if cellLen+tl+rl+cl > size {
 				img.skipped++
 				return
 			}
-			k := r[cellHdr:]
+			k := r[cellLen:]
 			ci := cellImage{
 				tenant: string(k[:tl]), route: string(k[tl : tl+rl]), consumer: string(k[tl+rl : tl+rl+cl]),
 				hour: i64(r, 32), tag: le.Uint64(r[40:]), class: r[48], upstream: r[49] == 1,
@@ -502,28 +525,35 @@ func (img *stateImage) readChunk(c []byte) {
 				ci.mark[j] = i64(r, 88+8*j)
 				ci.infl[j] = i64(r, 112+8*j)
 			}
+			if cellLen >= cellHdrV1+32 {
+				ci.cum[3], ci.handed[3], ci.mark[3], ci.infl[3] = i64(r, 136), i64(r, 144), i64(r, 152), i64(r, 160)
+			}
 			if !ci.sane() {
 				img.skipped++
 				continue
 			}
 			img.cells = append(img.cells, ci)
 		case recTotal:
-			if size < totalHdr {
+			if size < totalLen {
 				img.skipped++
 				return
 			}
 			tl := int(le.Uint16(r[80:]))
-			if totalHdr+tl > size {
+			if totalLen+tl > size {
 				img.skipped++
 				return
 			}
 			ti := totalImage{
-				tenant: string(r[totalHdr : totalHdr+tl]), hour: i64(r, 40),
+				tenant: string(r[totalLen : totalLen+tl]), hour: i64(r, 40),
 				requests: i64(r, 8), billable: i64(r, 16), dropped: i64(r, 24), droppedBillable: i64(r, 32),
 				seq: le.Uint64(r[48:]), pendReq: i64(r, 56), pendBill: i64(r, 64), pendSeq: le.Uint64(r[72:]),
 			}
+			if totalLen >= totalHdrV1+24 {
+				ti.function, ti.droppedFunction, ti.pendFn = i64(r, 88), i64(r, 96), i64(r, 104)
+			}
 			if ti.hour < 0 || ti.hour > maxHour || ti.requests < 0 || ti.billable < 0 || ti.billable > ti.requests ||
-				ti.dropped < 0 || ti.droppedBillable < 0 || ti.pendReq < 0 || ti.pendBill < 0 || ti.pendBill > ti.pendReq {
+				ti.dropped < 0 || ti.droppedBillable < 0 || ti.pendReq < 0 || ti.pendBill < 0 || ti.pendBill > ti.pendReq ||
+				ti.function < 0 || ti.droppedFunction < 0 || ti.pendFn < 0 {
 				img.skipped++
 				continue
 			}
@@ -537,7 +567,7 @@ func (c *cellImage) sane() bool {
 	if c.hour < 0 || c.hour > maxHour || c.class > 5 {
 		return false
 	}
-	for j := 0; j < 3; j++ {
+	for j := range c.cum {
 		if c.handed[j] < 0 || c.handed[j] > c.cum[j] || c.mark[j] < 0 || c.mark[j] > c.cum[j] || c.infl[j] < 0 || c.infl[j] > c.mark[j] {
 			return false
 		}
@@ -586,6 +616,8 @@ func (img *stateImage) plan() *recovery {
 			o.billable += t.billable
 			o.dropped += t.dropped
 			o.droppedBillable += t.droppedBillable
+			o.function += t.function
+			o.droppedFunction += t.droppedFunction
 			continue
 		}
 		totals[k] = t
@@ -608,6 +640,7 @@ func (img *stateImage) plan() *recovery {
 				t := totalAt(b.Records[i].TenantID, b.Records[i].Hour.Unix()/3600)
 				t.dropped += b.Records[i].Requests
 				t.droppedBillable += b.Records[i].Billable
+				t.droppedFunction += b.Records[i].FunctionUS
 			}
 		}
 		return out, next
@@ -627,18 +660,22 @@ func (img *stateImage) plan() *recovery {
 			t := totalAt(k.tenant, k.hour)
 			switch {
 			case t.pendSeq == g:
-				t.requests, t.billable = t.pendReq, t.pendBill
+				t.requests, t.billable, t.function = t.pendReq, t.pendBill, t.pendFn
 			case t.seq < g:
 				t.requests += n.Requests
 				t.billable += n.Billable
+				t.function += n.FunctionUS
 			}
 		}
 	}
 	acc := aggregate{}
 	for i := range cells {
 		c := &cells[i]
-		d := [3]int64{c.cum[0] - c.handed[0], c.cum[1] - c.handed[1], c.cum[2] - c.handed[2]}
-		if d != [3]int64{} {
+		var d counts
+		for j := range d {
+			d[j] = c.cum[j] - c.handed[j]
+		}
+		if d != (counts{}) {
 			acc.add(c.tenant, c.route, c.consumer, c.hour, c.class, c.upstream, d)
 		}
 	}
@@ -648,6 +685,7 @@ func (img *stateImage) plan() *recovery {
 			t := totalAt(k.tenant, k.hour)
 			t.requests += n.Requests
 			t.billable += n.Billable
+			t.function += n.FunctionUS
 		}
 	}
 	for _, t := range totals {
@@ -657,6 +695,7 @@ func (img *stateImage) plan() *recovery {
 		r.totals = append(r.totals, usage.EdgeTotal{
 			EdgeID: img.edgeID, BootID: img.bootID, TenantID: t.tenant, Hour: time.Unix(t.hour*3600, 0).UTC(),
 			Requests: t.requests, Billable: t.billable, Dropped: t.dropped, DroppedBillable: t.droppedBillable,
+			FunctionUS: t.function, DroppedFunctionUS: t.droppedFunction,
 		})
 	}
 	sortTotals(r.totals)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,11 +34,16 @@ func TestStateRecordLayout(t *testing.T) {
 		{"cell.upstream", unsafe.Offsetof(c.upstream), 49}, {"cell.tenantLen", unsafe.Offsetof(c.tenantLen), 50},
 		{"cell.routeLen", unsafe.Offsetof(c.routeLen), 52}, {"cell.consLen", unsafe.Offsetof(c.consLen), 54},
 		{"cell.hReq", unsafe.Offsetof(c.hReq), 64}, {"cell.mReq", unsafe.Offsetof(c.mReq), 88},
-		{"cell.iReq", unsafe.Offsetof(c.iReq), 112}, {"cell size", unsafe.Sizeof(c), uintptr(cellHdr)},
+		{"cell.iReq", unsafe.Offsetof(c.iReq), 112}, {"cell.fn", unsafe.Offsetof(c.fn), 136},
+		{"cell.hFn", unsafe.Offsetof(c.hFn), 144}, {"cell.mFn", unsafe.Offsetof(c.mFn), 152},
+		{"cell.iFn", unsafe.Offsetof(c.iFn), 160}, {"cell size", unsafe.Sizeof(c), uintptr(cellHdr)},
+		{"cell size v1", unsafe.Offsetof(c.fn), uintptr(cellHdrV1)},
 		{"total.requests", unsafe.Offsetof(tr.requests), 8}, {"total.droppedBillable", unsafe.Offsetof(tr.droppedBillable), 32},
 		{"total.hour", unsafe.Offsetof(tr.hour), 40}, {"total.seq", unsafe.Offsetof(tr.seq), 48},
 		{"total.pendReq", unsafe.Offsetof(tr.pendReq), 56}, {"total.pendSeq", unsafe.Offsetof(tr.pendSeq), 72},
-		{"total.tenantLen", unsafe.Offsetof(tr.tenantLen), 80}, {"total size", unsafe.Sizeof(tr), uintptr(totalHdr)},
+		{"total.tenantLen", unsafe.Offsetof(tr.tenantLen), 80}, {"total.function", unsafe.Offsetof(tr.function), 88},
+		{"total.droppedFunction", unsafe.Offsetof(tr.droppedFunction), 96}, {"total.pendFn", unsafe.Offsetof(tr.pendFn), 104},
+		{"total size", unsafe.Sizeof(tr), uintptr(totalHdr)}, {"total size v1", unsafe.Offsetof(tr.function), uintptr(totalHdrV1)},
 	} {
 		if f.got != f.want {
 			t.Errorf("%s at %d, the reader expects %d", f.name, f.got, f.want)
@@ -91,7 +97,7 @@ func stateSeeds(tb testing.TB) (files [][]byte, sink *captureSink) {
 	at := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)
 	ra, rb := m.Route(seedTenantA, "r1"), m.Route(seedTenantB, "")
 	ca := NewConsumer(seedTenantA, "consumer-a")
-	ra.Record(ca, 200, true, 10, 20, at)
+	ra.RecordFunction(ca, 200, true, 10, 20, 1500*time.Nanosecond, at) // 2 µs
 	ra.Record(nil, 401, false, 0, 5, at)
 	rb.Record(nil, 200, true, 1, 2, at.Add(time.Hour))
 	cur, err := os.ReadFile(sink.path)
@@ -100,7 +106,7 @@ func stateSeeds(tb testing.TB) (files [][]byte, sink *captureSink) {
 	}
 	files = append(files, cur)
 	m.Flush(context.Background())
-	ra.Record(ca, 503, true, 3, 4, at)
+	ra.RecordFunction(ca, 503, true, 3, 4, 7*time.Microsecond, at)
 	m.Flush(context.Background())
 	files = append(files, sink.images...)
 	return files, sink
@@ -159,12 +165,66 @@ func TestStatePlanRebuildsInFlightBatches(t *testing.T) {
 	if len(r.inflight) != 0 || len(r.rest) != 1 || r.rest[0].b.ID != "seed-edge.seed.1" || r.requests() != 3 {
 		t.Fatalf("plan of an uncut file: %d in flight, %d new, %d requests", len(r.inflight), len(r.rest), r.requests())
 	}
-	var n int64
+	var n, fn int64
 	for _, et := range r.totals {
 		n += et.Requests
+		fn += et.FunctionUS
 	}
-	if n != 3 {
-		t.Fatalf("totals of an uncut file: %d requests, want 3", n)
+	if n != 3 || fn != 2 {
+		t.Fatalf("totals of an uncut file: %d requests, %d µs of function time; want 3 and 2", n, fn)
+	}
+	var got int64
+	for _, rec := range r.rest[0].b.Records {
+		got += rec.FunctionUS
+	}
+	if got != 2 {
+		t.Fatalf("recovered function time %d µs, want 2", got)
+	}
+}
+
+// A state file of version 1, without function time, left by the edge before an upgrade,
+// is still read: its counts are handed over with no function time.
+func TestStateFileVersion1IsRead(t *testing.T) {
+	for i, want := range []int64{3, 3, 1} {
+		data, err := os.ReadFile(filepath.Join("testdata", "fuzz", "FuzzStateFile", fmt.Sprintf("seed-v1-%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(data), "\n")
+		var parts [2][]byte
+		for j := range parts {
+			q, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[1+j], "[]byte("), ")"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts[j] = []byte(q)
+		}
+		img := make([]byte, stateHeader+minStateChunk)
+		copy(img, parts[0])
+		copy(img[stateHeader:], parts[1])
+		if v := max(binary.LittleEndian.Uint32(img[8:]), binary.LittleEndian.Uint32(img[headerCopy+8:])); v != 1 {
+			t.Fatalf("seed-v1-%d is version %d", i, v)
+		}
+		st, err := readState(img)
+		if err != nil {
+			t.Fatalf("seed-v1-%d: %v", i, err)
+		}
+		if st.skipped != 0 {
+			t.Fatalf("seed-v1-%d: %d records skipped", i, st.skipped)
+		}
+		r := st.plan()
+		if got := r.requests(); got != want {
+			t.Errorf("seed-v1-%d: %d requests handed over, want %d", i, got, want)
+		}
+		for _, list := range [][]encodedBatch{r.inflight, r.rest} {
+			for _, e := range list {
+				for _, rec := range e.b.Records {
+					if rec.FunctionUS != 0 {
+						t.Errorf("seed-v1-%d: function time %d from a file without it", i, rec.FunctionUS)
+					}
+				}
+			}
+		}
 	}
 }
 
@@ -234,7 +294,7 @@ func FuzzStateFile(f *testing.F) {
 			}
 		}
 		for _, et := range r.totals {
-			if et.Requests < 0 || et.Billable < 0 || et.Dropped < 0 {
+			if et.Requests < 0 || et.Billable < 0 || et.Dropped < 0 || et.FunctionUS < 0 || et.DroppedFunctionUS < 0 {
 				t.Fatalf("negative total %+v", et)
 			}
 		}
@@ -307,10 +367,10 @@ func TestStatePlanRedoesAHalfDoneCommit(t *testing.T) {
 				continue
 			}
 			if step >= 1 {
-				tr.pendReq, tr.pendBill, tr.pendSeq = tr.requests+add.Requests, tr.billable+add.Billable, g
+				tr.pendReq, tr.pendBill, tr.pendFn, tr.pendSeq = tr.requests+add.Requests, tr.billable+add.Billable, tr.function+add.FunctionUS, g
 			}
 			if step >= 2 {
-				tr.requests, tr.billable = tr.pendReq, tr.pendBill // the kill may fall before seq
+				tr.requests, tr.billable, tr.function = tr.pendReq, tr.pendBill, tr.pendFn // the kill may fall before seq
 			}
 			if step >= 3 {
 				tr.seq = g

@@ -108,7 +108,7 @@ func (b *Batch) Validate() error {
 		if len(r.RouteID) > maxIDLen || len(r.ConsumerID) > maxIDLen {
 			return bad("records[%d]: route_id and consumer_id are at most %d characters", i, maxIDLen)
 		}
-		if r.Requests < 0 || r.Billable < 0 || r.BytesIn < 0 || r.BytesOut < 0 || r.Billable > r.Requests {
+		if r.Requests < 0 || r.Billable < 0 || r.BytesIn < 0 || r.BytesOut < 0 || r.FunctionUS < 0 || r.Billable > r.Requests {
 			return bad("records[%d]: counts must be ≥ 0 with billable ≤ requests", i)
 		}
 	}
@@ -147,6 +147,10 @@ type EdgeTotal struct {
 	Dropped  int64     `json:"dropped"`
 	// DroppedBillable is the billable part of Dropped.
 	DroppedBillable int64 `json:"dropped_billable"`
+	// FunctionUS is the function time (µs) of Requests, DroppedFunctionUS that of
+	// Dropped; zero from edges that predate function time.
+	FunctionUS        int64 `json:"function_us,omitempty"`
+	DroppedFunctionUS int64 `json:"dropped_function_us,omitempty"`
 }
 
 // TotalsKey is t's key in the TotalsBucket: "<YYYYMM>.<tenant>.<edge>.<boot>.<DDHH>", so

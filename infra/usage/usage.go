@@ -86,12 +86,18 @@ func tokenChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
 }
 
-// Counts are the four counters of usage.
+// Counts are the counters of usage.
 type Counts struct {
 	Requests int64 `json:"requests"`
 	Billable int64 `json:"billable"`
 	BytesIn  int64 `json:"bytes_in"`
 	BytesOut int64 `json:"bytes_out"`
+	// FunctionUS is the run time of the tenant's functions (Wasm filters) in
+	// microseconds: the wall time of the guest's callbacks, the host's waits excluded.
+	// It is billed whatever the status (the tenant's code ran), so it is not split into
+	// a billable part. Omitted when zero, and absent from the batches of edges that
+	// predate it, which decode as zero.
+	FunctionUS int64 `json:"function_us,omitempty"`
 }
 
 // Add adds o to c.
@@ -100,4 +106,5 @@ func (c *Counts) Add(o Counts) {
 	c.Billable += o.Billable
 	c.BytesIn += o.BytesIn
 	c.BytesOut += o.BytesOut
+	c.FunctionUS += o.FunctionUS
 }
