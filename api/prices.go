@@ -26,6 +26,10 @@ type priceBody struct {
 	UnitPrice        int64  `json:"unit_price" doc:"Minor units per unit_requests billable requests over the allowance. Default: 0."`
 	UnitRequests     int64  `json:"unit_requests" doc:"Requests the unit price is for. Default: 1000."`
 	PerConsumer      bool   `json:"per_consumer" doc:"The allowance and the amounts apply to each consumer of the tenant (platform prices only)."`
+	// Function time, metered in microseconds, is priced as its own unit.
+	IncludedFunctionMS int64 `json:"included_function_ms" doc:"Milliseconds of function time included each month before the function unit price applies. Default: 0."`
+	FunctionUnitPrice  int64 `json:"function_unit_price" doc:"Minor units per function_unit_ms milliseconds of function time over the allowance (the metered microseconds, the charge rounded up). Default: 0."`
+	FunctionUnitMS     int64 `json:"function_unit_ms" doc:"Milliseconds of function time the function unit price is for. Default: 1000."`
 }
 
 // Descriptions the price endpoints share (endpoints.go).
@@ -102,7 +106,8 @@ func (s *Server) putPrice(c *fiber.Ctx, r *request, tenantID string) error {
 	}
 	p := &billing.Price{TenantID: tenantID, Plan: plan, EffectiveFrom: month.String(), Currency: b.Currency,
 		MonthlyFee: b.MonthlyFee, IncludedRequests: b.IncludedRequests, UnitPrice: b.UnitPrice,
-		UnitRequests: b.UnitRequests, PerConsumer: b.PerConsumer}
+		UnitRequests: b.UnitRequests, PerConsumer: b.PerConsumer,
+		IncludedFunctionMS: b.IncludedFunctionMS, FunctionUnitPrice: b.FunctionUnitPrice, FunctionUnitMS: b.FunctionUnitMS}
 	if err := svc.SetPrice(r.ctx, p); err != nil {
 		return err
 	}

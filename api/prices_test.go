@@ -112,11 +112,22 @@ func TestPricesValidation(t *testing.T) {
 		{"/v1/billing/prices/pro/" + month, `{"currency":"usd","monthly_fee":9223372036854775807}`, "validation_failed", "monthly_fee"},
 		{"/v1/billing/prices/pro/" + month, `{"currency":"usd","monthly_fee":100000000}`, "validation_failed", "monthly_fee"},
 		{"/v1/tenants/acme/prices/gold/" + month, `{"currency":"usd","unit_price":4600000000000000000,"unit_requests":1}`, "validation_failed", "unit_price"},
+		{"/v1/billing/prices/pro/" + month, `{"currency":"usd","function_unit_price":-1}`, "validation_failed", "function_unit_price"},
+		{"/v1/billing/prices/pro/" + month, `{"currency":"usd","function_unit_price":100000000}`, "validation_failed", "function_unit_price"},
+		{"/v1/billing/prices/pro/" + month, `{"currency":"usd","included_function_ms":-5}`, "validation_failed", "included_function_ms"},
+		{"/v1/billing/prices/pro/" + month, `{"currency":"usd","function_unit_ms":-1}`, "validation_failed", "function_unit_ms"},
 	} {
 		e.do("PUT", c.path, adminToken, c.body).wantErr(400, c.code, c.field)
 	}
 	e.do("PUT", "/v1/billing/prices/pro/"+next, adminToken, ok).want(200)
+	fn := e.do("PUT", "/v1/billing/prices/pro/"+month, adminToken, `{"currency":"usd","unit_price":1,"included_function_ms":100,"function_unit_price":3,"function_unit_ms":1}`).want(200)
+	if !strings.Contains(string(fn.body), `"included_function_ms":100,"function_unit_price":3,"function_unit_ms":1`) {
+		t.Fatalf("function time price: %s", fn.body)
+	}
 	e.do("PUT", "/v1/billing/prices/pro/"+month, adminToken, ok).want(200)
+	if !strings.Contains(string(e.do("GET", "/v1/billing/prices", adminToken, nil).want(200).body), `"function_unit_ms":1000`) {
+		t.Fatal("a price without a function unit does not default to 1000 ms")
+	}
 	e.do("DELETE", "/v1/billing/prices/pro/"+month, adminToken, nil).wantErr(400, "validation_failed", "effective_from")
 	e.do("DELETE", "/v1/billing/prices/pro/"+next, adminToken, nil).want(204)
 	e.do("DELETE", "/v1/billing/prices/pro/"+next, adminToken, nil).wantErr(404, "not_found", "")

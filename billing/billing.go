@@ -64,8 +64,11 @@ func Hour(t time.Time) time.Time { return t.UTC().Truncate(time.Hour) }
 
 // Price is what a platform plan costs: an allowance of billable requests included each
 // period, then UnitPrice minor units of Currency per UnitRequests billable requests over
-// it (rounded up to a whole minor unit). With PerConsumer the allowance and the amount
-// apply to each consumer of the tenant separately.
+// it (rounded up to a whole minor unit); and, as a unit of its own, an allowance of
+// function time in milliseconds, then FunctionUnitPrice minor units per FunctionUnitMS
+// milliseconds over it, counted from the metered microseconds (rounded up to a whole
+// minor unit, separately from the requests' charge). With PerConsumer the allowances and
+// the amount apply to each consumer of the tenant separately.
 type Price struct {
 	TenantID string `json:"tenant_id,omitempty"` // "": a platform plan's price
 	Plan     string `json:"plan"`
@@ -77,6 +80,11 @@ type Price struct {
 	UnitPrice        int64  `json:"unit_price"` // minor units (cents) per UnitRequests
 	UnitRequests     int64  `json:"unit_requests"`
 	PerConsumer      bool   `json:"per_consumer"`
+	// Function time: IncludedFunctionMS milliseconds each period free, then
+	// FunctionUnitPrice minor units per FunctionUnitMS milliseconds.
+	IncludedFunctionMS int64 `json:"included_function_ms"`
+	FunctionUnitPrice  int64 `json:"function_unit_price"`
+	FunctionUnitMS     int64 `json:"function_unit_ms"`
 }
 
 // MaxUnitAmount is the largest amount in minor units one price may charge (a monthly fee,
@@ -111,6 +119,48 @@ func (p *Price) Charge(billable int64) (overage, amount int64, err error) {
 	}
 	return overage, int64(q), nil
 }
+
+// FunctionCharge is the function time over the price's allowance, in microseconds, and
+// its amount in minor units, rounded up: ceil(overage µs × FunctionUnitPrice ÷
+// (FunctionUnitMS × 1000)), in 128 bits like Charge.
+func (p *Price) FunctionCharge(functionUS int64) (overageUS, amount int64, err error) {
+	if functionUS <= 0 || p.IncludedFunctionMS < 0 {
+		return 0, 0, nil
+	}
+	if p.IncludedFunctionMS > MaxFunctionMS {
+		return 0, 0, nil // an allowance past any month's function time
+	}
+	overageUS = functionUS - p.IncludedFunctionMS*1000
+	if overageUS <= 0 {
+		return 0, 0, nil
+	}
+	if p.FunctionUnitPrice < 0 {
+		return 0, 0, tenants.Invalid("function_unit_price", "must be ≥ 0")
+	}
+	unitMS := p.FunctionUnitMS
+	if unitMS <= 0 {
+		unitMS = DefaultFunctionUnitMS
+	}
+	if unitMS > MaxFunctionMS {
+		unitMS = MaxFunctionMS
+	}
+	unit := uint64(unitMS) * 1000
+	hi, lo := bits.Mul64(uint64(overageUS), uint64(p.FunctionUnitPrice))
+	lo, carry := bits.Add64(lo, unit-1, 0)
+	hi += carry
+	if hi >= unit {
+		return 0, 0, overflow(p)
+	}
+	q, _ := bits.Div64(hi, lo, unit)
+	if q > math.MaxInt64 {
+		return 0, 0, overflow(p)
+	}
+	return overageUS, int64(q), nil
+}
+
+// MaxFunctionMS bounds a price's milliseconds (allowance, unit) so that they are
+// microseconds in int64: about 285 years of function time.
+const MaxFunctionMS = math.MaxInt64 / 1000
 
 func overflow(p *Price) error {
 	return tenants.Invalid("amount", "the bill of plan %q does not fit in 64 bits of minor units: its price cannot be billed", p.Plan)
@@ -246,7 +296,15 @@ type ExportRow struct {
 	UnitPrice    int64  `json:"unit_price"`
 	UnitRequests int64  `json:"unit_requests"`
 	MonthlyFee   int64  `json:"monthly_fee"`
-	Amount       int64  `json:"amount"` // minor units of Currency: the monthly fee plus the overage's charge
+	// Function time: metered (µs, every status: the tenant's code ran), the allowance
+	// (ms), the time over it (µs), its price and unit, and its part of Amount.
+	FunctionUS         int64 `json:"function_us"`
+	FunctionIncludedMS int64 `json:"function_included_ms"`
+	FunctionOverageUS  int64 `json:"function_overage_us"`
+	FunctionUnitPrice  int64 `json:"function_unit_price"`
+	FunctionUnitMS     int64 `json:"function_unit_ms"`
+	FunctionAmount     int64 `json:"function_amount"`
+	Amount             int64 `json:"amount"` // minor units of Currency: the monthly fee plus the overages' charges
 	Currency     string `json:"currency"`
 	// Status is StatusPriced, or StatusUnpriced when the plan had no price version in
 	// effect for the period (then every price field is 0 and Currency is empty).

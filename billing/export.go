@@ -14,6 +14,8 @@ import (
 var ExportHeader = []string{
 	"period", "tenant", "tenant_id", "consumer_id", "plan", "requests", "billable",
 	"included", "overage", "unit_price", "unit_requests", "amount", "currency", "status", "monthly_fee",
+	"function_us", "function_included_ms", "function_overage_us", "function_unit_price", "function_unit_ms",
+	"function_amount",
 }
 
 // SortExport puts rows in export order: tenant slug, tenant id, consumer id.
@@ -44,6 +46,8 @@ func WriteCSV(w io.Writer, rows []ExportRow) error {
 			r.Period, r.Tenant, r.TenantID, r.ConsumerID, r.Plan, i64(r.Requests), i64(r.Billable),
 			i64(r.Included), i64(r.Overage), i64(r.UnitPrice), i64(r.UnitRequests), i64(r.Amount), r.Currency,
 			r.Status, i64(r.MonthlyFee),
+			i64(r.FunctionUS), i64(r.FunctionIncludedMS), i64(r.FunctionOverageUS), i64(r.FunctionUnitPrice),
+			i64(r.FunctionUnitMS), i64(r.FunctionAmount),
 		}); err != nil {
 			return err
 		}
@@ -64,7 +68,9 @@ type CurrencyTotal struct {
 	Currency string `json:"currency"`
 	Requests int64  `json:"requests"`
 	Billable int64  `json:"billable"`
-	Amount   int64  `json:"amount"`
+	// FunctionUS is the function time (µs) of the priced rows.
+	FunctionUS int64 `json:"function_us"`
+	Amount     int64 `json:"amount"`
 }
 
 // WriteJSON writes rows as an ExportDocument; like WriteCSV it is deterministic. Unpriced
@@ -102,6 +108,9 @@ func Totals(rows []ExportRow) ([]CurrencyTotal, error) {
 			return nil, err
 		}
 		if t.Billable, err = AddAmounts(t.Billable, r.Billable); err != nil {
+			return nil, err
+		}
+		if t.FunctionUS, err = AddAmounts(t.FunctionUS, r.FunctionUS); err != nil {
 			return nil, err
 		}
 		if t.Amount, err = AddAmounts(t.Amount, r.Amount); err != nil {

@@ -29,6 +29,10 @@ const (
 // DefaultUnitRequests is the unit of a price that names none: a price per 1,000 requests.
 const DefaultUnitRequests = 1000
 
+// DefaultFunctionUnitMS is the function time unit of a price that names none: a price
+// per 1,000 ms (a second) of function time.
+const DefaultFunctionUnitMS = 1000
+
 // PriceService manages plan prices. TenantID "" is the platform scope (the operator's
 // plans a tenant is on); otherwise the tenant's consumer plans.
 type PriceService interface {
@@ -64,6 +68,9 @@ func (p *Price) Validate(now time.Time) error {
 	if p.UnitRequests == 0 {
 		p.UnitRequests = DefaultUnitRequests
 	}
+	if p.FunctionUnitMS == 0 {
+		p.FunctionUnitMS = DefaultFunctionUnitMS
+	}
 	switch {
 	case p.Plan == "":
 		return tenants.Invalid("plan", "is required")
@@ -83,6 +90,14 @@ func (p *Price) Validate(now time.Time) error {
 		return tenants.Invalid("unit_price", "must be at most %d minor units per unit_requests (Stripe's largest amount)", MaxUnitAmount)
 	case p.UnitRequests < 0:
 		return tenants.Invalid("unit_requests", "must be > 0")
+	case p.IncludedFunctionMS < 0 || p.IncludedFunctionMS > MaxFunctionMS:
+		return tenants.Invalid("included_function_ms", "must be 0 to %d", int64(MaxFunctionMS))
+	case p.FunctionUnitPrice < 0:
+		return tenants.Invalid("function_unit_price", "must be ≥ 0")
+	case p.FunctionUnitPrice > MaxUnitAmount:
+		return tenants.Invalid("function_unit_price", "must be at most %d minor units per function_unit_ms (Stripe's largest amount)", MaxUnitAmount)
+	case p.FunctionUnitMS < 0 || p.FunctionUnitMS > MaxFunctionMS:
+		return tenants.Invalid("function_unit_ms", "must be 1 to %d", int64(MaxFunctionMS))
 	case p.PerConsumer && p.TenantID != "":
 		return tenants.Invalid("per_consumer", "only a platform plan's price may be per consumer")
 	}
@@ -109,14 +124,38 @@ func (p Period) Before(o Period) bool {
 // Bill is the amount of a period on price p with billable requests: the monthly fee plus
 // the overage's charge. EValidation on "amount" when it would not fit in int64.
 func (p *Price) Bill(billable int64) (overage, amount int64, err error) {
-	overage, amount, err = p.Charge(billable)
-	if err != nil {
-		return 0, 0, err
+	b, err := p.BillUsage(billable, 0)
+	return b.Overage, b.Amount, err
+}
+
+// Bill is one period's amount on a price, in parts.
+type Bill struct {
+	Overage           int64 // billable requests over the allowance
+	FunctionOverageUS int64 // function µs over the allowance
+	FunctionAmount    int64 // the function time's charge, part of Amount
+	Amount            int64 // monthly fee + the requests' charge + FunctionAmount
+}
+
+// BillUsage is the bill of a period on price p with billable requests and function time
+// (µs): the monthly fee plus the charges of both units, each rounded up on its own.
+// EValidation on "amount" when it would not fit in int64.
+func (p *Price) BillUsage(billable, functionUS int64) (Bill, error) {
+	var b Bill
+	var req int64
+	var err error
+	if b.Overage, req, err = p.Charge(billable); err != nil {
+		return Bill{}, err
 	}
-	if amount, err = AddAmounts(p.MonthlyFee, amount); err != nil {
-		return 0, 0, overflow(p)
+	if b.FunctionOverageUS, b.FunctionAmount, err = p.FunctionCharge(functionUS); err != nil {
+		return Bill{}, err
 	}
-	return overage, amount, nil
+	if b.Amount, err = AddAmounts(p.MonthlyFee, req); err != nil {
+		return Bill{}, overflow(p)
+	}
+	if b.Amount, err = AddAmounts(b.Amount, b.FunctionAmount); err != nil {
+		return Bill{}, overflow(p)
+	}
+	return b, nil
 }
 
 // CheckoutRequest asks for a Stripe Checkout session: a consumer of a tenant buying one of

@@ -17,6 +17,8 @@ type HourTotal struct {
 	Hour     time.Time `json:"hour"`
 	Requests int64     `json:"requests"`
 	Billable int64     `json:"billable"`
+	// FunctionUS is the tenant's function time in the hour (µs).
+	FunctionUS int64 `json:"function_us,omitempty"`
 }
 
 // EdgeFolded is what billing folded, or has yet to fold, from the batches of one boot of
@@ -28,6 +30,8 @@ type EdgeFolded struct {
 	Hour     time.Time `json:"hour"`
 	Requests int64     `json:"requests"`
 	Billable int64     `json:"billable"`
+	// FunctionUS is the function time (µs) folded from these batches.
+	FunctionUS int64 `json:"function_us,omitempty"`
 }
 
 // LegacyEdge is the edge id under which usage folded before billing kept rollups per

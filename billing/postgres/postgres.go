@@ -79,7 +79,8 @@ type rollupKey struct {
 // Fold adds a batch to the rollups, once: in one transaction it records the batch id in
 // usage_batches (ON CONFLICT DO NOTHING) and, only if that inserted a row, adds every
 // record to its usage_hourly row (ON CONFLICT DO UPDATE … + EXCLUDED) and the batch's
-// requests per tenant and hour to its edge's and boot's usage_edge_hourly row. folded is false
+// requests (and function time) per tenant and hour to its edge's and boot's
+// usage_edge_hourly row. folded is false
 // when the batch had been folded before; then nothing changed. Rows are upserted in
 // primary-key order so that concurrent folds never deadlock.
 func (s *Store) Fold(ctx context.Context, b *usage.Batch) (folded bool, err error) {
@@ -123,11 +124,12 @@ func (s *Store) Fold(ctx context.Context, b *usage.Batch) (folded bool, err erro
 		billable  = make([]int64, n)
 		bytesIn   = make([]int64, n)
 		bytesOut  = make([]int64, n)
+		function  = make([]int64, n)
 	)
 	for i, k := range keys {
 		c := merged[k]
 		tenantIDs[i], hours[i], routes[i], consumers[i], classes[i] = k.tenant, time.Unix(k.hour, 0).UTC(), k.route, k.consumer, int16(k.class)
-		requests[i], billable[i], bytesIn[i], bytesOut[i] = c.Requests, c.Billable, c.BytesIn, c.BytesOut
+		requests[i], billable[i], bytesIn[i], bytesOut[i], function[i] = c.Requests, c.Billable, c.BytesIn, c.BytesOut, c.FunctionUS
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO usage_batches (batch_id, edge_id, records, requests)
@@ -147,28 +149,30 @@ func (s *Store) Fold(ctx context.Context, b *usage.Batch) (folded bool, err erro
 			return nil
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO usage_hourly
-				(tenant_id, hour, route_id, consumer_id, status_class, requests, billable, bytes_in, bytes_out)
+				(tenant_id, hour, route_id, consumer_id, status_class, requests, billable, bytes_in, bytes_out, function_us)
 			SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::smallint[],
-				$6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[])
+				$6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[])
 			ON CONFLICT (tenant_id, hour, route_id, consumer_id, status_class) DO UPDATE SET
-				requests  = usage_hourly.requests  + EXCLUDED.requests,
-				billable  = usage_hourly.billable  + EXCLUDED.billable,
-				bytes_in  = usage_hourly.bytes_in  + EXCLUDED.bytes_in,
-				bytes_out = usage_hourly.bytes_out + EXCLUDED.bytes_out`,
-			tenantIDs, hours, routes, consumers, classes, requests, billable, bytesIn, bytesOut)
+				requests    = usage_hourly.requests    + EXCLUDED.requests,
+				billable    = usage_hourly.billable    + EXCLUDED.billable,
+				bytes_in    = usage_hourly.bytes_in    + EXCLUDED.bytes_in,
+				bytes_out   = usage_hourly.bytes_out   + EXCLUDED.bytes_out,
+				function_us = usage_hourly.function_us + EXCLUDED.function_us`,
+			tenantIDs, hours, routes, consumers, classes, requests, billable, bytesIn, bytesOut, function)
 		if err != nil {
 			return fmt.Errorf("upsert rollups: %w", err)
 		}
 		// The same counts by edge and boot, so reconcile can set each edge's folded
 		// usage beside its own totals. keys are in (tenant, hour) order, and so is this.
-		_, err = tx.Exec(ctx, `INSERT INTO usage_edge_hourly (tenant_id, hour, edge_id, boot_id, requests, billable)
-			SELECT t, h, $3, $4, sum(r), sum(b)
-			FROM unnest($1::uuid[], $2::timestamptz[], $5::bigint[], $6::bigint[]) AS u(t, h, r, b)
+		_, err = tx.Exec(ctx, `INSERT INTO usage_edge_hourly (tenant_id, hour, edge_id, boot_id, requests, billable, function_us)
+			SELECT t, h, $3, $4, sum(r), sum(b), sum(f)
+			FROM unnest($1::uuid[], $2::timestamptz[], $5::bigint[], $6::bigint[], $7::bigint[]) AS u(t, h, r, b, f)
 			GROUP BY t, h ORDER BY t, h
 			ON CONFLICT (tenant_id, hour, edge_id, boot_id) DO UPDATE SET
-				requests = usage_edge_hourly.requests + EXCLUDED.requests,
-				billable = usage_edge_hourly.billable + EXCLUDED.billable`,
-			tenantIDs, hours, b.EdgeID, b.BootID, requests, billable)
+				requests    = usage_edge_hourly.requests    + EXCLUDED.requests,
+				billable    = usage_edge_hourly.billable    + EXCLUDED.billable,
+				function_us = usage_edge_hourly.function_us + EXCLUDED.function_us`,
+			tenantIDs, hours, b.EdgeID, b.BootID, requests, billable, function)
 		if err != nil {
 			return fmt.Errorf("upsert edge rollups: %w", err)
 		}
@@ -198,7 +202,7 @@ func (s *Store) Usage(ctx context.Context, q billing.UsageQuery) (*billing.Usage
 	for i := range cols {
 		groups[i] = fmt.Sprint(i + 1)
 	}
-	sql := fmt.Sprintf(`SELECT %s, sum(requests), sum(billable), sum(bytes_in), sum(bytes_out)
+	sql := fmt.Sprintf(`SELECT %s, sum(requests), sum(billable), sum(bytes_in), sum(bytes_out), sum(function_us)
 		FROM usage_hourly WHERE tenant_id = $1 AND hour >= $2 AND hour < $3
 		GROUP BY %s ORDER BY %s`, strings.Join(cols, ", "), strings.Join(groups, ", "), strings.Join(groups, ", "))
 	if !validUUID(q.TenantID) {
@@ -226,7 +230,7 @@ func (s *Store) Usage(ctx context.Context, q billing.UsageQuery) (*billing.Usage
 		if q.ByStatus {
 			dst = append(dst, &class)
 		}
-		dst = append(dst, &it.Requests, &it.Billable, &it.BytesIn, &it.BytesOut)
+		dst = append(dst, &it.Requests, &it.Billable, &it.BytesIn, &it.BytesOut, &it.FunctionUS)
 		if err := rows.Scan(dst...); err != nil {
 			return nil, fmt.Errorf("usage: %w", err)
 		}
@@ -251,7 +255,7 @@ func (s *Store) Usage(ctx context.Context, q billing.UsageQuery) (*billing.Usage
 
 // FoldedTotals sums the rollups per tenant and hour of period p.
 func (s *Store) FoldedTotals(ctx context.Context, p billing.Period) ([]billing.HourTotal, error) {
-	rows, err := s.pool.Query(ctx, `SELECT tenant_id::text, hour, sum(requests), sum(billable)
+	rows, err := s.pool.Query(ctx, `SELECT tenant_id::text, hour, sum(requests), sum(billable), sum(function_us)
 		FROM usage_hourly WHERE hour >= $1 AND hour < $2 GROUP BY 1, 2 ORDER BY 1, 2`, p.Start(), p.End())
 	if err != nil {
 		return nil, fmt.Errorf("folded totals: %w", err)
@@ -260,7 +264,7 @@ func (s *Store) FoldedTotals(ctx context.Context, p billing.Period) ([]billing.H
 	var out []billing.HourTotal
 	for rows.Next() {
 		var t billing.HourTotal
-		if err := rows.Scan(&t.TenantID, &t.Hour, &t.Requests, &t.Billable); err != nil {
+		if err := rows.Scan(&t.TenantID, &t.Hour, &t.Requests, &t.Billable, &t.FunctionUS); err != nil {
 			return nil, err
 		}
 		t.Hour = t.Hour.UTC()
@@ -272,7 +276,7 @@ func (s *Store) FoldedTotals(ctx context.Context, p billing.Period) ([]billing.H
 // FoldedByEdge sums the per-edge rollups per edge, boot, tenant and hour of period p.
 // Usage folded before they were kept is under billing.LegacyEdge.
 func (s *Store) FoldedByEdge(ctx context.Context, p billing.Period) ([]billing.EdgeFolded, error) {
-	rows, err := s.pool.Query(ctx, `SELECT edge_id, boot_id, tenant_id::text, hour, requests, billable
+	rows, err := s.pool.Query(ctx, `SELECT edge_id, boot_id, tenant_id::text, hour, requests, billable, function_us
 		FROM usage_edge_hourly WHERE hour >= $1 AND hour < $2 ORDER BY 3, 4, 1, 2`, p.Start(), p.End())
 	if err != nil {
 		return nil, fmt.Errorf("folded by edge: %w", err)
@@ -281,7 +285,7 @@ func (s *Store) FoldedByEdge(ctx context.Context, p billing.Period) ([]billing.E
 	var out []billing.EdgeFolded
 	for rows.Next() {
 		var t billing.EdgeFolded
-		if err := rows.Scan(&t.EdgeID, &t.BootID, &t.TenantID, &t.Hour, &t.Requests, &t.Billable); err != nil {
+		if err := rows.Scan(&t.EdgeID, &t.BootID, &t.TenantID, &t.Hour, &t.Requests, &t.Billable, &t.FunctionUS); err != nil {
 			return nil, fmt.Errorf("folded by edge: %w", err)
 		}
 		t.Hour = t.Hour.UTC()
@@ -315,8 +319,8 @@ func (s *Store) FoldedBatches(ctx context.Context, ids []string) (map[string]boo
 func (s *Store) Sum(ctx context.Context) (usage.Counts, error) {
 	var c usage.Counts
 	err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(requests), 0), coalesce(sum(billable), 0),
-		coalesce(sum(bytes_in), 0), coalesce(sum(bytes_out), 0) FROM usage_hourly`).
-		Scan(&c.Requests, &c.Billable, &c.BytesIn, &c.BytesOut)
+		coalesce(sum(bytes_in), 0), coalesce(sum(bytes_out), 0), coalesce(sum(function_us), 0) FROM usage_hourly`).
+		Scan(&c.Requests, &c.Billable, &c.BytesIn, &c.BytesOut, &c.FunctionUS)
 	return c, err
 }
 

@@ -295,7 +295,7 @@ func TestExportIsDeterministic(t *testing.T) {
 	if !bytes.Equal(c1, c2) || !bytes.Equal(j1, j2) {
 		t.Fatalf("exports differ:\n%s\n---\n%s", c1, c2)
 	}
-	if !bytes.HasPrefix(c1, []byte("period,tenant,tenant_id,consumer_id,plan,requests,billable,included,overage,unit_price,unit_requests,amount,currency,status,monthly_fee\n")) {
+	if !bytes.HasPrefix(c1, []byte("period,tenant,tenant_id,consumer_id,plan,requests,billable,included,overage,unit_price,unit_requests,amount,currency,status,monthly_fee,function_us,function_included_ms,function_overage_us,function_unit_price,function_unit_ms,function_amount\n")) {
 		t.Fatalf("csv header: %s", c1)
 	}
 }

@@ -47,12 +47,14 @@ func scope(tenantID string) (any, error) {
 }
 
 const priceColumns = `coalesce(tenant_id::text, ''), plan, to_char(effective_from, 'YYYY-MM'), currency,
-	monthly_fee, included_requests, unit_price, unit_requests, per_consumer`
+	monthly_fee, included_requests, unit_price, unit_requests, per_consumer,
+	included_function_ms, function_unit_price, function_unit_ms`
 
 func scanPrice(row pgx.Row) (*billing.Price, error) {
 	var p billing.Price
 	err := row.Scan(&p.TenantID, &p.Plan, &p.EffectiveFrom, &p.Currency, &p.MonthlyFee,
-		&p.IncludedRequests, &p.UnitPrice, &p.UnitRequests, &p.PerConsumer)
+		&p.IncludedRequests, &p.UnitPrice, &p.UnitRequests, &p.PerConsumer,
+		&p.IncludedFunctionMS, &p.FunctionUnitPrice, &p.FunctionUnitMS)
 	return &p, err
 }
 
@@ -93,13 +95,17 @@ func (s *Store) SetPrice(ctx context.Context, p *billing.Price) error {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO prices (tenant_id, plan, effective_from, currency, monthly_fee,
-				included_requests, unit_price, unit_requests, per_consumer)
-			VALUES ($1::uuid, $2, $3::date, $4, $5, $6, $7, $8, $9)
+				included_requests, unit_price, unit_requests, per_consumer,
+				included_function_ms, function_unit_price, function_unit_ms)
+			VALUES ($1::uuid, $2, $3::date, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 			ON CONFLICT ON CONSTRAINT prices_key DO UPDATE SET currency = EXCLUDED.currency,
 				monthly_fee = EXCLUDED.monthly_fee, included_requests = EXCLUDED.included_requests,
 				unit_price = EXCLUDED.unit_price, unit_requests = EXCLUDED.unit_requests,
-				per_consumer = EXCLUDED.per_consumer, created_at = now()`,
-			sc, p.Plan, dateOf(from), p.Currency, p.MonthlyFee, p.IncludedRequests, p.UnitPrice, p.UnitRequests, p.PerConsumer)
+				per_consumer = EXCLUDED.per_consumer, included_function_ms = EXCLUDED.included_function_ms,
+				function_unit_price = EXCLUDED.function_unit_price, function_unit_ms = EXCLUDED.function_unit_ms,
+				created_at = now()`,
+			sc, p.Plan, dateOf(from), p.Currency, p.MonthlyFee, p.IncludedRequests, p.UnitPrice, p.UnitRequests, p.PerConsumer,
+			p.IncludedFunctionMS, p.FunctionUnitPrice, p.FunctionUnitMS)
 		if err != nil {
 			return fmt.Errorf("set price: %w", err)
 		}
@@ -207,12 +213,13 @@ func recordAudit(ctx context.Context, tx pgx.Tx, tenantID, object string) error 
 func (s *Store) Export(ctx context.Context, p billing.Period) ([]billing.ExportRow, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH u AS (
-			SELECT tenant_id, consumer_id, sum(requests) AS requests, sum(billable) AS billable
+			SELECT tenant_id, consumer_id, sum(requests) AS requests, sum(billable) AS billable,
+				sum(function_us) AS function_us
 			FROM usage_hourly WHERE hour >= $1 AND hour < $2
 			GROUP BY tenant_id, consumer_id
 		)
 		SELECT u.tenant_id::text, coalesce(t.slug, ''), coalesce(h.plan, t.plan, ''), u.consumer_id,
-			u.requests, u.billable, `+lateralPriceColumns+`
+			u.requests, u.billable, u.function_us, `+lateralPriceColumns+`
 		FROM u
 		LEFT JOIN tenants t ON t.id = u.tenant_id
 		LEFT JOIN LATERAL (
@@ -260,12 +267,13 @@ func (s *Store) ConsumerExport(ctx context.Context, tenantID string, p billing.P
 	}
 	rows, err := s.pool.Query(ctx, `
 		WITH u AS (
-			SELECT consumer_id, sum(requests) AS requests, sum(billable) AS billable
+			SELECT consumer_id, sum(requests) AS requests, sum(billable) AS billable,
+				sum(function_us) AS function_us
 			FROM usage_hourly WHERE tenant_id = $4 AND hour >= $1 AND hour < $2 AND consumer_id <> ''
 			GROUP BY consumer_id
 		)
 		SELECT $4::text, coalesce(t.slug, ''), coalesce(c.plan, ''), u.consumer_id,
-			u.requests, u.billable, `+lateralPriceColumns+`
+			u.requests, u.billable, u.function_us, `+lateralPriceColumns+`
 		FROM u
 		LEFT JOIN tenants t ON t.id = $4
 		LEFT JOIN consumers c ON c.tenant_id = $4 AND c.id::text = u.consumer_id
@@ -283,7 +291,7 @@ func (s *Store) ConsumerExport(ctx context.Context, tenantID string, p billing.P
 	}
 	out := make([]billing.ExportRow, 0, len(lines))
 	for _, l := range lines {
-		r, err := l.row(p, l.ConsumerID, l.Requests, l.Billable)
+		r, err := l.row(p, l.ConsumerID, l.Requests, l.Billable, l.FunctionUS)
 		if err != nil {
 			return nil, err
 		}
@@ -295,7 +303,8 @@ func (s *Store) ConsumerExport(ctx context.Context, tenantID string, p billing.P
 
 // lateralPriceColumns are the columns of the version a bill's query joined as pr, all
 // NULL when there is none.
-const lateralPriceColumns = `pr.currency, pr.monthly_fee, pr.included_requests, pr.unit_price, pr.unit_requests, pr.per_consumer`
+const lateralPriceColumns = `pr.currency, pr.monthly_fee, pr.included_requests, pr.unit_price, pr.unit_requests, pr.per_consumer,
+	pr.included_function_ms, pr.function_unit_price, pr.function_unit_ms`
 
 // billLine is one row of a bill's query: usage of a tenant (and consumer) and the price
 // version it is billed by, if any.
@@ -310,28 +319,32 @@ func scanBillLine(r pgx.CollectableRow) (billLine, error) {
 		currency                      *string
 		fee, included, unit, unitReqs *int64
 		perConsumer                   *bool
+		fnIncluded, fnPrice, fnUnit   *int64
 	)
-	err := r.Scan(&l.TenantID, &l.Tenant, &l.Plan, &l.ConsumerID, &l.Requests, &l.Billable,
-		&currency, &fee, &included, &unit, &unitReqs, &perConsumer)
+	err := r.Scan(&l.TenantID, &l.Tenant, &l.Plan, &l.ConsumerID, &l.Requests, &l.Billable, &l.FunctionUS,
+		&currency, &fee, &included, &unit, &unitReqs, &perConsumer, &fnIncluded, &fnPrice, &fnUnit)
 	if err != nil || currency == nil {
 		return l, err
 	}
 	l.price = &billing.Price{Plan: l.Plan, Currency: *currency, MonthlyFee: *fee, IncludedRequests: *included,
-		UnitPrice: *unit, UnitRequests: *unitReqs, PerConsumer: *perConsumer}
+		UnitPrice: *unit, UnitRequests: *unitReqs, PerConsumer: *perConsumer,
+		IncludedFunctionMS: *fnIncluded, FunctionUnitPrice: *fnPrice, FunctionUnitMS: *fnUnit}
 	return l, nil
 }
 
-// row is the export row of requests and billable on l's tenant and price: EValidation
-// (naming the tenant) when its amount does not fit in int64.
-func (l *billLine) row(p billing.Period, consumer string, requests, billable int64) (billing.ExportRow, error) {
+// row is the export row of requests, billable and function time on l's tenant and price:
+// EValidation (naming the tenant) when its amount does not fit in int64.
+func (l *billLine) row(p billing.Period, consumer string, requests, billable, functionUS int64) (billing.ExportRow, error) {
 	r := billing.ExportRow{Period: p.String(), Tenant: l.Tenant, TenantID: l.TenantID, ConsumerID: consumer,
-		Plan: l.Plan, Requests: requests, Billable: billable, Status: billing.StatusUnpriced}
+		Plan: l.Plan, Requests: requests, Billable: billable, FunctionUS: functionUS, Status: billing.StatusUnpriced}
 	if pr := l.price; pr != nil {
-		var err error
-		if r.Overage, r.Amount, err = pr.Bill(billable); err != nil {
+		b, err := pr.BillUsage(billable, functionUS)
+		if err != nil {
 			return r, tenants.Invalid("amount", "the %s bill of tenant %s (%s) on plan %q does not fit in 64 bits of minor units", p, l.Tenant, l.TenantID, l.Plan)
 		}
+		r.Overage, r.Amount, r.FunctionOverageUS, r.FunctionAmount = b.Overage, b.Amount, b.FunctionOverageUS, b.FunctionAmount
 		r.Included, r.UnitPrice, r.UnitRequests, r.MonthlyFee = pr.IncludedRequests, pr.UnitPrice, pr.UnitRequests, pr.MonthlyFee
+		r.FunctionIncludedMS, r.FunctionUnitPrice, r.FunctionUnitMS = pr.IncludedFunctionMS, pr.FunctionUnitPrice, pr.FunctionUnitMS
 		r.Currency, r.Status = pr.Currency, billing.StatusPriced
 	}
 	return r, nil
@@ -344,7 +357,7 @@ func tenantRows(p billing.Period, lines []billLine) ([]billing.ExportRow, error)
 	if first.price != nil && first.price.PerConsumer {
 		out := make([]billing.ExportRow, 0, len(lines))
 		for _, l := range lines {
-			r, err := first.row(p, l.ConsumerID, l.Requests, l.Billable)
+			r, err := first.row(p, l.ConsumerID, l.Requests, l.Billable, l.FunctionUS)
 			if err != nil {
 				return nil, err
 			}
@@ -352,7 +365,7 @@ func tenantRows(p billing.Period, lines []billLine) ([]billing.ExportRow, error)
 		}
 		return out, nil
 	}
-	var req, bill int64
+	var req, bill, fn int64
 	var err error
 	for _, l := range lines {
 		if req, err = billing.AddAmounts(req, l.Requests); err != nil {
@@ -361,8 +374,11 @@ func tenantRows(p billing.Period, lines []billLine) ([]billing.ExportRow, error)
 		if bill, err = billing.AddAmounts(bill, l.Billable); err != nil {
 			return nil, err
 		}
+		if fn, err = billing.AddAmounts(fn, l.FunctionUS); err != nil {
+			return nil, err
+		}
 	}
-	r, err := first.row(p, "", req, bill)
+	r, err := first.row(p, "", req, bill, fn)
 	if err != nil {
 		return nil, err
 	}

@@ -198,7 +198,7 @@ func TestExportUnpricedAndFee(t *testing.T) {
 	if err := billing.WriteCSV(&csv, rows); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(csv.Bytes(), []byte(",open-co,"+open.ID+",,unlimited,99,99,0,0,0,0,0,,unpriced,0\n")) {
+	if !bytes.Contains(csv.Bytes(), []byte(",open-co,"+open.ID+",,unlimited,99,99,0,0,0,0,0,,unpriced,0,0,0,0,0,0,0\n")) {
 		t.Fatalf("csv:\n%s", csv.Bytes())
 	}
 }
