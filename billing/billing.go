@@ -298,14 +298,14 @@ type ExportRow struct {
 	MonthlyFee   int64  `json:"monthly_fee"`
 	// Function time: metered (µs, every status: the tenant's code ran), the allowance
 	// (ms), the time over it (µs), its price and unit, and its part of Amount.
-	FunctionUS         int64 `json:"function_us"`
-	FunctionIncludedMS int64 `json:"function_included_ms"`
-	FunctionOverageUS  int64 `json:"function_overage_us"`
-	FunctionUnitPrice  int64 `json:"function_unit_price"`
-	FunctionUnitMS     int64 `json:"function_unit_ms"`
-	FunctionAmount     int64 `json:"function_amount"`
-	Amount             int64 `json:"amount"` // minor units of Currency: the monthly fee plus the overages' charges
-	Currency     string `json:"currency"`
+	FunctionUS         int64  `json:"function_us"`
+	FunctionIncludedMS int64  `json:"function_included_ms"`
+	FunctionOverageUS  int64  `json:"function_overage_us"`
+	FunctionUnitPrice  int64  `json:"function_unit_price"`
+	FunctionUnitMS     int64  `json:"function_unit_ms"`
+	FunctionAmount     int64  `json:"function_amount"`
+	Amount             int64  `json:"amount"` // minor units of Currency: the monthly fee plus the overages' charges
+	Currency           string `json:"currency"`
 	// Status is StatusPriced, or StatusUnpriced when the plan had no price version in
 	// effect for the period (then every price field is 0 and Currency is empty).
 	Status string `json:"status"`
