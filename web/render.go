@@ -58,6 +58,7 @@ var funcs = template.FuncMap{
 		return strings.TrimPrefix(list[0], "=")
 	},
 	"num":     func(n int64) string { return forms.GroupDigits(n) },
+	"ms":      functionMS,
 	"methods": func() []string { return allMethods },
 	"roles":   func() []string { return tenants.MemberRoles },
 	"modes":   func() []string { return planModes },

@@ -32,6 +32,7 @@ type usageData struct {
 	Enabled           bool
 	Total             int64
 	Billable          int64
+	FunctionUS        int64 // the range's function time
 	Month             int64
 	Quota             int64 // 0: no quota
 	QuotaPct          float64
@@ -53,6 +54,7 @@ type usageRange struct {
 type usageRow struct {
 	Name, Link         string
 	Requests, Billable int64
+	FunctionUS         int64
 	Share              float64 // of the range's requests, in percent
 }
 
@@ -117,6 +119,7 @@ func (c *Console) usagePage(ctx *fiber.Ctx) error {
 		return c.internal(ctx, err)
 	}
 	d.Total, d.Billable, d.Month = rep.Total.Requests, rep.Total.Billable, month.Total.Requests
+	d.FunctionUS = rep.Total.FunctionUS
 	if tv.Limits != nil && tv.Limits.Quota != nil && tv.Limits.Quota.Requests > 0 {
 		d.Quota = tv.Limits.Quota.Requests
 		d.QuotaPct = math.Min(100, 100*float64(d.Month)/float64(d.Quota))
@@ -217,6 +220,16 @@ func add(into map[string]*usageRow, id string, n usage.Counts, names map[string]
 	}
 	r.Requests += n.Requests
 	r.Billable += n.Billable
+	r.FunctionUS += n.FunctionUS
+}
+
+// functionMS shows function time, metered in microseconds, in the milliseconds it is
+// priced in: "2,012.345".
+func functionMS(us int64) string {
+	if us < 0 {
+		return "-" + functionMS(-us)
+	}
+	return forms.GroupDigits(us/1000) + fmt.Sprintf(".%03d", us%1000)
 }
 
 func ranked(m map[string]*usageRow, total int64) []usageRow {

@@ -78,3 +78,35 @@ func between(s, from, to string) string {
 	}
 	return s
 }
+
+// Function time shows on the usage page (the range's total, by route and by consumer) and
+// on the finance page (the month's time and its charge per row), in milliseconds.
+func TestFunctionTimeShown(t *testing.T) {
+	e, store := paymentsConsole(t)
+	owner := e.signUp("acme", true)
+	ctx := context.Background()
+	if _, err := e.db.SetPlatformRole(ctx, owner.email, "finance"); err != nil {
+		t.Fatal(err)
+	}
+	tn, _ := e.db.FindTenant(ctx, "acme")
+	now := time.Now().UTC()
+	if err := store.SetPrice(ctx, &billing.Price{Plan: tn.PlatformPlan, EffectiveFrom: billing.PeriodOf(now).String(), Currency: "usd",
+		IncludedRequests: 1000, UnitPrice: 1, UnitRequests: 1000, FunctionUnitPrice: 100, FunctionUnitMS: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Fold(ctx, &usage.Batch{ID: usage.BatchID("web-test", "fn", 1), EdgeID: "web-test", BootID: "fn", Seq: 1, Created: now,
+		Records: []usage.Record{{TenantID: tn.ID, Hour: billing.Hour(now), RouteID: "r", Class: 2,
+			Counts: usage.Counts{Requests: 3, Billable: 3, FunctionUS: 2_012_345}}}}); err != nil {
+		t.Fatal(err)
+	}
+	pg := e.get(owner, "/console/t/acme/usage")
+	if !strings.Contains(pg.body, `data-testid="function-ms">2,012.345<`) || !strings.Contains(between(pg.body, `data-testid="by-route"`, "</table>"), ">2,012.345<") {
+		t.Fatalf("usage page without function time:\n%s", pg.body)
+	}
+	pg = e.get(owner, "/console/finance")
+	preview := between(pg.body, `data-testid="export-preview"`, "</table>")
+	// 2,012.345 ms at 1.00 USD per ms, rounded up to the cent: 201,235 cents.
+	if pg.status != http.StatusOK || !strings.Contains(preview, `data-testid="function-ms">2,012.345<`) || !strings.Contains(preview, "2,012.35 USD") {
+		t.Fatalf("finance page: %d\n%s", pg.status, preview)
+	}
+}
