@@ -34,14 +34,15 @@ func TestUsageAndExport(t *testing.T) {
 		billingtest.Record(id, hour, "", "", 200, true, 5),
 		billingtest.Record(id, hour, "", "", 429, false, 2),
 	)
+	b.Records[0].FunctionUS = 1234 // the tenant's functions ran 1.234 ms
 	if _, err := store.Fold(context.Background(), b); err != nil {
 		t.Fatalf("fold: %v", err)
 	}
 
 	r := e.do("GET", "/v1/tenants/acme/usage", adminToken, nil).want(200)
 	total := r.json["total"].(map[string]any)
-	if total["requests"] != 7.0 || total["billable"] != 5.0 {
-		t.Fatalf("usage total %v, want 7 requests, 5 billable", total)
+	if total["requests"] != 7.0 || total["billable"] != 5.0 || total["function_us"] != 1234.0 {
+		t.Fatalf("usage total %v, want 7 requests, 5 billable, 1234 µs of function time", total)
 	}
 	e.do("GET", "/v1/tenants/acme/usage?group_by=status&granularity=day", adminToken, nil).want(200)
 	e.do("GET", "/v1/tenants/acme/usage?bogus=1", adminToken, nil).wantErr(400, "invalid_request", "")
@@ -50,11 +51,12 @@ func TestUsageAndExport(t *testing.T) {
 
 	period := billing.PeriodOf(now).String()
 	r = e.do("GET", "/v1/billing/export?format=json&period="+period, adminToken, nil).want(200)
-	var requests float64
+	var requests, fn float64
 	for _, it := range r.items() {
 		requests += it.(map[string]any)["requests"].(float64)
+		fn += it.(map[string]any)["function_us"].(float64)
 	}
-	if requests != 7 {
+	if requests != 7 || fn != 1234 {
 		t.Fatalf("export requests %v, want 7: %s", requests, r.body)
 	}
 	e.do("GET", "/v1/billing/export?format=json&period="+period, other, nil).wantErr(403, "forbidden", "")
