@@ -138,7 +138,10 @@ const (
 // Units of a Difference.
 const (
 	UnitRequests = "requests"
-	UnitBillable = "billable"
+	// UnitFunctionUS: microseconds of function time, compared per edge-hour when requests
+	// and billable requests agree.
+	UnitFunctionUS = "function_us"
+	UnitBillable   = "billable"
 )
 
 // Discrepancy is one tenant-hour, and for the edge kinds one edge, where two views
@@ -219,10 +222,11 @@ type edgeHour struct {
 
 // edgeView is one edge's tenant-hour in every view.
 type edgeView struct {
-	served, servedBill, dropped, droppedBill int64
-	folded, foldedBill                       int64
-	inflight, inflightBill                   int64
-	boots                                    []bootView // usually one or two
+	served, servedBill, dropped, droppedBill  int64
+	folded, foldedBill                        int64
+	inflight, inflightBill                    int64
+	servedFn, droppedFn, foldedFn, inflightFn int64      // function time (µs)
+	boots                                     []bootView // usually one or two
 }
 
 type tenantView struct {
@@ -350,6 +354,8 @@ func gather(ctx context.Context, p Period, src ReconcileSources) (*views, error)
 		v.servedBill += t.Billable
 		v.dropped += t.Dropped
 		v.droppedBill += t.DroppedBillable
+		v.servedFn += t.FunctionUS
+		v.droppedFn += t.DroppedFunctionUS
 		v.boot(t.BootID).reported = true
 	}
 	folded, err := src.Folded.FoldedTotals(ctx, p)
@@ -369,9 +375,11 @@ func gather(ctx context.Context, p Period, src ReconcileSources) (*views, error)
 		v := vs.edge(t.TenantID, t.Hour, t.EdgeID)
 		v.folded += t.Requests
 		v.foldedBill += t.Billable
+		v.foldedFn += t.FunctionUS
 		bv := v.boot(t.BootID)
 		bv.folded += t.Requests
 		bv.foldedBill += t.Billable
+		bv.foldedFn += t.FunctionUS
 		tv := vs.tenant(t.TenantID, t.Hour)
 		tv.attributed += t.Requests
 		tv.attributedBl += t.Billable
@@ -392,9 +400,11 @@ func gather(ctx context.Context, p Period, src ReconcileSources) (*views, error)
 			v := vs.edge(t.TenantID, t.Hour, t.EdgeID)
 			v.inflight += t.Requests
 			v.inflightBill += t.Billable
+			v.inflightFn += t.FunctionUS
 			bv := v.boot(t.BootID)
 			bv.inflight += t.Requests
 			bv.inflightBill += t.Billable
+			bv.inflightFn += t.FunctionUS
 		}
 	}
 	if src.Stripe != nil {
@@ -536,7 +546,7 @@ func (r *Reconciliation) compareEdgeHour(k edgeHour, v *edgeView, cmp comparison
 	// Batches of a boot that published no totals have nothing to be checked against:
 	// they are set apart, and the rest is compared with the boots that did report.
 	var missing []string
-	var mReq, mBill, mIn, mInBill int64
+	var mReq, mBill, mIn, mInBill, mFn, mInFn int64
 	reported := false
 	for _, b := range v.boots {
 		if b.reported {
@@ -550,6 +560,8 @@ func (r *Reconciliation) compareEdgeHour(k edgeHour, v *edgeView, cmp comparison
 		mBill += b.foldedBill
 		mIn += b.inflight
 		mInBill += b.inflightBill
+		mFn += b.foldedFn
+		mInFn += b.inflightFn
 		missing = append(missing, b.id)
 	}
 	sort.Strings(missing)
@@ -577,12 +589,20 @@ func (r *Reconciliation) compareEdgeHour(k edgeHour, v *edgeView, cmp comparison
 	if c.none() {
 		c, unit = classify(v.servedBill, v.droppedBill, gotBill, infBill, cmp.partial), UnitBillable
 	}
+	gotFn, infFn := v.foldedFn-mFn, v.inflightFn-mInFn
+	if c.none() {
+		c, unit = classify(v.servedFn, v.droppedFn, gotFn, infFn, cmp.partial), UnitFunctionUS
+	}
 	if c.none() {
 		return
 	}
 	what := fmt.Sprintf("edge %s served %d requests (%d of them dropped by the edge), billing folded %d", quoteEdge(k.edge), v.served, v.dropped, got)
-	if unit == UnitBillable {
+	switch unit {
+	case UnitBillable:
 		what = fmt.Sprintf("requests agree but edge %s's billable %d (%d of them dropped by the edge) and the folded %d do not", quoteEdge(k.edge), v.servedBill, v.droppedBill, gotBill)
+	case UnitFunctionUS:
+		what = fmt.Sprintf("requests agree but edge %s's function time %d µs (%d µs of it dropped by the edge) and the folded %d µs do not", quoteEdge(k.edge), v.servedFn, v.droppedFn, gotFn)
+		inf = infFn
 	}
 	r.addEdgeKinds(base, c, unit, cmp.settled(h), what, inf)
 }
@@ -735,6 +755,7 @@ type bootView struct {
 	reported               bool // published totals
 	folded, foldedBill     int64
 	inflight, inflightBill int64
+	foldedFn, inflightFn   int64
 }
 
 func (v *edgeView) boot(id string) *bootView {
@@ -750,8 +771,8 @@ func (v *edgeView) boot(id string) *bootView {
 // signWords says a signed difference in words, so no reader has to guess which way
 // round it was subtracted.
 func signWords(diff int64, unit string) string {
-	if unit == UnitRequests || unit == UnitBillable {
-		unit = map[string]string{UnitRequests: "requests", UnitBillable: "billable requests"}[unit]
+	if unit == UnitRequests || unit == UnitBillable || unit == UnitFunctionUS {
+		unit = map[string]string{UnitRequests: "requests", UnitBillable: "billable requests", UnitFunctionUS: "µs of function time"}[unit]
 	}
 	switch {
 	case diff < 0:

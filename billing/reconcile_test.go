@@ -505,3 +505,46 @@ func TestReconcileDroppedBillable(t *testing.T) {
 		t.Fatalf("discrepancies %+v, want one dropped of -3 billable", r.Discrepancies)
 	}
 }
+
+// Function time is reconciled per edge-hour like requests, once requests and billable
+// requests agree: time the edge served and billing never folded is a loss (or dropped,
+// when the edge said so), time folded beyond it a double count, time in flight pending.
+func TestReconcileFunctionTime(t *testing.T) {
+	h0 := time.Date(2024, 5, 10, 3, 0, 0, 0, time.UTC)
+	now := func() time.Time { return h0.Add(2 * time.Hour) }
+	served := func(tenant string, fn, droppedFn int64) usage.EdgeTotal {
+		return usage.EdgeTotal{EdgeID: "e1", BootID: "a", TenantID: tenant, Hour: h0, Requests: 10, Billable: 10, FunctionUS: fn, DroppedFunctionUS: droppedFn}
+	}
+	folded := func(tenant string, fn int64) billing.EdgeFolded {
+		return billing.EdgeFolded{EdgeID: "e1", BootID: "a", TenantID: tenant, Hour: h0, Requests: 10, Billable: 10, FunctionUS: fn}
+	}
+	v := &views{
+		edges: []usage.EdgeTotal{
+			served("agree", 500, 0), served("lost", 500, 0), served("twice", 500, 0), served("dropped", 500, 200), served("flight", 500, 0),
+		},
+		byEdge: []billing.EdgeFolded{
+			folded("agree", 500), folded("lost", 300), folded("twice", 800), folded("dropped", 300), folded("flight", 300),
+		},
+		inflight: []billing.EdgeFolded{{EdgeID: "e1", BootID: "a", TenantID: "flight", Hour: h0, FunctionUS: 200}},
+	}
+	r, err := billing.Reconcile(context.Background(), billing.PeriodOf(h0), billing.ReconcileSources{Edges: v, Folded: v, InFlight: v, Now: now, Settle: 15 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range append(r.Discrepancies, r.Pending...) {
+		got[d.TenantID] += fmt.Sprintf("%s %d %s;", d.Kind, d.Difference, d.Unit)
+		if d.Unit == billing.UnitFunctionUS && !strings.Contains(d.Message, "function time") {
+			t.Errorf("%s: message %q", d.TenantID, d.Message)
+		}
+	}
+	want := map[string]string{
+		"lost":    "loss -200 function_us;",
+		"twice":   "double_count 300 function_us;",
+		"dropped": "dropped -200 function_us;",
+		"flight":  "pending -200 function_us;",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("discrepancies %v, want %v", got, want)
+	}
+}

@@ -94,7 +94,7 @@ func (r *InFlightReader) InFlight(ctx context.Context) (*billing.InFlight, error
 		edge, boot, tenant string
 		hour               int64
 	}
-	sums := map[cell]*[2]int64{}
+	sums := map[cell]*[3]int64{}
 	var pending []*usage.Batch
 	check := func() error {
 		if len(pending) == 0 {
@@ -118,11 +118,12 @@ func (r *InFlightReader) InFlight(ctx context.Context) (*billing.InFlight, error
 				k := cell{b.EdgeID, b.BootID, rec.TenantID, rec.Hour.Unix()}
 				c := sums[k]
 				if c == nil {
-					c = &[2]int64{}
+					c = &[3]int64{}
 					sums[k] = c
 				}
 				c[0] += rec.Requests
 				c[1] += rec.Billable
+				c[2] += rec.FunctionUS
 			}
 		}
 		pending = pending[:0]
@@ -166,7 +167,7 @@ func (r *InFlightReader) InFlight(ctx context.Context) (*billing.InFlight, error
 	}
 	for k, c := range sums {
 		out.Totals = append(out.Totals, billing.EdgeFolded{EdgeID: k.edge, BootID: k.boot, TenantID: k.tenant,
-			Hour: time.Unix(k.hour, 0).UTC(), Requests: c[0], Billable: c[1]})
+			Hour: time.Unix(k.hour, 0).UTC(), Requests: c[0], Billable: c[1], FunctionUS: c[2]})
 	}
 	return out, nil
 }
