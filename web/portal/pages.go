@@ -1,6 +1,7 @@
 package portal
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 
 	"tollgate/billing"
 	"tollgate/tenants"
+	"tollgate/web/forms"
 )
 
 // The signed-in pages: keys, plans and usage, each about the account's one consumer.
@@ -243,6 +245,7 @@ type usageView struct {
 	Plan        string
 	Quota       int64
 	Total       int64
+	FunctionMS  string // the consumer's function time this month, "" when none ran
 	QuotaWidth  int
 	Days        []usageDay
 	Period      string
@@ -274,6 +277,15 @@ func (p *Portal) usagePage(ctx *fiber.Ctx) error {
 			return p.internal(ctx, err)
 		}
 		uv.Days, uv.Total = byDay(rep, c.ID, period.Start(), now)
+		var fn int64
+		for _, it := range rep.Items {
+			if it.ConsumerID != nil && *it.ConsumerID == c.ID {
+				fn += it.FunctionUS
+			}
+		}
+		if fn > 0 {
+			uv.FunctionMS = forms.GroupDigits(fn/1000) + fmt.Sprintf(".%03d", fn%1000)
+		}
 	}
 	var peak int64 = 1
 	for _, d := range uv.Days {
