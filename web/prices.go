@@ -25,8 +25,10 @@ type priceForm struct {
 	Plan, EffectiveFrom, Currency           string
 	MonthlyFee, IncludedRequests, UnitPrice string
 	UnitRequests                            string
-	PerConsumer                             bool
-	Errors                                  map[string]string
+	// Function time: the allowance and unit in ms, the price in the currency.
+	IncludedFunctionMS, FunctionUnitPrice, FunctionUnitMS string
+	PerConsumer                                           bool
+	Errors                                                map[string]string
 }
 
 // priceRow is a version as the pages list it.
@@ -53,7 +55,7 @@ func (c *Console) mayPrice(ctx *fiber.Ctx) bool {
 func (c *Console) thisMonth() billing.Period { return billing.PeriodOf(c.cfg.Now()) }
 
 func newPriceForm(month string) priceForm {
-	return priceForm{EffectiveFrom: month, Currency: "usd", UnitRequests: "1000", Errors: map[string]string{}}
+	return priceForm{EffectiveFrom: month, Currency: "usd", UnitRequests: "1000", FunctionUnitMS: "1000", Errors: map[string]string{}}
 }
 
 // readPriceForm reads the form into a price of tenantID's scope; the form's own errors
@@ -62,16 +64,20 @@ func readPriceForm(ctx *fiber.Ctx, tenantID, plan string) (priceForm, *billing.P
 	v := func(k string) string { return strings.TrimSpace(ctx.FormValue(k)) }
 	f := priceForm{Plan: plan, EffectiveFrom: v("effective_from"), Currency: strings.ToLower(v("currency")),
 		MonthlyFee: v("monthly_fee"), IncludedRequests: v("included_requests"), UnitPrice: v("unit_price"),
-		UnitRequests: v("unit_requests"), PerConsumer: ctx.FormValue("per_consumer") == "on", Errors: map[string]string{}}
+		UnitRequests: v("unit_requests"), PerConsumer: ctx.FormValue("per_consumer") == "on", Errors: map[string]string{},
+		IncludedFunctionMS: v("included_function_ms"), FunctionUnitPrice: v("function_unit_price"), FunctionUnitMS: v("function_unit_ms")}
 	if f.Plan == "" {
 		f.Plan = v("plan")
 	}
 	p := &billing.Price{TenantID: tenantID, Plan: f.Plan, EffectiveFrom: f.EffectiveFrom, Currency: f.Currency,
-		MonthlyFee:       amount(f.MonthlyFee, f.Currency, "monthly_fee", "The monthly fee", f.Errors),
-		IncludedRequests: number(f.IncludedRequests, "included_requests", "Included requests", f.Errors),
-		UnitPrice:        amount(f.UnitPrice, f.Currency, "unit_price", "The unit price", f.Errors),
-		UnitRequests:     number(f.UnitRequests, "unit_requests", "The unit", f.Errors),
-		PerConsumer:      f.PerConsumer && tenantID == ""}
+		MonthlyFee:         amount(f.MonthlyFee, f.Currency, "monthly_fee", "The monthly fee", f.Errors),
+		IncludedRequests:   number(f.IncludedRequests, "included_requests", "Included requests", f.Errors),
+		UnitPrice:          amount(f.UnitPrice, f.Currency, "unit_price", "The unit price", f.Errors),
+		UnitRequests:       number(f.UnitRequests, "unit_requests", "The unit", f.Errors),
+		PerConsumer:        f.PerConsumer && tenantID == "",
+		IncludedFunctionMS: number(f.IncludedFunctionMS, "included_function_ms", "Included function time", f.Errors),
+		FunctionUnitPrice:  amount(f.FunctionUnitPrice, f.Currency, "function_unit_price", "The function time price", f.Errors),
+		FunctionUnitMS:     number(f.FunctionUnitMS, "function_unit_ms", "The function time unit", f.Errors)}
 	return f, p
 }
 

@@ -3,14 +3,20 @@ package web_test
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gofiber/fiber/v2"
 
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/usage"
 	"tollgate/tenants"
+	"tollgate/tenants/postgres/pgtest"
+	"tollgate/tenants/smtp/smtptest"
+	"tollgate/web"
 )
 
 // TestUsageByConsumerAndRange: the usage page sums a date range by consumer and by route,
@@ -108,5 +114,41 @@ func TestFunctionTimeShown(t *testing.T) {
 	// 2,012.345 ms at 1.00 USD per ms, rounded up to the cent: 201,235 cents.
 	if pg.status != http.StatusOK || !strings.Contains(preview, `data-testid="function-ms">2,012.345<`) || !strings.Contains(preview, "2,012.35 USD") {
 		t.Fatalf("finance page: %d\n%s", pg.status, preview)
+	}
+}
+
+// The platform price form takes function time's allowance, price and unit, shows a
+// refusal at its field, and lists the price.
+func TestPriceFormFunctionTime(t *testing.T) {
+	db, _ := pgtest.Open(t)
+	mail := smtptest.Start(t)
+	store := billingpg.New(db.Pool())
+	c := web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db, Plans: db,
+		Usage: store, Prices: store, Mailer: mail.Mailer(t), PublicURL: "https://console.tollgate.test"})
+	app := fiber.New(fiber.Config{Immutable: true})
+	c.Mount(app)
+	e := &consoleEnv{t: t, app: app, db: db, mail: mail}
+	fin := e.signUp("acme", true)
+	ctx := context.Background()
+	if _, err := db.SetPlatformRole(ctx, fin.email, "finance"); err != nil {
+		t.Fatal(err)
+	}
+	month := billing.PeriodOf(time.Now()).String()
+	form := func(fnPrice string) url.Values {
+		return url.Values{"_csrf": {fin.csrf}, "plan": {"pro"}, "effective_from": {month}, "currency": {"usd"},
+			"unit_requests": {"1000"}, "included_function_ms": {"1,000"}, "function_unit_price": {fnPrice}, "function_unit_ms": {"1000"}}
+	}
+	if pg := e.post(fin, "/console/finance/prices", form("0.5x")); !strings.Contains(pg.body, `id="function_unit_price-error"`) {
+		t.Fatalf("a bad function price: %d\n%s", pg.status, pg.body)
+	}
+	if pg := e.raw(fin, "/console/finance/prices", form("0.02")); pg.status != http.StatusSeeOther {
+		t.Fatalf("save: %d\n%s", pg.status, pg.body)
+	}
+	p, err := store.PriceAt(ctx, "", "pro", billing.PeriodOf(time.Now()))
+	if err != nil || p.IncludedFunctionMS != 1000 || p.FunctionUnitPrice != 2 || p.FunctionUnitMS != 1000 {
+		t.Fatalf("stored %+v %v", p, err)
+	}
+	if pg := e.get(fin, "/console/finance/prices"); !strings.Contains(pg.body, "0.02 USD per 1,000 ms over 1,000 ms") {
+		t.Fatalf("prices page:\n%s", between(pg.body, `data-testid="price-versions"`, "</table>"))
 	}
 }
