@@ -1,5 +1,6 @@
 // Package meter counts the edge's requests for billing: per tenant, route, consumer,
-// UTC hour and status class, with body bytes in and out (and, through RecordBytes, the
+// UTC hour and status class, with body bytes in and out and the run time of the tenant's
+// functions (RecordFunction, in whole microseconds) (and, through RecordBytes, the
 // bytes of a long-lived exchange without another request), in a memory-mapped state
 // file that outlives the process (see state.go); and about once a second cuts the counts
 // into a usage.Batch and hands it to a Sink (JetStream, see infra/usage),
@@ -19,7 +20,7 @@
 // per consumer when it compiles a snapshot, so the per-request key is 24 bytes of plain
 // memory — the two handles, and the hour, status class and origin packed in a word —
 // hashed and compared without touching a string. Nothing is published, encoded, synced
-// or logged per request: a count is three additions to mapped memory, which the kernel
+// or logged per request: a count is four additions to mapped memory, which the kernel
 // writes back on its own and the flusher fsyncs once per flush.
 //
 // # Exactly once
