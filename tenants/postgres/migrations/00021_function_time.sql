@@ -19,11 +19,11 @@ ALTER TABLE usage_edge_hourly ADD COLUMN function_us bigint NOT NULL DEFAULT 0;
 
 ALTER TABLE prices
     ADD COLUMN included_function_ms bigint NOT NULL DEFAULT 0
-        CONSTRAINT prices_included_function_check CHECK (included_function_ms BETWEEN 0 AND 9000000000000000),
+        CONSTRAINT prices_included_function_check CHECK (included_function_ms BETWEEN 0 AND 9223372036854775),
     ADD COLUMN function_unit_price  bigint NOT NULL DEFAULT 0
         CONSTRAINT prices_function_unit_price_check CHECK (function_unit_price >= 0),
     ADD COLUMN function_unit_ms     bigint NOT NULL DEFAULT 1000
-        CONSTRAINT prices_function_unit_ms_check CHECK (function_unit_ms BETWEEN 1 AND 9000000000000000);
+        CONSTRAINT prices_function_unit_ms_check CHECK (function_unit_ms BETWEEN 1 AND 9223372036854775);
 
 -- +goose Down
 ALTER TABLE prices DROP COLUMN function_unit_ms, DROP COLUMN function_unit_price, DROP COLUMN included_function_ms;
