@@ -21,7 +21,7 @@ ALTER TABLE prices
     ADD COLUMN included_function_ms bigint NOT NULL DEFAULT 0
         CONSTRAINT prices_included_function_check CHECK (included_function_ms BETWEEN 0 AND 9223372036854775),
     ADD COLUMN function_unit_price  bigint NOT NULL DEFAULT 0
-        CONSTRAINT prices_function_unit_price_check CHECK (function_unit_price >= 0),
+        CONSTRAINT prices_function_unit_price_check CHECK (function_unit_price BETWEEN 0 AND 99999999),
     ADD COLUMN function_unit_ms     bigint NOT NULL DEFAULT 1000
         CONSTRAINT prices_function_unit_ms_check CHECK (function_unit_ms BETWEEN 1 AND 9223372036854775);
 
