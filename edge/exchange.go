@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/fnchain"
 	"tollgate/edge/limit"
 	"tollgate/edge/routing"
 )
@@ -50,6 +51,9 @@ type exchange struct {
 
 	upstream time.Duration // spent in upstream exchanges, for the latency split (metrics.go)
 
+	fn           *fnchain.Run  // the route's functions' run, once started (function.go)
+	functionTime time.Duration // guest time of the request's functions, metered
+
 	trailers trailerStrip // a chunked request body, read without its trailer (headers.go)
 
 	tr exchangeTrace // with Config.Tracing only (trace.go)
@@ -69,7 +73,7 @@ func (x *exchange) reset() {
 	}
 	x.stripLen = 0
 	x.in = countingReader{}
-	x.upstream = 0
+	x.upstream, x.functionTime = 0, 0
 	x.trailers = trailerStrip{}
 	x.hs = headerScan{}
 	clear(x.checks[:x.nchecks]) // do not keep old snapshots' policies alive in the pool
