@@ -280,13 +280,13 @@ func TestHostileGuests(t *testing.T) {
 		want  function.Reason
 		or    function.Reason
 	}{
-		{functiontest.Loop, function.ReasonTimeout},
-		{functiontest.GrowBomb, function.ReasonMemory},
+		{guest: functiontest.Loop, want: function.ReasonTimeout},
+		{guest: functiontest.GrowBomb, want: function.ReasonMemory},
 		// Recursion meets either wazero's stack ceiling or the deadline, whichever comes first.
-		{functiontest.Recursion, function.ReasonTrap, function.ReasonTimeout},
-		{functiontest.Trap, function.ReasonTrap},
-		{functiontest.BadPtr, function.ReasonBadHostCall},
-		{functiontest.HugeHdrs, function.ReasonBadHostCall},
+		{guest: functiontest.Recursion, want: function.ReasonTrap, or: function.ReasonTimeout},
+		{guest: functiontest.Trap, want: function.ReasonTrap},
+		{guest: functiontest.BadPtr, want: function.ReasonBadHostCall},
+		{guest: functiontest.HugeHdrs, want: function.ReasonBadHostCall},
 	}
 	for _, c := range cases {
 		f := filter(t, r, c.guest, "hostile", "", function.Limits{})
