@@ -21,6 +21,10 @@ import (
 // one on-disk cache, so each Go guest is compiled to machine code once per test process.
 func newRuntime(t testing.TB, cfg function.Config) *function.Runtime {
 	t.Helper()
+	if cfg.Timeout == 0 {
+		// Wall time: a loaded machine deschedules a thread for more than the default 5 ms.
+		cfg.Timeout = time.Second
+	}
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = sharedCache(t)
 	}
