@@ -50,7 +50,7 @@
 // WASI (module "wasi_snapshot_preview1"), only what SDK guests link against: fd_write
 // (stdout to the log at Info, stderr at Error, other descriptors EBADF), clock_time_get,
 // clock_res_get, random_get, proc_exit (ends the instance), sched_yield, an empty
-// environ_* and args_*, and fd_close, fd_fdstat_get, fd_seek, fd_read, fd_prestat_get,
+// environ_* and args_*, and fd_close, fd_fdstat_get, fd_fdstat_set_flags, fd_seek, fd_read, fd_prestat_get,
 // fd_prestat_dir_name answering EBADF and poll_oneoff ENOSYS. Any other import is refused
 // by Validate and Compile.
 //

@@ -423,8 +423,16 @@ func (r *Runtime) watchdog() {
 	const tick = time.Millisecond
 	t := time.NewTicker(tick)
 	defer t.Stop()
+	idle := 0
 	for {
+		// Sleep only after a second without guests: waking the watchdog costs a goroutine
+		// switch, too dear to pay per callback on a busy edge.
 		if r.running.Load() == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+		if idle > 1000 {
 			r.sleeping.Store(true)
 			if r.running.Load() == 0 {
 				select {
@@ -434,6 +442,7 @@ func (r *Runtime) watchdog() {
 				}
 			}
 			r.sleeping.Store(false)
+			idle = 0
 		}
 		select {
 		case <-t.C:

@@ -107,6 +107,7 @@ var wasiFuncs = []hostFunc{
 	{"args_get", sigOf(1, i32, i32), wasiOK},
 	{"fd_close", sigOf(1, i32), wasiBadf},
 	{"fd_fdstat_get", sigOf(1, i32, i32), wasiBadf},
+	{"fd_fdstat_set_flags", sigOf(1, i32, i32), wasiBadf},
 	{"fd_seek", sigOf(1, i32, i64, i32, i32), wasiBadf},
 	{"fd_read", sigOf(1, i32, i32, i32, i32), wasiBadf},
 	{"fd_prestat_get", sigOf(1, i32, i32), wasiBadf},
