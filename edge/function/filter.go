@@ -133,7 +133,7 @@ type instance struct {
 	cancel context.CancelFunc
 	alloc_ api.Function
 	cb     [cbCount]api.Function
-	stack  [8]uint64
+	stack  [12]uint64
 	mstack [1]uint64
 	nextID uint32
 	call   *Call // the request being served; nil while starting
@@ -286,8 +286,8 @@ func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64
 		default:
 		}
 	}
-	n := max(nargs, len(fn.Definition().ResultTypes()))
-	err := fn.CallWithStack(in.ctx, in.stack[:max(n, 1)])
+	// Every callback has at most one result, so the stack holds max(nargs, 1) values.
+	err := fn.CallWithStack(in.ctx, in.stack[:max(nargs, 1)])
 	in.deadline.Store(0)
 	r.running.Add(-1)
 	if in.call != nil {
