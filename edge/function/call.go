@@ -40,12 +40,17 @@ func (in *instance) newCall() *Call {
 // Start takes an instance for one request (a pooled one, or a new one when all are busy)
 // and creates the request's context in it.
 func (f *Filter) Start(h HTTP) (*Call, error) {
+	if q := f.quarantined.Load(); q != 0 && now() < q {
+		return nil, &Error{Reason: ReasonQuarantined, Function: f.name,
+			Detail: "the function failed on its last requests; it is refused for a while"}
+	}
 	var in *instance
 	select {
 	case in = <-f.pool:
 	default:
 		var err error
 		if in, err = f.newInstance(); err != nil {
+			f.strike()
 			return nil, err
 		}
 	}
@@ -219,6 +224,11 @@ func (c *Call) Done() time.Duration {
 	}
 	if c.err != nil {
 		in.dead = true
+		if e, ok := c.err.(*Error); !ok || e.Reason != ReasonBusy {
+			in.f.strike()
+		}
+	} else {
+		in.f.ok()
 	}
 	el := time.Duration(c.elapsed)
 	in.call, c.h, c.calloutResp = nil, nil, nil

@@ -26,7 +26,13 @@
 //     bounds, an argument over 16 MiB, or more than 1 MiB of headers set in one request is
 //     a bad host call: the request fails with ReasonBadHostCall.
 //   - An instance that trapped, timed out, ran out of memory or made a bad host call is
-//     dropped, never reused. Deep recursion traps when wazero's stack ceiling is reached.
+//     dropped, never reused. A filter that fails three requests in a row is quarantined:
+//     Start refuses it (ReasonQuarantined) for 1s, doubling with each further failure up to
+//     30s; a request that succeeds ends the streak.
+//   - Deep recursion is the weak spot: wazero checks for a cut-off instance at loop
+//     back-edges, not at calls, so a recursion without loops runs on past its deadline
+//     until wazero's fixed stack ceiling (400 MB of stack) traps it; 0.46s and that much
+//     memory on the development machine. The quarantine bounds how often a module can do it.
 //
 // Host calls implemented (module "env"): proxy_log, proxy_get_log_level (Info: lower
 // levels are dropped), proxy_get_current_time_nanoseconds, proxy_set_tick_period_milliseconds

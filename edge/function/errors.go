@@ -12,6 +12,7 @@ const (
 	ReasonBadHostCall Reason = "bad_host_call" // out-of-bounds pointers, oversized data, a broken ABI contract
 	ReasonBusy        Reason = "busy"          // the tenant's concurrency cap stayed full
 	ReasonStart       Reason = "start"         // the module failed to instantiate or to configure
+	ReasonQuarantined Reason = "quarantined"   // it failed on its last requests and is refused for a while
 )
 
 // Error is how a filter fails. Busy becomes the edge's function_busy (503), every other

@@ -48,6 +48,33 @@ type Filter struct {
 	slot    *tenantSlot
 	pool    chan *instance
 	closed  atomic.Bool
+	// A filter that keeps failing is refused for a while (quarantine), so a hostile module
+	// cannot make the edge pay for a deep recursion or a loop on every request.
+	strikes     atomic.Int32
+	quarantined atomic.Int64 // until this now(); 0 = not
+}
+
+// Strikes before a quarantine, and its length: 1s, doubling with each further strike, at
+// most 30s.
+const (
+	maxStrikes     = 3
+	quarantineBase = time.Second
+	quarantineMax  = 30 * time.Second
+)
+
+func (f *Filter) strike() {
+	n := f.strikes.Add(1)
+	if n < maxStrikes {
+		return
+	}
+	d := quarantineBase << min(n-maxStrikes, 5)
+	f.quarantined.Store(now() + int64(min(d, quarantineMax)))
+}
+
+func (f *Filter) ok() {
+	if f.strikes.Load() != 0 {
+		f.strikes.Store(0)
+	}
 }
 
 // tenantSlot is a tenant's share of the edge: a semaphore on running callbacks.
@@ -133,7 +160,7 @@ type instance struct {
 	cancel context.CancelFunc
 	alloc_ api.Function
 	cb     [cbCount]api.Function
-	stack  [8]uint64
+	stack  [12]uint64
 	mstack [1]uint64
 	nextID uint32
 	call   *Call // the request being served; nil while starting
@@ -286,8 +313,8 @@ func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64
 		default:
 		}
 	}
-	n := max(nargs, len(fn.Definition().ResultTypes()))
-	err := fn.CallWithStack(in.ctx, in.stack[:max(n, 1)])
+	// Every callback has at most one result, so the stack holds max(nargs, 1) values.
+	err := fn.CallWithStack(in.ctx, in.stack[:max(nargs, 1)])
 	in.deadline.Store(0)
 	r.running.Add(-1)
 	if in.call != nil {

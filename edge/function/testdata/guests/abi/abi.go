@@ -11,6 +11,8 @@ import (
 const (
 	RequestHeaders  = 0
 	ResponseHeaders = 2
+	CalloutHeaders  = 6
+	CalloutBody     = 4
 
 	Continue = 0
 	Pause    = 1
@@ -28,6 +30,7 @@ var (
 	OnRequestBody     func(size uint32, endOfStream bool) uint32
 	OnResponseHeaders func(n uint32, endOfStream bool) uint32
 	OnResponseBody    func(size uint32, endOfStream bool) uint32
+	OnCalloutResponse func(token, headers, bodySize, trailers uint32)
 )
 
 //go:wasmimport env proxy_log
@@ -53,6 +56,12 @@ func proxySetProperty(pp unsafe.Pointer, ps uint32, vp unsafe.Pointer, vs uint32
 
 //go:wasmimport env proxy_send_local_response
 func proxySendLocalResponse(status uint32, dp unsafe.Pointer, ds uint32, bp unsafe.Pointer, bs uint32, hp unsafe.Pointer, hs uint32, grpc int32) uint32
+
+//go:wasmimport env proxy_http_call
+func proxyHTTPCall(up unsafe.Pointer, us uint32, hp unsafe.Pointer, hs uint32, bp unsafe.Pointer, bs uint32, tp unsafe.Pointer, ts uint32, timeout uint32, retToken unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_continue_stream
+func proxyContinueStream(stream uint32) uint32
 
 // The host's copies live here until the guest takes them: Go's collector must not free
 // memory the host is about to fill.
@@ -139,6 +148,13 @@ func onResponseBody(id, size, eos uint32) uint32 {
 	return OnResponseBody(size, eos != 0)
 }
 
+//go:wasmexport proxy_on_http_call_response
+func onHTTPCallResponse(id, token, headers, bodySize, trailers uint32) {
+	if OnCalloutResponse != nil {
+		OnCalloutResponse(token, headers, bodySize, trailers)
+	}
+}
+
 //go:wasmexport proxy_on_done
 func onDone(id uint32) uint32 { return 1 }
 
@@ -212,8 +228,7 @@ func Body(t, size uint32) []byte {
 	return take(p, s)
 }
 
-// Reply answers the request from the guest.
-func Reply(status uint32, body string, headers ...[2]string) {
+func serialize(headers [][2]string) []byte {
 	var h []byte
 	h = binary.LittleEndian.AppendUint32(h, uint32(len(headers)))
 	for _, kv := range headers {
@@ -223,6 +238,23 @@ func Reply(status uint32, body string, headers ...[2]string) {
 	for _, kv := range headers {
 		h = append(append(append(append(h, kv[0]...), 0), kv[1]...), 0)
 	}
+	return h
+}
+
+// HTTPCall sends a request to upstream; the answer comes to OnCalloutResponse.
+func HTTPCall(upstream string, headers [][2]string, body []byte, timeoutMS uint32) (uint32, bool) {
+	u, h := []byte(upstream), serialize(headers)
+	var token uint32
+	ok := proxyHTTPCall(ptr(u), uint32(len(u)), ptr(h), uint32(len(h)), ptr(body), uint32(len(body)), nil, 0, timeoutMS, unsafe.Pointer(&token)) == StatusOK
+	return token, ok
+}
+
+// ContinueRequest resumes a request paused for a callout.
+func ContinueRequest() { proxyContinueStream(0) }
+
+// Reply answers the request from the guest.
+func Reply(status uint32, body string, headers ...[2]string) {
+	h := serialize(headers)
 	b := []byte(body)
 	d := []byte("function")
 	proxySendLocalResponse(status, ptr(d), uint32(len(d)), ptr(b), uint32(len(b)), ptr(h), uint32(len(h)), -1)
