@@ -58,3 +58,20 @@ type FunctionService interface {
 	// ModuleByDigest returns a module of any tenant by its digest: ENotFound.
 	ModuleByDigest(ctx context.Context, sha256 string) ([]byte, error)
 }
+
+// FunctionLog is one line a function logged at an edge (proxy_log), or the reason the
+// edge gave up on it (a trap, its time run out, a bad host call).
+type FunctionLog struct {
+	Time      time.Time `json:"time"`
+	TenantID  string    `json:"tenant_id"`
+	RouteID   string    `json:"route_id"`
+	Function  string    `json:"function"`
+	SHA256    string    `json:"sha256"`
+	Level     string    `json:"level" doc:"trace, debug, info, warn, error or critical."`
+	Message   string    `json:"message"`
+	RequestID string    `json:"request_id"`
+}
+
+// MaxFunctionLogs is the most log lines one read returns: what the stream keeps per
+// tenant.
+const MaxFunctionLogs = 1000
