@@ -3,7 +3,9 @@ package functionstore_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"tollgate/infra/functionstore"
 	"tollgate/infra/testenv"
+	"tollgate/tenants"
 )
 
 // machineJetStream connects to the machine's NATS server (TOLLGATE_TEST_NATS_URL overrides
@@ -156,5 +159,64 @@ func TestGetVerifiesDigest(t *testing.T) {
 func TestBucketName(t *testing.T) {
 	if got := functionstore.BucketName("tollgate"); got != "tollgate_functions" {
 		t.Fatalf("BucketName = %q", got)
+	}
+}
+
+// The api reads back the last lines of one tenant, of one function or all, oldest first.
+func TestFunctionLogs(t *testing.T) {
+	t.Parallel()
+	js := machineJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	prefix := testenv.Name("tgtest_")
+	r := functionstore.NewLogReader(js, prefix, 1)
+	t.Cleanup(func() { js.DeleteStream(context.Background(), functionstore.LogStream(prefix)) })
+
+	if lines, err := r.FunctionLogs(ctx, "t1", "", 10); err != nil || len(lines) != 0 {
+		t.Fatalf("no stream yet: %v, %v", lines, err)
+	}
+	if _, err := functionstore.EnsureLogStream(ctx, js, prefix, 1); err != nil {
+		t.Fatalf("second ensure: %v", err)
+	}
+	for i := range 30 {
+		fn := "a"
+		if i%3 == 0 {
+			fn = "b"
+		}
+		b, _ := json.Marshal(tenants.FunctionLog{TenantID: "t1", Function: fn, Level: "info", Message: fmt.Sprint("line ", i)})
+		if _, err := js.Publish(ctx, functionstore.LogSubject(prefix, "t1"), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.Publish(ctx, functionstore.LogSubject(prefix, "t2"), []byte(`{"function":"a","message":"theirs"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, functionstore.LogSubject(prefix, "t1"), []byte(`not json`)); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := r.FunctionLogs(ctx, "t1", "", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, l := range lines {
+		msgs = append(msgs, l.Message)
+	}
+	if strings.Join(msgs, ",") != "line 25,line 26,line 27,line 28,line 29" {
+		t.Fatalf("last 5: %v", msgs)
+	}
+	lines, err = r.FunctionLogs(ctx, "t1", "b", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs = msgs[:0]
+	for _, l := range lines {
+		msgs = append(msgs, l.Message)
+	}
+	if strings.Join(msgs, ",") != "line 21,line 24,line 27" {
+		t.Fatalf("last 3 of b: %v", msgs)
+	}
+	if lines, err := r.FunctionLogs(ctx, "t3", "", 10); err != nil || len(lines) != 0 {
+		t.Fatalf("a tenant with no lines: %v, %v", lines, err)
 	}
 }
