@@ -20,15 +20,10 @@ var (
 	replyFunctionBusy        = newReply(tenants.EFunctionBusy, "this API's functions are all busy; retry shortly")
 	replyFunctionUnavailable = newReply(tenants.EFunctionUnavailable, "a function of this API is not loaded on this edge yet; retry shortly")
 	replyFunctionNoCaller    = newReply(tenants.EInvalidCredential, "this API's authentication did not accept the request's credentials")
-	replyFunctionBody        = newReply(tenants.EFunctionFailed, "the response is too large for this API's functions to read")
 
 	fnReplies = [...]*reply{fnchain.Failed: replyFunctionFailed, fnchain.Busy: replyFunctionBusy,
 		fnchain.Unavailable: replyFunctionUnavailable, fnchain.NoConsumer: replyFunctionNoCaller}
 )
-
-// maxFunctionResponseBody bounds the response body the edge buffers for a function that
-// reads it.
-const maxFunctionResponseBody = 4 << 20
 
 func (e *Edge) newFunctionHost() (*fnchain.Host, error) {
 	c := e.cfg.Functions
@@ -143,21 +138,10 @@ func (e *Edge) functionStep(rt *route, next handler) handler {
 
 // fnResponse runs the response callbacks on an answer the edge did not make itself.
 func (x *exchange) fnResponse(c *fnchain.Chain) {
-	if x.reply != nil || !c.RespHeaders {
-		return
-	}
-	resp := &x.ctx.Response
-	if c.RespBody && resp.IsBodyStream() {
-		b, err := readAtMost(nil, resp.BodyStream(), maxFunctionResponseBody)
-		_ = resp.CloseBodyStream()
-		if err != nil {
-			x.fail(replyFunctionBody)
-			return
+	if x.reply == nil && c.RespHeaders {
+		if o := x.fn.Response(); o != fnchain.Continue {
+			x.fnFailed(o)
 		}
-		resp.SetBody(b)
-	}
-	if o := x.fn.Response(c.RespBody && len(resp.Body()) > 0); o != fnchain.Continue {
-		x.fnFailed(o)
 	}
 }
 

@@ -64,8 +64,10 @@ func (ms *modules) get(sha, tenantID string) (*function.Module, error) {
 		close(e.done)
 		if err != nil {
 			e.waiters = map[string]struct{}{tenantID: {}}
-			ms.wg.Add(1)
-			go ms.retry(sha, e)
+			if !errors.Is(err, errCompile) {
+				ms.wg.Add(1)
+				go ms.retry(sha, e)
+			}
 		}
 		ms.mu.Unlock()
 		if err != nil {
@@ -99,6 +101,9 @@ func (ms *modules) retry(sha string, e *moduleEntry) {
 		if err != nil {
 			e.err = err
 			ms.mu.Unlock()
+			if errors.Is(err, errCompile) {
+				return // the bytes are right and do not compile: another try would not either
+			}
 			wait = min(2*wait, ms.retryMax)
 			continue
 		}
@@ -127,8 +132,16 @@ func (ms *modules) load(sha string) (*function.Module, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return ms.rt.Compile(ctx, sha, b)
+	m, err := ms.rt.Compile(ctx, sha, b)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errCompile, err)
+	}
+	return m, nil
 }
+
+// errCompile: the module's bytes are what the route names, and do not compile (an upload
+// is checked, so only a runtime that refuses what the api's accepted, as after a downgrade).
+var errCompile = errors.New("the module does not compile")
 
 func (ms *modules) bytes(sha string) ([]byte, error) {
 	path := ""

@@ -3,6 +3,8 @@ package fnchain
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"strconv"
 	"sync"
 	"time"
@@ -132,10 +134,27 @@ func (r *Run) request(i int, hasBody bool) Outcome {
 	return Continue
 }
 
+// MaxResponseBody bounds the response body buffered for a function that reads it.
+const MaxResponseBody = 4 << 20
+
 // Response runs the response callbacks of the functions that started, last first (as
-// Envoy runs encoder filters). The edge has buffered the body when some function reads it.
-func (r *Run) Response(hasBody bool) Outcome {
+// Envoy runs encoder filters). A streamed body is read whole first when some function
+// reads bodies; one over MaxResponseBody fails the request.
+func (r *Run) Response() Outcome {
 	r.phase = phaseResponse
+	resp := &r.ctx.Response
+	if r.c.RespBody && resp.IsBodyStream() {
+		b, err := io.ReadAll(io.LimitReader(resp.BodyStream(), MaxResponseBody+1))
+		_ = resp.CloseBodyStream()
+		if err == nil && len(b) > MaxResponseBody {
+			err = fmt.Errorf("the response body is over the %d bytes a function may read", MaxResponseBody)
+		}
+		if err != nil {
+			return r.fail(Failed, err)
+		}
+		resp.SetBody(b)
+	}
+	hasBody := r.c.RespBody && len(resp.Body()) > 0
 	for i := len(r.calls) - 1; i >= 0; i-- {
 		f, call := r.c.filters[i], r.calls[i]
 		if !f.respHeaders && !f.respBody {
