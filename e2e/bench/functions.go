@@ -2,9 +2,13 @@ package main
 
 // Tenants' functions (proxy-wasm filters) beside S1 and S2:
 //
-//   - S1f: S1's route running a filter that does nothing (functiontest's noop guest): the
-//     cost of entering and leaving the guest on every request.
-//   - S1h: S1's route running a filter that adds a request and a response header.
+//   - S1f: S1's route running a filter that does nothing (functiontest's watnoop, in WAT):
+//     the host's cost of entering and leaving a guest on every request.
+//   - S1h: S1's route running a filter that adds a request and a response header
+//     (testdata/watheaders.wat).
+//
+// Both are WAT, so they measure the host, not a guest language: a Go guest carries its
+// own runtime into every callback (see docs/functions.md for what that costs).
 //   - S2hmac: seed 000's custom authentication written as a filter ("auth": "function"):
 //     an HMAC-SHA256 signature of method, path and date checked in the guest, which names
 //     the consumer; beside S2's built-in key auth. nginx cannot check the signature: it
@@ -23,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"tollgate/e2e/bench/harness"
@@ -30,7 +35,7 @@ import (
 )
 
 const (
-	hmacKeyID  = "bench-client"
+	hmacKeyID  = "hmac-client"
 	hmacSecret = "bench-s3cret"
 )
 
@@ -40,10 +45,10 @@ var functionScenarios = []string{"S1f", "S1h", "S2hmac"}
 func functionPerfScenario(id string) *perfScenario {
 	switch id {
 	case "S1f":
-		return &perfScenario{id: id, desc: "S1 + a filter that does nothing (proxy-wasm, Go guest)",
+		return &perfScenario{id: id, desc: "S1 + a proxy-wasm filter that does nothing (WAT)",
 			host: "bench.localhost", hit: "/s1f", paths: []string{"/s1f"}}
 	case "S1h":
-		return &perfScenario{id: id, desc: "S1 + a filter that adds a request and a response header",
+		return &perfScenario{id: id, desc: "S1 + a proxy-wasm filter that adds a request and a response header (WAT)",
 			host: "bench.localhost", hit: "/s1h", paths: []string{"/s1h"}}
 	default:
 		sc := &perfScenario{id: id, desc: "HMAC signature auth as a filter naming the consumer; nginx: plain proxy",
@@ -66,7 +71,7 @@ func hmacHeaders(method, path string) map[string]string {
 // configureFunctionScenario uploads the scenario's guest and creates its route (and, for
 // S2hmac, the consumer the guest names).
 func (b *bench) configureFunctionScenario(ctx context.Context, s *harness.Stack, slug, upURL string, sc *perfScenario) error {
-	guest, config, auth := map[string]string{"S1f": functiontest.Noop, "S1h": functiontest.Headers, "S2hmac": functiontest.HMAC}[sc.id], "", "none"
+	guest, config, auth := map[string]string{"S1f": functiontest.WatNoop, "S1h": "watheaders", "S2hmac": functiontest.HMAC}[sc.id], "", "none"
 	if sc.id == "S2hmac" {
 		config, auth = hmacKeyID+"="+hmacSecret, "function"
 		if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers", map[string]any{"name": hmacKeyID}, nil); err != nil {
@@ -85,8 +90,9 @@ func (b *bench) configureFunctionScenario(ctx context.Context, s *harness.Stack,
 	return s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil)
 }
 
-// buildGuest compiles one of functiontest's Go guests as its Build does, for a program
-// rather than a test.
+// buildGuest compiles a guest as functiontest's Build does, for a program rather than a
+// test: a WAT file of the bench's testdata or of functiontest's guests with Debian's
+// wat2wasm (package wabt), else one of functiontest's Go guests.
 func buildGuest(name string) ([]byte, error) {
 	dir, err := os.MkdirTemp("", "bench-guest-")
 	if err != nil {
@@ -94,9 +100,19 @@ func buildGuest(name string) ([]byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, name+".wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+name)
-	cmd.Dir = functiontest.Dir()
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+	_, self, _, _ := runtime.Caller(0)
+	var cmd *exec.Cmd
+	for _, src := range []string{filepath.Join(filepath.Dir(self), "testdata", name+".wat"), filepath.Join(functiontest.Dir(), name+".wat")} {
+		if _, err := os.Stat(src); err == nil {
+			cmd = exec.Command("wat2wasm", src, "-o", out)
+			break
+		}
+	}
+	if cmd == nil {
+		cmd = exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+name)
+		cmd.Dir = functiontest.Dir()
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+	}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("%v: %s", err, b)
 	}
