@@ -96,9 +96,9 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 	} else {
 		cache = wazero.NewCompilationCache()
 	}
-	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().
-		WithCloseOnContextDone(true). // loops check for a closed module: how a runaway guest is stopped
-		WithCompilationCache(cache))
+	// Not WithCloseOnContextDone: it costs a goroutine per guest call. Modules stop
+	// themselves instead, through the check instrument adds.
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache))
 	if err := instantiateHost(ctx, rt); err != nil {
 		_ = rt.Close(ctx)
 		_ = cache.Close(ctx)
@@ -149,7 +149,11 @@ func (r *Runtime) Compile(ctx context.Context, sha256hex string, module []byte) 
 		return m, nil
 	}
 	r.mu.Unlock()
-	cm, err := r.rt.CompileModule(ctx, module)
+	inst, err := instrument(module)
+	if err != nil {
+		return nil, fmt.Errorf("not a valid WebAssembly module: %w", err)
+	}
+	cm, err := r.rt.CompileModule(ctx, inst)
 	if err != nil {
 		return nil, fmt.Errorf("not a valid WebAssembly module: %w", err)
 	}
@@ -202,8 +206,13 @@ func Validate(ctx context.Context, module []byte) error {
 		return fmt.Errorf("not a valid WebAssembly module: %w", err)
 	}
 	defer cm.Close(ctx)
-	_, _, err = checkABI(cm)
-	return err
+	if _, _, err = checkABI(cm); err != nil {
+		return err
+	}
+	if _, err := instrument(module); err != nil {
+		return fmt.Errorf("cannot run here: %w", err)
+	}
+	return nil
 }
 
 // exportSet is which optional callbacks a module exports.
