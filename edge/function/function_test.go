@@ -374,10 +374,18 @@ func TestCompilationCacheOnDisk(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if _, err := r.Compile(context.Background(), sum(mod), mod); err != nil {
+		m, err := r.Compile(context.Background(), sum(mod), mod)
+		if err != nil {
 			t.Fatal(err)
 		}
 		took[i] = time.Since(start)
+		start = time.Now()
+		f, err := r.NewFilter(m, "t", "noop", nil, function.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("a filter of the Go no-op guest (%d bytes) starts in %v", len(mod), time.Since(start))
+		f.Close()
 		_ = r.Close(context.Background())
 	}
 	t.Logf("compile: %v cold, %v from the disk cache", took[0], took[1])
