@@ -451,3 +451,36 @@ func TestCallout(t *testing.T) {
 		t.Errorf("without callouts: %v %+v", err, h.Reply)
 	}
 }
+
+func TestBodies(t *testing.T) {
+	r := newRuntime(t, function.Config{})
+	f := filter(t, r, functiontest.Body, "t1", "", function.Limits{})
+	h := functiontest.NewHTTP("POST", "/pay")
+	h.ReqBody = []byte(`{"amount":5,"card":"4111111111111111"}`)
+	c, err := f.Start(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []func() (function.Action, error){
+		func() (function.Action, error) { return c.OnRequestHeaders(false) },
+		func() (function.Action, error) { return c.OnRequestBody(len(h.ReqBody), true) },
+		func() (function.Action, error) {
+			h.Respond("200")
+			h.RespBody = []byte("paid")
+			return c.OnResponseHeaders(false)
+		},
+		func() (function.Action, error) { return c.OnResponseBody(len(h.RespBody), true) },
+	}
+	for i, step := range steps {
+		if a, err := step(); err != nil || a != function.ActionContinue {
+			t.Fatalf("step %d: %v %v", i, a, err)
+		}
+	}
+	c.Done()
+	if got := string(h.ReqBody); got != `{"amount":5,"card":"****"}` {
+		t.Errorf("request body %s", got)
+	}
+	if got := string(h.RespBody); got != "paid\n-- filtered\n" {
+		t.Errorf("response body %q", got)
+	}
+}
