@@ -141,6 +141,17 @@ func TestValidate(t *testing.T) {
 			(memory (export "memory") 1)
 			(func (export "proxy_abi_version_0_2_1"))
 			(func (export "proxy_on_context_create") (param i32 i32)))`)},
+		{"simd", "cannot run here", functiontest.WAT(t, `(module
+			(memory (export "memory") 1)
+			(func (export "proxy_abi_version_0_2_1"))
+			(func (export "proxy_on_context_create") (param i32 i32) (drop (v128.const i32x4 0 0 0 0)))
+			(func (export "malloc") (param i32) (result i32) (i32.const 0)))`)},
+		{"reserved export", "reserves", functiontest.WAT(t, `(module
+			(memory (export "memory") 1)
+			(global (export "tollgate_stop") (mut i32) (i32.const 0))
+			(func (export "proxy_abi_version_0_2_1"))
+			(func (export "proxy_on_context_create") (param i32 i32))
+			(func (export "malloc") (param i32) (result i32) (i32.const 0)))`)},
 		{"no memory", "missing export memory", functiontest.WAT(t, `(module
 			(func (export "proxy_abi_version_0_2_1"))
 			(func (export "proxy_on_context_create") (param i32 i32))
