@@ -41,6 +41,14 @@ var (
 	cacheDir  string
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cacheDir != "" {
+		_ = os.RemoveAll(cacheDir)
+	}
+	os.Exit(code)
+}
+
 func sharedCache(t testing.TB) string {
 	cacheOnce.Do(func() {
 		d, err := os.MkdirTemp("", "fncache-")
