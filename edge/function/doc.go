@@ -62,7 +62,8 @@
 // clock_res_get, random_get, proc_exit (ends the instance), sched_yield, an empty
 // environ_* and args_*, and fd_close, fd_fdstat_get, fd_fdstat_set_flags, fd_seek, fd_read, fd_prestat_get,
 // fd_prestat_dir_name answering EBADF and poll_oneoff ENOSYS. Any other import is refused
-// by Validate and Compile.
+// by Validate and Compile, and so are instructions instrument does not know (SIMD,
+// threads, exceptions) and a module exporting the reserved name tollgate_stop.
 //
 // Guest exports used: proxy_abi_version_0_2_1 (or _0_2_0), proxy_on_context_create,
 // proxy_on_memory_allocate (or malloc) and memory are required; _initialize (or _start),
