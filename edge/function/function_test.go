@@ -123,6 +123,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"not wasm", "not a WebAssembly module", []byte("<html>hello</html>")},
 		{"truncated", "not a valid WebAssembly module", []byte("\x00asm\x01\x00\x00\x00\x01")},
+		{"lying count", "declares 268435455 entries", []byte("\x00asm\x01\x00\x00\x00\x02\x05\xff\xff\xff\x7f\x00")},
 		{"foreign import", "imports env.open_socket", functiontest.WAT(t, `(module
 			(import "env" "open_socket" (func (param i32) (result i32)))
 			(memory (export "memory") 1)
@@ -149,7 +150,7 @@ func TestValidate(t *testing.T) {
 			(memory (export "memory") 1)
 			(func (export "proxy_abi_version_0_2_1"))
 			(func (export "proxy_on_context_create") (param i32 i32)))`)},
-		{"simd", "cannot run here", functiontest.WAT(t, `(module
+		{"simd", "instruction 0xfd is not supported", functiontest.WAT(t, `(module
 			(memory (export "memory") 1)
 			(func (export "proxy_abi_version_0_2_1"))
 			(func (export "proxy_on_context_create") (param i32 i32) (drop (v128.const i32x4 0 0 0 0)))

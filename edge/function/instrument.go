@@ -38,6 +38,11 @@ func instrument(b []byte) ([]byte, error) {
 		}
 		secs = append(secs, section{id, body})
 	}
+	for _, s := range secs {
+		if err := preflight(s.id, s.body); err != nil {
+			return nil, err
+		}
+	}
 	importedGlobals, definedGlobals := uint32(0), uint32(0)
 	for _, s := range secs {
 		switch s.id {
@@ -349,4 +354,66 @@ func appendU32(b []byte, v uint32) []byte {
 
 func appendName(b []byte, s string) []byte {
 	return append(appendU32(b, uint32(len(s))), s...)
+}
+
+// maxLocals bounds one function's declared locals.
+const maxLocals = 1 << 16
+
+// preflight holds a section's declared counts to what its bytes can hold. wazero sizes
+// its slices from the counts a module declares before reading the entries, so a module of
+// a few bytes declaring 2^32 imports made it allocate until the process died (found by
+// FuzzInstrument); every module reaches wazero only after this check.
+func preflight(id byte, b []byte) error {
+	switch id {
+	case 0, 8, 12: // custom, start, data count: no vector
+		return nil
+	}
+	r := &reader{b: b}
+	n := r.u32()
+	if r.err != nil {
+		return r.err
+	}
+	if uint64(n) > uint64(len(b)-r.off) {
+		return fmt.Errorf("section %d declares %d entries in %d bytes", id, n, len(b))
+	}
+	switch id {
+	case 1: // types: 0x60, params, results
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			if form := r.byte(); form != 0x60 && r.err == nil {
+				return fmt.Errorf("type %d: form %#x is not a function type", i, form)
+			}
+			for range 2 {
+				k := r.u32()
+				r.bytes(int(k))
+			}
+		}
+	case 2:
+		_, err := countImportedGlobals(b)
+		return err
+	case 10: // code: each body's locals
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			size := r.u32()
+			body := r.bytes(int(size))
+			if r.err != nil {
+				break
+			}
+			br := &reader{b: body}
+			groups := br.u32()
+			if uint64(groups) > uint64(len(body)) {
+				return fmt.Errorf("function %d declares %d groups of locals in %d bytes", i, groups, len(body))
+			}
+			total := uint64(0)
+			for j := uint32(0); j < groups && br.err == nil; j++ {
+				total += uint64(br.u32())
+				br.byte()
+			}
+			if br.err != nil {
+				return br.err
+			}
+			if total > maxLocals {
+				return fmt.Errorf("function %d declares %d locals (at most %d)", i, total, maxLocals)
+			}
+		}
+	}
+	return r.err
 }

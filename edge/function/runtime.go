@@ -201,18 +201,17 @@ func Validate(ctx context.Context, module []byte) error {
 		// machine code, and the api needs no more.
 		validateRT = wazero.NewRuntimeWithConfig(context.Background(), wazero.NewRuntimeConfigInterpreter())
 	})
+	// The rewriter's checks come first: they keep malformed counts away from wazero.
+	if _, err := instrument(module); err != nil {
+		return fmt.Errorf("not a valid WebAssembly module, or one this host cannot run: %w", err)
+	}
 	cm, err := validateRT.CompileModule(ctx, module)
 	if err != nil {
 		return fmt.Errorf("not a valid WebAssembly module: %w", err)
 	}
 	defer cm.Close(ctx)
-	if _, _, err = checkABI(cm); err != nil {
-		return err
-	}
-	if _, err := instrument(module); err != nil {
-		return fmt.Errorf("cannot run here: %w", err)
-	}
-	return nil
+	_, _, err = checkABI(cm)
+	return err
 }
 
 // exportSet is which optional callbacks a module exports.
