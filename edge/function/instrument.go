@@ -356,8 +356,12 @@ func appendName(b []byte, s string) []byte {
 	return append(appendU32(b, uint32(len(s))), s...)
 }
 
-// maxLocals bounds one function's declared locals.
-const maxLocals = 1 << 16
+// maxLocals bounds one function's declared locals; maxTableSize a table's initial size
+// (8 MiB of references: Go's toolchain makes tables of a few thousand).
+const (
+	maxLocals    = 1 << 16
+	maxTableSize = 1 << 20
+)
 
 // preflight holds a section's declared counts to what its bytes can hold. wazero sizes
 // its slices from the counts a module declares before reading the entries, so a module of
@@ -390,6 +394,17 @@ func preflight(id byte, b []byte) error {
 	case 2:
 		_, err := countImportedGlobals(b)
 		return err
+	case 4: // tables: wazero allocates a table's minimum size when instantiating
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			r.byte()
+			flags := r.byte()
+			if m := r.u64(10); m > maxTableSize {
+				return fmt.Errorf("table %d starts with %d elements (at most %d)", i, m, maxTableSize)
+			}
+			if flags&1 != 0 {
+				r.u64(10)
+			}
+		}
 	case 10: // code: each body's locals
 		for i := uint32(0); i < n && r.err == nil; i++ {
 			size := r.u32()
