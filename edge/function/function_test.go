@@ -124,6 +124,7 @@ func TestValidate(t *testing.T) {
 		{"not wasm", "not a WebAssembly module", []byte("<html>hello</html>")},
 		{"truncated", "not a valid WebAssembly module", []byte("\x00asm\x01\x00\x00\x00\x01")},
 		{"huge table", "starts with 100000000 elements", functiontest.WAT(t, `(module (table 100000000 funcref))`)},
+		{"lying data size", "truncated", []byte("\x00asm\x01\x00\x00\x00\x05\x03\x01\x00\x01\x0b\x09\x01\x00\x41\x00\x0b\xff\xff\xff\xff\x0f")},
 		{"lying count", "declares 268435455 entries", []byte("\x00asm\x01\x00\x00\x00\x02\x05\xff\xff\xff\x7f\x00")},
 		{"foreign import", "imports env.open_socket", functiontest.WAT(t, `(module
 			(import "env" "open_socket" (func (param i32) (result i32)))

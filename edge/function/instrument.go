@@ -327,6 +327,31 @@ func (r *reader) limits() {
 	}
 }
 
+// skipConstExpr reads a constant expression up to its end.
+func (r *reader) skipConstExpr() {
+	for r.err == nil {
+		switch op := r.byte(); op {
+		case 0x0b:
+			return
+		case 0x41, 0x42:
+			r.u64(10)
+		case 0x43:
+			r.bytes(4)
+		case 0x44:
+			r.bytes(8)
+		case 0x23, 0xd2:
+			r.u32()
+		case 0xd0:
+			r.byte()
+		case 0x6a, 0x6b, 0x6c, 0x7c, 0x7d, 0x7e: // extended constant expressions
+		default:
+			if r.err == nil {
+				r.err = fmt.Errorf("instruction %#x in a constant expression", op)
+			}
+		}
+	}
+}
+
 func (r *reader) blockType() {
 	if r.err != nil || r.off >= len(r.b) {
 		r.err = errTruncated
@@ -404,6 +429,49 @@ func preflight(id byte, b []byte) error {
 			if flags&1 != 0 {
 				r.u64(10)
 			}
+		}
+	case 9: // elements: wazero sizes each segment's vector from its count
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			flags := r.u32()
+			if flags > 7 {
+				return fmt.Errorf("element segment %d: flags %d", i, flags)
+			}
+			if flags&3 == 2 {
+				r.u32() // table
+			}
+			if flags&1 == 0 {
+				r.skipConstExpr()
+			}
+			if flags&3 != 0 {
+				r.byte() // element kind or reference type
+			}
+			k := r.u32()
+			if r.err == nil && uint64(k) > uint64(len(b)-r.off) {
+				return fmt.Errorf("element segment %d declares %d entries", i, k)
+			}
+			for j := uint32(0); j < k && r.err == nil; j++ {
+				if flags&4 == 0 {
+					r.u32()
+				} else {
+					r.skipConstExpr()
+				}
+			}
+		}
+	case 11: // data: wazero allocates each segment's declared size
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			flags := r.u32()
+			switch flags {
+			case 0:
+				r.skipConstExpr()
+			case 1:
+			case 2:
+				r.u32()
+				r.skipConstExpr()
+			default:
+				return fmt.Errorf("data segment %d: flags %d", i, flags)
+			}
+			k := r.u32()
+			r.bytes(int(k))
 		}
 	case 10: // code: each body's locals
 		for i := uint32(0); i < n && r.err == nil; i++ {
