@@ -2,6 +2,7 @@ package function_test
 
 import (
 	"bytes"
+	"net/http"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 type benchHTTP struct {
 	req, resp   []function.HeaderPair
 	nreq, nresp int // the fixed headers; added ones are dropped at reset
+	consumer    []byte
 }
 
 func newBenchHTTP() *benchHTTP {
@@ -90,8 +92,20 @@ func (h *benchHTTP) ReplaceHeader(m function.MapType, k, v []byte) bool { return
 func (h *benchHTTP) RemoveHeader(function.MapType, []byte) bool         { return true }
 func (h *benchHTTP) Buffer(function.BufferType) ([]byte, bool)          { return nil, true }
 func (h *benchHTTP) SetBuffer(function.BufferType, []byte) bool         { return true }
-func (h *benchHTTP) Property([]byte) ([]byte, bool)                     { return nil, false }
-func (h *benchHTTP) SetProperty(_, _ []byte) bool                       { return true }
+func (h *benchHTTP) Property(p []byte) ([]byte, bool) {
+	switch string(p) {
+	case function.PropMethod:
+		return h.req[0].Value, true
+	case function.PropPath:
+		return h.req[1].Value, true
+	}
+	return nil, false
+}
+
+func (h *benchHTTP) SetProperty(p, v []byte) bool {
+	h.consumer = append(h.consumer[:0], v...)
+	return string(p) == function.PropConsumer
+}
 func (h *benchHTTP) SendLocalReply(int, []byte, []byte, []function.HeaderPair) {
 }
 func (h *benchHTTP) Log(function.LogLevel, []byte) {}
@@ -99,12 +113,13 @@ func (h *benchHTTP) Log(function.LogLevel, []byte) {}
 // benchRequests runs b.N whole requests (Start, request headers, response headers, Done)
 // through a filter of guest, from one goroutine: ns/op is the host's and the guest's CPU
 // per request on one core.
-func benchRequests(b *testing.B, guest string) {
+func benchRequests(b *testing.B, guest string) { benchFilter(b, guest, "", newBenchHTTP()) }
+
+func benchFilter(b *testing.B, guest, config string, h *benchHTTP) {
 	// A generous timeout: the benchmark measures CPU, and a machine shared with builds
 	// deschedules a thread for longer than the default's 5 ms now and then.
 	r := newRuntime(b, function.Config{Timeout: time.Second})
-	f := filter(b, r, guest, "bench", "", function.Limits{})
-	h := newBenchHTTP()
+	f := filter(b, r, guest, "bench", config, function.Limits{})
 	b.ReportAllocs()
 	cpu0 := processCPU()
 	for b.Loop() {
@@ -135,3 +150,18 @@ func processCPU() time.Duration {
 func BenchmarkNoopGo(b *testing.B)    { benchRequests(b, functiontest.Noop) }
 func BenchmarkNoopWAT(b *testing.B)   { benchRequests(b, functiontest.WatNoop) }
 func BenchmarkHeadersGo(b *testing.B) { benchRequests(b, functiontest.Headers) }
+
+// BenchmarkHMACGo is seed 000's signature check on a request that passes it.
+func BenchmarkHMACGo(b *testing.B) {
+	h := newBenchHTTP()
+	date := time.Now().UTC().Format(http.TimeFormat)
+	h.req = append(h.req,
+		function.HeaderPair{Key: []byte("x-key-id"), Value: []byte("alice")},
+		function.HeaderPair{Key: []byte("x-date"), Value: []byte(date)},
+		function.HeaderPair{Key: []byte("x-signature"), Value: []byte(sign("s3cret", "GET", "/orders/42", date))})
+	h.nreq = len(h.req)
+	benchFilter(b, functiontest.HMAC, "alice=s3cret", h)
+	if string(h.consumer) != "alice" {
+		b.Fatalf("consumer %q: the signature did not pass", h.consumer)
+	}
+}

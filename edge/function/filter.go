@@ -157,7 +157,7 @@ type instance struct {
 	mod    api.Module
 	mem    api.Memory
 	ctx    context.Context
-	cancel context.CancelFunc
+	stop   api.MutableGlobal // instrument's stop flag
 	alloc_ api.Function
 	cb     [cbCount]api.Function
 	stack  [12]uint64
@@ -226,14 +226,12 @@ func (f *Filter) newInstance() (*instance, error) {
 	in := &instance{f: f, nextID: rootContextID + 1}
 	in.c = in.newCall()
 	in.lm = &linearMemory{limit: uint64(f.pages) * 65536}
-	ctx, cancel := context.WithCancel(context.Background())
-	in.ctx, in.cancel = context.WithValue(ctx, instKey{}, in), cancel
+	in.ctx = context.WithValue(context.Background(), instKey{}, in)
 	actx := experimental.WithMemoryAllocator(in.ctx, experimental.MemoryAllocatorFunc(
 		func(_, _ uint64) experimental.LinearMemory { return in.lm }))
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
-		cancel()
 		return nil, &Error{Reason: ReasonStart, Function: f.name, Detail: "the runtime is closed"}
 	}
 	r.live[in] = struct{}{}
@@ -250,6 +248,13 @@ func (f *Filter) newInstance() (*instance, error) {
 		return fail("", err)
 	}
 	in.mod, in.mem = mod, mod.Memory()
+	stop, ok := mod.ExportedGlobal(stopExport).(api.MutableGlobal)
+	if !ok {
+		return fail("", errors.New("the module was not instrumented"))
+	}
+	r.mu.Lock()
+	in.stop = stop // under r.mu: the watchdog reads it
+	r.mu.Unlock()
 	for i, name := range cbNames {
 		in.cb[i] = mod.ExportedFunction(name)
 	}
@@ -295,7 +300,6 @@ func (in *instance) destroy() {
 	r.mu.Lock()
 	delete(r.live, in)
 	r.mu.Unlock()
-	in.cancel()
 	if in.mod != nil {
 		_ = in.mod.Close(context.Background())
 	}
@@ -443,8 +447,8 @@ func (in *instance) log(level LogLevel, msg []byte) {
 	}
 }
 
-// watchdog cuts off callbacks past their deadline: it cancels the instance's context,
-// which makes wazero close the module at the guest's next loop back-edge or call.
+// watchdog cuts off callbacks past their deadline: it sets the instance's stop flag, and
+// the guest traps at its next function call or loop iteration (see instrument).
 func (r *Runtime) watchdog() {
 	defer close(r.stopped)
 	const tick = time.Millisecond
@@ -479,9 +483,9 @@ func (r *Runtime) watchdog() {
 		n := now()
 		r.mu.Lock()
 		for in := range r.live {
-			if d := in.deadline.Load(); d != 0 && n > d && !in.timedOut.Load() {
+			if d := in.deadline.Load(); d != 0 && n > d && in.stop != nil && !in.timedOut.Load() {
 				in.timedOut.Store(true)
-				in.cancel()
+				in.stop.Set(1)
 			}
 		}
 		r.mu.Unlock()

@@ -41,6 +41,14 @@ var (
 	cacheDir  string
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cacheDir != "" {
+		_ = os.RemoveAll(cacheDir)
+	}
+	os.Exit(code)
+}
+
 func sharedCache(t testing.TB) string {
 	cacheOnce.Do(func() {
 		d, err := os.MkdirTemp("", "fncache-")
@@ -115,6 +123,9 @@ func TestValidate(t *testing.T) {
 	}{
 		{"not wasm", "not a WebAssembly module", []byte("<html>hello</html>")},
 		{"truncated", "not a valid WebAssembly module", []byte("\x00asm\x01\x00\x00\x00\x01")},
+		{"huge table", "starts with 100000000 elements", functiontest.WAT(t, `(module (table 100000000 funcref))`)},
+		{"lying data size", "truncated", []byte("\x00asm\x01\x00\x00\x00\x05\x03\x01\x00\x01\x0b\x09\x01\x00\x41\x00\x0b\xff\xff\xff\xff\x0f")},
+		{"lying count", "declares 268435455 entries", []byte("\x00asm\x01\x00\x00\x00\x02\x05\xff\xff\xff\x7f\x00")},
 		{"foreign import", "imports env.open_socket", functiontest.WAT(t, `(module
 			(import "env" "open_socket" (func (param i32) (result i32)))
 			(memory (export "memory") 1)
@@ -141,6 +152,17 @@ func TestValidate(t *testing.T) {
 			(memory (export "memory") 1)
 			(func (export "proxy_abi_version_0_2_1"))
 			(func (export "proxy_on_context_create") (param i32 i32)))`)},
+		{"simd", "instruction 0xfd is not supported", functiontest.WAT(t, `(module
+			(memory (export "memory") 1)
+			(func (export "proxy_abi_version_0_2_1"))
+			(func (export "proxy_on_context_create") (param i32 i32) (drop (v128.const i32x4 0 0 0 0)))
+			(func (export "malloc") (param i32) (result i32) (i32.const 0)))`)},
+		{"reserved export", "reserves", functiontest.WAT(t, `(module
+			(memory (export "memory") 1)
+			(global (export "tollgate_stop") (mut i32) (i32.const 0))
+			(func (export "proxy_abi_version_0_2_1"))
+			(func (export "proxy_on_context_create") (param i32 i32))
+			(func (export "malloc") (param i32) (result i32) (i32.const 0)))`)},
 		{"no memory", "missing export memory", functiontest.WAT(t, `(module
 			(func (export "proxy_abi_version_0_2_1"))
 			(func (export "proxy_on_context_create") (param i32 i32))
@@ -374,10 +396,18 @@ func TestCompilationCacheOnDisk(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if _, err := r.Compile(context.Background(), sum(mod), mod); err != nil {
+		m, err := r.Compile(context.Background(), sum(mod), mod)
+		if err != nil {
 			t.Fatal(err)
 		}
 		took[i] = time.Since(start)
+		start = time.Now()
+		f, err := r.NewFilter(m, "t", "noop", nil, function.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("a filter of the Go no-op guest (%d bytes) starts in %v", len(mod), time.Since(start))
+		f.Close()
 		_ = r.Close(context.Background())
 	}
 	t.Logf("compile: %v cold, %v from the disk cache", took[0], took[1])
@@ -441,5 +471,38 @@ func TestCallout(t *testing.T) {
 	h = functiontest.NewHTTP("GET", "/ok")
 	if _, err := roundTrip(f2, h); err != nil || h.Reply == nil || h.Reply.Status != 503 {
 		t.Errorf("without callouts: %v %+v", err, h.Reply)
+	}
+}
+
+func TestBodies(t *testing.T) {
+	r := newRuntime(t, function.Config{})
+	f := filter(t, r, functiontest.Body, "t1", "", function.Limits{})
+	h := functiontest.NewHTTP("POST", "/pay")
+	h.ReqBody = []byte(`{"amount":5,"card":"4111111111111111"}`)
+	c, err := f.Start(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []func() (function.Action, error){
+		func() (function.Action, error) { return c.OnRequestHeaders(false) },
+		func() (function.Action, error) { return c.OnRequestBody(len(h.ReqBody), true) },
+		func() (function.Action, error) {
+			h.Respond("200")
+			h.RespBody = []byte("paid")
+			return c.OnResponseHeaders(false)
+		},
+		func() (function.Action, error) { return c.OnResponseBody(len(h.RespBody), true) },
+	}
+	for i, step := range steps {
+		if a, err := step(); err != nil || a != function.ActionContinue {
+			t.Fatalf("step %d: %v %v", i, a, err)
+		}
+	}
+	c.Done()
+	if got := string(h.ReqBody); got != `{"amount":5,"card":"****"}` {
+		t.Errorf("request body %s", got)
+	}
+	if got := string(h.RespBody); got != "paid\n-- filtered\n" {
+		t.Errorf("response body %q", got)
 	}
 }

@@ -60,9 +60,11 @@ func fuzzGuest(t testing.TB) ([]byte, []function.HostFunc) {
 }
 
 var (
-	fuzzOnce   sync.Once
-	fuzzFilter *function.Filter
-	fuzzFns    []function.HostFunc
+	fuzzOnce    sync.Once
+	fuzzRuntime *function.Runtime
+	fuzzModule  *function.Module
+	fuzzFilter  *function.Filter
+	fuzzFns     []function.HostFunc
 )
 
 // FuzzHostCalls drives every host call with arbitrary arguments against a guest's memory
@@ -88,7 +90,7 @@ func FuzzHostCalls(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fuzzFns = fns
+			fuzzRuntime, fuzzModule, fuzzFns = r, m, fns
 		})
 		h := fuzzFns[int(which)%len(fuzzFns)]
 		vals := make([]uint64, len(h.Params))
@@ -107,6 +109,15 @@ func FuzzHostCalls(f *testing.F) {
 		hp.Respond("200", "x-b", "2")
 		hp.ReqBody, hp.RespBody = []byte("request body"), []byte("response body")
 		c, err := fuzzFilter.Start(hp)
+		if reason(err) == function.ReasonQuarantined {
+			// Bad host calls in a row quarantine the filter, as they should: a new
+			// filter of the same module starts with a clean record.
+			fuzzFilter.Close()
+			if fuzzFilter, err = fuzzRuntime.NewFilter(fuzzModule, "fuzz", "fuzz", []byte("cfg"), function.Limits{}); err != nil {
+				t.Fatal(err)
+			}
+			c, err = fuzzFilter.Start(hp)
+		}
 		if err != nil {
 			t.Fatalf("start: %v", err)
 		}

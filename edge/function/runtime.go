@@ -96,9 +96,9 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 	} else {
 		cache = wazero.NewCompilationCache()
 	}
-	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().
-		WithCloseOnContextDone(true). // loops check for a closed module: how a runaway guest is stopped
-		WithCompilationCache(cache))
+	// Not WithCloseOnContextDone: it costs a goroutine per guest call. Modules stop
+	// themselves instead, through the check instrument adds.
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache))
 	if err := instantiateHost(ctx, rt); err != nil {
 		_ = rt.Close(ctx)
 		_ = cache.Close(ctx)
@@ -149,7 +149,11 @@ func (r *Runtime) Compile(ctx context.Context, sha256hex string, module []byte) 
 		return m, nil
 	}
 	r.mu.Unlock()
-	cm, err := r.rt.CompileModule(ctx, module)
+	inst, err := instrument(module)
+	if err != nil {
+		return nil, fmt.Errorf("not a valid WebAssembly module: %w", err)
+	}
+	cm, err := r.rt.CompileModule(ctx, inst)
 	if err != nil {
 		return nil, fmt.Errorf("not a valid WebAssembly module: %w", err)
 	}
@@ -197,6 +201,10 @@ func Validate(ctx context.Context, module []byte) error {
 		// machine code, and the api needs no more.
 		validateRT = wazero.NewRuntimeWithConfig(context.Background(), wazero.NewRuntimeConfigInterpreter())
 	})
+	// The rewriter's checks come first: they keep malformed counts away from wazero.
+	if _, err := instrument(module); err != nil {
+		return fmt.Errorf("not a valid WebAssembly module, or one this host cannot run: %w", err)
+	}
 	cm, err := validateRT.CompileModule(ctx, module)
 	if err != nil {
 		return fmt.Errorf("not a valid WebAssembly module: %w", err)

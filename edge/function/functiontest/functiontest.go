@@ -23,6 +23,7 @@ const (
 	Deny    = "deny"    // a request with X-Deny gets 403 "denied by function: …" and x-denied-by
 	Config  = "config"  // echoes its plugin configuration in x-config; refuses the configuration "refuse"
 	HMAC    = "hmac"    // seed 000's signature auth; config "keyid=secret" lines; names the consumer
+	Body    = "body"    // masks "card":"…" in the request body; appends "\n-- filtered\n" to the response body
 	Callout = "callout" // asks upstream <config> GET /check<path>: 200 goes on with x-auth: <body>, else 403
 
 	Loop      = "loop"        // never returns from proxy_on_request_headers

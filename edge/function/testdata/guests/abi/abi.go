@@ -13,6 +13,8 @@ const (
 	ResponseHeaders = 2
 	CalloutHeaders  = 6
 	CalloutBody     = 4
+	RequestBody     = 0
+	ResponseBody    = 1
 
 	Continue = 0
 	Pause    = 1
@@ -38,6 +40,9 @@ func proxyLog(level uint32, ptr unsafe.Pointer, size uint32) uint32
 
 //go:wasmimport env proxy_get_buffer_bytes
 func proxyGetBufferBytes(t, start, max uint32, retPtr, retSize unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_set_buffer_bytes
+func proxySetBufferBytes(t, start, size uint32, p unsafe.Pointer, s uint32) uint32
 
 //go:wasmimport env proxy_get_header_map_value
 func proxyGetHeaderMapValue(m uint32, kp unsafe.Pointer, ks uint32, retPtr, retSize unsafe.Pointer) uint32
@@ -251,6 +256,11 @@ func HTTPCall(upstream string, headers [][2]string, body []byte, timeoutMS uint3
 
 // ContinueRequest resumes a request paused for a callout.
 func ContinueRequest() { proxyContinueStream(0) }
+
+// SetBody replaces the request (0) or response (1) body.
+func SetBody(t uint32, body []byte) bool {
+	return proxySetBufferBytes(t, 0, 0xffffffff, ptr(body), uint32(len(body))) == StatusOK
+}
 
 // Reply answers the request from the guest.
 func Reply(status uint32, body string, headers ...[2]string) {
