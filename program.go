@@ -19,6 +19,7 @@ import (
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
+	"tollgate/infra/functionstore"
 	"tollgate/infra/natsconn"
 	"tollgate/infra/tracing"
 	"tollgate/tenants"
@@ -68,6 +69,9 @@ type controlPlane struct {
 	adminLn net.Listener
 
 	traces *tracing.Provider // nil: TOLLGATE_OTEL_ENDPOINT unset
+
+	// modules is the object store of tenants' function modules, opened on first use.
+	modules *functionstore.Lazy
 }
 
 func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, log *slog.Logger) (*controlPlane, error) {
@@ -160,6 +164,14 @@ func tracer(p *tracing.Provider, scope string) trace.Tracer {
 
 func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server {
 	stripe := newStripeSide(cp, cfg, log)
+	var (
+		modules api.ModuleStore
+		logs    api.FunctionLogReader
+	)
+	if js, err := jetstream.New(cp.nc); err == nil {
+		cp.modules = functionstore.NewLazy(js, functionstore.BucketName(cfg.NATSPrefix), cfg.NATSReplicas)
+		modules, logs = cp.modules, functionstore.NewLogReader(js, cfg.NATSPrefix, cfg.NATSReplicas)
+	}
 	srv := api.New(api.Config{
 		People:      cp.db,
 		Audit:       cp.db,
@@ -173,6 +185,10 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		Domains:     cp.db,
 		APIDocs:     cp.db,
 		EdgeDomain:  cfg.EdgeDomain,
+		// Tenants' modules go to the object store the edges fetch from, then Postgres.
+		Functions:    cp.db,
+		Modules:      modules,
+		FunctionLogs: logs,
 
 		// The same checker and schedule as runAPI's automatic checks.
 		Proofs:       dnsproof.New(cfg.DNSResolver),
@@ -310,6 +326,11 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 		_ = checks.Run(checksCtx)
 	}()
 	defer func() { stopChecks(); <-checksDone }()
+	// Every module a tenant keeps must be in the object store the edges fetch from: put
+	// back what it lost (a bucket recreated, a NATS store lost) at start and every minute.
+	if cp.modules != nil {
+		go cp.modules.ReconcileEvery(checksCtx, cp.db, time.Minute, log)
+	}
 	defer sweepEntitlements(ctx, cfg, cp, log)()
 	drainAdmin, stopAdmin := cp.serveAdmin(ctx, log)
 	defer stopAdmin()

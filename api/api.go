@@ -61,6 +61,19 @@ type Config struct {
 	// Default: Tenants, when it implements tenants.ConfigService (the Postgres store
 	// does); else those endpoints answer 404 not_found.
 	Config tenants.ConfigService
+	// Functions serves /v1/tenants/{slug}/functions, the tenants' WebAssembly filters.
+	// Default: Tenants, when it implements tenants.FunctionService (the Postgres store
+	// does); else those endpoints answer 404 not_found.
+	Functions tenants.FunctionService
+	// Modules is the object store the edges fetch modules from (infra/functionstore): an
+	// upload is put there before Postgres keeps it. Nil: Postgres only (tests of the api
+	// alone).
+	Modules ModuleStore
+	// FunctionLogs reads the lines functions logged at the edges. Nil: no lines.
+	FunctionLogs FunctionLogReader
+	// ValidateModule checks an uploaded module; its error is shown to the tenant.
+	// Default: edge/function.Validate, the edges' own check.
+	ValidateModule func(ctx context.Context, module []byte) error
 	// APIDocs keeps the OpenAPI document of each import (POST …/routes:import), which the
 	// developer portal renders as the tenant's API documentation. Nil: not kept.
 	APIDocs tenants.APIDocStore
@@ -195,6 +208,12 @@ func New(cfg Config) *Server {
 	if cfg.Config == nil {
 		cfg.Config, _ = cfg.Tenants.(tenants.ConfigService)
 	}
+	if cfg.Functions == nil {
+		cfg.Functions, _ = cfg.Tenants.(tenants.FunctionService)
+	}
+	if cfg.ValidateModule == nil {
+		cfg.ValidateModule = validateModuleDefault
+	}
 	if cfg.Upstreams == nil {
 		cfg.Upstreams = &tenants.UpstreamAddressRule{}
 	}
@@ -237,8 +256,10 @@ func New(cfg Config) *Server {
 		ReadTimeout:           cfg.ReadTimeout,
 		WriteTimeout:          cfg.WriteTimeout,
 		IdleTimeout:           cfg.IdleTimeout,
-		BodyLimit:             cfg.BodyLimit,
-		CaseSensitive:         true,
+		// Module uploads are the only bodies past BodyLimit; every other handler holds
+		// its body to BodyLimit itself.
+		BodyLimit:     max(cfg.BodyLimit, functionBodyLimit+64<<10),
+		CaseSensitive: true,
 		// Values from the context stay valid after the handler: this is the control
 		// plane, where safety beats the allocations Immutable costs.
 		Immutable: true,

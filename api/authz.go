@@ -153,6 +153,9 @@ func (s *Server) audit(c *fiber.Ctx, ep *endpoint, r *request) {
 		if object == "" {
 			object, _ = url.PathUnescape(c.Params("email"))
 		}
+		if object == "" {
+			object = c.Params("name")
+		}
 	}
 	r.ctx = s.audited(r.ctx, r, r.tenant.ID, kind, verb, object)
 }

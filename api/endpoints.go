@@ -22,6 +22,7 @@ type endpoint struct {
 	desc    string
 
 	body         any      // zero value of the request body struct; nil: no body
+	bodyMedia    string   // the body's media type when it is not JSON (body nil): bytes taken as they are
 	bodyOptional bool     // an empty body is accepted
 	status       int      // success status
 	result       any      // success body; nil: none
@@ -66,6 +67,8 @@ const (
 	tagDomains = "domains"
 	// Config as code.
 	tagConfig = "config"
+	// Tenants' WebAssembly filters.
+	tagFunctions = "functions"
 )
 
 const (
@@ -199,6 +202,32 @@ func (s *Server) table() []endpoint {
 			summary: "Apply a config document",
 			desc:    "Makes the tenant's config what the document says, in one transaction: objects are matched by name and created or updated (only when they differ); with ?prune=true the objects of the kinds the document lists but leaves out are deleted (a list left out is left alone). Each object is validated as its own endpoint validates it; errors name the document path (routes[3].upstream.targets[0].url). ?dry_run=true answers the plan and changes nothing. A document whose revision is no longer current gets 409 version_conflict unless ?force=true (a document that changes nothing is never refused). A JWT issuer with no key source keeps its stored hs256_secret. Custom domains are kept or pruned, never claimed here. The body is JSON, or YAML with Content-Type: application/yaml. One audit entry, config.apply, records an apply that changed something." + scopedDoc,
 			body:    tenants.ConfigDocument{}, yaml: true, params: configParams, status: 200, result: tenants.ConfigPlan{}},
+
+		// Functions: see function.go.
+		{method: http.MethodPut, path: "/v1/tenants/:slug/functions/:name", access: tenantScoped, class: rbac.Write, handle: s.putFunction, tag: tagFunctions,
+			summary:   "Upload a function (a proxy-wasm filter)",
+			desc:      "The body is the WebAssembly module, Content-Type: application/wasm (else 415 unsupported_media_type). It must be WebAssembly that exports what proxy-wasm 0.2.x needs and imports only its host calls from env (else 400 validation_failed on module, saying what is wrong), and fit the plan's function_bytes (else 400 on function_bytes; over 16 MiB, 413). The module becomes the function's current version (a module equal to the current one adds none); routes keep the version they run until they are saved again. The name is 1-63 of a-z, 0-9, - and _. Past the plan's functions: 400 on functions." + scopedDoc,
+			bodyMedia: MediaWasm, status: 200, result: tenants.Function{}},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/functions", access: tenantScoped, class: rbac.Read, handle: s.listFunctions, tag: tagFunctions,
+			summary: "List functions", desc: "By name, each with its current version and the ids of the routes that run it; one page (a plan allows at most 1000)." + scopedDoc,
+			status: 200, result: list[tenants.Function]{}},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/functions/:name", access: tenantScoped, class: rbac.Read, handle: s.getFunction, tag: tagFunctions,
+			summary: "Get a function", desc: "With ?versions=true, every version (newest first) with the routes that run it." + scopedDoc,
+			status: 200, result: tenants.Function{}, params: []string{"versions"}},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/functions/:name/versions", access: tenantScoped, class: rbac.Read, handle: s.listFunctionVersions, tag: tagFunctions,
+			summary: "List a function's versions", desc: "Newest first. Roll a route back by setting its functions[].sha256 to an older version's." + scopedDoc,
+			status: 200, result: list[tenants.FunctionVersion]{}},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/functions/:name/module", access: tenantScoped, class: rbac.Read, handle: s.getFunctionModule, tag: tagFunctions,
+			summary: "Download a function's module", desc: "The current version's bytes, or those of ?sha256=<version>." + scopedDoc,
+			status: 200, media: []string{MediaWasm}, params: []string{"sha256"}},
+		{method: http.MethodDelete, path: "/v1/tenants/:slug/functions/:name", access: tenantScoped, class: rbac.Write, handle: s.deleteFunction, tag: tagFunctions,
+			summary: "Delete a function and its versions", desc: "409 conflict while a route runs any of its versions; the message names them." + scopedDoc, status: 204},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/functions/:name/logs", access: tenantScoped, class: rbac.Read, handle: s.functionLogs, tag: tagFunctions,
+			summary: "A function's latest log lines", desc: "What the function logged at the edges (proxy_log) and why an edge gave up on it (trap, time, bad host call), oldest first: the last limit (1-1000, default 100) of the tenant's last 1000 lines, kept up to 24 hours. An edge sends at most a few lines per second per tenant and counts what it drops." + scopedDoc,
+			status: 200, result: list[tenants.FunctionLog]{}, params: []string{"limit"}},
+		{method: http.MethodGet, path: "/v1/tenants/:slug/functions:logs", access: tenantScoped, class: rbac.Read, handle: s.functionLogs, tag: tagFunctions,
+			summary: "All functions' latest log lines", desc: "As .../functions/{name}/logs, for every function of the tenant, or the one ?function= names." + scopedDoc,
+			status: 200, result: list[tenants.FunctionLog]{}, params: []string{"limit", "function"}},
 
 		// Custom domains: see domain.go.
 		{method: http.MethodPost, path: "/v1/tenants/:slug/domains", access: tenantScoped, class: rbac.Write, handle: domains.handleCreate, tag: tagDomains,

@@ -81,7 +81,7 @@ var (
 var outputFields = map[string]obj{
 	"Tenant.version":       {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
 	"Tenant.plan":          {"description": "Platform plan capping the whole tenant."},
-	"Route.auth":           {"enum": []string{tenants.AuthNone, tenants.AuthKey, tenants.AuthJWT, tenants.AuthKeyOrJWT}},
+	"Route.auth":           {"enum": []string{tenants.AuthNone, tenants.AuthKey, tenants.AuthJWT, tenants.AuthKeyOrJWT, tenants.AuthFunction}},
 	"Route.methods":        {"description": "Empty: every method."},
 	"Key.prefix":           {"description": "The key's first characters, to tell keys apart."},
 	"Token.prefix":         {"description": "The token's first characters, to tell tokens apart."},
@@ -178,7 +178,7 @@ func (g *schemas) object(t reflect.Type, m mode) obj {
 			for k, v := range outputFields[f.Owner.Name()+"."+f.Name] {
 				s[k] = v
 			}
-			if f.Owner.PkgPath() == domainPkg && s["type"] == "string" && (f.Name == "id" || strings.HasSuffix(f.Name, "_id")) {
+			if f.Owner.PkgPath() == domainPkg && s["type"] == "string" && (f.Name == "id" || strings.HasSuffix(f.Name, "_id")) && f.Name != "request_id" {
 				s["format"] = "uuid"
 			}
 		}
@@ -257,7 +257,10 @@ func (ep *endpoint) errorStatuses() []int {
 	if ep.path == "/v1/stripe/webhook" { // its signature may be refused; unset, it is not served
 		set[400], set[404], set[413] = true, true, true
 	}
-	if ep.body != nil {
+	if ep.method == http.MethodDelete && strings.HasSuffix(ep.path, "/functions/:name") {
+		set[409] = true
+	}
+	if ep.body != nil || ep.bodyMedia != "" {
 		set[400], set[413], set[415] = true, true, true
 		if ep.method == http.MethodPost || ep.method == http.MethodPut {
 			set[409] = true
@@ -385,6 +388,9 @@ func (s *Server) operation(g *schemas, ep *endpoint) obj {
 		if name == "name" {
 			schema = obj{"type": "string", "pattern": "^[a-z0-9_-]{1,63}$"}
 			desc = "The plan's name."
+			if strings.Contains(ep.path, "/functions/") {
+				desc = "The function's name."
+			}
 		}
 		if name == "asset" {
 			schema = obj{"type": "string", "enum": apidocs.Names()}
@@ -411,6 +417,9 @@ func (s *Server) operation(g *schemas, ep *endpoint) obj {
 		if ep.yaml {
 			op["requestBody"].(obj)["content"].(obj)[mimeYAML] = obj{"schema": g.ref(reflect.TypeOf(ep.body), input)}
 		}
+	}
+	if ep.bodyMedia != "" {
+		op["requestBody"] = obj{"required": true, "content": obj{ep.bodyMedia: obj{"schema": obj{"type": "string", "format": "binary"}}}}
 	}
 	if ep.path == "/v1/stripe/webhook" { // Stripe's own document, read as signed, not decoded into a type
 		op["requestBody"] = obj{"required": true, "content": obj{"application/json": obj{"schema": obj{

@@ -24,14 +24,18 @@ type platformPlanBody struct {
 
 // resourcesBody is a platform plan's resource limits; an omitted one takes its ceiling.
 type resourcesBody struct {
-	Routes          *int   `json:"routes" doc:"Routes, 0–50000. Default: 50000."`
-	Consumers       *int   `json:"consumers" doc:"Consumers, 0–1000000. Default: 1000000."`
-	KeysPerConsumer *int   `json:"keys_per_consumer" doc:"API keys of each consumer, 0–100. Default: 100."`
-	ConsumerPlans   *int   `json:"plans" doc:"The tenant's consumer plans, 0–1000. Default: 1000."`
-	Domains         *int   `json:"domains" doc:"Custom domains, 0–1000. Default: 1000."`
-	JWTIssuers      *int   `json:"jwt_issuers" doc:"JWT issuers, 0–32. Default: 32."`
-	AccessRules     *int   `json:"policy_rules" doc:"Rules and role links of the tenant's policy together (each counts one), 0–11000. Default: 11000."`
-	CacheBytes      *int64 `json:"cache_bytes" doc:"Bytes of each edge's response cache the tenant's answers may hold (body, headers, key and a fixed overhead each); the edge's own budget, shared fairly, may give less. 0: routes may not cache. At most 2^40. Default: 2^40."`
+	Routes              *int   `json:"routes" doc:"Routes, 0–50000. Default: 50000."`
+	Consumers           *int   `json:"consumers" doc:"Consumers, 0–1000000. Default: 1000000."`
+	KeysPerConsumer     *int   `json:"keys_per_consumer" doc:"API keys of each consumer, 0–100. Default: 100."`
+	ConsumerPlans       *int   `json:"plans" doc:"The tenant's consumer plans, 0–1000. Default: 1000."`
+	Domains             *int   `json:"domains" doc:"Custom domains, 0–1000. Default: 1000."`
+	JWTIssuers          *int   `json:"jwt_issuers" doc:"JWT issuers, 0–32. Default: 32."`
+	AccessRules         *int   `json:"policy_rules" doc:"Rules and role links of the tenant's policy together (each counts one), 0–11000. Default: 11000."`
+	CacheBytes          *int64 `json:"cache_bytes" doc:"Bytes of each edge's response cache the tenant's answers may hold (body, headers, key and a fixed overhead each); the edge's own budget, shared fairly, may give less. 0: routes may not cache. At most 2^40. Default: 2^40."`
+	Functions           *int   `json:"functions" doc:"Function names the tenant keeps (each with its versions), 0–1000. Default: 1000."`
+	FunctionBytes       *int   `json:"function_bytes" doc:"Largest module a function upload may have, bytes, 0–16777216. Default: 16777216."`
+	FunctionTimeoutMS   *int   `json:"function_timeout_ms" doc:"Guest run time of a function per callback of a request, ms, 0–100; 0: the edge's default (5). Default: 100."`
+	FunctionConcurrency *int   `json:"function_concurrency" doc:"The tenant's function runs at once on each edge, 0–256; 0: the edge's default. Default: 256."`
 }
 
 func (b *resourcesBody) domain() *tenants.ResourceLimits {
@@ -51,6 +55,10 @@ func (b *resourcesBody) domain() *tenants.ResourceLimits {
 	set(&r.Domains, b.Domains)
 	set(&r.JWTIssuers, b.JWTIssuers)
 	set(&r.AccessRules, b.AccessRules)
+	set(&r.Functions, b.Functions)
+	set(&r.FunctionBytes, b.FunctionBytes)
+	set(&r.FunctionTimeoutMS, b.FunctionTimeoutMS)
+	set(&r.FunctionConcurrency, b.FunctionConcurrency)
 	if b.CacheBytes != nil {
 		r.CacheBytes = *b.CacheBytes
 	}

@@ -481,6 +481,7 @@ func (e *Edge) unpublish(ts *tenantState) {
 		if rt.cache != nil {
 			rt.cache.Drop()
 		}
+		releaseFunctions(rt, nil)
 	}
 	if e.cache != nil {
 		e.cache.Forget(ts.id)

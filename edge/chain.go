@@ -28,11 +28,13 @@ func (e *Edge) chain(rt *route) handler {
 		when bool
 		step step
 	}{
+		{rt.auth == tenants.AuthFunction, e.functionAuthStep},                         // function.go
 		{rt.auth == tenants.AuthKey, keyAuthStep},                                     // authenticate_key.go
 		{rt.auth == tenants.AuthJWT, e.jwtAuthStep},                                   // authenticate_jwt.go
 		{rt.auth == tenants.AuthKeyOrJWT, e.keyOrJWTAuthStep},                         // authenticate_jwt.go
 		{rt.checkAccess, e.accessStep},                                                // authorize.go
 		{true, e.limitStep},                                                           // limit.go; itself when no limit applies
+		{rt.functions != nil && rt.functions.After, e.functionStep},                   // function.go
 		{rt.cache != nil, cacheStep},                                                  // cache.go
 		{true, bodyLimitStep},                                                         // limit_body.go
 		{tr != nil && (tr.ReqHeaders != nil || tr.JSON != nil), requestTransformStep}, // transform.go

@@ -155,6 +155,9 @@ func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*S
 		}
 	}
 	e.compileLimits(s, v.tenant)
+	if v.tenant.Limits != nil {
+		conf.resources = v.tenant.Limits.Resources
+	}
 	e.compileAuth(s, v, &c.auth)
 
 	// Routes in id order, so which of two conflicting routes wins does not depend on
@@ -410,6 +413,7 @@ func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetri
 			rt.cache = cache.New(r.Cache, r.Auth, tc)
 		}
 	}
+	e.buildFunctions(rt, prev)
 	rt.serve = e.chain(rt)
 	return rt
 }
@@ -438,6 +442,7 @@ func (e *Edge) releaseRoute(old, next *route) {
 	if old.cache != nil && (next == nil || next.cache != old.cache) {
 		old.cache.Drop()
 	}
+	releaseFunctions(old, next)
 }
 
 // closeUpstreams stops the health checkers of every upstream c holds (its tenant is gone,

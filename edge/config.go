@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"tollgate/edge/fnchain"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
 	"tollgate/edge/meter"
@@ -112,6 +113,10 @@ type Config struct {
 	// config change's apply (trace.go). Default: nil, no spans; a caller's traceparent
 	// goes upstream unchanged.
 	Tracing *Tracing
+
+	// Functions configures the runtime of tenants' functions (edge/fnchain); the edge
+	// sets its Registry, Logger and OnReady. Default: fnchain's defaults, no module store.
+	Functions fnchain.Config
 }
 
 func (c *Config) setDefaults() error {

@@ -61,6 +61,7 @@ import (
 
 	"tollgate/edge/cache"
 	"tollgate/edge/configfile"
+	"tollgate/edge/fnchain"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
 	"tollgate/edge/upstreamclient"
@@ -87,6 +88,7 @@ type Edge struct {
 	jwks   *jwtauth.JWKSCache // key sets of every tenant's jwks_url issuers (authenticate_jwt.go)
 	cache  *cache.Budget      // the response caches' shared budget (edge/cache); nil: off
 	auth   *authMetrics
+	fn     *fnchain.Host // tenants' functions (function.go)
 
 	// Read by every request.
 	hosts    atomic.Pointer[map[string]*tenantSlot]
@@ -201,6 +203,9 @@ func New(cfg Config) (*Edge, error) {
 	if err := e.initCache(); err != nil {
 		return nil, fmt.Errorf("edge: response cache: %w", err)
 	}
+	if e.fn, err = e.newFunctionHost(); err != nil {
+		return nil, err
+	}
 	for i, k := range upstreamErrKinds {
 		e.upstreamErrs[i] = m.upstreamErrors.WithLabelValues(k)
 	}
@@ -301,6 +306,7 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 		if werr := e.checkers.wait(ctx); err == nil {
 			err = werr
 		}
+		_ = e.fn.Close(ctx)
 		close(e.shutDown)
 	})
 	return err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/fnchain"
 	"tollgate/edge/limit"
 	"tollgate/edge/routing"
 )
@@ -52,6 +53,9 @@ type exchange struct {
 	// functionTime is the guest run time of the route's functions for this request (the
 	// wall time of their callbacks, the host's waits excluded): metered as function_us.
 	functionTime time.Duration
+
+	fn           *fnchain.Run  // the route's functions' run, once started (function.go)
+	functionTime time.Duration // guest time of the request's functions, metered
 
 	trailers trailerStrip // a chunked request body, read without its trailer (headers.go)
 

@@ -98,6 +98,7 @@ func (e *Edge) handle(x *exchange) {
 // finish stamps the request id on the response, counts the request and hands it to the
 // access log.
 func (e *Edge) finish(x *exchange) {
+	x.endFunctions()
 	resp := &x.ctx.Response
 	if x.reply != nil && x.ctx.Request.Header.ContentLength() != 0 {
 		// The edge answered itself, maybe before reading the body: should fasthttp close

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"tollgate/edge/cache"
+	"tollgate/edge/fnchain"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/meter"
 	"tollgate/edge/routing"
@@ -45,6 +46,8 @@ type tenantConfig struct {
 	// has a plan with limits (see limit.go).
 	limits         planRules
 	consumerLimits bool
+	resources      *tenants.ResourceLimits // the platform plan's; nil: the edge's defaults (function.go)
+	consumerIndex                          // function.go
 }
 
 // Consumer is a tenant's client as the edge knows it once its key matched.
@@ -81,6 +84,7 @@ type route struct {
 	meter          *meter.Route         // nil: metering off
 	transform      *transform.Transform // nil: none (edge/transform)
 	cache          *cache.Cache         // nil: none (edge/cache)
+	functions      *fnchain.Chain       // nil: none (function.go)
 }
 
 // Routes is the number of (path, route) entries of the snapshot's route table.

@@ -41,6 +41,10 @@ const (
 	EOverloaded        = "overloaded"          // shedding load
 	EUpstreamTimeout   = "upstream_timeout"    // the upstream did not answer in time
 	ENoHealthyUpstream = "no_healthy_upstream" // edge: every target of the route is out of rotation
+
+	EFunctionFailed      = "function_failed"      // edge: a tenant's function trapped, ran past its time or made a bad host call
+	EFunctionBusy        = "function_busy"        // edge: the tenant's functions are at their concurrency cap
+	EFunctionUnavailable = "function_unavailable" // edge: a module the route names has not reached this edge
 )
 
 // CodeInfo describes one error code for the documentation and the status mapping.
@@ -78,6 +82,9 @@ var Codes = []CodeInfo{
 	{EOverloaded, http.StatusServiceUnavailable, "edge", "shedding load to protect other tenants"},
 	{ENoHealthyUpstream, http.StatusServiceUnavailable, "edge", "every target of the route is out of rotation: failing health checks, ejected or circuit open"},
 	{EUpstreamTimeout, http.StatusGatewayTimeout, "edge", "the upstream did not answer within the route's timeout"},
+	{EFunctionFailed, http.StatusInternalServerError, "edge", "a function of the route trapped, ran past its time or made a bad host call; the tenant's function log says which and why"},
+	{EFunctionBusy, http.StatusServiceUnavailable, "edge", "the tenant's functions are running at their concurrency cap on this edge; retry shortly"},
+	{EFunctionUnavailable, http.StatusServiceUnavailable, "edge", "a function module the route names has not reached this edge yet (or cannot start); retry shortly"},
 }
 
 var statusByCode = func() map[string]int {

@@ -77,7 +77,25 @@ type ResourceLimits struct {
 	// CacheBytes is the most the tenant's answers may hold of each edge's response cache
 	// (bodies, headers, keys and a fixed overhead per answer). 0: routes may not cache.
 	CacheBytes int64 `json:"cache_bytes"`
+	// Functions counts the function names the tenant keeps (each with its versions).
+	Functions int `json:"functions"`
+	// FunctionBytes is the largest module the tenant may upload.
+	FunctionBytes int `json:"function_bytes"`
+	// FunctionTimeoutMS bounds the guest's run time in each callback of a request;
+	// 0 means the edge's default (DefaultFunctionTimeoutMS).
+	FunctionTimeoutMS int `json:"function_timeout_ms"`
+	// FunctionConcurrency caps the tenant's guest runs at once on each edge; 0 means the
+	// edge's own default.
+	FunctionConcurrency int `json:"function_concurrency"`
 }
+
+// Defaults of the function limits: what an edge applies when a plan leaves a limit at 0
+// (timeout, concurrency) or has no resources at all, and the size the built-in plans
+// start from.
+const (
+	DefaultFunctionBytes     = 4 << 20
+	DefaultFunctionTimeoutMS = 5
+)
 
 // MaxResources are the ceilings of a platform plan's resource limits: what a shared
 // edge can hold for one tenant. An omitted limit takes its ceiling.
@@ -91,6 +109,13 @@ var MaxResources = ResourceLimits{
 	// The access-rules engine's own bounds: 1,000 rules and 10,000 role links.
 	AccessRules: 11_000,
 	CacheBytes:  1 << 40,
+	Functions:   1_000,
+	// Modules are kept in Postgres and in NATS and compiled by every edge.
+	FunctionBytes: 16 << 20,
+	// Long enough for real work in a filter, short enough that a loop cannot hold a
+	// request for more than a blink.
+	FunctionTimeoutMS:   100,
+	FunctionConcurrency: 256,
 }
 
 // Resource names: the fields of ResourceLimits as they appear in JSON, and the Field of
@@ -104,6 +129,10 @@ const (
 	ResJWTIssuers      = "jwt_issuers"
 	ResAccessRules     = "policy_rules"
 	ResCacheBytes      = "cache_bytes"
+	ResFunctions       = "functions"
+	ResFunctionBytes   = "function_bytes"
+	ResFunctionTimeout = "function_timeout_ms"
+	ResFunctionConc    = "function_concurrency"
 )
 
 // resourceNouns says what each count is, for messages ("allows 10 routes"), plural and
@@ -116,6 +145,7 @@ var resourceNouns = map[string][2]string{
 	ResDomains:         {"custom domains", "custom domain"},
 	ResJWTIssuers:      {"JWT issuers", "JWT issuer"},
 	ResAccessRules:     {"policy rules and role links together", "policy rule or role link"},
+	ResFunctions:       {"functions", "function"},
 }
 
 // OverLimit is the error of a save that would take a tenant past its plan's limit of
@@ -123,6 +153,9 @@ var resourceNouns = map[string][2]string{
 func OverLimit(resource, plan string, limit int64) *Error {
 	if resource == ResCacheBytes {
 		return Invalid(resource, "the %s plan allows no response cache (cache_bytes 0); remove the route's cache or move to a larger plan", plan)
+	}
+	if resource == ResFunctionBytes {
+		return Invalid(resource, "the %s plan allows modules of at most %d bytes; make the module smaller or move to a larger plan", plan, limit)
 	}
 	nouns := resourceNouns[resource]
 	if limit == 0 {
@@ -158,6 +191,14 @@ func (r *ResourceLimits) Get(resource string) int64 {
 		return int64(r.AccessRules)
 	case ResCacheBytes:
 		return r.CacheBytes
+	case ResFunctions:
+		return int64(r.Functions)
+	case ResFunctionBytes:
+		return int64(r.FunctionBytes)
+	case ResFunctionTimeout:
+		return int64(r.FunctionTimeoutMS)
+	case ResFunctionConc:
+		return int64(r.FunctionConcurrency)
 	}
 	panic("tenants: unknown resource " + resource)
 }
@@ -176,6 +217,10 @@ func (r *ResourceLimits) Validate() error {
 		{ResJWTIssuers, int64(r.JWTIssuers), int64(MaxResources.JWTIssuers)},
 		{ResAccessRules, int64(r.AccessRules), int64(MaxResources.AccessRules)},
 		{ResCacheBytes, r.CacheBytes, MaxResources.CacheBytes},
+		{ResFunctions, int64(r.Functions), int64(MaxResources.Functions)},
+		{ResFunctionBytes, int64(r.FunctionBytes), int64(MaxResources.FunctionBytes)},
+		{ResFunctionTimeout, int64(r.FunctionTimeoutMS), int64(MaxResources.FunctionTimeoutMS)},
+		{ResFunctionConc, int64(r.FunctionConcurrency), int64(MaxResources.FunctionConcurrency)},
 	} {
 		if c.v < 0 || c.v > c.limit {
 			return Invalid(fmt.Sprintf("resources.%s", c.name), "must be between 0 and %d, got %d", c.limit, c.v)

@@ -173,6 +173,10 @@ func TestResourceLimits(t *testing.T) {
 		{func(r *tenants.ResourceLimits) { r.JWTIssuers = 33 }, "resources.jwt_issuers"},
 		{func(r *tenants.ResourceLimits) { r.AccessRules = -2 }, "resources.policy_rules"},
 		{func(r *tenants.ResourceLimits) { r.CacheBytes = 1<<40 + 1 }, "resources.cache_bytes"},
+		{func(r *tenants.ResourceLimits) { r.Functions = -1 }, "resources.functions"},
+		{func(r *tenants.ResourceLimits) { r.FunctionBytes = 16<<20 + 1 }, "resources.function_bytes"},
+		{func(r *tenants.ResourceLimits) { r.FunctionTimeoutMS = 101 }, "resources.function_timeout_ms"},
+		{func(r *tenants.ResourceLimits) { r.FunctionConcurrency = -1 }, "resources.function_concurrency"},
 	} {
 		r := tenants.MaxResources
 		c.edit(&r)
@@ -191,6 +195,8 @@ func TestResourceLimits(t *testing.T) {
 		{tenants.ResKeysPerConsumer, 2, "the free plan allows 2 keys per consumer; delete one"},
 		{tenants.ResAccessRules, 100, "the free plan allows 100 policy rules and role links together; remove some or move to a larger plan"},
 		{tenants.ResCacheBytes, 0, "the free plan allows no response cache (cache_bytes 0)"},
+		{tenants.ResFunctions, 3, "the free plan allows 3 functions; delete one or move to a larger plan"},
+		{tenants.ResFunctionBytes, 1 << 20, "the free plan allows modules of at most 1048576 bytes"},
 	} {
 		wantInvalid(t, tenants.OverLimit(c.res, "free", c.limit), c.res, c.msg)
 	}

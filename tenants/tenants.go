@@ -43,8 +43,8 @@ type Route struct {
 	// Methods the route answers; empty means every method.
 	Methods  []string `json:"methods" doc:"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS. Default: every method."`
 	Upstream Upstream `json:"upstream" required:"true"`
-	// Auth is AuthNone, AuthKey, AuthJWT or AuthKeyOrJWT. Default: AuthNone.
-	Auth string `json:"auth" enum:"none,key,jwt,key_or_jwt" doc:"Default: none."`
+	// Auth is AuthNone, AuthKey, AuthJWT, AuthKeyOrJWT or AuthFunction. Default: AuthNone.
+	Auth string `json:"auth" enum:"none,key,jwt,key_or_jwt,function" doc:"function: functions[0] runs before authentication and names the consumer. Default: none."`
 	// CheckAccess makes the edge check the tenant's access rules for this route.
 	CheckAccess bool       `json:"policy" doc:"Check the tenant's policy for this route."`
 	RateLimit   *RateLimit `json:"rate_limit,omitempty" doc:"Per-route limit. Default: none."`
@@ -56,6 +56,10 @@ type Route struct {
 	Transform *Transform `json:"transform,omitempty" doc:"Request header, JSON body and path rewrites, response header rewrites. Default: none."`
 	// Cache keeps the route's answers in the edge's memory (cache.go).
 	Cache *Cache `json:"cache,omitempty" doc:"Keep GET answers in the edge's memory for ttl_ms. Default: none."`
+	// Functions are the tenant's Wasm filters the route runs, in order, after
+	// authentication, access rules and limits; with AuthFunction the first one runs
+	// before them instead and names the consumer.
+	Functions []FunctionRef `json:"functions,omitempty" doc:"Up to 8 of the tenant's functions (proxy-wasm filters), run in order after authentication; with auth function the first authenticates. Default: none."`
 	// Canary sends part of the traffic to another set of targets (upstream.go).
 	Canary *Canary `json:"canary,omitempty" doc:"Send part of the traffic to upstream (same settings as the route's): requests matching match (a header, or a JWT claim; any of values, or any value when values is empty) always, others by weight percent (0–100; an exact schedule, or a hash of sticky_on when sticky: consumer, ip or header:<Name>). Default: none."`
 	// MaxBodyBytes caps the request body. Default: DefaultMaxBodyBytes.
@@ -75,6 +79,28 @@ const (
 	AuthKey      = "key"
 	AuthJWT      = "jwt"
 	AuthKeyOrJWT = "key_or_jwt"
+	// AuthFunction: the route's first function runs before authentication and names the
+	// consumer (the proxy-wasm property ["tollgate","consumer"]); a request it neither
+	// answers nor names a consumer for is refused as unauthenticated.
+	AuthFunction = "function"
+)
+
+// FunctionRef names one of the tenant's functions on a route.
+type FunctionRef struct {
+	Name string `json:"name" required:"true" doc:"A function the tenant uploaded (PUT /v1/tenants/{slug}/functions/{name})."`
+	// Config is the plugin configuration handed to proxy_on_configure.
+	Config string `json:"config,omitempty" doc:"The plugin configuration the filter reads in proxy_on_configure, up to 65536 bytes. Default: empty."`
+	// SHA256 is the module version the route runs. Empty on input means the function's
+	// current version when the route is saved; what the store keeps and the edge gets
+	// always names one, so uploading a new version changes no route until it is saved
+	// again, and setting an older digest rolls the route back.
+	SHA256 string `json:"sha256,omitempty" doc:"The version (hex sha256 of the module) to run; one the tenant uploaded under this name. Default: the function's current version when the route is saved."`
+}
+
+// Bounds of a route's functions.
+const (
+	MaxRouteFunctions      = 8
+	MaxFunctionConfigBytes = 64 << 10
 )
 
 // Defaults and bounds of route settings.

@@ -214,6 +214,48 @@ func ValidateName(s string) error {
 	return nil
 }
 
+// ValidateFunctionName checks a function's name. Stricter than ValidateName because it
+// is a segment of the function's URL and of the console's links: the plan name rules.
+func ValidateFunctionName(s string) error { return ValidatePlanName(s) }
+
+// ValidDigest reports whether s is a hex SHA-256 digest, 64 lowercase hex digits.
+func ValidDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func validateFunctionRefs(fs []FunctionRef, auth string) error {
+	if len(fs) > MaxRouteFunctions {
+		return Invalid("functions", "may name at most %d functions, got %d", MaxRouteFunctions, len(fs))
+	}
+	if auth == AuthFunction && len(fs) == 0 {
+		return Invalid("functions", "auth function needs at least one function: the first one authenticates")
+	}
+	for i := range fs {
+		f := &fs[i]
+		if err := ValidateFunctionName(f.Name); err != nil {
+			return Invalid(fmt.Sprintf("functions[%d].name", i), "%v", err)
+		}
+		if len(f.Config) > MaxFunctionConfigBytes {
+			return Invalid(fmt.Sprintf("functions[%d].config", i), "must be at most %d bytes, got %d", MaxFunctionConfigBytes, len(f.Config))
+		}
+		if f.SHA256 != "" {
+			f.SHA256 = strings.ToLower(f.SHA256)
+			if !ValidDigest(f.SHA256) {
+				return Invalid(fmt.Sprintf("functions[%d].sha256", i), "must be 64 hex digits (the module's sha256)")
+			}
+		}
+	}
+	return nil
+}
+
 // ValidatePlanName checks a plan reference: the slug rules, without the reserved list.
 func ValidatePlanName(s string) error {
 	if s == "" {
@@ -523,9 +565,12 @@ func (r *Route) Validate(p *UpstreamAddressRule) error {
 	switch r.Auth {
 	case "":
 		r.Auth = AuthNone
-	case AuthNone, AuthKey, AuthJWT, AuthKeyOrJWT:
+	case AuthNone, AuthKey, AuthJWT, AuthKeyOrJWT, AuthFunction:
 	default:
-		return Invalid("auth", "must be one of none, key, jwt, key_or_jwt; got %q", r.Auth)
+		return Invalid("auth", "must be one of none, key, jwt, key_or_jwt, function; got %q", r.Auth)
+	}
+	if err := validateFunctionRefs(r.Functions, r.Auth); err != nil {
+		return err
 	}
 	if err := validateRouteLimit(r.RateLimit, r.Auth); err != nil {
 		return err

@@ -113,6 +113,17 @@ func TestRouteValidateRejects(t *testing.T) {
 		{"huge body", strict, func(r *tenants.Route) { r.MaxBodyBytes = 2 << 30 }, "max_body_bytes", "between 1"},
 		{"timeout", strict, func(r *tenants.Route) { r.TimeoutMS = 400_000 }, "timeout_ms", "between 1"},
 		{"connect timeout", strict, func(r *tenants.Route) { r.ConnectTimeoutMS = -5 }, "connect_timeout_ms", "between 1"},
+		{"function auth without functions", strict, func(r *tenants.Route) { r.Auth = tenants.AuthFunction }, "functions", "auth function needs at least one function"},
+		{"too many functions", strict, func(r *tenants.Route) { r.Functions = make([]tenants.FunctionRef, 9) }, "functions", "at most 8"},
+		{"function name", strict, func(r *tenants.Route) { r.Functions = []tenants.FunctionRef{{Name: "Sign Me"}} }, "functions[0].name", "lowercase letters"},
+		{"no function name", strict, func(r *tenants.Route) { r.Functions = []tenants.FunctionRef{{Name: "a"}, {}} }, "functions[1].name", "required"},
+		{"function config", strict, func(r *tenants.Route) {
+			r.Functions = []tenants.FunctionRef{{Name: "sign", Config: strings.Repeat("x", 64<<10+1)}}
+		}, "functions[0].config", "at most 65536 bytes"},
+		{"function sha", strict, func(r *tenants.Route) { r.Functions = []tenants.FunctionRef{{Name: "sign", SHA256: "abc"}} }, "functions[0].sha256", "64 hex digits"},
+		{"function sha not hex", strict, func(r *tenants.Route) {
+			r.Functions = []tenants.FunctionRef{{Name: "sign", SHA256: strings.Repeat("g", 64)}}
+		}, "functions[0].sha256", "64 hex digits"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,6 +138,26 @@ func TestRouteValidateRejects(t *testing.T) {
 				t.Fatalf("want field %q with %q, got field %q: %s", tc.field, tc.msg, e.Field, e.Message)
 			}
 		})
+	}
+}
+
+func TestRouteFunctions(t *testing.T) {
+	r := validRoute()
+	sha := strings.Repeat("AB", 32)
+	r.Auth = tenants.AuthFunction
+	r.Functions = []tenants.FunctionRef{{Name: "hmac-auth", Config: strings.Repeat("c", 64<<10)}, {Name: "add_header", SHA256: sha}, {Name: "hmac-auth"}}
+	if err := r.Validate(strict); err != nil {
+		t.Fatal(err)
+	}
+	if r.Functions[1].SHA256 != strings.ToLower(sha) {
+		t.Fatalf("sha256 not lowercased: %s", r.Functions[1].SHA256)
+	}
+	r.Functions = make([]tenants.FunctionRef, tenants.MaxRouteFunctions)
+	for i := range r.Functions {
+		r.Functions[i].Name = "f"
+	}
+	if err := r.Validate(strict); err != nil {
+		t.Fatalf("%d functions: %v", tenants.MaxRouteFunctions, err)
 	}
 }
 

@@ -92,7 +92,7 @@ func main() {
 func run() int {
 	b := &bench{Env: &harness.Env{Clean: &harness.Cleanups{}}}
 	var (
-		scenarios = flag.String("scenarios", "S1,S2,S2j,S4r,config,rss10k", "comma-separated: S1 (1 route), S2 (key auth), S2j (JWT RS256 + policy + rate limit), S2l/S2x/S2a (key auth + a never-reached limit: local, exact, approximate), "+
+		scenarios = flag.String("scenarios", "S1,S2,S2j,S4r,config,rss10k", "comma-separated: S1 (1 route), S1f/S1h (S1 + a no-op / header-adding proxy-wasm filter), S2 (key auth), S2hmac (HMAC signature auth as a filter), S2j (JWT RS256 + policy + rate limit), S2l/S2x/S2a (key auth + a never-reached limit: local, exact, approximate), "+
 			"S3 (1 KB JSON POST rewritten, with its plain-POST baseline S3b), S4 (5% canary: split counted at the upstreams), S4r (many routes, hit one), S5 (1 MiB responses: CPU and peak RSS), "+
 			"S6 (-ws-conns WebSocket tunnels: RSS per tunnel, CPU per message), S7 (burst 10× for 1 s), S9 (TLS 1.3: keep-alive and a handshake per request, with the plain baseline S9p), "+
 			"noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with -rss-routes routes), "+
@@ -160,7 +160,7 @@ func run() int {
 	}
 	scs := splitList(*scenarios)
 	for _, s := range scs {
-		if !slices.Contains([]string{"S1", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "hotupdate", "cold", "soak", "tail"}, s) {
+		if !slices.Contains([]string{"S1", "S1f", "S1h", "S2hmac", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "hotupdate", "cold", "soak", "tail"}, s) {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
@@ -370,7 +370,7 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 }
 
 func isPerf(s string) bool {
-	return slices.Contains([]string{"S1", "S2", "S2j", "S3", "S4", "S4r", "S5", "S6", "S9"}, s) || isFlowPerf(s)
+	return slices.Contains([]string{"S1", "S2", "S2j", "S3", "S4", "S4r", "S5", "S6", "S9"}, s) || isFlowPerf(s) || slices.Contains(functionScenarios, s)
 }
 
 // checkServices fails early, with the remedy, when Postgres or NATS is not there.

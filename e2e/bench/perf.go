@@ -31,6 +31,8 @@ type perfScenario struct {
 	newConn  bool   // S9h: a new connection, and so a full TLS handshake, per request
 	ws       bool   // S6: WebSocket tunnels, measured by measureWS rather than as requests
 	half     bool   // S3b, S9p, S9h: measured over half the window (at least 2 s), so S3 and S9 stay well under a minute
+	// sign, when set, gives the headers anew for each measurement (S2hmac's dated signature).
+	sign func() map[string]string
 }
 
 // perfResult is one measured window of one gateway.
@@ -77,6 +79,8 @@ func buildPerfScenarios(b *bench, ids []string) []*perfScenario {
 				headers: map[string]string{"Authorization": "Bearer " + j.Token}, limit: true, jwt: j})
 		case "S2l", "S2x", "S2a":
 			out = append(out, flowPerfScenario(id))
+		case "S1f", "S1h", "S2hmac":
+			out = append(out, functionPerfScenario(id)) // functions.go
 		case "S3":
 			// The transform's baseline first: the same POST through a plain route.
 			out = append(out,
@@ -202,6 +206,10 @@ func (b *bench) configureTollgate(ctx context.Context, s *harness.Stack, upURL s
 			}
 		case "S2l", "S2x", "S2a":
 			if err := b.configureFlowScenario(ctx, s, slug, upURL, sc); err != nil {
+				return err
+			}
+		case "S1f", "S1h", "S2hmac":
+			if err := b.configureFunctionScenario(ctx, s, slug, upURL, sc); err != nil {
 				return err
 			}
 		case "S3b":
@@ -396,6 +404,9 @@ func (b *bench) measureWarm(ctx context.Context, warm time.Duration, gw string, 
 		if sc.loader == "go" {
 			return b.runClosed(ctx, closedSpec{Addr: strings.TrimPrefix(base, "http://"), TLS: sc.tls, Host: sc.host,
 				Path: sc.hit, Conns: b.conns, Duration: d, NewConn: sc.newConn}, tag)
+		}
+		if sc.sign != nil {
+			sc.headers = sc.sign()
 		}
 		return runWrk(ctx, b, loadTarget{url: base + sc.hit, host: sc.host, headers: sc.headers, method: sc.method, body: sc.body}, d, tag)
 	}

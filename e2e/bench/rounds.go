@@ -412,6 +412,7 @@ type roundMeasure struct {
 var ownRatios = [][2]string{
 	{"S2", "S1"}, {"S2j", "S1"}, {"S2l", "S1"}, {"S2x", "S1"}, {"S2a", "S1"}, {"S4", "S1"}, {"S4r", "S1"}, {"S5", "S1"},
 	{"S3", "S3b"}, {"S9", "S9p"},
+	{"S1f", "S1"}, {"S1h", "S1"}, {"S2hmac", "S1"}, {"S2hmac", "S2"},
 }
 
 // sweepRounds measures the request scenarios at one procs value b.rnd.rounds times. In

@@ -108,7 +108,7 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 		return err
 	}
 	defer closeMeter(m, log)
-	e, closeTraces, err := newEdge(cfg, m, fc, log)
+	e, closeTraces, err := newEdge(cfg, m, fc, nc, log)
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 
 // newEdge builds the edge from cfg: its TLS certificate, cache budget, traces and
 // performance switches. closeTraces flushes the traces; call it after the edge drained.
-func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, log *slog.Logger) (e *edge.Edge, closeTraces func(), err error) {
+func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, nc *nats.Conn, log *slog.Logger) (e *edge.Edge, closeTraces func(), err error) {
 	var wildcard *tls.Certificate
 	if cfg.EdgeTLSCert != "" || cfg.EdgeTLSKey != "" {
 		c, err := tls.LoadX509KeyPair(cfg.EdgeTLSCert, cfg.EdgeTLSKey)
@@ -215,6 +215,7 @@ func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, log *slog.Logg
 	edge.SetParallelCompiles(cfg.EdgeParallelCompiles)
 	e, err = edge.New(edge.Config{
 		Tracing:        tr,
+		Functions:      functionConfig(cfg, nc, log),
 		CacheBytes:     cacheBytes,
 		TLSCertificate: wildcard,
 		Meter:          m,

@@ -75,6 +75,12 @@ type Config struct {
 	DNSResolver    string // TOLLGATE_DNS_RESOLVER [unset: the system's resolver; host:port of a DNS server]
 	EdgeCacheBytes int64  // TOLLGATE_EDGE_CACHE_BYTES [256 MiB: the edge's whole response-cache budget]
 
+	// Tenants' functions at the edge (functions.go).
+	EdgeFunctionTimeout     time.Duration // TOLLGATE_EDGE_FUNCTION_TIMEOUT [5ms: guest time per callback; a plan may lower it]
+	EdgeFunctionMemory      int64         // TOLLGATE_EDGE_FUNCTION_MEMORY [16 MiB: linear memory of one instance, in bytes]
+	EdgeFunctionConcurrency int           // TOLLGATE_EDGE_FUNCTION_CONCURRENCY [half the edge's cores, at least 1: one tenant's guest runs at once; a plan may lower it]
+	EdgeFunctionCacheDir    string        // TOLLGATE_EDGE_FUNCTION_CACHE_DIR [<spool dir>/functions: modules and their compiled code]
+
 	// Edge performance: how the edge reads and writes its sockets.
 	EdgeRawIO bool // TOLLGATE_EDGE_RAW_IO [on: raw system calls (edge.SetRawIO); off: through net.Conn; always off in race-detector builds]
 	// EdgeYieldReads: TOLLGATE_EDGE_YIELD_READS [on: at GOMAXPROCS=1 the edge yields between writing and reading a socket (edge.SetYieldReads); off: it reads at once]
@@ -250,6 +256,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		// The edge's port too: edges sharing a host (and its name) need a spool each.
 		_, port, _ := net.SplitHostPort(c.EdgeAddr)
 		c.MeterSpoolDir = filepath.Join(base, "tollgate-meter-"+c.EdgeID+"-"+port)
+	}
+	if err := c.functions(getenv); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

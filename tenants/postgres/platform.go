@@ -22,10 +22,13 @@ const platformPlanOfTenant = `(SELECT jsonb_build_object('name', pp.name, 'versi
 // tenants.ResourceLimits (pp is the row).
 const resourcesObject = `jsonb_build_object('routes', pp.routes, 'consumers', pp.consumers,
 	'keys_per_consumer', pp.keys_per_consumer, 'plans', pp.plans, 'domains', pp.domains,
-	'jwt_issuers', pp.jwt_issuers, 'policy_rules', pp.policy_rules, 'cache_bytes', pp.cache_bytes)`
+	'jwt_issuers', pp.jwt_issuers, 'policy_rules', pp.policy_rules, 'cache_bytes', pp.cache_bytes,
+	'functions', pp.functions, 'function_bytes', pp.function_bytes,
+	'function_timeout_ms', pp.function_timeout_ms, 'function_concurrency', pp.function_concurrency)`
 
 const platformPlanColumns = `name, limits, version, created_at, updated_at,
-	routes, consumers, keys_per_consumer, plans, domains, jwt_issuers, policy_rules, cache_bytes`
+	routes, consumers, keys_per_consumer, plans, domains, jwt_issuers, policy_rules, cache_bytes,
+	functions, function_bytes, function_timeout_ms, function_concurrency`
 
 func scanPlatformPlan(row pgx.Row) (*tenants.PlatformPlan, error) {
 	var (
@@ -34,7 +37,8 @@ func scanPlatformPlan(row pgx.Row) (*tenants.PlatformPlan, error) {
 		r tenants.ResourceLimits
 	)
 	if err := row.Scan(&p.Name, &l, &p.Version, &p.CreatedAt, &p.UpdatedAt,
-		&r.Routes, &r.Consumers, &r.KeysPerConsumer, &r.ConsumerPlans, &r.Domains, &r.JWTIssuers, &r.AccessRules, &r.CacheBytes); err != nil {
+		&r.Routes, &r.Consumers, &r.KeysPerConsumer, &r.ConsumerPlans, &r.Domains, &r.JWTIssuers, &r.AccessRules, &r.CacheBytes,
+		&r.Functions, &r.FunctionBytes, &r.FunctionTimeoutMS, &r.FunctionConcurrency); err != nil {
 		return nil, err
 	}
 	p.RateLimit, p.Quota, p.Concurrency, p.Mode = l.RateLimit, l.Quota, l.Concurrency, l.Mode
@@ -105,21 +109,27 @@ func (db *DB) PutPlatformPlan(ctx context.Context, p *tenants.PlatformPlan) erro
 		var row pgx.Row
 		if p.Version == 0 {
 			row = tx.QueryRow(ctx, `INSERT INTO platform_plans (name, limits, routes, consumers, keys_per_consumer,
-					plans, domains, jwt_issuers, policy_rules, cache_bytes)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+					plans, domains, jwt_issuers, policy_rules, cache_bytes,
+					functions, function_bytes, function_timeout_ms, function_concurrency)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 				ON CONFLICT (name) DO UPDATE SET limits = EXCLUDED.limits, routes = EXCLUDED.routes,
 					consumers = EXCLUDED.consumers, keys_per_consumer = EXCLUDED.keys_per_consumer,
 					plans = EXCLUDED.plans, domains = EXCLUDED.domains, jwt_issuers = EXCLUDED.jwt_issuers,
 					policy_rules = EXCLUDED.policy_rules, cache_bytes = EXCLUDED.cache_bytes,
+					functions = EXCLUDED.functions, function_bytes = EXCLUDED.function_bytes,
+					function_timeout_ms = EXCLUDED.function_timeout_ms, function_concurrency = EXCLUDED.function_concurrency,
 					version = platform_plans.version + 1, updated_at = now()
 				RETURNING `+platformPlanColumns, p.Name, l,
-				r.Routes, r.Consumers, r.KeysPerConsumer, r.ConsumerPlans, r.Domains, r.JWTIssuers, r.AccessRules, r.CacheBytes)
+				r.Routes, r.Consumers, r.KeysPerConsumer, r.ConsumerPlans, r.Domains, r.JWTIssuers, r.AccessRules, r.CacheBytes,
+				r.Functions, r.FunctionBytes, r.FunctionTimeoutMS, r.FunctionConcurrency)
 		} else {
 			row = tx.QueryRow(ctx, `UPDATE platform_plans SET limits = $3, routes = $4, consumers = $5,
 					keys_per_consumer = $6, plans = $7, domains = $8, jwt_issuers = $9, policy_rules = $10,
-					cache_bytes = $11, version = version + 1, updated_at = now()
+					cache_bytes = $11, functions = $12, function_bytes = $13, function_timeout_ms = $14,
+					function_concurrency = $15, version = version + 1, updated_at = now()
 				WHERE name = $1 AND version = $2 RETURNING `+platformPlanColumns, p.Name, p.Version, l,
-				r.Routes, r.Consumers, r.KeysPerConsumer, r.ConsumerPlans, r.Domains, r.JWTIssuers, r.AccessRules, r.CacheBytes)
+				r.Routes, r.Consumers, r.KeysPerConsumer, r.ConsumerPlans, r.Domains, r.JWTIssuers, r.AccessRules, r.CacheBytes,
+				r.Functions, r.FunctionBytes, r.FunctionTimeoutMS, r.FunctionConcurrency)
 		}
 		saved, err := scanPlatformPlan(row)
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -30,6 +30,8 @@ var resourceColumns = map[string]string{
 	tenants.ResJWTIssuers:      "jwt_issuers",
 	tenants.ResAccessRules:     "policy_rules",
 	tenants.ResCacheBytes:      "cache_bytes",
+	tenants.ResFunctions:       "functions",
+	tenants.ResFunctionBytes:   "function_bytes",
 }
 
 // lockTenantLimit locks the tenant row until the transaction ends and returns its
@@ -55,6 +57,7 @@ const (
 	countPlans     = `SELECT count(*) FROM plans WHERE tenant_id = $1`
 	countIssuers   = `SELECT count(*) FROM jwt_issuers WHERE tenant_id = $1`
 	countDomains   = `SELECT count(*) FROM domains WHERE tenant_id = $1`
+	countFunctions = `SELECT count(*) FROM functions WHERE tenant_id = $1`
 	// $2 is the consumer id.
 	countKeys = `SELECT count(*) FROM keys WHERE tenant_id = $1 AND consumer_id = $2`
 )

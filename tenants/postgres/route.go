@@ -59,6 +59,9 @@ func insertRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 	if err := checkCacheAllowed(ctx, tx, r, ""); err != nil {
 		return err
 	}
+	if err := resolveFunctions(ctx, tx, r); err != nil {
+		return err
+	}
 	saved, err := scanRoute(tx.QueryRow(ctx, `INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
 		RETURNING `+routeColumns, r.TenantID, newID(), r.Name, specOf(r, "name")))
 	if err != nil {
@@ -183,6 +186,9 @@ func (db *DB) UpdateRoute(ctx context.Context, r *tenants.Route) error {
 // updateRoute is UpdateRoute's work in tx, on a validated r.
 func updateRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 	if err := checkCacheAllowed(ctx, tx, r, r.ID); err != nil {
+		return err
+	}
+	if err := resolveFunctions(ctx, tx, r); err != nil {
 		return err
 	}
 	saved, err := scanRoute(tx.QueryRow(ctx, `UPDATE routes SET name = $4, spec = $5, version = version + 1, updated_at = now()

@@ -542,3 +542,23 @@ func (c *APIClient) CallRetry(ctx context.Context, method, path string, in any) 
 		return nil
 	}
 }
+
+// PutBytes sends body as is with contentType (a function's module: application/wasm).
+func (c *APIClient) PutBytes(ctx context.Context, path, contentType string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", contentType)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("PUT %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("PUT %s: status %d: %s", path, resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return nil
+}

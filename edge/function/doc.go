@@ -1,0 +1,79 @@
+// Package function runs tenants' functions: WebAssembly modules written against the
+// proxy-wasm ABI 0.2.1 (the HTTP filter ABI Envoy, Istio, Kong and APISIX run), on wazero,
+// a pure-Go runtime. It is the only place untrusted code runs at the edge, and the place
+// that bounds it; it knows nothing of routes, plans or fasthttp: the edge hands it an HTTP
+// (the request and response it holds) and Limits (the tenant's plan).
+//
+// Use: one Runtime per process (NewRuntime); Compile once per module hash; NewFilter per
+// route and function (it starts one instance, so a module that cannot start fails there);
+// per request Start, the On* callbacks the route needs (Exports says which the module
+// has), then Done, which returns the request's guest time for metering. After a callback,
+// Replied() true means the guest answered with a local reply: the edge sends it and calls
+// only Done. An error is an *Error: ReasonBusy is the envelope function_busy (503), every
+// other reason function_failed (500); its message is for the tenant's log.
+//
+// Bounds:
+//   - Time: each callback has a deadline (Config.Timeout or Limits.Timeout, default 5ms of
+//     wall time). Compile instruments the module (instrument.go): a stop flag, checked at
+//     the start of every function and every loop iteration. A watchdog goroutine, awake
+//     while guests ran in the last second, checks running instances every millisecond
+//     and raises an overdue one's flag; the guest traps at its next call or iteration.
+//     Starting an instance has Config.StartTimeout (1s). wazero's own cut-off
+//     (WithCloseOnContextDone) is not used: it starts a goroutine per guest call, which
+//     made a no-op filter cost 15 µs of CPU per request instead of under 1 µs.
+//   - Memory: each instance's linear memory is refused growth past its limit (memory.grow
+//     answers -1); a module whose declared minimum is over the limit is refused.
+//   - Concurrency: a tenant's callbacks run at most Limits.Concurrency (default
+//     Config.TenantConcurrency) at once per Runtime; a callback that waits longer than
+//     the filter's timeout for a slot fails with ReasonBusy.
+//   - Host calls: every pointer and length is checked against the guest's memory; out of
+//     bounds, an argument over 16 MiB, or more than 1 MiB of headers set in one request is
+//     a bad host call: the request fails with ReasonBadHostCall.
+//   - An instance that trapped, timed out, ran out of memory or made a bad host call is
+//     dropped, never reused. A filter that fails three requests in a row is quarantined:
+//     Start refuses it (ReasonQuarantined) for 1s, doubling with each further failure up to
+//     30s; a request that succeeds ends the streak.
+//   - Deep recursion stops at its deadline like a loop (the check at function entry), or
+//     earlier at wazero's stack ceiling; until then its stack grows, which is memory
+//     outside the instance's limit: a 100 ms deadline let one grow for 169 ms on the
+//     development machine. The quarantine bounds how often a module can do it.
+//
+// Host calls implemented (module "env"): proxy_log, proxy_get_log_level (Info: lower
+// levels are dropped), proxy_get_current_time_nanoseconds, proxy_set_tick_period_milliseconds
+// (accepted, but proxy_on_tick is never called: there are no timers), proxy_get_property,
+// proxy_set_property, proxy_get_buffer_bytes, proxy_set_buffer_bytes, proxy_get_configuration,
+// proxy_get_header_map_value, proxy_get_header_map_pairs, proxy_set_header_map_pairs,
+// proxy_add_header_map_value, proxy_replace_header_map_value, proxy_remove_header_map_value,
+// proxy_get_header_map_size, proxy_send_local_response, proxy_continue_stream,
+// proxy_continue_request, proxy_continue_response, proxy_close_stream (the request fails
+// with function_failed), proxy_clear_route_cache (no-op), proxy_http_call (run by
+// Config.Callout after the callback returns, answered with proxy_on_http_call_response; at
+// most 8 per request), proxy_set_effective_context, proxy_done.
+//
+// Present but answering Unimplemented (12), so SDK-built modules link: shared data
+// (proxy_get_shared_data, proxy_set_shared_data), queues (proxy_register_shared_queue,
+// proxy_resolve_shared_queue, proxy_dequeue_shared_queue, proxy_enqueue_shared_queue),
+// gRPC (proxy_grpc_call, proxy_grpc_stream, proxy_grpc_send, proxy_grpc_cancel,
+// proxy_grpc_close), metrics (proxy_define_metric, proxy_increment_metric,
+// proxy_record_metric, proxy_get_metric), proxy_get_status, proxy_call_foreign_function.
+//
+// WASI (module "wasi_snapshot_preview1"), only what SDK guests link against: fd_write
+// (stdout to the log at Info, stderr at Error, other descriptors EBADF), clock_time_get,
+// clock_res_get, random_get, proc_exit (ends the instance), sched_yield, an empty
+// environ_* and args_*, and fd_close, fd_fdstat_get, fd_fdstat_set_flags, fd_seek, fd_read, fd_prestat_get,
+// fd_prestat_dir_name answering EBADF and poll_oneoff ENOSYS. Any other import is refused
+// by Validate and Compile, and so are instructions instrument does not know (SIMD,
+// threads, exceptions) and a module exporting the reserved name tollgate_stop.
+//
+// Guest exports used: proxy_abi_version_0_2_1 (or _0_2_0), proxy_on_context_create,
+// proxy_on_memory_allocate (or malloc) and memory are required; _initialize (or _start),
+// proxy_on_vm_start, proxy_on_configure, proxy_on_request_headers, proxy_on_request_body,
+// proxy_on_response_headers, proxy_on_response_body, proxy_on_http_call_response,
+// proxy_on_done, proxy_on_log and proxy_on_delete are called when present. Trailers
+// callbacks and proxy_on_tick are never called.
+//
+// Properties the host answers itself: PropTenant, PropPluginName, PropPluginRoot; the rest
+// (PropRoute, PropConsumer, PropRequestID, request.*, source.address) come from
+// HTTP.Property, and an authenticating function names the caller with proxy_set_property
+// on PropConsumer.
+package function

@@ -1,0 +1,63 @@
+package function
+
+import (
+	"fmt"
+
+	"github.com/tetratelabs/wazero/api"
+)
+
+// LiveInstances counts the instances a runtime holds (pooled or serving).
+func LiveInstances(r *Runtime) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.live)
+}
+
+// HostFunc describes one host function, for the fuzz guest that forwards to each.
+type HostFunc struct {
+	Module, Name    string
+	Params, Results []string // "i32" or "i64"
+}
+
+// HostFuncs lists the host functions a guest may import.
+func HostFuncs() []HostFunc {
+	var out []HostFunc
+	for _, mod := range []string{"env", "wasi_snapshot_preview1"} {
+		fns := envFuncs
+		if mod != "env" {
+			fns = wasiFuncs
+		}
+		for _, f := range fns {
+			h := HostFunc{Module: mod, Name: f.name}
+			for _, p := range f.s.params {
+				h.Params = append(h.Params, api.ValueTypeName(p))
+			}
+			for _, r := range f.s.results {
+				h.Results = append(h.Results, api.ValueTypeName(r))
+			}
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// CallExport runs a guest export within c's request, as a callback runs.
+func (c *Call) CallExport(name string, args []uint64) error {
+	in := c.in
+	fn := in.mod.ExportedFunction(name)
+	if fn == nil {
+		return fmt.Errorf("no export %s", name)
+	}
+	copy(in.stack[:], args)
+	err := in.invoke(name, fn, len(args), in.f.timeout)
+	if err != nil {
+		c.err = err
+	}
+	return err
+}
+
+// WriteMemory writes b into the guest's memory at off; false when out of bounds.
+func (c *Call) WriteMemory(off uint32, b []byte) bool { return c.in.mem.Write(off, b) }
+
+// Instrument is instrument, for the fuzz target.
+var Instrument = instrument

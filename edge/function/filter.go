@@ -1,0 +1,493 @@
+package function
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// Limits are a tenant plan's bounds on its functions; zero fields take the runtime's.
+type Limits struct {
+	Timeout          time.Duration
+	MemoryLimitPages uint32
+	// Concurrency caps the tenant's callbacks running at once on this edge. The latest
+	// filter made for a tenant sets it for all of that tenant's filters.
+	Concurrency int
+}
+
+const rootContextID = 1
+
+// minLogLevel: the level proxy_get_log_level reports. Lines below it are dropped, so
+// guests that check the level skip formatting them.
+const minLogLevel = LogInfo
+
+var epoch = time.Now()
+
+func now() int64 { return int64(time.Since(epoch)) }
+
+// Filter is one function configured for one route: a module, its plugin configuration,
+// and a pool of started instances.
+type Filter struct {
+	rt      *Runtime
+	m       *Module
+	tenant  string
+	name    string
+	tenantB []byte
+	nameB   []byte
+	config  []byte
+	timeout int64 // ns
+	pages   uint32
+	slot    *tenantSlot
+	pool    chan *instance
+	closed  atomic.Bool
+	// A filter that keeps failing is refused for a while (quarantine), so a hostile module
+	// cannot make the edge pay for a deep recursion or a loop on every request.
+	strikes     atomic.Int32
+	quarantined atomic.Int64 // until this now(); 0 = not
+}
+
+// Strikes before a quarantine, and its length: 1s, doubling with each further strike, at
+// most 30s.
+const (
+	maxStrikes     = 3
+	quarantineBase = time.Second
+	quarantineMax  = 30 * time.Second
+)
+
+func (f *Filter) strike() {
+	n := f.strikes.Add(1)
+	if n < maxStrikes {
+		return
+	}
+	d := quarantineBase << min(n-maxStrikes, 5)
+	f.quarantined.Store(now() + int64(min(d, quarantineMax)))
+}
+
+func (f *Filter) ok() {
+	if f.strikes.Load() != 0 {
+		f.strikes.Store(0)
+	}
+}
+
+// tenantSlot is a tenant's share of the edge: a semaphore on running callbacks.
+type tenantSlot struct {
+	sem atomic.Pointer[chan struct{}]
+}
+
+func (s *tenantSlot) resize(n int) {
+	if p := s.sem.Load(); p != nil && cap(*p) == n {
+		return
+	}
+	ch := make(chan struct{}, n)
+	s.sem.Store(&ch)
+}
+
+// NewFilter makes a filter and starts its first instance, so a module that cannot start
+// or refuses its configuration fails here (ReasonStart, ReasonMemory), not on a request.
+func (r *Runtime) NewFilter(m *Module, tenant, name string, pluginConfig []byte, lim Limits) (*Filter, error) {
+	f := &Filter{
+		rt: r, m: m, tenant: tenant, name: name,
+		tenantB: []byte(tenant), nameB: []byte(name),
+		config:  append([]byte(nil), pluginConfig...),
+		timeout: int64(r.cfg.Timeout),
+		pages:   r.cfg.MemoryLimitPages,
+	}
+	if lim.Timeout > 0 {
+		f.timeout = int64(lim.Timeout)
+	}
+	if lim.MemoryLimitPages > 0 {
+		f.pages = min(lim.MemoryLimitPages, maxMemoryPages)
+	}
+	conc := r.cfg.TenantConcurrency
+	if lim.Concurrency > 0 {
+		conc = lim.Concurrency
+	}
+	if m.minPages > f.pages {
+		return nil, &Error{Reason: ReasonMemory, Function: name,
+			Detail: fmt.Sprintf("the module needs %d pages of memory at start; the limit is %d", m.minPages, f.pages)}
+	}
+	r.mu.Lock()
+	s, ok := r.tenants[tenant]
+	if !ok {
+		s = &tenantSlot{}
+		r.tenants[tenant] = s
+	}
+	s.resize(conc)
+	r.mu.Unlock()
+	f.slot = s
+	f.pool = make(chan *instance, max(4, 2*conc))
+	in, err := f.newInstance()
+	if err != nil {
+		return nil, err
+	}
+	f.pool <- in
+	return f, nil
+}
+
+// Exports says which optional callbacks the module has, so the edge skips buffering a
+// body for a filter that never reads it.
+func (f *Filter) Exports() (reqBody, respHeaders, respBody bool) {
+	return f.m.exports.reqBody, f.m.exports.respHeaders, f.m.exports.respBody
+}
+
+// Close frees the pooled instances; instances still in a Call are freed at its Done.
+func (f *Filter) Close() {
+	f.closed.Store(true)
+	for {
+		select {
+		case in := <-f.pool:
+			in.destroy()
+		default:
+			return
+		}
+	}
+}
+
+// instance is one started copy of a module. It serves one request at a time.
+type instance struct {
+	f      *Filter
+	mod    api.Module
+	mem    api.Memory
+	ctx    context.Context
+	stop   api.MutableGlobal // instrument's stop flag
+	alloc_ api.Function
+	cb     [cbCount]api.Function
+	stack  [12]uint64
+	mstack [1]uint64
+	nextID uint32
+	call   *Call // the request being served; nil while starting
+	c      *Call // the one Call this instance serves, reused
+
+	deadline atomic.Int64 // when the running callback must be done; 0 = none runs
+	timedOut atomic.Bool
+	lm       *linearMemory
+	bad      string // the first bad host call, for the tenant's log
+	exited   bool   // the guest called proc_exit
+	dead     bool   // never reuse
+}
+
+const (
+	cbContextCreate = iota
+	cbVMStart
+	cbConfigure
+	cbRequestHeaders
+	cbRequestBody
+	cbResponseHeaders
+	cbResponseBody
+	cbHTTPCallResponse
+	cbDone
+	cbLog
+	cbDelete
+	cbCount
+)
+
+var cbNames = [cbCount]string{
+	"proxy_on_context_create", "proxy_on_vm_start", "proxy_on_configure",
+	"proxy_on_request_headers", "proxy_on_request_body",
+	"proxy_on_response_headers", "proxy_on_response_body",
+	"proxy_on_http_call_response", "proxy_on_done", "proxy_on_log", "proxy_on_delete",
+}
+
+// linearMemory backs an instance's memory and refuses growth past the filter's limit:
+// memory.grow answers -1, as the Wasm spec allows.
+type linearMemory struct {
+	buf     []byte
+	limit   uint64
+	refused bool
+}
+
+func (m *linearMemory) Reallocate(size uint64) []byte {
+	if size > m.limit {
+		m.refused = true
+		return nil
+	}
+	if size <= uint64(cap(m.buf)) {
+		m.buf = m.buf[:size]
+		return m.buf
+	}
+	nb := make([]byte, size, min(max(size, 2*uint64(cap(m.buf))), m.limit))
+	copy(nb, m.buf)
+	m.buf = nb
+	return nb
+}
+
+func (m *linearMemory) Free() { m.buf = nil }
+
+func (f *Filter) newInstance() (*instance, error) {
+	r := f.rt
+	in := &instance{f: f, nextID: rootContextID + 1}
+	in.c = in.newCall()
+	in.lm = &linearMemory{limit: uint64(f.pages) * 65536}
+	in.ctx = context.WithValue(context.Background(), instKey{}, in)
+	actx := experimental.WithMemoryAllocator(in.ctx, experimental.MemoryAllocatorFunc(
+		func(_, _ uint64) experimental.LinearMemory { return in.lm }))
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, &Error{Reason: ReasonStart, Function: f.name, Detail: "the runtime is closed"}
+	}
+	r.live[in] = struct{}{}
+	r.mu.Unlock()
+	fail := func(cb string, err error) (*instance, error) {
+		in.destroy()
+		if e, ok := err.(*Error); ok {
+			return nil, e
+		}
+		return nil, &Error{Reason: ReasonStart, Function: f.name, Callback: cb, Detail: err.Error()}
+	}
+	mod, err := r.rt.InstantiateModule(actx, f.m.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	if err != nil {
+		return fail("", err)
+	}
+	in.mod, in.mem = mod, mod.Memory()
+	stop, ok := mod.ExportedGlobal(stopExport).(api.MutableGlobal)
+	if !ok {
+		return fail("", errors.New("the module was not instrumented"))
+	}
+	r.mu.Lock()
+	in.stop = stop // under r.mu: the watchdog reads it
+	r.mu.Unlock()
+	for i, name := range cbNames {
+		in.cb[i] = mod.ExportedFunction(name)
+	}
+	if in.alloc_ = mod.ExportedFunction("proxy_on_memory_allocate"); in.alloc_ == nil {
+		in.alloc_ = mod.ExportedFunction("malloc")
+	}
+	budget := int64(r.cfg.StartTimeout)
+	for _, start := range []string{"_initialize", "_start"} {
+		if fn := mod.ExportedFunction(start); fn != nil {
+			if err := in.invoke(start, fn, 0, budget); err != nil {
+				return fail(start, err)
+			}
+			break
+		}
+	}
+	in.stack[0], in.stack[1] = rootContextID, 0
+	if err := in.invoke(cbNames[cbContextCreate], in.cb[cbContextCreate], 2, budget); err != nil {
+		return fail("", err)
+	}
+	if fn := in.cb[cbVMStart]; fn != nil {
+		in.stack[0], in.stack[1] = rootContextID, 0
+		if err := in.invoke(cbNames[cbVMStart], fn, 2, budget); err != nil {
+			return fail("", err)
+		}
+		if u32(in.stack[0]) == 0 {
+			return fail(cbNames[cbVMStart], errors.New("the module refused to start (returned false)"))
+		}
+	}
+	if fn := in.cb[cbConfigure]; fn != nil {
+		in.stack[0], in.stack[1] = rootContextID, uint64(len(f.config))
+		if err := in.invoke(cbNames[cbConfigure], fn, 2, budget); err != nil {
+			return fail("", err)
+		}
+		if u32(in.stack[0]) == 0 {
+			return fail(cbNames[cbConfigure], errors.New("the module refused its configuration (returned false)"))
+		}
+	}
+	return in, nil
+}
+
+func (in *instance) destroy() {
+	r := in.f.rt
+	r.mu.Lock()
+	delete(r.live, in)
+	r.mu.Unlock()
+	if in.mod != nil {
+		_ = in.mod.Close(context.Background())
+	}
+}
+
+// invoke runs one guest export with in.stack[:nargs] as its arguments under a deadline of
+// budget ns; its result is left in in.stack[0]. Any failure kills the instance.
+func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64) error {
+	r := in.f.rt
+	start := now()
+	in.deadline.Store(start + budget)
+	if r.running.Add(1) == 1 && r.sleeping.Load() {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+	// Every callback has at most one result, so the stack holds max(nargs, 1) values.
+	err := fn.CallWithStack(in.ctx, in.stack[:max(nargs, 1)])
+	in.deadline.Store(0)
+	r.running.Add(-1)
+	if in.call != nil {
+		in.call.elapsed += now() - start
+	}
+	if err == nil && in.bad == "" && !in.timedOut.Load() {
+		return nil
+	}
+	in.dead = true
+	e := &Error{Function: in.f.name, Callback: name}
+	switch {
+	case in.bad != "":
+		e.Reason, e.Detail = ReasonBadHostCall, in.bad
+	case in.timedOut.Load():
+		e.Reason, e.Detail = ReasonTimeout, fmt.Sprintf("ran past its %v", time.Duration(budget))
+	case in.lm.refused:
+		e.Reason, e.Detail = ReasonMemory, fmt.Sprintf("needed more than its %d KiB of memory", in.lm.limit>>10)
+	case in.exited:
+		var ee *sys.ExitError
+		code := uint32(0)
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+		e.Reason, e.Detail = ReasonTrap, fmt.Sprintf("the module exited (proc_exit %d)", code)
+	default:
+		e.Reason, e.Detail = ReasonTrap, trapDetail(err)
+	}
+	return e
+}
+
+// trapDetail keeps the first line of wazero's message (the trap's kind) and drops the
+// stack trace, which names host internals.
+func trapDetail(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return strings.TrimPrefix(s, "wasm error: ")
+}
+
+func (in *instance) fail(format string, args ...any) {
+	if in.bad == "" {
+		in.bad = fmt.Sprintf(format, args...)
+	}
+}
+
+// read is guest memory [ptr, ptr+size); out of bounds is a bad host call.
+func (in *instance) read(ptr, size uint32) ([]byte, bool) {
+	if size == 0 {
+		return nil, true
+	}
+	if size > maxArgBytes {
+		in.fail("an argument of %d bytes (the limit is %d)", size, maxArgBytes)
+		return nil, false
+	}
+	b, ok := in.mem.Read(ptr, size)
+	if !ok {
+		in.fail("pointer %#x, length %d: outside the module's memory", ptr, size)
+	}
+	return b, ok
+}
+
+func (in *instance) writeU32(ptr, v uint32) status {
+	if !in.mem.WriteUint32Le(ptr, v) {
+		in.fail("return pointer %#x: outside the module's memory", ptr)
+		return statusInvalidMemoryAccess
+	}
+	return statusOK
+}
+
+// alloc asks the guest for size bytes and returns a view of them.
+func (in *instance) alloc(size uint32) (uint32, []byte, bool) {
+	if in.alloc_ == nil {
+		in.fail("the module exports no allocator")
+		return 0, nil, false
+	}
+	in.mstack[0] = uint64(size)
+	if err := in.alloc_.CallWithStack(in.ctx, in.mstack[:]); err != nil {
+		in.fail("its allocator failed: %s", trapDetail(err))
+		return 0, nil, false
+	}
+	ptr := u32(in.mstack[0])
+	if ptr == 0 {
+		in.fail("its allocator returned 0 for %d bytes", size)
+		return 0, nil, false
+	}
+	view, ok := in.mem.Read(ptr, size)
+	if !ok {
+		in.fail("its allocator returned %#x, outside its memory, for %d bytes", ptr, size)
+	}
+	return ptr, view, ok
+}
+
+// give copies data into guest memory and writes its address and size at retPtr, retSize.
+func (in *instance) give(data []byte, retPtr, retSize uint32) status {
+	var ptr uint32
+	if len(data) > 0 {
+		if len(data) > maxArgBytes {
+			return statusInternalFailure
+		}
+		p, view, ok := in.alloc(uint32(len(data)))
+		if !ok {
+			return statusInvalidMemoryAccess
+		}
+		copy(view, data)
+		ptr = p
+	}
+	if !in.mem.WriteUint32Le(retPtr, ptr) || !in.mem.WriteUint32Le(retSize, uint32(len(data))) {
+		in.fail("return pointers %#x, %#x: outside the module's memory", retPtr, retSize)
+		return statusInvalidMemoryAccess
+	}
+	return statusOK
+}
+
+func (in *instance) log(level LogLevel, msg []byte) {
+	if level < minLogLevel {
+		return
+	}
+	if len(msg) > maxLogBytes {
+		msg = msg[:maxLogBytes]
+	}
+	if in.call != nil {
+		in.call.h.Log(level, msg)
+	} else if fn := in.f.rt.cfg.Log; fn != nil {
+		fn(in.f.tenant, in.f.name, level, msg)
+	}
+}
+
+// watchdog cuts off callbacks past their deadline: it sets the instance's stop flag, and
+// the guest traps at its next function call or loop iteration (see instrument).
+func (r *Runtime) watchdog() {
+	defer close(r.stopped)
+	const tick = time.Millisecond
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	idle := 0
+	for {
+		// Sleep only after a second without guests: waking the watchdog costs a goroutine
+		// switch, too dear to pay per callback on a busy edge.
+		if r.running.Load() == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+		if idle > 1000 {
+			r.sleeping.Store(true)
+			if r.running.Load() == 0 {
+				select {
+				case <-r.wake:
+				case <-r.stop:
+					return
+				}
+			}
+			r.sleeping.Store(false)
+			idle = 0
+		}
+		select {
+		case <-t.C:
+		case <-r.stop:
+			return
+		}
+		n := now()
+		r.mu.Lock()
+		for in := range r.live {
+			if d := in.deadline.Load(); d != 0 && n > d && in.stop != nil && !in.timedOut.Load() {
+				in.timedOut.Store(true)
+				in.stop.Set(1)
+			}
+		}
+		r.mu.Unlock()
+	}
+}

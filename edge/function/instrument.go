@@ -1,0 +1,502 @@
+package function
+
+import (
+	"errors"
+	"fmt"
+)
+
+// stopExport is the global instrument adds: 0 while a guest may run; the watchdog sets 1
+// to stop it. A module may not export this name itself.
+const stopExport = "tollgate_stop"
+
+// instrument rewrites a module so that it stops itself when told: it adds a mutable i32
+// global, exported as stopExport, and at the start of every function body and of every
+// loop body the check "global.get stop; if; unreachable; end". The cut-off is then a
+// trap at the next call or loop iteration, and no call needs wazero's context watcher
+// (WithCloseOnContextDone), which starts a goroutine per guest call: 14 of the 15 µs a
+// no-op filter cost per request before this.
+//
+// Function, global (the new one is last) and type indices do not change, so only the code
+// section is rewritten. Instructions it does not know (SIMD, threads, exceptions) make it
+// refuse the module.
+func instrument(b []byte) ([]byte, error) {
+	if len(b) < 8 || string(b[:4]) != "\x00asm" || string(b[4:8]) != "\x01\x00\x00\x00" {
+		return nil, errors.New("not a WebAssembly 1.0 binary")
+	}
+	type section struct {
+		id   byte
+		body []byte
+	}
+	var secs []section
+	r := &reader{b: b, off: 8}
+	for r.off < len(r.b) {
+		id := r.byte()
+		n := r.u32()
+		body := r.bytes(int(n))
+		if r.err != nil {
+			return nil, r.err
+		}
+		secs = append(secs, section{id, body})
+	}
+	for _, s := range secs {
+		if err := preflight(s.id, s.body); err != nil {
+			return nil, err
+		}
+	}
+	importedGlobals, definedGlobals := uint32(0), uint32(0)
+	for _, s := range secs {
+		switch s.id {
+		case 2:
+			n, err := countImportedGlobals(s.body)
+			if err != nil {
+				return nil, err
+			}
+			importedGlobals = n
+		case 6:
+			sr := &reader{b: s.body}
+			definedGlobals = sr.u32()
+			if sr.err != nil {
+				return nil, sr.err
+			}
+		}
+	}
+	stop := importedGlobals + definedGlobals
+	check := appendU32([]byte{0x23}, stop)
+	check = append(check, 0x04, 0x40, 0x00, 0x0b)
+
+	// The order sections must appear in, by id (custom sections excepted).
+	rank := map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
+	newGlobal := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b} // mut i32 = 0
+	newExport := appendName(nil, stopExport)
+	newExport = appendU32(append(newExport, 0x03), stop)
+
+	out := append([]byte(nil), b[:8]...)
+	emit := func(id byte, body []byte) {
+		out = append(out, id)
+		out = appendU32(out, uint32(len(body)))
+		out = append(out, body...)
+	}
+	haveGlobal, haveExport := false, false
+	flush := func(before int) {
+		if !haveGlobal && before > rank[6] {
+			emit(6, append(appendU32(nil, 1), newGlobal...))
+			haveGlobal = true
+		}
+		if !haveExport && before > rank[7] {
+			emit(7, append(appendU32(nil, 1), newExport...))
+			haveExport = true
+		}
+	}
+	for _, s := range secs {
+		if s.id != 0 {
+			rk, ok := rank[s.id]
+			if !ok {
+				return nil, fmt.Errorf("unknown section %d", s.id)
+			}
+			flush(rk)
+		}
+		switch s.id {
+		case 6:
+			sr := &reader{b: s.body}
+			n := sr.u32()
+			if sr.err != nil {
+				return nil, sr.err
+			}
+			rest := sr.b[sr.off:]
+			body := append(appendU32(nil, n+1), rest...)
+			emit(6, append(body, newGlobal...))
+			haveGlobal = true
+		case 7:
+			sr := &reader{b: s.body}
+			n := sr.u32()
+			afterCount := sr.off
+			for i := uint32(0); i < n && sr.err == nil; i++ {
+				if sr.name() == stopExport {
+					return nil, fmt.Errorf("exports %s, a name the host reserves", stopExport)
+				}
+				sr.byte()
+				sr.u32()
+			}
+			if sr.err != nil {
+				return nil, sr.err
+			}
+			body := append(appendU32(nil, n+1), s.body[afterCount:]...)
+			emit(7, append(body, newExport...))
+			haveExport = true
+		case 10:
+			code, err := instrumentCode(s.body, check)
+			if err != nil {
+				return nil, err
+			}
+			emit(10, code)
+		default:
+			emit(s.id, s.body)
+		}
+	}
+	flush(1 << 30)
+	return out, nil
+}
+
+func countImportedGlobals(b []byte) (uint32, error) {
+	r := &reader{b: b}
+	n := r.u32()
+	globals := uint32(0)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		r.name()
+		r.name()
+		switch kind := r.byte(); kind {
+		case 0x00: // function
+			r.u32()
+		case 0x01: // table
+			r.byte()
+			r.limits()
+		case 0x02: // memory
+			r.limits()
+		case 0x03: // global
+			r.byte()
+			r.byte()
+			globals++
+		default:
+			return 0, fmt.Errorf("import of kind %d is not supported", kind)
+		}
+	}
+	return globals, r.err
+}
+
+func instrumentCode(b []byte, check []byte) ([]byte, error) {
+	r := &reader{b: b}
+	n := r.u32()
+	out := appendU32(nil, n)
+	var body []byte
+	for i := uint32(0); i < n; i++ {
+		size := r.u32()
+		fb := r.bytes(int(size))
+		if r.err != nil {
+			return nil, r.err
+		}
+		var err error
+		if body, err = instrumentBody(body[:0], fb, check); err != nil {
+			return nil, fmt.Errorf("function %d: %w", i, err)
+		}
+		out = appendU32(out, uint32(len(body)))
+		out = append(out, body...)
+	}
+	if r.off != len(r.b) {
+		return nil, errors.New("code section: trailing bytes")
+	}
+	return out, nil
+}
+
+func instrumentBody(out, b []byte, check []byte) ([]byte, error) {
+	r := &reader{b: b}
+	groups := r.u32()
+	for i := uint32(0); i < groups && r.err == nil; i++ {
+		r.u32()
+		r.byte()
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	out = append(out, b[:r.off]...)
+	out = append(out, check...)
+	for r.off < len(r.b) {
+		start := r.off
+		op := r.byte()
+		loop := false
+		switch {
+		case op == 0x02 || op == 0x04: // block, if
+			r.blockType()
+		case op == 0x03: // loop
+			r.blockType()
+			loop = true
+		case op <= 0x01, op == 0x05, op == 0x0b, op == 0x0f, op == 0x1a, op == 0x1b,
+			op >= 0x45 && op <= 0xc4, op == 0xd1:
+		case op == 0x0c, op == 0x0d, op == 0x10, op == 0x12, op >= 0x20 && op <= 0x26,
+			op == 0x3f, op == 0x40, op == 0xd2:
+			r.u32()
+		case op == 0x0e: // br_table
+			n := r.u32()
+			for j := uint32(0); j <= n && r.err == nil; j++ {
+				r.u32()
+			}
+		case op == 0x11, op == 0x13: // call_indirect, return_call_indirect
+			r.u32()
+			r.u32()
+		case op == 0x1c: // select t*
+			n := r.u32()
+			r.bytes(int(n))
+		case op >= 0x28 && op <= 0x3e: // loads and stores
+			if align := r.u32(); align&0x40 != 0 {
+				r.u32()
+			}
+			r.u32()
+		case op == 0x41:
+			r.s64()
+		case op == 0x42:
+			r.s64()
+		case op == 0x43:
+			r.bytes(4)
+		case op == 0x44:
+			r.bytes(8)
+		case op == 0xd0:
+			r.byte()
+		case op == 0xfc:
+			switch sub := r.u32(); {
+			case sub <= 7:
+			case sub == 8, sub == 10, sub == 12, sub == 14:
+				r.u32()
+				r.u32()
+			case sub == 9, sub == 11, sub == 13, sub >= 15 && sub <= 17:
+				r.u32()
+			default:
+				return nil, fmt.Errorf("instruction 0xfc %d is not supported", sub)
+			}
+		default:
+			return nil, fmt.Errorf("instruction %#x is not supported (SIMD, threads and exceptions are not run here)", op)
+		}
+		if r.err != nil {
+			return nil, r.err
+		}
+		out = append(out, r.b[start:r.off]...)
+		if loop {
+			out = append(out, check...)
+		}
+	}
+	return out, nil
+}
+
+// reader decodes the binary format; the first error sticks and every read after it
+// returns zero values, so callers check err once.
+type reader struct {
+	b   []byte
+	off int
+	err error
+}
+
+var errTruncated = errors.New("truncated or malformed module")
+
+func (r *reader) byte() byte {
+	if r.err != nil || r.off >= len(r.b) {
+		r.err = errTruncated
+		return 0
+	}
+	c := r.b[r.off]
+	r.off++
+	return c
+}
+
+func (r *reader) bytes(n int) []byte {
+	if r.err != nil || n < 0 || n > len(r.b)-r.off {
+		r.err = errTruncated
+		return nil
+	}
+	s := r.b[r.off : r.off+n]
+	r.off += n
+	return s
+}
+
+func (r *reader) u64(maxBytes int) uint64 {
+	var v uint64
+	for i := 0; i < maxBytes; i++ {
+		c := r.byte()
+		if r.err != nil {
+			return 0
+		}
+		v |= uint64(c&0x7f) << (7 * i)
+		if c&0x80 == 0 {
+			return v
+		}
+	}
+	r.err = errTruncated
+	return 0
+}
+
+func (r *reader) u32() uint32 { return uint32(r.u64(5)) }
+func (r *reader) s64()        { r.u64(10) }
+
+func (r *reader) name() string {
+	n := r.u32()
+	return string(r.bytes(int(n)))
+}
+
+func (r *reader) limits() {
+	flags := r.byte()
+	r.u64(10)
+	if flags&1 != 0 {
+		r.u64(10)
+	}
+}
+
+// skipConstExpr reads a constant expression up to its end.
+func (r *reader) skipConstExpr() {
+	for r.err == nil {
+		switch op := r.byte(); op {
+		case 0x0b:
+			return
+		case 0x41, 0x42:
+			r.u64(10)
+		case 0x43:
+			r.bytes(4)
+		case 0x44:
+			r.bytes(8)
+		case 0x23, 0xd2:
+			r.u32()
+		case 0xd0:
+			r.byte()
+		case 0x6a, 0x6b, 0x6c, 0x7c, 0x7d, 0x7e: // extended constant expressions
+		default:
+			if r.err == nil {
+				r.err = fmt.Errorf("instruction %#x in a constant expression", op)
+			}
+		}
+	}
+}
+
+func (r *reader) blockType() {
+	if r.err != nil || r.off >= len(r.b) {
+		r.err = errTruncated
+		return
+	}
+	switch r.b[r.off] {
+	case 0x40, 0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f:
+		r.off++
+	default:
+		r.u64(5) // a type index, as a signed 33-bit number
+	}
+}
+
+func appendU32(b []byte, v uint32) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v != 0 {
+			b = append(b, c|0x80)
+			continue
+		}
+		return append(b, c)
+	}
+}
+
+func appendName(b []byte, s string) []byte {
+	return append(appendU32(b, uint32(len(s))), s...)
+}
+
+// maxLocals bounds one function's declared locals; maxTableSize a table's initial size
+// (8 MiB of references: Go's toolchain makes tables of a few thousand).
+const (
+	maxLocals    = 1 << 16
+	maxTableSize = 1 << 20
+)
+
+// preflight holds a section's declared counts to what its bytes can hold. wazero sizes
+// its slices from the counts a module declares before reading the entries, so a module of
+// a few bytes declaring 2^32 imports made it allocate until the process died (found by
+// FuzzInstrument); every module reaches wazero only after this check.
+func preflight(id byte, b []byte) error {
+	switch id {
+	case 0, 8, 12: // custom, start, data count: no vector
+		return nil
+	}
+	r := &reader{b: b}
+	n := r.u32()
+	if r.err != nil {
+		return r.err
+	}
+	if uint64(n) > uint64(len(b)-r.off) {
+		return fmt.Errorf("section %d declares %d entries in %d bytes", id, n, len(b))
+	}
+	switch id {
+	case 1: // types: 0x60, params, results
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			if form := r.byte(); form != 0x60 && r.err == nil {
+				return fmt.Errorf("type %d: form %#x is not a function type", i, form)
+			}
+			for range 2 {
+				k := r.u32()
+				r.bytes(int(k))
+			}
+		}
+	case 2:
+		_, err := countImportedGlobals(b)
+		return err
+	case 4: // tables: wazero allocates a table's minimum size when instantiating
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			r.byte()
+			flags := r.byte()
+			if m := r.u64(10); m > maxTableSize {
+				return fmt.Errorf("table %d starts with %d elements (at most %d)", i, m, maxTableSize)
+			}
+			if flags&1 != 0 {
+				r.u64(10)
+			}
+		}
+	case 9: // elements: wazero sizes each segment's vector from its count
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			flags := r.u32()
+			if flags > 7 {
+				return fmt.Errorf("element segment %d: flags %d", i, flags)
+			}
+			if flags&3 == 2 {
+				r.u32() // table
+			}
+			if flags&1 == 0 {
+				r.skipConstExpr()
+			}
+			if flags&3 != 0 {
+				r.byte() // element kind or reference type
+			}
+			k := r.u32()
+			if r.err == nil && uint64(k) > uint64(len(b)-r.off) {
+				return fmt.Errorf("element segment %d declares %d entries", i, k)
+			}
+			for j := uint32(0); j < k && r.err == nil; j++ {
+				if flags&4 == 0 {
+					r.u32()
+				} else {
+					r.skipConstExpr()
+				}
+			}
+		}
+	case 11: // data: wazero allocates each segment's declared size
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			flags := r.u32()
+			switch flags {
+			case 0:
+				r.skipConstExpr()
+			case 1:
+			case 2:
+				r.u32()
+				r.skipConstExpr()
+			default:
+				return fmt.Errorf("data segment %d: flags %d", i, flags)
+			}
+			k := r.u32()
+			r.bytes(int(k))
+		}
+	case 10: // code: each body's locals
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			size := r.u32()
+			body := r.bytes(int(size))
+			if r.err != nil {
+				break
+			}
+			br := &reader{b: body}
+			groups := br.u32()
+			if uint64(groups) > uint64(len(body)) {
+				return fmt.Errorf("function %d declares %d groups of locals in %d bytes", i, groups, len(body))
+			}
+			total := uint64(0)
+			for j := uint32(0); j < groups && br.err == nil; j++ {
+				total += uint64(br.u32())
+				br.byte()
+			}
+			if br.err != nil {
+				return br.err
+			}
+			if total > maxLocals {
+				return fmt.Errorf("function %d declares %d locals (at most %d)", i, total, maxLocals)
+			}
+		}
+	}
+	return r.err
+}

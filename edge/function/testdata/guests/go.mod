@@ -1,0 +1,3 @@
+module guests
+
+go 1.26

@@ -1,0 +1,6 @@
+// The no-op filter: every callback continues.
+package main
+
+import _ "guests/abi"
+
+func main() {}
