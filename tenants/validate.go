@@ -523,9 +523,12 @@ func (r *Route) Validate(p *UpstreamAddressRule) error {
 	switch r.Auth {
 	case "":
 		r.Auth = AuthNone
-	case AuthNone, AuthKey, AuthJWT, AuthKeyOrJWT:
+	case AuthNone, AuthKey, AuthJWT, AuthKeyOrJWT, AuthExternal:
 	default:
-		return Invalid("auth", "must be one of none, key, jwt, key_or_jwt; got %q", r.Auth)
+		return Invalid("auth", "must be one of none, key, jwt, key_or_jwt, external; got %q", r.Auth)
+	}
+	if err := r.ExternalAuth.Validate(p, r.Auth); err != nil {
+		return err
 	}
 	if err := validateRouteLimit(r.RateLimit, r.Auth); err != nil {
 		return err
