@@ -81,6 +81,7 @@ type route struct {
 	meter          *meter.Route         // nil: metering off
 	transform      *transform.Transform // nil: none (edge/transform)
 	cache          *cache.Cache         // nil: none (edge/cache)
+	authz          *authorizer          // auth external (authenticate_external.go)
 }
 
 // Routes is the number of (path, route) entries of the snapshot's route table.
