@@ -8,6 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"tollgate/edge/extauth"
+	"tollgate/tenants"
 )
 
 // externalHit is an external-auth step whose cache holds an allowing answer for the
@@ -25,16 +28,14 @@ func externalHit(tb testing.TB) (handler, *exchange) {
 	req.Header.Set("User-Agent", "wrk/4.2")
 	ctx := &fasthttp.RequestCtx{}
 	ctx.Init(&req, nil, nil)
-	a := &authorizer{
-		headers: [][]byte{[]byte("Authorization"), []byte("X-Api-Key"), []byte("Cookie")},
-		ttl:     int64(time.Minute), m: e.authz, maxTotal: 10,
-		cache: &authCache{tenant: new(atomic.Int64), maxTenant: 10},
-	}
+	ttl := 60
+	a := &authorizer{Authorizer: extauth.New(&tenants.ExternalAuth{Headers: tenants.DefaultAuthHeaders, CacheTTLS: &ttl}, nil, "", "", "", "", ownedHeader)}
+	a.Cache = extauth.NewCache(extauth.Budget{Tenant: new(atomic.Int64), Total: &e.authz.total, MaxTenant: 10, MaxTotal: 10})
 	s := &tenantConfig{consumers: map[string]*Consumer{"c": {ID: "c", Name: "alice"}}}
 	x := &exchange{ctx: ctx}
-	v := &authVerdict{key: a.key(x), allow: true, consumer: "c", expires: ctx.Time().UnixNano() + int64(time.Minute),
-		headers: []authHeader{{name: []byte("X-User"), value: []byte("u-1")}}}
-	a.cache.put(v, ctx.Time().UnixNano(), &e.authz.total, a.maxTotal)
+	key, _ := a.Key(&req.Header, nil)
+	a.Cache.Put(&extauth.Verdict{Key: key, Allow: true, Rendered: "c", Expires: ctx.Time().UnixNano() + int64(time.Minute),
+		Headers: []extauth.Header{{Name: []byte("X-User"), Value: []byte("u-1")}}}, ctx.Time().UnixNano())
 	step := e.externalAuthStep(&route{snapshot: s, authz: a}, func(*exchange) {})
 	return step, x
 }
@@ -88,41 +89,4 @@ func BenchmarkExternalAuthHit(b *testing.B) {
 			}
 		}
 	})
-}
-
-func TestAuthCacheBudgets(t *testing.T) {
-	var total atomic.Int64
-	tenant := new(atomic.Int64)
-	c1 := &authCache{tenant: tenant, maxTenant: 3}
-	c2 := &authCache{tenant: tenant, maxTenant: 3}
-	now := time.Now().UnixNano()
-	put := func(c *authCache, i byte, maxTotal int64) {
-		var k [32]byte
-		k[0], k[31] = i*2, i // distinct slots
-		c.put(&authVerdict{key: k, expires: now + int64(time.Minute)}, now, &total, maxTotal)
-	}
-	for i := byte(0); i < 5; i++ {
-		put(c1, i, 100)
-	}
-	put(c2, 9, 100)
-	if tenant.Load() != 3 || total.Load() != 3 {
-		t.Fatalf("per tenant budget 3: tenant %d total %d", tenant.Load(), total.Load())
-	}
-	c1.drop(&total)
-	if tenant.Load() != 0 || total.Load() != 0 {
-		t.Fatalf("after drop: tenant %d total %d", tenant.Load(), total.Load())
-	}
-	put(c1, 1, 100) // a dropped cache takes nothing
-	put(c2, 1, 1)
-	put(c2, 2, 1) // the edge's budget
-	if tenant.Load() != 1 || total.Load() != 1 {
-		t.Fatalf("edge budget 1: tenant %d total %d", tenant.Load(), total.Load())
-	}
-	// Same key again replaces, without counting twice; an expired entry is not served.
-	var k [32]byte
-	k[0], k[31] = 2, 1
-	c2.put(&authVerdict{key: k, expires: now + 1}, now, &total, 1)
-	if total.Load() != 1 || c2.get(&k, now) == nil || c2.get(&k, now+1) != nil {
-		t.Fatalf("replace or expiry wrong: total %d", total.Load())
-	}
 }
