@@ -73,7 +73,7 @@ type Authorizer struct {
 func New(spec *tenants.ExternalAuth, pool *upstreamclient.Client, host, target, tenant, route string, owned func([]byte) bool) *Authorizer {
 	a := &Authorizer{Client: pool, Host: []byte(host), Target: []byte(target), Timeout: time.Duration(spec.TimeoutMS) * time.Millisecond,
 		Tenant: tenant, Route: route, Owned: owned}
-	if a.Target == nil || len(a.Target) == 0 {
+	if len(a.Target) == 0 {
 		a.Target = []byte("/")
 	}
 	for _, h := range spec.Headers {
