@@ -1,7 +1,9 @@
 package edge
 
 import (
+	"bufio"
 	"crypto/sha256"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,11 +23,14 @@ func externalHit(tb testing.TB) (handler, *exchange) {
 	if err := e.initExternalAuth(); err != nil {
 		tb.Fatal(err)
 	}
+	// Read from the wire, as the server does: a Cookie header set through the API would
+	// be parsed into cookies, which the server's request is not.
 	var req fasthttp.Request
-	req.Header.SetMethod("GET")
-	req.SetRequestURI("/api/orders")
-	req.Header.Set("Authorization", "Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJl")
-	req.Header.Set("User-Agent", "wrk/4.2")
+	raw := "GET /api/orders HTTP/1.1\r\nHost: acme.edge.test\r\nUser-Agent: wrk/4.2\r\n" +
+		"Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJl\r\nCookie: session=abc; theme=dark\r\n\r\n"
+	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		tb.Fatal(err)
+	}
 	ctx := &fasthttp.RequestCtx{}
 	ctx.Init(&req, nil, nil)
 	ttl := 60
