@@ -143,17 +143,7 @@ func (e *Edge) externalAuthStep(rt *route, next handler) handler {
 				} // the consumer is gone since: ask again
 			}
 		}
-		req := extauth.Request{Method: string(h.Method()), Path: string(x.path), Host: string(x.host), Query: string(x.query), RequestID: string(x.reqID)}
-		if ip := peerIP(x.ctx); ip != nil {
-			req.SourceIP = ip.String()
-		}
-		v, reason, err := a.Ask(h, &req, x.reqID)
-		var c *Consumer
-		if err == nil && v.Allow && v.Consumer != "" {
-			if c = conf.consumerNamed(v.Consumer); c == nil {
-				reason, err = extauth.UnknownConsumer, fmt.Errorf("consumer %q", v.Consumer)
-			}
-		}
+		v, reason, err := a.ask(x, conf, &key, now)
 		if err != nil {
 			m.failed.Inc()
 			m.failures[reason].Inc()
@@ -164,28 +154,61 @@ func (e *Edge) externalAuthStep(rt *route, next handler) handler {
 			x.fail(authzReplies[reason])
 			return
 		}
-		if v.Allow {
-			v.Rendered = ""
-			if c != nil {
-				v.Rendered = c.ID
-			}
-		} else {
-			v.Rendered = denyReply(v.Status, v.Message, a.HasCredential(h))
-		}
-		v.Key = key
-		if a.Cache != nil && v.Expires > 0 {
-			v.Expires += now
-			a.Cache.Put(v, now)
-		}
 		if !v.Allow {
 			m.deny.Inc()
 			x.fail(v.Rendered.(*reply))
+			return
+		}
+		c, ok := conf.consumerOf(v.Rendered.(string))
+		if !ok { // named by an exchange another snapshot's request led, and gone since
+			m.failed.Inc()
+			m.failures[extauth.UnknownConsumer].Inc()
+			x.fail(authzReplies[extauth.UnknownConsumer])
 			return
 		}
 		m.allow.Inc()
 		x.allowExternal(v, c)
 		next(x)
 	}
+}
+
+// ask asks the authorizer about x's request (with a cache: once for concurrent requests
+// with the same key) and returns the verdict finished (Rendered: the consumer's id, or
+// the denial's envelope) and cached.
+func (a *authorizer) ask(x *exchange, conf *tenantConfig, key *[32]byte, now int64) (*extauth.Verdict, extauth.Reason, error) {
+	h := &x.ctx.Request.Header
+	exchange := func() (*extauth.Verdict, extauth.Reason, error) {
+		req := extauth.Request{Method: string(h.Method()), Path: string(x.path), Host: string(x.host), Query: string(x.query), RequestID: string(x.reqID)}
+		if ip := peerIP(x.ctx); ip != nil {
+			req.SourceIP = ip.String()
+		}
+		v, reason, err := a.Ask(h, &req, x.reqID)
+		if err != nil {
+			return nil, reason, err
+		}
+		if v.Allow {
+			v.Rendered = ""
+			if v.Consumer != "" {
+				c := conf.consumerNamed(v.Consumer)
+				if c == nil {
+					return nil, extauth.UnknownConsumer, fmt.Errorf("consumer %q", v.Consumer)
+				}
+				v.Rendered = c.ID
+			}
+		} else {
+			v.Rendered = denyReply(v.Status, v.Message, a.HasCredential(h))
+		}
+		v.Key = *key
+		if a.Cache != nil && v.Expires > 0 {
+			v.Expires += now
+			a.Cache.Put(v, now)
+		}
+		return v, 0, nil
+	}
+	if a.Cache == nil {
+		return exchange()
+	}
+	return a.Cache.Do(key, exchange)
 }
 
 // consumerOf resolves a cached consumer id ("": none, ok).

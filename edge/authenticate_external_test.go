@@ -416,3 +416,44 @@ func TestExternalAuthConcurrent(t *testing.T) {
 		t.Error(e)
 	}
 }
+
+// TestExternalAuthCoalesces: concurrent first requests with one credential ask the
+// authorizer once; other credentials are not held up by it.
+func TestExternalAuthCoalesces(t *testing.T) {
+	az := newAuthzServer(t, func(req authzRequest) (int, string) {
+		if req.Headers["Authorization"] == "Bearer slow" {
+			time.Sleep(time.Second)
+		}
+		return 200, `{"allow": true, "consumer": "alice"}`
+	})
+	up := newUpstream(t, "up")
+	h := newHarness(t, trusting(az.Server))
+	acme := h.tenant("acme")
+	h.put(&tenants.Consumer{ID: "c-alice", TenantID: acme, Name: "alice"})
+	h.externalRoute(acme, "r", az.URL, up.URL, tenants.ExternalAuth{})
+	h.e.Loaded()
+	var wg sync.WaitGroup
+	errs := make(chan string, 10)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r := send(t, h.public, "GET", "acme."+domain, "/api", []string{"Authorization: Bearer slow"}, ""); r.status != 200 || r.echo.get("X-Consumer-Id") != "c-alice" {
+				errs <- r.String()
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	if r := h.get("acme."+domain, "/api", "Authorization: Bearer quick"); r.status != 200 || time.Since(start) > 900*time.Millisecond {
+		t.Errorf("another credential waited %v: %v", time.Since(start), r)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if n := az.calls.Load(); n != 2 {
+		t.Errorf("six concurrent requests with one credential and one with another: %d authorizer calls, want 2", n)
+	}
+}

@@ -2,6 +2,7 @@ package extauth
 
 import (
 	"encoding/binary"
+	"errors"
 	"sync"
 	"sync/atomic"
 )
@@ -26,6 +27,44 @@ type Cache struct {
 	mu      sync.Mutex
 	used    int64 // slots filled, under mu
 	dropped bool  // under mu
+	flights map[[32]byte]*flight
+}
+
+// flight is an exchange with the authorizer in progress for one key.
+type flight struct {
+	done   chan struct{}
+	v      *Verdict
+	reason Reason
+	err    error
+}
+
+var errAborted = errors.New("the exchange with the authorizer was abandoned")
+
+// Do runs ask for key unless an exchange for the same key is in progress, in which case
+// it waits for that one and returns its outcome: a burst of first requests with one
+// credential asks the authorizer once (no stampede). ask must finish the verdict (and
+// cache it) before returning: waiters only read it.
+func (c *Cache) Do(key *[32]byte, ask func() (*Verdict, Reason, error)) (*Verdict, Reason, error) {
+	c.mu.Lock()
+	if f := c.flights[*key]; f != nil {
+		c.mu.Unlock()
+		<-f.done
+		return f.v, f.reason, f.err
+	}
+	f := &flight{done: make(chan struct{}), reason: Unreachable, err: errAborted}
+	if c.flights == nil {
+		c.flights = make(map[[32]byte]*flight)
+	}
+	c.flights[*key] = f
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.flights, *key)
+		c.mu.Unlock()
+		close(f.done)
+	}()
+	f.v, f.reason, f.err = ask()
+	return f.v, f.reason, f.err
 }
 
 // NewCache returns an empty cache drawing on b.
