@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"tollgate/edge/extauth"
 	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
@@ -38,32 +36,9 @@ var authzReplies = func() (r [extauth.NumReasons]*reply) {
 	return r
 }()
 
-// authzMetrics counts decisions (allow, deny, cached_allow, cached_deny, failed) and
-// failures by reason.
-type authzMetrics struct {
-	allow, deny, cachedAllow, cachedDeny, failed prometheus.Counter
-	failures                                     [extauth.NumReasons]prometheus.Counter
-	total                                        atomic.Int64 // cached answers on the edge
-}
-
-func (e *Edge) initExternalAuth() error {
-	rv := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_edge_external_auth_total",
-		Help: "Requests of routes with an external authorizer, by result (allow, deny, cached_allow, cached_deny, failed)."}, []string{"result"})
-	fv := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_edge_external_auth_failures_total",
-		Help: "External authorizer exchanges that failed closed (503 authorizer_failed), by reason."}, []string{"reason"})
-	if err := e.cfg.Registry.Register(rv); err != nil {
-		return err
-	}
-	if err := e.cfg.Registry.Register(fv); err != nil {
-		return err
-	}
-	m := &authzMetrics{allow: rv.WithLabelValues("allow"), deny: rv.WithLabelValues("deny"),
-		cachedAllow: rv.WithLabelValues("cached_allow"), cachedDeny: rv.WithLabelValues("cached_deny"), failed: rv.WithLabelValues("failed")}
-	for i, r := range extauth.Reasons {
-		m.failures[i] = fv.WithLabelValues(r)
-	}
-	e.authz = m
-	return nil
+func (e *Edge) initExternalAuth() (err error) {
+	e.authz, err = extauth.NewMetrics(e.cfg.Registry)
+	return err
 }
 
 // authorizer is a route's compiled external_auth and the key of its pool in the
@@ -100,7 +75,7 @@ func (e *Edge) newAuthorizer(conf *tenantConfig, r *tenants.Route, c *compiled) 
 		if c.authzEntries == nil {
 			c.authzEntries = &atomic.Int64{}
 		}
-		a.Cache = extauth.NewCache(extauth.Budget{Tenant: c.authzEntries, Total: &e.authz.total,
+		a.Cache = extauth.NewCache(extauth.Budget{Tenant: c.authzEntries, Total: &e.authz.Cached,
 			MaxTenant: int64(e.cfg.AuthCacheEntriesPerTenant), MaxTotal: int64(e.cfg.AuthCacheEntries)})
 	}
 	return a, nil
@@ -131,12 +106,12 @@ func (e *Edge) externalAuthStep(rt *route, next handler) handler {
 			now = x.ctx.Time().UnixNano()
 			if v := a.Cache.Get(&key, now); v != nil {
 				if !v.Allow {
-					m.cachedDeny.Inc()
+					m.CachedDeny.Inc()
 					x.fail(v.Rendered.(*reply))
 					return
 				}
 				if c, ok := conf.consumerOf(v.Rendered.(string)); ok {
-					m.cachedAllow.Inc()
+					m.CachedAllow.Inc()
 					x.allowExternal(v, c)
 					next(x)
 					return
@@ -145,8 +120,7 @@ func (e *Edge) externalAuthStep(rt *route, next handler) handler {
 		}
 		v, reason, err := a.ask(x, conf, &key, now)
 		if err != nil {
-			m.failed.Inc()
-			m.failures[reason].Inc()
+			m.Fail(reason)
 			if e.debug {
 				e.log.Debug("edge: external authorizer failed", "tenant", conf.Slug, "route", rt.name,
 					"request_id", string(x.reqID), "reason", extauth.Reasons[reason], "err", err)
@@ -155,18 +129,17 @@ func (e *Edge) externalAuthStep(rt *route, next handler) handler {
 			return
 		}
 		if !v.Allow {
-			m.deny.Inc()
+			m.Deny.Inc()
 			x.fail(v.Rendered.(*reply))
 			return
 		}
 		c, ok := conf.consumerOf(v.Rendered.(string))
 		if !ok { // named by an exchange another snapshot's request led, and gone since
-			m.failed.Inc()
-			m.failures[extauth.UnknownConsumer].Inc()
+			m.Fail(extauth.UnknownConsumer)
 			x.fail(authzReplies[extauth.UnknownConsumer])
 			return
 		}
-		m.allow.Inc()
+		m.Allow.Inc()
 		x.allowExternal(v, c)
 		next(x)
 	}

@@ -35,7 +35,7 @@ func externalHit(tb testing.TB) (handler, *exchange) {
 	ctx.Init(&req, nil, nil)
 	ttl := 60
 	a := &authorizer{Authorizer: extauth.New(&tenants.ExternalAuth{Headers: tenants.DefaultAuthHeaders, CacheTTLS: &ttl}, nil, "", "", "", "", ownedHeader)}
-	a.Cache = extauth.NewCache(extauth.Budget{Tenant: new(atomic.Int64), Total: &e.authz.total, MaxTenant: 10, MaxTotal: 10})
+	a.Cache = extauth.NewCache(extauth.Budget{Tenant: new(atomic.Int64), Total: &e.authz.Cached, MaxTenant: 10, MaxTotal: 10})
 	s := &tenantConfig{consumers: map[string]*Consumer{"c": {ID: "c", Name: "alice"}}}
 	x := &exchange{ctx: ctx}
 	key, _ := a.Key(&req.Header, nil)

@@ -62,6 +62,7 @@ import (
 
 	"tollgate/edge/cache"
 	"tollgate/edge/configfile"
+	"tollgate/edge/extauth"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
 	"tollgate/edge/upstreamclient"
@@ -88,7 +89,7 @@ type Edge struct {
 	jwks   *jwtauth.JWKSCache // key sets of every tenant's jwks_url issuers (authenticate_jwt.go)
 	cache  *cache.Budget      // the response caches' shared budget (edge/cache); nil: off
 	auth   *authMetrics
-	authz  *authzMetrics // external authorizers (authenticate_external.go)
+	authz  *extauth.Metrics // external authorizers (authenticate_external.go)
 
 	// Read by every request.
 	hosts    atomic.Pointer[map[string]*tenantSlot]
