@@ -81,7 +81,7 @@ var (
 var outputFields = map[string]obj{
 	"Tenant.version":       {"description": "Bumped by every change; the ETag. Send it back in If-Match."},
 	"Tenant.plan":          {"description": "Platform plan capping the whole tenant."},
-	"Route.auth":           {"enum": []string{tenants.AuthNone, tenants.AuthKey, tenants.AuthJWT, tenants.AuthKeyOrJWT, tenants.AuthFunction}},
+	"Route.auth":           {"enum": []string{tenants.AuthNone, tenants.AuthKey, tenants.AuthJWT, tenants.AuthKeyOrJWT, tenants.AuthFunction, tenants.AuthExternal}},
 	"Route.methods":        {"description": "Empty: every method."},
 	"Key.prefix":           {"description": "The key's first characters, to tell keys apart."},
 	"Token.prefix":         {"description": "The token's first characters, to tell tokens apart."},

@@ -32,6 +32,7 @@ func (e *Edge) chain(rt *route) handler {
 		{rt.auth == tenants.AuthKey, keyAuthStep},                                     // authenticate_key.go
 		{rt.auth == tenants.AuthJWT, e.jwtAuthStep},                                   // authenticate_jwt.go
 		{rt.auth == tenants.AuthKeyOrJWT, e.keyOrJWTAuthStep},                         // authenticate_jwt.go
+		{rt.authz != nil, e.externalAuthStep},                                         // authenticate_external.go
 		{rt.checkAccess, e.accessStep},                                                // authorize.go
 		{true, e.limitStep},                                                           // limit.go; itself when no limit applies
 		{rt.functions != nil && rt.functions.After, e.functionStep},                   // function.go

@@ -79,6 +79,8 @@ type compiled struct {
 	// shadowed lists, by route path (pathKey), the routes that lost a slot of that path
 	// to a route with a smaller id: when the winner goes, they are filed again.
 	shadowed map[string][]*route
+	// authzEntries counts the tenant's cached authorizer answers (authenticate_external.go).
+	authzEntries *atomic.Int64
 }
 
 // sharedUpstream is a plain upstream routes share (sharedKey) and how many do.
@@ -389,8 +391,18 @@ func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetri
 	if cn != nil {
 		cn.upstream.bind(rm)
 	}
+	var az *authorizer
+	if prev != nil {
+		az = prev.authz
+	} else if r.Auth == tenants.AuthExternal {
+		if az, err = e.newAuthorizer(conf, r, c); err != nil {
+			e.log.Error("edge: route skipped", "tenant", conf.Slug, "route", r.ID, "err", err)
+			return nil
+		}
+	}
 	rt := &route{
 		id: r.ID, name: r.Name, auth: r.Auth, strip: r.StripPrefix,
+		authz:          az,
 		maxBody:        int(r.MaxBodyBytes),
 		timeout:        time.Duration(r.TimeoutMS) * time.Millisecond,
 		connectTimeout: ct,
@@ -428,6 +440,9 @@ func (rt *route) usePools(refs map[string]int, n int) {
 			refs[k] += n
 		}
 	}
+	if rt.authz != nil {
+		refs[rt.authz.poolKey] += n
+	}
 }
 
 // releaseRoute stops what old holds that its successor next (nil: none) does not keep:
@@ -443,6 +458,9 @@ func (e *Edge) releaseRoute(old, next *route) {
 		old.cache.Drop()
 	}
 	releaseFunctions(old, next)
+	if next == nil || next.authz != old.authz {
+		old.authz.release()
+	}
 }
 
 // closeUpstreams stops the health checkers of every upstream c holds (its tenant is gone,
@@ -453,5 +471,6 @@ func (c *compiled) closeUpstreams() {
 		if rt.canary != nil {
 			rt.canary.upstream.close()
 		}
+		rt.authz.release()
 	}
 }

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"net/netip"
@@ -92,6 +93,16 @@ type Config struct {
 	// can reach no address an upstream may not) and Logger = Logger.
 	JWKS jwtauth.JWKSConfig
 
+	// AuthorizerRootCAs are the authorities external authorizers' certificates are
+	// checked against (authenticate_external.go). Default: the system's roots
+	// (SSL_CERT_FILE, SSL_CERT_DIR).
+	AuthorizerRootCAs *x509.CertPool
+	// AuthCacheEntries bounds the cached answers of external authorizers on the edge,
+	// AuthCacheEntriesPerTenant those of one tenant; answers past a full budget are
+	// not cached. Defaults: 100,000 and 10,000.
+	AuthCacheEntries          int
+	AuthCacheEntriesPerTenant int
+
 	// TLSCertificate is the edge domain's wildcard certificate (*.{Domain}), which the
 	// TLS listener (ServeTLS) presents to every handshake whose SNI names no tenant's
 	// custom domain (tls.go). Default: nil, only custom domains' handshakes succeed.
@@ -155,6 +166,8 @@ func (c *Config) setDefaults() error {
 			*v = d
 		}
 	}
+	def(&c.AuthCacheEntries, 100_000)
+	def(&c.AuthCacheEntriesPerTenant, 10_000)
 	def(&c.MaxTenantLabels, 500)
 	def(&c.MaxRouteLabels, 100)
 	def(&c.MaxRouteLabelsTotal, 5000)

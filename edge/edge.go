@@ -16,6 +16,7 @@
 //	chain.go               a route's chain of steps, assembled when its tenant compiles
 //	authenticate_key.go    X-API-Key → consumer
 //	authenticate_jwt.go    bearer token → caller
+//	authenticate_external.go  the tenant's own authorizer → consumer (cached)
 //	authorize.go           the tenant's access rules
 //	limit.go               rate limits, quotas and concurrency (package limit)
 //	cache.go               answers from the route's response cache
@@ -61,6 +62,7 @@ import (
 
 	"tollgate/edge/cache"
 	"tollgate/edge/configfile"
+	"tollgate/edge/extauth"
 	"tollgate/edge/fnchain"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
@@ -88,7 +90,8 @@ type Edge struct {
 	jwks   *jwtauth.JWKSCache // key sets of every tenant's jwks_url issuers (authenticate_jwt.go)
 	cache  *cache.Budget      // the response caches' shared budget (edge/cache); nil: off
 	auth   *authMetrics
-	fn     *fnchain.Host // tenants' functions (function.go)
+	fn     *fnchain.Host    // tenants' functions (function.go)
+	authz  *extauth.Metrics // external authorizers (authenticate_external.go)
 
 	// Read by every request.
 	hosts    atomic.Pointer[map[string]*tenantSlot]
@@ -196,6 +199,9 @@ func New(cfg Config) (*Edge, error) {
 	e.debug = e.log.Enabled(context.Background(), slog.LevelDebug)
 	if err := e.initLimits(); err != nil {
 		return nil, fmt.Errorf("edge: limiter: %w", err)
+	}
+	if err := e.initExternalAuth(); err != nil {
+		return nil, err
 	}
 	if err := e.initAuth(); err != nil {
 		return nil, fmt.Errorf("edge: auth: %w", err)

@@ -50,12 +50,11 @@ type exchange struct {
 	in countingReader // the request body bytes read, when metered (meter.go)
 
 	upstream time.Duration // spent in upstream exchanges, for the latency split (metrics.go)
+
+	fn           *fnchain.Run  // the route's functions' run, once started (function.go)
 	// functionTime is the guest run time of the route's functions for this request (the
 	// wall time of their callbacks, the host's waits excluded): metered as function_us.
 	functionTime time.Duration
-
-	fn           *fnchain.Run  // the route's functions' run, once started (function.go)
-	functionTime time.Duration // guest time of the request's functions, metered
 
 	trailers trailerStrip // a chunked request body, read without its trailer (headers.go)
 

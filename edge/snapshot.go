@@ -85,6 +85,7 @@ type route struct {
 	transform      *transform.Transform // nil: none (edge/transform)
 	cache          *cache.Cache         // nil: none (edge/cache)
 	functions      *fnchain.Chain       // nil: none (function.go)
+	authz          *authorizer          // auth external (authenticate_external.go)
 }
 
 // Routes is the number of (path, route) entries of the snapshot's route table.

@@ -45,6 +45,8 @@ const (
 	EFunctionFailed      = "function_failed"      // edge: a tenant's function trapped, ran past its time or made a bad host call
 	EFunctionBusy        = "function_busy"        // edge: the tenant's functions are at their concurrency cap
 	EFunctionUnavailable = "function_unavailable" // edge: a module the route names has not reached this edge
+	EAuthorizerDenied    = "authorizer_denied"    // edge: the route's external authorizer refused with a 4xx other than 401 and 403
+	EAuthorizerFailed    = "authorizer_failed"    // edge: the route's external authorizer gave no usable answer (fail closed)
 )
 
 // CodeInfo describes one error code for the documentation and the status mapping.
@@ -63,8 +65,9 @@ var Codes = []CodeInfo{
 	{EUnauthenticated, http.StatusUnauthorized, "both", "no credential was sent"},
 	{EInvalidCredential, http.StatusUnauthorized, "both", "the credential is unknown, expired or not valid for this tenant"},
 	{EExpiredKey, http.StatusUnauthorized, "edge", "the API key is past its `expires_at`; the consumer needs a new key"},
-	{EForbidden, http.StatusForbidden, "api", "the credential may not do this"},
+	{EForbidden, http.StatusForbidden, "both", "the credential may not do this; at the edge, the route's external authorizer said so"},
 	{EAccessDenied, http.StatusForbidden, "edge", "the tenant's policy denies this consumer this call"},
+	{EAuthorizerDenied, http.StatusForbidden, "edge", "the route's external authorizer refused the call with a 4xx other than 401 and 403; the status is the one it chose, the message its own"},
 	{ENotFound, http.StatusNotFound, "api", "no such object, or it belongs to another tenant"},
 	{ETenantNotFound, http.StatusNotFound, "edge", "the Host header names no tenant"},
 	{ERouteNotFound, http.StatusNotFound, "edge", "no route of the tenant matches the path, whatever the method"},
@@ -81,6 +84,7 @@ var Codes = []CodeInfo{
 	{ENotReady, http.StatusServiceUnavailable, "both", "not ready: config still loading, shutting down, or (api) the database unreachable or not answering within `TOLLGATE_DB_TIMEOUT`; retry after `Retry-After` seconds"},
 	{EOverloaded, http.StatusServiceUnavailable, "edge", "shedding load to protect other tenants"},
 	{ENoHealthyUpstream, http.StatusServiceUnavailable, "edge", "every target of the route is out of rotation: failing health checks, ejected or circuit open"},
+	{EAuthorizerFailed, http.StatusServiceUnavailable, "edge", "the route's external authorizer timed out, could not be reached (or is at an address the operator refuses) or answered badly: the call is refused, never let through"},
 	{EUpstreamTimeout, http.StatusGatewayTimeout, "edge", "the upstream did not answer within the route's timeout"},
 	{EFunctionFailed, http.StatusInternalServerError, "edge", "a function of the route trapped, ran past its time or made a bad host call; the tenant's function log says which and why"},
 	{EFunctionBusy, http.StatusServiceUnavailable, "edge", "the tenant's functions are running at their concurrency cap on this edge; retry shortly"},

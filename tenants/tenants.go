@@ -43,8 +43,10 @@ type Route struct {
 	// Methods the route answers; empty means every method.
 	Methods  []string `json:"methods" doc:"GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS. Default: every method."`
 	Upstream Upstream `json:"upstream" required:"true"`
-	// Auth is AuthNone, AuthKey, AuthJWT, AuthKeyOrJWT or AuthFunction. Default: AuthNone.
-	Auth string `json:"auth" enum:"none,key,jwt,key_or_jwt,function" doc:"function: functions[0] runs before authentication and names the consumer. Default: none."`
+	// Auth is AuthNone, AuthKey, AuthJWT, AuthKeyOrJWT, AuthFunction or AuthExternal. Default: AuthNone.
+	Auth string `json:"auth" enum:"none,key,jwt,key_or_jwt,function,external" doc:"function: functions[0] runs before authentication and names the consumer; external: the route's external_auth decides. Default: none."`
+	// ExternalAuth is the tenant's own authorizer, with auth AuthExternal (externalauth.go).
+	ExternalAuth *ExternalAuth `json:"external_auth,omitempty" doc:"With auth external: the tenant's HTTPS authorizer (url), the request headers it receives (headers), timeout_ms (default 1000, max 5000), cache_ttl_s (default 60, 0 = no cache, max 3600) and deny_cache_ttl_s (default 10, at most cache_ttl_s). Default: none."`
 	// CheckAccess makes the edge check the tenant's access rules for this route.
 	CheckAccess bool       `json:"policy" doc:"Check the tenant's policy for this route."`
 	RateLimit   *RateLimit `json:"rate_limit,omitempty" doc:"Per-route limit. Default: none."`
@@ -83,6 +85,9 @@ const (
 	// consumer (the proxy-wasm property ["tollgate","consumer"]); a request it neither
 	// answers nor names a consumer for is refused as unauthenticated.
 	AuthFunction = "function"
+	// AuthExternal asks the route's ExternalAuth service about every request (or its
+	// cached answer for the same credentials).
+	AuthExternal = "external"
 )
 
 // FunctionRef names one of the tenant's functions on a route.

@@ -565,9 +565,12 @@ func (r *Route) Validate(p *UpstreamAddressRule) error {
 	switch r.Auth {
 	case "":
 		r.Auth = AuthNone
-	case AuthNone, AuthKey, AuthJWT, AuthKeyOrJWT, AuthFunction:
+	case AuthNone, AuthKey, AuthJWT, AuthKeyOrJWT, AuthFunction, AuthExternal:
 	default:
-		return Invalid("auth", "must be one of none, key, jwt, key_or_jwt, function; got %q", r.Auth)
+		return Invalid("auth", "must be one of none, key, jwt, key_or_jwt, function, external; got %q", r.Auth)
+	}
+	if err := r.ExternalAuth.Validate(p, r.Auth); err != nil {
+		return err
 	}
 	if err := validateFunctionRefs(r.Functions, r.Auth); err != nil {
 		return err

@@ -30,7 +30,9 @@ type routeForm struct {
 	// Canary is the canary's targets as Upstream's lines, CanaryWeight its percentage;
 	// no lines: no canary.
 	Canary, CanaryWeight string
-	Errors               map[string]string
+	// AuthzURL is the external authorizer's URL, with auth external.
+	AuthzURL string
+	Errors   map[string]string
 }
 
 var allMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
@@ -44,6 +46,9 @@ func formOf(r *tenants.Route) routeForm {
 	}
 	if r.RateLimit != nil && r.RateLimit.RPS > 0 {
 		f.RPS, f.Burst = strconv.Itoa(r.RateLimit.RPS), strconv.Itoa(r.RateLimit.Burst)
+	}
+	if r.ExternalAuth != nil {
+		f.AuthzURL = r.ExternalAuth.URL
 	}
 	return f
 }
@@ -94,6 +99,18 @@ func readRouteForm(ctx *fiber.Ctx, r *tenants.Route) routeForm {
 		c.Weight = w
 		r.Canary = &c
 	}
+	f.AuthzURL = strings.TrimSpace(ctx.FormValue("authz_url"))
+	if f.Auth != tenants.AuthExternal {
+		r.ExternalAuth = nil
+	} else {
+		// A copy: headers, timeout and TTLs set through the API are kept.
+		a := tenants.ExternalAuth{}
+		if r.ExternalAuth != nil {
+			a = *r.ExternalAuth
+		}
+		a.URL = f.AuthzURL
+		r.ExternalAuth = &a
+	}
 	r.RateLimit = nil
 	if f.RPS != "" || f.Burst != "" {
 		rps, err1 := strconv.Atoi(f.RPS)
@@ -106,7 +123,7 @@ func readRouteForm(ctx *fiber.Ctx, r *tenants.Route) routeForm {
 	return f
 }
 
-var routeAlias = map[string]string{"upstream": "upstream", "rate_limit": "rate_limit", "canary": "canary"}
+var routeAlias = map[string]string{"upstream": "upstream", "rate_limit": "rate_limit", "canary": "canary", "external_auth": "authz_url"}
 
 // targetLines shows targets as the form's lines: a URL, then its weight unless 1.
 func targetLines(targets []tenants.Target) string {

@@ -8,6 +8,7 @@ package upstreamclient
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -66,7 +67,10 @@ type Config struct {
 	Addr string                                                     // host:port
 	Dial func(addr string, timeout time.Duration) (net.Conn, error) // Dialer.Dial
 	// TLS speaks TLS to the upstream, checking its certificate for Addr's host.
-	TLS      bool
+	TLS bool
+	// RootCAs are the authorities TLS certificates are checked against. Default: the
+	// system's (SSL_CERT_FILE, SSL_CERT_DIR).
+	RootCAs  *x509.CertPool
 	MaxConns int           // connections open or being dialed. Default: fasthttp.DefaultMaxConnsPerHost
 	MaxIdle  time.Duration // an idle connection is closed after this. Default: 10s
 	MaxWait  time.Duration // a request waits this long for a connection when all are busy; 0: not at all
@@ -96,7 +100,7 @@ func New(cfg Config) *Client {
 	}
 	if cfg.TLS {
 		host, _, _ := net.SplitHostPort(cfg.Addr)
-		c.tlsConfig = &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
+		c.tlsConfig = &tls.Config{ServerName: host, RootCAs: cfg.RootCAs, MinVersion: tls.VersionTLS12, ClientSessionCache: tls.NewLRUClientSessionCache(64)}
 	}
 	return c
 }
