@@ -51,7 +51,7 @@ type exchange struct {
 
 	upstream time.Duration // spent in upstream exchanges, for the latency split (metrics.go)
 
-	fn           *fnchain.Run  // the route's functions' run, once started (function.go)
+	fn *fnchain.Run // the route's functions' run, once started (function.go)
 	// functionTime is the guest run time of the route's functions for this request (the
 	// wall time of their callbacks, the host's waits excluded): metered as function_us.
 	functionTime time.Duration
