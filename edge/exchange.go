@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/balancer"
 	"tollgate/edge/limit"
 	"tollgate/edge/routing"
 )
@@ -19,7 +20,7 @@ type exchange struct {
 	snap     *Snapshot
 	route    *route
 	consumer *Consumer
-	target   *target
+	target   *balancer.Target
 	rm       *routeMetrics
 	reply    *reply // the edge's own answer, when it gave one
 	hideKey  bool   // the route consumed X-API-Key: do not pass it upstream
