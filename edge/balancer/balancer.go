@@ -89,7 +89,7 @@ type Events interface {
 type Options struct {
 	// Pool returns the connection pool of one target's scheme and host:port.
 	Pool func(tls bool, hostport string) *upstreamclient.Client
-	// Events receives the upstream's events until Bind gives it others.
+	// Events receives the upstream's events until Bind gives it others; required.
 	Events Events
 	// Checkers counts the active checkers, which an upstream with a health check starts.
 	Checkers *Checkers
