@@ -64,7 +64,7 @@ func (a *accessLog) record(x *exchange, status int, d time.Duration) {
 		l.consumer = c.ID
 	}
 	if t := x.target; t != nil {
-		l.upstream = t.url
+		l.upstream = t.URL
 	}
 	if x.reply != nil {
 		l.code = x.reply.code

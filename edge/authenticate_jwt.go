@@ -190,7 +190,7 @@ func (e *Edge) jwtAuthStep(rt *route, next handler) handler {
 func (e *Edge) bearerStep(rt *route, missing *reply, next handler) handler {
 	s := rt.snapshot
 	rejected := &e.auth.rejected
-	var claim *claimMatch // the route's canary matches on a claim (canary.go)
+	var claim *jwtauth.ClaimMatch // the route's canary matches on a claim (canary.go)
 	if rt.canary != nil {
 		claim = rt.canary.claim
 	}

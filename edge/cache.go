@@ -1,6 +1,9 @@
 package edge
 
-import "tollgate/edge/cache"
+import (
+	"tollgate/edge/cache"
+	"tollgate/edge/websocket"
+)
 
 // cacheStep answers GET requests from the route's cache, and keeps what the rest of the
 // chain answers when it may. It runs after authentication, access rules and limits, so a cached answer
@@ -9,7 +12,7 @@ func cacheStep(rt *route, next handler) handler {
 	rc := rt.cache
 	return func(x *exchange) {
 		ctx := x.ctx
-		if !ctx.IsGet() || rt.websocket && isWebSocketUpgrade(ctx.Request.Header.RawHeaders()) {
+		if !ctx.IsGet() || rt.websocket && websocket.IsUpgrade(ctx.Request.Header.RawHeaders()) {
 			next(x)
 			return
 		}

@@ -1,17 +1,15 @@
 package edge
 
 import (
-	"bytes"
-	"encoding/base64"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/tidwall/gjson"
 
+	"tollgate/edge/balancer"
+	"tollgate/edge/jwtauth"
 	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
@@ -39,7 +37,7 @@ import (
 //
 // Weight 0 sends only matched requests to the canary; 100 sends everything.
 //
-// A claim is only known while the token is at hand: bearerStep asks the canary's claimMatch
+// A claim is only known while the token is at hand: bearerStep asks the canary's ClaimMatch
 // about the verified token and leaves the answer on the exchange (canaryClaim) for
 // choose, rather than keeping the token's claims around.
 
@@ -50,9 +48,9 @@ type canary struct {
 	upstream *upstream
 	weight   int // percent of the unmatched requests
 
-	header []byte      // Match.Header; nil: no header match
-	claim  *claimMatch // Match.Claim; nil: no claim match
-	values []string    // Match.Values; empty: any value
+	header []byte              // Match.Header; nil: no header match
+	claim  *jwtauth.ClaimMatch // Match.Claim; nil: no claim match
+	values []string            // Match.Values; empty: any value
 
 	sticky       int    // stickyOff or what the bucket is hashed from
 	stickyHeader []byte // sticky == stickyHeader: the header's name
@@ -85,7 +83,7 @@ func (e *Edge) newCanary(r *tenants.Route, pools map[string]*upstreamclient.Clie
 		upstream:  up,
 		weight:    spec.Weight,
 		threshold: uint64(spec.Weight) * stickyBuckets / 100,
-		sched:     smoothWRR([]int{100 - spec.Weight, spec.Weight}),
+		sched:     balancer.SmoothWRR([]int{100 - spec.Weight, spec.Weight}),
 	}
 	// A random start, as for the targets' rotation: the cycle begins with the primary's
 	// turns, so a route changed more often than it is called would otherwise starve its
@@ -96,7 +94,7 @@ func (e *Edge) newCanary(r *tenants.Route, pools map[string]*upstreamclient.Clie
 		if m.Header != "" {
 			c.header = []byte(m.Header)
 		} else {
-			c.claim = newClaimMatch(m.Claim, m.Values)
+			c.claim = jwtauth.NewClaimMatch(m.Claim, m.Values)
 		}
 	}
 	if spec.Sticky {
@@ -210,14 +208,14 @@ func (c *canary) bucket(x *exchange) (b uint64, ok bool) {
 func stickyBucket(key []byte) uint64 {
 	// FNV's low bits mix poorly for short keys that differ in their last byte; the
 	// murmur3 finalizer spreads every input bit over the whole word before the modulo.
-	return mix64(fnv1aFrom(stickyBasis, key)) % stickyBuckets
+	return balancer.Mix(balancer.FNV1a(stickyBasis, key)) % stickyBuckets
 }
 
 // stickyBasis is FNV-1a's state after the prefix "tollgate/canary\x00": the sticky hash
 // of a key is then unrelated to other hashes the edge takes of the same key (the hash
 // balancer's ring), so the consumers a canary gets are not crowded onto a few of its
 // targets.
-var stickyBasis = fnv1aFrom(fnvOffset64, []byte("tollgate/canary\x00"))
+var stickyBasis = balancer.FNV1a(balancer.FNVOffset, []byte("tollgate/canary\x00"))
 
 // Sides of tollgate_edge_canary_requests_total.
 const (
@@ -243,110 +241,13 @@ func (rm *routeMetrics) canarySide(side int) {
 // sideCounter boxes a counter for an atomic.Pointer.
 type sideCounter struct{ prometheus.Counter }
 
-// claimMatch is a claim match compiled: where the claim is in a token's payload and the
-// values that select the canary.
-type claimMatch struct {
-	top    string   // gjson path of the top-level claim with the exact name
-	nested []string // for a dotted name: gjson paths of its parts; nil otherwise
-	values []string
-}
-
-// newClaimMatch compiles a match on the claim name, found as jwtauth finds the consumer
-// and roles claims: the top-level claim with that exact name or, when there is none and
-// the name has dots, the value at that path through nested objects.
-func newClaimMatch(name string, values []string) *claimMatch {
-	m := &claimMatch{top: gjson.Escape(name), values: values}
-	if strings.Contains(name, ".") {
-		for _, p := range strings.Split(name, ".") {
-			m.nested = append(m.nested, gjson.Escape(p))
-		}
-	}
-	return m
-}
-
 // noteCanaryClaim records on x whether the claim of tok (a token bearerStep has just
 // verified) selects the canary. The payload is decoded into the exchange's scratch
-// buffer, which is free until a later step takes it, so this allocates nothing once the
-// pooled exchange's buffer has grown to the tenant's token size.
-func (x *exchange) noteCanaryClaim(m *claimMatch, tok []byte) {
-	payload := jwtPayload(tok)
-	if payload == nil {
-		return
-	}
-	n := base64.RawURLEncoding.DecodedLen(len(payload))
-	if cap(x.scratch) < n {
-		x.scratch = make([]byte, n)
-	}
-	buf := x.scratch[:n]
-	n, err := base64.RawURLEncoding.Decode(buf, payload)
-	if err != nil || n == 0 {
-		return
-	}
-	if m.matches(unsafe.String(&buf[0], n)) {
+// buffer, which is free until a later step takes it.
+func (x *exchange) noteCanaryClaim(m *jwtauth.ClaimMatch, tok []byte) {
+	var ok bool
+	ok, x.scratch = m.MatchToken(tok, x.scratch)
+	if ok {
 		x.canaryClaim = true
 	}
-}
-
-// jwtPayload is the middle segment of a compact JWS, or nil.
-func jwtPayload(tok []byte) []byte {
-	i := bytes.IndexByte(tok, '.')
-	if i < 0 {
-		return nil
-	}
-	rest := tok[i+1:]
-	j := bytes.IndexByte(rest, '.')
-	if j < 0 {
-		return nil
-	}
-	return rest[:j]
-}
-
-// matches reports whether the claim in a token's JSON payload selects the canary. The
-// payload must not be kept: it aliases the exchange's scratch buffer.
-func (m *claimMatch) matches(payload string) bool {
-	v := gjson.Get(payload, m.top)
-	if !v.Exists() && m.nested != nil {
-		v = gjson.Parse(payload)
-		for _, p := range m.nested {
-			if !v.IsObject() {
-				return false
-			}
-			v = v.Get(p)
-		}
-	}
-	if !v.Exists() || v.Type == gjson.Null {
-		return false
-	}
-	if len(m.values) == 0 {
-		return true
-	}
-	if v.IsArray() {
-		found := false
-		v.ForEach(func(_, e gjson.Result) bool {
-			found = m.scalarIn(e)
-			return !found
-		})
-		return found
-	}
-	return m.scalarIn(v)
-}
-
-// scalarIn reports whether a string, number or boolean claim value is one of the
-// values: a string as is, a number or boolean by its JSON text ("42", "true").
-func (m *claimMatch) scalarIn(v gjson.Result) bool {
-	var s string
-	switch v.Type {
-	case gjson.String:
-		s = v.Str
-	case gjson.Number, gjson.True, gjson.False:
-		s = v.Raw
-	default:
-		return false
-	}
-	for _, want := range m.values {
-		if s == want {
-			return true
-		}
-	}
-	return false
 }

@@ -22,10 +22,10 @@
 //	cache.go               answers from the route's response cache
 //	limit_body.go          the route's body limit
 //	transform.go           request and response rewrites
-//	websocket.go           upgrades, relayed as a tunnel
-//	proxy.go               the upstream exchange; its targets: upstream.go, balance.go,
-//	                       health.go, retry.go, canary.go; its connections: package
-//	                       upstreamclient
+//	websocket.go           upgrades, relayed as a tunnel (package websocket)
+//	proxy.go               the upstream exchange; its targets: upstream.go, retry.go,
+//	                       canary.go, with balancing, health and the retry budget in
+//	                       package balancer; its connections: package upstreamclient
 //	meter.go               usage records for billing (package meter)
 //	reply.go               the edge's own JSON answers
 //
@@ -60,6 +60,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"tollgate/edge/balancer"
 	"tollgate/edge/cache"
 	"tollgate/edge/configfile"
 	"tollgate/edge/extauth"
@@ -67,6 +68,7 @@ import (
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
 	"tollgate/edge/upstreamclient"
+	"tollgate/edge/websocket"
 	"tollgate/tenants"
 )
 
@@ -119,9 +121,9 @@ type Edge struct {
 
 	public *door // the Fiber app of the public and TLS listeners (listen.go)
 	admin  *http.Server
-	ws     wsSet // open WebSocket tunnels (websocket.go)
+	ws     websocket.Set // open WebSocket tunnels (websocket.go)
 
-	checkers healthCheckers // active health checks of upstreams (health.go)
+	checkers balancer.Checkers // active health checks of upstreams
 }
 
 // tenantSlot is a tenant's place in the host map: the map changes only when tenants come
@@ -284,7 +286,7 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	e.ready.Store(false)
 	e.m.ready.Set(0)
 	err := e.public.ShutdownWithContext(ctx)
-	if werr := e.ws.shutdown(ctx); err == nil {
+	if werr := e.ws.Shutdown(ctx); err == nil {
 		err = werr
 	}
 	if aerr := e.admin.Shutdown(ctx); err == nil && !errors.Is(aerr, http.ErrServerClosed) {
@@ -309,7 +311,7 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 		}
 		e.mu.Unlock()
 		e.compileMu.Unlock()
-		if werr := e.checkers.wait(ctx); err == nil {
+		if werr := e.checkers.Wait(ctx); err == nil {
 			err = werr
 		}
 		_ = e.fn.Close(ctx)

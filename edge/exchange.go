@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/balancer"
 	"tollgate/edge/fnchain"
 	"tollgate/edge/limit"
 	"tollgate/edge/routing"
@@ -20,7 +21,7 @@ type exchange struct {
 	snap     *Snapshot
 	route    *route
 	consumer *Consumer
-	target   *target
+	target   *balancer.Target
 	rm       *routeMetrics
 	reply    *reply // the edge's own answer, when it gave one
 	hideKey  bool   // the route consumed X-API-Key: do not pass it upstream

@@ -111,8 +111,8 @@ func (e *Edge) ServePreProxy(ctx *fasthttp.RequestCtx) int {
 		}
 		x.consumer, x.hideKey = c, true
 	}
-	t := rt.upstream.pick()
-	uri := append(x.uri[:0], t.base...)
+	t := rt.upstream.Pick()
+	uri := append(x.uri[:0], t.Base...)
 	uri = append(uri, x.path...)
 	if x.query != nil {
 		uri = append(uri, '?')
@@ -137,3 +137,7 @@ func (e *Edge) RecompileForTest(tenantID string) {
 
 // Bearer is bearer: the token of an Authorization header value, or nil.
 func Bearer(h []byte) []byte { return bearer(h) }
+
+// HealthCheckers is the number of active health-check goroutines running (for the
+// external tests' leak checks).
+func (e *Edge) HealthCheckers() int64 { return e.checkers.Live() }

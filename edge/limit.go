@@ -15,7 +15,7 @@ import (
 
 // Flow control at the edge.
 //
-// A tenant's compile turns its limits into limit.Policies (see package limit): the
+// A tenant's compile turns its limits into limit rules (limit.Rule, see package limit): the
 // tenant's platform plan (Tenant.Limits) into the "tenant" rate, quota and concurrency
 // cap, checked with no key; each consumer plan into the "consumer" ones, checked with the
 // consumer's id as key; a route's rate_limit into "route:<id>" (no key), "route-ip:<id>"
@@ -34,7 +34,7 @@ import (
 // -Reset of the tightest limit, written last because failing and proxying reset the
 // response headers.
 
-// Scope names of limit policies. The names stay the same across recompiles, so a
+// Scope names of limit rules. The names stay the same across recompiles, so a
 // config change keeps the counts.
 const (
 	scopeTenant        = "tenant"

@@ -5,7 +5,5 @@ import "time"
 // SetWSMeterInterval sets how often e records its open WebSocket tunnels' bytes; call it
 // before the first tunnel opens.
 func SetWSMeterInterval(e *Edge, d time.Duration) {
-	e.ws.mu.Lock()
-	e.ws.meterEvery = d
-	e.ws.mu.Unlock()
+	e.ws.SetMeterInterval(d)
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tollgate/edge/balancer"
 	"tollgate/edge/upstreamclient"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -492,16 +493,21 @@ func (m *metrics) deleteUpstreamSeries(l prometheus.Labels) {
 	m.breakerOpens.DeletePartialMatch(l)
 }
 
-// count counts one event of u on vec, labelled with u's route (and extra, the event's
-// own labels). Before its first bind (a checker starting with the compile), under none.
-func (u *upstream) count(vec *prometheus.CounterVec, extra ...string) {
-	tenant, route := labelNone, labelNone
-	if rm := u.rm.Load(); rm != nil {
-		tenant, route = rm.tenant, rm.route
+// The events of a route's upstream (balancer.Events), counted under its labels.
+
+func (rm *routeMetrics) Ejected()       { rm.m.ejections.WithLabelValues(rm.tenant, rm.route).Inc() }
+func (rm *routeMetrics) BreakerOpened() { rm.m.breakerOpens.WithLabelValues(rm.tenant, rm.route).Inc() }
+
+func (rm *routeMetrics) HealthChanged(healthy bool) {
+	state := "unhealthy"
+	if healthy {
+		state = "healthy"
 	}
-	lv := [3]string{tenant, route}
-	n := 2 + copy(lv[2:], extra)
-	vec.WithLabelValues(lv[:n]...).Inc()
+	rm.m.healthChanges.WithLabelValues(rm.tenant, rm.route, state).Inc()
+}
+
+func (rm *routeMetrics) Retried(r balancer.RetryResult) {
+	rm.m.retries.WithLabelValues(rm.tenant, rm.route, string(r)).Inc()
 }
 
 // bodySizes are the body bytes of x for the bytes counters: what the metered reader

@@ -32,17 +32,17 @@ func (e *Edge) proxyStep(rt *route) handler {
 		}
 		ctx := x.ctx
 		req := &ctx.Request
-		t := u.pick()
+		t := u.Pick()
 		x.target = t
 		x.setUpstreamURI(rt, t)
 		if !req.Header.IsHTTP11() {
 			req.Header.SetProtocolBytes(strHTTP11) // keep the upstream connection alive
 		}
 		e.forwardHeaders(x) // before Host changes: x.host may point into it
-		req.Header.SetHostBytes(t.host)
+		req.Header.SetHostBytes(t.Host)
 
 		start := conn.MonoNow()
-		err := t.client.DoAt(req, &ctx.Response, rt.timeout, start)
+		err := t.Client.DoAt(req, &ctx.Response, rt.timeout, start)
 		x.upstream += time.Duration(conn.MonoNow() - start)
 		if err != nil {
 			e.upstreamFailed(x, err)
@@ -156,7 +156,7 @@ func (e *Edge) upstreamFailed(x *exchange, err error) {
 	e.upstreamErrs[kind].Inc()
 	if e.debug {
 		e.log.Debug("edge: upstream failed", "tenant", x.route.snapshot.Slug, "route", x.route.name,
-			"upstream", x.target.url, "request_id", string(x.reqID), "err", err)
+			"upstream", x.target.URL, "request_id", string(x.reqID), "err", err)
 	}
 	x.fail(r)
 }

@@ -176,7 +176,7 @@ func (e *Edge) endTrace(x *exchange, status int) {
 		attrs = append(attrs, attribute.String("tollgate.consumer_id", c.ID))
 	}
 	if t := x.target; t != nil {
-		attrs = append(attrs, attribute.String("tollgate.upstream", t.url))
+		attrs = append(attrs, attribute.String("tollgate.upstream", t.URL))
 	}
 	sp.SetAttributes(attrs...)
 	if tr.admitted != 0 {

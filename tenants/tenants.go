@@ -62,7 +62,7 @@ type Route struct {
 	// authentication, access rules and limits; with AuthFunction the first one runs
 	// before them instead and names the consumer.
 	Functions []FunctionRef `json:"functions,omitempty" doc:"Up to 8 of the tenant's functions (proxy-wasm filters), run in order after authentication; with auth function the first authenticates. Default: none."`
-	// Canary sends part of the traffic to another set of targets (upstream.go).
+	// Canary sends part of the traffic to another set of targets (edge/canary.go).
 	Canary *Canary `json:"canary,omitempty" doc:"Send part of the traffic to upstream (same settings as the route's): requests matching match (a header, or a JWT claim; any of values, or any value when values is empty) always, others by weight percent (0–100; an exact schedule, or a hash of sticky_on when sticky: consumer, ip or header:<Name>). Default: none."`
 	// MaxBodyBytes caps the request body. Default: DefaultMaxBodyBytes.
 	MaxBodyBytes int64 `json:"max_body_bytes" doc:"Request body cap, 1–1073741824. Default: 10485760."`
@@ -122,7 +122,7 @@ const (
 )
 
 // Upstream is where a route's traffic goes: its targets, how requests are spread over
-// them, and how failing targets are found and avoided (upstream.go).
+// them, and how failing targets are found and avoided (package edge/balancer).
 type Upstream struct {
 	Targets []Target `json:"targets" required:"true" doc:"1–64 servers."`
 	// Balance is BalanceRoundRobin (default), BalanceLeastConn or BalanceHash.

@@ -229,7 +229,7 @@ func (b *bench) configLatency(ctx context.Context) (*configResult, error) {
 
 // rssResult is the edge's resident memory idle with one route, then with routes more.
 // rssIdleAfter is how long after its routes are served an edge counts as idle: past a
-// few periods of its memory returner (edge/memory.go, every 5 s).
+// few periods of its memory returner (edge/memory, every 5 s).
 const rssIdleAfter = 20 * time.Second
 
 type rssResult struct {

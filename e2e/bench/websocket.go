@@ -12,7 +12,7 @@ package main
 //
 // Between the two the bench waits -ws-settle with the tunnels idle, and reports the
 // gateway's CPU in that wait apart: work a gateway does once after a burst (the edge's
-// memory return, edge/memory.go: two collections, which scan every tunnel's two
+// memory return, edge/memory: two collections, which scan every tunnel's two
 // goroutine stacks, then the pages handed back) is not a cost of the messages that
 // happen to follow it.
 

@@ -22,6 +22,7 @@ import (
 
 	"tollgate/edge"
 	"tollgate/edge/configfile"
+	"tollgate/edge/memory"
 	"tollgate/edge/meter"
 	"tollgate/edge/upstreamclient"
 	"tollgate/infra/cmdline"
@@ -122,7 +123,7 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 	serveErr := make(chan error, 3)
 	go func() { serveErr <- e.ServeAdmin(adm) }()
 	if cfg.EdgeReturnMemory {
-		go edge.MemoryReturner{Inline: !cfg.EdgeReturnAside, Returned: func(before, after uint64) {
+		go memory.Returner{Inline: !cfg.EdgeReturnAside, Returned: func(before, after uint64) {
 			log.Debug("memory returned to the OS after a burst", "held_before", before, "held_after", after)
 		}}.Run(ctx)
 	}

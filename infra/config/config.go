@@ -93,9 +93,9 @@ type Config struct {
 	EdgeKeyLastUse bool
 	// EdgeJSONOnePass: TOLLGATE_EDGE_JSON_ONE_PASS [on: request JSON rewrites in one pass into a pooled buffer (edge.SetJSONOnePass); off: through sjson, a copy per edit]
 	EdgeJSONOnePass bool
-	// EdgeReturnMemory: TOLLGATE_EDGE_RETURN_MEMORY [on: after a burst the edge hands its freed heap back to the OS (edge.MemoryReturner); off: the runtime's own pace]
+	// EdgeReturnMemory: TOLLGATE_EDGE_RETURN_MEMORY [on: after a burst the edge hands its freed heap back to the OS (edge/memory.Returner); off: the runtime's own pace]
 	EdgeReturnMemory bool
-	// EdgeReturnAside: TOLLGATE_EDGE_RETURN_ASIDE [on: that return runs with one processor more than the edge's, so it never stops the one that serves (edge.MemoryReturner.Inline); off: on the edge's own]
+	// EdgeReturnAside: TOLLGATE_EDGE_RETURN_ASIDE [on: that return runs with one processor more than the edge's, so it never stops the one that serves (edge/memory.Returner.Inline); off: on the edge's own]
 	EdgeReturnAside bool
 	// EdgePackConfig: TOLLGATE_EDGE_PACK_CONFIG [on: the edge keeps its copy of the config (for the snapshot file) compressed per kind of entry (configfile.Config.RawValues); off: as delivered]
 	EdgePackConfig bool

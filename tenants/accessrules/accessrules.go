@@ -162,11 +162,11 @@ func Compile(rules [][]string, roles [][]string) (*Enforcer, error) {
 
 	m, err := model.NewModelFromString(modelText)
 	if err != nil {
-		return nil, fmt.Errorf("policy: model: %w", err) // a bug: the model is ours
+		return nil, fmt.Errorf("access rules: model: %w", err) // a bug: the model is ours
 	}
 	ce, err := casbin.NewEnforcer(m)
 	if err != nil {
-		return nil, fmt.Errorf("policy: casbin: %w", err)
+		return nil, fmt.Errorf("access rules: casbin: %w", err)
 	}
 	ce.EnableAutoSave(false)
 	ce.AddFunction("subjectMatch", subjectMatch)
@@ -174,12 +174,12 @@ func Compile(rules [][]string, roles [][]string) (*Enforcer, error) {
 	ce.AddFunction("actionMatch", e.actionMatch)
 	if len(norm) > 0 {
 		if _, err := ce.AddPolicies(norm); err != nil {
-			return nil, fmt.Errorf("policy: casbin rules: %w", err)
+			return nil, fmt.Errorf("access rules: casbin rules: %w", err)
 		}
 	}
 	if len(roles) > 0 {
 		if _, err := ce.AddGroupingPolicies(roles); err != nil {
-			return nil, fmt.Errorf("policy: casbin roles: %w", err)
+			return nil, fmt.Errorf("access rules: casbin roles: %w", err)
 		}
 	}
 	// The role closure each member reaches, from Casbin's role manager, so a request's

@@ -1,4 +1,6 @@
-package edge
+// Package memory gives the heap a burst grew back to the OS once the burst is over
+// (Returner), instead of at the runtime's own pace.
+package memory
 
 import (
 	"context"
@@ -17,7 +19,7 @@ import (
 // pages freed then go back at the scavenger's slow pace. So an edge's RSS after a storm
 // stayed tens of MiB above its level before, for minutes.
 //
-// MemoryReturner watches, every Every, how much memory the runtime holds from the OS and
+// Returner watches, every Every, how much memory the runtime holds from the OS and
 // how fast the edge allocates. When the holding has grown by Grown or more since the
 // last return and the allocation rate has since fallen to a quarter of its peak (the
 // burst is over), it collects twice, the second time through debug.FreeOSMemory, which
@@ -34,12 +36,12 @@ import (
 // runtime gets one P more for the return: the OS then shares the core between the
 // thread that returns memory and the one that serves, a few ms at a time.
 
-// MemoryReturner is the policy above; the zero value takes the defaults.
-type MemoryReturner struct {
+// Returner is the policy above; the zero value takes the defaults.
+type Returner struct {
 	Every  time.Duration // Default: 5s
 	Grown  uint64        // Default: 32 MiB
 	MinGap time.Duration // Default: 30s
-	// Inline returns the memory on the edge's own processors, stopping one of them for
+	// Inline returns the memory on the process's own processors, stopping one of them for
 	// as long; see above.
 	Inline bool
 
@@ -62,7 +64,7 @@ func readMemory(s []rtmetrics.Sample) memorySample {
 }
 
 // Run watches until ctx ends.
-func (m MemoryReturner) Run(ctx context.Context) {
+func (m Returner) Run(ctx context.Context) {
 	if m.Every <= 0 {
 		m.Every = 5 * time.Second
 	}
@@ -102,7 +104,7 @@ func (m MemoryReturner) Run(ctx context.Context) {
 	}
 }
 
-// memoryWatch is the returner's decision, apart from the runtime (memory_internal_test.go).
+// memoryWatch is the returner's decision, apart from the runtime (memory_test.go).
 type memoryWatch struct {
 	basis    uint64 // held after the last return, or its lowest since
 	peakRate uint64 // the largest allocation per period since held outgrew basis

@@ -1,37 +1,45 @@
-package edge
+package balancer
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
-// HealthCheckers is the number of active health-check goroutines running (for the
-// external tests' leak checks).
-func (e *Edge) HealthCheckers() int64 { return e.checkers.live.Load() }
+// events counts what an upstream reports, as the edge's metrics would.
+type events struct {
+	mu                       sync.Mutex
+	ejected, opened, changed int
+	results                  []RetryResult
+}
+
+func (ev *events) Ejected()             { ev.mu.Lock(); ev.ejected++; ev.mu.Unlock() }
+func (ev *events) BreakerOpened()       { ev.mu.Lock(); ev.opened++; ev.mu.Unlock() }
+func (ev *events) HealthChanged(_ bool) { ev.mu.Lock(); ev.changed++; ev.mu.Unlock() }
+func (ev *events) Retried(r RetryResult) {
+	ev.mu.Lock()
+	ev.results = append(ev.results, r)
+	ev.mu.Unlock()
+}
 
 // testUpstream builds an upstream over targets named t0, t1… with the weights, without
-// pools or an edge: enough for the balancing and health logic.
-func testUpstream(t testing.TB, weights []int, spec tenants.Upstream) *upstream {
+// pools, checkers or an edge: enough for the balancing and health logic.
+func testUpstream(t testing.TB, weights []int, spec tenants.Upstream) (*Upstream, *events) {
 	t.Helper()
-	m, err := newMetrics(prometheus.NewRegistry(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for i, w := range weights {
 		spec.Targets = append(spec.Targets, tenants.Target{URL: fmt.Sprintf("http://t%d.test", i), Weight: w})
 	}
-	u := &upstream{m: m}
+	u := &Upstream{}
+	ev := &events{}
+	u.Bind(ev)
 	for i, tt := range spec.Targets {
-		u.targets = append(u.targets, &target{url: tt.URL, weight: tt.Weight, index: uint8(i)})
+		u.targets = append(u.targets, &Target{URL: tt.URL, weight: tt.Weight, index: uint8(i)})
 	}
-	u.seq = smoothWRR(weights)
+	u.seq = SmoothWRR(weights)
 	u.compileBalance(&spec)
 	u.check, u.passive, u.retries = spec.HealthCheck, spec.Passive, spec.Retries
 	if u.retries != nil {
@@ -42,10 +50,10 @@ func testUpstream(t testing.TB, weights []int, spec tenants.Upstream) *upstream 
 			tg.health.br = newBreaker(b.ErrorPercent, b.MinRequests, b.WindowMS, b.OpenMS)
 		}
 	}
-	return u
+	return u, ev
 }
 
-func mustChoose(t *testing.T, u *upstream, now int64, tried uint64, key uint64, hasKey bool) *target {
+func mustChoose(t *testing.T, u *Upstream, now int64, tried uint64, key uint64, hasKey bool) *Target {
 	t.Helper()
 	tg, _ := u.choose(now, tried, key, hasKey, true)
 	if tg == nil {
@@ -55,7 +63,7 @@ func mustChoose(t *testing.T, u *upstream, now int64, tried uint64, key uint64, 
 }
 
 func TestRoundRobinSkipsTargetsOutOfRotation(t *testing.T) {
-	u := testUpstream(t, []int{1, 2, 1}, tenants.Upstream{})
+	u, _ := testUpstream(t, []int{1, 2, 1}, tenants.Upstream{})
 	counts := map[int]int{}
 	for range 400 {
 		counts[int(mustChoose(t, u, 0, 0, 0, false).index)]++
@@ -85,7 +93,7 @@ func TestRoundRobinSkipsTargetsOutOfRotation(t *testing.T) {
 }
 
 func TestLeastConn(t *testing.T) {
-	u := testUpstream(t, []int{1, 1, 2}, tenants.Upstream{Balance: tenants.BalanceLeastConn})
+	u, _ := testUpstream(t, []int{1, 1, 2}, tenants.Upstream{Balance: tenants.BalanceLeastConn})
 	// Idle: ties spread round-robin, not all to the first target.
 	counts := map[int]int{}
 	for range 300 {
@@ -114,7 +122,7 @@ func TestLeastConn(t *testing.T) {
 		t.Fatalf("t2 down: least loaded is t1, chose t%d", tg.index)
 	}
 	// Filling the in-flight counts in the order least_conn picks keeps them level.
-	v := testUpstream(t, []int{1, 1, 1, 1}, tenants.Upstream{Balance: tenants.BalanceLeastConn})
+	v, _ := testUpstream(t, []int{1, 1, 1, 1}, tenants.Upstream{Balance: tenants.BalanceLeastConn})
 	for range 40 {
 		mustChoose(t, v, 0, 0, 0, false).inflight.Add(1)
 	}
@@ -126,12 +134,12 @@ func TestLeastConn(t *testing.T) {
 }
 
 func TestHashRing(t *testing.T) {
-	u := testUpstream(t, []int{1, 1, 2, 0}, tenants.Upstream{Balance: tenants.BalanceHash, HashOn: tenants.HashOnIP})
+	u, _ := testUpstream(t, []int{1, 1, 2, 0}, tenants.Upstream{Balance: tenants.BalanceHash, HashOn: tenants.HashOnIP})
 	const keys = 20000
 	owner := make([]uint8, keys)
 	counts := map[uint8]int{}
 	for k := range keys {
-		key := mix64(fnv1a([]byte(fmt.Sprintf("client-%d", k))))
+		key := Key(([]byte(fmt.Sprintf("client-%d", k))))
 		tg := mustChoose(t, u, 0, 0, key, true)
 		owner[k] = tg.index
 		counts[tg.index]++
@@ -153,7 +161,7 @@ func TestHashRing(t *testing.T) {
 	u.targets[1].health.down.Store(true)
 	moved := map[uint8]int{}
 	for k := range keys {
-		key := mix64(fnv1a([]byte(fmt.Sprintf("client-%d", k))))
+		key := Key(([]byte(fmt.Sprintf("client-%d", k))))
 		tg := mustChoose(t, u, 0, 0, key, true)
 		if owner[k] != 1 && tg.index != owner[k] {
 			t.Fatalf("key %d of t%d moved to t%d when t1 went out", k, owner[k], tg.index)
@@ -167,7 +175,7 @@ func TestHashRing(t *testing.T) {
 	}
 	u.targets[1].health.down.Store(false)
 	for k := range keys {
-		key := mix64(fnv1a([]byte(fmt.Sprintf("client-%d", k))))
+		key := Key(([]byte(fmt.Sprintf("client-%d", k))))
 		if tg := mustChoose(t, u, 0, 0, key, true); tg.index != owner[k] {
 			t.Fatalf("key %d did not return to t%d", k, owner[k])
 		}
@@ -183,7 +191,7 @@ func TestHashRing(t *testing.T) {
 }
 
 func TestPassiveEjection(t *testing.T) {
-	u := testUpstream(t, []int{1, 1}, tenants.Upstream{Passive: &tenants.PassiveHealth{Failures: 3, EjectMS: 1000}})
+	u, ev := testUpstream(t, []int{1, 1}, tenants.Upstream{Passive: &tenants.PassiveHealth{Failures: 3, EjectMS: 1000}})
 	t0 := u.targets[0]
 	now := int64(time.Hour)
 	u.report(t0, outcomeFailed, false, now)
@@ -207,12 +215,12 @@ func TestPassiveEjection(t *testing.T) {
 	if !t0.inRotation(now + int64(time.Second)) {
 		t.Fatal("still out after eject_ms")
 	}
-	if n := testutilCount(t, u.m.ejections); n != 1 {
+	if n := ev.ejected; n != 1 {
 		t.Fatalf("ejections counted %v, want 1", n)
 	}
 
 	// With an active check, an ejected target waits for healthy_threshold passes.
-	v := testUpstream(t, []int{1, 1}, tenants.Upstream{
+	v, _ := testUpstream(t, []int{1, 1}, tenants.Upstream{
 		Passive:     &tenants.PassiveHealth{Failures: 1, EjectMS: 1},
 		HealthCheck: &tenants.HealthCheck{Path: "/", IntervalMS: 100, TimeoutMS: 100, HealthyThreshold: 2, UnhealthyThreshold: 3},
 	})
@@ -232,7 +240,7 @@ func TestPassiveEjection(t *testing.T) {
 }
 
 func TestActiveCheckThresholds(t *testing.T) {
-	u := testUpstream(t, []int{1}, tenants.Upstream{
+	u, ev := testUpstream(t, []int{1}, tenants.Upstream{
 		HealthCheck: &tenants.HealthCheck{Path: "/", IntervalMS: 100, TimeoutMS: 100, HealthyThreshold: 2, UnhealthyThreshold: 3},
 	})
 	t0 := u.targets[0]
@@ -264,13 +272,13 @@ func TestActiveCheckThresholds(t *testing.T) {
 	if !t0.inRotation(0) {
 		t.Fatal("unhealthy after 2 passes in a row")
 	}
-	if n := testutilCount(t, u.m.healthChanges); n != 2 {
+	if n := ev.changed; n != 2 {
 		t.Fatalf("health changes counted %v, want 2", n)
 	}
 }
 
 func TestCircuitBreaker(t *testing.T) {
-	u := testUpstream(t, []int{1, 1}, tenants.Upstream{
+	u, ev := testUpstream(t, []int{1, 1}, tenants.Upstream{
 		CircuitBreaker: &tenants.CircuitBreaker{ErrorPercent: 50, MinRequests: 4, WindowMS: 10_000, OpenMS: 1000},
 	})
 	t0, t1 := u.targets[0], u.targets[1]
@@ -291,7 +299,7 @@ func TestCircuitBreaker(t *testing.T) {
 		t.Fatal("open circuit's target chosen")
 	}
 	// Old failures leave the window.
-	v := testUpstream(t, []int{1}, tenants.Upstream{
+	v, _ := testUpstream(t, []int{1}, tenants.Upstream{
 		CircuitBreaker: &tenants.CircuitBreaker{ErrorPercent: 50, MinRequests: 4, WindowMS: 1000, OpenMS: 1000},
 	})
 	for range 3 {
@@ -334,11 +342,11 @@ func TestCircuitBreaker(t *testing.T) {
 			t.Fatal("circuit not closed after a successful trial")
 		}
 	}
-	if n := testutilCount(t, u.m.breakerOpens); n != 2 {
+	if n := ev.opened; n != 2 {
 		t.Fatalf("breaker opens counted %v, want 2", n)
 	}
 	// A WebSocket pick (no outcome report) never takes the trial.
-	w := testUpstream(t, []int{1}, tenants.Upstream{
+	w, _ := testUpstream(t, []int{1}, tenants.Upstream{
 		CircuitBreaker: &tenants.CircuitBreaker{ErrorPercent: 50, MinRequests: 1, WindowMS: 1000, OpenMS: 1},
 	})
 	w.report(w.targets[0], outcomeFailed, false, now)
@@ -401,23 +409,6 @@ func TestOutcomeOf(t *testing.T) {
 	}
 }
 
-// testutilCount sums a counter vector's series.
-func testutilCount(t *testing.T, vec *prometheus.CounterVec) float64 {
-	t.Helper()
-	ch := make(chan prometheus.Metric, 64)
-	vec.Collect(ch)
-	close(ch)
-	total := 0.0
-	for m := range ch {
-		var pb dto.Metric
-		if err := m.Write(&pb); err != nil {
-			t.Fatal(err)
-		}
-		total += pb.GetCounter().GetValue()
-	}
-	return total
-}
-
 // BenchmarkChoose: the per-request cost of each balancing method over 8 targets, all in
 // rotation (plain is the round-robin fast path proxyStep takes without any setting).
 func BenchmarkChoose(b *testing.B) {
@@ -432,18 +423,18 @@ func BenchmarkChoose(b *testing.B) {
 		{"least_conn", tenants.Upstream{Balance: tenants.BalanceLeastConn}},
 		{"hash", tenants.Upstream{Balance: tenants.BalanceHash, HashOn: tenants.HashOnIP}},
 	} {
-		u := testUpstream(b, weights, c.spec)
+		u, _ := testUpstream(b, weights, c.spec)
 		if c.name == "round_robin" {
 			b.Run("plain", func(b *testing.B) {
 				b.ReportAllocs()
 				for range b.N {
-					_ = u.pick()
+					_ = u.Pick()
 				}
 			})
 		}
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
-			key := mix64(fnv1a([]byte("203.0.113.7")))
+			key := Key(([]byte("203.0.113.7")))
 			for i := range b.N {
 				tg, _ := u.choose(int64(i), 0, key+uint64(i), true, true)
 				if tg == nil {

@@ -1,4 +1,4 @@
-package edge
+package balancer
 
 import (
 	"context"
@@ -39,7 +39,7 @@ type targetHealth struct {
 
 // inRotation reports whether t may be chosen now: healthy, not ejected, and its circuit
 // closed or ready for (or free of) its half-open trial.
-func (t *target) inRotation(now int64) bool {
+func (t *Target) inRotation(now int64) bool {
 	h := &t.health
 	if h.down.Load() || now < h.ejectedUntil.Load() {
 		return false
@@ -50,7 +50,7 @@ func (t *target) inRotation(now int64) bool {
 // admit lets one attempt go to t: always unless t's circuit is not closed, when the
 // attempt must be its half-open trial (trial says the caller will report the outcome).
 // isTrial tells the caller to report the outcome as the trial's.
-func (t *target) admit(now int64, trial bool) (ok, isTrial bool) {
+func (t *Target) admit(now int64, trial bool) (ok, isTrial bool) {
 	if t.health.br == nil {
 		return true, false
 	}
@@ -89,7 +89,7 @@ func failedStatus(s int) bool {
 }
 
 // report feeds the outcome of one exchange with t to passive health and t's breaker.
-func (u *upstream) report(t *target, o outcome, isTrial bool, now int64) {
+func (u *Upstream) report(t *Target, o outcome, isTrial bool, now int64) {
 	h := &t.health
 	if p := u.passive; p != nil {
 		switch o {
@@ -104,13 +104,13 @@ func (u *upstream) report(t *target, o outcome, isTrial bool, now int64) {
 		}
 	}
 	if h.br != nil && h.br.record(o, isTrial, now) {
-		u.count(u.m.breakerOpens)
+		u.ev().BreakerOpened()
 	}
 }
 
 // eject takes t out of rotation after too many failures in a row: for EjectMS, or, with
 // an active check, until the check has seen it healthy HealthyThreshold times in a row.
-func (u *upstream) eject(t *target, now int64) {
+func (u *Upstream) eject(t *Target, now int64) {
 	h := &t.health
 	h.fails.Store(0)
 	if u.check != nil {
@@ -128,13 +128,13 @@ func (u *upstream) eject(t *target, now int64) {
 		}
 		h.ejectedUntil.Store(now + int64(u.passive.EjectMS)*int64(time.Millisecond))
 	}
-	u.count(u.m.ejections)
+	u.ev().Ejected()
 }
 
 // checked records the result of an active check of t.
-func (u *upstream) checked(t *target, healthy bool) {
+func (u *Upstream) checked(t *Target, healthy bool) {
 	h := &t.health
-	var changed string
+	changed := false
 	h.mu.Lock()
 	if healthy {
 		h.failRun = 0
@@ -142,19 +142,19 @@ func (u *upstream) checked(t *target, healthy bool) {
 		if h.down.Load() && h.okRun >= u.check.HealthyThreshold {
 			h.down.Store(false)
 			h.fails.Store(0)
-			changed = "healthy"
+			changed = true
 		}
 	} else {
 		h.okRun = 0
 		h.failRun++
 		if !h.down.Load() && h.failRun >= u.check.UnhealthyThreshold {
 			h.down.Store(true)
-			changed = "unhealthy"
+			changed = true
 		}
 	}
 	h.mu.Unlock()
-	if changed != "" {
-		u.count(u.m.healthChanges, changed)
+	if changed {
+		u.ev().HealthChanged(healthy)
 	}
 }
 
@@ -287,16 +287,19 @@ func (b *breaker) reset() {
 	}
 }
 
-// healthCheckers tracks the edge's active health checkers, so Shutdown can wait for
-// them and tests can see none is left behind.
-type healthCheckers struct {
+// Checkers tracks the active health checkers of an edge's upstreams, so its shutdown
+// can wait for them and tests can see none is left behind.
+type Checkers struct {
 	wg   sync.WaitGroup
 	live atomic.Int64
 }
 
-// wait waits until every checker has stopped, or ctx ends. A checker stops at its next
+// Live is the number of checker goroutines running.
+func (c *Checkers) Live() int64 { return c.live.Load() }
+
+// Wait waits until every checker has stopped, or ctx ends. A checker stops at its next
 // step after its upstream is closed: at once, or when its check in flight ends.
-func (c *healthCheckers) wait(ctx context.Context) error {
+func (c *Checkers) Wait(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		c.wg.Wait()
@@ -312,26 +315,26 @@ func (c *healthCheckers) wait(ctx context.Context) error {
 
 // startChecks starts u's active checker, one goroutine per target so a target that
 // hangs until the check's timeout does not delay the checks of the others.
-func (e *Edge) startChecks(u *upstream) {
+func (u *Upstream) startChecks() {
 	u.stop = make(chan struct{})
 	for _, t := range u.targets {
-		e.checkers.wg.Add(1)
-		e.checkers.live.Add(1)
-		go e.checkLoop(u, t)
+		u.checkers.wg.Add(1)
+		u.checkers.live.Add(1)
+		go u.checkLoop(t)
 	}
 }
 
-// close stops u's active checker, if it has one. Requests still running on an old
+// Close stops u's active checker, if it has one. Requests still running on an old
 // snapshot may go on using u; its targets' state just stops changing with checks.
-func (u *upstream) close() {
+func (u *Upstream) Close() {
 	if u.stop != nil {
 		u.stopOnce.Do(func() { close(u.stop) })
 	}
 }
 
-func (e *Edge) checkLoop(u *upstream, t *target) {
-	defer e.checkers.wg.Done()
-	defer e.checkers.live.Add(-1)
+func (u *Upstream) checkLoop(t *Target) {
+	defer u.checkers.wg.Done()
+	defer u.checkers.live.Add(-1)
 	interval := time.Duration(u.check.IntervalMS) * time.Millisecond
 	// The first check comes at a random point of the first interval, so the routes a
 	// compile builds together do not check in lockstep.
@@ -346,7 +349,7 @@ func (e *Edge) checkLoop(u *upstream, t *target) {
 			return
 		case <-timer.C:
 		}
-		if ok, counts := e.probe(u, t, req, resp); counts {
+		if ok, counts := u.probe(t, req, resp); counts {
 			select {
 			case <-u.stop:
 				return // the upstream was dropped during the check: its state no longer matters
@@ -361,13 +364,13 @@ func (e *Edge) checkLoop(u *upstream, t *target) {
 // probe sends one check to t through its pool (so the operator's address rule, the dialer and
 // the target's TLS apply as to traffic). counts is false when the edge's own pool had no
 // free connection, which says nothing about the target.
-func (e *Edge) probe(u *upstream, t *target, req *fasthttp.Request, resp *fasthttp.Response) (ok, counts bool) {
+func (u *Upstream) probe(t *Target, req *fasthttp.Request, resp *fasthttp.Response) (ok, counts bool) {
 	req.Reset()
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.Header.SetRequestURI(u.check.Path)
-	req.Header.SetHostBytes(t.host)
+	req.Header.SetHostBytes(t.Host)
 	req.Header.SetUserAgent("tollgate-health-check")
-	err := t.client.DoTimeout(req, resp, time.Duration(u.check.TimeoutMS)*time.Millisecond)
+	err := t.Client.DoTimeout(req, resp, time.Duration(u.check.TimeoutMS)*time.Millisecond)
 	status := resp.StatusCode()
 	_ = resp.CloseBodyStream() // a streamed body is not read: its connection closes
 	resp.Reset()
@@ -375,8 +378,8 @@ func (e *Edge) probe(u *upstream, t *target, req *fasthttp.Request, resp *fastht
 		if errors.Is(err, fasthttp.ErrNoFreeConns) {
 			return false, false
 		}
-		if e.debug {
-			e.log.Debug("edge: health check failed", "upstream", t.url, "err", err)
+		if u.log != nil {
+			u.log.Debug("edge: health check failed", "upstream", t.URL, "err", err)
 		}
 		return false, true
 	}

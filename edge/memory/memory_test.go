@@ -1,4 +1,4 @@
-package edge
+package memory
 
 import (
 	"context"
@@ -53,7 +53,7 @@ func TestMemoryReturnerRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	returned := make(chan [2]uint64, 1)
-	go MemoryReturner{Every: 100 * time.Millisecond, Grown: 16 << 20, MinGap: time.Millisecond, Returned: func(before, after uint64) {
+	go Returner{Every: 100 * time.Millisecond, Grown: 16 << 20, MinGap: time.Millisecond, Returned: func(before, after uint64) {
 		select {
 		case returned <- [2]uint64{before, after}:
 		default:

@@ -1,4 +1,4 @@
-package edge
+package balancer
 
 import (
 	"slices"
@@ -16,7 +16,7 @@ import (
 // others keep their weights' proportions), least_conn compares only the targets in
 // rotation, and hash walks the ring on to the next virtual node of a target in rotation,
 // so only the keys of the targets out move, and they come back when their target does.
-// With none left the request gets 503 no_healthy_upstream.
+// With none left the caller answers 503 no_healthy_upstream.
 
 // Balancing methods, compiled.
 const (
@@ -25,12 +25,19 @@ const (
 	balanceHash
 )
 
-// What a hash upstream hashes, compiled.
+// HashSource is what a hash upstream's key is computed from; the caller, which has the
+// request, computes it (Key) and passes it in.
+type HashSource uint8
+
 const (
-	hashConsumer = iota
-	hashIP
-	hashHeader
+	HashNone     HashSource = iota // not a hash upstream: no key
+	HashConsumer                   // the consumer's id, else the client's address
+	HashIP                         // the client's address
+	HashHeader                     // a request header's value (HashOn's name)
 )
+
+// HashOn is what u's requests are hashed by and, for HashHeader, the header's name.
+func (u *Upstream) HashOn() (HashSource, []byte) { return u.hashOn, u.hashHeader }
 
 // vnodesPerTarget is the ring's size per target of average weight: enough virtual nodes
 // that targets of equal weight get shares within a few percent of each other.
@@ -46,7 +53,7 @@ type ringNode struct {
 // i gets about weight_i / mean weight × vnodesPerTarget of them (at least one unless its
 // weight is 0). A node's place depends only on its target's URL and its number, so every
 // edge builds the same ring and a target added or removed moves only its own keys.
-func buildRing(targets []*target) []ringNode {
+func buildRing(targets []*Target) []ringNode {
 	total := 0
 	for _, t := range targets {
 		total += t.weight
@@ -62,10 +69,10 @@ func buildRing(targets []*target) []ringNode {
 		}
 		n := max(1, t.weight*vnodesPerTarget*len(targets)/total)
 		for v := range n {
-			buf = append(buf[:0], t.url...)
+			buf = append(buf[:0], t.URL...)
 			buf = append(buf, '#')
 			buf = strconv.AppendInt(buf, int64(v), 10)
-			ring = append(ring, ringNode{hash: mix64(fnv1a(buf)), target: uint8(i)})
+			ring = append(ring, ringNode{hash: Key(buf), target: uint8(i)})
 		}
 	}
 	slices.SortFunc(ring, func(a, b ringNode) int {
@@ -80,11 +87,12 @@ func buildRing(targets []*target) []ringNode {
 	return ring
 }
 
-// fnv1a is FNV-1a 64 of b: the same on every edge (unlike maphash) and allocation-free.
-func fnv1a(b []byte) uint64 { return fnv1aFrom(fnvOffset64, b) }
+// Key is the ring position of a request's hash key: FNV-1a 64 of b, the same on every
+// edge (unlike maphash) and allocation-free, then spread by Mix.
+func Key(b []byte) uint64 { return Mix(FNV1a(FNVOffset, b)) }
 
-// fnv1aFrom continues an FNV-1a 64 hash in state h over b.
-func fnv1aFrom(h uint64, b []byte) uint64 {
+// FNV1a continues an FNV-1a 64 hash in state h over b; FNVOffset is its start.
+func FNV1a(h uint64, b []byte) uint64 {
 	for _, c := range b {
 		h ^= uint64(c)
 		h *= fnvPrime64
@@ -93,13 +101,13 @@ func fnv1aFrom(h uint64, b []byte) uint64 {
 }
 
 const (
-	fnvOffset64 = 14695981039346656037
-	fnvPrime64  = 1099511628211
+	FNVOffset  = 14695981039346656037
+	fnvPrime64 = 1099511628211
 )
 
-// mix64 spreads FNV's output over the whole range (a murmur3 finalizer), so short keys
-// that differ in a byte land far apart on the ring.
-func mix64(h uint64) uint64 {
+// Mix spreads FNV's output over the whole range (a murmur3 finalizer), so short keys
+// that differ in a byte land far apart.
+func Mix(h uint64) uint64 {
 	h ^= h >> 33
 	h *= 0xff51afd7ed558ccd
 	h ^= h >> 33
@@ -108,30 +116,8 @@ func mix64(h uint64) uint64 {
 	return h
 }
 
-// hashKey is the ring position of x's request for a hash upstream; ok is false when the
-// request has no key (hash on a header it does not carry), and it is then balanced
-// round-robin. It must run before forwardHeaders, whose rewrite of X-Forwarded-For
-// clientIP reads.
-func (u *upstream) hashKey(x *exchange) (h uint64, ok bool) {
-	switch u.hashOn {
-	case hashConsumer:
-		if c := x.consumer; c != nil {
-			return mix64(fnv1a(c.id)), true
-		}
-		return mix64(fnv1a(x.clientIP())), true
-	case hashIP:
-		return mix64(fnv1a(x.clientIP())), true
-	default:
-		v := x.ctx.Request.Header.PeekBytes(u.hashHeader)
-		if v == nil {
-			return 0, false
-		}
-		return mix64(fnv1a(v)), true
-	}
-}
-
 // compileBalance sets u's balancing from its validated settings.
-func (u *upstream) compileBalance(spec *tenants.Upstream) {
+func (u *Upstream) compileBalance(spec *tenants.Upstream) {
 	switch spec.Balance {
 	case tenants.BalanceLeastConn:
 		u.balance = balanceLeastConn
@@ -140,11 +126,11 @@ func (u *upstream) compileBalance(spec *tenants.Upstream) {
 		u.ring = buildRing(u.targets)
 		switch spec.HashOn {
 		case tenants.HashOnIP:
-			u.hashOn = hashIP
+			u.hashOn = HashIP
 		case tenants.HashOnConsumer, "":
-			u.hashOn = hashConsumer
+			u.hashOn = HashConsumer
 		default:
-			u.hashOn = hashHeader
+			u.hashOn = HashHeader
 			u.hashHeader = []byte(spec.HashOn[len(tenants.HashOnHeader):])
 		}
 	default:
@@ -157,7 +143,7 @@ func (u *upstream) compileBalance(spec *tenants.Upstream) {
 // trial, a target whose circuit is half-open may be chosen for its one trial request
 // (isTrial; the caller must then report the outcome); without, such targets are
 // skipped. It returns nil when no target outside tried is in rotation.
-func (u *upstream) choose(now int64, tried uint64, key uint64, hasKey, trial bool) (t *target, isTrial bool) {
+func (u *Upstream) choose(now int64, tried uint64, key uint64, hasKey, trial bool) (t *Target, isTrial bool) {
 	// A target that loses the race for its half-open trial is skipped and the pick made
 	// again without it; each round excludes one more target, so this ends.
 	for range len(u.targets) + 1 {
@@ -187,7 +173,7 @@ func (u *upstream) choose(now int64, tried uint64, key uint64, hasKey, trial boo
 // After a few skips (most targets out, or concurrent picks taking the slots this one
 // could have had) it takes any target in rotation, as a cycle may be 64,000 slots long.
 // A retry (tried not empty) looks ahead from the current slot without taking any.
-func (u *upstream) roundRobin(now int64, tried uint64) *target {
+func (u *Upstream) roundRobin(now int64, tried uint64) *Target {
 	n := uint32(len(u.seq))
 	tries := min(n, 4*uint32(len(u.targets)))
 	var i uint32
@@ -224,10 +210,10 @@ func (u *upstream) roundRobin(now int64, tried uint64) *target {
 // its weight. The scan starts at a rotating offset and keeps the first of equals, so
 // equally loaded targets (an idle route) share requests round-robin instead of the first
 // one taking them all.
-func (u *upstream) leastConn(now int64, tried uint64) *target {
+func (u *Upstream) leastConn(now int64, tried uint64) *Target {
 	n := uint32(len(u.targets))
 	start := u.next.Add(1)
-	var best *target
+	var best *Target
 	var bestLoad int64
 	for k := range n {
 		t := u.targets[(start+k)%n]
@@ -245,7 +231,7 @@ func (u *upstream) leastConn(now int64, tried uint64) *target {
 
 // onRing walks the ring clockwise from key to the first virtual node of a target in
 // rotation. Once every target has been seen out of rotation the walk stops early.
-func (u *upstream) onRing(now int64, tried uint64, key uint64) *target {
+func (u *Upstream) onRing(now int64, tried uint64, key uint64) *Target {
 	ring := u.ring
 	n := len(ring)
 	if n == 0 {
