@@ -30,7 +30,9 @@ type routeForm struct {
 	// Canary is the canary's targets as Upstream's lines, CanaryWeight its percentage;
 	// no lines: no canary.
 	Canary, CanaryWeight string
-	Errors               map[string]string
+	// Functions are the route's functions as lines: name[@sha256] [config].
+	Functions string
+	Errors    map[string]string
 }
 
 var allMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
@@ -45,7 +47,41 @@ func formOf(r *tenants.Route) routeForm {
 	if r.RateLimit != nil && r.RateLimit.RPS > 0 {
 		f.RPS, f.Burst = strconv.Itoa(r.RateLimit.RPS), strconv.Itoa(r.RateLimit.Burst)
 	}
+	f.Functions = functionLines(r.Functions)
 	return f
+}
+
+// functionLines shows a route's functions as the form's lines: the name, @ and the
+// version it runs, then its configuration (the rest of the line).
+func functionLines(fs []tenants.FunctionRef) string {
+	var out []string
+	for _, fn := range fs {
+		line := fn.Name
+		if fn.SHA256 != "" {
+			line += "@" + fn.SHA256
+		}
+		if fn.Config != "" {
+			line += " " + fn.Config
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
+}
+
+// readFunctions reads functionLines' form back. A line without @sha256 runs the
+// function's current version once saved.
+func readFunctions(text string) []tenants.FunctionRef {
+	var fs []tenants.FunctionRef
+	for _, l := range strings.Split(text, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		head, config, _ := strings.Cut(l, " ")
+		name, sha, _ := strings.Cut(head, "@")
+		fs = append(fs, tenants.FunctionRef{Name: name, SHA256: sha, Config: strings.TrimSpace(config)})
+	}
+	return fs
 }
 
 func lines(s string) []string {
@@ -94,6 +130,8 @@ func readRouteForm(ctx *fiber.Ctx, r *tenants.Route) routeForm {
 		c.Weight = w
 		r.Canary = &c
 	}
+	f.Functions = ctx.FormValue("functions")
+	r.Functions = readFunctions(f.Functions)
 	r.RateLimit = nil
 	if f.RPS != "" || f.Burst != "" {
 		rps, err1 := strconv.Atoi(f.RPS)
@@ -106,7 +144,7 @@ func readRouteForm(ctx *fiber.Ctx, r *tenants.Route) routeForm {
 	return f
 }
 
-var routeAlias = map[string]string{"upstream": "upstream", "rate_limit": "rate_limit", "canary": "canary"}
+var routeAlias = map[string]string{"upstream": "upstream", "rate_limit": "rate_limit", "canary": "canary", "functions": "functions"}
 
 // targetLines shows targets as the form's lines: a URL, then its weight unless 1.
 func targetLines(targets []tenants.Target) string {
