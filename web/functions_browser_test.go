@@ -94,7 +94,7 @@ func TestConsoleFunctions(t *testing.T) {
 	}
 	owner.eval(`window.confirm = () => true; "ok"`)
 	owner.do(chromedp.Click(chromedp.CSS(`form[action$="/delete"] button`)), chromedp.WaitNotPresent(chromedp.CSS(`#versions`)))
-	owner.contains("is used by route(s) "+routeID+"; remove it from them first")
+	owner.contains("is used by route(s) " + routeID + "; remove it from them first")
 	owner.screenshot("44-function-delete-refused")
 
 	req, _ := http.NewRequest("DELETE", s.api+"/v1/tenants/"+slug+"/routes/"+routeID, nil)
