@@ -57,7 +57,9 @@ func functionLines(fs []tenants.FunctionRef) string {
 	var out []string
 	for _, fn := range fs {
 		line := fn.Name
-		if fn.SHA256 != "" {
+		// A ref without a name (refused by validation, shown again to be fixed) keeps
+		// its "@", so its configuration does not read back as a name.
+		if fn.SHA256 != "" || fn.Name == "" {
 			line += "@" + fn.SHA256
 		}
 		if fn.Config != "" {
