@@ -107,6 +107,13 @@ func TestFunctionsAPI(t *testing.T) {
 	if n := e.auditCount(acme, "functions.update"); n != 1 {
 		t.Fatalf("%d audit entries functions.update", n)
 	}
+	// Who may write routes may upload; a viewer reads.
+	viewer := e.roleToken("acme", tenants.RoleViewer).token
+	e.do("PUT", base+"sign", viewer, v1, "Content-Type", "application/wasm").wantErr(403, "forbidden", "")
+	e.do("DELETE", base+"sign", viewer, nil).wantErr(403, "forbidden", "")
+	e.do("GET", base+"sign", viewer, nil).want(200)
+	dev := e.roleToken("acme", tenants.RoleDeveloper).token
+	e.do("PUT", base+"sign", dev, v1, "Content-Type", "application/wasm").want(200)
 
 	// A route naming it gets the current version's digest.
 	rb := routeBody("signed", "/signed")
