@@ -3,10 +3,13 @@ package main
 import (
 	"log/slog"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"tollgate/api"
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
 	"tollgate/infra/config"
+	"tollgate/infra/functionstore"
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
 	"tollgate/web"
@@ -17,26 +20,39 @@ import (
 // same database (empty until the edges' meter and `tollgate billing` feed them).
 func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *slog.Logger, connect billing.ConnectService) {
 	_, port := tenants.SplitHostPort(cfg.EdgeAddr)
+	var (
+		modules web.ModuleStore
+		logs    web.FunctionLogReader
+	)
+	if cp.modules != nil {
+		modules = cp.modules
+	}
+	if js, err := jetstream.New(cp.nc); err == nil {
+		logs = functionstore.NewLogReader(js, cfg.NATSPrefix, cfg.NATSReplicas)
+	}
 	web.New(web.Config{
-		Tenants:     cp.db,
-		Routes:      cp.db,
-		Consumers:   cp.db,
-		People:      cp.db,
-		Audit:       cp.db,
-		Plans:       cp.db,
-		JWTIssuers:  cp.db,
-		AccessRules: cp.db,
-		Usage:       billingpg.New(cp.db.Pool()),
-		Payments:    billingpg.New(cp.db.Pool()),
-		Connect:     connect,
-		Prices:      billingpg.New(cp.db.Pool()),
-		Portals:     cp.db,
-		Domains:     cp.db,
-		Upstreams:   upstreamRule(cfg),
-		EdgeDomain:  cfg.EdgeDomain,
-		EdgePort:    port,
-		Mailer:      cp.mail,
-		PublicURL:   cfg.PublicURL,
+		Modules:      modules,
+		FunctionLogs: logs,
+		Tenants:      cp.db,
+		Routes:       cp.db,
+		Consumers:    cp.db,
+		People:       cp.db,
+		Audit:        cp.db,
+		Plans:        cp.db,
+		JWTIssuers:   cp.db,
+		AccessRules:  cp.db,
+		Usage:        billingpg.New(cp.db.Pool()),
+		Payments:     billingpg.New(cp.db.Pool()),
+		Connect:      connect,
+		Prices:       billingpg.New(cp.db.Pool()),
+		Portals:      cp.db,
+		Domains:      cp.db,
+		Functions:    cp.db,
+		Upstreams:    upstreamRule(cfg),
+		EdgeDomain:   cfg.EdgeDomain,
+		EdgePort:     port,
+		Mailer:       cp.mail,
+		PublicURL:    cfg.PublicURL,
 		// The api's load balancers are the edge's trusted proxies too.
 		TrustedProxies: cfg.TrustedProxy,
 		Logger:         log,

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
 	"tollgate/billing"
@@ -256,14 +257,21 @@ func New(cfg Config) *Server {
 		ReadTimeout:           cfg.ReadTimeout,
 		WriteTimeout:          cfg.WriteTimeout,
 		IdleTimeout:           cfg.IdleTimeout,
-		// Module uploads are the only bodies past BodyLimit; every other handler holds
-		// its body to BodyLimit itself.
-		BodyLimit:     max(cfg.BodyLimit, functionBodyLimit+64<<10),
-		CaseSensitive: true,
+		BodyLimit:             cfg.BodyLimit,
+		CaseSensitive:         true,
 		// Values from the context stay valid after the handler: this is the control
 		// plane, where safety beats the allocations Immutable costs.
 		Immutable: true,
 	})
+	// Function uploads are the one body allowed past BodyLimit; the limit is set per
+	// request from its header, so every other body over BodyLimit is still refused on
+	// its Content-Length alone.
+	s.app.Server().HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		if isFunctionUpload(string(h.Method()), string(h.RequestURI())) {
+			return fasthttp.RequestConfig{MaxRequestBodySize: functionBodyLimit}
+		}
+		return fasthttp.RequestConfig{}
+	}
 	s.endpoints = s.table()
 	if cfg.Tracer != nil {
 		s.app.Use(s.traced)

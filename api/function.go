@@ -38,7 +38,29 @@ const MediaWasm = "application/wasm"
 
 // functionBodyLimit is the largest body a function upload may have: the ceiling of the
 // plans' function_bytes. The store refuses what the tenant's plan does not allow.
-const functionBodyLimit = 16 << 20
+const functionBodyLimit = 16<<20 + 64<<10 // and the console form's multipart framing
+
+// isFunctionUpload reports whether a request uploads a module: PUT
+// /v1/tenants/{slug}/functions/{name}, or the console's upload form (mounted on this app),
+// POST /console/t/{slug}/functions, whose multipart body holds the module.
+func isFunctionUpload(method, uri string) bool {
+	path, _, _ := strings.Cut(uri, "?")
+	if method == http.MethodPost {
+		rest, ok := strings.CutPrefix(path, "/console/t/")
+		_, rest, _ = strings.Cut(rest, "/")
+		return ok && rest == "functions"
+	}
+	if method != http.MethodPut {
+		return false
+	}
+	rest, ok := strings.CutPrefix(path, "/v1/tenants/")
+	if !ok {
+		return false
+	}
+	_, rest, _ = strings.Cut(rest, "/")
+	name, ok := strings.CutPrefix(rest, "functions/")
+	return ok && name != "" && !strings.Contains(name, "/")
+}
 
 func (s *Server) functionService() (tenants.FunctionService, error) {
 	if s.cfg.Functions == nil {
@@ -70,8 +92,8 @@ func (s *Server) putFunction(c *fiber.Ctx, r *request) error {
 		return tenants.Errorf(tenants.EUnsupportedMedia, "the body must be the module, Content-Type: %s", MediaWasm)
 	}
 	module := c.Body()
-	if len(module) > functionBodyLimit {
-		return tenants.Errorf(tenants.EBodyTooLarge, "a module may have at most %d bytes", functionBodyLimit)
+	if len(module) > tenants.MaxResources.FunctionBytes {
+		return tenants.Errorf(tenants.EBodyTooLarge, "a module may have at most %d bytes", tenants.MaxResources.FunctionBytes)
 	}
 	if len(module) == 0 {
 		return tenants.Invalid("module", "the body is empty: send the module")

@@ -20,10 +20,10 @@ func TestPlatformPlanResources(t *testing.T) {
 	tok := e.token("acme")
 
 	want := map[string]string{
-		"free":       `{"cache_bytes":1048576,"consumers":100,"domains":1,"jwt_issuers":2,"keys_per_consumer":2,"plans":3,"policy_rules":100,"routes":10}`,
-		"pro":        `{"cache_bytes":33554432,"consumers":10000,"domains":10,"jwt_issuers":8,"keys_per_consumer":5,"plans":20,"policy_rules":1000,"routes":500}`,
-		"enterprise": `{"cache_bytes":134217728,"consumers":100000,"domains":100,"jwt_issuers":32,"keys_per_consumer":10,"plans":100,"policy_rules":11000,"routes":10000}`,
-		"unlimited":  `{"cache_bytes":1073741824,"consumers":1000000,"domains":1000,"jwt_issuers":32,"keys_per_consumer":100,"plans":1000,"policy_rules":11000,"routes":50000}`,
+		"free":       `{"cache_bytes":1048576,"consumers":100,"domains":1,"function_bytes":1048576,"function_concurrency":2,"function_timeout_ms":5,"functions":3,"jwt_issuers":2,"keys_per_consumer":2,"plans":3,"policy_rules":100,"routes":10}`,
+		"pro":        `{"cache_bytes":33554432,"consumers":10000,"domains":10,"function_bytes":4194304,"function_concurrency":8,"function_timeout_ms":10,"functions":25,"jwt_issuers":8,"keys_per_consumer":5,"plans":20,"policy_rules":1000,"routes":500}`,
+		"enterprise": `{"cache_bytes":134217728,"consumers":100000,"domains":100,"function_bytes":16777216,"function_concurrency":32,"function_timeout_ms":50,"functions":200,"jwt_issuers":32,"keys_per_consumer":10,"plans":100,"policy_rules":11000,"routes":10000}`,
+		"unlimited":  `{"cache_bytes":1073741824,"consumers":1000000,"domains":1000,"function_bytes":16777216,"function_concurrency":256,"function_timeout_ms":100,"functions":1000,"jwt_issuers":32,"keys_per_consumer":100,"plans":1000,"policy_rules":11000,"routes":50000}`,
 	}
 	for _, it := range e.do("GET", "/v1/platform/plans", tok, nil).want(200).items() {
 		p := it.(map[string]any)
@@ -54,6 +54,10 @@ func TestPlatformPlanResources(t *testing.T) {
 		{map[string]any{"jwt_issuers": 33}, "resources.jwt_issuers"},
 		{map[string]any{"policy_rules": 11_001}, "resources.policy_rules"},
 		{map[string]any{"cache_bytes": int64(1)<<40 + 1}, "resources.cache_bytes"},
+		{map[string]any{"functions": 1001}, "resources.functions"},
+		{map[string]any{"function_bytes": 16<<20 + 1}, "resources.function_bytes"},
+		{map[string]any{"function_timeout_ms": 101}, "resources.function_timeout_ms"},
+		{map[string]any{"function_concurrency": -1}, "resources.function_concurrency"},
 	} {
 		e.do("PUT", "/v1/platform/plans/odd", adminToken, map[string]any{"resources": c.res}, "If-Match", "*").
 			wantErr(400, "validation_failed", c.field)
@@ -63,7 +67,7 @@ func TestPlatformPlanResources(t *testing.T) {
 	e.do("GET", "/v1/platform/plans/odd", adminToken, nil).wantErr(404, "not_found", "")
 
 	p := e.do("PUT", "/v1/platform/plans/odd", adminToken, map[string]any{"resources": map[string]any{"routes": 3, "cache_bytes": 0}}, "If-Match", "*").want(200)
-	if got := jsonText(t, p.json["resources"]); got != `{"cache_bytes":0,"consumers":1000000,"domains":1000,"jwt_issuers":32,"keys_per_consumer":100,"plans":1000,"policy_rules":11000,"routes":3}` {
+	if got := jsonText(t, p.json["resources"]); got != `{"cache_bytes":0,"consumers":1000000,"domains":1000,"function_bytes":16777216,"function_concurrency":256,"function_timeout_ms":100,"functions":1000,"jwt_issuers":32,"keys_per_consumer":100,"plans":1000,"policy_rules":11000,"routes":3}` {
 		t.Errorf("odd resources %s", got)
 	}
 	p = e.do("PUT", "/v1/platform/plans/odd", adminToken, map[string]any{"concurrency": 2}, "If-Match", `"1"`).want(200)

@@ -56,8 +56,42 @@ func TestDefaultBodyLimit(t *testing.T) {
 	}
 }
 
+// A function upload may be past BodyLimit, up to its own limit, announced on the header.
+func TestFunctionUploadBodyLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *api.Config) { c.BodyLimit = 1024 })
+	e.tenant("acme")
+	addr := e.serve()
+	if res, body := announce(t, addr, "/v1/tenants/acme/consumers", 2048, ""); res.StatusCode != 413 {
+		t.Fatalf("a consumer of 2 KiB: %d %s", res.StatusCode, body)
+	}
+	res, body := announceMethod(t, "PUT", addr, "/v1/tenants/acme/functions/f", 17<<20, "")
+	if res.StatusCode != 413 || !strings.Contains(body, "body_too_large") {
+		t.Fatalf("a module over 16 MiB: %d %s", res.StatusCode, body)
+	}
+	// 2 KiB that is not Wasm is read and judged, not refused for its size.
+	req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/tenants/acme/functions/f", strings.NewReader(strings.Repeat("x", 2048)))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/wasm")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 400 || !strings.Contains(string(b), `"field":"module"`) {
+		t.Fatalf("2 KiB of text as a module: %d %s", r.StatusCode, b)
+	}
+}
+
 // announce sends the headers of a POST with Content-Length n, and no body.
 func announce(t *testing.T, addr, path string, n int, requestID string) (*http.Response, string) {
+	t.Helper()
+	return announceMethod(t, "POST", addr, path, n, requestID)
+}
+
+// announceMethod is announce with another method.
+func announceMethod(t *testing.T, method, addr, path string, n int, requestID string) (*http.Response, string) {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -65,7 +99,7 @@ func announce(t *testing.T, addr, path string, n int, requestID string) (*http.R
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	req := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", path, adminToken, n)
+	req := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", method, path, adminToken, n)
 	if requestID != "" {
 		req += "X-Request-Id: " + requestID + "\r\n"
 	}

@@ -33,13 +33,22 @@ type ConfigDocument struct {
 	// Revision stamps the state exported (ConfigRevision); apply refuses a document whose
 	// revision is not current, unless forced, so an edit of a stale copy does not undo
 	// changes made since.
-	Revision    string          `json:"revision,omitempty" doc:"Opaque stamp of the state exported. Apply refuses a document whose revision is no longer current (409 version_conflict) unless forced; without one, no check is made."`
-	Routes      []*Route        `json:"routes" doc:"Routes, by name."`
-	Consumers   []*Consumer     `json:"consumers" doc:"Consumers, by name. Their API keys are not config: they are created and revoked through .../keys."`
-	Plans       []*ConsumerPlan `json:"plans" doc:"Plans, by name."`
-	JWTIssuers  []*Issuer       `json:"jwt_issuers" doc:"JWT issuers, by issuer. Export leaves hs256_secret out; on apply, an issuer with no key source keeps the stored secret."`
-	AccessRules *AccessRules    `json:"policy,omitempty" doc:"The tenant's policy; absent: left as it is."`
-	Domains     []ConfigDomain  `json:"domains" doc:"Custom domains, by host name. Apply keeps or (with prune) removes them; a domain is claimed with its certificate through .../domains."`
+	Revision    string           `json:"revision,omitempty" doc:"Opaque stamp of the state exported. Apply refuses a document whose revision is no longer current (409 version_conflict) unless forced; without one, no check is made."`
+	Routes      []*Route         `json:"routes" doc:"Routes, by name."`
+	Consumers   []*Consumer      `json:"consumers" doc:"Consumers, by name. Their API keys are not config: they are created and revoked through .../keys."`
+	Plans       []*ConsumerPlan  `json:"plans" doc:"Plans, by name."`
+	JWTIssuers  []*Issuer        `json:"jwt_issuers" doc:"JWT issuers, by issuer. Export leaves hs256_secret out; on apply, an issuer with no key source keeps the stored secret."`
+	AccessRules *AccessRules     `json:"policy,omitempty" doc:"The tenant's policy; absent: left as it is."`
+	Domains     []ConfigDomain   `json:"domains" doc:"Custom domains, by host name. Apply keeps or (with prune) removes them; a domain is claimed with its certificate through .../domains."`
+	Functions   []ConfigFunction `json:"functions" doc:"Functions, by name, each with the sha256 of its current version. The modules are uploaded through .../functions/{name}; apply makes an uploaded version current (or, with prune, deletes the functions left out), and a sha256 the tenant never uploaded under that name is refused."`
+}
+
+// ConfigFunction is a function as the document names it: its module is uploaded through
+// the functions API (bytes do not belong in git), and the document says which uploaded
+// version is current, the one a route naming the function without a digest runs.
+type ConfigFunction struct {
+	Name   string `json:"name" required:"true"`
+	SHA256 string `json:"sha256" required:"true" doc:"Hex SHA-256 of the version to make current; one the tenant uploaded under this name."`
 }
 
 // ConfigDomain is a custom domain as the document names it. Its certificate and key are
@@ -59,11 +68,12 @@ const (
 	ConfigKindJWTIssuer   = "jwt_issuer"
 	ConfigKindAccessRules = "policy"
 	ConfigKindDomain      = "domain"
+	ConfigKindFunction    = "function"
 )
 
 // ConfigChange names one object an apply creates, updates or deletes.
 type ConfigChange struct {
-	Kind string `json:"kind" enum:"route,consumer,plan,jwt_issuer,policy,domain"`
+	Kind string `json:"kind" enum:"route,consumer,plan,jwt_issuer,policy,domain,function"`
 	Name string `json:"name" doc:"The object's name (an issuer's issuer, a domain's host name; the policy's is policy)."`
 }
 
@@ -144,6 +154,19 @@ func (d *ConfigDocument) CheckNames() error {
 			return Invalid(fmt.Sprintf("domains[%d].hostname", i), "is required")
 		}
 	}
+	for i := range d.Functions {
+		f := &d.Functions[i]
+		if err := ValidateFunctionName(f.Name); err != nil {
+			return Invalid(fmt.Sprintf("functions[%d].name", i), "%v", err)
+		}
+		f.SHA256 = strings.ToLower(f.SHA256)
+		if !ValidDigest(f.SHA256) {
+			return Invalid(fmt.Sprintf("functions[%d].sha256", i), "must be 64 hex digits (the module's sha256)")
+		}
+	}
+	if err := check("functions", len(d.Functions), func(i int) string { return d.Functions[i].Name }, "name"); err != nil {
+		return err
+	}
 	return check("domains", len(d.Domains), func(i int) string { return strings.ToLower(d.Domains[i].Hostname) }, "hostname")
 }
 
@@ -154,6 +177,7 @@ func (d *ConfigDocument) Sort() {
 	slices.SortFunc(d.Plans, func(a, b *ConsumerPlan) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(d.JWTIssuers, func(a, b *Issuer) int { return strings.Compare(a.Issuer, b.Issuer) })
 	slices.SortFunc(d.Domains, func(a, b ConfigDomain) int { return strings.Compare(a.Hostname, b.Hostname) })
+	slices.SortFunc(d.Functions, func(a, b ConfigFunction) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // AtPath is err with its field placed under path, the object's place in a document:

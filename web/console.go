@@ -71,6 +71,15 @@ type Config struct {
 	// serves the portal). Nil Portals: the page says the portal is not served here.
 	Portals tenants.PortalService
 	Domains tenants.DomainService
+	// Functions serves the functions page and the route form's functions. Modules is the
+	// object store an upload goes to before Postgres (nil: Postgres only), FunctionLogs
+	// reads the functions' log lines (nil: none shown), ValidateModule checks an upload
+	// (default: edge/function.Validate, the edges' own check). Nil Functions: the page
+	// says functions are not managed here.
+	Functions      tenants.FunctionService
+	Modules        ModuleStore
+	FunctionLogs   FunctionLogReader
+	ValidateModule func(ctx context.Context, module []byte) error
 	// Roles decides what each role may do. Default: rbac.Must().
 	Roles *rbac.Roles
 	// Upstreams is the operator's rule on route targets (as the API's). Default: zero policy.
@@ -122,6 +131,9 @@ type Console struct {
 func New(cfg Config) *Console {
 	if cfg.Tenants == nil || cfg.Routes == nil || cfg.Consumers == nil || cfg.People == nil || cfg.Audit == nil {
 		panic("web.New: Config needs Tenants, Routes, Consumers, People and Audit")
+	}
+	if cfg.ValidateModule == nil {
+		cfg.ValidateModule = validateModuleDefault
 	}
 	if cfg.Roles == nil {
 		cfg.Roles = rbac.Must()
@@ -229,6 +241,11 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Get("/routes/:id", c.routeEditPage)
 	t.Post("/routes/:id", c.routeUpdate)
 	t.Post("/routes/:id/delete", c.routeDelete)
+	t.Get("/functions", c.functionsPage)
+	t.Post("/functions", c.functionUpload)
+	t.Get("/functions/:name", c.functionPage)
+	t.Get("/functions/:name/module", c.functionModule)
+	t.Post("/functions/:name/delete", c.functionDelete)
 	t.Get("/consumers", c.consumersPage)
 	t.Post("/consumers", c.consumerCreate)
 	t.Get("/consumers/:id", c.consumerPage)

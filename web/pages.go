@@ -32,7 +32,9 @@ type routeForm struct {
 	Canary, CanaryWeight string
 	// AuthzURL is the external authorizer's URL, with auth external.
 	AuthzURL string
-	Errors   map[string]string
+	// Functions are the route's functions as lines: name[@sha256] [config].
+	Functions string
+	Errors    map[string]string
 }
 
 var allMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
@@ -50,7 +52,43 @@ func formOf(r *tenants.Route) routeForm {
 	if r.ExternalAuth != nil {
 		f.AuthzURL = r.ExternalAuth.URL
 	}
+	f.Functions = functionLines(r.Functions)
 	return f
+}
+
+// functionLines shows a route's functions as the form's lines: the name, @ and the
+// version it runs, then its configuration (the rest of the line).
+func functionLines(fs []tenants.FunctionRef) string {
+	var out []string
+	for _, fn := range fs {
+		line := fn.Name
+		// A ref without a name (refused by validation, shown again to be fixed) keeps
+		// its "@", so its configuration does not read back as a name.
+		if fn.SHA256 != "" || fn.Name == "" {
+			line += "@" + fn.SHA256
+		}
+		if fn.Config != "" {
+			line += " " + fn.Config
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
+}
+
+// readFunctions reads functionLines' form back. A line without @sha256 runs the
+// function's current version once saved.
+func readFunctions(text string) []tenants.FunctionRef {
+	var fs []tenants.FunctionRef
+	for _, l := range strings.Split(text, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		head, config, _ := strings.Cut(l, " ")
+		name, sha, _ := strings.Cut(head, "@")
+		fs = append(fs, tenants.FunctionRef{Name: name, SHA256: sha, Config: strings.TrimSpace(config)})
+	}
+	return fs
 }
 
 func lines(s string) []string {
@@ -111,6 +149,8 @@ func readRouteForm(ctx *fiber.Ctx, r *tenants.Route) routeForm {
 		a.URL = f.AuthzURL
 		r.ExternalAuth = &a
 	}
+	f.Functions = ctx.FormValue("functions")
+	r.Functions = readFunctions(f.Functions)
 	r.RateLimit = nil
 	if f.RPS != "" || f.Burst != "" {
 		rps, err1 := strconv.Atoi(f.RPS)
@@ -123,7 +163,7 @@ func readRouteForm(ctx *fiber.Ctx, r *tenants.Route) routeForm {
 	return f
 }
 
-var routeAlias = map[string]string{"upstream": "upstream", "rate_limit": "rate_limit", "canary": "canary", "external_auth": "authz_url"}
+var routeAlias = map[string]string{"upstream": "upstream", "rate_limit": "rate_limit", "canary": "canary", "external_auth": "authz_url", "functions": "functions"}
 
 // targetLines shows targets as the form's lines: a URL, then its weight unless 1.
 func targetLines(targets []tenants.Target) string {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -28,6 +29,7 @@ type configState struct {
 	issuers     []*tenants.Issuer
 	accessRules *tenants.AccessRules // nil: none
 	domains     []*tenants.Domain
+	functions   []configFunction
 }
 
 func collect[T any](ctx context.Context, tx pgx.Tx, scan func(pgx.Row) (*T, error), query, tenantID string) ([]*T, error) {
@@ -68,6 +70,9 @@ func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*co
 	if st.domains, err = collect(ctx, tx, scanDomain, `SELECT `+domainColumns+` FROM domains WHERE tenant_id = $1 ORDER BY hostname`, tenantID); err != nil {
 		return nil, err
 	}
+	if st.functions, err = loadConfigFunctions(ctx, tx, tenantID); err != nil {
+		return nil, err
+	}
 	st.accessRules, err = scanAccessRules(tx.QueryRow(ctx, `SELECT `+accessRulesColumns+` FROM policies WHERE tenant_id = $1`, tenantID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		st.accessRules, err = nil, nil
@@ -98,6 +103,9 @@ func (st *configState) revision() string {
 	for _, d := range st.domains {
 		lines = append(lines, fmt.Sprintf("domain %s %s", d.ID, d.Hostname))
 	}
+	for _, f := range st.functions {
+		lines = append(lines, fmt.Sprintf("function %s %s", f.name, f.sha))
+	}
 	slices.Sort(lines)
 	sum := sha256.Sum256([]byte(strings.Join(lines, "\n")))
 	return hex.EncodeToString(sum[:12])
@@ -115,6 +123,10 @@ func (st *configState) document() *tenants.ConfigDocument {
 		JWTIssuers:  make([]*tenants.Issuer, len(st.issuers)),
 		AccessRules: st.accessRules,
 		Domains:     make([]tenants.ConfigDomain, len(st.domains)),
+		Functions:   make([]tenants.ConfigFunction, len(st.functions)),
+	}
+	for i, f := range st.functions {
+		doc.Functions[i] = tenants.ConfigFunction{Name: f.name, SHA256: f.sha}
 	}
 	for i, is := range st.issuers {
 		c := *is
@@ -279,12 +291,61 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 		c.consumers = slices.Concat(w.deletes, w.updates, w.creates)
 	}
 
+	// Functions: which uploaded version is current. Made current before the routes are
+	// written, so a route naming a function without a digest gets the document's.
+	current := make(map[string]string, len(st.functions))
+	for _, f := range st.functions {
+		current[f.name] = f.sha
+	}
+	var functionDeletes []func() error
+	if doc.Functions != nil {
+		left := maps.Clone(current)
+		for i, f := range doc.Functions {
+			path := fmt.Sprintf("functions[%d]", i)
+			have, ok := current[f.Name]
+			switch {
+			case !ok:
+				return nil, nil, tenants.Invalid(path+".name", "the tenant has no function named %q: upload its module (PUT /v1/tenants/%s/functions/%s); a document names functions, it does not upload them", f.Name, st.slug, f.Name)
+			case have == f.SHA256:
+				c.plan.Unchanged++
+			default:
+				change(&c.plan.Updated, tenants.ConfigKindFunction, f.Name)
+				c.planWrites = append(c.planWrites, at(path, "update function", nil, func() error {
+					return setCurrentFunction(ctx, tx, tenantID, f.Name, f.SHA256)
+				}))
+				current[f.Name] = f.SHA256
+			}
+			delete(left, f.Name)
+		}
+		if prune {
+			for _, f := range st.functions {
+				if _, gone := left[f.name]; gone {
+					change(&c.plan.Deleted, tenants.ConfigKindFunction, f.name)
+					functionDeletes = append(functionDeletes, at("functions", "delete function", nil, func() error {
+						_, err := deleteFunction(ctx, tx, tenantID, f.name)
+						return err
+					}))
+				}
+			}
+		}
+	}
+
 	if doc.Routes != nil {
 		w, err := diffObjects(c.plan, &objectKind[tenants.Route]{
 			kind: tenants.ConfigKindRoute, field: "routes", noun: "route",
 			name: func(r *tenants.Route) string { return r.Name }, id: func(r *tenants.Route) string { return r.ID },
-			adopt:     func(want, cur *tenants.Route) { want.ID, want.Version = cur.ID, cur.Version },
-			check:     func(want, _ *tenants.Route) error { want.TenantID = tenantID; return want.Validate(db.upstream) },
+			adopt: func(want, cur *tenants.Route) { want.ID, want.Version = cur.ID, cur.Version },
+			check: func(want, _ *tenants.Route) error {
+				want.TenantID = tenantID
+				// As the store would on save: a function named without a digest runs the
+				// current version, so an exported document compares equal.
+				for i := range want.Functions {
+					if want.Functions[i].SHA256 == "" {
+						want.Functions[i].SHA256 = current[want.Functions[i].Name]
+					}
+				}
+				return want.Validate(db.upstream)
+			},
 			conflicts: routeConflicts,
 			insert:    func(r *tenants.Route) error { return insertRoute(ctx, tx, r) },
 			update:    func(r *tenants.Route) error { return updateRoute(ctx, tx, r) },
@@ -372,7 +433,8 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 		}
 	}
 
-	ops := slices.Concat(c.planWrites, c.consumers, c.planDeletes, c.rest)
+	// Functions go last: the routes that ran them are deleted or changed by then.
+	ops := slices.Concat(c.planWrites, c.consumers, c.planDeletes, c.rest, functionDeletes)
 	return c.plan, ops, nil
 }
 

@@ -39,7 +39,8 @@ func scanFunction(row pgx.Row) (*tenants.Function, error) {
 // functionUse is one route's use of one function version.
 type functionUse struct{ name, sha, routeID string }
 
-// functionUses lists the tenant's routes' uses of its functions (of name only, when not "").
+// functionUses lists the tenant's routes' uses of its functions (of name only, when not
+// ""), in tx q, or on db's pool when q is nil.
 func functionUses(ctx context.Context, q pgx.Tx, db *DB, tenantID, name string) ([]functionUse, error) {
 	const query = `SELECT f->>'name', coalesce(f->>'sha256', ''), r.id::text FROM routes r,
 		jsonb_array_elements(CASE jsonb_typeof(r.spec->'functions') WHEN 'array' THEN r.spec->'functions' ELSE '[]' END) f
@@ -250,56 +251,95 @@ func (db *DB) DeleteFunction(ctx context.Context, tenantID, name string) ([]stri
 	}
 	var orphans []string
 	err := db.write(ctx, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT name FROM functions WHERE tenant_id = $1 AND name = $2 FOR UPDATE`, tenantID, name).Scan(&name)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("function")
-		}
-		if err != nil {
-			return err
-		}
-		uses, err := functionUses(ctx, tx, db, tenantID, name)
-		if err != nil {
-			return err
-		}
-		if len(uses) > 0 {
-			var ids []string
-			for _, u := range uses {
-				if !slices.Contains(ids, u.routeID) {
-					ids = append(ids, u.routeID)
-				}
-			}
-			return &tenants.Error{Code: tenants.EConflict, Field: "name",
-				Message: fmt.Sprintf("function %q is used by route(s) %s; remove it from them first", name, strings.Join(ids, ", "))}
-		}
-		forgetCount(ctx, tenantID, tenants.ResFunctions)
-		if _, err := tx.Exec(ctx, `DELETE FROM functions WHERE tenant_id = $1 AND name = $2`, tenantID, name); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, `DELETE FROM function_modules m WHERE m.tenant_id = $1
-			AND NOT EXISTS (SELECT 1 FROM function_versions v WHERE v.tenant_id = m.tenant_id AND v.sha256 = m.sha256)
-			RETURNING m.sha256`, tenantID)
-		if err != nil {
-			return err
-		}
-		dropped, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		if len(dropped) == 0 {
-			return nil
-		}
-		rows, err = tx.Query(ctx, `SELECT s FROM unnest($1::text[]) s
-			WHERE NOT EXISTS (SELECT 1 FROM function_modules m WHERE m.sha256 = s)`, dropped)
-		if err != nil {
-			return err
-		}
-		orphans, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		var err error
+		orphans, err = deleteFunction(ctx, tx, tenantID, name)
 		return err
 	})
 	if err != nil {
 		return nil, constraintError(err, "delete function", nil)
 	}
 	return orphans, nil
+}
+
+// deleteFunction is DeleteFunction's work in tx.
+func deleteFunction(ctx context.Context, tx pgx.Tx, tenantID, name string) ([]string, error) {
+	err := tx.QueryRow(ctx, `SELECT name FROM functions WHERE tenant_id = $1 AND name = $2 FOR UPDATE`, tenantID, name).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("function")
+	}
+	if err != nil {
+		return nil, err
+	}
+	uses, err := functionUses(ctx, tx, nil, tenantID, name)
+	if err != nil {
+		return nil, err
+	}
+	if len(uses) > 0 {
+		var ids []string
+		for _, u := range uses {
+			if !slices.Contains(ids, u.routeID) {
+				ids = append(ids, u.routeID)
+			}
+		}
+		return nil, &tenants.Error{Code: tenants.EConflict, Field: "name",
+			Message: fmt.Sprintf("function %q is used by route(s) %s; remove it from them first", name, strings.Join(ids, ", "))}
+	}
+	forgetCount(ctx, tenantID, tenants.ResFunctions)
+	if _, err := tx.Exec(ctx, `DELETE FROM functions WHERE tenant_id = $1 AND name = $2`, tenantID, name); err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, `DELETE FROM function_modules m WHERE m.tenant_id = $1
+		AND NOT EXISTS (SELECT 1 FROM function_versions v WHERE v.tenant_id = m.tenant_id AND v.sha256 = m.sha256)
+		RETURNING m.sha256`, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	dropped, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(dropped) == 0 {
+		return nil, err
+	}
+	rows, err = tx.Query(ctx, `SELECT s FROM unnest($1::text[]) s
+		WHERE NOT EXISTS (SELECT 1 FROM function_modules m WHERE m.sha256 = s)`, dropped)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// configFunction is a function as config as code sees it: name and current digest.
+type configFunction struct{ name, sha string }
+
+func loadConfigFunctions(ctx context.Context, tx pgx.Tx, tenantID string) ([]configFunction, error) {
+	rows, err := tx.Query(ctx, `SELECT f.name, v.sha256 FROM functions f
+		JOIN function_versions v ON v.tenant_id = f.tenant_id AND v.name = f.name AND v.version = f.version
+		WHERE f.tenant_id = $1 ORDER BY f.name`, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		f    configFunction
+		list []configFunction
+	)
+	_, err = pgx.ForEachRow(rows, []any{&f.name, &f.sha}, func() error {
+		list = append(list, f)
+		return nil
+	})
+	return list, err
+}
+
+// setCurrentFunction makes the latest version of name with digest sha current:
+// EValidation when the tenant never uploaded that module under that name.
+func setCurrentFunction(ctx context.Context, tx pgx.Tx, tenantID, name, sha string) error {
+	tag, err := tx.Exec(ctx, `UPDATE functions f SET version = v.version, updated_at = now()
+		FROM (SELECT max(version) AS version FROM function_versions WHERE tenant_id = $1 AND name = $2 AND sha256 = $3) v
+		WHERE f.tenant_id = $1 AND f.name = $2 AND v.version IS NOT NULL`, tenantID, name, sha)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return tenants.Invalid("sha256", "the tenant never uploaded a module with sha256 %s as function %q: upload it (PUT /v1/tenants/{slug}/functions/%s)", sha, name, name)
+	}
+	return nil
 }
 
 // FunctionDigests returns up to limit distinct digests of every tenant's modules after

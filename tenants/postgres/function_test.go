@@ -210,3 +210,87 @@ func TestFunctionLimitRace(t *testing.T) {
 		t.Fatalf("%d uploads passed a limit of 3", ok)
 	}
 }
+
+// Config as code names functions by name and sha256: export shows the current version,
+// apply makes another uploaded version current (and routes follow when they name none),
+// dry runs show it, and a digest never uploaded is refused.
+func TestFunctionsConfig(t *testing.T) {
+	t.Parallel()
+	db, _ := openDB(t)
+	ctx := context.Background()
+	tn := mustTenant(t, db, "acme")
+	v1, v2 := wasm("one"), wasm("two")
+	for _, m := range [][]byte{v1, v2} {
+		if _, err := db.PutFunction(ctx, tn.ID, "sign", m, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.PutFunction(ctx, tn.ID, "spare", v1, ""); err != nil {
+		t.Fatal(err)
+	}
+	r := newRoute(tn.ID, "api", "/api")
+	r.Functions = []tenants.FunctionRef{{Name: "sign"}}
+	mustRoute(t, db, r)
+
+	doc := parseDoc(t, exportJSON(t, db, tn.ID))
+	if len(doc.Functions) != 2 || doc.Functions[0] != (tenants.ConfigFunction{Name: "sign", SHA256: hexSum(v2)}) {
+		t.Fatalf("exported functions: %+v", doc.Functions)
+	}
+	if doc.Routes[0].Functions[0].SHA256 != hexSum(v2) {
+		t.Fatalf("exported route: %+v", doc.Routes[0].Functions)
+	}
+	// Exported as is, nothing changes.
+	if p := apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{}); p.Changes() != 0 {
+		t.Fatalf("a fresh export applies changes: %+v", p)
+	}
+
+	// Roll sign back to v1; the route names sign without a digest and follows.
+	doc.Functions[0].SHA256 = hexSum(v1)
+	doc.Routes[0].Functions[0].SHA256 = ""
+	p := apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{DryRun: true})
+	if changes(p.Updated) != "function:sign route:api" || p.Applied {
+		t.Fatalf("dry run: %+v", p)
+	}
+	if f, _ := db.FindFunction(ctx, tn.ID, "sign", false); f.SHA256 != hexSum(v2) {
+		t.Fatal("a dry run changed the function")
+	}
+	doc.Revision = ""
+	p = apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{})
+	if !p.Applied {
+		t.Fatalf("apply: %+v", p)
+	}
+	if f, _ := db.FindFunction(ctx, tn.ID, "sign", false); f.SHA256 != hexSum(v1) || f.Version != 1 {
+		t.Fatalf("after apply: %+v", f)
+	}
+	if got, _ := db.FindRoute(ctx, tn.ID, r.ID); got.Functions[0].SHA256 != hexSum(v1) {
+		t.Fatalf("route after apply: %+v", got.Functions)
+	}
+
+	// Refusals: a digest never uploaded under the name, a name never uploaded.
+	bad := parseDoc(t, exportJSON(t, db, tn.ID))
+	bad.Revision = ""
+	bad.Functions[0].SHA256 = hexSum([]byte("never"))
+	_, err := db.ApplyConfig(ctx, tn.ID, bad, tenants.ApplyOptions{})
+	wantCode(t, err, tenants.EValidation)
+	if e := err.(*tenants.Error); e.Field != "functions[0].sha256" {
+		t.Fatalf("field %q: %v", e.Field, err)
+	}
+	bad = parseDoc(t, exportJSON(t, db, tn.ID))
+	bad.Functions = append(bad.Functions, tenants.ConfigFunction{Name: "ghost", SHA256: hexSum(v1)})
+	_, err = db.ApplyConfig(ctx, tn.ID, bad, tenants.ApplyOptions{})
+	wantCode(t, err, tenants.EValidation)
+	if e := err.(*tenants.Error); e.Field != "functions[2].name" {
+		t.Fatalf("field %q: %v", e.Field, err)
+	}
+
+	// Prune deletes the function the document leaves out.
+	doc = parseDoc(t, exportJSON(t, db, tn.ID))
+	doc.Functions = doc.Functions[:1]
+	p = apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{Prune: true})
+	if changes(p.Deleted) != "function:spare" {
+		t.Fatalf("prune: %+v", p)
+	}
+	if _, err := db.FindFunction(ctx, tn.ID, "spare", false); tenants.ErrorCode(err) != tenants.ENotFound {
+		t.Fatalf("spare after prune: %v", err)
+	}
+}
