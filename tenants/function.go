@@ -3,6 +3,8 @@ package tenants
 import (
 	"context"
 	"time"
+
+	"tollgate/infra/functionstore"
 )
 
 // Function is one of a tenant's WebAssembly filters (proxy-wasm), known by name, with the
@@ -59,19 +61,10 @@ type FunctionService interface {
 	ModuleByDigest(ctx context.Context, sha256 string) ([]byte, error)
 }
 
-// FunctionLog is one line a function logged at an edge (proxy_log), or the reason the
-// edge gave up on it (a trap, its time run out, a bad host call).
-type FunctionLog struct {
-	Time      time.Time `json:"time"`
-	TenantID  string    `json:"tenant_id"`
-	RouteID   string    `json:"route_id"`
-	Function  string    `json:"function"`
-	SHA256    string    `json:"sha256"`
-	Level     string    `json:"level" doc:"trace, debug, info, warn, error or critical."`
-	Message   string    `json:"message"`
-	RequestID string    `json:"request_id"`
-}
+// FunctionLog is one line a function logged at an edge, or the reason the edge gave up
+// on it: the log stream's wire type (infra/functionstore).
+type FunctionLog = functionstore.LogLine
 
 // MaxFunctionLogs is the most log lines one read returns: what the stream keeps per
 // tenant.
-const MaxFunctionLogs = 1000
+const MaxFunctionLogs = functionstore.LogsPerTenant

@@ -12,7 +12,6 @@ import (
 	"tollgate/edge/fnchain"
 	"tollgate/infra/config"
 	"tollgate/infra/functionstore"
-	"tollgate/infra/natsconn"
 )
 
 // functionConfig is the edge's function runtime: modules from the stack's object store,
@@ -70,10 +69,7 @@ func ensureLogStream(nc *nats.Conn, cfg *config.Config, log *slog.Logger) {
 		js, err := jetstream.New(nc)
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			var sc jetstream.StreamConfig
-			if sc, err = FunctionLogStream(ctx, js, cfg.NATSPrefix, cfg.NATSReplicas); err == nil {
-				_, err = js.CreateOrUpdateStream(ctx, sc)
-			}
+			_, err = functionstore.EnsureLogStream(ctx, js, cfg.NATSPrefix, cfg.NATSReplicas)
 			cancel()
 		}
 		if err == nil || nc.IsClosed() {
@@ -82,26 +78,4 @@ func ensureLogStream(nc *nats.Conn, cfg *config.Config, log *slog.Logger) {
 		log.Debug("edge: function log stream not created yet", "err", err)
 		time.Sleep(wait)
 	}
-}
-
-// FunctionLogStream is the stream of tenants' function logs: each tenant's last 1,000
-// lines for a day. The api creates the same stream (whoever starts first does), so the
-// two configurations must stay equal, or each start would change the other's.
-func FunctionLogStream(ctx context.Context, js jetstream.JetStream, prefix string, replicas int) (jetstream.StreamConfig, error) {
-	name := prefix + "_function_logs"
-	r, err := natsconn.Replicas(ctx, js, name, replicas)
-	if err != nil {
-		return jetstream.StreamConfig{}, err
-	}
-	return jetstream.StreamConfig{
-		Name:              name,
-		Description:       "Tollgate tenants' function logs, <prefix>.fnlog.<tenant_id>; read by the api",
-		Subjects:          []string{prefix + ".fnlog.*"},
-		Storage:           jetstream.FileStorage,
-		Retention:         jetstream.LimitsPolicy,
-		MaxMsgsPerSubject: 1000,
-		MaxAge:            24 * time.Hour,
-		Discard:           jetstream.DiscardOld,
-		Replicas:          r,
-	}, nil
 }

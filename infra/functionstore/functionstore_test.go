@@ -17,7 +17,6 @@ import (
 
 	"tollgate/infra/functionstore"
 	"tollgate/infra/testenv"
-	"tollgate/tenants"
 )
 
 // machineJetStream connects to the machine's NATS server (TOLLGATE_TEST_NATS_URL overrides
@@ -183,7 +182,7 @@ func TestFunctionLogs(t *testing.T) {
 		if i%3 == 0 {
 			fn = "b"
 		}
-		b, _ := json.Marshal(tenants.FunctionLog{TenantID: "t1", Function: fn, Level: "info", Message: fmt.Sprint("line ", i)})
+		b, _ := json.Marshal(functionstore.LogLine{TenantID: "t1", Function: fn, Level: "info", Message: fmt.Sprint("line ", i)})
 		if _, err := js.Publish(ctx, functionstore.LogSubject(prefix, "t1"), b); err != nil {
 			t.Fatal(err)
 		}

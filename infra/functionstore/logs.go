@@ -10,16 +10,28 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"tollgate/infra/natsconn"
-	"tollgate/tenants"
 )
 
 // Function logs: the edges publish what tenants' functions log (and why an edge gave up
 // on one) to "<prefix>.fnlog.<tenant_id>"; the stream keeps each tenant's last
 // LogsPerTenant lines for LogMaxAge, and the api reads them back for the tenant.
 const (
-	LogsPerTenant = tenants.MaxFunctionLogs
+	LogsPerTenant = 1000
 	LogMaxAge     = 24 * time.Hour
 )
+
+// LogLine is one line a function logged at an edge (proxy_log), or the reason the
+// edge gave up on it (a trap, its time run out, a bad host call).
+type LogLine struct {
+	Time      time.Time `json:"time"`
+	TenantID  string    `json:"tenant_id"`
+	RouteID   string    `json:"route_id"`
+	Function  string    `json:"function"`
+	SHA256    string    `json:"sha256"`
+	Level     string    `json:"level" doc:"trace, debug, info, warn, error or critical."`
+	Message   string    `json:"message"`
+	RequestID string    `json:"request_id"`
+}
 
 // LogStream is the stream of natsPrefix's function logs.
 func LogStream(natsPrefix string) string { return natsPrefix + "_function_logs" }
@@ -67,9 +79,9 @@ func NewLogReader(js jetstream.JetStream, natsPrefix string, replicas int) *LogR
 
 // FunctionLogs returns up to limit of the tenant's latest lines, oldest first, of
 // function only when it is not "". Lines that do not decode are skipped.
-func (l *LogReader) FunctionLogs(ctx context.Context, tenantID, function string, limit int) ([]tenants.FunctionLog, error) {
+func (l *LogReader) FunctionLogs(ctx context.Context, tenantID, function string, limit int) ([]LogLine, error) {
 	if limit <= 0 {
-		return []tenants.FunctionLog{}, nil
+		return []LogLine{}, nil
 	}
 	s, err := l.js.Stream(ctx, LogStream(l.prefix))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -95,7 +107,7 @@ func (l *LogReader) FunctionLogs(ctx context.Context, tenantID, function string,
 		return nil, err
 	}
 	pending := int(info.NumPending)
-	ring := make([]tenants.FunctionLog, 0, min(limit, LogsPerTenant))
+	ring := make([]LogLine, 0, min(limit, LogsPerTenant))
 	start := 0 // ring's oldest line once it is full
 	for read := 0; read < pending; {
 		wait := 2 * time.Second
@@ -112,7 +124,7 @@ func (l *LogReader) FunctionLogs(ctx context.Context, tenantID, function string,
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			var line tenants.FunctionLog
+			var line LogLine
 			if json.Unmarshal(m.Data(), &line) != nil || function != "" && line.Function != function {
 				continue
 			}
