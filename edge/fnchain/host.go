@@ -89,6 +89,10 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
+	if cfg.Concurrency <= 0 {
+		// The edge's own cap, resolved here so that a plan's may only lower it.
+		cfg.Concurrency = function.DefaultTenantConcurrency()
+	}
 	pages := uint32(max(1, cfg.MemoryBytes>>16))
 	rc := function.Config{MemoryLimitPages: pages, Timeout: cfg.Timeout, TenantConcurrency: cfg.Concurrency, Callout: cfg.Callout}
 	logs := &logPublisher{}

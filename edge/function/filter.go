@@ -310,6 +310,7 @@ func (in *instance) destroy() {
 func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64) error {
 	r := in.f.rt
 	start := now()
+	in.stop.Set(uint64(budget) * fuelPerNS) // fuel: see instrument
 	in.deadline.Store(start + budget)
 	if r.running.Add(1) == 1 && r.sleeping.Load() {
 		select {
@@ -320,6 +321,9 @@ func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64
 	// Every callback has at most one result, so the stack holds max(nargs, 1) values.
 	err := fn.CallWithStack(in.ctx, in.stack[:max(nargs, 1)])
 	in.deadline.Store(0)
+	if err != nil && int64(in.stop.Get()) < 0 {
+		in.timedOut.Store(true) // out of fuel, or stopped by the watchdog
+	}
 	r.running.Add(-1)
 	if in.call != nil {
 		in.call.elapsed += now() - start
@@ -485,7 +489,7 @@ func (r *Runtime) watchdog() {
 		for in := range r.live {
 			if d := in.deadline.Load(); d != 0 && n > d && in.stop != nil && !in.timedOut.Load() {
 				in.timedOut.Store(true)
-				in.stop.Set(1)
+				in.stop.Set(0)
 			}
 		}
 		r.mu.Unlock()

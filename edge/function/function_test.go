@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -504,5 +505,29 @@ func TestBodies(t *testing.T) {
 	}
 	if got := string(h.RespBody); got != "paid\n-- filtered\n" {
 		t.Errorf("response body %q", got)
+	}
+}
+
+// TestLoopStopsOnOneCore: with one P, a looping guest leaves no P for the watchdog (the
+// guest's compiled code cannot be preempted), so the guest's own fuel must stop it.
+func TestLoopStopsOnOneCore(t *testing.T) {
+	r := newRuntime(t, function.Config{Timeout: 20 * time.Millisecond})
+	f := filter(t, r, functiontest.Loop, "spin", "", function.Limits{})
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := roundTrip(f, functiontest.NewHTTP("GET", "/"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if reason(err) != function.ReasonTimeout {
+			t.Fatalf("a loop on one core: %v, want reason %s", err, function.ReasonTimeout)
+		}
+		t.Logf("a loop on one core stopped after %v: %v", time.Since(start), err)
+	case <-time.After(30 * time.Second):
+		// Unreachable while the loop holds the only P; the test binary's timeout reports it.
+		t.Fatal("a loop on one core was not stopped")
 	}
 }

@@ -5,16 +5,28 @@ import (
 	"fmt"
 )
 
-// stopExport is the global instrument adds: 0 while a guest may run; the watchdog sets 1
-// to stop it. A module may not export this name itself.
+// stopExport is the global instrument adds: the guest's fuel, which the host sets before
+// each callback and the watchdog sets to 0 to stop it. A module may not export this name
+// itself.
 const stopExport = "tollgate_stop"
 
-// instrument rewrites a module so that it stops itself when told: it adds a mutable i32
-// global, exported as stopExport, and at the start of every function body and of every
-// loop body the check "global.get stop; if; unreachable; end". The cut-off is then a
-// trap at the next call or loop iteration, and no call needs wazero's context watcher
-// (WithCloseOnContextDone), which starts a goroutine per guest call: 14 of the 15 µs a
-// no-op filter cost per request before this.
+// fuelPerNS is the fuel a callback gets per nanosecond of its time budget.
+const fuelPerNS = 4
+
+// instrument rewrites a module so that it stops itself: it adds a mutable i64 global
+// (fuel), exported as stopExport, and at the start of every function body and of every
+// loop body the check "fuel -= 1; if fuel < 0: unreachable". The cut-off is then a trap
+// at the next call or loop iteration, either because the watchdog set the fuel to 0 when
+// the callback ran past its deadline, or because the fuel ran out by itself. The second
+// needs no other goroutine: wazero's compiled code cannot be preempted, so on an edge
+// whose every P runs guest code (one core, or as many guests as cores) nothing would run
+// the watchdog, and a loop would hold its core for good. The host gives a callback
+// fuelPerNS units per nanosecond of its budget: a tight loop runs about three checks a
+// nanosecond here (2026-12-06: a 100 ms budget's loop ran out of one unit per ns in
+// 35 ms with GOMAXPROCS=1), so the fuel runs out a little after the deadline, where the
+// watchdog, when it can run, has already cut the callback off.
+// No call needs wazero's context watcher (WithCloseOnContextDone), which starts a
+// goroutine per guest call: 14 of the 15 µs a no-op filter cost per request before this.
 //
 // Function, global (the new one is last) and type indices do not change, so only the code
 // section is rewritten. Instructions it does not know (SIMD, threads, exceptions) make it
@@ -61,12 +73,18 @@ func instrument(b []byte) ([]byte, error) {
 		}
 	}
 	stop := importedGlobals + definedGlobals
+	// global.get; i64.const 1; i64.sub; global.set; global.get; i64.const 0; i64.lt_s;
+	// if; unreachable; end
 	check := appendU32([]byte{0x23}, stop)
-	check = append(check, 0x04, 0x40, 0x00, 0x0b)
+	check = append(check, 0x42, 0x01, 0x7d, 0x24)
+	check = appendU32(check, stop)
+	check = append(check, 0x23)
+	check = appendU32(check, stop)
+	check = append(check, 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b)
 
 	// The order sections must appear in, by id (custom sections excepted).
 	rank := map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
-	newGlobal := []byte{0x7f, 0x01, 0x41, 0x00, 0x0b} // mut i32 = 0
+	newGlobal := []byte{0x7e, 0x01, 0x42, 0x00, 0x0b} // mut i64 = 0
 	newExport := appendName(nil, stopExport)
 	newExport = appendU32(append(newExport, 0x03), stop)
 

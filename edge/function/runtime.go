@@ -55,7 +55,7 @@ func (c Config) withDefaults() Config {
 		c.Timeout = defaultTimeout
 	}
 	if c.TenantConcurrency <= 0 {
-		c.TenantConcurrency = max(1, runtime.GOMAXPROCS(0)/2)
+		c.TenantConcurrency = DefaultTenantConcurrency()
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = defaultStartTimeout
@@ -314,3 +314,7 @@ func checkABI(cm wazero.CompiledModule) (exportSet, uint32, error) {
 	ex.respBody = fns["proxy_on_response_body"] != nil
 	return ex, mem.Min(), nil
 }
+
+// DefaultTenantConcurrency is the cap on one tenant's guest callbacks running at once
+// when none is set: half the edge's cores, at least one.
+func DefaultTenantConcurrency() int { return max(1, runtime.GOMAXPROCS(0)/2) }
