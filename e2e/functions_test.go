@@ -71,6 +71,7 @@ func TestFunctions(t *testing.T) {
 	}
 	api.createRoute("acme", routeSpec("fn", "/fn", up.URL, "none",
 		"functions", []map[string]any{{"name": "stamp"}, {"name": "gate"}}))
+	// The edge fetches and compiles the Go-built modules (about 2 MB each) on first use.
 	eventually(t, 15*time.Second, "the function route is served", served(edge, "acme", "/fn/x", "fn"))
 
 	r := edge.get(t, "acme", "/fn/x")
@@ -115,7 +116,10 @@ func TestFunctions(t *testing.T) {
 				if err != nil {
 					rogueBad = append(rogueBad, err.Error())
 				} else if cerr := checkEnvelope(r, 500, "function_failed"); cerr != nil {
-					rogueBad = append(rogueBad, cerr.Error())
+					// Past the tenant's concurrency cap on this edge, its calls wait briefly, then get 503.
+					if busy := checkEnvelope(r, 503, "function_busy"); busy != nil {
+						rogueBad = append(rogueBad, cerr.Error())
+					}
 				}
 				rogueMu.Unlock()
 			}
@@ -137,7 +141,7 @@ func TestFunctions(t *testing.T) {
 	p99 := lat[len(lat)*99/100]
 	t.Logf("acme's p99 beside the rogue tenant's loops: %v (p50 %v); the rogue's slowest cut-off: %v", p99, lat[len(lat)/2], rogueWorst)
 	if len(rogueBad) > 0 {
-		t.Errorf("rogue calls not answered 500 function_failed: %d, first: %s", len(rogueBad), rogueBad[0])
+		t.Errorf("rogue calls not answered 500 function_failed (or 503 function_busy): %d, first: %s", len(rogueBad), rogueBad[0])
 	}
 	if rogueWorst > 2*time.Second {
 		t.Errorf("a looping filter ran %v before it was cut off, want under 2s", rogueWorst)
