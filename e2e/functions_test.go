@@ -44,8 +44,9 @@ func (c *apiClient) putModule(slug, name string, module []byte, ctype string) ap
 // succeeding.
 func TestFunctions(t *testing.T) {
 	t.Parallel()
-	headers := functiontest.Build(t, functiontest.Headers)
-	deny := functiontest.Build(t, functiontest.Deny)
+	// WAT guests: a Go-built one takes long to compile in race-enabled binaries.
+	headers := functiontest.Build(t, functiontest.WatHeaders)
+	deny := functiontest.Build(t, functiontest.WatDeny)
 	loop := functiontest.Build(t, functiontest.Loop)
 
 	s := newStack(t)
@@ -71,7 +72,6 @@ func TestFunctions(t *testing.T) {
 	}
 	api.createRoute("acme", routeSpec("fn", "/fn", up.URL, "none",
 		"functions", []map[string]any{{"name": "stamp"}, {"name": "gate"}}))
-	// The edge fetches and compiles the Go-built modules (about 2 MB each) on first use.
 	eventually(t, 15*time.Second, "the function route is served", served(edge, "acme", "/fn/x", "fn"))
 
 	r := edge.get(t, "acme", "/fn/x")

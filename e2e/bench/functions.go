@@ -5,7 +5,7 @@ package main
 //   - S1f: S1's route running a filter that does nothing (functiontest's watnoop, in WAT):
 //     the host's cost of entering and leaving a guest on every request.
 //   - S1h: S1's route running a filter that adds a request and a response header
-//     (testdata/watheaders.wat).
+//     (functiontest's watheaders, in WAT).
 //
 // Both are WAT, so they measure the host, not a guest language: a Go guest carries its
 // own runtime into every callback (see docs/functions.md for what that costs).
@@ -27,7 +27,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"tollgate/e2e/bench/harness"
@@ -71,7 +70,7 @@ func hmacHeaders(method, path string) map[string]string {
 // configureFunctionScenario uploads the scenario's guest and creates its route (and, for
 // S2hmac, the consumer the guest names).
 func (b *bench) configureFunctionScenario(ctx context.Context, s *harness.Stack, slug, upURL string, sc *perfScenario) error {
-	guest, config, auth := map[string]string{"S1f": functiontest.WatNoop, "S1h": "watheaders", "S2hmac": functiontest.HMAC}[sc.id], "", "none"
+	guest, config, auth := map[string]string{"S1f": functiontest.WatNoop, "S1h": functiontest.WatHeaders, "S2hmac": functiontest.HMAC}[sc.id], "", "none"
 	if sc.id == "S2hmac" {
 		config, auth = hmacKeyID+"="+hmacSecret, "function"
 		if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/consumers", map[string]any{"name": hmacKeyID}, nil); err != nil {
@@ -91,8 +90,8 @@ func (b *bench) configureFunctionScenario(ctx context.Context, s *harness.Stack,
 }
 
 // buildGuest compiles a guest as functiontest's Build does, for a program rather than a
-// test: a WAT file of the bench's testdata or of functiontest's guests with Debian's
-// wat2wasm (package wabt), else one of functiontest's Go guests.
+// test: a WAT file of functiontest's guests with Debian's wat2wasm (package wabt), else
+// one of functiontest's Go guests.
 func buildGuest(name string) ([]byte, error) {
 	dir, err := os.MkdirTemp("", "bench-guest-")
 	if err != nil {
@@ -100,13 +99,9 @@ func buildGuest(name string) ([]byte, error) {
 	}
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, name+".wasm")
-	_, self, _, _ := runtime.Caller(0)
 	var cmd *exec.Cmd
-	for _, src := range []string{filepath.Join(filepath.Dir(self), "testdata", name+".wat"), filepath.Join(functiontest.Dir(), name+".wat")} {
-		if _, err := os.Stat(src); err == nil {
-			cmd = exec.Command("wat2wasm", src, "-o", out)
-			break
-		}
+	if src := filepath.Join(functiontest.Dir(), name+".wat"); fileExists(src) {
+		cmd = exec.Command("wat2wasm", src, "-o", out)
 	}
 	if cmd == nil {
 		cmd = exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./"+name)
@@ -118,3 +113,5 @@ func buildGuest(name string) ([]byte, error) {
 	}
 	return os.ReadFile(out)
 }
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

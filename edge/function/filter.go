@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -153,11 +154,14 @@ func (f *Filter) Close() {
 
 // instance is one started copy of a module. It serves one request at a time.
 type instance struct {
-	f      *Filter
-	mod    api.Module
-	mem    api.Memory
-	ctx    context.Context
-	stop   api.MutableGlobal // instrument's stop flag
+	f    *Filter
+	mod  api.Module
+	mem  api.Memory
+	ctx  context.Context
+	stop api.MutableGlobal // instrument's fuel
+	// fuelMu orders the host's writes and reads of the fuel with the watchdog's: the guest
+	// takes from it as it runs, but Go code touches it only under fuelMu.
+	fuelMu sync.Mutex
 	alloc_ api.Function
 	cb     [cbCount]api.Function
 	stack  [12]uint64
@@ -310,8 +314,10 @@ func (in *instance) destroy() {
 func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64) error {
 	r := in.f.rt
 	start := now()
+	in.fuelMu.Lock()
 	in.stop.Set(uint64(budget) * fuelPerNS) // fuel: see instrument
 	in.deadline.Store(start + budget)
+	in.fuelMu.Unlock()
 	if r.running.Add(1) == 1 && r.sleeping.Load() {
 		select {
 		case r.wake <- struct{}{}:
@@ -320,10 +326,12 @@ func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64
 	}
 	// Every callback has at most one result, so the stack holds max(nargs, 1) values.
 	err := fn.CallWithStack(in.ctx, in.stack[:max(nargs, 1)])
+	in.fuelMu.Lock()
 	in.deadline.Store(0)
 	if err != nil && int64(in.stop.Get()) < 0 {
 		in.timedOut.Store(true) // out of fuel, or stopped by the watchdog
 	}
+	in.fuelMu.Unlock()
 	r.running.Add(-1)
 	if in.call != nil {
 		in.call.elapsed += now() - start
@@ -488,8 +496,12 @@ func (r *Runtime) watchdog() {
 		r.mu.Lock()
 		for in := range r.live {
 			if d := in.deadline.Load(); d != 0 && n > d && in.stop != nil && !in.timedOut.Load() {
-				in.timedOut.Store(true)
-				in.stop.Set(0)
+				in.fuelMu.Lock()
+				if in.deadline.Load() == d { // still the callback that ran past its deadline
+					in.timedOut.Store(true)
+					in.stop.Set(0)
+				}
+				in.fuelMu.Unlock()
 			}
 		}
 		r.mu.Unlock()

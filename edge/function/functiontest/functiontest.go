@@ -26,13 +26,15 @@ const (
 	Body    = "body"    // masks "card":"…" in the request body; appends "\n-- filtered\n" to the response body
 	Callout = "callout" // asks upstream <config> GET /check<path>: 200 goes on with x-auth: <body>, else 403
 
-	Loop      = "loop"        // never returns from proxy_on_request_headers
-	GrowBomb  = "growbomb"    // grows its memory until refused, then traps
-	Recursion = "recursion"   // recurses without end
-	Trap      = "trap"        // unreachable in proxy_on_request_headers
-	BadPtr    = "badptr"      // calls proxy_log with a pointer outside its memory
-	HugeHdrs  = "hugeheaders" // adds headers without end
-	WatNoop   = "watnoop"     // the no-op filter in WAT: the smallest valid module
+	Loop       = "loop"        // never returns from proxy_on_request_headers
+	GrowBomb   = "growbomb"    // grows its memory until refused, then traps
+	Recursion  = "recursion"   // recurses without end
+	Trap       = "trap"        // unreachable in proxy_on_request_headers
+	BadPtr     = "badptr"      // calls proxy_log with a pointer outside its memory
+	HugeHdrs   = "hugeheaders" // adds headers without end
+	WatNoop    = "watnoop"     // the no-op filter in WAT: the smallest valid module
+	WatHeaders = "watheaders"  // Headers in WAT
+	WatDeny    = "watdeny"     // Deny in WAT: 403 "denied by function" and x-denied-by: wat
 )
 
 // Dir is the guests' source directory.
