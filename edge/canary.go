@@ -6,9 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"tollgate/edge/balancer"
+	"tollgate/edge/edgemetrics"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
@@ -127,10 +126,10 @@ func (rt *route) pickUpstream(x *exchange) *upstream {
 func (rt *route) chooseSide(x *exchange) *upstream {
 	c := rt.canary
 	if c.choose(x) {
-		rt.metrics.canarySide(sideCanary)
+		rt.metrics.CanarySide(edgemetrics.SideCanary)
 		return c.upstream
 	}
-	rt.metrics.canarySide(sidePrimary)
+	rt.metrics.CanarySide(edgemetrics.SidePrimary)
 	return rt.upstream
 }
 
@@ -216,30 +215,6 @@ func stickyBucket(key []byte) uint64 {
 // balancer's ring), so the consumers a canary gets are not crowded onto a few of its
 // targets.
 var stickyBasis = balancer.FNV1a(balancer.FNVOffset, []byte("tollgate/canary\x00"))
-
-// Sides of tollgate_edge_canary_requests_total.
-const (
-	sidePrimary = iota
-	sideCanary
-)
-
-var canarySides = [2]string{"primary", "canary"}
-
-// canarySide counts a request of a route with a canary on the side it was sent to. The
-// children are resolved on first use, so routes without a canary have no series.
-func (rm *routeMetrics) canarySide(side int) {
-	p := rm.sides[side].Load()
-	if p == nil {
-		p = &sideCounter{rm.m.canary.WithLabelValues(rm.tenant, rm.route, canarySides[side])}
-		if !rm.sides[side].CompareAndSwap(nil, p) {
-			p = rm.sides[side].Load()
-		}
-	}
-	p.Inc()
-}
-
-// sideCounter boxes a counter for an atomic.Pointer.
-type sideCounter struct{ prometheus.Counter }
 
 // noteCanaryClaim records on x whether the claim of tok (a token bearerStep has just
 // verified) selects the canary. The payload is decoded into the exchange's scratch
