@@ -24,8 +24,9 @@
 //	transform.go           request and response rewrites
 //	websocket.go           upgrades, relayed as a tunnel (package websocket)
 //	proxy.go               the upstream exchange; its targets: upstream.go, retry.go,
-//	                       canary.go, with balancing, health and the retry budget in
-//	                       package balancer; its connections: package upstreamclient
+//	                       canary.go, with balancing, health, the retry budget and the
+//	                       canary's split in package balancer; its connections: package
+//	                       upstreamclient
 //	meter.go               usage records for billing (package meter)
 //	reply.go               the edge's own JSON answers
 //
