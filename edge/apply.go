@@ -26,7 +26,7 @@ import (
 // Apply is safe to call from any goroutine, but entries must arrive in KV order.
 func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	if kvRevision > 0 {
-		e.m.kvRevision.Set(float64(kvRevision))
+		e.m.KVRevision.Set(float64(kvRevision))
 	}
 	if value == nil {
 		e.applyDelete(key)
@@ -48,7 +48,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	defer e.mu.Unlock()
 	if pk.Kind == tenants.KindTenant {
 		if tomb, ok := e.tombs[pk.TenantID]; ok && ent.Rev <= tomb {
-			e.m.configIgnored.Inc()
+			e.m.ConfigIgnored.Inc()
 			return
 		}
 	}
@@ -58,7 +58,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 		e.state[pk.TenantID] = ts
 	}
 	if held, ok := ts.revs[key]; ok && ent.Rev <= held {
-		e.m.configIgnored.Inc()
+		e.m.ConfigIgnored.Inc()
 		return
 	}
 	ts.revs[key] = ent.Rev
@@ -91,7 +91,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 		ts.domains[pk.ID] = dom
 		ts.domainsDirty = true
 	}
-	e.m.configApplied.Inc()
+	e.m.ConfigApplied.Inc()
 	e.markDirtyLocked(pk.TenantID)
 }
 
@@ -114,7 +114,7 @@ func (e *Edge) applyDelete(key string) {
 		delete(e.state, pk.TenantID)
 		delete(e.dirty, pk.TenantID)
 		e.removed = append(e.removed, ts)
-		e.m.configApplied.Inc()
+		e.m.ConfigApplied.Inc()
 		e.kickLocked()
 		return
 	}
@@ -136,7 +136,7 @@ func (e *Edge) applyDelete(key string) {
 		delete(ts.domains, pk.ID)
 		ts.domainsDirty = true
 	}
-	e.m.configApplied.Inc()
+	e.m.ConfigApplied.Inc()
 	e.markDirtyLocked(pk.TenantID)
 }
 
@@ -213,7 +213,7 @@ func (e *Edge) reject(key, kind string, err error) {
 	if kind == "" {
 		kind = "unknown"
 	}
-	e.m.configRejected.WithLabelValues(kind).Inc()
+	e.m.ConfigRejected.WithLabelValues(kind).Inc()
 	e.log.Warn("edge: config entry rejected; the tenant keeps its last good config", "key", key, "err", err)
 }
 
@@ -255,7 +255,7 @@ func (e *Edge) Loaded() {
 	e.mu.Unlock()
 	if !e.draining.Load() {
 		e.ready.Store(true)
-		e.m.ready.Set(1)
+		e.m.Ready.Set(1)
 	}
 	e.log.Info("edge: initial config loaded", "tenants", n, "took", time.Since(start).Round(time.Millisecond))
 }
@@ -333,8 +333,8 @@ func (e *Edge) compileDirty() int {
 	for _, j := range jobs {
 		if v := j.view; v.tenant != nil {
 			ts := j.ts
-			if ts.labels == nil || ts.labels.value != v.tenant.Slug && ts.labels.own {
-				ts.labels = e.labels.tenant(ts.id, v.tenant.Slug)
+			if ts.labels == nil || ts.labels.Value != v.tenant.Slug && ts.labels.Own {
+				ts.labels = e.labels.Tenant(ts.id, v.tenant.Slug)
 			}
 		}
 	}
@@ -353,14 +353,14 @@ func (e *Edge) compileDirty() int {
 		for _, hc := range unused {
 			hc.CloseIdleConnections()
 		}
-		e.m.compiles.Inc()
-		e.m.compileSeconds.Observe(time.Since(start).Seconds())
+		e.m.Compiles.Inc()
+		e.m.CompileSeconds.Observe(time.Since(start).Seconds())
 		if ts.published != snap.Slug {
 			slugsChanged.Store(true)
 			ts.published = snap.Slug
 		}
 		if loaded {
-			e.m.applyDelay.Observe(now.Sub(j.since).Seconds())
+			e.m.ApplyDelay.Observe(now.Sub(j.since).Seconds())
 		}
 	}
 	// Tenants compile side by side on the cores there are (a cold start's thousands, or
@@ -487,7 +487,7 @@ func (e *Edge) unpublish(ts *tenantState) {
 		e.cache.Forget(ts.id)
 	}
 	ts.compiled = compiled{}
-	e.labels.drop(ts.id)
+	e.labels.Drop(ts.id)
 }
 
 // rebuildHosts publishes a new host map from the compiled tenants. Two tenants claiming
@@ -516,6 +516,6 @@ func (e *Edge) rebuildHosts() {
 	e.mu.Unlock()
 	e.hosts.Store(&hosts)
 	e.custom.Store(custom)
-	e.m.tenants.Set(float64(len(hosts)))
-	e.m.routes.Set(float64(routes))
+	e.m.Tenants.Set(float64(len(hosts)))
+	e.m.Routes.Set(float64(routes))
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tollgate/edge/cache"
+	"tollgate/edge/edgemetrics"
 	"tollgate/edge/meter"
 	"tollgate/edge/transform"
 	"tollgate/edge/upstreamclient"
@@ -117,7 +118,7 @@ func pathKey(p string) string {
 // compile builds a tenant's snapshot: only the routes that changed when v says so and
 // there is a previous snapshot, else the whole tenant. The pools the snapshot no longer
 // uses are removed from c and returned for closing.
-func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snapshot, []*upstreamclient.Client) {
+func (e *Edge) compile(v *tenantView, labels *edgemetrics.TenantLabels, c *compiled) (*Snapshot, []*upstreamclient.Client) {
 	if v.changed != nil && c.snap != nil && c.snap.labels == labels {
 		return e.compileRoutes(v, c)
 	}
@@ -126,7 +127,7 @@ func (e *Edge) compile(v *tenantView, labels *tenantLabels, c *compiled) (*Snaps
 
 // compileFull compiles the whole tenant, reusing the upstreams, canaries and caches of
 // the routes whose entries did not change.
-func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*Snapshot, []*upstreamclient.Client) {
+func (e *Edge) compileFull(v *tenantView, labels *edgemetrics.TenantLabels, c *compiled) (*Snapshot, []*upstreamclient.Client) {
 	conf := &tenantConfig{
 		TenantID:  v.tenant.ID,
 		Slug:      v.tenant.Slug,
@@ -171,7 +172,7 @@ func (e *Edge) compileFull(v *tenantView, labels *tenantLabels, c *compiled) (*S
 	for i, r := range routes {
 		ids[i], names[i] = r.ID, r.Name
 	}
-	rms := e.labels.routes(labels, ids, names)
+	rms := e.labels.Routes(labels, ids, names)
 	tc := e.tenantCacheFor(v)
 	built := make(map[string]*route, len(routes))
 	refs := make(map[string]int, len(c.pools))
@@ -269,14 +270,14 @@ func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []*upstream
 			e.releaseRoute(old, nil)
 		}
 		if r == nil {
-			e.labels.dropRoute(prev.labels, id)
+			e.labels.DropRoute(prev.labels, id)
 			continue
 		}
 		var tc *cache.Tenant
 		if r.Cache != nil && e.cache != nil {
 			tc = e.cache.Tenant(v.tenant)
 		}
-		rt := e.compileRoute(s.tenantConfig, r, e.labels.route(prev.labels, id, r.Name), nil, tc, c)
+		rt := e.compileRoute(s.tenantConfig, r, e.labels.Route(prev.labels, id, r.Name), nil, tc, c)
 		if rt == nil {
 			continue
 		}
@@ -359,7 +360,7 @@ func (e *Edge) conflict(slug string, rt *route, path string, other *route) {
 // cannot be built, which validation at apply time rules out.
 // A plain upstream (sharedKey) comes from c.shared, or goes there; the caller counts
 // the route in (compiled.share).
-func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *routeMetrics, prev *route, tc *cache.Tenant, c *compiled) *route {
+func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *edgemetrics.RouteMetrics, prev *route, tc *cache.Tenant, c *compiled) *route {
 	var up *upstream
 	var cn *canary
 	var err error

@@ -127,7 +127,7 @@ func TestIncrementalCompileMatchesFull(t *testing.T) {
 		v := ts.viewLocked(false)
 		ts.pending = pending
 		e.mu.Unlock()
-		full, _ := ref.compileFull(v, ref.labels.tenant(tid, "acme"), &compiled{pools: map[string]*upstreamclient.Client{}})
+		full, _ := ref.compileFull(v, ref.labels.Tenant(tid, "acme"), &compiled{pools: map[string]*upstreamclient.Client{}})
 		if got, want := dumpSnapshot(t, snap), dumpSnapshot(t, full); got != want {
 			t.Fatalf("step %d: incremental\n%s\nfull\n%s", step, got, want)
 		}

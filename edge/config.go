@@ -45,7 +45,7 @@ type Config struct {
 	// Pprof serves /debug/pprof/ on the admin listener. Default: false.
 	Pprof bool
 
-	// Metric label bounds (see metrics.go). Defaults: 500 tenants, 100 routes per
+	// Metric label bounds (see edge/edgemetrics). Defaults: 500 tenants, 100 routes per
 	// tenant, 5,000 routes in all.
 	MaxTenantLabels     int
 	MaxRouteLabels      int

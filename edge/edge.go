@@ -24,8 +24,9 @@
 //	transform.go           request and response rewrites
 //	websocket.go           upgrades, relayed as a tunnel (package websocket)
 //	proxy.go               the upstream exchange; its targets: upstream.go, retry.go,
-//	                       canary.go, with balancing, health and the retry budget in
-//	                       package balancer; its connections: package upstreamclient
+//	                       canary.go, with balancing, health, the retry budget and the
+//	                       canary's split in package balancer; its connections: package
+//	                       upstreamclient
 //	meter.go               usage records for billing (package meter)
 //	reply.go               the edge's own JSON answers
 //
@@ -63,6 +64,7 @@ import (
 	"tollgate/edge/balancer"
 	"tollgate/edge/cache"
 	"tollgate/edge/configfile"
+	"tollgate/edge/edgemetrics"
 	"tollgate/edge/extauth"
 	"tollgate/edge/fnchain"
 	"tollgate/edge/jwtauth"
@@ -79,8 +81,8 @@ type Edge struct {
 	domain string
 	log    *slog.Logger
 	debug  bool
-	m      *metrics
-	labels *labeler
+	m      *edgemetrics.Metrics
+	labels *edgemetrics.Labeler
 	dialer *upstreamclient.Dialer
 	access *accessLog
 
@@ -153,7 +155,7 @@ type tenantState struct {
 	// compiler
 	compiled  compiled
 	published string // slug under which slot is in the host map, "" when not
-	labels    *tenantLabels
+	labels    *edgemetrics.TenantLabels
 }
 
 func newTenantState(id string) *tenantState {
@@ -179,7 +181,7 @@ func New(cfg Config) (*Edge, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Registry, cfg.EdgeID)
+	m, err := edgemetrics.New(cfg.Registry, cfg.EdgeID)
 	if err != nil {
 		return nil, fmt.Errorf("edge: registering metrics: %w", err)
 	}
@@ -188,7 +190,7 @@ func New(cfg Config) (*Edge, error) {
 		domain:   cfg.Domain,
 		log:      cfg.Logger.With("edge", cfg.EdgeID),
 		m:        m,
-		labels:   newLabeler(m, cfg.MaxTenantLabels, cfg.MaxRouteLabels, cfg.MaxRouteLabelsTotal),
+		labels:   edgemetrics.NewLabeler(m, cfg.MaxTenantLabels, cfg.MaxRouteLabels, cfg.MaxRouteLabelsTotal),
 		dialer:   &upstreamclient.Dialer{AddressRule: cfg.AddressRule, Resolver: net.DefaultResolver},
 		state:    map[string]*tenantState{},
 		tombs:    map[string]int64{},
@@ -215,13 +217,13 @@ func New(cfg Config) (*Edge, error) {
 		return nil, err
 	}
 	for i, k := range upstreamErrKinds {
-		e.upstreamErrs[i] = m.upstreamErrors.WithLabelValues(k)
+		e.upstreamErrs[i] = m.UpstreamErrors.WithLabelValues(k)
 	}
 	empty := map[string]*tenantSlot{}
 	e.hosts.Store(&empty)
 	e.custom.Store(emptyCustomHosts)
 	if cfg.AccessLog {
-		e.access = newAccessLog(e.log, m.logDropped)
+		e.access = newAccessLog(e.log, m.LogDropped)
 	}
 	e.public = e.newDoor() // listen.go
 	mux := http.NewServeMux()
@@ -284,7 +286,7 @@ func (e *Edge) Snapshot(slug string) *Snapshot {
 func (e *Edge) Shutdown(ctx context.Context) error {
 	e.draining.Store(true)
 	e.ready.Store(false)
-	e.m.ready.Set(0)
+	e.m.Ready.Set(0)
 	err := e.public.ShutdownWithContext(ctx)
 	if werr := e.ws.Shutdown(ctx); err == nil {
 		err = werr

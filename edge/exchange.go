@@ -8,9 +8,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/balancer"
+	"tollgate/edge/edgemetrics"
 	"tollgate/edge/fnchain"
 	"tollgate/edge/limit"
 	"tollgate/edge/routing"
+	"tollgate/edge/upstreamclient"
 )
 
 // exchange is the state of one request on the edge. Exchanges are pooled and their
@@ -22,7 +24,7 @@ type exchange struct {
 	route    *route
 	consumer *Consumer
 	target   *balancer.Target
-	rm       *routeMetrics
+	rm       *edgemetrics.RouteMetrics
 	reply    *reply // the edge's own answer, when it gave one
 	hideKey  bool   // the route consumed X-API-Key: do not pass it upstream
 	// canaryClaim: the verified token's claim selects the route's canary (canary.go).
@@ -50,7 +52,7 @@ type exchange struct {
 
 	in countingReader // the request body bytes read, when metered (meter.go)
 
-	upstream time.Duration // spent in upstream exchanges, for the latency split (metrics.go)
+	upstream time.Duration // spent in upstream exchanges, for the latency split (edgemetrics)
 
 	fn *fnchain.Run // the route's functions' run, once started (function.go)
 	// functionTime is the guest run time of the route's functions for this request (the
@@ -119,4 +121,24 @@ func validRequestID(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// bodySizes are the body bytes of x for the bytes counters: what the metered reader
+// counted on a metered route, else the declared Content-Length; the response body's
+// length, or its declared length when it is streamed (the exact count of a streamed body
+// is the meter's, at close).
+func (x *exchange) bodySizes(status int) (in, out int64) {
+	in = x.in.n
+	if in == 0 {
+		in = int64(max(x.ctx.Request.Header.ContentLength(), 0))
+	}
+	resp := &x.ctx.Response
+	switch {
+	case x.ctx.IsHead() || resp.SkipBody || upstreamclient.NoBody(status):
+	case resp.IsBodyStream():
+		out = int64(max(resp.Header.ContentLength(), 0))
+	default:
+		out = int64(len(resp.Body()))
+	}
+	return in, out
 }

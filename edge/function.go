@@ -52,7 +52,7 @@ func (e *Edge) buildFunctions(rt, prev *route) {
 	if len(r.Functions) == 0 && r.Auth != tenants.AuthFunction {
 		return
 	}
-	spec := fnchain.RouteSpec{TenantID: rt.snapshot.TenantID, TenantLabel: rt.metrics.tenant, RouteID: r.ID,
+	spec := fnchain.RouteSpec{TenantID: rt.snapshot.TenantID, TenantLabel: rt.metrics.Tenant(), RouteID: r.ID,
 		Functions: r.Functions, Auth: r.Auth == tenants.AuthFunction, Plan: rt.snapshot.resources}
 	if prev != nil && prev.functions.SameSpec(spec) {
 		rt.functions = prev.functions

@@ -151,10 +151,10 @@ func (e *Edge) refuse(ctx *fasthttp.RequestCtx, r *reply) {
 	x := exchangePool.Get().(*exchange)
 	x.ctx, x.e = ctx, e
 	x.newRequestID()
-	x.rm = e.labels.noTenant
+	x.rm = e.labels.NoTenant
 	x.fail(r)
 	ctx.Response.Header.SetCanonical(hdrRequestID, x.reqID)
-	x.rm.observe(ctx.Response.StatusCode(), 0)
+	x.rm.Observe(ctx.Response.StatusCode(), 0)
 	x.reset()
 	exchangePool.Put(x)
 }

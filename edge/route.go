@@ -36,7 +36,7 @@ func (e *Edge) handle(x *exchange) {
 		x.newRequestID()
 	}
 	if !e.ready.Load() {
-		x.rm = e.labels.noTenant
+		x.rm = e.labels.NoTenant
 		if e.draining.Load() {
 			x.fail(replyDraining)
 		} else {
@@ -52,7 +52,7 @@ func (e *Edge) handle(x *exchange) {
 	}
 	slot := e.hostSlot(&x.hostBuf, x.host) // {slug}.{domain} or a custom domain (tls.go)
 	if !x.sniAgrees(slot) {
-		x.rm = e.labels.noTenant
+		x.rm = e.labels.NoTenant
 		x.fail(replyMisdirected)
 		return
 	}
@@ -61,7 +61,7 @@ func (e *Edge) handle(x *exchange) {
 		snap = slot.snap.Load()
 	}
 	if snap == nil {
-		x.rm = e.labels.noTenant
+		x.rm = e.labels.NoTenant
 		if slot == pendingDomain {
 			x.fail(replyUnverified)
 			return
@@ -69,7 +69,7 @@ func (e *Edge) handle(x *exchange) {
 		e.failUnknownTenant(x)
 		return
 	}
-	x.snap, x.rm = snap, snap.labels.none
+	x.snap, x.rm = snap, snap.labels.None
 
 	var err error
 	if x.path, err = routing.NormalizePath(x.path, rawPath); err != nil {
@@ -108,9 +108,9 @@ func (e *Edge) finish(x *exchange) {
 	resp.Header.SetCanonical(hdrRequestID, x.reqID)
 	status := resp.StatusCode()
 	d := time.Since(x.ctx.Time())
-	x.rm.observe(status, d)
+	x.rm.Observe(status, d)
 	in, out := x.bodySizes(status)
-	x.rm.observeNode(status, d, x.upstream, in, out)
+	x.rm.ObserveNode(status, d, x.upstream, in, out)
 	if x.snap != nil {
 		e.meterRecord(x, status)
 	}

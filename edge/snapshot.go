@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"tollgate/edge/cache"
+	"tollgate/edge/edgemetrics"
 	"tollgate/edge/fnchain"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/meter"
@@ -24,7 +25,7 @@ type Snapshot struct {
 	Rev int64
 
 	routes routing.Table[route]
-	labels *tenantLabels
+	labels *edgemetrics.TenantLabels
 	// meter counts the tenant's requests that matched no route (meter.go); nil: off.
 	meter *meter.Route
 	*tenantConfig
@@ -75,7 +76,7 @@ type route struct {
 	websocket      bool
 	upstream       *upstream
 	canary         *canary // nil: none (canary.go)
-	metrics        *routeMetrics
+	metrics        *edgemetrics.RouteMetrics
 	serve          handler
 	snapshot       *tenantConfig  // of the snapshots the route is compiled into
 	src            *tenants.Route // the entry it was compiled from: kept while that is unchanged

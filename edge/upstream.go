@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tollgate/edge/balancer"
+	"tollgate/edge/edgemetrics"
 	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
@@ -54,7 +55,7 @@ func SetShareUpstreams(on bool) { shareUpstreams.Store(on) }
 // bind counts u's events (ejections, breaker opens, retries) under its route's metrics
 // labels; a kept upstream is bound again by each compile, as its route's labels may
 // have changed.
-func (u *upstream) bind(rm *routeMetrics) { u.Bind(rm) }
+func (u *upstream) bind(rm *edgemetrics.RouteMetrics) { u.Bind(rm) }
 
 // close stops u's active health checker, if it has one.
 func (u *upstream) close() { u.Close() }
@@ -129,7 +130,7 @@ func (e *Edge) newUpstream(spec *tenants.Upstream, ct time.Duration, pools map[s
 			return c
 		},
 		// Until its route binds it (a checker may start with the compile): under none.
-		Events:   e.labels.noTenant,
+		Events:   e.labels.NoTenant,
 		Checkers: &e.checkers,
 	}
 	if e.debug {

@@ -1,7 +1,8 @@
 // Package balancer is a route's set of upstream targets: how requests are spread over
 // them (smooth weighted round-robin, least_conn, a consistent hash ring), what takes a
 // target out of rotation and brings it back (active checks, passive ejection, circuit
-// breakers), and how a failed attempt is retried within a budget.
+// breakers), how a failed attempt is retried within a budget, and how a route's requests
+// are split between its own targets and its canary's (Split).
 //
 // It knows nothing of the request beyond what its caller hands it: the edge computes a
 // hash upstream's key from the request (HashOn says from what), sends each attempt over

@@ -1,4 +1,4 @@
-package edge
+package edgemetrics
 
 import (
 	"testing"
@@ -11,16 +11,16 @@ import (
 // the per-node series (exact code, latency split, bytes) that the handler adds. Both must
 // stay at 0 allocs.
 func BenchmarkRequestMetrics(b *testing.B) {
-	m, err := newMetrics(prometheus.NewRegistry(), "bench")
+	m, err := New(prometheus.NewRegistry(), "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
-	rm := &routeMetrics{m: m, tenant: "acme", route: "r"}
+	rm := &RouteMetrics{m: m, tenant: "acme", route: "r"}
 	b.Run("class", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				rm.observe(200, 3*time.Millisecond)
+				rm.Observe(200, 3*time.Millisecond)
 			}
 		})
 	})
@@ -28,8 +28,8 @@ func BenchmarkRequestMetrics(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				rm.observe(200, 3*time.Millisecond)
-				rm.observeNode(200, 3*time.Millisecond, 2*time.Millisecond, 120, 2048)
+				rm.Observe(200, 3*time.Millisecond)
+				rm.ObserveNode(200, 3*time.Millisecond, 2*time.Millisecond, 120, 2048)
 			}
 		})
 	})

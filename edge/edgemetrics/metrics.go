@@ -1,18 +1,5 @@
-package edge
-
-import (
-	"strconv"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"tollgate/edge/balancer"
-	"tollgate/edge/upstreamclient"
-
-	"github.com/prometheus/client_golang/prometheus"
-)
-
-// Metrics.
+// Package edgemetrics holds the edge's Prometheus metrics and the bounded labels of its
+// tenants and routes.
 //
 // http_requests_total and http_request_duration_seconds carry the labels gateway
 // ("tollgate"), tenant (the slug), route (the route's name) and status — the status
@@ -27,7 +14,7 @@ import (
 // tenant or route frees its slot and its series are removed.
 //
 // Nothing on the request path calls WithLabelValues per request: each route holds its
-// routeMetrics, whose per-class children are resolved once on first use and then read
+// RouteMetrics, whose per-class children are resolved once on first use and then read
 // with one atomic load.
 //
 // The tollgate_edge_responses_total, _upstream_duration_seconds, _gateway_duration_seconds,
@@ -35,6 +22,18 @@ import (
 // labels (so the same bounds) and a node label, the edge's id. Responses carry the exact
 // status code for the codes in responseCodes and the class ("4xx") for any other, so a
 // route has at most len(responseCodes)+6 code series.
+package edgemetrics
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tollgate/edge/balancer"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 const (
 	labelOther = "other"
@@ -42,22 +41,23 @@ const (
 	gateway    = "tollgate"
 )
 
-type metrics struct {
+// Metrics are the edge's metrics; the config plane counts on the exported ones.
+type Metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 
-	configApplied  prometheus.Counter
-	configIgnored  prometheus.Counter
-	configRejected *prometheus.CounterVec
-	compiles       prometheus.Counter
-	compileSeconds prometheus.Histogram
-	applyDelay     prometheus.Histogram
-	kvRevision     prometheus.Gauge
-	tenants        prometheus.Gauge
-	routes         prometheus.Gauge
-	ready          prometheus.Gauge
-	upstreamErrors *prometheus.CounterVec
-	logDropped     prometheus.Counter
+	ConfigApplied  prometheus.Counter
+	ConfigIgnored  prometheus.Counter
+	ConfigRejected *prometheus.CounterVec
+	Compiles       prometheus.Counter
+	CompileSeconds prometheus.Histogram
+	ApplyDelay     prometheus.Histogram
+	KVRevision     prometheus.Gauge
+	Tenants        prometheus.Gauge
+	Routes         prometheus.Gauge
+	Ready          prometheus.Gauge
+	UpstreamErrors *prometheus.CounterVec
+	LogDropped     prometheus.Counter
 
 	// Upstream resilience events, by tenant and route (the route's request labels, so
 	// bounded the same way); rare, so resolved with WithLabelValues when they happen.
@@ -65,7 +65,7 @@ type metrics struct {
 	healthChanges *prometheus.CounterVec // + state
 	ejections     *prometheus.CounterVec
 	breakerOpens  *prometheus.CounterVec
-	canary        *prometheus.CounterVec // by tenant, route, side (canary.go)
+	canary        *prometheus.CounterVec // by tenant, route, side (the edge's canary.go)
 
 	// What APISIX's and Kong's users read, per node (see above).
 	responses     *prometheus.CounterVec // + code
@@ -78,11 +78,11 @@ type metrics struct {
 // latencyBuckets are the request duration histograms' buckets.
 var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-// newMetrics registers the edge's metrics; node, the edge's id, labels the per-node ones.
-func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
+// New registers the edge's metrics; node, the edge's id, labels the per-node ones.
+func New(reg prometheus.Registerer, node string) (*Metrics, error) {
 	var constLabels prometheus.Labels
 	nodeLabel := prometheus.Labels{"node": node}
-	m := &metrics{
+	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "http_requests_total", Help: "Requests served by the edge, by tenant, route and status class.",
 			ConstLabels: constLabels,
@@ -112,42 +112,42 @@ func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
 			Name: "tollgate_edge_response_bytes_total", Help: "Response body bytes sent, by node, tenant and route.",
 			ConstLabels: nodeLabel,
 		}, []string{"tenant", "route"}),
-		configApplied: prometheus.NewCounter(prometheus.CounterOpts{
+		ConfigApplied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_edge_config_applied_total", Help: "Config entries (puts and deletes) applied.", ConstLabels: constLabels,
 		}),
-		configIgnored: prometheus.NewCounter(prometheus.CounterOpts{
+		ConfigIgnored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_edge_config_ignored_total", Help: "Config entries ignored because their rev was not newer than the one held (replays, late publishes).", ConstLabels: constLabels,
 		}),
-		configRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+		ConfigRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_edge_config_rejected_total", Help: "Config entries rejected as invalid; the tenant keeps its last good config.", ConstLabels: constLabels,
 		}, []string{"kind"}),
-		compiles: prometheus.NewCounter(prometheus.CounterOpts{
+		Compiles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_edge_compiles_total", Help: "Tenant snapshots compiled.", ConstLabels: constLabels,
 		}),
-		compileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+		CompileSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tollgate_edge_compile_duration_seconds", Help: "Time to compile one tenant snapshot.", ConstLabels: constLabels,
 			Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
 		}),
-		applyDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+		ApplyDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tollgate_edge_config_apply_delay_seconds", Help: "Time from a config entry's arrival to the snapshot that contains it serving requests.", ConstLabels: constLabels,
 			Buckets: prometheus.ExponentialBuckets(0.0005, 3, 10),
 		}),
-		kvRevision: prometheus.NewGauge(prometheus.GaugeOpts{
+		KVRevision: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_edge_config_kv_revision", Help: "KV revision of the last config entry received.", ConstLabels: constLabels,
 		}),
-		tenants: prometheus.NewGauge(prometheus.GaugeOpts{
+		Tenants: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_edge_tenants", Help: "Tenants served.", ConstLabels: constLabels,
 		}),
-		routes: prometheus.NewGauge(prometheus.GaugeOpts{
+		Routes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_edge_routes", Help: "Routes served, over all tenants.", ConstLabels: constLabels,
 		}),
-		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tollgate_edge_ready", Help: "1 when the initial config is loaded and the edge is not shutting down.", ConstLabels: constLabels,
 		}),
-		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		UpstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tollgate_edge_upstream_errors_total", Help: "Upstream exchanges that failed, by kind (policy, connect, connect_timeout, timeout, overloaded, bad_response, no_healthy_upstream).", ConstLabels: constLabels,
 		}, []string{"kind"}),
-		logDropped: prometheus.NewCounter(prometheus.CounterOpts{
+		LogDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_edge_access_log_dropped_total", Help: "Access log lines dropped because the log writer fell behind.", ConstLabels: constLabels,
 		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -168,8 +168,8 @@ func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{
 		m.retries, m.healthChanges, m.ejections, m.breakerOpens,
-		m.requests, m.duration, m.configApplied, m.configIgnored, m.configRejected, m.compiles,
-		m.compileSeconds, m.applyDelay, m.kvRevision, m.tenants, m.routes, m.ready, m.upstreamErrors, m.logDropped, m.canary,
+		m.requests, m.duration, m.ConfigApplied, m.ConfigIgnored, m.ConfigRejected, m.Compiles,
+		m.CompileSeconds, m.ApplyDelay, m.KVRevision, m.Tenants, m.Routes, m.Ready, m.UpstreamErrors, m.LogDropped, m.canary,
 		m.responses, m.upstreamTime, m.gatewayTime, m.requestBytes, m.responseBytes,
 	} {
 		if err := reg.Register(c); err != nil {
@@ -183,12 +183,12 @@ func newMetrics(reg prometheus.Registerer, node string) (*metrics, error) {
 // outside 1xx–5xx).
 var statusClasses = [6]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
 
-// routeMetrics are the metric children of one (tenant, route) label pair.
-type routeMetrics struct {
-	m             *metrics
+// RouteMetrics are the metric children of one (tenant, route) label pair.
+type RouteMetrics struct {
+	m             *Metrics
 	tenant, route string
 	class         [6]atomic.Pointer[classMetrics]
-	sides         [2]atomic.Pointer[sideCounter] // canary.go
+	sides         [2]atomic.Pointer[sideCounter] // CanarySide
 	node          atomic.Pointer[nodeMetrics]
 	codes         [numCodeSlots]atomic.Pointer[codeCounter]
 }
@@ -242,7 +242,7 @@ func slotLabel(slot int) string {
 
 // observeNode counts a response's exact code, its time upstream and at the edge, and its
 // body bytes.
-func (rm *routeMetrics) observeNode(status int, total, upstream time.Duration, in, out int64) {
+func (rm *RouteMetrics) ObserveNode(status int, total, upstream time.Duration, in, out int64) {
 	s := slotOf(status)
 	cc := rm.codes[s].Load()
 	if cc == nil {
@@ -281,7 +281,7 @@ type classMetrics struct {
 	duration prometheus.Observer
 }
 
-func (rm *routeMetrics) observe(status int, d time.Duration) {
+func (rm *RouteMetrics) Observe(status int, d time.Duration) {
 	c := status / 100
 	if c < 1 || c > 5 {
 		c = 0
@@ -294,7 +294,7 @@ func (rm *routeMetrics) observe(status int, d time.Duration) {
 	cm.duration.Observe(d.Seconds())
 }
 
-func (rm *routeMetrics) resolve(c int) *classMetrics {
+func (rm *RouteMetrics) resolve(c int) *classMetrics {
 	cm := &classMetrics{
 		requests: rm.m.requests.WithLabelValues(gateway, rm.tenant, rm.route, statusClasses[c]),
 		duration: rm.m.duration.WithLabelValues(gateway, rm.tenant, rm.route, statusClasses[c]),
@@ -305,7 +305,7 @@ func (rm *routeMetrics) resolve(c int) *classMetrics {
 	return cm
 }
 
-func (rm *routeMetrics) delete() {
+func (rm *RouteMetrics) delete() {
 	l := prometheus.Labels{"tenant": rm.tenant, "route": rm.route}
 	rm.m.requests.DeletePartialMatch(l)
 	rm.m.duration.DeletePartialMatch(l)
@@ -314,53 +314,53 @@ func (rm *routeMetrics) delete() {
 	rm.m.deleteNodeSeries(l)
 }
 
-// labeler hands out label values within the bounds described above. It belongs to the
-// config plane; compiles take its lock, requests never do.
-type labeler struct {
+// Labeler hands out label values within the bounds described above. It belongs to the
+// config plane; Compiles take its lock, requests never do.
+type Labeler struct {
 	mu                              sync.Mutex
-	m                               *metrics
+	m                               *Metrics
 	maxTenants, maxRoutes, maxTotal int
 	ownTenants, ownRoutes           int
-	tenants                         map[string]*tenantLabels // by tenant id
-	other                           *tenantLabels
-	noTenant                        *routeMetrics
+	tenants                         map[string]*TenantLabels // by tenant id
+	other                           *TenantLabels
+	NoTenant                        *RouteMetrics
 }
 
-type tenantLabels struct {
-	value  string // the tenant label: its slug, or "other"
-	own    bool
-	none   *routeMetrics // requests of the tenant that match no route
-	other  *routeMetrics // its routes past the bound
+type TenantLabels struct {
+	Value  string // the tenant label: its slug, or "other"
+	Own    bool
+	None   *RouteMetrics // requests of the tenant that match no route
+	other  *RouteMetrics // its routes past the bound
 	routes map[string]*routeLabel
 }
 
 type routeLabel struct {
 	name string
-	rm   *routeMetrics
+	rm   *RouteMetrics
 }
 
-func newLabeler(m *metrics, maxTenants, maxRoutes, maxTotal int) *labeler {
-	l := &labeler{m: m, maxTenants: maxTenants, maxRoutes: maxRoutes, maxTotal: maxTotal, tenants: map[string]*tenantLabels{}}
+func NewLabeler(m *Metrics, maxTenants, maxRoutes, maxTotal int) *Labeler {
+	l := &Labeler{m: m, maxTenants: maxTenants, maxRoutes: maxRoutes, maxTotal: maxTotal, tenants: map[string]*TenantLabels{}}
 	l.other = l.newTenantLabels(labelOther, false)
-	l.noTenant = &routeMetrics{m: m, tenant: labelNone, route: labelNone}
+	l.NoTenant = &RouteMetrics{m: m, tenant: labelNone, route: labelNone}
 	return l
 }
 
-func (l *labeler) newTenantLabels(value string, own bool) *tenantLabels {
-	return &tenantLabels{
-		value: value, own: own,
-		none:   &routeMetrics{m: l.m, tenant: value, route: labelNone},
-		other:  &routeMetrics{m: l.m, tenant: value, route: labelOther},
+func (l *Labeler) newTenantLabels(value string, own bool) *TenantLabels {
+	return &TenantLabels{
+		Value: value, Own: own,
+		None:   &RouteMetrics{m: l.m, tenant: value, route: labelNone},
+		other:  &RouteMetrics{m: l.m, tenant: value, route: labelOther},
 		routes: map[string]*routeLabel{},
 	}
 }
 
-// tenant returns the labels of a tenant, giving it its own value while there is room.
-func (l *labeler) tenant(id, slug string) *tenantLabels {
+// Tenant returns the labels of a tenant, giving it its own value while there is room.
+func (l *Labeler) Tenant(id, slug string) *TenantLabels {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if tl := l.tenants[id]; tl != nil {
-		if tl.value == slug {
+		if tl.Value == slug {
 			return tl
 		}
 		l.dropLocked(id) // the slug changed: start over under the new value
@@ -374,13 +374,13 @@ func (l *labeler) tenant(id, slug string) *tenantLabels {
 	return tl
 }
 
-// routes assigns the route metrics of a tenant's current routes (ids → names), in the
+// Routes assigns the route metrics of a tenant's current routes (ids → names), in the
 // order given, and frees the labels of routes no longer present.
-func (l *labeler) routes(tl *tenantLabels, ids, names []string) []*routeMetrics {
-	out := make([]*routeMetrics, len(ids))
+func (l *Labeler) Routes(tl *TenantLabels, ids, names []string) []*RouteMetrics {
+	out := make([]*RouteMetrics, len(ids))
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !tl.own {
+	if !tl.Own {
 		for i := range out {
 			out[i] = tl.other
 		}
@@ -401,7 +401,7 @@ func (l *labeler) routes(tl *tenantLabels, ids, names []string) []*routeMetrics 
 		rl := tl.routes[id]
 		if rl != nil && rl.name != names[i] {
 			rl.rm.delete()
-			rl.rm = &routeMetrics{m: l.m, tenant: tl.value, route: names[i]}
+			rl.rm = &RouteMetrics{m: l.m, tenant: tl.Value, route: names[i]}
 			rl.name = names[i]
 		}
 		if rl == nil {
@@ -409,7 +409,7 @@ func (l *labeler) routes(tl *tenantLabels, ids, names []string) []*routeMetrics 
 				out[i] = tl.other
 				continue
 			}
-			rl = &routeLabel{name: names[i], rm: &routeMetrics{m: l.m, tenant: tl.value, route: names[i]}}
+			rl = &routeLabel{name: names[i], rm: &RouteMetrics{m: l.m, tenant: tl.Value, route: names[i]}}
 			tl.routes[id] = rl
 			l.ownRoutes++
 		}
@@ -418,34 +418,34 @@ func (l *labeler) routes(tl *tenantLabels, ids, names []string) []*routeMetrics 
 	return out
 }
 
-// route returns the route metrics of one route of a tenant (an incremental compile's
+// Route returns the route metrics of one route of a tenant (an incremental compile's
 // changed route): its labels when it has them and its name is unchanged, new ones while
 // there is room, else the tenant's "other".
-func (l *labeler) route(tl *tenantLabels, id, name string) *routeMetrics {
+func (l *Labeler) Route(tl *TenantLabels, id, name string) *RouteMetrics {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !tl.own {
+	if !tl.Own {
 		return tl.other
 	}
 	rl := tl.routes[id]
 	if rl != nil && rl.name != name {
 		rl.rm.delete()
-		rl.rm = &routeMetrics{m: l.m, tenant: tl.value, route: name}
+		rl.rm = &RouteMetrics{m: l.m, tenant: tl.Value, route: name}
 		rl.name = name
 	}
 	if rl == nil {
 		if len(tl.routes) >= l.maxRoutes || l.ownRoutes >= l.maxTotal {
 			return tl.other
 		}
-		rl = &routeLabel{name: name, rm: &routeMetrics{m: l.m, tenant: tl.value, route: name}}
+		rl = &routeLabel{name: name, rm: &RouteMetrics{m: l.m, tenant: tl.Value, route: name}}
 		tl.routes[id] = rl
 		l.ownRoutes++
 	}
 	return rl.rm
 }
 
-// dropRoute frees the labels of a deleted route and removes its series.
-func (l *labeler) dropRoute(tl *tenantLabels, id string) {
+// DropRoute frees the labels of a deleted route and removes its series.
+func (l *Labeler) DropRoute(tl *TenantLabels, id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if rl := tl.routes[id]; rl != nil {
@@ -455,14 +455,14 @@ func (l *labeler) dropRoute(tl *tenantLabels, id string) {
 	}
 }
 
-// drop frees a deleted tenant's labels and removes its series.
-func (l *labeler) drop(id string) {
+// Drop frees a deleted tenant's labels and removes its series.
+func (l *Labeler) Drop(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.dropLocked(id)
 }
 
-func (l *labeler) dropLocked(id string) {
+func (l *Labeler) dropLocked(id string) {
 	tl := l.tenants[id]
 	if tl == nil {
 		return
@@ -470,7 +470,7 @@ func (l *labeler) dropLocked(id string) {
 	delete(l.tenants, id)
 	l.ownTenants--
 	l.ownRoutes -= len(tl.routes)
-	p := prometheus.Labels{"tenant": tl.value}
+	p := prometheus.Labels{"tenant": tl.Value}
 	l.m.requests.DeletePartialMatch(p)
 	l.m.duration.DeletePartialMatch(p)
 	l.m.deleteUpstreamSeries(p)
@@ -478,7 +478,7 @@ func (l *labeler) dropLocked(id string) {
 	l.m.deleteNodeSeries(p)
 }
 
-func (m *metrics) deleteNodeSeries(l prometheus.Labels) {
+func (m *Metrics) deleteNodeSeries(l prometheus.Labels) {
 	m.responses.DeletePartialMatch(l)
 	m.upstreamTime.DeletePartialMatch(l)
 	m.gatewayTime.DeletePartialMatch(l)
@@ -486,19 +486,22 @@ func (m *metrics) deleteNodeSeries(l prometheus.Labels) {
 	m.responseBytes.DeletePartialMatch(l)
 }
 
-func (m *metrics) deleteUpstreamSeries(l prometheus.Labels) {
+func (m *Metrics) deleteUpstreamSeries(l prometheus.Labels) {
 	m.retries.DeletePartialMatch(l)
 	m.healthChanges.DeletePartialMatch(l)
 	m.ejections.DeletePartialMatch(l)
 	m.breakerOpens.DeletePartialMatch(l)
 }
 
+// Tenant is the tenant label value rm counts under.
+func (rm *RouteMetrics) Tenant() string { return rm.tenant }
+
 // The events of a route's upstream (balancer.Events), counted under its labels.
 
-func (rm *routeMetrics) Ejected()       { rm.m.ejections.WithLabelValues(rm.tenant, rm.route).Inc() }
-func (rm *routeMetrics) BreakerOpened() { rm.m.breakerOpens.WithLabelValues(rm.tenant, rm.route).Inc() }
+func (rm *RouteMetrics) Ejected()       { rm.m.ejections.WithLabelValues(rm.tenant, rm.route).Inc() }
+func (rm *RouteMetrics) BreakerOpened() { rm.m.breakerOpens.WithLabelValues(rm.tenant, rm.route).Inc() }
 
-func (rm *routeMetrics) HealthChanged(healthy bool) {
+func (rm *RouteMetrics) HealthChanged(healthy bool) {
 	state := "unhealthy"
 	if healthy {
 		state = "healthy"
@@ -506,26 +509,30 @@ func (rm *routeMetrics) HealthChanged(healthy bool) {
 	rm.m.healthChanges.WithLabelValues(rm.tenant, rm.route, state).Inc()
 }
 
-func (rm *routeMetrics) Retried(r balancer.RetryResult) {
+func (rm *RouteMetrics) Retried(r balancer.RetryResult) {
 	rm.m.retries.WithLabelValues(rm.tenant, rm.route, string(r)).Inc()
 }
 
-// bodySizes are the body bytes of x for the bytes counters: what the metered reader
-// counted on a metered route, else the declared Content-Length; the response body's
-// length, or its declared length when it is streamed (the exact count of a streamed body
-// is the meter's, at close).
-func (x *exchange) bodySizes(status int) (in, out int64) {
-	in = x.in.n
-	if in == 0 {
-		in = int64(max(x.ctx.Request.Header.ContentLength(), 0))
+// Sides of tollgate_edge_canary_requests_total (CanarySide).
+const (
+	SidePrimary = iota
+	SideCanary
+)
+
+var canarySides = [2]string{"primary", "canary"}
+
+// CanarySide counts a request of a route with a canary on the side it was sent to. The
+// children are resolved on first use, so routes without a canary have no series.
+func (rm *RouteMetrics) CanarySide(side int) {
+	p := rm.sides[side].Load()
+	if p == nil {
+		p = &sideCounter{rm.m.canary.WithLabelValues(rm.tenant, rm.route, canarySides[side])}
+		if !rm.sides[side].CompareAndSwap(nil, p) {
+			p = rm.sides[side].Load()
+		}
 	}
-	resp := &x.ctx.Response
-	switch {
-	case x.ctx.IsHead() || resp.SkipBody || upstreamclient.NoBody(status):
-	case resp.IsBodyStream():
-		out = int64(max(resp.Header.ContentLength(), 0))
-	default:
-		out = int64(len(resp.Body()))
-	}
-	return in, out
+	p.Inc()
 }
+
+// sideCounter boxes a counter for an atomic.Pointer.
+type sideCounter struct{ prometheus.Counter }
