@@ -134,9 +134,14 @@ func (f *Filter) take() (*instance, error) {
 			}
 			in.mu.Unlock()
 		} else if empty >= 0 {
-			// Another request is starting an instance: wait for it.
+			// Another request is starting an instance: wait for it, then fill the slot
+			// unless it did.
 			f.grow.Lock()
+			in, err := f.grown(empty)
 			f.grow.Unlock()
+			if in != nil || err != nil {
+				return in, err
+			}
 		}
 	}
 }
