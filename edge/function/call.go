@@ -351,7 +351,7 @@ func (in *instance) kill(err error) {
 // returns the request's whole guest time, Elapsed included; c must not be used after.
 func (c *Call) Done() time.Duration {
 	in, f := c.in, c.f
-	if !in.dead && (in.cb[cbDone] != nil || in.cb[cbLog] != nil || in.cb[cbDelete] != nil) {
+	if in.cb[cbDone] != nil || in.cb[cbLog] != nil || in.cb[cbDelete] != nil {
 		// The context must go whatever the cap: wait for a slot, which running callbacks
 		// free within their timeout.
 		sem, _ := f.acquire(cbDone, true)
