@@ -8,11 +8,13 @@ import (
 // Call is one request's passage through a filter. It is driven by one goroutine, callback
 // after callback, and ends with Done; after Done it belongs to the filter again.
 type Call struct {
-	in          *instance
+	f           *Filter
+	in          *instance // the instance holding the request's context
 	h           HTTP
 	id          uint32
 	elapsed     int64
 	err         error
+	victim      bool // failed because another request killed its instance
 	replied     bool
 	continued   bool
 	closed      bool
@@ -22,7 +24,9 @@ type Call struct {
 	pairs       []HeaderPair
 	headerBytes int
 	ser         serializer
-	// Made once per instance: a method value allocates, and these are used per request.
+	args        [5]uint64 // the running callback's arguments
+	ret         uint32    // and its result
+	// Made once per Call: a method value allocates, and these are used per request.
 	countFn, fillFn func(k, v []byte)
 }
 
@@ -31,31 +35,46 @@ type pendingCallout struct {
 	req   *CalloutRequest
 }
 
-func (in *instance) newCall() *Call {
-	c := &Call{in: in}
+func (f *Filter) getCall() *Call {
+	f.callMu.Lock()
+	if n := len(f.calls); n > 0 {
+		c := f.calls[n-1]
+		f.calls = f.calls[:n-1]
+		f.callMu.Unlock()
+		return c
+	}
+	f.callMu.Unlock()
+	c := &Call{f: f}
 	c.countFn, c.fillFn = c.count, c.fill
 	return c
 }
 
-// Start takes an instance for one request (a pooled one, or a new one when all are busy)
-// and creates the request's context in it.
+func (f *Filter) putCall(c *Call) {
+	f.callMu.Lock()
+	f.calls = append(f.calls, c)
+	f.callMu.Unlock()
+}
+
+// Start creates the request's context (proxy_on_context_create with a fresh id) in one of
+// the filter's instances and lets go of the instance: later callbacks take it again, so
+// the request holds no instance across its upstream round trip.
 func (f *Filter) Start(h HTTP) (*Call, error) {
 	if q := f.quarantined.Load(); q != 0 && now() < q {
 		return nil, &Error{Reason: ReasonQuarantined, Function: f.name,
 			Detail: "the function failed on its last requests; it is refused for a while"}
 	}
-	var in *instance
-	select {
-	case in = <-f.pool:
-	default:
-		var err error
-		if in, err = f.newInstance(); err != nil {
-			f.strike()
-			return nil, err
-		}
+	sem, err := f.acquire(cbContextCreate, false)
+	if err != nil {
+		return nil, err
 	}
-	c := in.c
-	c.h, c.elapsed, c.err = h, 0, nil
+	in, err := f.take()
+	if err != nil {
+		<-sem
+		f.strike()
+		return nil, err
+	}
+	c := f.getCall()
+	c.in, c.h, c.elapsed, c.err, c.victim = in, h, 0, nil, false
 	c.replied, c.continued, c.closed = false, false, false
 	c.callouts, c.headerBytes = 0, 0
 	c.pending = c.pending[:0]
@@ -63,18 +82,84 @@ func (f *Filter) Start(h HTTP) (*Call, error) {
 	if in.nextID++; in.nextID == 0 {
 		in.nextID = rootContextID + 1
 	}
-	in.call = c
-	in.stack[0], in.stack[1] = uint64(c.id), rootContextID
-	if busy, err := c.run(cbContextCreate, 2); err != nil {
-		if busy {
-			in.call, c.h = nil, nil
-			f.release(in)
-		} else {
-			c.Done()
-		}
+	in.refs++
+	c.args[0], c.args[1] = uint64(c.id), rootContextID
+	err = c.exec(cbContextCreate, 2)
+	in.mu.Unlock()
+	<-sem
+	if err != nil {
+		c.Done()
 		return nil, err
 	}
 	return c, nil
+}
+
+// take returns a started instance of f, locked. It prefers one free right now, in round
+// robin; when all are busy it starts one more if a slot is empty, and otherwise waits for
+// the round robin's pick, whose callback is bounded by the filter's timeout.
+func (f *Filter) take() (*instance, error) {
+	for {
+		n := uint32(len(f.slots))
+		first := f.rr.Add(1)
+		empty := -1
+		for i := range n {
+			j := (first + i) % n
+			in := f.slots[j].Load()
+			if in == nil {
+				if empty < 0 {
+					empty = int(j)
+				}
+				continue
+			}
+			if in.mu.TryLock() {
+				if !in.dead {
+					return in, nil
+				}
+				f.slots[j].CompareAndSwap(in, nil)
+				in.mu.Unlock()
+			}
+		}
+		if empty >= 0 && f.grow.TryLock() {
+			in, err := f.grown(empty)
+			f.grow.Unlock()
+			if in != nil || err != nil {
+				return in, err
+			}
+			continue
+		}
+		if in := f.slots[first%n].Load(); in != nil {
+			in.mu.Lock()
+			if !in.dead {
+				return in, nil
+			}
+			in.mu.Unlock()
+		} else if empty >= 0 {
+			// Another request is starting an instance: wait for it, then fill the slot
+			// unless it did.
+			f.grow.Lock()
+			in, err := f.grown(empty)
+			f.grow.Unlock()
+			if in != nil || err != nil {
+				return in, err
+			}
+		}
+	}
+}
+
+// grown starts an instance in slot i (under f.grow) and returns it locked; nil, nil when
+// the slot was filled meanwhile.
+func (f *Filter) grown(i int) (*instance, error) {
+	if f.slots[i].Load() != nil {
+		return nil, nil
+	}
+	in, err := f.newInstance()
+	if err != nil {
+		return nil, err
+	}
+	in.slotNo = i
+	in.mu.Lock()
+	f.slots[i].Store(in)
+	return in, nil
 }
 
 // Elapsed is the guest time this request has used so far: the wall time of its callbacks,
@@ -127,11 +212,11 @@ func (c *Call) http(cb int, n uint32, endOfStream bool) (Action, error) {
 		return ActionContinue, nil
 	}
 	c.continued = false
-	in.stack[0], in.stack[1], in.stack[2] = uint64(c.id), uint64(n), b2u(endOfStream)
-	if _, err := c.run(cb, 3); err != nil {
+	c.args[0], c.args[1], c.args[2] = uint64(c.id), uint64(n), b2u(endOfStream)
+	if err := c.run(cb, 3, false); err != nil {
 		return ActionContinue, err
 	}
-	paused := u32(in.stack[0]) != uint32(ActionContinue)
+	paused := c.ret != uint32(ActionContinue)
 	calledOut := false
 	for len(c.pending) > 0 && !c.replied && !c.closed {
 		calledOut = true
@@ -139,9 +224,9 @@ func (c *Call) http(cb int, n uint32, endOfStream bool) (Action, error) {
 		c.pending = c.pending[1:]
 		resp := c.callout(p.req)
 		c.calloutResp = resp
-		in.stack[0], in.stack[1] = uint64(c.id), uint64(p.token)
-		in.stack[2], in.stack[3], in.stack[4] = uint64(len(resp.Headers)), uint64(len(resp.Body)), uint64(len(resp.Trailers))
-		_, err := c.run(cbHTTPCallResponse, 5)
+		c.args[0], c.args[1] = uint64(c.id), uint64(p.token)
+		c.args[2], c.args[3], c.args[4] = uint64(len(resp.Headers)), uint64(len(resp.Body)), uint64(len(resp.Trailers))
+		err := c.run(cbHTTPCallResponse, 5, false)
 		c.calloutResp = nil
 		if err != nil {
 			return ActionContinue, err
@@ -160,12 +245,12 @@ func (c *Call) http(cb int, n uint32, endOfStream bool) (Action, error) {
 }
 
 func (c *Call) failCall(cb, detail string) (Action, error) {
-	c.err = &Error{Reason: ReasonBadHostCall, Function: c.in.f.name, Callback: cb, Detail: detail}
+	c.err = &Error{Reason: ReasonBadHostCall, Function: c.f.name, Callback: cb, Detail: detail}
 	return ActionContinue, c.err
 }
 
 func (c *Call) callout(req *CalloutRequest) *CalloutResponse {
-	fn := c.in.f.rt.cfg.Callout
+	fn := c.f.rt.cfg.Callout
 	if fn == nil || c.in.cb[cbHTTPCallResponse] == nil {
 		return &CalloutResponse{}
 	}
@@ -178,76 +263,125 @@ func (c *Call) callout(req *CalloutRequest) *CalloutResponse {
 	return resp
 }
 
-// run runs callback cb within the tenant's concurrency cap. busy reports that the cap
-// stayed full (the instance is then untouched).
-func (c *Call) run(cb int, nargs int) (busy bool, err error) {
-	in := c.in
-	fn := in.cb[cb]
-	if fn == nil {
-		in.stack[0] = 0
-		return false, nil
-	}
-	sem := *in.f.slot.sem.Load()
+// acquire takes a slot of the tenant's concurrency cap for callback cb; the caller gives
+// it back with <-sem. Unless wait, a cap that stays full for the filter's timeout is
+// ReasonBusy.
+func (f *Filter) acquire(cb int, wait bool) (chan struct{}, error) {
+	sem := *f.slot.sem.Load()
 	select {
 	case sem <- struct{}{}:
+		return sem, nil
 	default:
-		t := time.NewTimer(time.Duration(in.f.timeout))
-		select {
-		case sem <- struct{}{}:
-			t.Stop()
-		case <-t.C:
-			c.err = &Error{Reason: ReasonBusy, Function: in.f.name, Callback: cbNames[cb],
-				Detail: "the tenant's functions are all busy on this edge"}
-			return true, c.err
-		}
 	}
-	err = in.invoke(cbNames[cb], fn, nargs, in.f.timeout)
-	<-sem
-	if err != nil {
-		c.err = err
+	if wait {
+		sem <- struct{}{}
+		return sem, nil
 	}
-	return false, err
+	t := time.NewTimer(time.Duration(f.timeout))
+	defer t.Stop()
+	select {
+	case sem <- struct{}{}:
+		return sem, nil
+	case <-t.C:
+		return nil, &Error{Reason: ReasonBusy, Function: f.name, Callback: cbNames[cb],
+			Detail: "the tenant's functions are all busy on this edge"}
+	}
 }
 
-// Done ends the request in the guest (proxy_on_done, proxy_on_log, proxy_on_delete) and
-// gives the instance back to the filter's pool, or drops it if it failed. It returns the
-// request's whole guest time, Elapsed included; c must not be used after.
-func (c *Call) Done() time.Duration {
+// run runs callback cb with c.args[:nargs] within the tenant's concurrency cap, holding
+// the request's instance meanwhile.
+func (c *Call) run(cb int, nargs int, wait bool) error {
 	in := c.in
-	if c.err == nil && !in.dead {
+	if in.cb[cb] == nil {
+		c.ret = 0
+		return nil
+	}
+	sem, err := c.f.acquire(cb, wait)
+	if err != nil {
+		c.err = err
+		return err
+	}
+	in.mu.Lock()
+	err = c.exec(cb, nargs)
+	in.mu.Unlock()
+	<-sem
+	return err
+}
+
+// exec runs callback cb on c's instance, which the caller holds. A failure kills the
+// instance: the other requests whose contexts live in it fail at their next callback
+// with the same reason, as Envoy fails every stream of a VM that crashed.
+func (c *Call) exec(cb int, nargs int) error {
+	in := c.in
+	if in.dead {
+		c.victim = true
+		c.err = &Error{Reason: in.fatal.Reason, Function: c.f.name, Callback: cbNames[cb],
+			Detail: "its instance failed in another request: " + in.fatal.Detail}
+		return c.err
+	}
+	fn := in.cb[cb]
+	if fn == nil {
+		c.ret = 0
+		return nil
+	}
+	copy(in.stack[:nargs], c.args[:nargs])
+	in.call = c
+	err := in.invoke(cbNames[cb], fn, nargs, c.f.timeout)
+	in.call = nil
+	c.ret = u32(in.stack[0])
+	if err != nil {
+		in.kill(err)
+		c.err = err
+	}
+	return err
+}
+
+// kill drops an instance whose guest failed; the caller holds in.mu.
+func (in *instance) kill(err error) {
+	e, ok := err.(*Error)
+	if !ok {
+		e = &Error{Reason: ReasonTrap, Function: in.f.name, Detail: err.Error()}
+	}
+	in.fatal = e
+	in.drop()
+}
+
+// Done ends the request in the guest (proxy_on_done, proxy_on_log, proxy_on_delete, even
+// after a failed callback, so the guest frees the context) unless its instance died. It
+// returns the request's whole guest time, Elapsed included; c must not be used after.
+func (c *Call) Done() time.Duration {
+	in, f := c.in, c.f
+	if in.cb[cbDone] != nil || in.cb[cbLog] != nil || in.cb[cbDelete] != nil {
+		// The context must go whatever the cap: wait for a slot, which running callbacks
+		// free within their timeout.
+		sem, _ := f.acquire(cbDone, true)
+		in.mu.Lock()
 		for _, cb := range [...]int{cbDone, cbLog, cbDelete} {
-			in.stack[0] = uint64(c.id)
-			if _, err := c.run(cb, 1); err != nil {
+			if in.dead {
+				break
+			}
+			c.args[0] = uint64(c.id)
+			if err := c.exec(cb, 1); err != nil {
 				break
 			}
 		}
+		in.mu.Unlock()
+		<-sem
 	}
+	in.mu.Lock()
+	if in.refs--; in.refs == 0 && (in.dead || in.slotNo < 0 || f.closed.Load()) {
+		in.drop()
+	}
+	in.mu.Unlock()
 	if c.err != nil {
-		in.dead = true
-		if e, ok := c.err.(*Error); !ok || e.Reason != ReasonBusy {
-			in.f.strike()
+		if e, ok := c.err.(*Error); !c.victim && (!ok || e.Reason != ReasonBusy) {
+			f.strike()
 		}
 	} else {
-		in.f.ok()
+		f.ok()
 	}
 	el := time.Duration(c.elapsed)
-	in.call, c.h, c.calloutResp = nil, nil, nil
-	in.f.release(in)
+	c.in, c.h, c.calloutResp, c.err = nil, nil, nil, nil
+	f.putCall(c)
 	return el
-}
-
-func (f *Filter) release(in *instance) {
-	if in.dead || f.closed.Load() {
-		in.destroy()
-		return
-	}
-	select {
-	case f.pool <- in:
-		if f.closed.Load() {
-			// Close drained the pool before this instance was put back.
-			f.Close()
-		}
-	default:
-		in.destroy()
-	}
 }

@@ -12,6 +12,19 @@
 // only Done. An error is an *Error: ReasonBusy is the envelope function_busy (503), every
 // other reason function_failed (500); its message is for the tenant's log.
 //
+// Instances: as Envoy runs every stream of a worker in one VM, a filter keeps a few
+// instances, at most min(Limits.Concurrency, GOMAXPROCS), started lazily (the first by
+// NewFilter), each holding the contexts of many requests. Start creates the request's
+// context (proxy_on_context_create with a fresh id) in an instance free right now, in
+// round robin; when all are busy it starts another if under the cap, else waits for the
+// round robin's pick (its callback is bounded by the timeout). It then lets the instance
+// go: each later callback takes the same instance back (the context lives in its memory)
+// only while it runs, so a request holds no instance across its upstream round trip. One
+// goroutine at a time runs guest code in an instance, and host calls act on the request
+// whose callback runs. Done runs proxy_on_done, proxy_on_log and proxy_on_delete even
+// after a failed callback (waiting for a concurrency slot if need be), so the guest frees
+// the context, unless the instance died.
+//
 // Bounds:
 //   - Time: each callback has a deadline (Config.Timeout or Limits.Timeout, default 5ms of
 //     wall time). Compile instruments the module (instrument.go): a stop flag, checked at
@@ -30,7 +43,10 @@
 //     bounds, an argument over 16 MiB, or more than 1 MiB of headers set in one request is
 //     a bad host call: the request fails with ReasonBadHostCall.
 //   - An instance that trapped, timed out, ran out of memory or made a bad host call is
-//     dropped, never reused. A filter that fails three requests in a row is quarantined:
+//     dropped, never reused. Every other request whose context lived in it fails its next
+//     callback with the same Reason (Detail "its instance failed in another request"), as
+//     every stream of a crashed VM fails in Envoy; those failures do not count towards the
+//     quarantine, and the next request starts a fresh instance. A filter that fails three requests in a row is quarantined:
 //     Start refuses it (ReasonQuarantined) for 1s, doubling with each further failure up to
 //     30s; a request that succeeds ends the streak.
 //   - Deep recursion stops at its deadline like a loop (the check at function entry), or

@@ -44,20 +44,46 @@ func HostFuncs() []HostFunc {
 // CallExport runs a guest export within c's request, as a callback runs.
 func (c *Call) CallExport(name string, args []uint64) error {
 	in := c.in
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.dead {
+		return fmt.Errorf("the instance is dead")
+	}
 	fn := in.mod.ExportedFunction(name)
 	if fn == nil {
 		return fmt.Errorf("no export %s", name)
 	}
 	copy(in.stack[:], args)
+	in.call = c
 	err := in.invoke(name, fn, len(args), in.f.timeout)
+	in.call = nil
 	if err != nil {
+		in.kill(err)
 		c.err = err
 	}
 	return err
 }
 
 // WriteMemory writes b into the guest's memory at off; false when out of bounds.
-func (c *Call) WriteMemory(off uint32, b []byte) bool { return c.in.mem.Write(off, b) }
+func (c *Call) WriteMemory(off uint32, b []byte) bool {
+	c.in.mu.Lock()
+	defer c.in.mu.Unlock()
+	return !c.in.dead && c.in.mem.Write(off, b)
+}
+
+// Instances counts f's started instances.
+func Instances(f *Filter) int {
+	n := 0
+	for i := range f.slots {
+		if f.slots[i].Load() != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// MaxInstances is the cap on f's instances.
+func MaxInstances(f *Filter) int { return len(f.slots) }
 
 // Instrument is instrument, for the fuzz target.
 var Instrument = instrument

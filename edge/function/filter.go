@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,8 @@ var epoch = time.Now()
 func now() int64 { return int64(time.Since(epoch)) }
 
 // Filter is one function configured for one route: a module, its plugin configuration,
-// and a pool of started instances.
+// and a small fixed set of started instances, each holding many requests' contexts (as
+// Envoy runs one VM per worker for every stream on it).
 type Filter struct {
 	rt      *Runtime
 	m       *Module
@@ -47,8 +49,14 @@ type Filter struct {
 	timeout int64 // ns
 	pages   uint32
 	slot    *tenantSlot
-	pool    chan *instance
-	closed  atomic.Bool
+	// slots holds the instances; nil is a slot not started yet or whose instance was
+	// dropped. Its length is the cap on instances.
+	slots  []atomic.Pointer[instance]
+	rr     atomic.Uint32 // round robin over slots
+	grow   sync.Mutex    // one instance started at a time
+	callMu sync.Mutex
+	calls  []*Call // free Calls, reused so a request allocates nothing
+	closed atomic.Bool
 	// A filter that keeps failing is refused for a while (quarantine), so a hostile module
 	// cannot make the edge pay for a deep recursion or a loop on every request.
 	strikes     atomic.Int32
@@ -124,12 +132,16 @@ func (r *Runtime) NewFilter(m *Module, tenant, name string, pluginConfig []byte,
 	s.resize(conc)
 	r.mu.Unlock()
 	f.slot = s
-	f.pool = make(chan *instance, max(4, 2*conc))
+	// More instances than the tenant may run callbacks at once, or than there are cores,
+	// would only hold memory: a callback holds its instance for microseconds, and every
+	// request's context lives in whichever instance it started on.
+	f.slots = make([]atomic.Pointer[instance], max(1, min(conc, runtime.GOMAXPROCS(0))))
 	in, err := f.newInstance()
 	if err != nil {
 		return nil, err
 	}
-	f.pool <- in
+	in.slotNo = 0
+	f.slots[0].Store(in)
 	return f, nil
 }
 
@@ -139,26 +151,35 @@ func (f *Filter) Exports() (reqBody, respHeaders, respBody bool) {
 	return f.m.exports.reqBody, f.m.exports.respHeaders, f.m.exports.respBody
 }
 
-// Close frees the pooled instances; instances still in a Call are freed at its Done.
+// Close frees the filter's instances; one still holding a request's context is freed at
+// that request's Done. A request may still Start on a closed filter (a route being
+// replaced): it gets an instance freed at its Done.
 func (f *Filter) Close() {
 	f.closed.Store(true)
-	for {
-		select {
-		case in := <-f.pool:
-			in.destroy()
-		default:
-			return
+	for i := range f.slots {
+		if in := f.slots[i].Load(); in != nil {
+			in.mu.Lock()
+			if in.refs == 0 {
+				in.drop()
+			}
+			in.mu.Unlock()
 		}
 	}
 }
 
-// instance is one started copy of a module. It serves one request at a time.
+// instance is one started copy of a module. It holds the contexts of many requests;
+// mu lets one goroutine at a time run guest code in it, one callback at a time.
 type instance struct {
-	f    *Filter
-	mod  api.Module
-	mem  api.Memory
-	ctx  context.Context
-	stop api.MutableGlobal // instrument's fuel
+	mu     sync.Mutex
+	slotNo int    // its index in f.slots; -1 when in no slot
+	refs   int    // requests whose context lives in it (under mu)
+	fatal  *Error // why it died, told to the other requests on it
+	gone   bool   // its module is closed
+	f      *Filter
+	mod    api.Module
+	mem    api.Memory
+	ctx    context.Context
+	stop   api.MutableGlobal // instrument's fuel
 	// fuelMu orders the host's writes and reads of the fuel with the watchdog's: the guest
 	// takes from it as it runs, but Go code touches it only under fuelMu.
 	fuelMu sync.Mutex
@@ -167,8 +188,7 @@ type instance struct {
 	stack  [12]uint64
 	mstack [1]uint64
 	nextID uint32
-	call   *Call // the request being served; nil while starting
-	c      *Call // the one Call this instance serves, reused
+	call   *Call // the request whose callback runs (under mu); nil while starting
 
 	deadline atomic.Int64 // when the running callback must be done; 0 = none runs
 	timedOut atomic.Bool
@@ -227,8 +247,7 @@ func (m *linearMemory) Free() { m.buf = nil }
 
 func (f *Filter) newInstance() (*instance, error) {
 	r := f.rt
-	in := &instance{f: f, nextID: rootContextID + 1}
-	in.c = in.newCall()
+	in := &instance{f: f, nextID: rootContextID + 1, slotNo: -1}
 	in.lm = &linearMemory{limit: uint64(f.pages) * 65536}
 	in.ctx = context.WithValue(context.Background(), instKey{}, in)
 	actx := experimental.WithMemoryAllocator(in.ctx, experimental.MemoryAllocatorFunc(
@@ -297,6 +316,19 @@ func (f *Filter) newInstance() (*instance, error) {
 		}
 	}
 	return in, nil
+}
+
+// drop takes in out of its slot, so new requests start elsewhere, and closes it. The
+// caller holds in.mu, or in was never published.
+func (in *instance) drop() {
+	in.dead = true
+	if in.slotNo >= 0 {
+		in.f.slots[in.slotNo].CompareAndSwap(in, nil)
+	}
+	if !in.gone {
+		in.gone = true
+		in.destroy()
+	}
 }
 
 func (in *instance) destroy() {

@@ -25,6 +25,9 @@ const (
 	HMAC    = "hmac"    // seed 000's signature auth; config "keyid=secret" lines; names the consumer
 	Body    = "body"    // masks "card":"…" in the request body; appends "\n-- filtered\n" to the response body
 	Callout = "callout" // asks upstream <config> GET /check<path>: 200 goes on with x-auth: <body>, else 403
+	// Contexts answers x-path: the request's :path, kept in its context meanwhile; a
+	// request with x-trap traps.
+	Contexts = "contexts"
 
 	Loop       = "loop"        // never returns from proxy_on_request_headers
 	GrowBomb   = "growbomb"    // grows its memory until refused, then traps

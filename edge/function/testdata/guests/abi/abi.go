@@ -33,7 +33,11 @@ var (
 	OnResponseHeaders func(n uint32, endOfStream bool) uint32
 	OnResponseBody    func(size uint32, endOfStream bool) uint32
 	OnCalloutResponse func(token, headers, bodySize, trailers uint32)
+	OnDelete          func()
 )
+
+// Context is the id of the context whose callback runs.
+var Context uint32
 
 //go:wasmimport env proxy_log
 func proxyLog(level uint32, ptr unsafe.Pointer, size uint32) uint32
@@ -123,6 +127,7 @@ func onConfigure(root, size uint32) uint32 {
 
 //go:wasmexport proxy_on_request_headers
 func onRequestHeaders(id, n, eos uint32) uint32 {
+	Context = id
 	if OnRequestHeaders == nil {
 		return Continue
 	}
@@ -131,6 +136,7 @@ func onRequestHeaders(id, n, eos uint32) uint32 {
 
 //go:wasmexport proxy_on_request_body
 func onRequestBody(id, size, eos uint32) uint32 {
+	Context = id
 	if OnRequestBody == nil {
 		return Continue
 	}
@@ -139,6 +145,7 @@ func onRequestBody(id, size, eos uint32) uint32 {
 
 //go:wasmexport proxy_on_response_headers
 func onResponseHeaders(id, n, eos uint32) uint32 {
+	Context = id
 	if OnResponseHeaders == nil {
 		return Continue
 	}
@@ -147,6 +154,7 @@ func onResponseHeaders(id, n, eos uint32) uint32 {
 
 //go:wasmexport proxy_on_response_body
 func onResponseBody(id, size, eos uint32) uint32 {
+	Context = id
 	if OnResponseBody == nil {
 		return Continue
 	}
@@ -167,7 +175,12 @@ func onDone(id uint32) uint32 { return 1 }
 func onLog(id uint32) {}
 
 //go:wasmexport proxy_on_delete
-func onDelete(id uint32) {}
+func onDelete(id uint32) {
+	Context = id
+	if OnDelete != nil {
+		OnDelete()
+	}
+}
 
 // Log writes a line to the tenant's function log.
 func Log(level uint32, msg string) {
