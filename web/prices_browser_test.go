@@ -98,7 +98,7 @@ func TestPricesConsole(t *testing.T) {
 	fin.contains(slug, "15.02 USD") // 1,500 fee + 234 over 1,000 at 5 per 1,000 (1.17 → 2)
 	fin.screenshot("31-finance-priced")
 	csv := fin.eval(`fetch(document.querySelector("#download-csv").href, {credentials: "same-origin"}).then(r => r.text())`)
-	if !strings.Contains(csv, ","+slug+","+tenantID+",,"+plan+",1234,1234,1000,234,5,1000,1502,usd,priced,1500\n") {
+	if !strings.Contains(csv, ","+slug+","+tenantID+",,"+plan+",1234,1234,1000,234,5,1000,1502,usd,priced,1500,0,0,0,0,1000,0\n") {
 		t.Fatalf("the export does not price %s:\n%s", slug, csv)
 	}
 
