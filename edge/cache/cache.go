@@ -1,3 +1,7 @@
+// Package cache is the edge's response cache: a route's answers kept in memory (Cache),
+// keyed by the request and the headers its upstream's Vary names, shared with another
+// caller only as RFC 9111 allows, and bounded by each tenant's share of the edge's whole
+// cache budget (Budget).
 package cache
 
 import (

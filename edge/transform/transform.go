@@ -1,3 +1,6 @@
+// Package transform is a route's rewrites, compiled once per snapshot (Compile): request
+// and response headers, the request path, and the request's JSON body, edited in one pass
+// over the body (Editor) with sjson as the fallback.
 package transform
 
 import (
