@@ -386,12 +386,11 @@ func hostGetHeaders(ctx context.Context, _ api.Module, st []uint64) {
 		return
 	}
 	c := in.call
-	c.ser = serializer{}
-	if !c.visit(m, c.countFn) {
+	size, ok := c.measure(m)
+	if !ok {
 		st[0] = uint64(statusNotFound)
 		return
 	}
-	size := 4 + 8*c.ser.n + c.ser.bytes
 	if size > maxArgBytes {
 		st[0] = uint64(statusInternalFailure)
 		return
@@ -410,6 +409,16 @@ func hostGetHeaders(ctx context.Context, _ api.Module, st []uint64) {
 		return
 	}
 	st[0] = uint64(statusOK)
+}
+
+// measure counts map m's pairs into c.ser and returns the size of its serialized form;
+// false when the request has no such map.
+func (c *Call) measure(m MapType) (int, bool) {
+	c.ser = serializer{}
+	if !c.visit(m, c.countFn) {
+		return 0, false
+	}
+	return 4 + 8*c.ser.n + c.ser.bytes, true
 }
 
 // serializer writes a header map in proxy-wasm's layout straight into guest memory:
@@ -560,13 +569,12 @@ func hostHeaderMapSize(ctx context.Context, _ api.Module, st []uint64) {
 		st[0] = uint64(statusNotFound)
 		return
 	}
-	c := in.call
-	c.ser = serializer{}
-	if !c.visit(m, c.countFn) {
+	size, ok := in.call.measure(m)
+	if !ok {
 		st[0] = uint64(statusNotFound)
 		return
 	}
-	st[0] = uint64(in.writeU32(u32(st[1]), uint32(4+8*c.ser.n+c.ser.bytes)))
+	st[0] = uint64(in.writeU32(u32(st[1]), uint32(size)))
 }
 
 func hostLocalResponse(ctx context.Context, _ api.Module, st []uint64) {
