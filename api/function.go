@@ -69,13 +69,25 @@ func (s *Server) functionService() (tenants.FunctionService, error) {
 	return s.cfg.Functions, nil
 }
 
-// functionName reads the name from the path; a malformed one is simply not found.
-func functionName(c *fiber.Ctx) (string, error) {
-	name := c.Params("name")
-	if tenants.ValidateFunctionName(name) != nil {
-		return "", tenants.Errorf(tenants.ENotFound, "function not found")
+// namedFunction is the function service and the function name of a request whose path
+// names one; a malformed name is simply not found.
+func (s *Server) namedFunction(c *fiber.Ctx) (tenants.FunctionService, string, error) {
+	fs, err := s.functionService()
+	if err != nil {
+		return nil, "", err
 	}
-	return name, nil
+	name := c.Params("name")
+	if err := knownFunctionName(name); err != nil {
+		return nil, "", err
+	}
+	return fs, name, nil
+}
+
+func knownFunctionName(name string) error {
+	if tenants.ValidateFunctionName(name) != nil {
+		return tenants.Errorf(tenants.ENotFound, "function not found")
+	}
+	return nil
 }
 
 func (s *Server) putFunction(c *fiber.Ctx, r *request) error {
@@ -127,11 +139,7 @@ func (s *Server) listFunctions(c *fiber.Ctx, r *request) error {
 }
 
 func (s *Server) getFunction(c *fiber.Ctx, r *request) error {
-	fs, err := s.functionService()
-	if err != nil {
-		return err
-	}
-	name, err := functionName(c)
+	fs, name, err := s.namedFunction(c)
 	if err != nil {
 		return err
 	}
@@ -151,11 +159,7 @@ func (s *Server) getFunction(c *fiber.Ctx, r *request) error {
 }
 
 func (s *Server) listFunctionVersions(c *fiber.Ctx, r *request) error {
-	fs, err := s.functionService()
-	if err != nil {
-		return err
-	}
-	name, err := functionName(c)
+	fs, name, err := s.namedFunction(c)
 	if err != nil {
 		return err
 	}
@@ -171,11 +175,7 @@ func (s *Server) listFunctionVersions(c *fiber.Ctx, r *request) error {
 }
 
 func (s *Server) getFunctionModule(c *fiber.Ctx, r *request) error {
-	fs, err := s.functionService()
-	if err != nil {
-		return err
-	}
-	name, err := functionName(c)
+	fs, name, err := s.namedFunction(c)
 	if err != nil {
 		return err
 	}
@@ -193,11 +193,7 @@ func (s *Server) getFunctionModule(c *fiber.Ctx, r *request) error {
 }
 
 func (s *Server) deleteFunction(c *fiber.Ctx, r *request) error {
-	fs, err := s.functionService()
-	if err != nil {
-		return err
-	}
-	name, err := functionName(c)
+	fs, name, err := s.namedFunction(c)
 	if err != nil {
 		return err
 	}
@@ -224,8 +220,10 @@ func (s *Server) functionLogs(c *fiber.Ctx, r *request) error {
 	if name == "" {
 		name = c.Query("function")
 	}
-	if name != "" && tenants.ValidateFunctionName(name) != nil {
-		return tenants.Errorf(tenants.ENotFound, "function not found")
+	if name != "" {
+		if err := knownFunctionName(name); err != nil {
+			return err
+		}
 	}
 	limit := 100
 	if v := c.Query("limit"); v != "" {
