@@ -175,11 +175,11 @@ func New(cfg Config) *Console {
 		cfg.Unavailable = func(error) bool { return false }
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger, pages: map[string]*template.Template{}}
-	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html"))
+	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/_shared.html"))
 	names, _ := fs.Glob(templateFiles, "templates/*.html")
 	for _, n := range names {
 		base := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
-		if base == "layout" {
+		if base == "layout" || base == "_shared" {
 			continue
 		}
 		c.pages[base] = template.Must(template.Must(layout.Clone()).ParseFS(templateFiles, n))
