@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/valyala/fasthttp"
 
 	"tollgate/edge"
 	"tollgate/edge/fnchain"
@@ -431,5 +432,35 @@ func TestFunctionHostileTenantIsolated(t *testing.T) {
 	l := env.logLine(evil, "timeout")
 	if l.RouteID != "loop" || l.Level != "error" || l.SHA256 == "" || l.RequestID == "" {
 		t.Errorf("log line of the cut-off loop: %+v", l)
+	}
+}
+
+// BenchmarkHandlerFunctions is BenchmarkHandler's whole loopback request on a route
+// without functions, one with the no-op filter and one with the filter that adds a header
+// each way: the differences are what a function costs a request at the edge.
+func BenchmarkHandlerFunctions(b *testing.B) {
+	env := newFnEnv(b)
+	upURL := benchUpstream(b)
+	h := newHarness(b, env.config(nil))
+	acme := h.tenant("acme")
+	h.route(acme, "open", []string{"/open"}, nil, tenants.AuthNone, upURL)
+	h.fnRoute(acme, "noop", "/noop", tenants.AuthNone, []tenants.FunctionRef{env.ref(functiontest.WatNoop, "")}, upURL)
+	h.fnRoute(acme, "headers", "/headers", tenants.AuthNone, []tenants.FunctionRef{env.ref(functiontest.WatHeaders, "")}, upURL)
+	h.e.Loaded()
+
+	client := &fasthttp.HostClient{Addr: h.public, MaxConns: 64}
+	for _, name := range []string{"open", "noop", "headers"} {
+		b.Run(name, func(b *testing.B) {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			req.SetRequestURI("/" + name + "/items/42")
+			req.Header.SetHost("acme." + domain)
+			req.Header.Set("User-Agent", "wrk/4.2")
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					b.Fatalf("%v %d %s", err, resp.StatusCode(), resp.Body())
+				}
+			}
+		})
 	}
 }
