@@ -392,36 +392,12 @@ func (s *Subscriber) ensureMeter(ctx context.Context) (string, error) {
 	if s.meter != "" {
 		return s.meter, nil
 	}
-	list := &stripeapi.BillingMeterListParams{Status: stripeapi.String("active")}
-	list.Context = ctx
-	it := s.p.api.BillingMeters.List(list)
-	for it.Next() {
-		if m := it.BillingMeter(); m.EventName == s.p.cfg.EventName {
-			s.meter = m.ID
-			return m.ID, nil
-		}
-	}
-	if err := it.Err(); err != nil {
-		return "", fmt.Errorf("stripe: list meters: %w", err)
-	}
-	params := &stripeapi.BillingMeterParams{
-		DisplayName:        stripeapi.String("Tollgate billable requests"),
-		EventName:          stripeapi.String(s.p.cfg.EventName),
-		DefaultAggregation: &stripeapi.BillingMeterDefaultAggregationParams{Formula: stripeapi.String("sum")},
-		CustomerMapping: &stripeapi.BillingMeterCustomerMappingParams{
-			EventPayloadKey: stripeapi.String("stripe_customer_id"), Type: stripeapi.String("by_id"),
-		},
-		ValueSettings: &stripeapi.BillingMeterValueSettingsParams{EventPayloadKey: stripeapi.String("value")},
-	}
-	params.Context = ctx
-	params.SetIdempotencyKey("tollgate-meter-" + s.p.cfg.EventName)
-	m, err := s.p.api.BillingMeters.New(params)
+	id, err := s.p.meter(ctx, s.p.cfg.EventName, "Tollgate billable requests")
 	if err != nil {
-		return "", fmt.Errorf("stripe: create meter %s: %w", s.p.cfg.EventName, err)
+		return "", err
 	}
-	s.log.Info("stripe: billing meter created", "meter", m.ID, "event_name", s.p.cfg.EventName)
-	s.meter = m.ID
-	return m.ID, nil
+	s.meter = id
+	return id, nil
 }
 
 // unixTime is a Stripe timestamp as a time; nil for 0 (not set).
