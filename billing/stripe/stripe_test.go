@@ -450,6 +450,54 @@ func TestPushFunctionTimeExactlyOnce(t *testing.T) {
 	}
 }
 
+// An hour of function time alone (its requests not billable) is one function push and no
+// request push; while the function meter cannot be found, nothing is sent and the push
+// waits its backoff like any failed attempt.
+func TestFunctionPushWaitsForItsMeter(t *testing.T) {
+	db := billingtest.Open(t)
+	tn := db.Tenant(t, "acme", "pro")
+	proxy := newProxy(t)
+	clk := &clock{}
+	ps := newPusher(t, db, proxy, clk)
+	ctx := context.Background()
+	if _, err := ps.EnableTenant(ctx, tn.ID, tn.Slug, tn.Name); err != nil {
+		t.Fatal(err)
+	}
+	h := billing.Hour(time.Now().Add(-2 * time.Hour))
+	db.Fold(t, billingtest.Batch(1, fnRecord(tn.ID, h, false, 4, 777)))
+	proxy.fail.Store(1) // the meters' list
+	if n, err := ps.PushDue(ctx); err != nil || n != 0 {
+		t.Fatalf("pushed %d: %v", n, err)
+	}
+	pushes, _ := db.Store.Pushes(ctx, tn.ID)
+	if len(pushes) != 1 || pushes[0].Meter != billing.MeterFunctionUS || pushes[0].Status != billing.PushPending ||
+		pushes[0].Attempts != 1 || !strings.Contains(pushes[0].LastError, "meters") || len(proxy.meterEvents()) != 0 {
+		t.Fatalf("after the meter's lookup failed: %+v; events %+v", pushes, proxy.meterEvents())
+	}
+	r, err := billing.Reconcile(ctx, billing.PeriodOf(h), billing.ReconcileSources{Edges: noEdges{}, Folded: db.Store, Stripe: db.Store, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stripePending []string
+	for _, d := range r.Pending {
+		if d.Unit == billing.UnitFunctionUS {
+			stripePending = append(stripePending, fmt.Sprintf("%s %d %d", d.Kind, d.Difference, d.FoldedFunctionUS))
+		}
+	}
+	if strings.Join(stripePending, ";") != "pending -777 777" || r.Tenants[0].FunctionPushPending != 777 {
+		t.Fatalf("reconcile while the push is retried: %v; tenants %+v", stripePending, r.Tenants)
+	}
+	clk.advance(time.Minute)
+	if n, err := ps.PushDue(ctx); err != nil || n != 1 {
+		t.Fatalf("retry pushed %d: %v", n, err)
+	}
+	ev := proxy.meterEvents()
+	if len(ev) != 1 || ev[0].form.Get("event_name") != billingstripe.DefaultFunctionEventName || ev[0].form.Get("payload[value]") != "777" ||
+		ev[0].form.Get("identifier") != billing.FunctionPushIdentifier(tn.ID, h, 1) {
+		t.Fatalf("events %+v", ev)
+	}
+}
+
 // noEdges is an edge view without totals: the Stripe comparison does not need them.
 type noEdges struct{}
 
