@@ -217,8 +217,8 @@ func (s *Store) PushFailed(ctx context.Context, identifier, msg string, next tim
 // they were not made yet.
 func (s *Store) StripePrice(ctx context.Context, plan, from, fingerprint string) (*billing.StripePrice, error) {
 	p := &billing.StripePrice{Plan: plan, EffectiveFrom: from, Fingerprint: fingerprint}
-	err := s.pool.QueryRow(ctx, `SELECT product_id, fee_price_id, usage_price_id FROM stripe_prices
-		WHERE plan = $1 AND effective_from = $2 AND fingerprint = $3`, plan, from, fingerprint).Scan(&p.ProductID, &p.FeePriceID, &p.UsagePriceID)
+	err := s.pool.QueryRow(ctx, `SELECT product_id, fee_price_id, usage_price_id, function_price_id FROM stripe_prices
+		WHERE plan = $1 AND effective_from = $2 AND fingerprint = $3`, plan, from, fingerprint).Scan(&p.ProductID, &p.FeePriceID, &p.UsagePriceID, &p.FunctionPriceID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, tenants.Errorf(tenants.ENotFound, "no Stripe price for plan %q from %s", plan, from)
 	}
@@ -228,8 +228,8 @@ func (s *Store) StripePrice(ctx context.Context, plan, from, fingerprint string)
 // SetStripePrice remembers the Stripe objects of a price version unless some are
 // remembered already, and returns those (two racing subscribers agree on the first).
 func (s *Store) SetStripePrice(ctx context.Context, p *billing.StripePrice) (*billing.StripePrice, error) {
-	if _, err := s.pool.Exec(ctx, `INSERT INTO stripe_prices (plan, effective_from, fingerprint, product_id, fee_price_id, usage_price_id)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, p.Plan, p.EffectiveFrom, p.Fingerprint, p.ProductID, p.FeePriceID, p.UsagePriceID); err != nil {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO stripe_prices (plan, effective_from, fingerprint, product_id, fee_price_id, usage_price_id, function_price_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`, p.Plan, p.EffectiveFrom, p.Fingerprint, p.ProductID, p.FeePriceID, p.UsagePriceID, p.FunctionPriceID); err != nil {
 		return nil, fmt.Errorf("stripe price: %w", err)
 	}
 	return s.StripePrice(ctx, p.Plan, p.EffectiveFrom, p.Fingerprint)

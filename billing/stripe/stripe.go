@@ -250,26 +250,26 @@ func (p *Pusher) meter(ctx context.Context, eventName, displayName string) (stri
 	return m.ID, nil
 }
 
-// functionMeter makes sure the function time's meter exists, once per Pusher.
-func (p *Pusher) functionMeter(ctx context.Context) error {
+// functionMeter returns the function time's meter, found or made once per Pusher.
+func (p *Pusher) functionMeter(ctx context.Context) (string, error) {
 	p.fnMeterMu.Lock()
 	defer p.fnMeterMu.Unlock()
 	if p.fnMeter != "" {
-		return nil
+		return p.fnMeter, nil
 	}
 	id, err := p.meter(ctx, p.cfg.FunctionEventName, "Tollgate function time (µs)")
 	if err != nil {
-		return err
+		return "", err
 	}
 	p.fnMeter = id
-	return nil
+	return id, nil
 }
 
 // push sends one meter event and records the outcome. ok is whether Stripe accepted it;
 // err is a failure to record.
 func (p *Pusher) push(ctx context.Context, push billing.Push, now time.Time) (ok bool, err error) {
 	if push.Meter == billing.MeterFunctionUS {
-		if serr := p.functionMeter(ctx); serr != nil {
+		if _, serr := p.functionMeter(ctx); serr != nil {
 			return false, p.failed(ctx, push, now, serr, false)
 		}
 	}
