@@ -6,11 +6,11 @@
 // Exactly once, both meters alike: a push is first recorded in stripe_pushes
 // (billing/postgres) with an identifier derived from (meter, tenant, hour, revision),
 // then sent with that identifier as both the meter event's identifier and the request's
-// Idempotency-Key. A retry — after a
-// timeout, a 5xx, or a crash between Stripe's answer and our record of it — resends the
-// same identifier, which Stripe counts once; a push recorded as pushed is never sent
-// again. Usage that folds into an hour after it was pushed (a late batch) goes out as a
-// new revision carrying only the difference.
+// Idempotency-Key. A retry — after a timeout, a 5xx, or a crash between Stripe's answer
+// and our record of it — resends the same identifier, which Stripe counts once; a push
+// recorded as pushed is never sent again. Usage that folds into an hour after it was
+// pushed (a late batch) goes out as a new revision of its meter carrying only the
+// difference. Function time is pushed in µs, as folded, so no event rounds.
 //
 // Failed attempts back off exponentially (Config.Backoff doubling up to Config.MaxBackoff).
 // Stripe's 4xx answers other than 401, 403, 409 and 429 are permanent (the push is
