@@ -311,19 +311,31 @@ type ExportRow struct {
 	Status string `json:"status"`
 }
 
-// Push is one Billing Meter event for Stripe: a tenant's billable requests of one hour,
-// or (revision 2 and later) those that folded into the hour after it was first pushed.
+// Push is one Billing Meter event for Stripe: a tenant's usage of one meter in one hour
+// (billable requests, or function time in µs), or (revision 2 and later) what folded
+// into the hour after it was first pushed.
 type Push struct {
 	TenantID   string
+	Meter      string // MeterRequests or MeterFunctionUS
 	Hour       time.Time
 	Revision   int
-	Identifier string // PushIdentifier(TenantID, Hour, Revision)
+	Identifier string // PushIdentifier or FunctionPushIdentifier of (TenantID, Hour, Revision)
 	CustomerID string // Stripe customer
 	Quantity   int64
 	Status     string // PushPending, PushPushed, PushFailed
 	Attempts   int
 	LastError  string
 }
+
+// Push meters: what a push carries. Each is its own Stripe meter event name.
+const (
+	// MeterRequests: billable requests.
+	MeterRequests = "requests"
+	// MeterFunctionUS: function time in whole microseconds, as folded — the unit the
+	// edges meter in, so a push never rounds and an hour's late revisions add up to the
+	// rollup exactly.
+	MeterFunctionUS = "function_us"
+)
 
 // Push states.
 const (
@@ -332,10 +344,27 @@ const (
 	PushFailed  = "failed"
 )
 
-// PushIdentifier is the meter event identifier of a tenant's hour at a revision:
-// deterministic, so every retry of the same push carries the same identifier and Stripe
-// counts it once ("tollgate-<tenant id>-<YYYYMMDDHH>-r<revision>", under Stripe's 100
-// characters).
+// PushIdentifier is the meter event identifier of a tenant's hour of billable requests at
+// a revision: deterministic, so every retry of the same push carries the same identifier
+// and Stripe counts it once ("tollgate-<tenant id>-<YYYYMMDDHH>-r<revision>", under
+// Stripe's 100 characters).
 func PushIdentifier(tenantID string, hour time.Time, revision int) string {
 	return fmt.Sprintf("tollgate-%s-%s-r%d", tenantID, hour.UTC().Format("2006010215"), revision)
+}
+
+// FunctionPushIdentifier is PushIdentifier's for function time
+// ("tollgate-fn-<tenant id>-<YYYYMMDDHH>-r<revision>"): the two meters' pushes of an
+// hour never share an identifier, so Stripe's dedupe cannot take one for a retry of the
+// other, whatever the event names.
+func FunctionPushIdentifier(tenantID string, hour time.Time, revision int) string {
+	return fmt.Sprintf("tollgate-fn-%s-%s-r%d", tenantID, hour.UTC().Format("2006010215"), revision)
+}
+
+// MeterPushIdentifier is the identifier of a push of the meter: PushIdentifier or
+// FunctionPushIdentifier.
+func MeterPushIdentifier(meter, tenantID string, hour time.Time, revision int) string {
+	if meter == MeterFunctionUS {
+		return FunctionPushIdentifier(tenantID, hour, revision)
+	}
+	return PushIdentifier(tenantID, hour, revision)
 }

@@ -19,6 +19,9 @@ type StripePrice struct {
 	ProductID     string
 	FeePriceID    string // licensed, monthly
 	UsagePriceID  string // metered, on the Billing Meter
+	// FunctionPriceID is metered on the function time's meter: "" unless the version
+	// charges function time.
+	FunctionPriceID string
 }
 
 // Subscription is a paying tenant's Stripe subscription: its plan and price version as

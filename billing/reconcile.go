@@ -38,13 +38,18 @@ type EdgeFolded struct {
 // edge is attributed: its hours are reconciled per tenant only.
 const LegacyEdge = ""
 
-// PushTotal is what was sent to Stripe for a tenant's hour, by the state of the pushes.
+// PushTotal is what was sent to Stripe for a tenant's hour, by the state of the pushes:
+// billable requests, and function time (µs) on its own meter.
 type PushTotal struct {
 	TenantID string    `json:"tenant_id"`
 	Hour     time.Time `json:"hour"`
 	Pushed   int64     `json:"pushed"`  // accepted by Stripe
 	Pending  int64     `json:"pending"` // not yet accepted; being retried
 	Failed   int64     `json:"failed"`  // given up on
+	// FunctionPushed, FunctionPending and FunctionFailed are the same for function time.
+	FunctionPushed  int64 `json:"function_us_pushed,omitempty"`
+	FunctionPending int64 `json:"function_us_pending,omitempty"`
+	FunctionFailed  int64 `json:"function_us_failed,omitempty"`
 }
 
 // EdgeTotalsSource reads the totals edges published for a period (billing/nats).
@@ -124,10 +129,11 @@ const (
 	// which Fold moves together: something wrote usage_hourly outside Fold (or an older
 	// billing folded during an upgrade). Difference is rollup − per-edge sum.
 	Unattributed = "unattributed"
-	// StripeShort: Stripe accepted fewer billable requests for a settled hour than were
-	// folded, and no push being retried makes up the difference. Difference < 0.
+	// StripeShort: Stripe accepted fewer billable requests (unit billable) or less
+	// function time (unit function_us) for a settled hour than were folded, and no push
+	// being retried makes up the difference. Difference < 0.
 	StripeShort = "stripe_short"
-	// StripeExcess: Stripe accepted more than was folded. Difference > 0.
+	// StripeExcess: Stripe accepted more than was folded (either unit). Difference > 0.
 	StripeExcess = "stripe_excess"
 	// Pending is not a discrepancy: a difference in an hour that has not settled, or one
 	// that batches in flight or Stripe pushes being retried may still close. It is listed
@@ -163,7 +169,11 @@ type Discrepancy struct {
 	Billable   int64     `json:"folded_billable"`
 	InFlight   int64     `json:"in_flight_requests"`
 	Pushed     int64     `json:"stripe_pushed"`
-	Message    string    `json:"message"`
+	// FoldedFunctionUS and PushedFunctionUS are the tenant-hour's function time folded
+	// and accepted by Stripe (µs): set on the Stripe kinds in unit function_us.
+	FoldedFunctionUS int64  `json:"folded_function_us,omitempty"`
+	PushedFunctionUS int64  `json:"stripe_pushed_function_us,omitempty"`
+	Message          string `json:"message"`
 }
 
 // TenantReconciliation sums one tenant's period in each view.
@@ -180,6 +190,13 @@ type TenantReconciliation struct {
 	Pushed          int64  `json:"stripe_pushed"`
 	PushPending     int64  `json:"stripe_pending"`
 	PushFailed      int64  `json:"stripe_failed"`
+	// FoldedFunctionUS is the function time folded (µs); FunctionPushed,
+	// FunctionPushPending and FunctionPushFailed are what of it went to Stripe's function
+	// meter, by the state of the pushes.
+	FoldedFunctionUS    int64 `json:"folded_function_us"`
+	FunctionPushed      int64 `json:"stripe_function_us_pushed"`
+	FunctionPushPending int64 `json:"stripe_function_us_pending"`
+	FunctionPushFailed  int64 `json:"stripe_function_us_failed"`
 }
 
 // EdgeReconciliation sums one edge's period for one tenant: what it served (its totals,
@@ -231,8 +248,11 @@ type edgeView struct {
 
 type tenantView struct {
 	folded, foldedBill       int64 // usage_hourly
+	foldedFn                 int64 // usage_hourly's function time (µs)
 	attributed, attributedBl int64 // Σ usage_edge_hourly
 	pushed, pending, failed  int64
+	fnPushed, fnPending      int64 // function time (µs) on Stripe's function meter
+	fnFailed                 int64
 	legacy                   bool // some of it folded before per-edge rollups
 }
 
@@ -241,8 +261,8 @@ type tenantView struct {
 // what the edge reported dropping (DroppedUsage) from what went missing unannounced
 // (Loss) and from what was folded beyond what it served (DoubleCount); per tenant and
 // hour, the rollup that is billed with the per-edge rollups; and — for tenants billed
-// through Stripe and hours that have settled — the folded billable requests with what
-// Stripe accepted. It reads only. Every disagreement is a Discrepancy of a kind that says
+// through Stripe and hours that have settled — the folded billable requests and function
+// time with what Stripe accepted on each meter. It reads only. Every disagreement is a Discrepancy of a kind that says
 // what it is (Loss, DroppedUsage, DoubleCount, MissingTotals, Unattributed, StripeShort,
 // StripeExcess); differences that may yet close — an hour not settled, batches in
 // flight, pushes being retried — are listed as Pending instead.
@@ -366,6 +386,7 @@ func gather(ctx context.Context, p Period, src ReconcileSources) (*views, error)
 		v := vs.tenant(t.TenantID, t.Hour)
 		v.folded += t.Requests
 		v.foldedBill += t.Billable
+		v.foldedFn += t.FunctionUS
 	}
 	byEdge, err := src.Folded.FoldedByEdge(ctx, p)
 	if err != nil {
@@ -420,6 +441,9 @@ func gather(ctx context.Context, p Period, src ReconcileSources) (*views, error)
 			v.pushed += t.Pushed
 			v.pending += t.Pending
 			v.failed += t.Failed
+			v.fnPushed += t.FunctionPushed
+			v.fnPending += t.FunctionPending
+			v.fnFailed += t.FunctionFailed
 		}
 	}
 	return vs, nil
@@ -526,6 +550,10 @@ func (t *TenantReconciliation) add(v *tenantView, all *edgeView) {
 	t.Pushed += v.pushed
 	t.PushPending += v.pending
 	t.PushFailed += v.failed
+	t.FoldedFunctionUS += v.foldedFn
+	t.FunctionPushed += v.fnPushed
+	t.FunctionPushPending += v.fnPending
+	t.FunctionPushFailed += v.fnFailed
 }
 
 // comparison is what every comparison of a reconciliation shares: which hours have
@@ -610,7 +638,8 @@ func (r *Reconciliation) compareEdgeHour(k edgeHour, v *edgeView, cmp comparison
 // compareTenantHour compares a tenant-hour's billed rollup v with its per-edge rollups
 // (Unattributed); for an hour folded (partly) before rollups were kept per edge, all its
 // edges' totals with the rollup; and, when the tenant is billed through Stripe and the
-// hour has settled, the rollup's billable requests with what Stripe accepted.
+// hour has settled, the rollup's billable requests and function time with what Stripe
+// accepted of each.
 func (r *Reconciliation) compareTenantHour(k tenantHour, v *tenantView, all *edgeView, stripe bool, cmp comparison) {
 	h := time.Unix(k.hour, 0).UTC()
 	base := Discrepancy{TenantID: k.tenant, Hour: h, Edge: all.served, Dropped: all.dropped,
@@ -639,25 +668,44 @@ func (r *Reconciliation) compareTenantHour(k tenantHour, v *tenantView, all *edg
 			r.addEdgeKinds(base, c, unit, cmp.settled(h), what, all.inflight)
 		}
 	}
-	if !stripe || !cmp.settled(h) || v.pushed == v.foldedBill {
+	if !stripe || !cmp.settled(h) {
+		return
+	}
+	r.compareStripe(base, v.foldedBill, v.pushed, v.pending, v.failed, UnitBillable)
+	fn := base
+	fn.FoldedFunctionUS, fn.PushedFunctionUS = v.foldedFn, v.fnPushed
+	r.compareStripe(fn, v.foldedFn, v.fnPushed, v.fnPending, v.fnFailed, UnitFunctionUS)
+}
+
+// compareStripe compares what was folded of one meter (billable requests, or function
+// time in µs) with what Stripe accepted of it: StripeExcess, StripeShort, or pending
+// while pushes being retried cover the shortfall.
+func (r *Reconciliation) compareStripe(base Discrepancy, folded, pushed, pending, failed int64, unit string) {
+	if pushed == folded {
 		return
 	}
 	d := base
-	d.Difference, d.Unit = v.pushed-v.foldedBill, UnitBillable
+	d.Difference, d.Unit = pushed-folded, unit
 	what := fmt.Sprintf("billing folded %d billable requests, Stripe accepted %d (%d being retried, %d given up on)",
-		v.foldedBill, v.pushed, v.pending, v.failed)
+		folded, pushed, pending, failed)
+	billed := "billable requests billed"
+	if unit == UnitFunctionUS {
+		what = fmt.Sprintf("billing folded %d µs of function time, Stripe's function meter accepted %d µs (%d µs being retried, %d µs given up on)",
+			folded, pushed, pending, failed)
+		billed = "µs of function time billed"
+	}
 	switch {
 	case d.Difference > 0:
 		d.Kind = StripeExcess
-		d.Message = fmt.Sprintf("STRIPE EXCESS: %s: %s", what, signWords(d.Difference, "billable requests billed"))
+		d.Message = fmt.Sprintf("STRIPE EXCESS: %s: %s", what, signWords(d.Difference, billed))
 		r.Discrepancies = append(r.Discrepancies, d)
-	case v.pushed+v.pending >= v.foldedBill:
+	case pushed+pending >= folded:
 		d.Kind = Pending
 		d.Message = fmt.Sprintf("pending (Stripe push being retried): %s", what)
 		r.Pending = append(r.Pending, d)
 	default:
 		d.Kind = StripeShort
-		d.Message = fmt.Sprintf("STRIPE SHORT: %s: %s", what, signWords(d.Difference, "billable requests billed"))
+		d.Message = fmt.Sprintf("STRIPE SHORT: %s: %s", what, signWords(d.Difference, billed))
 		r.Discrepancies = append(r.Discrepancies, d)
 	}
 }
@@ -823,9 +871,11 @@ func (r *Reconciliation) WriteText(w io.Writer) error {
 	}
 	pr("reconciliation of %s: %d tenants, %d discrepancies, %d pending (settle %s, %d batches in flight)\n",
 		r.Period, len(r.Tenants), len(r.Discrepancies), len(r.Pending), r.Settle, r.InFlightBatches)
-	pr("%-36s %12s %10s %12s %12s %12s %12s\n", "tenant", "edge", "dropped", "folded", "billable", "stripe", "pending")
+	pr("%-36s %12s %10s %12s %12s %12s %12s %14s %14s\n", "tenant", "edge", "dropped", "folded", "billable", "stripe", "pending",
+		"function µs", "stripe fn µs")
 	for _, t := range r.Tenants {
-		pr("%-36s %12d %10d %12d %12d %12d %12d\n", t.TenantID, t.EdgeRequests, t.Dropped, t.FoldedRequests, t.FoldedBillable, t.Pushed, t.PushPending)
+		pr("%-36s %12d %10d %12d %12d %12d %12d %14d %14d\n", t.TenantID, t.EdgeRequests, t.Dropped, t.FoldedRequests, t.FoldedBillable,
+			t.Pushed, t.PushPending, t.FoldedFunctionUS, t.FunctionPushed)
 	}
 	if len(r.Edges) > 0 {
 		pr("%-36s %-24s %5s %12s %10s %12s %10s\n", "tenant", "edge id", "boots", "served", "dropped", "folded", "in flight")

@@ -48,6 +48,7 @@ func (v *views) FoldedTotals(context.Context, billing.Period) ([]billing.HourTot
 		}
 		sum[k].Requests += f.Requests + v.extra[f.TenantID]
 		sum[k].Billable += f.Billable
+		sum[k].FunctionUS += f.FunctionUS
 		delete(v.extra, f.TenantID)
 	}
 	for _, t := range sum {
@@ -387,6 +388,70 @@ func TestReconcilePlantedCases(t *testing.T) {
 	waitFor(t, 10*time.Second, "late folded", func() bool { return s.folded(t) == 25+10+12+12+8+20+20+6 })
 	if got := kinds(reconcile()); strings.Contains(got, "late") {
 		t.Fatalf("after the late batch folded: %s", got)
+	}
+}
+
+// Function time on Stripe's function meter is compared with the folded function time like
+// billable requests are: short, over, pending while a push is retried, agreeing — and only
+// once the requests' comparison is done, never instead of it.
+func TestReconcileStripeFunctionTime(t *testing.T) {
+	h0 := time.Date(2024, 5, 10, 3, 0, 0, 0, time.UTC)
+	p := billing.PeriodOf(h0)
+	fn := func(tenant string, bill, us int64) (usage.EdgeTotal, billing.EdgeFolded) {
+		return usage.EdgeTotal{EdgeID: "e1", BootID: "a", TenantID: tenant, Hour: h0, Requests: bill, Billable: bill, FunctionUS: us},
+			billing.EdgeFolded{EdgeID: "e1", BootID: "a", TenantID: tenant, Hour: h0, Requests: bill, Billable: bill, FunctionUS: us}
+	}
+	v := &views{customers: map[string]string{}}
+	for _, c := range []struct {
+		tenant string
+		us     int64
+		push   billing.PushTotal
+	}{
+		{"agree", 1_000_001, billing.PushTotal{Pushed: 10, FunctionPushed: 1_000_001}},
+		{"short", 500, billing.PushTotal{Pushed: 10, FunctionPushed: 200, FunctionFailed: 300}},
+		{"over", 500, billing.PushTotal{Pushed: 10, FunctionPushed: 501}},
+		{"retrying", 500, billing.PushTotal{Pushed: 10, FunctionPushed: 100, FunctionPending: 400}},
+		{"both", 500, billing.PushTotal{Pushed: 9}}, // requests short too: both reported
+		{"none", 0, billing.PushTotal{Pushed: 10}},  // no function time, none pushed
+	} {
+		e, f := fn(c.tenant, 10, c.us)
+		v.edges, v.byEdge = append(v.edges, e), append(v.byEdge, f)
+		v.customers[c.tenant] = "cus_" + c.tenant
+		c.push.TenantID, c.push.Hour = c.tenant, h0
+		v.pushes = append(v.pushes, c.push)
+	}
+	r, err := billing.Reconcile(context.Background(), p, billing.ReconcileSources{Edges: v, Folded: v, Stripe: v,
+		Now: func() time.Time { return h0.Add(2 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range r.Discrepancies {
+		got = append(got, fmt.Sprintf("%s %s %s %+d", d.Kind, d.TenantID, d.Unit, d.Difference))
+	}
+	for _, d := range r.Pending {
+		got = append(got, fmt.Sprintf("pending %s %s %+d", d.TenantID, d.Unit, d.Difference))
+	}
+	want := []string{
+		"stripe_short both billable -1", "stripe_short both function_us -500",
+		"stripe_excess over function_us +1",
+		"stripe_short short function_us -300",
+		"pending retrying function_us -400",
+	}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		var buf bytes.Buffer
+		r.WriteText(&buf)
+		t.Fatalf("got  %s\nwant %s\n%s", strings.Join(got, "; "), strings.Join(want, "; "), buf.String())
+	}
+	for _, d := range r.Discrepancies {
+		if d.Unit == billing.UnitFunctionUS && (d.FoldedFunctionUS != 500 || !strings.Contains(d.Message, "µs of function time")) {
+			t.Errorf("function time discrepancy without its counts: %+v", d)
+		}
+	}
+	for _, tr := range r.Tenants {
+		if tr.TenantID == "agree" && (tr.FoldedFunctionUS != 1_000_001 || tr.FunctionPushed != 1_000_001) {
+			t.Errorf("tenant %+v", tr)
+		}
 	}
 }
 

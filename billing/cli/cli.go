@@ -46,6 +46,9 @@ type Options struct {
 	StripeKey    string // empty: no Stripe push
 	StripeURL    string
 	StripeEvent  string
+	// StripeFunctionEvent is the event name of function time's meter events (µs); empty:
+	// billingstripe.DefaultFunctionEventName.
+	StripeFunctionEvent string
 	// StripeMeter is the Billing Meter the subscriptions' usage prices charge (mtr_…);
 	// empty: the active meter of StripeEvent, made when there is none.
 	StripeMeter string
@@ -76,11 +79,12 @@ func OptionsFromEnv(getenv func(string) string) (Options, *config.Config, error)
 			Creds: cfg.NATSCreds, NKey: cfg.NATSNKey,
 			TLSCA: cfg.NATSTLSCA, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
 		},
-		NATSReplicas: cfg.NATSReplicas,
-		StripeKey:    getenv("TOLLGATE_STRIPE_KEY"),
-		StripeURL:    getenv("TOLLGATE_STRIPE_URL"),
-		StripeEvent:  getenv("TOLLGATE_STRIPE_EVENT"),
-		StripeMeter:  getenv("TOLLGATE_STRIPE_METER"),
+		NATSReplicas:        cfg.NATSReplicas,
+		StripeKey:           getenv("TOLLGATE_STRIPE_KEY"),
+		StripeURL:           getenv("TOLLGATE_STRIPE_URL"),
+		StripeEvent:         getenv("TOLLGATE_STRIPE_EVENT"),
+		StripeFunctionEvent: getenv("TOLLGATE_STRIPE_FUNCTION_EVENT"),
+		StripeMeter:         getenv("TOLLGATE_STRIPE_METER"),
 	}
 	if o.NATSURL == "" {
 		o.NATSURL = "nats://127.0.0.1:4222"
@@ -103,7 +107,7 @@ Its subcommands do one finance task and exit.`,
 	}
 	cmdline.Env(c, "TOLLGATE_DATABASE_URL", "TOLLGATE_NATS_URL", "TOLLGATE_NATS_PREFIX", "TOLLGATE_NATS_REPLICAS",
 		"TOLLGATE_NATS_CREDS", "TOLLGATE_BILLING_ADMIN_ADDR", "TOLLGATE_STRIPE_KEY", "TOLLGATE_STRIPE_URL",
-		"TOLLGATE_STRIPE_EVENT", "TOLLGATE_STRIPE_METER", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
+		"TOLLGATE_STRIPE_EVENT", "TOLLGATE_STRIPE_FUNCTION_EVENT", "TOLLGATE_STRIPE_METER", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
 	c.AddCommand(reconcileCommand(), exportCommand(), enableCommand(), pushCommand(), subscribeCommand())
 	return c
 }
@@ -248,7 +252,8 @@ func (o Options) pusher(store *billingpg.Store, m *billing.Metrics) (*billingstr
 		return nil, errors.New("TOLLGATE_STRIPE_KEY is not set")
 	}
 	return billingstripe.New(billingstripe.Config{
-		Key: o.StripeKey, URL: o.StripeURL, EventName: o.StripeEvent, Store: store, Logger: o.logger(), Metrics: m,
+		Key: o.StripeKey, URL: o.StripeURL, EventName: o.StripeEvent, FunctionEventName: o.StripeFunctionEvent,
+		Store: store, Logger: o.logger(), Metrics: m,
 	})
 }
 
@@ -410,7 +415,8 @@ func pushCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  task(push),
 	}
-	cmdline.Env(c, "TOLLGATE_DATABASE_URL", "TOLLGATE_STRIPE_KEY", "TOLLGATE_STRIPE_URL", "TOLLGATE_STRIPE_EVENT")
+	cmdline.Env(c, "TOLLGATE_DATABASE_URL", "TOLLGATE_STRIPE_KEY", "TOLLGATE_STRIPE_URL", "TOLLGATE_STRIPE_EVENT",
+		"TOLLGATE_STRIPE_FUNCTION_EVENT")
 	return c
 }
 

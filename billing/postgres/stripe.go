@@ -57,12 +57,15 @@ func (s *Store) BillingCustomers(ctx context.Context) (map[string]string, error)
 	return out, rows.Err()
 }
 
-// PushTotals sums the pushes of period p per tenant and hour, by state.
+// PushTotals sums the pushes of period p per tenant and hour, by meter and state.
 func (s *Store) PushTotals(ctx context.Context, p billing.Period) ([]billing.PushTotal, error) {
 	rows, err := s.pool.Query(ctx, `SELECT tenant_id::text, hour,
-			coalesce(sum(quantity) FILTER (WHERE status = 'pushed'), 0),
-			coalesce(sum(quantity) FILTER (WHERE status = 'pending'), 0),
-			coalesce(sum(quantity) FILTER (WHERE status = 'failed'), 0)
+			coalesce(sum(quantity) FILTER (WHERE meter = 'requests' AND status = 'pushed'), 0),
+			coalesce(sum(quantity) FILTER (WHERE meter = 'requests' AND status = 'pending'), 0),
+			coalesce(sum(quantity) FILTER (WHERE meter = 'requests' AND status = 'failed'), 0),
+			coalesce(sum(quantity) FILTER (WHERE meter = 'function_us' AND status = 'pushed'), 0),
+			coalesce(sum(quantity) FILTER (WHERE meter = 'function_us' AND status = 'pending'), 0),
+			coalesce(sum(quantity) FILTER (WHERE meter = 'function_us' AND status = 'failed'), 0)
 		FROM stripe_pushes WHERE hour >= $1 AND hour < $2 GROUP BY 1, 2 ORDER BY 1, 2`, p.Start(), p.End())
 	if err != nil {
 		return nil, fmt.Errorf("push totals: %w", err)
@@ -71,7 +74,8 @@ func (s *Store) PushTotals(ctx context.Context, p billing.Period) ([]billing.Pus
 	var out []billing.PushTotal
 	for rows.Next() {
 		var t billing.PushTotal
-		if err := rows.Scan(&t.TenantID, &t.Hour, &t.Pushed, &t.Pending, &t.Failed); err != nil {
+		if err := rows.Scan(&t.TenantID, &t.Hour, &t.Pushed, &t.Pending, &t.Failed,
+			&t.FunctionPushed, &t.FunctionPending, &t.FunctionFailed); err != nil {
 			return nil, err
 		}
 		t.Hour = t.Hour.UTC()
@@ -80,41 +84,46 @@ func (s *Store) PushTotals(ctx context.Context, p billing.Period) ([]billing.Pus
 	return out, rows.Err()
 }
 
-// PlanPushes records the pushes that are due: for every tenant with a Stripe customer and
-// every hour in [since, settledBefore − 1h] whose billable rollup exceeds what its pushes
-// so far carry (pushed, pending or failed), a pending push of the difference at the next
-// revision, due at now (the pusher's clock, not the database's). It returns how many it
-// planned. Planning twice plans nothing new; two planners racing insert each push once
-// (primary key).
+// PlanPushes records the pushes that are due: for every tenant with a Stripe customer,
+// every hour in [since, settledBefore − 1h] and each meter — billable requests, function
+// time (µs) — whose rollup exceeds what the meter's pushes so far carry (pushed, pending
+// or failed), a pending push of the difference at the meter's next revision, due at now
+// (the pusher's clock, not the database's). An hour without function time plans no
+// function push. It returns how many it planned. Planning twice plans nothing new; two
+// planners racing insert each push once (primary key).
 func (s *Store) PlanPushes(ctx context.Context, since, settledBefore, now time.Time) (int, error) {
 	rows, err := s.pool.Query(ctx, `
-		WITH folded AS (
-			SELECT u.tenant_id, u.hour, sum(u.billable) AS billable
+		WITH hourly AS (
+			SELECT u.tenant_id, u.hour, sum(u.billable) AS billable, sum(u.function_us) AS function_us
 			FROM usage_hourly u JOIN billing_customers c ON c.tenant_id = u.tenant_id
 			WHERE u.hour >= $1 AND u.hour + interval '1 hour' <= $2
 			GROUP BY u.tenant_id, u.hour
+		), folded AS (
+			SELECT tenant_id, hour, 'requests' AS meter, billable AS quantity FROM hourly
+			UNION ALL
+			SELECT tenant_id, hour, 'function_us', function_us FROM hourly
 		), planned AS (
-			SELECT tenant_id, hour, max(revision) AS revision, sum(quantity) AS quantity
-			FROM stripe_pushes WHERE hour >= $1 GROUP BY tenant_id, hour
+			SELECT tenant_id, meter, hour, max(revision) AS revision, sum(quantity) AS quantity
+			FROM stripe_pushes WHERE hour >= $1 GROUP BY tenant_id, meter, hour
 		)
-		SELECT f.tenant_id::text, f.hour, coalesce(p.revision, 0) + 1, f.billable - coalesce(p.quantity, 0), c.stripe_customer_id
+		SELECT f.tenant_id::text, f.meter, f.hour, coalesce(p.revision, 0) + 1, f.quantity - coalesce(p.quantity, 0), c.stripe_customer_id
 		FROM folded f
 		JOIN billing_customers c ON c.tenant_id = f.tenant_id
-		LEFT JOIN planned p ON p.tenant_id = f.tenant_id AND p.hour = f.hour
-		WHERE f.billable > coalesce(p.quantity, 0)
-		ORDER BY 1, 2`, since, settledBefore)
+		LEFT JOIN planned p ON p.tenant_id = f.tenant_id AND p.meter = f.meter AND p.hour = f.hour
+		WHERE f.quantity > coalesce(p.quantity, 0)
+		ORDER BY 1, 3, 2`, since, settledBefore)
 	if err != nil {
 		return 0, fmt.Errorf("plan pushes: %w", err)
 	}
 	var plans []billing.Push
 	for rows.Next() {
 		var p billing.Push
-		if err := rows.Scan(&p.TenantID, &p.Hour, &p.Revision, &p.Quantity, &p.CustomerID); err != nil {
+		if err := rows.Scan(&p.TenantID, &p.Meter, &p.Hour, &p.Revision, &p.Quantity, &p.CustomerID); err != nil {
 			rows.Close()
 			return 0, err
 		}
 		p.Hour = p.Hour.UTC()
-		p.Identifier = billing.PushIdentifier(p.TenantID, p.Hour, p.Revision)
+		p.Identifier = billing.MeterPushIdentifier(p.Meter, p.TenantID, p.Hour, p.Revision)
 		plans = append(plans, p)
 	}
 	rows.Close()
@@ -124,9 +133,9 @@ func (s *Store) PlanPushes(ctx context.Context, since, settledBefore, now time.T
 	n := 0
 	for _, p := range plans {
 		tag, err := s.pool.Exec(ctx, `INSERT INTO stripe_pushes
-				(tenant_id, hour, revision, identifier, stripe_customer_id, quantity, next_attempt_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`,
-			p.TenantID, p.Hour, p.Revision, p.Identifier, p.CustomerID, p.Quantity, now)
+				(tenant_id, meter, hour, revision, identifier, stripe_customer_id, quantity, next_attempt_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING`,
+			p.TenantID, p.Meter, p.Hour, p.Revision, p.Identifier, p.CustomerID, p.Quantity, now)
 		if err != nil {
 			return n, fmt.Errorf("plan push %s: %w", p.Identifier, err)
 		}
@@ -135,12 +144,15 @@ func (s *Store) PlanPushes(ctx context.Context, since, settledBefore, now time.T
 	return n, nil
 }
 
-// DuePushes returns up to limit pending pushes whose next attempt is due, oldest first.
+const pushColumns = `tenant_id::text, meter, hour, revision, identifier, stripe_customer_id,
+	quantity, status, attempts, last_error`
+
+// DuePushes returns up to limit pending pushes whose next attempt is due, oldest first
+// (an hour's requests before its function time).
 func (s *Store) DuePushes(ctx context.Context, now time.Time, limit int) ([]billing.Push, error) {
-	rows, err := s.pool.Query(ctx, `SELECT tenant_id::text, hour, revision, identifier, stripe_customer_id,
-			quantity, status, attempts, last_error
+	rows, err := s.pool.Query(ctx, `SELECT `+pushColumns+`
 		FROM stripe_pushes WHERE status = 'pending' AND next_attempt_at <= $1
-		ORDER BY hour, tenant_id, revision LIMIT $2`, now, limit)
+		ORDER BY hour, tenant_id, meter DESC, revision LIMIT $2`, now, limit)
 	if err != nil {
 		return nil, fmt.Errorf("due pushes: %w", err)
 	}
@@ -148,7 +160,7 @@ func (s *Store) DuePushes(ctx context.Context, now time.Time, limit int) ([]bill
 	var out []billing.Push
 	for rows.Next() {
 		var p billing.Push
-		if err := rows.Scan(&p.TenantID, &p.Hour, &p.Revision, &p.Identifier, &p.CustomerID,
+		if err := rows.Scan(&p.TenantID, &p.Meter, &p.Hour, &p.Revision, &p.Identifier, &p.CustomerID,
 			&p.Quantity, &p.Status, &p.Attempts, &p.LastError); err != nil {
 			return nil, err
 		}
@@ -158,11 +170,11 @@ func (s *Store) DuePushes(ctx context.Context, now time.Time, limit int) ([]bill
 	return out, rows.Err()
 }
 
-// Pushes returns every push of a tenant, in hour and revision order.
+// Pushes returns every push of a tenant, in hour, meter (requests first) and revision
+// order.
 func (s *Store) Pushes(ctx context.Context, tenantID string) ([]billing.Push, error) {
-	rows, err := s.pool.Query(ctx, `SELECT tenant_id::text, hour, revision, identifier, stripe_customer_id,
-			quantity, status, attempts, last_error
-		FROM stripe_pushes WHERE tenant_id = $1 ORDER BY hour, revision`, tenantID)
+	rows, err := s.pool.Query(ctx, `SELECT `+pushColumns+`
+		FROM stripe_pushes WHERE tenant_id = $1 ORDER BY hour, meter DESC, revision`, tenantID)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +182,7 @@ func (s *Store) Pushes(ctx context.Context, tenantID string) ([]billing.Push, er
 	var out []billing.Push
 	for rows.Next() {
 		var p billing.Push
-		if err := rows.Scan(&p.TenantID, &p.Hour, &p.Revision, &p.Identifier, &p.CustomerID,
+		if err := rows.Scan(&p.TenantID, &p.Meter, &p.Hour, &p.Revision, &p.Identifier, &p.CustomerID,
 			&p.Quantity, &p.Status, &p.Attempts, &p.LastError); err != nil {
 			return nil, err
 		}
@@ -205,8 +217,8 @@ func (s *Store) PushFailed(ctx context.Context, identifier, msg string, next tim
 // they were not made yet.
 func (s *Store) StripePrice(ctx context.Context, plan, from, fingerprint string) (*billing.StripePrice, error) {
 	p := &billing.StripePrice{Plan: plan, EffectiveFrom: from, Fingerprint: fingerprint}
-	err := s.pool.QueryRow(ctx, `SELECT product_id, fee_price_id, usage_price_id FROM stripe_prices
-		WHERE plan = $1 AND effective_from = $2 AND fingerprint = $3`, plan, from, fingerprint).Scan(&p.ProductID, &p.FeePriceID, &p.UsagePriceID)
+	err := s.pool.QueryRow(ctx, `SELECT product_id, fee_price_id, usage_price_id, function_price_id FROM stripe_prices
+		WHERE plan = $1 AND effective_from = $2 AND fingerprint = $3`, plan, from, fingerprint).Scan(&p.ProductID, &p.FeePriceID, &p.UsagePriceID, &p.FunctionPriceID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, tenants.Errorf(tenants.ENotFound, "no Stripe price for plan %q from %s", plan, from)
 	}
@@ -216,8 +228,8 @@ func (s *Store) StripePrice(ctx context.Context, plan, from, fingerprint string)
 // SetStripePrice remembers the Stripe objects of a price version unless some are
 // remembered already, and returns those (two racing subscribers agree on the first).
 func (s *Store) SetStripePrice(ctx context.Context, p *billing.StripePrice) (*billing.StripePrice, error) {
-	if _, err := s.pool.Exec(ctx, `INSERT INTO stripe_prices (plan, effective_from, fingerprint, product_id, fee_price_id, usage_price_id)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, p.Plan, p.EffectiveFrom, p.Fingerprint, p.ProductID, p.FeePriceID, p.UsagePriceID); err != nil {
+	if _, err := s.pool.Exec(ctx, `INSERT INTO stripe_prices (plan, effective_from, fingerprint, product_id, fee_price_id, usage_price_id, function_price_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING`, p.Plan, p.EffectiveFrom, p.Fingerprint, p.ProductID, p.FeePriceID, p.UsagePriceID, p.FunctionPriceID); err != nil {
 		return nil, fmt.Errorf("stripe price: %w", err)
 	}
 	return s.StripePrice(ctx, p.Plan, p.EffectiveFrom, p.Fingerprint)

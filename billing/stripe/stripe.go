@@ -1,14 +1,16 @@
 // Package stripe pushes billable usage to Stripe (stripe-go v76): a tenant billed
-// through Stripe maps to a Stripe customer, created when billing is enabled for it, and
-// each settled hour of its billable requests becomes one Billing Meter event.
+// through Stripe maps to a Stripe customer, created when billing is enabled for it; each
+// settled hour of its billable requests becomes one Billing Meter event, and each settled
+// hour with function time one more, under a second event name, in µs.
 //
-// Exactly once: a push is first recorded in stripe_pushes (billing/postgres) with an
-// identifier derived from (tenant, hour, revision), then sent with that identifier as
-// both the meter event's identifier and the request's Idempotency-Key. A retry — after a
-// timeout, a 5xx, or a crash between Stripe's answer and our record of it — resends the
-// same identifier, which Stripe counts once; a push recorded as pushed is never sent
-// again. Usage that folds into an hour after it was pushed (a late batch) goes out as a
-// new revision carrying only the difference.
+// Exactly once, both meters alike: a push is first recorded in stripe_pushes
+// (billing/postgres) with an identifier derived from (meter, tenant, hour, revision),
+// then sent with that identifier as both the meter event's identifier and the request's
+// Idempotency-Key. A retry — after a timeout, a 5xx, or a crash between Stripe's answer
+// and our record of it — resends the same identifier, which Stripe counts once; a push
+// recorded as pushed is never sent again. Usage that folds into an hour after it was
+// pushed (a late batch) goes out as a new revision of its meter carrying only the
+// difference. Function time is pushed in µs, as folded, so no event rounds.
 //
 // Failed attempts back off exponentially (Config.Backoff doubling up to Config.MaxBackoff).
 // Stripe's 4xx answers other than 401, 403, 409 and 429 are permanent (the push is
@@ -22,6 +24,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	stripeapi "github.com/stripe/stripe-go/v76"
@@ -31,8 +34,14 @@ import (
 	"tollgate/tenants"
 )
 
-// DefaultEventName is the meter event name; the Stripe meter must use the same.
+// DefaultEventName is the meter event name of billable requests; the Stripe meter must
+// use the same.
 const DefaultEventName = "tollgate_requests"
+
+// DefaultFunctionEventName is the meter event name of function time. Its values are
+// microseconds, the unit the edges meter and billing folds, so an hour's events sum to
+// its rollup exactly; a meter in milliseconds would round each hour.
+const DefaultFunctionEventName = "tollgate_function_us"
 
 // store is what the pusher needs of billing/postgres.Store.
 type store interface {
@@ -50,8 +59,11 @@ type Config struct {
 	Key string
 	// URL is the API base URL. Default: Stripe's. Tests point it at stripe-mock.
 	URL string
-	// EventName of the meter events. Default: DefaultEventName.
+	// EventName of the billable requests' meter events. Default: DefaultEventName.
 	EventName string
+	// FunctionEventName of the function time's meter events (values in µs). Default:
+	// DefaultFunctionEventName.
+	FunctionEventName string
 	// Store records customers and pushes. Required.
 	Store store
 	// HTTPClient. Default: a client with a 30s timeout.
@@ -77,6 +89,12 @@ type Pusher struct {
 	cfg Config
 	api *client.API
 	log *slog.Logger
+
+	// fnMeter is the function time's meter, found or made before its first push: Stripe
+	// takes an event whose name no meter has and drops it later, so pushing first would
+	// record as pushed what Stripe never counts.
+	fnMeterMu sync.Mutex
+	fnMeter   string
 }
 
 // New returns a Pusher.
@@ -86,6 +104,13 @@ func New(cfg Config) (*Pusher, error) {
 	}
 	if cfg.EventName == "" {
 		cfg.EventName = DefaultEventName
+	}
+	if cfg.FunctionEventName == "" {
+		cfg.FunctionEventName = DefaultFunctionEventName
+	}
+	if cfg.FunctionEventName == cfg.EventName {
+		// One meter would sum requests and microseconds into one number.
+		return nil, fmt.Errorf("stripe: the function time's event name %q is the requests'", cfg.EventName)
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second}
@@ -183,11 +208,73 @@ func (p *Pusher) PushDue(ctx context.Context) (int, error) {
 	}
 }
 
+// eventName is the meter event name of a push's meter.
+func (p *Pusher) eventName(meter string) string {
+	if meter == billing.MeterFunctionUS {
+		return p.cfg.FunctionEventName
+	}
+	return p.cfg.EventName
+}
+
+// meter returns the id of the active Billing Meter of an event name, made (sum of
+// `value`, customer from `stripe_customer_id`) when there is none. The create's
+// Idempotency-Key is derived from the event name, so a retry makes one meter.
+func (p *Pusher) meter(ctx context.Context, eventName, displayName string) (string, error) {
+	list := &stripeapi.BillingMeterListParams{Status: stripeapi.String("active")}
+	list.Context = ctx
+	it := p.api.BillingMeters.List(list)
+	for it.Next() {
+		if m := it.BillingMeter(); m.EventName == eventName {
+			return m.ID, nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return "", fmt.Errorf("stripe: list meters: %w", err)
+	}
+	params := &stripeapi.BillingMeterParams{
+		DisplayName:        stripeapi.String(displayName),
+		EventName:          stripeapi.String(eventName),
+		DefaultAggregation: &stripeapi.BillingMeterDefaultAggregationParams{Formula: stripeapi.String("sum")},
+		CustomerMapping: &stripeapi.BillingMeterCustomerMappingParams{
+			EventPayloadKey: stripeapi.String("stripe_customer_id"), Type: stripeapi.String("by_id"),
+		},
+		ValueSettings: &stripeapi.BillingMeterValueSettingsParams{EventPayloadKey: stripeapi.String("value")},
+	}
+	params.Context = ctx
+	params.SetIdempotencyKey("tollgate-meter-" + eventName)
+	m, err := p.api.BillingMeters.New(params)
+	if err != nil {
+		return "", fmt.Errorf("stripe: create meter %s: %w", eventName, err)
+	}
+	p.log.Info("stripe: billing meter created", "meter", m.ID, "event_name", eventName)
+	return m.ID, nil
+}
+
+// functionMeter returns the function time's meter, found or made once per Pusher.
+func (p *Pusher) functionMeter(ctx context.Context) (string, error) {
+	p.fnMeterMu.Lock()
+	defer p.fnMeterMu.Unlock()
+	if p.fnMeter != "" {
+		return p.fnMeter, nil
+	}
+	id, err := p.meter(ctx, p.cfg.FunctionEventName, "Tollgate function time (µs)")
+	if err != nil {
+		return "", err
+	}
+	p.fnMeter = id
+	return id, nil
+}
+
 // push sends one meter event and records the outcome. ok is whether Stripe accepted it;
 // err is a failure to record.
 func (p *Pusher) push(ctx context.Context, push billing.Push, now time.Time) (ok bool, err error) {
+	if push.Meter == billing.MeterFunctionUS {
+		if _, serr := p.functionMeter(ctx); serr != nil {
+			return false, p.failed(ctx, push, now, serr, false)
+		}
+	}
 	params := &stripeapi.BillingMeterEventParams{
-		EventName:  stripeapi.String(p.cfg.EventName),
+		EventName:  stripeapi.String(p.eventName(push.Meter)),
 		Identifier: stripeapi.String(push.Identifier),
 		Timestamp:  stripeapi.Int64(push.Hour.Unix()),
 		Payload: map[string]string{
@@ -207,21 +294,26 @@ func (p *Pusher) push(ctx context.Context, push billing.Push, now time.Time) (ok
 		}
 		return true, nil
 	}
+	return false, p.failed(ctx, push, now, serr, isPermanent(serr))
+}
+
+// failed records a failed attempt: the push is retried after a backoff, or given up on
+// when permanent. The error is a failure to record (or ctx's).
+func (p *Pusher) failed(ctx context.Context, push billing.Push, now time.Time, serr error, permanent bool) error {
 	if ctx.Err() != nil {
-		return false, ctx.Err()
+		return ctx.Err()
 	}
-	permanent := isPermanent(serr)
 	p.cfg.Metrics.PushFailed(permanent)
 	delay := p.cfg.Backoff << min(push.Attempts, 16)
 	if delay <= 0 || delay > p.cfg.MaxBackoff {
 		delay = p.cfg.MaxBackoff
 	}
-	p.log.Warn("stripe: meter event push failed", "identifier", push.Identifier, "attempt", push.Attempts+1,
+	p.log.Warn("stripe: meter event push failed", "identifier", push.Identifier, "meter", push.Meter, "attempt", push.Attempts+1,
 		"permanent", permanent, "retry_in", delay, "err", serr)
 	if err := p.cfg.Store.PushFailed(ctx, push.Identifier, serr.Error(), now.Add(delay), permanent); err != nil {
-		return false, fmt.Errorf("stripe: record failed push %s: %w", push.Identifier, err)
+		return fmt.Errorf("stripe: record failed push %s: %w", push.Identifier, err)
 	}
-	return false, nil
+	return nil
 }
 
 // isPermanent says whether retrying cannot help: a 4xx other than auth, conflict and

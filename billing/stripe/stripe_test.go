@@ -23,6 +23,7 @@ import (
 	"tollgate/billing/billingtest"
 	billingstripe "tollgate/billing/stripe"
 	"tollgate/infra/testenv"
+	"tollgate/infra/usage"
 )
 
 func TestMain(m *testing.M) {
@@ -41,6 +42,9 @@ type stripeProxy struct {
 	lose     atomic.Int32
 	badInput atomic.Int32
 	seq      atomic.Int64
+	// loseIdentifier: the meter event with this identifier reaches Stripe and its answer
+	// is lost, once.
+	loseIdentifier string
 }
 
 type call struct {
@@ -78,7 +82,13 @@ func newProxy(t *testing.T) *stripeProxy {
 		}
 		r.Body = io.NopCloser(strings.NewReader(string(body)))
 		r.ContentLength = int64(len(body))
-		if p.lose.Add(-1) >= 0 {
+		p.mu.Lock()
+		loseThis := p.loseIdentifier != "" && form.Get("identifier") == p.loseIdentifier
+		if loseThis {
+			p.loseIdentifier = ""
+		}
+		p.mu.Unlock()
+		if p.lose.Add(-1) >= 0 || loseThis {
 			rec := httptest.NewRecorder()
 			rp.ServeHTTP(rec, r)
 			stripeErr(502, "api_error")
@@ -311,5 +321,194 @@ func TestPermanentFailureIsNotRetried(t *testing.T) {
 	pushes, _ := db.Store.Pushes(ctx, tn.ID)
 	if len(pushes) != 1 || pushes[0].Status != billing.PushFailed || len(proxy.meterEvents()) != 1 {
 		t.Fatalf("pushes %+v after %d calls", pushes, len(proxy.meterEvents()))
+	}
+}
+
+// events returns the meter events of one event name.
+func (p *stripeProxy) events(name string) []call {
+	var out []call
+	for _, c := range p.meterEvents() {
+		if c.form.Get("event_name") == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// fnRecord is a record of n requests, billable (200 from the upstream) or not (429 from
+// the edge), that ran us µs of function time.
+func fnRecord(tenantID string, at time.Time, billable bool, n, us int64) usage.Record {
+	status := 429
+	if billable {
+		status = 200
+	}
+	r := billingtest.Record(tenantID, at, "r", "", status, billable, n)
+	r.FunctionUS = us
+	return r
+}
+
+// Function time goes to its own meter in µs, with the request push's guarantees: one
+// identifier per (tenant, hour, revision) of its own, the same identifier on a retry, a
+// late fold as a new revision of the difference, nothing for an hour without function
+// time — and the sum Stripe accepted is the folded sum to the microsecond.
+func TestPushFunctionTimeExactlyOnce(t *testing.T) {
+	db := billingtest.Open(t)
+	tn := db.Tenant(t, "acme", "pro")
+	proxy := newProxy(t)
+	clk := &clock{}
+	ps := newPusher(t, db, proxy, clk)
+	ctx := context.Background()
+	cus, err := ps.EnableTenant(ctx, tn.ID, tn.Slug, tn.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	h1, h2 := billing.Hour(now.Add(-3*time.Hour)), billing.Hour(now.Add(-2*time.Hour))
+	db.Fold(t, billingtest.Batch(1,
+		fnRecord(tn.ID, h1, true, 3, 1_234_567),
+		fnRecord(tn.ID, h1, false, 2, 1),  // not billable, but its function ran: billed
+		fnRecord(tn.ID, h2, true, 5, 0),   // no function time: no function push
+		fnRecord(tn.ID, now, true, 1, 99), // this hour: not settled
+	))
+
+	fnID := func(h time.Time, rev int) string { return billing.FunctionPushIdentifier(tn.ID, h, rev) }
+	proxy.mu.Lock()
+	proxy.loseIdentifier = fnID(h1, 1) // Stripe has it, the answer is lost
+	proxy.mu.Unlock()
+	if n, err := ps.PushDue(ctx); err != nil || n != 2 {
+		t.Fatalf("first run pushed %d: %v; calls %+v", n, err, proxy.meterEvents())
+	}
+	clk.advance(time.Minute)
+	if n, err := ps.PushDue(ctx); err != nil || n != 1 {
+		t.Fatalf("retry pushed %d: %v", n, err)
+	}
+	db.Fold(t, billingtest.Batch(2, fnRecord(tn.ID, h1, false, 1, 33))) // late, not billable
+	if n, err := ps.PushDue(ctx); err != nil || n != 1 {
+		t.Fatalf("late fold pushed %d: %v", n, err)
+	}
+	for i := 0; i < 2; i++ {
+		clk.advance(time.Minute)
+		if n, _ := ps.PushDue(ctx); n != 0 {
+			t.Fatalf("a pushed hour was pushed again")
+		}
+	}
+
+	var ids, values []string
+	for _, e := range proxy.events(billingstripe.DefaultFunctionEventName) {
+		ids = append(ids, e.form.Get("identifier"))
+		values = append(values, e.form.Get("payload[value]"))
+		if e.form.Get("payload[stripe_customer_id]") != cus || e.idempotent != e.form.Get("identifier") ||
+			e.form.Get("timestamp") != fmt.Sprint(h1.Unix()) {
+			t.Fatalf("function event %+v", e)
+		}
+	}
+	if want := []string{fnID(h1, 1), fnID(h1, 1), fnID(h1, 2)}; strings.Join(ids, " ") != strings.Join(want, " ") {
+		t.Fatalf("function identifiers sent:\n%v\nwant\n%v", ids, want)
+	}
+	if want := "1234568 1234568 33"; strings.Join(values, " ") != want {
+		t.Fatalf("function values %v, want %s", values, want)
+	}
+	var reqIDs []string
+	for _, e := range proxy.events(billingstripe.DefaultEventName) {
+		reqIDs = append(reqIDs, e.form.Get("identifier")+"="+e.form.Get("payload[value]"))
+	}
+	if want := billing.PushIdentifier(tn.ID, h1, 1) + "=3 " + billing.PushIdentifier(tn.ID, h2, 1) + "=5"; strings.Join(reqIDs, " ") != want {
+		t.Fatalf("request events %v, want %s", reqIDs, want)
+	}
+	// The meter is made once, before the first function event, and found afterwards.
+	meters := proxy.find(http.MethodPost, "/v1/billing/meters")
+	if len(meters) != 1 || meters[0].form.Get("event_name") != billingstripe.DefaultFunctionEventName ||
+		meters[0].idempotent != "tollgate-meter-"+billingstripe.DefaultFunctionEventName {
+		t.Fatalf("meters made: %+v", meters)
+	}
+
+	pushes, _ := db.Store.Pushes(ctx, tn.ID)
+	sum := map[string]int64{}
+	for _, p := range pushes {
+		if p.Status != billing.PushPushed || p.Identifier != billing.MeterPushIdentifier(p.Meter, tn.ID, p.Hour, p.Revision) {
+			t.Fatalf("push %+v", p)
+		}
+		sum[p.Meter] += p.Quantity
+	}
+	if sum[billing.MeterFunctionUS] != 1_234_567+1+33 || sum[billing.MeterRequests] != 3+5 {
+		t.Fatalf("pushed %v", sum)
+	}
+
+	// Reconciliation sees both meters agree with the rollups.
+	r, err := billing.Reconcile(ctx, billing.PeriodOf(h1), billing.ReconcileSources{Edges: noEdges{}, Folded: db.Store, Stripe: db.Store,
+		Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range append(r.Discrepancies, r.Pending...) {
+		if strings.HasPrefix(d.Kind, "stripe") || strings.Contains(d.Message, "Stripe") {
+			t.Fatalf("Stripe disagrees: %+v", d)
+		}
+	}
+	if len(r.Tenants) != 1 || r.Tenants[0].FunctionPushed != 1_234_601 || r.Tenants[0].FunctionPushPending != 0 {
+		t.Fatalf("tenants %+v", r.Tenants)
+	}
+}
+
+// An hour of function time alone (its requests not billable) is one function push and no
+// request push; while the function meter cannot be found, nothing is sent and the push
+// waits its backoff like any failed attempt.
+func TestFunctionPushWaitsForItsMeter(t *testing.T) {
+	db := billingtest.Open(t)
+	tn := db.Tenant(t, "acme", "pro")
+	proxy := newProxy(t)
+	clk := &clock{}
+	ps := newPusher(t, db, proxy, clk)
+	ctx := context.Background()
+	if _, err := ps.EnableTenant(ctx, tn.ID, tn.Slug, tn.Name); err != nil {
+		t.Fatal(err)
+	}
+	h := billing.Hour(time.Now().Add(-2 * time.Hour))
+	db.Fold(t, billingtest.Batch(1, fnRecord(tn.ID, h, false, 4, 777)))
+	proxy.fail.Store(1) // the meters' list
+	if n, err := ps.PushDue(ctx); err != nil || n != 0 {
+		t.Fatalf("pushed %d: %v", n, err)
+	}
+	pushes, _ := db.Store.Pushes(ctx, tn.ID)
+	if len(pushes) != 1 || pushes[0].Meter != billing.MeterFunctionUS || pushes[0].Status != billing.PushPending ||
+		pushes[0].Attempts != 1 || !strings.Contains(pushes[0].LastError, "meters") || len(proxy.meterEvents()) != 0 {
+		t.Fatalf("after the meter's lookup failed: %+v; events %+v", pushes, proxy.meterEvents())
+	}
+	r, err := billing.Reconcile(ctx, billing.PeriodOf(h), billing.ReconcileSources{Edges: noEdges{}, Folded: db.Store, Stripe: db.Store, Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stripePending []string
+	for _, d := range r.Pending {
+		if d.Unit == billing.UnitFunctionUS {
+			stripePending = append(stripePending, fmt.Sprintf("%s %d %d", d.Kind, d.Difference, d.FoldedFunctionUS))
+		}
+	}
+	if strings.Join(stripePending, ";") != "pending -777 777" || r.Tenants[0].FunctionPushPending != 777 {
+		t.Fatalf("reconcile while the push is retried: %v; tenants %+v", stripePending, r.Tenants)
+	}
+	clk.advance(time.Minute)
+	if n, err := ps.PushDue(ctx); err != nil || n != 1 {
+		t.Fatalf("retry pushed %d: %v", n, err)
+	}
+	ev := proxy.meterEvents()
+	if len(ev) != 1 || ev[0].form.Get("event_name") != billingstripe.DefaultFunctionEventName || ev[0].form.Get("payload[value]") != "777" ||
+		ev[0].form.Get("identifier") != billing.FunctionPushIdentifier(tn.ID, h, 1) {
+		t.Fatalf("events %+v", ev)
+	}
+}
+
+// noEdges is an edge view without totals: the Stripe comparison does not need them.
+type noEdges struct{}
+
+func (noEdges) EdgeTotals(context.Context, billing.Period) ([]usage.EdgeTotal, error) {
+	return nil, nil
+}
+
+func TestFunctionEventNameMustDiffer(t *testing.T) {
+	db := billingtest.Open(t)
+	_, err := billingstripe.New(billingstripe.Config{Key: "sk_test_123", Store: db.Store, EventName: "x", FunctionEventName: "x"})
+	if err == nil {
+		t.Fatal("one event name for both meters was taken")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -17,9 +18,10 @@ import (
 )
 
 // Paying tenants. A tenant whose platform plan has a price in effect this month that
-// charges something (a monthly fee or a unit price) is a Stripe customer with one
-// subscription: a licensed item for the monthly fee and a metered item on the Billing
-// Meter the Pusher feeds. The Stripe product and prices of each price version are made
+// charges something (a monthly fee, a unit price or a function time price) is a Stripe
+// customer with one subscription: a licensed item for the monthly fee, a metered item on
+// the Billing Meter of billable requests the Pusher feeds, and one on its function
+// time's meter. The Stripe product and prices of each price version are made
 // once and remembered (stripe_prices); a new plan or price version swaps the
 // subscription's items; a plan that charges nothing (or has no price) cancels it.
 //
@@ -137,7 +139,7 @@ func (s *Subscriber) syncTenant(ctx context.Context, t billing.BilledTenant, per
 		if err != nil && tenants.ErrorCode(err) != tenants.ENotFound {
 			return false, err
 		}
-		if p != nil && (p.MonthlyFee > 0 || p.UnitPrice > 0) {
+		if p != nil && (p.MonthlyFee > 0 || p.UnitPrice > 0 || p.FunctionUnitPrice > 0) {
 			price = p
 		}
 	}
@@ -175,10 +177,8 @@ func (s *Subscriber) subscribe(ctx context.Context, t billing.BilledTenant, pric
 		CollectionMethod: stripeapi.String(string(stripeapi.SubscriptionCollectionMethodSendInvoice)),
 		DaysUntilDue:     stripeapi.Int64(s.cfg.DaysUntilDue),
 	}
-	for _, id := range []string{sp.FeePriceID, sp.UsagePriceID} {
-		if id != "" {
-			params.Items = append(params.Items, &stripeapi.SubscriptionItemsParams{Price: stripeapi.String(id)})
-		}
+	for _, id := range priceIDs(sp) {
+		params.Items = append(params.Items, &stripeapi.SubscriptionItemsParams{Price: stripeapi.String(id)})
 	}
 	params.Context = ctx
 	params.AddMetadata("tollgate_tenant_id", t.ID)
@@ -243,20 +243,36 @@ func changeKey(sub string, items []*stripeapi.SubscriptionItemsParams) string {
 }
 
 // fingerprint sums up a price version's numbers: a version replaced while in effect
-// (billing.PriceService allows it for this month) needs new Stripe prices.
+// (billing.PriceService allows it for this month) needs new Stripe prices. The function
+// time's numbers count only when it is charged, so the versions that keep it free kept
+// the fingerprint (and the Stripe prices) they had before it was charged.
 func fingerprint(p *billing.Price) string {
-	h := sha256.Sum256(fmt.Appendf(nil, "%s|%d|%d|%d|%d|%t", strings.ToLower(p.Currency), p.MonthlyFee,
-		p.IncludedRequests, p.UnitPrice, p.UnitRequests, p.PerConsumer))
+	s := fmt.Appendf(nil, "%s|%d|%d|%d|%d|%t", strings.ToLower(p.Currency), p.MonthlyFee,
+		p.IncludedRequests, p.UnitPrice, p.UnitRequests, p.PerConsumer)
+	if p.FunctionUnitPrice > 0 {
+		s = fmt.Appendf(s, "|fn|%d|%d|%d", p.IncludedFunctionMS, p.FunctionUnitPrice, p.FunctionUnitMS)
+	}
+	h := sha256.Sum256(s)
 	return hex.EncodeToString(h[:])[:12]
+}
+
+// priceIDs are a price version's Stripe prices, in item order: fee, requests, function
+// time.
+func priceIDs(sp *billing.StripePrice) []string {
+	var ids []string
+	for _, id := range []string{sp.FeePriceID, sp.UsagePriceID, sp.FunctionPriceID} {
+		if id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // itemChanges turns the subscription's items into the price version's.
 func itemChanges(cur *stripeapi.Subscription, sp *billing.StripePrice) []*stripeapi.SubscriptionItemsParams {
 	want := map[string]bool{}
-	for _, id := range []string{sp.FeePriceID, sp.UsagePriceID} {
-		if id != "" {
-			want[id] = true
-		}
+	for _, id := range priceIDs(sp) {
+		want[id] = true
 	}
 	var items []*stripeapi.SubscriptionItemsParams
 	if cur.Items != nil {
@@ -268,7 +284,7 @@ func itemChanges(cur *stripeapi.Subscription, sp *billing.StripePrice) []*stripe
 			items = append(items, &stripeapi.SubscriptionItemsParams{ID: stripeapi.String(it.ID), Deleted: stripeapi.Bool(true)})
 		}
 	}
-	for _, id := range []string{sp.FeePriceID, sp.UsagePriceID} {
+	for _, id := range priceIDs(sp) {
 		if want[id] {
 			items = append(items, &stripeapi.SubscriptionItemsParams{Price: stripeapi.String(id)})
 		}
@@ -304,6 +320,13 @@ func (s *Subscriber) ensurePrices(ctx context.Context, price *billing.Price) (*b
 	} else if tenants.ErrorCode(err) != tenants.ENotFound {
 		return nil, err
 	}
+	if price.FunctionUnitPrice > 0 {
+		// Refused before anything is made, so a price Stripe cannot express leaves no
+		// product behind.
+		if _, err := functionPrice("", price); err != nil {
+			return nil, err
+		}
+	}
 	key := "tollgate-" + price.Plan + "-" + price.EffectiveFrom + "-" + fp
 	prod := &stripeapi.ProductParams{Name: stripeapi.String("Tollgate " + price.Plan + " plan (from " + price.EffectiveFrom + ")")}
 	prod.Context = ctx
@@ -326,6 +349,20 @@ func (s *Subscriber) ensurePrices(ctx context.Context, price *billing.Price) (*b
 			return nil, err
 		}
 		if sp.UsagePriceID, err = s.newPrice(ctx, key+"-usage", usagePrice(product.ID, meter, price)); err != nil {
+			return nil, err
+		}
+	}
+	if price.FunctionUnitPrice > 0 {
+		params, err := functionPrice(product.ID, price)
+		if err != nil {
+			return nil, err
+		}
+		meter, err := s.p.functionMeter(ctx)
+		if err != nil {
+			return nil, err
+		}
+		params.Recurring.Meter = stripeapi.String(meter)
+		if sp.FunctionPriceID, err = s.newPrice(ctx, key+"-function", params); err != nil {
 			return nil, err
 		}
 	}
@@ -386,42 +423,56 @@ func usagePrice(product, meter string, p *billing.Price) *stripeapi.PriceParams 
 	return params
 }
 
+// functionPrice charges the function time's meter (µs) at FunctionUnitPrice per
+// FunctionUnitMS, the first IncludedFunctionMS of the month free (a graduated tier), like
+// usagePrice; Recurring.Meter is for the caller to set. Stripe takes at most 12 decimal
+// places of a minor unit per µs: the amount is rounded to them, and a price so fine that
+// it rounds to nothing is refused rather than charged as free.
+func functionPrice(product string, p *billing.Price) (*stripeapi.PriceParams, error) {
+	unitMS := p.FunctionUnitMS
+	if unitMS <= 0 {
+		unitMS = 1000
+	}
+	perUS := math.Round(float64(p.FunctionUnitPrice)/(float64(unitMS)*1000)*1e12) / 1e12
+	if perUS <= 0 {
+		return nil, tenants.Errorf(tenants.EInvalidRequest,
+			"stripe: plan %s from %s: %d per %d ms of function time is below Stripe's smallest amount per µs (1e-12 of a minor unit)",
+			p.Plan, p.EffectiveFrom, p.FunctionUnitPrice, unitMS)
+	}
+	params := &stripeapi.PriceParams{
+		Product:  stripeapi.String(product),
+		Currency: stripeapi.String(p.Currency),
+		Recurring: &stripeapi.PriceRecurringParams{
+			Interval:  stripeapi.String(string(stripeapi.PriceRecurringIntervalMonth)),
+			UsageType: stripeapi.String(string(stripeapi.PriceRecurringUsageTypeMetered)),
+		},
+	}
+	params.AddMetadata("tollgate_unit", "function_us")
+	if p.IncludedFunctionMS <= 0 {
+		params.UnitAmountDecimal = stripeapi.Float64(perUS)
+		return params, nil
+	}
+	params.BillingScheme = stripeapi.String(string(stripeapi.PriceBillingSchemeTiered))
+	params.TiersMode = stripeapi.String(string(stripeapi.PriceTiersModeGraduated))
+	params.Tiers = []*stripeapi.PriceTierParams{
+		{UpTo: stripeapi.Int64(p.IncludedFunctionMS * 1000), UnitAmount: stripeapi.Int64(0)},
+		{UpToInf: stripeapi.Bool(true), UnitAmountDecimal: stripeapi.Float64(perUS)},
+	}
+	return params, nil
+}
+
 // ensureMeter returns the Billing Meter's id: the configured one, else the active meter
 // of the event name, else a new one.
 func (s *Subscriber) ensureMeter(ctx context.Context) (string, error) {
 	if s.meter != "" {
 		return s.meter, nil
 	}
-	list := &stripeapi.BillingMeterListParams{Status: stripeapi.String("active")}
-	list.Context = ctx
-	it := s.p.api.BillingMeters.List(list)
-	for it.Next() {
-		if m := it.BillingMeter(); m.EventName == s.p.cfg.EventName {
-			s.meter = m.ID
-			return m.ID, nil
-		}
-	}
-	if err := it.Err(); err != nil {
-		return "", fmt.Errorf("stripe: list meters: %w", err)
-	}
-	params := &stripeapi.BillingMeterParams{
-		DisplayName:        stripeapi.String("Tollgate billable requests"),
-		EventName:          stripeapi.String(s.p.cfg.EventName),
-		DefaultAggregation: &stripeapi.BillingMeterDefaultAggregationParams{Formula: stripeapi.String("sum")},
-		CustomerMapping: &stripeapi.BillingMeterCustomerMappingParams{
-			EventPayloadKey: stripeapi.String("stripe_customer_id"), Type: stripeapi.String("by_id"),
-		},
-		ValueSettings: &stripeapi.BillingMeterValueSettingsParams{EventPayloadKey: stripeapi.String("value")},
-	}
-	params.Context = ctx
-	params.SetIdempotencyKey("tollgate-meter-" + s.p.cfg.EventName)
-	m, err := s.p.api.BillingMeters.New(params)
+	id, err := s.p.meter(ctx, s.p.cfg.EventName, "Tollgate billable requests")
 	if err != nil {
-		return "", fmt.Errorf("stripe: create meter %s: %w", s.p.cfg.EventName, err)
+		return "", err
 	}
-	s.log.Info("stripe: billing meter created", "meter", m.ID, "event_name", s.p.cfg.EventName)
-	s.meter = m.ID
-	return m.ID, nil
+	s.meter = id
+	return id, nil
 }
 
 // unixTime is a Stripe timestamp as a time; nil for 0 (not set).

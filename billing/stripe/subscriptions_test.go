@@ -226,3 +226,70 @@ func TestSubscriberStoredPrices(t *testing.T) {
 		t.Fatalf("after replacing the price: %d products, prices %+v", len(proxy.find("POST", "/v1/products")), fees)
 	}
 }
+
+// A price that charges function time subscribes the tenant even without a fee or a
+// request price, with a metered item on the function time's meter (µs): the allowance in
+// µs, the unit price per µs. A price finer than Stripe's decimals is refused, not made
+// free.
+func TestSubscriberChargesFunctionTime(t *testing.T) {
+	db := billingtest.Open(t)
+	tn := db.Tenant(t, "acme", "fn")
+	proxy := newProxy(t)
+	prices := &fakePrices{m: map[string]*billing.Price{
+		"fn": {Plan: "fn", EffectiveFrom: thisMonth(), Currency: "usd", UnitRequests: 1000,
+			IncludedFunctionMS: 60_000, FunctionUnitPrice: 3, FunctionUnitMS: 1000},
+		"all": {Plan: "all", EffectiveFrom: thisMonth(), Currency: "usd", MonthlyFee: 900, UnitPrice: 20, UnitRequests: 1000,
+			FunctionUnitPrice: 1, FunctionUnitMS: 3},
+		"fine": {Plan: "fine", EffectiveFrom: thisMonth(), Currency: "usd", UnitRequests: 1000,
+			FunctionUnitPrice: 1, FunctionUnitMS: 9_000_000_000_000_000},
+	}}
+	s := newSubscriber(t, db, proxy, prices)
+	sync1(t, s, 1)
+	meters := proxy.find("POST", "/v1/billing/meters")
+	if len(meters) != 1 || meters[0].form.Get("event_name") != billingstripe.DefaultFunctionEventName {
+		t.Fatalf("meters made: %+v", meters)
+	}
+	pr := proxy.find("POST", "/v1/prices")
+	if len(pr) != 1 || pr[0].form.Get("recurring[usage_type]") != "metered" || pr[0].form.Get("recurring[meter]") == "" ||
+		pr[0].form.Get("tiers[0][up_to]") != "60000000" || pr[0].form.Get("tiers[1][unit_amount_decimal]") != "0.000003" ||
+		pr[0].form.Get("metadata[tollgate_unit]") != "function_us" {
+		t.Fatalf("function price: %+v", pr)
+	}
+	subs := proxy.find("POST", "/v1/subscriptions")
+	if len(subs) != 1 || subs[0].form.Get("items[0][price]") == "" || subs[0].form.Get("items[1][price]") != "" {
+		t.Fatalf("subscription %+v", subs)
+	}
+	sync1(t, s, 0)
+
+	// Fee, requests and function time: three items; the function meter is found again,
+	// not made twice.
+	setPlan(t, db, tn, "all")
+	sync1(t, s, 1)
+	pr = proxy.find("POST", "/v1/prices")
+	if len(pr) != 4 || pr[3].form.Get("unit_amount_decimal") != "0.000333333333" || len(proxy.find("POST", "/v1/billing/meters")) != 1+1 {
+		// The requests' meter is made here; the function meter was made above.
+		t.Fatalf("prices %+v; meters %+v", pr, proxy.find("POST", "/v1/billing/meters"))
+	}
+	sub, err := db.Store.Subscription(context.Background(), tn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ups := proxy.find("POST", "/v1/subscriptions/"+sub.SubscriptionID)
+	added := 0
+	for i := 0; len(ups) == 1 && (ups[0].form.Get(key(i, "id")) != "" || ups[0].form.Get(key(i, "price")) != ""); i++ {
+		if ups[0].form.Get(key(i, "deleted")) != "true" && ups[0].form.Get(key(i, "price")) != "" {
+			added++
+		}
+	}
+	if added != 3 {
+		t.Fatalf("items added %d, want fee, requests and function time: %+v", added, ups)
+	}
+
+	setPlan(t, db, tn, "fine")
+	if n, err := s.Sync(context.Background()); err == nil || n != 0 || !strings.Contains(err.Error(), "smallest amount") {
+		t.Fatalf("a price finer than Stripe's decimals: %d changed, %v", n, err)
+	}
+	if len(proxy.find("POST", "/v1/prices")) != 4 || len(proxy.find("POST", "/v1/products")) != 2 {
+		t.Fatalf("a product or price was made for it")
+	}
+}

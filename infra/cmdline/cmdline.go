@@ -139,6 +139,7 @@ var Vars = map[string]string{
 	"TOLLGATE_STRIPE_KEY":            "Stripe secret key [unset: nothing is pushed to Stripe]",
 	"TOLLGATE_STRIPE_URL":            "Stripe API base URL [Stripe's; e.g. a stripe-mock]",
 	"TOLLGATE_STRIPE_EVENT":          "the Billing Meter's event name [tollgate_requests]",
+	"TOLLGATE_STRIPE_FUNCTION_EVENT": "the function time's Billing Meter event name, in µs [tollgate_function_us]",
 	"TOLLGATE_STRIPE_METER":          "Billing Meter id of the subscriptions' usage prices [the event name's]",
 	"TOLLGATE_STRIPE_WEBHOOK_SECRET": "Stripe webhook signing secret [unset: no webhook served]",
 	"TOLLGATE_BILLING_ADMIN_ADDR":    "/metrics, /healthz, /readyz of billing [127.0.0.1:9090]",
