@@ -299,6 +299,14 @@ func API(ctx context.Context, resync bool) error {
 }
 
 // runAPI serves until ctx ends, with the relay beside it once the bucket exists.
+// The object store's sweep of modules no tenant names: how often it runs, and how long
+// after its upload a module is kept whatever names it, so an upload whose Postgres
+// transaction has not committed yet (or failed) keeps its module meanwhile.
+const (
+	moduleSweepInterval = 10 * time.Minute
+	moduleGrace         = time.Hour
+)
+
 func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Listener, log *slog.Logger) error {
 	srv := cp.server(cfg, log)
 	relayDone := make(chan struct{})
@@ -328,8 +336,11 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 	defer func() { stopChecks(); <-checksDone }()
 	// Every module a tenant keeps must be in the object store the edges fetch from: put
 	// back what it lost (a bucket recreated, a NATS store lost) at start and every minute.
+	// And it must not keep forever what no tenant names any more: a sweep deletes those
+	// put more than moduleGrace ago (see functionstore.Sweep for why that is safe).
 	if cp.modules != nil {
 		go cp.modules.ReconcileEvery(checksCtx, cp.db, time.Minute, log)
+		go cp.modules.SweepEvery(checksCtx, cp.db, moduleSweepInterval, moduleGrace, log)
 	}
 	defer sweepEntitlements(ctx, cfg, cp, log)()
 	drainAdmin, stopAdmin := cp.serveAdmin(ctx, log)

@@ -17,12 +17,12 @@ import (
 // (Content-Type: application/wasm). It is checked (edge/function.Validate: Wasm that
 // exports what proxy-wasm needs and imports nothing else), put in the object store the
 // edges fetch modules from, and only then stored in Postgres: a route can name a version
-// only once the store has it, so no route entry reaches an edge ahead of its module.
+// only once the store has it, so no route entry reaches an edge ahead of its module. The
+// store's copies are deleted by its sweep (infra/functionstore.Sweep), never here.
 
 // ModuleStore is where the edges fetch modules from, by digest (infra/functionstore).
 type ModuleStore interface {
 	Put(ctx context.Context, module []byte) (string, error)
-	Delete(ctx context.Context, sha256hex string) error
 }
 
 // FunctionLogReader reads the last lines the tenant's functions logged at the edges
@@ -123,6 +123,14 @@ func (s *Server) putFunction(c *fiber.Ctx, r *request) error {
 	if err != nil {
 		return err
 	}
+	if s.cfg.Modules != nil {
+		// When these bytes were uploaded before and then dropped, the first Put found the
+		// old object, and the store's sweep may have deleted it before PutFunction could
+		// commit (it waits for the sweep's lock). Putting again costs a lookup otherwise.
+		if _, err := s.cfg.Modules.Put(r.ctx, module); err != nil {
+			s.log.Warn("api: function object store, after the upload committed (the reconciler puts it back)", "request_id", requestID(c), "err", err)
+		}
+	}
 	return reply(c, http.StatusOK, f, 0)
 }
 
@@ -197,18 +205,8 @@ func (s *Server) deleteFunction(c *fiber.Ctx, r *request) error {
 	if err != nil {
 		return err
 	}
-	orphans, err := fs.DeleteFunction(r.ctx, r.tenant.ID, name)
-	if err != nil {
+	if err := fs.DeleteFunction(r.ctx, r.tenant.ID, name); err != nil {
 		return err
-	}
-	if s.cfg.Modules != nil {
-		// Best effort: a module left behind costs only space, and one deleted while
-		// another tenant uploads the same bytes is put back by the reconciler.
-		for _, sha := range orphans {
-			if err := s.cfg.Modules.Delete(r.ctx, sha); err != nil {
-				s.log.Warn("api: delete module from the object store", "sha256", sha, "err", err)
-			}
-		}
 	}
 	return noContent(c)
 }

@@ -248,11 +248,16 @@ func (e *Edge) Loaded() {
 	start := time.Now()
 	n := e.compileDirty()
 	e.mu.Lock()
+	first := !e.loaded
 	e.loaded = true
 	if len(e.dirty) > 0 || len(e.removed) > 0 {
 		e.kickLocked() // entries that arrived during the initial compile
 	}
 	e.mu.Unlock()
+	if first {
+		// Only now do the routes say which cached modules are still in use.
+		e.fn.SweepCacheEvery(e.functionDigests)
+	}
 	if !e.draining.Load() {
 		e.ready.Store(true)
 		e.m.Ready.Set(1)

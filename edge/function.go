@@ -46,6 +46,22 @@ func (e *Edge) recompileTenants(ids []string) {
 	}
 }
 
+// functionDigests returns the digests of the modules the edge's routes name, as its
+// config has them (which a compile may not have reached yet).
+func (e *Edge) functionDigests() map[string]bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	used := map[string]bool{}
+	for _, ts := range e.state {
+		for _, r := range ts.routes {
+			for _, f := range r.Functions {
+				used[f.SHA256] = true
+			}
+		}
+	}
+	return used
+}
+
 // buildFunctions builds rt's functions, or keeps prev's when built from the same spec.
 func (e *Edge) buildFunctions(rt, prev *route) {
 	r := rt.src

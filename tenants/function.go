@@ -52,8 +52,9 @@ type FunctionService interface {
 	// current one): ENotFound.
 	FunctionModule(ctx context.Context, tenantID, name, sha256 string) ([]byte, error)
 	// DeleteFunction removes the function and its versions: ENotFound, EConflict while a
-	// route runs one of its versions. It returns the digests no tenant keeps any more.
-	DeleteFunction(ctx context.Context, tenantID, name string) (orphans []string, err error)
+	// route runs one of its versions. The object store's copy of a module no tenant names
+	// any more is left to the store's sweep.
+	DeleteFunction(ctx context.Context, tenantID, name string) error
 	// FunctionDigests returns up to limit digests of every tenant's modules, in order,
 	// after the digest after ("" from the start): what the object store must hold.
 	FunctionDigests(ctx context.Context, after string, limit int) ([]string, error)

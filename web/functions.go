@@ -21,7 +21,6 @@ import (
 // ModuleStore is where the edges fetch modules from (infra/functionstore).
 type ModuleStore interface {
 	Put(ctx context.Context, module []byte) (string, error)
-	Delete(ctx context.Context, sha256hex string) error
 }
 
 // FunctionLogReader reads the lines the tenant's functions logged at the edges.
@@ -113,6 +112,13 @@ func (c *Console) functionUpload(ctx *fiber.Ctx) error {
 		}
 		return c.internal(ctx, err)
 	}
+	if c.cfg.Modules != nil {
+		// A sweep may have deleted the stored copy of these same bytes, dropped earlier,
+		// just before this upload committed; the api's upload explains.
+		if _, err := c.cfg.Modules.Put(c.ctx(ctx), module); err != nil {
+			c.log.Warn("console: function object store, after the upload committed (the reconciler puts it back)", "err", err)
+		}
+	}
 	return ctx.Redirect(c.tenantURL(ctx, "/functions/"+f.Name+"?done=function-uploaded"), http.StatusSeeOther)
 }
 
@@ -192,16 +198,8 @@ func (c *Console) functionDelete(ctx *fiber.Ctx) error {
 	tv := tenantOf(ctx)
 	name := ctx.Params("name")
 	actx := c.audited(ctx, user(ctx), tv.ID, tenants.AuditAction("functions", tenants.AuditDelete), name)
-	orphans, err := c.cfg.Functions.DeleteFunction(actx, tv.ID, name)
-	if err != nil {
+	if err := c.cfg.Functions.DeleteFunction(actx, tv.ID, name); err != nil {
 		return c.internal(ctx, err)
-	}
-	if c.cfg.Modules != nil {
-		for _, sha := range orphans {
-			if err := c.cfg.Modules.Delete(c.ctx(ctx), sha); err != nil {
-				c.log.Warn("console: delete module from the object store", "sha256", sha, "err", err)
-			}
-		}
 	}
 	return ctx.Redirect(c.tenantURL(ctx, "/functions?done=function-deleted"), http.StatusSeeOther)
 }

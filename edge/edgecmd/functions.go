@@ -25,6 +25,7 @@ func functionConfig(cfg *config.Config, nc *nats.Conn, log *slog.Logger) fnchain
 		MemoryBytes: cfg.EdgeFunctionMemory,
 		Concurrency: cfg.EdgeFunctionConcurrency,
 		CacheDir:    cfg.EdgeFunctionCacheDir,
+		CacheGrace:  cfg.EdgeFunctionCacheGrace,
 		Source:      src,
 		Publish:     nc.Publish,
 		LogSubject:  cfg.NATSPrefix + ".fnlog",

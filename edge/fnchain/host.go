@@ -36,6 +36,10 @@ type Config struct {
 	// CacheDir keeps modules' bytes and their compiled code across restarts
 	// (TOLLGATE_EDGE_FUNCTION_CACHE_DIR). Default: "", memory only.
 	CacheDir string
+	// CacheGrace is how long a module no route names stays in CacheDir: a route rolled
+	// back to it within that time finds it there. The edge sweeps the directory every
+	// quarter of it. Default: 1h.
+	CacheGrace time.Duration
 	// Source fetches the modules the edge has not got. Default: nil, disk only.
 	Source Source
 	// FetchTimeout bounds one fetch from Source. Default: 2s.
@@ -79,6 +83,9 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	if cfg.FetchTimeout <= 0 {
 		cfg.FetchTimeout = 2 * time.Second
+	}
+	if cfg.CacheGrace <= 0 {
+		cfg.CacheGrace = time.Hour
 	}
 	if cfg.LogRate <= 0 {
 		cfg.LogRate = 50
@@ -131,6 +138,42 @@ func (h *Host) Close(ctx context.Context) error {
 	close(h.mods.stop)
 	h.mods.wg.Wait()
 	return h.rt.Close(ctx)
+}
+
+// SweepCache removes from the cache directory the modules inUse does not name and has not
+// named for the host's CacheGrace (a file's time is when a sweep last saw it named), and
+// returns their digests. The compiled code in the directory is wazero's, under its own
+// names, and is left alone.
+func (h *Host) SweepCache(inUse func(sha string) bool) ([]string, error) {
+	return h.mods.sweep(inUse, h.cfg.CacheGrace)
+}
+
+// SweepCacheEvery runs SweepCache at once and then every quarter of CacheGrace until the
+// host closes. inUse returns the digests the edge's routes name; call it only once the
+// edge has its config, or every module looks unused.
+func (h *Host) SweepCacheEvery(inUse func() map[string]bool) {
+	if h.mods.dir == "" {
+		return
+	}
+	h.mods.wg.Add(1)
+	go func() {
+		defer h.mods.wg.Done()
+		for {
+			used := inUse()
+			removed, err := h.SweepCache(func(sha string) bool { return used[sha] })
+			if len(removed) > 0 {
+				h.log.Info("edge: removed function modules no route has named for a while from the cache", "modules", len(removed), "grace", h.cfg.CacheGrace)
+			}
+			if err != nil {
+				h.log.Warn("edge: function cache sweep", "err", err)
+			}
+			select {
+			case <-h.mods.stop:
+				return
+			case <-time.After(h.cfg.CacheGrace / 4):
+			}
+		}
+	}()
 }
 
 // RouteSpec is what a route's functions are built from.

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,4 +210,57 @@ func validDigest(s string) bool {
 		}
 	}
 	return true
+}
+
+// sweep removes from dir the modules inUse does not name that no sweep has seen named
+// for grace, and returns their digests. A file's modification time is when a sweep last
+// saw a route name it (or when it was fetched), so the grace holds across restarts: a
+// module a route named until the edge stopped is kept for grace after it starts. A temp
+// file a crash left behind goes after grace too. What memory holds is left alone: routes
+// that still run a removed module keep running it, and one named again is fetched again.
+func (ms *modules) sweep(inUse func(sha string) bool, grace time.Duration) ([]string, error) {
+	if ms.dir == "" {
+		return nil, nil
+	}
+	entries, err := os.ReadDir(ms.dir)
+	if err != nil {
+		return nil, fmt.Errorf("fnchain: sweep %s: %w", ms.dir, err)
+	}
+	now := time.Now()
+	var removed []string
+	var errs []error
+	for _, de := range entries {
+		name := de.Name()
+		sha, isModule := strings.CutSuffix(name, ".wasm")
+		isModule = isModule && validDigest(sha)
+		if !isModule && !strings.HasPrefix(name, ".module-") || !de.Type().IsRegular() {
+			continue // not ours
+		}
+		path := filepath.Join(ms.dir, name)
+		if isModule && inUse(sha) {
+			if err := os.Chtimes(path, now, now); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		info, err := de.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if now.Sub(info.ModTime()) < grace {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		if isModule {
+			removed = append(removed, sha)
+		}
+	}
+	return removed, errors.Join(errs...)
 }

@@ -80,6 +80,7 @@ type Config struct {
 	EdgeFunctionMemory      int64         // TOLLGATE_EDGE_FUNCTION_MEMORY [16 MiB: linear memory of one instance, in bytes]
 	EdgeFunctionConcurrency int           // TOLLGATE_EDGE_FUNCTION_CONCURRENCY [half the edge's cores, at least 1: one tenant's guest runs at once; a plan may lower it]
 	EdgeFunctionCacheDir    string        // TOLLGATE_EDGE_FUNCTION_CACHE_DIR [<spool dir>/functions: modules and their compiled code]
+	EdgeFunctionCacheGrace  time.Duration // TOLLGATE_EDGE_FUNCTION_CACHE_GRACE [1h: how long a module no route names stays in the cache dir]
 
 	// Edge performance: how the edge reads and writes its sockets.
 	EdgeRawIO bool // TOLLGATE_EDGE_RAW_IO [on: raw system calls (edge.SetRawIO); off: through net.Conn; always off in race-detector builds]

@@ -11,6 +11,9 @@ import (
 const (
 	DefaultEdgeFunctionTimeout = 5 * time.Millisecond
 	DefaultEdgeFunctionMemory  = 16 << 20
+	// DefaultEdgeFunctionCacheGrace: a module no route names stays on the edge's disk
+	// this long, so a rollback finds it there.
+	DefaultEdgeFunctionCacheGrace = time.Hour
 )
 
 // functions reads the settings of tenants' functions at the edge. It runs after the spool
@@ -38,6 +41,14 @@ func (c *Config) functions(getenv func(string) string) error {
 			return fmt.Errorf("TOLLGATE_EDGE_FUNCTION_CONCURRENCY: %q is not a count from 1 to 10000", v)
 		}
 		c.EdgeFunctionConcurrency = n
+	}
+	c.EdgeFunctionCacheGrace = DefaultEdgeFunctionCacheGrace
+	if v := getenv("TOLLGATE_EDGE_FUNCTION_CACHE_GRACE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > 30*24*time.Hour {
+			return fmt.Errorf("TOLLGATE_EDGE_FUNCTION_CACHE_GRACE: %q is not a duration between 1s and 720h (like 1h)", v)
+		}
+		c.EdgeFunctionCacheGrace = d
 	}
 	c.EdgeFunctionCacheDir = getenv("TOLLGATE_EDGE_FUNCTION_CACHE_DIR")
 	if c.EdgeFunctionCacheDir == "" && c.MeterSpoolDir != "" {

@@ -322,8 +322,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 				if _, gone := left[f.name]; gone {
 					change(&c.plan.Deleted, tenants.ConfigKindFunction, f.name)
 					functionDeletes = append(functionDeletes, at("functions", "delete function", nil, func() error {
-						_, err := deleteFunction(ctx, tx, tenantID, f.name)
-						return err
+						return deleteFunction(ctx, tx, tenantID, f.name)
 					}))
 				}
 			}

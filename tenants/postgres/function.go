@@ -19,6 +19,13 @@ import (
 // digest of a name given without one, in the transaction that saves the route, holding
 // the function row shared so a concurrent DeleteFunction (which takes it exclusively and
 // then looks for routes that use it) either sees the route or is seen by it.
+//
+// The object store's copies of modules are deleted by a sweep (infra/functionstore.Sweep)
+// once nothing here names them. An upload puts its module in the object store before its
+// transaction, so a sweep could delete the object between the two when the same bytes were
+// uploaded long ago and since dropped: PutFunction therefore holds the module's lock shared
+// (moduleLock) until it commits, DropModule holds it exclusively while it checks and
+// deletes, and the api puts the module again after the commit.
 
 const functionColumns = `f.name, f.version, v.sha256, m.size, v.created_at, v.created_by`
 
@@ -134,6 +141,9 @@ func (db *DB) PutFunction(ctx context.Context, tenantID, name string, module []b
 			return err
 		}
 		if current != sha {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared($1, $2)`, moduleLockClass, moduleLockKey(sha)); err != nil {
+				return err
+			}
 			version++
 			if _, err := tx.Exec(ctx, `INSERT INTO function_modules (tenant_id, sha256, size, module) VALUES ($1, $2, $3, $4)
 				ON CONFLICT (tenant_id, sha256) DO NOTHING`, tenantID, sha, len(module), module); err != nil {
@@ -243,36 +253,28 @@ func (db *DB) FunctionModule(ctx context.Context, tenantID, name, sha string) ([
 	return module, constraintError(err, "function module", nil)
 }
 
-// DeleteFunction removes the function unless a route runs it, and returns the digests no
-// tenant keeps any more.
-func (db *DB) DeleteFunction(ctx context.Context, tenantID, name string) ([]string, error) {
+// DeleteFunction removes the function unless a route runs it.
+func (db *DB) DeleteFunction(ctx context.Context, tenantID, name string) error {
 	if !parseID(tenantID) || tenants.ValidateFunctionName(name) != nil {
-		return nil, notFound("function")
+		return notFound("function")
 	}
-	var orphans []string
-	err := db.write(ctx, func(tx pgx.Tx) error {
-		var err error
-		orphans, err = deleteFunction(ctx, tx, tenantID, name)
-		return err
-	})
-	if err != nil {
-		return nil, constraintError(err, "delete function", nil)
-	}
-	return orphans, nil
+	err := db.write(ctx, func(tx pgx.Tx) error { return deleteFunction(ctx, tx, tenantID, name) })
+	return constraintError(err, "delete function", nil)
 }
 
-// deleteFunction is DeleteFunction's work in tx.
-func deleteFunction(ctx context.Context, tx pgx.Tx, tenantID, name string) ([]string, error) {
+// deleteFunction is DeleteFunction's work in tx. It drops the tenant's modules no version
+// names any more; the object store keeps its copy until a sweep finds no tenant names it.
+func deleteFunction(ctx context.Context, tx pgx.Tx, tenantID, name string) error {
 	err := tx.QueryRow(ctx, `SELECT name FROM functions WHERE tenant_id = $1 AND name = $2 FOR UPDATE`, tenantID, name).Scan(&name)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, notFound("function")
+		return notFound("function")
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	uses, err := functionUses(ctx, tx, nil, tenantID, name)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(uses) > 0 {
 		var ids []string
@@ -281,29 +283,16 @@ func deleteFunction(ctx context.Context, tx pgx.Tx, tenantID, name string) ([]st
 				ids = append(ids, u.routeID)
 			}
 		}
-		return nil, &tenants.Error{Code: tenants.EConflict, Field: "name",
+		return &tenants.Error{Code: tenants.EConflict, Field: "name",
 			Message: fmt.Sprintf("function %q is used by route(s) %s; remove it from them first", name, strings.Join(ids, ", "))}
 	}
 	forgetCount(ctx, tenantID, tenants.ResFunctions)
 	if _, err := tx.Exec(ctx, `DELETE FROM functions WHERE tenant_id = $1 AND name = $2`, tenantID, name); err != nil {
-		return nil, err
+		return err
 	}
-	rows, err := tx.Query(ctx, `DELETE FROM function_modules m WHERE m.tenant_id = $1
-		AND NOT EXISTS (SELECT 1 FROM function_versions v WHERE v.tenant_id = m.tenant_id AND v.sha256 = m.sha256)
-		RETURNING m.sha256`, tenantID)
-	if err != nil {
-		return nil, err
-	}
-	dropped, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(dropped) == 0 {
-		return nil, err
-	}
-	rows, err = tx.Query(ctx, `SELECT s FROM unnest($1::text[]) s
-		WHERE NOT EXISTS (SELECT 1 FROM function_modules m WHERE m.sha256 = s)`, dropped)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	_, err = tx.Exec(ctx, `DELETE FROM function_modules m WHERE m.tenant_id = $1
+		AND NOT EXISTS (SELECT 1 FROM function_versions v WHERE v.tenant_id = m.tenant_id AND v.sha256 = m.sha256)`, tenantID)
+	return err
 }
 
 // configFunction is a function as config as code sees it: name and current digest.
@@ -364,6 +353,84 @@ func (db *DB) ModuleByDigest(ctx context.Context, sha string) ([]byte, error) {
 		return nil, notFound("module")
 	}
 	return module, constraintError(err, "module by digest", nil)
+}
+
+// moduleLockClass is the first key of the modules' advisory locks (the two-key lock space,
+// apart from the single-key ids in postgres.go); the second is moduleLockKey.
+const moduleLockClass int32 = 0x546f6c6c
+
+// moduleLockKey is sha's advisory lock key: its first 32 bits. Two digests that share
+// them only wait for each other.
+func moduleLockKey(sha string) int32 {
+	var k uint32
+	for i := 0; i < 8 && i < len(sha); i++ {
+		c := sha[i]
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c = 0
+		}
+		k = k<<4 | uint32(c)
+	}
+	return int32(k)
+}
+
+// unusedModulesQuery keeps those of $1 that no tenant's function module (every version
+// has one) and no route names.
+const unusedModulesQuery = `SELECT s FROM unnest($1::text[]) s
+	WHERE NOT EXISTS (SELECT 1 FROM function_modules m WHERE m.sha256 = s)
+	AND NOT EXISTS (SELECT 1 FROM routes r,
+		jsonb_array_elements(CASE jsonb_typeof(r.spec->'functions') WHEN 'array' THEN r.spec->'functions' ELSE '[]' END) f
+		WHERE f->>'sha256' = s)
+	ORDER BY s`
+
+// UnusedModules returns those of digests that no tenant's function version or route
+// names (see functionstore.Referrers).
+func (db *DB) UnusedModules(ctx context.Context, digests []string) ([]string, error) {
+	if len(digests) == 0 {
+		return nil, nil
+	}
+	rows, err := db.pool.Query(ctx, unusedModulesQuery, digests)
+	if err != nil {
+		return nil, constraintError(err, "unused modules", nil)
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return list, constraintError(err, "unused modules", nil)
+}
+
+// DropModule calls drop when nothing names sha, holding sha's module lock exclusively so
+// that no upload of the same bytes commits until drop has returned (see
+// functionstore.Referrers).
+func (db *DB) DropModule(ctx context.Context, sha string, drop func(context.Context) error) (bool, error) {
+	if !tenants.ValidDigest(sha) {
+		return false, nil
+	}
+	dropped := false
+	err := pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, moduleLockClass, moduleLockKey(sha)); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, unusedModulesQuery, []string{sha})
+		if err != nil {
+			return err
+		}
+		unused, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(unused) == 0 {
+			return err
+		}
+		if err := drop(ctx); err != nil {
+			return err
+		}
+		dropped = true
+		return nil
+	})
+	if err != nil {
+		return false, constraintError(err, "drop module", nil)
+	}
+	return dropped, nil
 }
 
 // resolveFunctions checks that each function r names is the tenant's, and fills the

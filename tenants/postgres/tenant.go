@@ -173,6 +173,11 @@ func (db *DB) DeleteTenant(ctx context.Context, tenantID string) error {
 		if err != nil {
 			return err
 		}
+		// Functions (and their versions) before the tenant: the cascade from tenants would
+		// reach function_modules first, which the versions still reference.
+		if _, err := tx.Exec(ctx, `DELETE FROM functions WHERE tenant_id = $1`, tenantID); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `DELETE FROM tenants WHERE id = $1`, tenantID); err != nil {
 			return err
 		}
