@@ -26,8 +26,9 @@ const fuelPerNS = 4
 // A frame took 24 bytes of that stack with one parameter, 149 with 16 locals alive across
 // the call, 3.4 KiB with 256 and 9 KiB with 1024 (2026-12-06, wazero 1.12's compiler on
 // amd64, measured as the depth its 84 MB stack ceiling allowed), so a frame of 16 is at most
-// 256 bytes and the limit at most 8 MiB of stack, a thread's usual: 32768 frames of a
-// small function, 16384 of one of Go's (its wasm functions keep about 20 locals).
+// 256 bytes and the limit at most 8 MiB of stack, a thread's usual. Functions built by Go's
+// toolchain count one frame each or two (the hmac guest's 1994: a median of 4 params and
+// locals, at most 18).
 const (
 	maxDepth       = 32768
 	framePerLocals = 16
@@ -60,9 +61,10 @@ func overDepth(mod api.Module) bool {
 // No call needs wazero's context watcher (WithCloseOnContextDone), which starts a
 // goroutine per guest call: 14 of the 15 µs a no-op filter cost per request before this.
 //
-// It also adds an i32 global, the call depth, exported as depthExport: a function adds its
-// frames (see maxDepth) at entry, in the same check as the fuel ("if fuel < 0 or depth >
-// maxDepth: unreachable"), and takes them back at every exit. Its body is wrapped in a
+// It also adds an i32 global, the call depth, exported as depthExport: a function that
+// calls adds its frames (see maxDepth) at entry, in the same check as the fuel ("if fuel <
+// 0 or depth > maxDepth: unreachable"), and takes them back at every exit; one that calls
+// nothing keeps the fuel check alone, as its frame is the last. Its body is wrapped in a
 // block of its results, so a branch to its outermost label, br, br_if or br_table, lands
 // before the one exit at its end; return and the tail calls take the frames back where
 // they are. A function whose results are several values needs a block type [] -> results:
@@ -252,7 +254,8 @@ type rewriter struct {
 	funcTypes   []uint32 // each defined function's type index
 	extraTypes  [][]byte // result lists appended to the type section as [] -> results
 	blockTypes  map[string]uint32
-	loopCheck   []byte
+	loopCheck   []byte // the fuel check
+	scratch     []byte
 }
 
 type fnType struct {
@@ -360,11 +363,26 @@ func (rw *rewriter) body(out, b []byte, typ fnType) ([]byte, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
+	out = append(out, b[:r.off]...)
+	code := b[r.off:]
+
+	// A function that calls nothing (a leaf) cannot deepen the stack past its own frame:
+	// it keeps the fuel check alone, the cost of every call before the depth check.
+	var calls bool
+	var err error
+	rw.scratch, calls, err = rw.walk(rw.scratch[:0], code, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !calls {
+		out = append(out, rw.loopCheck...)
+		return append(out, rw.scratch...), nil
+	}
+
 	// preflight holds locals to maxLocals and a type's params to its bytes, so frames
 	// stays far below 2^31, and the depth, which grows by at most that past maxDepth
 	// before the check traps, stays an i32.
 	frames := int64(1 + locals/framePerLocals)
-	out = append(out, b[:r.off]...)
 
 	// global.get stop; i64.const 1; i64.sub; global.set stop;
 	// global.get depth; i32.const frames; i32.add; global.set depth;
@@ -385,7 +403,19 @@ func (rw *rewriter) body(out, b []byte, typ fnType) ([]byte, error) {
 	exit := appendU32([]byte{0x23}, rw.depth)
 	exit = appendS64(append(exit, 0x41), frames)
 	exit = appendU32(append(exit, 0x6b, 0x24), rw.depth)
+	if out, _, err = rw.walk(out, code, exit); err != nil {
+		return nil, err
+	}
+	// The body's own end closed the block: what follows is the function's one exit.
+	out = append(out, exit...)
+	return append(out, 0x0b), nil
+}
 
+// walk appends a function's instructions to out with the fuel check at the start of every
+// loop body and exit before every return and tail call, and says whether it calls.
+func (rw *rewriter) walk(out, b []byte, exit []byte) ([]byte, bool, error) {
+	r := &reader{b: b}
+	calls := false
 	for r.off < len(r.b) {
 		start := r.off
 		op := r.byte()
@@ -400,14 +430,18 @@ func (rw *rewriter) body(out, b []byte, typ fnType) ([]byte, error) {
 			out = append(out, exit...)
 		case op <= 0x01, op == 0x05, op == 0x0b, op == 0x1a, op == 0x1b,
 			op >= 0x45 && op <= 0xc4, op == 0xd1:
+		case op == 0x10: // call
+			r.u32()
+			calls = true
 		case op == 0x12: // return_call
 			r.u32()
 			out = append(out, exit...)
+			calls = true
 		case op == 0x23, op == 0x24: // global.get, global.set
 			if g := r.u32(); g >= rw.stop && r.err == nil {
-				return nil, fmt.Errorf("global %d does not exist", g)
+				return nil, false, fmt.Errorf("global %d does not exist", g)
 			}
-		case op == 0x0c, op == 0x0d, op == 0x10, op >= 0x20 && op <= 0x26,
+		case op == 0x0c, op == 0x0d, op >= 0x20 && op <= 0x26,
 			op == 0x3f, op == 0x40, op == 0xd2:
 			r.u32()
 		case op == 0x0e: // br_table
@@ -418,10 +452,12 @@ func (rw *rewriter) body(out, b []byte, typ fnType) ([]byte, error) {
 		case op == 0x11: // call_indirect
 			r.u32()
 			r.u32()
+			calls = true
 		case op == 0x13: // return_call_indirect
 			r.u32()
 			r.u32()
 			out = append(out, exit...)
+			calls = true
 		case op == 0x1c: // select t*
 			n := r.u32()
 			r.bytes(int(n))
@@ -449,22 +485,20 @@ func (rw *rewriter) body(out, b []byte, typ fnType) ([]byte, error) {
 			case sub == 9, sub == 11, sub == 13, sub >= 15 && sub <= 17:
 				r.u32()
 			default:
-				return nil, fmt.Errorf("instruction 0xfc %d is not supported", sub)
+				return nil, false, fmt.Errorf("instruction 0xfc %d is not supported", sub)
 			}
 		default:
-			return nil, fmt.Errorf("instruction %#x is not supported (SIMD, threads and exceptions are not run here)", op)
+			return nil, false, fmt.Errorf("instruction %#x is not supported (SIMD, threads and exceptions are not run here)", op)
 		}
 		if r.err != nil {
-			return nil, r.err
+			return nil, false, r.err
 		}
 		out = append(out, r.b[start:r.off]...)
 		if loop {
 			out = append(out, rw.loopCheck...)
 		}
 	}
-	// The body's own end closed the block: what follows is the function's one exit.
-	out = append(out, exit...)
-	return append(out, 0x0b), nil
+	return out, calls, nil
 }
 
 // reader decodes the binary format; the first error sticks and every read after it
