@@ -125,6 +125,12 @@ func instrument(b []byte) ([]byte, error) {
 	}
 	rw.stop = importedGlobals + definedGlobals
 	rw.depth = rw.stop + 1
+	// global.get; i64.const 1; i64.sub; global.set; global.get; i64.const 0; i64.lt_s;
+	// if; unreachable; end
+	rw.fuelCheck = appendU32([]byte{0x23}, rw.stop)
+	rw.fuelCheck = appendU32(append(rw.fuelCheck, 0x42, 0x01, 0x7d, 0x24), rw.stop)
+	rw.fuelCheck = appendU32(append(rw.fuelCheck, 0x23), rw.stop)
+	rw.fuelCheck = append(rw.fuelCheck, 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b)
 	if err := rw.readTypes(types, funcs); err != nil {
 		return nil, err
 	}
@@ -254,7 +260,7 @@ type rewriter struct {
 	funcTypes   []uint32 // each defined function's type index
 	extraTypes  [][]byte // result lists appended to the type section as [] -> results
 	blockTypes  map[string]uint32
-	loopCheck   []byte // the fuel check
+	fuelCheck   []byte // at the start of every loop body and of every leaf function
 	scratch     []byte
 }
 
@@ -285,14 +291,6 @@ func (rw *rewriter) readTypes(types, funcs []byte) error {
 			rw.funcTypes = append(rw.funcTypes, r.u32())
 		}
 	}
-	// global.get; i64.const 1; i64.sub; global.set; global.get; i64.const 0; i64.lt_s;
-	// if; unreachable; end
-	c := appendU32([]byte{0x23}, rw.stop)
-	c = append(c, 0x42, 0x01, 0x7d, 0x24)
-	c = appendU32(c, rw.stop)
-	c = append(c, 0x23)
-	c = appendU32(c, rw.stop)
-	rw.loopCheck = append(c, 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b)
 	return r.err
 }
 
@@ -375,7 +373,7 @@ func (rw *rewriter) body(out, b []byte, typ fnType) ([]byte, error) {
 		return nil, err
 	}
 	if !calls {
-		out = append(out, rw.loopCheck...)
+		out = append(out, rw.fuelCheck...)
 		return append(out, rw.scratch...), nil
 	}
 
@@ -495,7 +493,7 @@ func (rw *rewriter) walk(out, b []byte, exit []byte) ([]byte, bool, error) {
 		}
 		out = append(out, r.b[start:r.off]...)
 		if loop {
-			out = append(out, rw.loopCheck...)
+			out = append(out, rw.fuelCheck...)
 		}
 	}
 	return out, calls, nil

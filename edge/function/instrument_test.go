@@ -69,11 +69,15 @@ func TestInstrumentGuests(t *testing.T) {
 }
 
 // depthModule is a module with the shapes of call the depth check must count: plain
-// recursion; a function of 32 params and locals, three frames each; one that leaves by
-// every way out of a function; one of two results; and a trap that is not the limit's.
+// recursion ending in a leaf, which is not counted; a function of 32 params and locals,
+// three frames each; one that leaves by every way out of a function; one of two results;
+// and a trap that is not the limit's.
 const depthModule = `(module
+  (func $leaf (param $n i32) (result i32)
+    (local i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64)
+    (local.get $n))
   (func $down (export "down") (param $n i32) (result i32)
-    (if (result i32) (i32.eqz (local.get $n)) (then (i32.const 0))
+    (if (result i32) (i32.eqz (local.get $n)) (then (call $leaf (i32.const 0)))
       (else (i32.add (call $down (i32.sub (local.get $n) (i32.const 1))) (i32.const 1)))))
   (func $wide (export "wide") (param $n i32) (result i32)
     (local i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64 i64)
