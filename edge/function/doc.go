@@ -49,10 +49,13 @@
 //     quarantine, and the next request starts a fresh instance. A filter that fails three requests in a row is quarantined:
 //     Start refuses it (ReasonQuarantined) for 1s, doubling with each further failure up to
 //     30s; a request that succeeds ends the streak.
-//   - Deep recursion stops at its deadline like a loop (the check at function entry), or
-//     earlier at wazero's stack ceiling; until then its stack grows, which is memory
-//     outside the instance's limit: a 100 ms deadline let one grow for 169 ms on the
-//     development machine. The quarantine bounds how often a module can do it.
+//   - Call depth: instrument also counts the guest's call depth, and a call past 32768
+//     frames traps (ReasonTrap, Detail "call depth over 32768 (…)"). A function counts one
+//     frame per 16 params and locals, since its native frame grows with them, so the
+//     bound holds wazero's native stack, memory outside the instance's limit, to about
+//     8 MiB; a function that calls nothing is not counted, its frame being the last. An
+//     unbounded recursion stops in a few milliseconds, where it grew wazero's stack until
+//     its deadline before (a 100 ms deadline let one grow for 169 ms).
 //
 // Host calls implemented (module "env"): proxy_log, proxy_get_log_level (Info: lower
 // levels are dropped), proxy_get_current_time_nanoseconds, proxy_set_tick_period_milliseconds
@@ -79,7 +82,8 @@
 // environ_* and args_*, and fd_close, fd_fdstat_get, fd_fdstat_set_flags, fd_seek, fd_read, fd_prestat_get,
 // fd_prestat_dir_name answering EBADF and poll_oneoff ENOSYS. Any other import is refused
 // by Validate and Compile, and so are instructions instrument does not know (SIMD,
-// threads, exceptions) and a module exporting the reserved name tollgate_stop.
+// threads, exceptions), a module exporting the reserved names tollgate_stop and
+// tollgate_depth, and code naming a global the module does not define.
 //
 // Guest exports used: proxy_abi_version_0_2_1 (or _0_2_0), proxy_on_context_create,
 // proxy_on_memory_allocate (or malloc) and memory are required; _initialize (or _start),

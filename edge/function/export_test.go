@@ -87,3 +87,18 @@ func MaxInstances(f *Filter) int { return len(f.slots) }
 
 // Instrument is instrument, for the fuzz target.
 var Instrument = instrument
+
+// MaxDepth is the call depth a guest may reach, in frames; FramePerLocals the params and
+// locals a frame holds.
+const (
+	MaxDepth       = maxDepth
+	FramePerLocals = framePerLocals
+	DepthExport    = depthExport
+	StopExport     = stopExport
+)
+
+// DepthDetail is the detail of a trap at the depth limit.
+var DepthDetail = depthDetail
+
+// OverDepth is overDepth.
+var OverDepth = overDepth

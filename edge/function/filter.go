@@ -387,6 +387,8 @@ func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64
 			code = ee.ExitCode()
 		}
 		e.Reason, e.Detail = ReasonTrap, fmt.Sprintf("the module exited (proc_exit %d)", code)
+	case overDepth(in.mod):
+		e.Reason, e.Detail = ReasonTrap, depthDetail
 	default:
 		e.Reason, e.Detail = ReasonTrap, trapDetail(err)
 	}

@@ -3,15 +3,48 @@ package function
 import (
 	"errors"
 	"fmt"
+
+	"github.com/tetratelabs/wazero/api"
 )
 
-// stopExport is the global instrument adds: the guest's fuel, which the host sets before
-// each callback and the watchdog sets to 0 to stop it. A module may not export this name
-// itself.
-const stopExport = "tollgate_stop"
+// stopExport and depthExport are the globals instrument adds. stopExport is the guest's
+// fuel, which the host sets before each callback and the watchdog sets to 0 to stop it;
+// depthExport is its call depth, which the host reads after a trap. A module may not
+// export either name itself.
+const (
+	stopExport  = "tollgate_stop"
+	depthExport = "tollgate_depth"
+)
 
 // fuelPerNS is the fuel a callback gets per nanosecond of its time budget.
 const fuelPerNS = 4
+
+// maxDepth bounds a guest's call depth, in frames of up to framePerLocals params and
+// locals; a function with more counts one frame more per framePerLocals of them. Deep
+// recursion grows wazero's native stack, memory outside the instance's limit, and the
+// deadline alone let it grow for as long as it lasted (a 100 ms deadline, for 169 ms).
+// A frame took 24 bytes of that stack with one parameter, 149 with 16 locals alive across
+// the call, 3.4 KiB with 256 and 9 KiB with 1024 (2026-12-06, wazero 1.12's compiler on
+// amd64, measured as the depth its 84 MB stack ceiling allowed), so a frame of 16 is at most
+// 256 bytes and the limit at most 8 MiB of stack, a thread's usual. Functions built by Go's
+// toolchain count one frame each or two (the hmac guest's 1994: a median of 4 params and
+// locals, at most 18).
+const (
+	maxDepth       = 32768
+	framePerLocals = 16
+)
+
+// depthDetail is the tenant's reason when a guest trapped because its call depth passed
+// maxDepth.
+var depthDetail = fmt.Sprintf("call depth over %d (a function counts one frame per %d params and locals)", maxDepth, framePerLocals)
+
+// overDepth says whether mod's last trap was instrument's depth check. A trap leaves the
+// depth global where the trap found it (no function exit ran to take its frames back),
+// and only the check at a function's entry takes it past maxDepth.
+func overDepth(mod api.Module) bool {
+	g := mod.ExportedGlobal(depthExport)
+	return g != nil && uint32(g.Get()) > maxDepth
+}
 
 // instrument rewrites a module so that it stops itself: it adds a mutable i64 global
 // (fuel), exported as stopExport, and at the start of every function body and of every
@@ -28,9 +61,19 @@ const fuelPerNS = 4
 // No call needs wazero's context watcher (WithCloseOnContextDone), which starts a
 // goroutine per guest call: 14 of the 15 µs a no-op filter cost per request before this.
 //
-// Function, global (the new one is last) and type indices do not change, so only the code
-// section is rewritten. Instructions it does not know (SIMD, threads, exceptions) make it
-// refuse the module.
+// It also adds an i32 global, the call depth, exported as depthExport: a function that
+// calls adds its frames (see maxDepth) at entry, in the same check as the fuel ("if fuel <
+// 0 or depth > maxDepth: unreachable"), and takes them back at every exit; one that calls
+// nothing keeps the fuel check alone, as its frame is the last. Its body is wrapped in a
+// block of its results, so a branch to its outermost label, br, br_if or br_table, lands
+// before the one exit at its end; return and the tail calls take the frames back where
+// they are. A function whose results are several values needs a block type [] -> results:
+// one is appended to the type section when no type says so already.
+//
+// Function, global (the new ones are last) and type indices do not change, so the type
+// section changes only at its end and otherwise only the code section is rewritten. Code
+// that names a global past the module's own (the host's) is refused, and so are
+// instructions it does not know (SIMD, threads, exceptions).
 func instrument(b []byte) ([]byte, error) {
 	if len(b) < 8 || string(b[:4]) != "\x00asm" || string(b[4:8]) != "\x01\x00\x00\x00" {
 		return nil, errors.New("not a WebAssembly 1.0 binary")
@@ -56,37 +99,59 @@ func instrument(b []byte) ([]byte, error) {
 		}
 	}
 	importedGlobals, definedGlobals := uint32(0), uint32(0)
+	rw := &rewriter{}
+	var types, funcs, code []byte
 	for _, s := range secs {
 		switch s.id {
+		case 1:
+			types = s.body
 		case 2:
 			n, err := countImportedGlobals(s.body)
 			if err != nil {
 				return nil, err
 			}
 			importedGlobals = n
+		case 3:
+			funcs = s.body
 		case 6:
 			sr := &reader{b: s.body}
 			definedGlobals = sr.u32()
 			if sr.err != nil {
 				return nil, sr.err
 			}
+		case 10:
+			code = s.body
 		}
 	}
-	stop := importedGlobals + definedGlobals
+	rw.stop = importedGlobals + definedGlobals
+	rw.depth = rw.stop + 1
 	// global.get; i64.const 1; i64.sub; global.set; global.get; i64.const 0; i64.lt_s;
 	// if; unreachable; end
-	check := appendU32([]byte{0x23}, stop)
-	check = append(check, 0x42, 0x01, 0x7d, 0x24)
-	check = appendU32(check, stop)
-	check = append(check, 0x23)
-	check = appendU32(check, stop)
-	check = append(check, 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b)
+	rw.fuelCheck = appendU32([]byte{0x23}, rw.stop)
+	rw.fuelCheck = appendU32(append(rw.fuelCheck, 0x42, 0x01, 0x7d, 0x24), rw.stop)
+	rw.fuelCheck = appendU32(append(rw.fuelCheck, 0x23), rw.stop)
+	rw.fuelCheck = append(rw.fuelCheck, 0x42, 0x00, 0x53, 0x04, 0x40, 0x00, 0x0b)
+	if err := rw.readTypes(types, funcs); err != nil {
+		return nil, err
+	}
+	var newCode []byte
+	if code != nil {
+		var err error
+		if newCode, err = rw.code(code); err != nil {
+			return nil, err
+		}
+	}
 
 	// The order sections must appear in, by id (custom sections excepted).
 	rank := map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
-	newGlobal := []byte{0x7e, 0x01, 0x42, 0x00, 0x0b} // mut i64 = 0
-	newExport := appendName(nil, stopExport)
-	newExport = appendU32(append(newExport, 0x03), stop)
+	newGlobals := []byte{
+		0x7e, 0x01, 0x42, 0x00, 0x0b, // fuel: mut i64 = 0
+		0x7f, 0x01, 0x41, 0x00, 0x0b, // depth: mut i32 = 0
+	}
+	newExports := appendName(nil, stopExport)
+	newExports = appendU32(append(newExports, 0x03), rw.stop)
+	newExports = appendName(newExports, depthExport)
+	newExports = appendU32(append(newExports, 0x03), rw.depth)
 
 	out := append([]byte(nil), b[:8]...)
 	emit := func(id byte, body []byte) {
@@ -97,11 +162,11 @@ func instrument(b []byte) ([]byte, error) {
 	haveGlobal, haveExport := false, false
 	flush := func(before int) {
 		if !haveGlobal && before > rank[6] {
-			emit(6, append(appendU32(nil, 1), newGlobal...))
+			emit(6, append(appendU32(nil, 2), newGlobals...))
 			haveGlobal = true
 		}
 		if !haveExport && before > rank[7] {
-			emit(7, append(appendU32(nil, 1), newExport...))
+			emit(7, append(appendU32(nil, 2), newExports...))
 			haveExport = true
 		}
 	}
@@ -114,6 +179,17 @@ func instrument(b []byte) ([]byte, error) {
 			flush(rk)
 		}
 		switch s.id {
+		case 1:
+			sr := &reader{b: s.body}
+			n := sr.u32()
+			body := appendU32(nil, n+uint32(len(rw.extraTypes)))
+			body = append(body, s.body[sr.off:]...)
+			for _, results := range rw.extraTypes {
+				body = append(body, 0x60, 0x00)
+				body = appendU32(body, uint32(len(results)))
+				body = append(body, results...)
+			}
+			emit(1, body)
 		case 6:
 			sr := &reader{b: s.body}
 			n := sr.u32()
@@ -121,16 +197,16 @@ func instrument(b []byte) ([]byte, error) {
 				return nil, sr.err
 			}
 			rest := sr.b[sr.off:]
-			body := append(appendU32(nil, n+1), rest...)
-			emit(6, append(body, newGlobal...))
+			body := append(appendU32(nil, n+2), rest...)
+			emit(6, append(body, newGlobals...))
 			haveGlobal = true
 		case 7:
 			sr := &reader{b: s.body}
 			n := sr.u32()
 			afterCount := sr.off
 			for i := uint32(0); i < n && sr.err == nil; i++ {
-				if sr.name() == stopExport {
-					return nil, fmt.Errorf("exports %s, a name the host reserves", stopExport)
+				if name := sr.name(); name == stopExport || name == depthExport {
+					return nil, fmt.Errorf("exports %s, a name the host reserves", name)
 				}
 				sr.byte()
 				sr.u32()
@@ -138,15 +214,11 @@ func instrument(b []byte) ([]byte, error) {
 			if sr.err != nil {
 				return nil, sr.err
 			}
-			body := append(appendU32(nil, n+1), s.body[afterCount:]...)
-			emit(7, append(body, newExport...))
+			body := append(appendU32(nil, n+2), s.body[afterCount:]...)
+			emit(7, append(body, newExports...))
 			haveExport = true
 		case 10:
-			code, err := instrumentCode(s.body, check)
-			if err != nil {
-				return nil, err
-			}
-			emit(10, code)
+			emit(10, newCode)
 		default:
 			emit(s.id, s.body)
 		}
@@ -181,9 +253,78 @@ func countImportedGlobals(b []byte) (uint32, error) {
 	return globals, r.err
 }
 
-func instrumentCode(b []byte, check []byte) ([]byte, error) {
+// rewriter holds what instrumenting one module's functions needs.
+type rewriter struct {
+	stop, depth uint32   // the fuel's and the depth's global indices
+	types       []fnType // the type section
+	funcTypes   []uint32 // each defined function's type index
+	extraTypes  [][]byte // result lists appended to the type section as [] -> results
+	blockTypes  map[string]uint32
+	fuelCheck   []byte // at the start of every loop body and of every leaf function
+	scratch     []byte
+}
+
+type fnType struct {
+	params  uint32
+	results []byte
+}
+
+func (rw *rewriter) readTypes(types, funcs []byte) error {
+	r := &reader{b: types}
+	if types != nil {
+		n := r.u32()
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			r.byte() // 0x60, checked by preflight
+			params := r.u32()
+			r.bytes(int(params))
+			results := r.bytes(int(r.u32()))
+			rw.types = append(rw.types, fnType{params, results})
+		}
+		if r.err != nil {
+			return r.err
+		}
+	}
+	r = &reader{b: funcs}
+	if funcs != nil {
+		n := r.u32()
+		for i := uint32(0); i < n && r.err == nil; i++ {
+			rw.funcTypes = append(rw.funcTypes, r.u32())
+		}
+	}
+	return r.err
+}
+
+// blockType is the block type of a function's results.
+func (rw *rewriter) blockType(out []byte, results []byte) []byte {
+	switch len(results) {
+	case 0:
+		return append(out, 0x40)
+	case 1:
+		return append(out, results[0])
+	}
+	for i, t := range rw.types {
+		if t.params == 0 && string(t.results) == string(results) {
+			return appendS64(out, int64(i))
+		}
+	}
+	if rw.blockTypes == nil {
+		rw.blockTypes = map[string]uint32{}
+	}
+	idx, ok := rw.blockTypes[string(results)]
+	if !ok {
+		idx = uint32(len(rw.types) + len(rw.extraTypes))
+		rw.blockTypes[string(results)] = idx
+		rw.extraTypes = append(rw.extraTypes, results)
+	}
+	return appendS64(out, int64(idx))
+}
+
+func (rw *rewriter) code(b []byte) ([]byte, error) {
 	r := &reader{b: b}
 	n := r.u32()
+	if int(n) != len(rw.funcTypes) {
+		return nil, fmt.Errorf("%d function bodies for %d functions", n, len(rw.funcTypes))
+	}
 	out := appendU32(nil, n)
 	var body []byte
 	for i := uint32(0); i < n; i++ {
@@ -192,8 +333,12 @@ func instrumentCode(b []byte, check []byte) ([]byte, error) {
 		if r.err != nil {
 			return nil, r.err
 		}
+		ti := rw.funcTypes[i]
+		if int(ti) >= len(rw.types) {
+			return nil, fmt.Errorf("function %d: type %d does not exist", i, ti)
+		}
 		var err error
-		if body, err = instrumentBody(body[:0], fb, check); err != nil {
+		if body, err = rw.body(body[:0], fb, rw.types[ti]); err != nil {
 			return nil, fmt.Errorf("function %d: %w", i, err)
 		}
 		out = appendU32(out, uint32(len(body)))
@@ -205,18 +350,70 @@ func instrumentCode(b []byte, check []byte) ([]byte, error) {
 	return out, nil
 }
 
-func instrumentBody(out, b []byte, check []byte) ([]byte, error) {
+func (rw *rewriter) body(out, b []byte, typ fnType) ([]byte, error) {
 	r := &reader{b: b}
 	groups := r.u32()
+	locals := uint64(typ.params)
 	for i := uint32(0); i < groups && r.err == nil; i++ {
-		r.u32()
+		locals += uint64(r.u32())
 		r.byte()
 	}
 	if r.err != nil {
 		return nil, r.err
 	}
 	out = append(out, b[:r.off]...)
-	out = append(out, check...)
+	code := b[r.off:]
+
+	// A function that calls nothing (a leaf) cannot deepen the stack past its own frame:
+	// it keeps the fuel check alone, the cost of every call before the depth check.
+	var calls bool
+	var err error
+	rw.scratch, calls, err = rw.walk(rw.scratch[:0], code, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !calls {
+		out = append(out, rw.fuelCheck...)
+		return append(out, rw.scratch...), nil
+	}
+
+	// preflight holds locals to maxLocals and a type's params to its bytes, so frames
+	// stays far below 2^31, and the depth, which grows by at most that past maxDepth
+	// before the check traps, stays an i32.
+	frames := int64(1 + locals/framePerLocals)
+
+	// global.get stop; i64.const 1; i64.sub; global.set stop;
+	// global.get depth; i32.const frames; i32.add; global.set depth;
+	// global.get stop; i64.const 0; i64.lt_s; global.get depth; i32.const maxDepth; i32.gt_u;
+	// i32.or; if; unreachable; end; block results
+	out = appendU32(append(out, 0x23), rw.stop)
+	out = appendU32(append(out, 0x42, 0x01, 0x7d, 0x24), rw.stop)
+	out = appendU32(append(out, 0x23), rw.depth)
+	out = appendS64(append(out, 0x41), frames)
+	out = appendU32(append(out, 0x6a, 0x24), rw.depth)
+	out = appendU32(append(out, 0x23), rw.stop)
+	out = appendU32(append(out, 0x42, 0x00, 0x53, 0x23), rw.depth)
+	out = appendS64(append(out, 0x41), maxDepth)
+	out = append(out, 0x4b, 0x72, 0x04, 0x40, 0x00, 0x0b, 0x02)
+	out = rw.blockType(out, typ.results)
+
+	// global.get depth; i32.const frames; i32.sub; global.set depth
+	exit := appendU32([]byte{0x23}, rw.depth)
+	exit = appendS64(append(exit, 0x41), frames)
+	exit = appendU32(append(exit, 0x6b, 0x24), rw.depth)
+	if out, _, err = rw.walk(out, code, exit); err != nil {
+		return nil, err
+	}
+	// The body's own end closed the block: what follows is the function's one exit.
+	out = append(out, exit...)
+	return append(out, 0x0b), nil
+}
+
+// walk appends a function's instructions to out with the fuel check at the start of every
+// loop body and exit before every return and tail call, and says whether it calls.
+func (rw *rewriter) walk(out, b []byte, exit []byte) ([]byte, bool, error) {
+	r := &reader{b: b}
+	calls := false
 	for r.off < len(r.b) {
 		start := r.off
 		op := r.byte()
@@ -227,9 +424,22 @@ func instrumentBody(out, b []byte, check []byte) ([]byte, error) {
 		case op == 0x03: // loop
 			r.blockType()
 			loop = true
-		case op <= 0x01, op == 0x05, op == 0x0b, op == 0x0f, op == 0x1a, op == 0x1b,
+		case op == 0x0f: // return
+			out = append(out, exit...)
+		case op <= 0x01, op == 0x05, op == 0x0b, op == 0x1a, op == 0x1b,
 			op >= 0x45 && op <= 0xc4, op == 0xd1:
-		case op == 0x0c, op == 0x0d, op == 0x10, op == 0x12, op >= 0x20 && op <= 0x26,
+		case op == 0x10: // call
+			r.u32()
+			calls = true
+		case op == 0x12: // return_call
+			r.u32()
+			out = append(out, exit...)
+			calls = true
+		case op == 0x23, op == 0x24: // global.get, global.set
+			if g := r.u32(); g >= rw.stop && r.err == nil {
+				return nil, false, fmt.Errorf("global %d does not exist", g)
+			}
+		case op == 0x0c, op == 0x0d, op >= 0x20 && op <= 0x26,
 			op == 0x3f, op == 0x40, op == 0xd2:
 			r.u32()
 		case op == 0x0e: // br_table
@@ -237,9 +447,15 @@ func instrumentBody(out, b []byte, check []byte) ([]byte, error) {
 			for j := uint32(0); j <= n && r.err == nil; j++ {
 				r.u32()
 			}
-		case op == 0x11, op == 0x13: // call_indirect, return_call_indirect
+		case op == 0x11: // call_indirect
 			r.u32()
 			r.u32()
+			calls = true
+		case op == 0x13: // return_call_indirect
+			r.u32()
+			r.u32()
+			out = append(out, exit...)
+			calls = true
 		case op == 0x1c: // select t*
 			n := r.u32()
 			r.bytes(int(n))
@@ -267,20 +483,20 @@ func instrumentBody(out, b []byte, check []byte) ([]byte, error) {
 			case sub == 9, sub == 11, sub == 13, sub >= 15 && sub <= 17:
 				r.u32()
 			default:
-				return nil, fmt.Errorf("instruction 0xfc %d is not supported", sub)
+				return nil, false, fmt.Errorf("instruction 0xfc %d is not supported", sub)
 			}
 		default:
-			return nil, fmt.Errorf("instruction %#x is not supported (SIMD, threads and exceptions are not run here)", op)
+			return nil, false, fmt.Errorf("instruction %#x is not supported (SIMD, threads and exceptions are not run here)", op)
 		}
 		if r.err != nil {
-			return nil, r.err
+			return nil, false, r.err
 		}
 		out = append(out, r.b[start:r.off]...)
 		if loop {
-			out = append(out, check...)
+			out = append(out, rw.fuelCheck...)
 		}
 	}
-	return out, nil
+	return out, calls, nil
 }
 
 // reader decodes the binary format; the first error sticks and every read after it
@@ -392,6 +608,19 @@ func appendU32(b []byte, v uint32) []byte {
 			continue
 		}
 		return append(b, c)
+	}
+}
+
+// appendS64 appends v as a signed LEB128, the encoding of i32.const's operand and of a
+// block's type index.
+func appendS64(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
 	}
 }
 

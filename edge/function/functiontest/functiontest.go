@@ -38,6 +38,9 @@ const (
 	WatNoop    = "watnoop"     // the no-op filter in WAT: the smallest valid module
 	WatHeaders = "watheaders"  // Headers in WAT
 	WatDeny    = "watdeny"     // Deny in WAT: 403 "denied by function" and x-denied-by: wat
+	// Nested recurses 100 deep, leaving its frames every way a function can, and
+	// answers x-depth: 100.
+	Nested = "nested"
 )
 
 // Dir is the guests' source directory.

@@ -1,0 +1,51 @@
+;; Legitimate: recursion 100 deep on every request, leaving each frame by another way (a
+;; return, a branch to the function's label by br, br_if or br_table, the end of its body),
+;; and a recursive function of two results. It answers x-depth: 100 when both sums are
+;; right, and traps when they are not.
+(module
+  (import "env" "proxy_add_header_map_value" (func $add (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "x-depth")
+  (data (i32.const 32) "100")
+  (global $heap (mut i32) (i32.const 1024))
+  (func (export "proxy_abi_version_0_2_1"))
+  ;; A bump allocator, reset when a request context is created.
+  (func (export "proxy_on_memory_allocate") (param $n i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $heap))
+    (if (i32.gt_u (i32.add (local.get $p) (local.get $n)) (i32.mul (memory.size) (i32.const 65536)))
+      (then
+        (if (i32.eq (memory.grow (i32.add (i32.shr_u (local.get $n) (i32.const 16)) (i32.const 1))) (i32.const -1))
+          (then (return (i32.const 0))))))
+    (global.set $heap (i32.add (local.get $p) (local.get $n)))
+    (local.get $p))
+  (func (export "proxy_on_context_create") (param i32 i32) (global.set $heap (i32.const 1024)))
+  ;; 0 + 1 + … + n, leaving by n mod 4: 0 the end, 1 br_if, 2 br_table, 3 br.
+  (func $sum (param $n i32) (result i32)
+    (local $s i32)
+    (if (i32.eqz (local.get $n)) (then (return (i32.const 0))))
+    (local.set $s (i32.add (local.get $n) (call $sum (i32.sub (local.get $n) (i32.const 1)))))
+    (br_if 0 (local.get $s) (i32.eq (i32.and (local.get $n) (i32.const 3)) (i32.const 1)))
+    (drop)
+    (block $on (result i32)
+      (br_table $on 1 (local.get $s) (i32.eq (i32.and (local.get $n) (i32.const 3)) (i32.const 2))))
+    (drop)
+    (if (i32.eq (i32.and (local.get $n) (i32.const 3)) (i32.const 3)) (then (br 1 (local.get $s))))
+    (local.get $s))
+  ;; (n, 2 + 4 + … + 2n): two results.
+  (func $pairs (param $n i32) (result i32 i32)
+    (local $b i32)
+    (if (i32.eqz (local.get $n)) (then (return (i32.const 0) (i32.const 0))))
+    (call $pairs (i32.sub (local.get $n) (i32.const 1)))
+    (local.set $b)
+    (drop)
+    (local.get $n)
+    (i32.add (local.get $b) (i32.mul (local.get $n) (i32.const 2))))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32)
+    (if (i32.ne (call $sum (i32.const 100)) (i32.const 5050)) (then (unreachable)))
+    (call $pairs (i32.const 100))
+    (if (i32.ne (i32.const 10100)) (then (unreachable)))
+    (if (i32.ne (i32.const 100)) (then (unreachable)))
+    (drop (call $add (i32.const 0) (i32.const 16) (i32.const 7) (i32.const 32) (i32.const 3)))
+    (i32.const 0))
+)
