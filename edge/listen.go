@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -59,6 +60,8 @@ import (
 // door is the Fiber app the public and TLS listeners serve through.
 type door struct {
 	app *fiber.App
+	h2  *http.Server // nil: HTTP/2 is off (h2door.go)
+	log *slog.Logger
 
 	mu     sync.Mutex
 	lns    []net.Listener // every listener Serve was given, closed by Shutdown
@@ -96,7 +99,11 @@ func (e *Edge) newDoor() *door {
 		}
 		e.serve(ctx)
 	}
-	return &door{app: app}
+	d := &door{app: app, log: e.log}
+	if !e.cfg.DisableHTTP2 {
+		d.h2 = e.newH2Server()
+	}
+	return d
 }
 
 // fiberMethod reports whether Fiber routes a method: those of fiber.DefaultMethods.
@@ -169,6 +176,9 @@ func (d *door) Serve(ln net.Listener) error {
 	}
 	d.lns = append(d.lns, ln)
 	d.mu.Unlock()
+	if sl := splitOf(ln); sl != nil {
+		d.serveH2(sl)
+	}
 	return d.app.Listener(ln)
 }
 
@@ -176,6 +186,14 @@ func (d *door) Serve(ln net.Listener) error {
 // requests in flight (fasthttp's drain, through Fiber). A listener whose Serve began
 // while the drain ran is closed too, so no Serve outlives Shutdown.
 func (d *door) ShutdownWithContext(ctx context.Context) error {
+	h2done := make(chan error, 1)
+	if d.h2 != nil {
+		// HTTP/2 connections get GOAWAY and their streams in flight finish, beside
+		// fasthttp's drain.
+		go func() { h2done <- d.h2.Shutdown(ctx) }()
+	} else {
+		h2done <- nil
+	}
 	err := d.app.ShutdownWithContext(ctx)
 	d.mu.Lock()
 	d.closed = true
@@ -185,7 +203,46 @@ func (d *door) ShutdownWithContext(ctx context.Context) error {
 	for _, ln := range lns {
 		_ = ln.Close() // most were closed by the drain
 	}
+	if err2 := <-h2done; err == nil {
+		err = err2
+	}
 	return err
+}
+
+// plainListener is what the door serves for a plain listener: its connections wrapped
+// by conn.ClientListener, and with HTTP/2 on, h2c connections sorted out first
+// (h2door.go).
+func (e *Edge) plainListener(ln net.Listener) net.Listener {
+	if e.public.h2 == nil {
+		return conn.ClientListener(ln)
+	}
+	sl := newSplitListener(ln, sortPlain(e.sortWait()))
+	return splitListenerOf{conn.ClientListener(sl), sl}
+}
+
+// sortWait is how long a new connection may take to show which door it wants.
+func (e *Edge) sortWait() time.Duration {
+	if e.cfg.ReadTimeout > 0 {
+		return e.cfg.ReadTimeout
+	}
+	return e.cfg.IdleTimeout
+}
+
+// splitListenerOf is a listener whose connections a splitListener sorted, under the
+// wrappers of the HTTP/1.1 door.
+type splitListenerOf struct {
+	net.Listener
+	split *splitListener
+}
+
+func splitOf(ln net.Listener) *splitListener {
+	switch l := ln.(type) {
+	case splitListenerOf:
+		return l.split
+	case *splitListener:
+		return l
+	}
+	return nil
 }
 
 // SetRawIO chooses whether the edge's sockets, its clients' and its upstreams', are read
@@ -213,7 +270,7 @@ func SetShortReadWait(on bool) { conn.SetShortReadWait(on) }
 func (e *Edge) Serve(public, admin net.Listener) error {
 	errc := make(chan error, 2)
 	n := 1
-	go func() { errc <- e.public.Serve(conn.ClientListener(public)) }()
+	go func() { errc <- e.public.Serve(e.plainListener(public)) }()
 	if admin != nil {
 		n++
 		go func() {
@@ -257,7 +314,7 @@ func (e *Edge) ServeAdmin(ln net.Listener) error {
 // the listen queue; none is answered 503 not_ready. It returns nil once Shutdown has
 // stopped it.
 func (e *Edge) ServePublic(ln net.Listener) error {
-	err := e.public.Serve(conn.ClientListener(ln))
+	err := e.public.Serve(e.plainListener(ln))
 	if e.draining.Load() {
 		return nil
 	}

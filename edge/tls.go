@@ -192,12 +192,17 @@ func (e *Edge) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 	return nil, errors.New("edge: no certificate for this server name")
 }
 
-// tlsConfig is the TLS listener's configuration: TLS 1.2 and 1.3, HTTP/1.1.
+// tlsConfig is the TLS listener's configuration: TLS 1.2 and 1.3, HTTP/2 (unless
+// turned off) and HTTP/1.1.
 func (e *Edge) tlsConfig() *tls.Config {
+	protos := []string{"h2", "http/1.1"}
+	if e.public.h2 == nil {
+		protos = protos[1:]
+	}
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: e.getCertificate,
-		NextProtos:     []string{"http/1.1"},
+		NextProtos:     protos,
 	}
 }
 
@@ -205,7 +210,11 @@ func (e *Edge) tlsConfig() *tls.Config {
 // until Shutdown, which also closes ln. It returns nil after Shutdown, and the listener's
 // error otherwise.
 func (e *Edge) ServeTLS(ln net.Listener) error {
-	err := e.public.Serve(tls.NewListener(conn.LingerListener(ln), e.tlsConfig()))
+	var tln net.Listener = tls.NewListener(conn.LingerListener(ln), e.tlsConfig())
+	if e.public.h2 != nil {
+		tln = newSplitListener(tln, sortTLS(e.sortWait()))
+	}
+	err := e.public.Serve(tln)
 	if e.draining.Load() {
 		return nil
 	}
