@@ -38,7 +38,10 @@ import (
 // http/1.1 only and nothing is peeked.
 
 // h2Preface is what every HTTP/2 connection starts with (RFC 9113 3.4).
-const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+const (
+	h2Preface     = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	h2PrefaceLine = "PRI * HTTP/2.0"
+)
 
 // h2ConnKey is the http.Request context key of the connection a stream came on.
 type h2ConnKey struct{}
@@ -273,7 +276,15 @@ func peekPreface(c net.Conn, wait time.Duration) (bool, error) {
 	if rerr != nil {
 		return false, rerr
 	}
-	return bytes.Equal(buf[:n], []byte(h2Preface)), nil
+	if bytes.Equal(buf[:n], []byte(h2Preface)) {
+		return true, nil
+	}
+	// "PRI * HTTP/2.0" then something else is no HTTP/1.1 request and a broken HTTP/2
+	// preface, which RFC 9113 3.4 answers by closing the connection.
+	if n >= len(h2PrefaceLine) && string(buf[:len(h2PrefaceLine)]) == h2PrefaceLine {
+		return false, errors.New("invalid HTTP/2 connection preface")
+	}
+	return false, nil
 }
 
 // sortTLS completes the handshake of a TLS connection and sends it to the door its ALPN
