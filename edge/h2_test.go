@@ -72,7 +72,8 @@ func TestH2CPriorKnowledge(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &ec); err != nil {
 		t.Fatalf("echo: %v: %s", err, body)
 	}
-	if ec.RequestURI != "/echo?q=1" || ec.get("X-Request-Id") != "h2-req-1" || ec.has("X_Consumer_Id") || ec.get("X-Forwarded-Proto") != "http" {
+	if ec.RequestURI != "/echo?q=1" || ec.get("X-Request-Id") != "h2-req-1" || ec.has("X_Consumer_Id") ||
+		ec.get("X-Forwarded-Proto") != "http" || ec.get("X-Forwarded-For") != "127.0.0.1" || ec.Host == "acme."+domain {
 		t.Errorf("upstream saw %+v", ec)
 	}
 	if got := resp.Header.Get("X-Request-Id"); got != "h2-req-1" {
@@ -80,6 +81,11 @@ func TestH2CPriorKnowledge(t *testing.T) {
 	}
 	if resp.Header.Get("X-Echo") != "up" || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("answer headers %v", resp.Header)
+	}
+
+	// Metered and counted like HTTP/1.1: the chain is the same.
+	if n := h.metric("http_requests_total", map[string]string{"tenant": "acme", "route": "r-echo", "status": "2xx"}); n < 2 {
+		t.Errorf("http_requests_total for r-echo: %v, want the HTTP/1.1 check and this request", n)
 	}
 
 	// A body of unknown length streams to the upstream.
@@ -185,5 +191,77 @@ func TestH2Curl(t *testing.T) {
 		if err != nil || string(out) != "2 200" {
 			t.Errorf("curl %s: %q %v", strings.Join(args, " "), out, err)
 		}
+	}
+}
+
+// A streamed answer reaches the client piece by piece, and with its trailers.
+func TestH2StreamedAnswerAndTrailers(t *testing.T) {
+	h := newHarness(t)
+	up := newUpstream(t, "up")
+	first := make(chan struct{})
+	up.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Checksum")
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "first;")
+		w.(http.Flusher).Flush()
+		<-first
+		_, _ = io.WriteString(w, "second")
+		w.Header().Set("X-Checksum", "abc")
+	})
+	acme := h.tenant("acme")
+	h.route(acme, "r-stream", []string{"/stream"}, nil, "", up.URL)
+	h.e.Loaded()
+	waitFor(t, 2*time.Second, func() string {
+		if s := h.e.Snapshot("acme"); s == nil || s.Routes() != 1 {
+			return "route not compiled yet"
+		}
+		return ""
+	})
+	req, _ := http.NewRequest("GET", "http://"+h.public+"/stream", nil)
+	req.Host = "acme." + domain
+	resp, err := h2cClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "first;" {
+		close(first)
+		t.Fatalf("first piece before the upstream finished: %q %v", buf, err)
+	}
+	close(first)
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || string(rest) != "second" {
+		t.Fatalf("rest: %q %v", rest, err)
+	}
+	if got := resp.Trailer.Get("X-Checksum"); got != "abc" {
+		t.Errorf("trailer X-Checksum = %q (trailers %v, headers %v)", got, resp.Trailer, resp.Header)
+	}
+}
+
+func TestH2GracefulShutdown(t *testing.T) {
+	h := newHarness(t)
+	up := h2Tenant(t, h)
+	up.setDelay(300 * time.Millisecond)
+	hits := up.hits.Load()
+	fc := dialH2(t, h.public)
+	fc.get(1, "/echo")
+	waitFor(t, 2*time.Second, func() string {
+		if up.hits.Load() == hits {
+			return "request not at the upstream yet"
+		}
+		return ""
+	})
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shut <- h.e.Shutdown(ctx)
+	}()
+	if st, body := fc.readAnswerAfterGoAway(1); st != "200" {
+		t.Errorf("in-flight stream: %s %s", st, body)
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
 	}
 }

@@ -172,14 +172,10 @@ func h2Token(s string) bool {
 // failed half-way.
 func writeH2Response(w http.ResponseWriter, r *http.Request, resp *fasthttp.Response) (aborted bool) {
 	h := w.Header()
-	var trailers [][]byte
 	hasCT := false
 	for k, v := range resp.Header.All() {
 		switch h2Hop(k) {
 		case hopDrop:
-			continue
-		case hopTrailer:
-			trailers = appendTokens(trailers, v)
 			continue
 		case hopContentType:
 			hasCT = true
@@ -216,7 +212,8 @@ func writeH2Response(w http.ResponseWriter, r *http.Request, resp *fasthttp.Resp
 			}
 		}
 	}
-	for _, k := range trailers {
+	// The upstream's trailer fields are known once its body has been read.
+	for k := range resp.Header.Trailers() {
 		if v := resp.Header.PeekBytes(k); len(v) > 0 {
 			h[http.TrailerPrefix+string(k)] = []string{string(v)}
 		}
@@ -241,20 +238,18 @@ var _ io.Writer = h2Flusher{}
 const (
 	hopKeep = iota
 	hopDrop
-	hopTrailer
 	hopContentType
 )
 
 // h2Hop classifies a response field for HTTP/2: the connection-specific ones HTTP/2
-// forbids (RFC 9113 8.2.2) and Content-Length (set from the body) are dropped, Trailer
-// names the fields sent after the body.
+// forbids (RFC 9113 8.2.2), Content-Length (set from the body) and Trailer (the trailer
+// fields go after the body on their own) are dropped.
 func h2Hop(k []byte) int {
 	switch {
 	case bytes.EqualFold(k, strConnectionH), bytes.EqualFold(k, strKeepAliveH), bytes.EqualFold(k, strProxyConnectionH),
-		bytes.EqualFold(k, strTransferEncodingH), bytes.EqualFold(k, strUpgradeH), bytes.EqualFold(k, strContentLengthH):
+		bytes.EqualFold(k, strTransferEncodingH), bytes.EqualFold(k, strUpgradeH), bytes.EqualFold(k, strContentLengthH),
+		bytes.EqualFold(k, strTrailerH):
 		return hopDrop
-	case bytes.EqualFold(k, strTrailerH):
-		return hopTrailer
 	case bytes.EqualFold(k, strContentTypeH):
 		return hopContentType
 	}
@@ -271,13 +266,3 @@ var (
 	strTrailerH          = []byte("Trailer")
 	strContentTypeH      = []byte("Content-Type")
 )
-
-// appendTokens appends the comma-separated names of a Trailer value.
-func appendTokens(dst [][]byte, v []byte) [][]byte {
-	for _, t := range bytes.Split(v, []byte{','}) {
-		if t = bytes.TrimSpace(t); len(t) > 0 {
-			dst = append(dst, t)
-		}
-	}
-	return dst
-}

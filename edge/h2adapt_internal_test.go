@@ -22,7 +22,7 @@ func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) WriteHeader(int)             {}
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 
-func benchEdge(b *testing.B) *Edge {
+func benchEdge(b testing.TB) *Edge {
 	e, err := New(Config{Domain: "edge.test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Registry: prometheus.NewRegistry(), EdgeID: "bench"})
 	if err != nil {
 		b.Fatal(err)

@@ -112,6 +112,45 @@ func (r *rawH2) readAnswer(id uint32) (status, body string) {
 	}
 }
 
+// readAnswerAfterGoAway is readAnswer for a connection the edge is shutting down: a
+// graceful GOAWAY (NO_ERROR) must come, and the stream still ends with its answer.
+func (r *rawH2) readAnswerAfterGoAway(id uint32) (status, body string) {
+	r.t.Helper()
+	var b strings.Builder
+	sawGoAway := false
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			r.t.Fatalf("reading stream %d's answer: %v", id, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = r.fr.WriteSettingsAck()
+			}
+		case *http2.GoAwayFrame:
+			if f.ErrCode != http2.ErrCodeNo || f.LastStreamID < id {
+				r.t.Fatalf("GOAWAY %v, last stream %d", f.ErrCode, f.LastStreamID)
+			}
+			sawGoAway = true
+		case *http2.MetaHeadersFrame:
+			if f.StreamID == id {
+				status = f.PseudoValue("status")
+			}
+		case *http2.DataFrame:
+			if f.StreamID == id {
+				b.Write(f.Data())
+				if f.StreamEnded() {
+					if !sawGoAway {
+						r.t.Errorf("stream %d ended before any GOAWAY", id)
+					}
+					return status, b.String()
+				}
+			}
+		}
+	}
+}
+
 // untilClosed reads until the edge closes the connection, and returns the GOAWAY error
 // code it sent (if any) and the stream ids it reset and with what code.
 func (r *rawH2) untilClosed() (goAway *http2.GoAwayFrame, resets map[uint32]http2.ErrCode) {
