@@ -72,7 +72,7 @@ type Config struct {
 	WriteTimeout   time.Duration
 	IdleTimeout    time.Duration
 	// DisableHTTP2 serves HTTP/1.1 only: no h2 in the TLS listener's ALPN, no h2c with
-	// prior knowledge on the plain one. Default: false, both served (h2door.go).
+	// prior knowledge on the plain one. Default: false, both served (h2.go).
 	DisableHTTP2 bool
 	// HTTP2MaxStreams is how many streams one HTTP/2 connection may have open at once.
 	// Default: 250.

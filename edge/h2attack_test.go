@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"tollgate/edge"
+	"tollgate/tenants"
 )
 
 // Raw HTTP/2 clients: a Framer over a loopback connection, to send what no well-behaved
@@ -179,17 +180,28 @@ func (r *rawH2) untilClosed() (goAway *http2.GoAwayFrame, resets map[uint32]http
 const h2specVersion = "github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible"
 
 // TestH2Spec runs h2spec against both listeners. Go's own net/http fails 5 of its 145
-// cases; the edge must not do worse.
+// cases; the edge must not do worse. h2spec names the server by the address it dials,
+// so tenant acme also owns the custom domain localhost: its requests reach a route, and
+// a request body goes through the chain (answered for an unknown host, it would race
+// with the checks h2spec makes of the body).
 func TestH2Spec(t *testing.T) {
 	h := newTLSHarness(t)
 	h2Tenant(t, h.harness)
+	leaf := h.ca.Issue(t, []string{"localhost"}, time.Time{}, time.Time{})
+	h.putDomain(&tenants.Domain{ID: "d-localhost", TenantID: "t-acme", Hostname: "localhost", CertificatePEM: leaf.CertPEM, PrivateKeyPEM: leaf.KeyPEM, Status: tenants.DomainVerified})
+	waitFor(t, 2*time.Second, func() string {
+		if r := h.get("localhost", "/echo"); r.status != 200 {
+			return r.String()
+		}
+		return ""
+	})
 	for _, c := range []struct {
 		name, addr string
 		tls        bool
 	}{{"h2c", h.public, false}, {"tls", h.tls, true}} {
 		t.Run(c.name, func(t *testing.T) {
-			host, port, _ := net.SplitHostPort(c.addr)
-			args := []string{"run", h2specVersion, "-h", host, "-p", port, "--path", "/echo", "-o", "5"}
+			_, port, _ := net.SplitHostPort(c.addr)
+			args := []string{"run", h2specVersion, "-h", "localhost", "-p", port, "--path", "/echo", "-o", "5"}
 			if c.tls {
 				args = append(args, "-t", "-k")
 			}
@@ -254,13 +266,20 @@ func TestH2Settings(t *testing.T) {
 	if got, ok := sf.Value(http2.SettingMaxHeaderListSize); !ok || got < 16<<10 || got > 32<<10 {
 		t.Errorf("MAX_HEADER_LIST_SIZE = %d (sent: %v)", got, ok)
 	}
-	// The connection window is opened to 1 MiB.
-	f, err = fc.fr.ReadFrame()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if wu, ok := f.(*http2.WindowUpdateFrame); !ok || wu.StreamID != 0 || wu.Increment+65535 != 1<<20 {
-		t.Errorf("second frame %v, want the connection's WINDOW_UPDATE to 1 MiB", f)
+	// The connection window is opened to 1 MiB (the acknowledgement of the client's
+	// SETTINGS may come first).
+	for {
+		f, err = fc.fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && sf.IsAck() {
+			continue
+		}
+		if wu, ok := f.(*http2.WindowUpdateFrame); !ok || wu.StreamID != 0 || wu.Increment+65535 != 1<<20 {
+			t.Errorf("frame %v, want the connection's WINDOW_UPDATE to 1 MiB", f)
+		}
+		break
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/h2door"
 )
 
 // The door: the public and TLS listeners serve through one Fiber v2 app.
@@ -60,7 +61,7 @@ import (
 // door is the Fiber app the public and TLS listeners serve through.
 type door struct {
 	app *fiber.App
-	h2  *http.Server // nil: HTTP/2 is off (h2door.go)
+	h2  *http.Server // nil: HTTP/2 is off (h2.go)
 	log *slog.Logger
 
 	mu     sync.Mutex
@@ -101,7 +102,7 @@ func (e *Edge) newDoor() *door {
 	}
 	d := &door{app: app, log: e.log}
 	if !e.cfg.DisableHTTP2 {
-		d.h2 = e.newH2Server()
+		d.h2 = h2door.NewServer(e.h2Config(), h2Chain{e})
 	}
 	return d
 }
@@ -207,42 +208,6 @@ func (d *door) ShutdownWithContext(ctx context.Context) error {
 		err = err2
 	}
 	return err
-}
-
-// plainListener is what the door serves for a plain listener: its connections wrapped
-// by conn.ClientListener, and with HTTP/2 on, h2c connections sorted out first
-// (h2door.go).
-func (e *Edge) plainListener(ln net.Listener) net.Listener {
-	if e.public.h2 == nil {
-		return conn.ClientListener(ln)
-	}
-	sl := newSplitListener(ln, sortPlain(e.sortWait()))
-	return splitListenerOf{conn.ClientListener(sl), sl}
-}
-
-// sortWait is how long a new connection may take to show which door it wants.
-func (e *Edge) sortWait() time.Duration {
-	if e.cfg.ReadTimeout > 0 {
-		return e.cfg.ReadTimeout
-	}
-	return e.cfg.IdleTimeout
-}
-
-// splitListenerOf is a listener whose connections a splitListener sorted, under the
-// wrappers of the HTTP/1.1 door.
-type splitListenerOf struct {
-	net.Listener
-	split *splitListener
-}
-
-func splitOf(ln net.Listener) *splitListener {
-	switch l := ln.(type) {
-	case splitListenerOf:
-		return l.split
-	case *splitListener:
-		return l
-	}
-	return nil
 }
 
 // SetRawIO chooses whether the edge's sockets, its clients' and its upstreams', are read

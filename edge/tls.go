@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/h2door"
 	"tollgate/edge/routing"
 	"tollgate/tenants"
 )
@@ -212,7 +213,7 @@ func (e *Edge) tlsConfig() *tls.Config {
 func (e *Edge) ServeTLS(ln net.Listener) error {
 	var tln net.Listener = tls.NewListener(conn.LingerListener(ln), e.tlsConfig())
 	if e.public.h2 != nil {
-		tln = newSplitListener(tln, sortTLS(e.sortWait()))
+		tln = h2door.NewSplit(tln, h2door.SortTLS(e.sortWait()))
 	}
 	err := e.public.Serve(tln)
 	if e.draining.Load() {

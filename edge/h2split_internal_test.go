@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/h2door"
 )
 
 // splitFor is the plain listener's door for a test: HTTP/1.1 connections from Accept,
 // HTTP/2 ones from the returned splitListener's h2 side.
-func splitFor(t *testing.T) (net.Listener, *splitListener) {
+func splitFor(t *testing.T) (net.Listener, *h2door.Split) {
 	t.Helper()
 	e := benchEdge(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -88,11 +89,11 @@ func TestSplitH2CPreface(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_, _ = io.WriteString(c, h2Preface[:9])
+	_, _ = io.WriteString(c, h2door.Preface[:9])
 	time.Sleep(50 * time.Millisecond)
-	_, _ = io.WriteString(c, h2Preface[9:])
-	sc := accept(t, sl.h2)
-	if got := readN(t, sc, len(h2Preface)); string(got) != h2Preface {
+	_, _ = io.WriteString(c, h2door.Preface[9:])
+	sc := accept(t, sl.H2())
+	if got := readN(t, sc, len(h2door.Preface)); string(got) != h2door.Preface {
 		t.Errorf("the HTTP/2 server reads %q", got)
 	}
 }
