@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"tollgate/edge/conn"
 	"tollgate/edge/h2door"
 )
@@ -129,5 +131,20 @@ func TestSplitBadPrefaceAndSlowClient(t *testing.T) {
 	sc := accept(t, pl)
 	if b := readN(t, sc, 3); !bytes.Equal(b, []byte("GET")) {
 		t.Errorf("got %q", b)
+	}
+}
+
+// ALPN offers h2 only while HTTP/2 is on.
+func TestTLSConfigALPN(t *testing.T) {
+	on := benchEdge(t)
+	if got := on.tlsConfig().NextProtos; len(got) != 2 || got[0] != "h2" || got[1] != "http/1.1" {
+		t.Errorf("HTTP/2 on: ALPN %v", got)
+	}
+	off, err := New(Config{Domain: "edge.test", DisableHTTP2: true, Logger: on.log, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := off.tlsConfig().NextProtos; len(got) != 1 || got[0] != "http/1.1" {
+		t.Errorf("HTTP/2 off: ALPN %v", got)
 	}
 }

@@ -192,9 +192,11 @@ func (hx *exchange) readRequest(r *http.Request) error {
 	if r.Method == http.MethodConnect {
 		return errConnect
 	}
-	// Go's server checks header values but not the pseudo-headers that become the
-	// request line and Host: a space or control byte there would split the head.
-	if !token(r.RequestURI) || !token(r.Host) {
+	// Go's server checks the method, the fields' names and values, but not the
+	// pseudo-headers that become the request line and Host: a space or control byte
+	// there would split the head. The rest is checked again, for a head that a change
+	// in the server could not open to injected lines.
+	if !noSpace(r.RequestURI) || !noSpace(r.Host) || !fieldName(r.Method) {
 		return errBadTarget
 	}
 	b := hx.head[:0]
@@ -208,7 +210,13 @@ func (hx *exchange) readRequest(r *http.Request) error {
 		if k == "Host" {
 			continue // :authority is the host
 		}
+		if !fieldName(k) {
+			return errBadTarget
+		}
 		for _, v := range vs {
+			if !fieldValue(v) {
+				return errBadTarget
+			}
 			b = append(b, k...)
 			b = append(b, ": "...)
 			b = append(b, v...)
@@ -237,10 +245,47 @@ func (hx *exchange) readRequest(r *http.Request) error {
 	return nil
 }
 
-// token reports whether s has no space, control byte or DEL.
-func token(s string) bool {
+// noSpace reports whether s has no space, control byte or DEL.
+func noSpace(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// fieldName reports whether s is a token (RFC 9110 5.6.2).
+func fieldName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x80 || !tchar[c] {
+			return false
+		}
+	}
+	return true
+}
+
+var tchar = func() (t [128]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// fieldValue reports whether s has no control byte other than tab (RFC 9110 5.5).
+func fieldValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
 			return false
 		}
 	}
