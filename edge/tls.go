@@ -155,9 +155,10 @@ func (e *Edge) hostSlot(buf *[routing.MaxHostLen]byte, host []byte) *tenantSlot 
 }
 
 // sniAgrees reports whether the request's connection is not TLS, has no SNI, or has an
-// SNI naming the same tenant (slot) as the Host header did.
+// SNI naming the same tenant (slot) as the Host header did. The connection is a *tls.Conn
+// on HTTP/1.1 and h2door's stand-in for it on HTTP/2.
 func (x *exchange) sniAgrees(slot *tenantSlot) bool {
-	tc, ok := x.ctx.Conn().(*tls.Conn)
+	tc, ok := x.ctx.Conn().(interface{ ConnectionState() tls.ConnectionState })
 	if !ok {
 		return true
 	}

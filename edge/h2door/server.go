@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -28,11 +30,12 @@ import (
 // stream's reader becomes the request's body stream, as StreamRequestBody makes it on
 // HTTP/1.1.
 //
-// The connection under the RequestCtx is the stream's connection: a *tls.Conn over TLS,
-// so an SNI check and the scheme work as on HTTP/1.1, and the remote address is the
-// client's. Nothing of the chain may read or write that connection on HTTP/2: the step
-// that would (a WebSocket upgrade, which hijacks it) needs Connection and Upgrade fields
-// that HTTP/2 refuses, and CONNECT, the method HTTP/2 tunnels with, is refused here.
+// The connection under the RequestCtx stands in for the stream's connection (WithConn):
+// its addresses and, over TLS, its TLS state, so an SNI check and the scheme work as on
+// HTTP/1.1; but its streams share it and Go's server owns it, so nothing of the chain can
+// read, write, close or hijack it. The one step that would (a WebSocket upgrade) needs
+// Connection and Upgrade fields that HTTP/2 refuses, and CONNECT, the method HTTP/2
+// tunnels with, is refused here.
 
 // Chain is what the door needs of the gateway.
 type Chain interface {
@@ -73,10 +76,38 @@ const (
 type connKey struct{}
 
 // WithConn is what the server's ConnContext does: ctx carrying the connection c, under
-// the RequestCtx of each of its streams.
+// the RequestCtx of each of its streams (as a StreamConn).
 func WithConn(ctx context.Context, c net.Conn) context.Context {
-	return context.WithValue(ctx, connKey{}, c)
+	sc := streamConn{c}
+	if tc, ok := c.(*tls.Conn); ok {
+		return context.WithValue(ctx, connKey{}, net.Conn(tlsStreamConn{sc, tc}))
+	}
+	return context.WithValue(ctx, connKey{}, net.Conn(sc))
 }
+
+// The connection a stream's RequestCtx holds. Its streams share it and Go's server owns
+// it, so the chain may learn from it (addresses, the TLS state: ConnectionState, which
+// fasthttp's IsTLS looks for too) and do nothing to it: reads, writes and Close fail, and
+// helpers that act on the edge's own connection types (a lingering close, a hijack) do
+// not recognize it.
+type streamConn struct{ net.Conn }
+
+var errStreamConn = errors.New("h2door: an HTTP/2 stream's connection belongs to the HTTP/2 server")
+
+func (streamConn) Read([]byte) (int, error)  { return 0, errStreamConn }
+func (streamConn) Write([]byte) (int, error) { return 0, errStreamConn }
+func (streamConn) Close() error              { return errStreamConn }
+
+type tlsStreamConn struct {
+	streamConn
+	tc *tls.Conn
+}
+
+// ConnectionState is the TLS state of the stream's connection (its SNI, ALPN…).
+func (c tlsStreamConn) ConnectionState() tls.ConnectionState { return c.tc.ConnectionState() }
+
+// Handshake is done: the connection was sorted by the protocol it negotiated.
+func (c tlsStreamConn) Handshake() error { return nil }
 
 // NewServer is the server of every HTTP/2 connection, from every Split's H2 listener.
 func NewServer(cfg Config, chain Chain) *http.Server {
