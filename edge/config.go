@@ -71,6 +71,12 @@ type Config struct {
 	ReadTimeout    time.Duration
 	WriteTimeout   time.Duration
 	IdleTimeout    time.Duration
+	// DisableHTTP2 serves HTTP/1.1 only: no h2 in the TLS listener's ALPN, no h2c with
+	// prior knowledge on the plain one. Default: false, both served (h2.go).
+	DisableHTTP2 bool
+	// HTTP2MaxStreams is how many streams one HTTP/2 connection may have open at once.
+	// Default: 250.
+	HTTP2MaxStreams uint32
 	// MaxInMemoryBody: request bodies up to this size are read before routing; larger
 	// ones stream to the upstream. Default: 64 KiB.
 	MaxInMemoryBody int
@@ -188,6 +194,9 @@ func (c *Config) setDefaults() error {
 	defT(&c.WriteTimeout, 60*time.Second)
 	defT(&c.IdleTimeout, c.ReadTimeout)
 	def(&c.MaxInMemoryBody, 64<<10)
+	if c.HTTP2MaxStreams == 0 {
+		c.HTTP2MaxStreams = 250
+	}
 	defD(&c.WebSocketIdleTimeout, 10*time.Minute)
 	defD(&c.WebSocketMaxLifetime, 24*time.Hour)
 	if c.CacheBytes == 0 {

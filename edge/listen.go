@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/h2door"
 )
 
 // The door: the public and TLS listeners serve through one Fiber v2 app.
@@ -59,6 +61,8 @@ import (
 // door is the Fiber app the public and TLS listeners serve through.
 type door struct {
 	app *fiber.App
+	h2  *http.Server // nil: HTTP/2 is off (h2.go)
+	log *slog.Logger
 
 	mu     sync.Mutex
 	lns    []net.Listener // every listener Serve was given, closed by Shutdown
@@ -96,7 +100,11 @@ func (e *Edge) newDoor() *door {
 		}
 		e.serve(ctx)
 	}
-	return &door{app: app}
+	d := &door{app: app, log: e.log}
+	if !e.cfg.DisableHTTP2 {
+		d.h2 = h2door.NewServer(e.h2Config(), h2Chain{e})
+	}
+	return d
 }
 
 // fiberMethod reports whether Fiber routes a method: those of fiber.DefaultMethods.
@@ -169,6 +177,9 @@ func (d *door) Serve(ln net.Listener) error {
 	}
 	d.lns = append(d.lns, ln)
 	d.mu.Unlock()
+	if sl := splitOf(ln); sl != nil {
+		d.serveH2(sl)
+	}
 	return d.app.Listener(ln)
 }
 
@@ -176,6 +187,14 @@ func (d *door) Serve(ln net.Listener) error {
 // requests in flight (fasthttp's drain, through Fiber). A listener whose Serve began
 // while the drain ran is closed too, so no Serve outlives Shutdown.
 func (d *door) ShutdownWithContext(ctx context.Context) error {
+	h2done := make(chan error, 1)
+	if d.h2 != nil {
+		// HTTP/2 connections get GOAWAY and their streams in flight finish, beside
+		// fasthttp's drain.
+		go func() { h2done <- d.h2.Shutdown(ctx) }()
+	} else {
+		h2done <- nil
+	}
 	err := d.app.ShutdownWithContext(ctx)
 	d.mu.Lock()
 	d.closed = true
@@ -184,6 +203,9 @@ func (d *door) ShutdownWithContext(ctx context.Context) error {
 	d.mu.Unlock()
 	for _, ln := range lns {
 		_ = ln.Close() // most were closed by the drain
+	}
+	if err2 := <-h2done; err == nil {
+		err = err2
 	}
 	return err
 }
@@ -213,7 +235,7 @@ func SetShortReadWait(on bool) { conn.SetShortReadWait(on) }
 func (e *Edge) Serve(public, admin net.Listener) error {
 	errc := make(chan error, 2)
 	n := 1
-	go func() { errc <- e.public.Serve(conn.ClientListener(public)) }()
+	go func() { errc <- e.public.Serve(e.plainListener(public)) }()
 	if admin != nil {
 		n++
 		go func() {
@@ -257,7 +279,7 @@ func (e *Edge) ServeAdmin(ln net.Listener) error {
 // the listen queue; none is answered 503 not_ready. It returns nil once Shutdown has
 // stopped it.
 func (e *Edge) ServePublic(ln net.Listener) error {
-	err := e.public.Serve(conn.ClientListener(ln))
+	err := e.public.Serve(e.plainListener(ln))
 	if e.draining.Load() {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/h2door"
 	"tollgate/edge/routing"
 	"tollgate/tenants"
 )
@@ -154,9 +155,10 @@ func (e *Edge) hostSlot(buf *[routing.MaxHostLen]byte, host []byte) *tenantSlot 
 }
 
 // sniAgrees reports whether the request's connection is not TLS, has no SNI, or has an
-// SNI naming the same tenant (slot) as the Host header did.
+// SNI naming the same tenant (slot) as the Host header did. The connection is a *tls.Conn
+// on HTTP/1.1 and h2door's stand-in for it on HTTP/2.
 func (x *exchange) sniAgrees(slot *tenantSlot) bool {
-	tc, ok := x.ctx.Conn().(*tls.Conn)
+	tc, ok := x.ctx.Conn().(interface{ ConnectionState() tls.ConnectionState })
 	if !ok {
 		return true
 	}
@@ -192,12 +194,17 @@ func (e *Edge) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 	return nil, errors.New("edge: no certificate for this server name")
 }
 
-// tlsConfig is the TLS listener's configuration: TLS 1.2 and 1.3, HTTP/1.1.
+// tlsConfig is the TLS listener's configuration: TLS 1.2 and 1.3, HTTP/2 (unless
+// turned off) and HTTP/1.1.
 func (e *Edge) tlsConfig() *tls.Config {
+	protos := []string{"h2", "http/1.1"}
+	if e.public.h2 == nil {
+		protos = protos[1:]
+	}
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: e.getCertificate,
-		NextProtos:     []string{"http/1.1"},
+		NextProtos:     protos,
 	}
 }
 
@@ -205,7 +212,11 @@ func (e *Edge) tlsConfig() *tls.Config {
 // until Shutdown, which also closes ln. It returns nil after Shutdown, and the listener's
 // error otherwise.
 func (e *Edge) ServeTLS(ln net.Listener) error {
-	err := e.public.Serve(tls.NewListener(conn.LingerListener(ln), e.tlsConfig()))
+	var tln net.Listener = tls.NewListener(conn.LingerListener(ln), e.tlsConfig())
+	if e.public.h2 != nil {
+		tln = h2door.NewSplit(tln, h2door.SortTLS(e.sortWait()))
+	}
+	err := e.public.Serve(tln)
 	if e.draining.Load() {
 		return nil
 	}

@@ -47,6 +47,7 @@ config snapshot while NATS is unreachable. It stops on SIGINT or SIGTERM, after 
 	cmdline.Env(c, "TOLLGATE_NATS_URL", "TOLLGATE_NATS_PREFIX", "TOLLGATE_NATS_CREDS",
 		"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_PREFIX", "TOLLGATE_EDGE_ADDR", "TOLLGATE_EDGE_ADMIN_ADDR",
 		"TOLLGATE_EDGE_DOMAIN", "TOLLGATE_EDGE_TLS_ADDR", "TOLLGATE_EDGE_TLS_CERT", "TOLLGATE_EDGE_ID",
+		"TOLLGATE_EDGE_HTTP2",
 		"TOLLGATE_METER", "TOLLGATE_METER_SPOOL_DIR", "TOLLGATE_UPSTREAM_ALLOW_CIDRS",
 		"TOLLGATE_TRUSTED_PROXIES", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
 	return c
@@ -215,20 +216,22 @@ func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, nc *nats.Conn,
 	edge.SetShareUpstreams(cfg.EdgeShareUpstreams)
 	edge.SetParallelCompiles(cfg.EdgeParallelCompiles)
 	e, err = edge.New(edge.Config{
-		Tracing:        tr,
-		Functions:      functionConfig(cfg, nc, log),
-		CacheBytes:     cacheBytes,
-		TLSCertificate: wildcard,
-		Meter:          m,
-		Registry:       fc.reg,
-		Limiter:        fc.lim,
-		Domain:         cfg.EdgeDomain,
-		AddressRule:    &tenants.UpstreamAddressRule{AllowCIDRs: cfg.AllowCIDRs, EdgeDomain: cfg.EdgeDomain, GatewayPorts: cfg.GatewayPorts()},
-		TrustedProxies: cfg.TrustedProxy,
-		Logger:         log,
-		AccessLog:      cfg.AccessLog,
-		EdgeID:         cfg.EdgeID,
-		Pprof:          cfg.Pprof,
+		Tracing:         tr,
+		Functions:       functionConfig(cfg, nc, log),
+		CacheBytes:      cacheBytes,
+		DisableHTTP2:    !cfg.EdgeHTTP2,
+		HTTP2MaxStreams: cfg.EdgeHTTP2MaxStreams,
+		TLSCertificate:  wildcard,
+		Meter:           m,
+		Registry:        fc.reg,
+		Limiter:         fc.lim,
+		Domain:          cfg.EdgeDomain,
+		AddressRule:     &tenants.UpstreamAddressRule{AllowCIDRs: cfg.AllowCIDRs, EdgeDomain: cfg.EdgeDomain, GatewayPorts: cfg.GatewayPorts()},
+		TrustedProxies:  cfg.TrustedProxy,
+		Logger:          log,
+		AccessLog:       cfg.AccessLog,
+		EdgeID:          cfg.EdgeID,
+		Pprof:           cfg.Pprof,
 	})
 	if err != nil {
 		traces.Close()

@@ -131,6 +131,7 @@ var Vars = map[string]string{
 	"TOLLGATE_EDGE_TLS_ADDR":         "the edge's TLS listener [unset: none]",
 	"TOLLGATE_EDGE_TLS_CERT":         "the edge domain's wildcard certificate, with TOLLGATE_EDGE_TLS_KEY [unset]",
 	"TOLLGATE_EDGE_ID":               "this edge's name in usage and metrics [hostname]",
+	"TOLLGATE_EDGE_HTTP2":            "HTTP/2: ALPN h2 on the TLS listener, h2c on the plain one [on]",
 	"TOLLGATE_METER":                 "meter usage for billing [on; off for benchmarks only]",
 	"TOLLGATE_METER_SPOOL_DIR":       "usage and config snapshot kept while NATS is away [$XDG_STATE_HOME or the temp dir]",
 	"TOLLGATE_UPSTREAM_ALLOW_CIDRS":  "private ranges upstreams may use [empty: none; dev: 127.0.0.0/8]",

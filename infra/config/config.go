@@ -82,6 +82,11 @@ type Config struct {
 	EdgeFunctionCacheDir    string        // TOLLGATE_EDGE_FUNCTION_CACHE_DIR [<spool dir>/functions: modules and their compiled code]
 	EdgeFunctionCacheGrace  time.Duration // TOLLGATE_EDGE_FUNCTION_CACHE_GRACE [1h: how long a module no route names stays in the cache dir]
 
+	// HTTP/2 at the edge's front door (docs/http2.md).
+	EdgeHTTP2 bool // TOLLGATE_EDGE_HTTP2 [on: ALPN h2 on the TLS listener and h2c with prior knowledge on the plain one; off: HTTP/1.1 only]
+	// EdgeHTTP2MaxStreams: TOLLGATE_EDGE_HTTP2_MAX_STREAMS [250: streams one HTTP/2 connection may have open at once; 1 to 10000]
+	EdgeHTTP2MaxStreams uint32
+
 	// Edge performance: how the edge reads and writes its sockets.
 	EdgeRawIO bool // TOLLGATE_EDGE_RAW_IO [on: raw system calls (edge.SetRawIO); off: through net.Conn; always off in race-detector builds]
 	// EdgeYieldReads: TOLLGATE_EDGE_YIELD_READS [on: at GOMAXPROCS=1 the edge yields between writing and reading a socket (edge.SetYieldReads); off: it reads at once]
@@ -187,7 +192,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		{"TOLLGATE_EDGE_PACK_CONFIG", &c.EdgePackConfig, true}, {"TOLLGATE_EDGE_SNAPSHOT_YIELD", &c.EdgeSnapshotYield, true},
 		{"TOLLGATE_EDGE_SHORT_READ_WAIT", &c.EdgeShortReadWait, false}, {"TOLLGATE_EDGE_REUSE_CHECK", &c.EdgeReuseCheck, true},
 		{"TOLLGATE_EDGE_YIELD_READS", &c.EdgeYieldReads, true}, {"TOLLGATE_EDGE_RAW_IO", &c.EdgeRawIO, true},
-		{"TOLLGATE_EDGE_KEY_LAST_USE", &c.EdgeKeyLastUse, true},
+		{"TOLLGATE_EDGE_KEY_LAST_USE", &c.EdgeKeyLastUse, true}, {"TOLLGATE_EDGE_HTTP2", &c.EdgeHTTP2, true},
 		{"TOLLGATE_EDGE_INCREMENTAL", &c.EdgeIncremental, true}, {"TOLLGATE_EDGE_SHARE_UPSTREAMS", &c.EdgeShareUpstreams, true},
 		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}, {"TOLLGATE_METER", &c.Meter, true},
 		{"TOLLGATE_METER_SPOOL_RESERVE", &c.MeterSpoolReserve, true}} {
@@ -393,6 +398,14 @@ func (c *Config) trust(getenv func(string) string) error {
 			}
 			*d.dst = n
 		}
+	}
+	c.EdgeHTTP2MaxStreams = 250
+	if v := getenv("TOLLGATE_EDGE_HTTP2_MAX_STREAMS"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n < 1 || n > 10000 {
+			return fmt.Errorf("TOLLGATE_EDGE_HTTP2_MAX_STREAMS: %q is not a number of streams between 1 and 10000", v)
+		}
+		c.EdgeHTTP2MaxStreams = uint32(n)
 	}
 	if v := getenv("TOLLGATE_EDGE_CACHE_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)

@@ -19,18 +19,18 @@ func TestTrustSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.SMTPURL != "" || c.SMTPFrom != "Tollgate <no-reply@localhost>" || c.PublicURL != "http://127.0.0.1:8080" ||
-		c.DNSResolver != "" || c.EdgeCacheBytes != config.DefaultEdgeCacheBytes {
+		c.DNSResolver != "" || c.EdgeCacheBytes != config.DefaultEdgeCacheBytes || c.EdgeHTTP2MaxStreams != 250 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c, err = config.FromEnv(env(map[string]string{
 		"TOLLGATE_SMTP_URL": "smtp://u:p@mail.example.com:587", "TOLLGATE_SMTP_FROM": "Ops <ops@example.com>",
 		"TOLLGATE_PUBLIC_URL": "https://console.example.com/", "TOLLGATE_DNS_RESOLVER": "127.0.0.1:5353",
-		"TOLLGATE_EDGE_CACHE_BYTES": "0",
+		"TOLLGATE_EDGE_CACHE_BYTES": "0", "TOLLGATE_EDGE_HTTP2_MAX_STREAMS": "100",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.PublicURL != "https://console.example.com" || c.EdgeCacheBytes != 0 || c.DNSResolver != "127.0.0.1:5353" {
+	if c.PublicURL != "https://console.example.com" || c.EdgeCacheBytes != 0 || c.DNSResolver != "127.0.0.1:5353" || c.EdgeHTTP2MaxStreams != 100 {
 		t.Fatalf("set: %+v", c)
 	}
 	for _, tc := range []struct{ name, value, want string }{
@@ -43,6 +43,8 @@ func TestTrustSettings(t *testing.T) {
 		{"TOLLGATE_DNS_RESOLVER", "127.0.0.1", "host:port"},
 		{"TOLLGATE_EDGE_CACHE_BYTES", "-1", "TOLLGATE_EDGE_CACHE_BYTES"},
 		{"TOLLGATE_EDGE_CACHE_BYTES", "256MiB", "byte count"},
+		{"TOLLGATE_EDGE_HTTP2_MAX_STREAMS", "0", "between 1 and 10000"},
+		{"TOLLGATE_EDGE_HTTP2_MAX_STREAMS", "many", "TOLLGATE_EDGE_HTTP2_MAX_STREAMS"},
 		{"TOLLGATE_DOMAIN_RECHECK", "1ms", "between 10ms and 24h"},
 		{"TOLLGATE_DOMAIN_CHECK_MIN", "soon", "TOLLGATE_DOMAIN_CHECK_MIN"},
 	} {
@@ -65,6 +67,7 @@ func TestEdgeSwitches(t *testing.T) {
 		def bool
 	}{
 		"TOLLGATE_EDGE_RAW_IO":            {func(c *config.Config) bool { return c.EdgeRawIO }, true},
+		"TOLLGATE_EDGE_HTTP2":             {func(c *config.Config) bool { return c.EdgeHTTP2 }, true},
 		"TOLLGATE_EDGE_YIELD_READS":       {func(c *config.Config) bool { return c.EdgeYieldReads }, true},
 		"TOLLGATE_EDGE_SHORT_READ_WAIT":   {func(c *config.Config) bool { return c.EdgeShortReadWait }, false},
 		"TOLLGATE_EDGE_REUSE_CHECK":       {func(c *config.Config) bool { return c.EdgeReuseCheck }, true},
