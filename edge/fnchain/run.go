@@ -263,6 +263,7 @@ func (r *Run) header(m function.MapType) headerMap {
 // headerMap is what both fasthttp header types offer.
 type headerMap interface {
 	VisitAll(func(k, v []byte))
+	Len() int
 	AddBytesKV(k, v []byte)
 	SetBytesKV(k, v []byte)
 	DelBytes(k []byte)
@@ -323,12 +324,10 @@ func (r *Run) HeaderCount(m function.MapType) int {
 	if h == nil {
 		return 0
 	}
-	n := 1 // :status
 	if m == function.RequestHeaders {
-		n = 4 // :method, :path, :authority, :scheme
+		return 4 + h.Len() // :method, :path, :authority, :scheme
 	}
-	h.VisitAll(func(_, _ []byte) { n++ })
-	return n
+	return 1 + h.Len() // :status
 }
 
 func (r *Run) VisitHeaders(m function.MapType, fn func(key, value []byte)) bool {
