@@ -16,6 +16,7 @@ type Call struct {
 	err         error
 	victim      bool // failed because another request killed its instance
 	replied     bool
+	created     bool // proxy_on_context_create ran
 	continued   bool
 	closed      bool
 	callouts    int
@@ -55,27 +56,25 @@ func (f *Filter) putCall(c *Call) {
 	f.callMu.Unlock()
 }
 
-// Start creates the request's context (proxy_on_context_create with a fresh id) in one of
-// the filter's instances and lets go of the instance: later callbacks take it again, so
-// the request holds no instance across its upstream round trip.
+// Start places the request's context (a fresh id) in one of the filter's instances and
+// lets go of the instance: its callbacks take it again, so the request holds no instance
+// across its upstream round trip. The guest learns of the context
+// (proxy_on_context_create) just before its first callback, in the same run (begin).
 func (f *Filter) Start(h HTTP) (*Call, error) {
 	if q := f.quarantined.Load(); q != 0 && now() < q {
 		return nil, &Error{Reason: ReasonQuarantined, Function: f.name,
 			Detail: "the function failed on its last requests; it is refused for a while"}
 	}
-	sem, err := f.acquire(cbContextCreate, false)
-	if err != nil {
-		return nil, err
-	}
 	in, err := f.take()
 	if err != nil {
-		<-sem
-		f.strike()
+		if e, ok := err.(*Error); !ok || e.Reason != ReasonBusy {
+			f.strike()
+		}
 		return nil, err
 	}
 	c := f.getCall()
 	c.in, c.h, c.elapsed, c.err, c.victim = in, h, 0, nil, false
-	c.replied, c.continued, c.closed = false, false, false
+	c.replied, c.created, c.continued, c.closed = false, false, false, false
 	c.callouts, c.headerBytes = 0, 0
 	c.pending = c.pending[:0]
 	c.id = in.nextID
@@ -83,14 +82,7 @@ func (f *Filter) Start(h HTTP) (*Call, error) {
 		in.nextID = rootContextID + 1
 	}
 	in.refs++
-	c.args[0], c.args[1] = uint64(c.id), rootContextID
-	err = c.exec(cbContextCreate, 2)
 	in.mu.Unlock()
-	<-sem
-	if err != nil {
-		c.Done()
-		return nil, err
-	}
 	return c, nil
 }
 
@@ -147,12 +139,18 @@ func (f *Filter) take() (*instance, error) {
 }
 
 // grown starts an instance in slot i (under f.grow) and returns it locked; nil, nil when
-// the slot was filled meanwhile.
+// the slot was filled meanwhile. Starting runs guest code, so it takes a slot of the
+// tenant's cap like a callback.
 func (f *Filter) grown(i int) (*instance, error) {
 	if f.slots[i].Load() != nil {
 		return nil, nil
 	}
+	sem, err := f.acquire(cbVMStart, false)
+	if err != nil {
+		return nil, err
+	}
 	in, err := f.newInstance()
+	release(sem)
 	if err != nil {
 		return nil, err
 	}
@@ -264,10 +262,15 @@ func (c *Call) callout(req *CalloutRequest) *CalloutResponse {
 }
 
 // acquire takes a slot of the tenant's concurrency cap for callback cb; the caller gives
-// it back with <-sem. Unless wait, a cap that stays full for the filter's timeout is
-// ReasonBusy.
+// it back with release. Unless wait, a cap that stays full for the filter's timeout is
+// ReasonBusy. A cap of at least the edge's cores binds nothing (no more callbacks run at
+// once than there are Go processors to run them), so then no slot is taken: nil
+// (SetSkipIdleCap).
 func (f *Filter) acquire(cb int, wait bool) (chan struct{}, error) {
 	sem := *f.slot.sem.Load()
+	if cap(sem) >= int(f.rt.procs.Load()) && skipIdleCap.Load() {
+		return nil, nil
+	}
 	select {
 	case sem <- struct{}{}:
 		return sem, nil
@@ -288,8 +291,14 @@ func (f *Filter) acquire(cb int, wait bool) (chan struct{}, error) {
 	}
 }
 
+func release(sem chan struct{}) {
+	if sem != nil {
+		<-sem
+	}
+}
+
 // run runs callback cb with c.args[:nargs] within the tenant's concurrency cap, holding
-// the request's instance meanwhile.
+// the request's instance meanwhile; the context's creation runs first when it has not.
 func (c *Call) run(cb int, nargs int, wait bool) error {
 	in := c.in
 	if in.cb[cb] == nil {
@@ -302,9 +311,42 @@ func (c *Call) run(cb int, nargs int, wait bool) error {
 		return err
 	}
 	in.mu.Lock()
-	err = c.exec(cb, nargs)
+	start := c.begin()
+	err = c.create()
+	if err == nil {
+		err = c.exec(cb, nargs)
+	}
+	c.end(start)
 	in.mu.Unlock()
-	<-sem
+	release(sem)
+	return err
+}
+
+// begin opens a run of callbacks on c's instance, which the caller holds (instance.begin);
+// 0 when the instance is dead, which exec then reports.
+func (c *Call) begin() int64 {
+	if c.in.dead {
+		return 0
+	}
+	return c.in.begin(c.f.timeout)
+}
+
+func (c *Call) end(start int64) {
+	if start != 0 {
+		c.elapsed += c.in.end(start)
+	}
+}
+
+// create tells the guest of the request's context (proxy_on_context_create), once.
+func (c *Call) create() error {
+	if c.created {
+		return nil
+	}
+	c.created = true
+	args := c.args
+	c.args[0], c.args[1] = uint64(c.id), rootContextID
+	err := c.exec(cbContextCreate, 2)
+	c.args = args
 	return err
 }
 
@@ -326,7 +368,7 @@ func (c *Call) exec(cb int, nargs int) error {
 	}
 	copy(in.stack[:nargs], c.args[:nargs])
 	in.call = c
-	err := in.invoke(cbNames[cb], fn, nargs, c.f.timeout)
+	err := in.call1(cbNames[cb], fn, nargs, c.f.timeout)
 	in.call = nil
 	c.ret = u32(in.stack[0])
 	if err != nil {
@@ -347,26 +389,31 @@ func (in *instance) kill(err error) {
 }
 
 // Done ends the request in the guest (proxy_on_done, proxy_on_log, proxy_on_delete, even
-// after a failed callback, so the guest frees the context) unless its instance died. It
-// returns the request's whole guest time, Elapsed included; c must not be used after.
+// after a failed callback, so the guest frees the context) unless its instance died; a
+// context no callback ran for is created first, so the guest sees every request. The
+// three run as one run (instance.begin), within one timeout. It returns the request's
+// whole guest time, Elapsed included; c must not be used after.
 func (c *Call) Done() time.Duration {
 	in, f := c.in, c.f
-	if in.cb[cbDone] != nil || in.cb[cbLog] != nil || in.cb[cbDelete] != nil {
+	if !c.created || in.cb[cbDone] != nil || in.cb[cbLog] != nil || in.cb[cbDelete] != nil {
 		// The context must go whatever the cap: wait for a slot, which running callbacks
 		// free within their timeout.
 		sem, _ := f.acquire(cbDone, true)
 		in.mu.Lock()
-		for _, cb := range [...]int{cbDone, cbLog, cbDelete} {
-			if in.dead {
-				break
+		if !in.dead {
+			start := c.begin()
+			err := c.create()
+			for _, cb := range [...]int{cbDone, cbLog, cbDelete} {
+				if err != nil || in.dead {
+					break
+				}
+				c.args[0] = uint64(c.id)
+				err = c.exec(cb, 1)
 			}
-			c.args[0] = uint64(c.id)
-			if err := c.exec(cb, 1); err != nil {
-				break
-			}
+			c.end(start)
 		}
 		in.mu.Unlock()
-		<-sem
+		release(sem)
 	}
 	in.mu.Lock()
 	if in.refs--; in.refs == 0 && (in.dead || in.slotNo < 0 || f.closed.Load()) {

@@ -344,11 +344,25 @@ func (in *instance) destroy() {
 // invoke runs one guest export with in.stack[:nargs] as its arguments under a deadline of
 // budget ns; its result is left in in.stack[0]. Any failure kills the instance.
 func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64) error {
+	start := in.begin(budget)
+	err := in.call1(name, fn, nargs, budget)
+	in.end(start)
+	return err
+}
+
+// begin opens a run of callbacks on in: budget ns of wall time for them all (the watchdog's
+// deadline) and the fuel for as much guest work. It returns the clock reading end takes.
+// Callbacks the host makes back to back share one begin and end, so one clock reading
+// at each end: on the virtual machines edges run on a reading costs tens of ns.
+func (in *instance) begin(budget int64) int64 {
 	r := in.f.rt
 	start := now()
 	in.fuelMu.Lock()
 	in.stop.Set(uint64(budget) * fuelPerNS) // fuel: see instrument
 	in.deadline.Store(start + budget)
+	// A watchdog that caught the last run between its final callback's return and its
+	// end stopped nothing: that run's callbacks had all succeeded.
+	in.timedOut.Store(false)
 	in.fuelMu.Unlock()
 	if r.running.Add(1) == 1 && r.sleeping.Load() {
 		select {
@@ -356,17 +370,29 @@ func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64
 		default:
 		}
 	}
-	// Every callback has at most one result, so the stack holds max(nargs, 1) values.
-	err := fn.CallWithStack(in.ctx, in.stack[:max(nargs, 1)])
+	return start
+}
+
+// end closes what begin opened and returns the wall time since.
+func (in *instance) end(start int64) int64 {
 	in.fuelMu.Lock()
 	in.deadline.Store(0)
-	if err != nil && int64(in.stop.Get()) < 0 {
-		in.timedOut.Store(true) // out of fuel, or stopped by the watchdog
-	}
 	in.fuelMu.Unlock()
-	r.running.Add(-1)
-	if in.call != nil {
-		in.call.elapsed += now() - start
+	in.f.rt.running.Add(-1)
+	return now() - start
+}
+
+// call1 runs one guest export between begin and end; budget is the run's, for the
+// tenant's log. Any failure kills the instance.
+func (in *instance) call1(name string, fn api.Function, nargs int, budget int64) error {
+	// Every callback has at most one result, so the stack holds max(nargs, 1) values.
+	err := fn.CallWithStack(in.ctx, in.stack[:max(nargs, 1)])
+	if err != nil {
+		in.fuelMu.Lock()
+		if int64(in.stop.Get()) < 0 {
+			in.timedOut.Store(true) // out of fuel, or stopped by the watchdog
+		}
+		in.fuelMu.Unlock()
 	}
 	if err == nil && in.bad == "" && !in.timedOut.Load() {
 		return nil
@@ -527,6 +553,7 @@ func (r *Runtime) watchdog() {
 			return
 		}
 		n := now()
+		r.procs.Store(int32(runtime.GOMAXPROCS(0)))
 		r.mu.Lock()
 		for in := range r.live {
 			if d := in.deadline.Load(); d != 0 && n > d && in.stop != nil && !in.timedOut.Load() {

@@ -76,7 +76,10 @@ type Runtime struct {
 	closed  bool
 
 	// The watchdog sleeps while no guest runs (sleeping), so an idle edge pays nothing.
-	running  atomic.Int64
+	running atomic.Int64
+	// procs is GOMAXPROCS, which the runtime may change while the edge runs (a container's
+	// CPU limit): the watchdog reads it again on every tick.
+	procs    atomic.Int32
 	sleeping atomic.Bool
 	wake     chan struct{}
 	stop     chan struct{}
@@ -113,6 +116,7 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	r.procs.Store(int32(runtime.GOMAXPROCS(0)))
 	go r.watchdog()
 	return r, nil
 }
@@ -318,3 +322,15 @@ func checkABI(cm wazero.CompiledModule) (exportSet, uint32, error) {
 // DefaultTenantConcurrency is the cap on one tenant's guest callbacks running at once
 // when none is set: half the edge's cores, at least one.
 func DefaultTenantConcurrency() int { return max(1, runtime.GOMAXPROCS(0)/2) }
+
+// skipIdleCap is SetSkipIdleCap's switch; on by default.
+var skipIdleCap atomic.Bool
+
+func init() { skipIdleCap.Store(true) }
+
+// SetSkipIdleCap chooses whether a tenant whose concurrency cap is at least the edge's
+// Go processors skips the cap's semaphore (on), or takes a slot for every run of
+// callbacks all the same (off): two channel operations a run, which the cap cannot
+// need, since no more callbacks can run at once than there are processors
+// (TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP).
+func SetSkipIdleCap(on bool) { skipIdleCap.Store(on) }
