@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -456,11 +457,18 @@ func BenchmarkHandlerFunctions(b *testing.B) {
 			req.Header.SetHost("acme." + domain)
 			req.Header.Set("User-Agent", "wrk/4.2")
 			b.ReportAllocs()
+			var ru0, ru1 syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 			for b.Loop() {
 				if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
 					b.Fatalf("%v %d %s", err, resp.StatusCode(), resp.Body())
 				}
 			}
+			// The process's CPU (client, edge and upstream): wall time says little on a
+			// shared machine.
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"tollgate/edge"
 	"tollgate/edge/configfile"
+	"tollgate/edge/function"
 	"tollgate/edge/memory"
 	"tollgate/edge/meter"
 	"tollgate/edge/upstreamclient"
@@ -212,6 +213,7 @@ func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, nc *nats.Conn,
 	edge.SetShortReadWait(cfg.EdgeShortReadWait)
 	upstreamclient.SetReuseCheck(cfg.EdgeReuseCheck)
 	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
+	function.SetSkipIdleCap(cfg.EdgeFunctionSkipIdleCap)
 	edge.SetIncrementalCompiles(cfg.EdgeIncremental)
 	edge.SetShareUpstreams(cfg.EdgeShareUpstreams)
 	edge.SetParallelCompiles(cfg.EdgeParallelCompiles)

@@ -66,21 +66,22 @@ func TestEdgeSwitches(t *testing.T) {
 		get func(*config.Config) bool
 		def bool
 	}{
-		"TOLLGATE_EDGE_RAW_IO":            {func(c *config.Config) bool { return c.EdgeRawIO }, true},
-		"TOLLGATE_EDGE_HTTP2":             {func(c *config.Config) bool { return c.EdgeHTTP2 }, true},
-		"TOLLGATE_EDGE_YIELD_READS":       {func(c *config.Config) bool { return c.EdgeYieldReads }, true},
-		"TOLLGATE_EDGE_SHORT_READ_WAIT":   {func(c *config.Config) bool { return c.EdgeShortReadWait }, false},
-		"TOLLGATE_EDGE_REUSE_CHECK":       {func(c *config.Config) bool { return c.EdgeReuseCheck }, true},
-		"TOLLGATE_EDGE_JSON_ONE_PASS":     {func(c *config.Config) bool { return c.EdgeJSONOnePass }, true},
-		"TOLLGATE_EDGE_KEY_LAST_USE":      {func(c *config.Config) bool { return c.EdgeKeyLastUse }, true},
-		"TOLLGATE_EDGE_RETURN_MEMORY":     {func(c *config.Config) bool { return c.EdgeReturnMemory }, true},
-		"TOLLGATE_EDGE_RETURN_ASIDE":      {func(c *config.Config) bool { return c.EdgeReturnAside }, true},
-		"TOLLGATE_EDGE_PACK_CONFIG":       {func(c *config.Config) bool { return c.EdgePackConfig }, true},
-		"TOLLGATE_EDGE_SNAPSHOT_YIELD":    {func(c *config.Config) bool { return c.EdgeSnapshotYield }, true},
-		"TOLLGATE_EDGE_INCREMENTAL":       {func(c *config.Config) bool { return c.EdgeIncremental }, true},
-		"TOLLGATE_EDGE_SHARE_UPSTREAMS":   {func(c *config.Config) bool { return c.EdgeShareUpstreams }, true},
-		"TOLLGATE_EDGE_PARALLEL_COMPILES": {func(c *config.Config) bool { return c.EdgeParallelCompiles }, true},
-		"TOLLGATE_METER_SPOOL_RESERVE":    {func(c *config.Config) bool { return c.MeterSpoolReserve }, true},
+		"TOLLGATE_EDGE_RAW_IO":                 {func(c *config.Config) bool { return c.EdgeRawIO }, true},
+		"TOLLGATE_EDGE_HTTP2":                  {func(c *config.Config) bool { return c.EdgeHTTP2 }, true},
+		"TOLLGATE_EDGE_YIELD_READS":            {func(c *config.Config) bool { return c.EdgeYieldReads }, true},
+		"TOLLGATE_EDGE_SHORT_READ_WAIT":        {func(c *config.Config) bool { return c.EdgeShortReadWait }, false},
+		"TOLLGATE_EDGE_REUSE_CHECK":            {func(c *config.Config) bool { return c.EdgeReuseCheck }, true},
+		"TOLLGATE_EDGE_JSON_ONE_PASS":          {func(c *config.Config) bool { return c.EdgeJSONOnePass }, true},
+		"TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP": {func(c *config.Config) bool { return c.EdgeFunctionSkipIdleCap }, true},
+		"TOLLGATE_EDGE_KEY_LAST_USE":           {func(c *config.Config) bool { return c.EdgeKeyLastUse }, true},
+		"TOLLGATE_EDGE_RETURN_MEMORY":          {func(c *config.Config) bool { return c.EdgeReturnMemory }, true},
+		"TOLLGATE_EDGE_RETURN_ASIDE":           {func(c *config.Config) bool { return c.EdgeReturnAside }, true},
+		"TOLLGATE_EDGE_PACK_CONFIG":            {func(c *config.Config) bool { return c.EdgePackConfig }, true},
+		"TOLLGATE_EDGE_SNAPSHOT_YIELD":         {func(c *config.Config) bool { return c.EdgeSnapshotYield }, true},
+		"TOLLGATE_EDGE_INCREMENTAL":            {func(c *config.Config) bool { return c.EdgeIncremental }, true},
+		"TOLLGATE_EDGE_SHARE_UPSTREAMS":        {func(c *config.Config) bool { return c.EdgeShareUpstreams }, true},
+		"TOLLGATE_EDGE_PARALLEL_COMPILES":      {func(c *config.Config) bool { return c.EdgeParallelCompiles }, true},
+		"TOLLGATE_METER_SPOOL_RESERVE":         {func(c *config.Config) bool { return c.MeterSpoolReserve }, true},
 	}
 	for name, sw := range switches {
 		get := sw.get
