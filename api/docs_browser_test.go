@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"tollgate/infra/aptget"
 )
 
 const chromium = "/usr/bin/chromium"
@@ -22,29 +23,8 @@ var chromiumOnce = sync.OnceValue(func() string {
 	}
 	// As web's browser tests do: a fresh machine of the project's kind gets Debian's
 	// chromium, as root or in CI.
-	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
-		return chromium + " is missing: install Debian's chromium (apt-get install -y chromium)"
-	}
-	// web's tests may be installing it at the same moment: apt-get then fails on its lock,
-	// so wait for the lock, and for the other install to finish.
-	deadline := time.Now().Add(10 * time.Minute)
-	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "chromium"}} {
-		for {
-			cmd := exec.Command("apt-get", append([]string{"-o", "DPkg::Lock::Timeout=120"}, args...)...)
-			cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-			err := cmd.Run()
-			if _, serr := os.Stat(chromium); serr == nil {
-				return ""
-			}
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				return "apt-get " + args[0] + " failed: " + err.Error()
-			}
-			time.Sleep(5 * time.Second)
-		}
+	if err := aptget.Install("api", "chromium"); err != nil {
+		return chromium + " is missing: " + err.Error()
 	}
 	if _, err := os.Stat(chromium); err != nil {
 		return "apt-get installed no " + chromium

@@ -27,6 +27,7 @@ import (
 
 	"tollgate/billing"
 	billingpg "tollgate/billing/postgres"
+	"tollgate/infra/aptget"
 	"tollgate/infra/testenv"
 	"tollgate/infra/usage"
 	"tollgate/tenants/smtp/smtptest"
@@ -47,19 +48,8 @@ func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
 func runMain(m *testing.M) int {
 	if _, err := os.Stat(chromium); err != nil {
-		if os.Geteuid() == 0 || os.Getenv("CI") == "true" {
-			fmt.Fprintln(os.Stderr, "web: installing chromium with apt-get for the browser tests")
-			for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "chromium"}} {
-				cmd := exec.Command("apt-get", args...)
-				cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-				cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-				if err := cmd.Run(); err != nil {
-					noBrowser = "apt-get " + args[0] + " failed: " + err.Error()
-					break
-				}
-			}
-		} else {
-			noBrowser = chromium + " is missing: install Debian's chromium (apt-get install -y chromium)"
+		if err := aptget.Install("web", "chromium"); err != nil {
+			noBrowser = chromium + " is missing: " + err.Error()
 		}
 	}
 	artifacts = os.Getenv("TOLLGATE_ARTIFACTS")

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+
+	"tollgate/infra/aptget"
 )
 
 // EnsureTools installs nginx and wrk from Debian's packages when they are missing, saying
@@ -26,7 +28,6 @@ func EnsureTools() error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("missing %v: install them (apt-get install -y %v) or run the bench as root", missing, missing)
 	}
-	fmt.Fprintf(os.Stderr, "bench: installing %v with apt-get\n", missing)
 	const policy = "/usr/sbin/policy-rc.d"
 	if _, err := os.Stat(policy); os.IsNotExist(err) {
 		// 101 = "action not allowed": invoke-rc.d then leaves the nginx service stopped.
@@ -34,30 +35,14 @@ func EnsureTools() error {
 			defer os.Remove(policy)
 		}
 	}
-	install := func(pkgs ...string) error {
-		cmd := exec.Command("apt-get", append([]string{"install", "-y", "--no-install-recommends"}, pkgs...)...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		return cmd.Run()
-	}
-	if err := install(missing...); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: apt-get install failed; running apt-get update and retrying")
-		upd := exec.Command("apt-get", "update")
-		upd.Stdout, upd.Stderr = os.Stderr, os.Stderr
-		if err := upd.Run(); err != nil {
-			return fmt.Errorf("apt-get update: %v", err)
-		}
-		if err := install(missing...); err != nil {
-			// Some releases lack nginx-light; the full package does as well.
-			for i, m := range missing {
-				if m == "nginx-light" {
-					missing[i] = "nginx"
-				}
-			}
-			if err := install(missing...); err != nil {
-				return fmt.Errorf("apt-get install %v: %v", missing, err)
+	if err := aptget.Install("bench", missing...); err != nil {
+		// Some releases lack nginx-light; the full package does as well.
+		for i, m := range missing {
+			if m == "nginx-light" {
+				missing[i] = "nginx"
 			}
 		}
+		return aptget.Install("bench", missing...)
 	}
 	return nil
 }

@@ -14,6 +14,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"tollgate/infra/aptget"
 )
 
 // Go guests (directories) and WAT guests (files) under testdata/guests.
@@ -136,17 +138,8 @@ func ensureWABT() error {
 	if _, err := exec.LookPath("wat2wasm"); err == nil {
 		return nil
 	}
-	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
-		return fmt.Errorf("wat2wasm is missing: install Debian's wabt (apt-get install -y wabt)")
-	}
-	fmt.Fprintln(os.Stderr, "functiontest: installing wabt with apt-get for the WAT guests")
-	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "wabt"}} {
-		cmd := exec.Command("apt-get", args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("apt-get %s: %v", args[0], err)
-		}
+	if err := aptget.Install("functiontest", "wabt"); err != nil {
+		return fmt.Errorf("wat2wasm is missing: %v", err)
 	}
 	_, err := exec.LookPath("wat2wasm")
 	return err

@@ -6,12 +6,13 @@ package shelltest
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
+
+	"tollgate/infra/aptget"
 )
 
 // Shells are the shells every copy line must work in: sh is dash on Debian.
@@ -42,19 +43,7 @@ func install() error {
 	if len(absent) == 0 {
 		return nil
 	}
-	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
-		return fmt.Errorf("%v missing: install Debian's packages (apt-get install -y %s)", absent, strings.Join(absent, " "))
-	}
-	fmt.Fprintf(os.Stderr, "shelltest: installing %v with apt-get\n", absent)
-	for _, args := range [][]string{{"update", "-qq"}, append([]string{"install", "-y", "-qq"}, absent...)} {
-		cmd := exec.Command("apt-get", args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("apt-get %s %v: %v", args[0], absent, err)
-		}
-	}
-	return nil
+	return aptget.Install("shelltest", absent...)
 }
 
 // Curl runs line, a command starting with curl, in sh (one of Shells) with curl replaced
