@@ -95,6 +95,15 @@ func (s *Server) frame(c *fiber.Ctx) (err error) {
 // errorHandler is Fiber's ErrorHandler: it sees what frame did not (errors fasthttp raises
 // before routing, such as an oversize body).
 func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	if errors.Is(err, fiber.ErrRequestTimeout) {
+		// A connection that sent no complete request within ReadTimeout is closed
+		// without an answer, as the edge's are: a client that pooled it would read an
+		// unrequested 408 as the reply to its next request.
+		if conn := c.Context().Conn(); conn != nil {
+			_ = conn.Close()
+		}
+		return nil
+	}
 	s.renderError(c, err)
 	return nil
 }

@@ -310,3 +310,36 @@ func TestServeAndShutdown(t *testing.T) {
 	// Draining: readiness fails from the moment Shutdown is called.
 	e.do("GET", "/readyz", "", nil).wantErr(503, "not_ready", "")
 }
+
+// TestIdleConnectionGetsNoAnswer: a connection that sends nothing, or half a request, for
+// longer than ReadTimeout is closed without a byte written: an unrequested 408 would be
+// read by a pooling client as the answer to the next request it sends.
+func TestIdleConnectionGetsNoAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *api.Config) { c.ReadTimeout = 300 * time.Millisecond })
+	addr := e.serve()
+	for name, sent := range map[string]string{"nothing": "", "half a request": "GET /v1/tenants HTTP/1.1\r\nHost: x\r\n"} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(conn, sent); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err := io.ReadAll(conn)
+		conn.Close()
+		if len(got) != 0 || err != nil {
+			t.Errorf("%s sent: the server wrote %q (err %v), want the connection closed silently", name, got, err)
+		}
+	}
+	// The server still answers a connection that sends its request in time.
+	res, err := noKeepAlive.Get("http://" + addr + "/v1/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("a request in time: %d", res.StatusCode)
+	}
+}

@@ -137,14 +137,16 @@ func (e *Edge) doorError(c *fiber.Ctx, err error) error {
 	var fe *fiber.Error
 	if errors.As(err, &fe) {
 		switch fe.Code {
+		case fiber.StatusRequestTimeout:
+			hangUp(c)
+			return nil
 		case fiber.StatusRequestEntityTooLarge:
 			r = replyBodyTooLarge
 		case fiber.StatusRequestHeaderFieldsTooLarge:
 			r = replyHeaderTooLarge
 		default:
-			// 400 for a malformed request, and also for what Fiber calls 408 (a read
-			// that timed out) and 502 (a read that failed): the client sent no
-			// complete request.
+			// 400 for a malformed request, and also for what Fiber calls 502 (a read
+			// that failed): the client sent no complete request.
 			r = replyBadRequest
 		}
 	} else {
@@ -152,6 +154,18 @@ func (e *Edge) doorError(c *fiber.Ctx, err error) error {
 	}
 	e.refuse(c.Context(), r)
 	return nil
+}
+
+// hangUp closes the connection of a request whose read timed out, without an answer.
+// fasthttp answers a connection that sent nothing within ReadTimeout, or stopped halfway
+// through its headers, with an error response; nginx and Go's net/http close it without
+// a word, and a client that pooled the connection would otherwise read that answer as
+// the reply to the next request it sends. Once the connection is closed, the server's
+// write of the error response fails and nothing reaches the client.
+func hangUp(c *fiber.Ctx) {
+	if conn := c.Context().Conn(); conn != nil {
+		_ = conn.Close()
+	}
 }
 
 // refuse answers a request the chain never saw with one of the edge's errors.

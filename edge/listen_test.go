@@ -146,3 +146,26 @@ func TestDoorServeAfterShutdown(t *testing.T) {
 		t.Error("the listener still accepts")
 	}
 }
+
+// TestIdleConnectionGetsNoAnswer: a connection that sends nothing, or half a request, for
+// longer than ReadTimeout is closed without a byte written: an unrequested answer would be
+// read by a pooling client as the reply to the next request it sends.
+func TestIdleConnectionGetsNoAnswer(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *edge.Config) { c.ReadTimeout = 300 * time.Millisecond })
+	for name, sent := range map[string]string{"nothing": "", "half a request": "GET / HTTP/1.1\r\nHost: x\r\n"} {
+		conn, err := net.Dial("tcp", h.public)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(conn, sent); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		got, err := io.ReadAll(conn)
+		conn.Close()
+		if len(got) != 0 || err != nil {
+			t.Errorf("%s sent: the edge wrote %q (err %v), want the connection closed silently", name, got, err)
+		}
+	}
+}
