@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"tollgate/infra/cmdline"
+	"tollgate/infra/devstate"
 	"tollgate/tenants"
 )
 
@@ -32,7 +33,8 @@ func configCommand() *cobra.Command {
 		Long: `config is a client of the management API: it exports a tenant's config document and
 applies one (GET and PUT /v1/tenants/{slug}/config), for CI jobs that keep the
 document in git. --api defaults to $TOLLGATE_API_URL, else http://127.0.0.1:8080;
---token to $TOLLGATE_TOKEN, else $TOLLGATE_ADMIN_TOKEN.`,
+--token to $TOLLGATE_TOKEN, else $TOLLGATE_ADMIN_TOKEN. Without either, a running
+"tollgate dev" stack's API and admin token are used.`,
 		RunE: cmdline.NeedsCommand,
 	}
 	cmdline.Env(c, "TOLLGATE_API_URL", "TOLLGATE_TOKEN", "TOLLGATE_ADMIN_TOKEN")
@@ -69,6 +71,15 @@ func (c *apiClient) resolve() *apiClient {
 			if *v.dst == "" {
 				*v.dst = os.Getenv(n)
 			}
+		}
+	}
+	// Neither set: a running `tollgate dev` is the API a newcomer means.
+	if dev, ok := devstate.Running(os.Getenv); ok && (c.base == "" || c.token == "") {
+		if c.base == "" {
+			c.base = dev.APIURL
+		}
+		if c.token == "" && c.base == dev.APIURL {
+			c.token = dev.AdminToken
 		}
 	}
 	if c.base == "" {

@@ -9,11 +9,7 @@ import (
 
 // startDemoUpstream serves the demo tenant's API: it echoes what the edge forwarded, so a
 // new user sees the path, the consumer header and the forwarding headers the edge set.
-func startDemoUpstream() (addr string, stop func(), err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
+func startDemoUpstream(ln net.Listener) (stop func()) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		headers := map[string]string{}
@@ -32,5 +28,5 @@ func startDemoUpstream() (addr string, stop func(), err error) {
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
-	return ln.Addr().String(), func() { srv.Close() }, nil
+	return func() { srv.Close() }
 }

@@ -18,6 +18,7 @@ import (
 	"tollgate/edge/edgecmd"
 	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
+	"tollgate/infra/devstate"
 	"tollgate/infra/natsserver"
 	"tollgate/infra/tracing"
 	"tollgate/tenants"
@@ -31,14 +32,16 @@ func devCommand() *cobra.Command {
 TOLLGATE_NATS_URL is set), the api with its relay and console, one edge and billing,
 on Postgres from TOLLGATE_DATABASE_URL (created and migrated if missing). It makes a
 demo tenant "demo" with a demo upstream, a consumer and a key, then prints the curl
-lines that call them. Ctrl-C stops everything.`,
+lines that call them. The demo upstream keeps its port, and the admin token and the demo
+key are kept in TOLLGATE_DEV_STATE, so a restart changes none of them. Ctrl-C stops
+everything.`,
 		Args: cobra.NoArgs,
 		RunE: cmdline.Run(Dev),
 	}
 	cmdline.Env(c, "TOLLGATE_DATABASE_URL", "TOLLGATE_NATS_URL", "TOLLGATE_REDIS_URL", "TOLLGATE_ADMIN_TOKEN",
 		"TOLLGATE_API_ADDR", "TOLLGATE_API_ADMIN_ADDR", "TOLLGATE_EDGE_ADDR", "TOLLGATE_EDGE_ADMIN_ADDR",
 		"TOLLGATE_EDGE_DOMAIN", "TOLLGATE_UPSTREAM_ALLOW_CIDRS", "TOLLGATE_SMTP_URL", "TOLLGATE_STRIPE_KEY",
-		"TOLLGATE_LOG_LEVEL")
+		"TOLLGATE_DEV_UPSTREAM_ADDR", "TOLLGATE_DEV_STATE", "TOLLGATE_LOG_LEVEL")
 	return c
 }
 
@@ -46,7 +49,12 @@ lines that call them. Ctrl-C stops everything.`,
 // TOLLGATE_NATS_URL is set), the api with its relay, one edge, and a demo tenant with a
 // demo upstream, a consumer and a key; then it prints the curl lines that call them.
 func Dev(ctx context.Context, _ []string) error {
-	cfg, err := devConfig()
+	statePath := devstate.Path(os.Getenv)
+	state, err := devstate.Load(statePath)
+	if err != nil {
+		return err
+	}
+	cfg, err := devConfig(&state)
 	if err != nil {
 		return err
 	}
@@ -69,15 +77,18 @@ func Dev(ctx context.Context, _ []string) error {
 	if err := rebuildBucket(ctx, cfg, cp); err != nil {
 		return err
 	}
-	upstream, stopUpstream, err := startDemoUpstream()
-	if err != nil {
-		return err
-	}
+	stopUpstream := startDemoUpstream(ports.upstream)
 	defer stopUpstream()
-	key, err := seedDemo(ctx, cp, upstream)
+	upstream := ports.upstream.Addr().String()
+	var keep string
+	if state.Database == cfg.DatabaseURL {
+		keep = state.DemoKey
+	}
+	key, err := seedDemo(ctx, cp, upstream, keep)
 	if err != nil {
 		return fmt.Errorf("demo tenant: %w", err)
 	}
+	state.Database, state.DemoKey = cfg.DatabaseURL, key
 
 	s, err := startDevServices(ctx, cfg, cp, natsURL, ports, log)
 	if err != nil {
@@ -87,19 +98,35 @@ func Dev(ctx context.Context, _ []string) error {
 	if err := waitDemo(ctx, s.edgeReady, ports.edge.Addr().String(), key); err != nil {
 		log.Warn("demo route not served yet", "err", err)
 	}
-	printBanner(cfg, ports.api.Addr().String(), portOf(ports.edge), ports.edgeAdmin.Addr().String(), natsURL, key)
+	state.PID, state.APIURL, state.NATSURL = os.Getpid(), "http://"+ports.api.Addr().String(), ""
+	if cfg.NATSURL == "" {
+		state.NATSURL = natsURL
+	}
+	if err := devstate.Save(statePath, state); err != nil {
+		log.Warn("dev state not saved: the next run makes a new admin token and demo key", "path", statePath, "err", err)
+	}
+	defer func() {
+		// Stopped: the other commands no longer find this stack.
+		state.PID, state.APIURL, state.NATSURL = 0, "", ""
+		_ = devstate.Save(statePath, state)
+	}()
+	printBanner(cfg, ports.api.Addr().String(), portOf(ports.edge), ports.edgeAdmin.Addr().String(), natsURL, upstream, statePath, key)
 	return s.wait(ctx)
 }
 
-// devConfig is the environment's config with dev's defaults: a generated admin token,
-// and loopback upstreams allowed (the demo upstream runs there).
-func devConfig() (*config.Config, error) {
+// devConfig is the environment's config with dev's defaults: the admin token of the
+// last run (generated the first time, and kept in state), and loopback upstreams allowed
+// (the demo upstream runs there). A token set in the environment is used and not kept.
+func devConfig(state *devstate.State) (*config.Config, error) {
 	cfg, err := loadConfig()
 	if err != nil {
 		return nil, err
 	}
 	if cfg.AdminToken == "" {
-		cfg.AdminToken, _, _ = tenants.NewSecret("tgadm_")
+		if state.AdminToken == "" {
+			state.AdminToken, _, _ = tenants.NewSecret("tgadm_")
+		}
+		cfg.AdminToken = state.AdminToken
 	}
 	if len(cfg.AllowCIDRs) == 0 {
 		cfg.AllowCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
@@ -112,6 +139,8 @@ type devPorts struct {
 	api, edge, edgeAdmin net.Listener
 	// One admin listener for the api and billing, which share a process here.
 	apiAdmin net.Listener
+	// The demo upstream's, on a fixed port so the demo route stays right across restarts.
+	upstream net.Listener
 }
 
 // bindDevPorts binds every port first, so a port already in use fails before anything
@@ -128,7 +157,10 @@ func bindDevPorts(cfg *config.Config) (p devPorts, err error) {
 	if p.edgeAdmin, err = listen("TOLLGATE_EDGE_ADMIN_ADDR", cfg.EdgeAdmin); err != nil {
 		return p, err
 	}
-	p.apiAdmin, err = listen("TOLLGATE_API_ADMIN_ADDR", cfg.APIAdminAddr)
+	if p.apiAdmin, err = listen("TOLLGATE_API_ADMIN_ADDR", cfg.APIAdminAddr); err != nil {
+		return p, err
+	}
+	p.upstream, err = listen("TOLLGATE_DEV_UPSTREAM_ADDR", cfg.DevUpstreamAddr)
 	return p, err
 }
 
@@ -257,16 +289,16 @@ func portOf(ln net.Listener) string {
 	return p
 }
 
-// Demo objects. The route is created or updated to point at this run's demo upstream;
-// the consumer's old keys are removed and a fresh key is made (plaintext is never stored,
-// so the previous run's key cannot be shown again).
+// Demo objects. The route is created or updated to point at this run's demo upstream.
+// The consumer keeps the key of the last run when dev kept its plaintext (the database
+// holds only hashes); otherwise its old keys are removed and a fresh key is made.
 const (
 	demoSlug     = "demo"
 	demoRoute    = "hello"
 	demoConsumer = "demo-client"
 )
 
-func seedDemo(ctx context.Context, cp *controlPlane, upstreamAddr string) (string, error) {
+func seedDemo(ctx context.Context, cp *controlPlane, upstreamAddr, keep string) (string, error) {
 	db := cp.db
 	t, err := db.FindTenant(ctx, demoSlug)
 	if tenants.ErrorCode(err) == tenants.ENotFound {
@@ -315,14 +347,23 @@ func seedDemo(ctx context.Context, cp *controlPlane, upstreamAddr string) (strin
 	if err != nil {
 		return "", err
 	}
+	plain := ""
 	for _, k := range old {
-		if err := db.DeleteKey(ctx, t.ID, c.ID, k.ID); err != nil {
-			return "", err
+		if keep != "" && k.Hash == tenants.HashSecret(keep) && (k.ExpiresAt == nil || k.ExpiresAt.After(time.Now())) {
+			plain = keep
 		}
 	}
-	plain, hash, prefix := tenants.NewSecret(tenants.KeyPrefix)
-	if err := db.CreateKey(ctx, &tenants.Key{TenantID: t.ID, ConsumerID: c.ID, Hash: hash, Prefix: prefix, Label: "tollgate dev"}); err != nil {
-		return "", err
+	if plain == "" {
+		for _, k := range old {
+			if err := db.DeleteKey(ctx, t.ID, c.ID, k.ID); err != nil {
+				return "", err
+			}
+		}
+		var hash, prefix string
+		plain, hash, prefix = tenants.NewSecret(tenants.KeyPrefix)
+		if err := db.CreateKey(ctx, &tenants.Key{TenantID: t.ID, ConsumerID: c.ID, Hash: hash, Prefix: prefix, Label: "tollgate dev"}); err != nil {
+			return "", err
+		}
 	}
 	// The demo's developer portal is on, so a first look finds one; a portal its owner
 	// has set up since (or turned off) is left as it is.
@@ -389,7 +430,7 @@ func waitDemo(ctx context.Context, edgeReady <-chan struct{}, edgeAddr, key stri
 	}
 }
 
-func printBanner(cfg *config.Config, apiAddr, edgePort, adminAddr, natsURL, key string) {
+func printBanner(cfg *config.Config, apiAddr, edgePort, adminAddr, natsURL, upstream, statePath, key string) {
 	host := demoSlug + "." + cfg.EdgeDomain
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nTollgate dev stack is up.\n\n")
@@ -398,6 +439,7 @@ func printBanner(cfg *config.Config, apiAddr, edgePort, adminAddr, natsURL, key 
 	fmt.Fprintf(&b, "  edge             http://%s:%s\n", host, edgePort)
 	fmt.Fprintf(&b, "  developer portal http://%s/portal/%s/  (the demo tenant's, for its API consumers)\n", apiAddr, demoSlug)
 	fmt.Fprintf(&b, "  edge metrics     http://%s/metrics\n", adminAddr)
+	fmt.Fprintf(&b, "  demo upstream    http://%s          (the demo route's target; TOLLGATE_DEV_UPSTREAM_ADDR moves it)\n", upstream)
 	fmt.Fprintf(&b, "  nats             %s   bucket %s\n", natsURL, cfg.KVBucket())
 	fmt.Fprintf(&b, "  database         %s\n", redactURL(cfg.DatabaseURL))
 	if cfg.SMTPURL != "" {
@@ -420,6 +462,10 @@ func printBanner(cfg *config.Config, apiAddr, edgePort, adminAddr, natsURL, key 
 	fmt.Fprintf(&b, "  export TOLLGATE_ADMIN_TOKEN=%s\n", cfg.AdminToken)
 	fmt.Fprintf(&b, "  curl -s -H \"Authorization: Bearer $TOLLGATE_ADMIN_TOKEN\" http://%s/v1/tenants/demo/routes\n", apiAddr)
 	fmt.Fprintf(&b, "  curl -s -H \"Authorization: Bearer $TOLLGATE_ADMIN_TOKEN\" http://%s/v1/openapi.json\n\n", apiAddr)
+	if statePath != "" {
+		fmt.Fprintf(&b, "The admin token and the demo key stay the same across restarts (kept in %s),\n", statePath)
+		fmt.Fprintf(&b, "and tollgate's other commands (billing, config) find this stack while it runs.\n\n")
+	}
 	fmt.Fprintf(&b, "Ctrl-C stops everything.\n")
 	fmt.Print(b.String())
 }

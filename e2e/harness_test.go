@@ -54,6 +54,8 @@ func TestMain(m *testing.M) {
 
 func runMain(m *testing.M) int {
 	flag.Parse()
+	// The CLI runs of the tests must not find a `tollgate dev` the developer runs.
+	os.Setenv("TOLLGATE_DEV_STATE", "off")
 	root, err := repoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -164,6 +166,9 @@ func startArgv(t *testing.T, name string, argv []string, env []string) *proc {
 	// Admin listeners on any free port unless env names one: several apis and billings
 	// run at once.
 	cmd.Env = append(cmd.Env, "TOLLGATE_API_ADMIN_ADDR=127.0.0.1:0", "TOLLGATE_BILLING_ADMIN_ADDR=127.0.0.1:0")
+	// Nor may dev stacks share the demo upstream's port or the state file in the home
+	// directory, which would also point the tests' CLI runs at a test's stack.
+	cmd.Env = append(cmd.Env, "TOLLGATE_DEV_UPSTREAM_ADDR=127.0.0.1:0", "TOLLGATE_DEV_STATE=off")
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout = io.MultiWriter(p.stdout, p.output)
 	cmd.Stderr = p.output

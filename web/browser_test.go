@@ -134,6 +134,8 @@ func startDev(t *testing.T) *stack {
 		// running at once would fight over them.
 		"TOLLGATE_API_ADMIN_ADDR=127.0.0.1:0",
 		"TOLLGATE_BILLING_ADMIN_ADDR=127.0.0.1:0",
+		"TOLLGATE_DEV_UPSTREAM_ADDR=127.0.0.1:0",
+		"TOLLGATE_DEV_STATE=off",
 		"TOLLGATE_ADMIN_TOKEN="+adminToken,
 		"TOLLGATE_SMTP_URL="+s.mail.URL,
 		"TOLLGATE_PUBLIC_URL="+s.api,

@@ -29,6 +29,7 @@ import (
 	"tollgate/infra/admin"
 	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
+	"tollgate/infra/devstate"
 	"tollgate/infra/natsconn"
 	"tollgate/infra/usage"
 	"tollgate/tenants/postgres"
@@ -87,7 +88,14 @@ func OptionsFromEnv(getenv func(string) string) (Options, *config.Config, error)
 		StripeMeter:         getenv("TOLLGATE_STRIPE_METER"),
 	}
 	if o.NATSURL == "" {
-		o.NATSURL = "nats://127.0.0.1:4222"
+		// A running `tollgate dev` serves its own NATS: its usage is there, not in the
+		// machine's.
+		if dev, ok := devstate.Running(getenv); ok && dev.NATSURL != "" {
+			o.NATSURL = dev.NATSURL
+			fmt.Fprintf(os.Stderr, "tollgate billing: using the running dev stack's NATS at %s (TOLLGATE_NATS_URL names another)\n", dev.NATSURL)
+		} else {
+			o.NATSURL = config.DefaultNATSURL
+		}
 	}
 	return o, cfg, nil
 }

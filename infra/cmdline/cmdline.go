@@ -145,6 +145,8 @@ var Vars = map[string]string{
 	"TOLLGATE_STRIPE_METER":                "Billing Meter id of the subscriptions' usage prices [the event name's]",
 	"TOLLGATE_STRIPE_WEBHOOK_SECRET":       "Stripe webhook signing secret [unset: no webhook served]",
 	"TOLLGATE_BILLING_ADMIN_ADDR":          "/metrics, /healthz, /readyz of billing [127.0.0.1:9090]",
+	"TOLLGATE_DEV_UPSTREAM_ADDR":           "dev's demo upstream, which the demo route calls [127.0.0.1:8090]",
+	"TOLLGATE_DEV_STATE":                   "dev's admin token and demo key, kept across restarts [~/.local/state/tollgate/dev.json; off]",
 	"TOLLGATE_DB_TIMEOUT":                  "bound of one database call [5s]",
 	"TOLLGATE_OTEL_ENDPOINT":               "OTLP/HTTP trace collector [unset: no spans]",
 	"TOLLGATE_LOG_LEVEL":                   "debug, info, warn or error [info]",

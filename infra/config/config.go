@@ -67,6 +67,7 @@ type Config struct {
 	NATSTLSKey       string // TOLLGATE_NATS_TLS_KEY
 	APIAdminAddr     string // TOLLGATE_API_ADMIN_ADDR [127.0.0.1:9080: /metrics, /healthz, /readyz of the api]
 	BillingAdminAddr string // TOLLGATE_BILLING_ADMIN_ADDR [127.0.0.1:9090: the same for billing]
+	DevUpstreamAddr  string // TOLLGATE_DEV_UPSTREAM_ADDR [127.0.0.1:8090: dev's demo upstream]
 	// Trust: mail, DNS proofs and the edge's shared cache.
 	SMTPURL        string // TOLLGATE_SMTP_URL [unset: mail is logged with its links, not sent]
 	SMTPFrom       string // TOLLGATE_SMTP_FROM [Tollgate <no-reply@<edge domain>>]
@@ -173,6 +174,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		NATSTLSKey:       getenv("TOLLGATE_NATS_TLS_KEY"),
 		APIAdminAddr:     get("TOLLGATE_API_ADMIN_ADDR", "127.0.0.1:9080"),
 		BillingAdminAddr: get("TOLLGATE_BILLING_ADMIN_ADDR", "127.0.0.1:9090"),
+		DevUpstreamAddr:  get("TOLLGATE_DEV_UPSTREAM_ADDR", "127.0.0.1:8090"),
 
 		SMTPURL:        getenv("TOLLGATE_SMTP_URL"),
 		SMTPFrom:       getenv("TOLLGATE_SMTP_FROM"),
@@ -316,6 +318,7 @@ func (c *Config) fleet(getenv func(string) string) error {
 	}
 	for _, a := range []struct{ name, v string }{
 		{"TOLLGATE_API_ADMIN_ADDR", c.APIAdminAddr}, {"TOLLGATE_BILLING_ADMIN_ADDR", c.BillingAdminAddr},
+		{"TOLLGATE_DEV_UPSTREAM_ADDR", c.DevUpstreamAddr},
 	} {
 		if _, _, err := net.SplitHostPort(a.v); err != nil {
 			return fmt.Errorf("%s: %q is not host:port", a.name, a.v)
