@@ -95,7 +95,7 @@ func Dev(ctx context.Context, _ []string) error {
 		return err
 	}
 	defer s.close()
-	if err := waitDemo(ctx, s.edgeReady, ports.edge.Addr().String(), key); err != nil {
+	if err := waitDemo(ctx, s.edgeReady, ports.edge.Addr().String()); err != nil {
 		log.Warn("demo route not served yet", "err", err)
 	}
 	state.PID, state.APIURL, state.NATSURL = os.Getpid(), "http://"+ports.api.Addr().String(), ""
@@ -308,30 +308,6 @@ func seedDemo(ctx context.Context, cp *controlPlane, upstreamAddr, keep string) 
 	if err != nil {
 		return "", err
 	}
-	want := tenants.Route{
-		TenantID: t.ID,
-		Name:     demoRoute,
-		Paths:    []string{"/hello"},
-		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "http://" + upstreamAddr, Weight: 1}}},
-		Auth:     tenants.AuthKey,
-		// Shows the RateLimit-* headers without getting in the way of trying things.
-		RateLimit: &tenants.RateLimit{RPS: 100, Burst: 200},
-	}
-	r, err := findByName(ctx, demoRoute, func(p tenants.Page) ([]*tenants.Route, string, error) { return db.ListRoutes(ctx, t.ID, p) },
-		func(r *tenants.Route) string { return r.Name })
-	if err != nil {
-		return "", err
-	}
-	if r == nil {
-		if err := db.CreateRoute(ctx, &want); err != nil {
-			return "", err
-		}
-	} else {
-		want.ID, want.Version = r.ID, r.Version
-		if err := db.UpdateRoute(ctx, &want); err != nil {
-			return "", err
-		}
-	}
 	c, err := findByName(ctx, demoConsumer, func(p tenants.Page) ([]*tenants.Consumer, string, error) { return db.ListConsumers(ctx, t.ID, p) },
 		func(c *tenants.Consumer) string { return c.Name })
 	if err != nil {
@@ -362,6 +338,33 @@ func seedDemo(ctx context.Context, cp *controlPlane, upstreamAddr, keep string) 
 		var hash, prefix string
 		plain, hash, prefix = tenants.NewSecret(tenants.KeyPrefix)
 		if err := db.CreateKey(ctx, &tenants.Key{TenantID: t.ID, ConsumerID: c.ID, Hash: hash, Prefix: prefix, Label: "tollgate dev"}); err != nil {
+			return "", err
+		}
+	}
+	// The route is written last: an edge that serves its new version has the consumer's
+	// key too (entries reach the edges in the order they were written), which is what
+	// waitDemo relies on.
+	want := tenants.Route{
+		TenantID: t.ID,
+		Name:     demoRoute,
+		Paths:    []string{"/hello"},
+		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "http://" + upstreamAddr, Weight: 1}}},
+		Auth:     tenants.AuthKey,
+		// Shows the RateLimit-* headers without getting in the way of trying things.
+		RateLimit: &tenants.RateLimit{RPS: 100, Burst: 200},
+	}
+	r, err := findByName(ctx, demoRoute, func(p tenants.Page) ([]*tenants.Route, string, error) { return db.ListRoutes(ctx, t.ID, p) },
+		func(r *tenants.Route) string { return r.Name })
+	if err != nil {
+		return "", err
+	}
+	if r == nil {
+		if err := db.CreateRoute(ctx, &want); err != nil {
+			return "", err
+		}
+	} else {
+		want.ID, want.Version = r.ID, r.Version
+		if err := db.UpdateRoute(ctx, &want); err != nil {
 			return "", err
 		}
 	}
@@ -397,9 +400,11 @@ func findByName[T any](ctx context.Context, name string, list func(tenants.Page)
 	}
 }
 
-// waitDemo waits until the edge answers the demo route with the demo key, so the printed
-// curl lines work the moment they appear.
-func waitDemo(ctx context.Context, edgeReady <-chan struct{}, edgeAddr, key string) error {
+// waitDemo waits until the edge serves the demo route, so the printed curl lines work the
+// moment they appear. It calls with a key that is not valid: the edge's own 401 says the
+// route (written after the demo key) is live, and, unlike a call the upstream answers, is
+// not billable: the demo tenant's usage starts with the newcomer's first call.
+func waitDemo(ctx context.Context, edgeReady <-chan struct{}, edgeAddr string) error {
 	select {
 	case <-edgeReady:
 	case <-time.After(30 * time.Second):
@@ -412,11 +417,11 @@ func waitDemo(ctx context.Context, edgeReady <-chan struct{}, edgeAddr, key stri
 	for {
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+edgeAddr+"/hello", nil)
 		req.Host = demoSlug + ".localhost"
-		req.Header.Set("X-API-Key", key)
+		req.Header.Set("X-API-Key", tenants.KeyPrefix+"dev_start_probe")
 		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusUnauthorized {
 				return nil
 			}
 		}
