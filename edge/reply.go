@@ -3,6 +3,7 @@ package edge
 import (
 	"encoding/json"
 
+	"tollgate/edge/grpcweb"
 	"tollgate/edge/routing"
 	"tollgate/tenants"
 )
@@ -30,7 +31,7 @@ func newReply(code, message string) *reply {
 	p = append(p, m...)
 	p = append(p, `,"request_id":"`...)
 	return &reply{status: tenants.Status(code), code: code, prefix: p,
-		grpcMsg: grpcPercentEncode(message), codeHdr: []byte(code)}
+		grpcMsg: grpcweb.AppendPercentEncoded(nil, message), codeHdr: []byte(code)}
 }
 
 // The edge's own answers. Messages tell a client what to fix without naming internals.

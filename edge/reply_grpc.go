@@ -123,19 +123,3 @@ func grpcContentType(ct []byte) []byte {
 	}
 	return nil
 }
-
-// grpcPercentEncode is message as Grpc-Message carries it: bytes outside printable
-// ASCII, and '%', as %XX (the gRPC over HTTP/2 protocol, "Percent-Encoded").
-func grpcPercentEncode(message string) []byte {
-	const hex = "0123456789ABCDEF"
-	b := make([]byte, 0, len(message))
-	for i := 0; i < len(message); i++ {
-		c := message[i]
-		if c < 0x20 || c > 0x7e || c == '%' {
-			b = append(b, '%', hex[c>>4], hex[c&0xf])
-			continue
-		}
-		b = append(b, c)
-	}
-	return b
-}

@@ -51,20 +51,6 @@ func TestGRPCCode(t *testing.T) {
 	}
 }
 
-func TestGRPCPercentEncode(t *testing.T) {
-	for in, want := range map[string]string{
-		"plain text; with: punctuation": "plain text; with: punctuation",
-		"100% sure":                     "100%25 sure",
-		"line\nbreak\ttab":              "line%0Abreak%09tab",
-		"café ✓":                        "caf%C3%A9 %E2%9C%93",
-		"\x7f~":                         "%7F~",
-	} {
-		if got := string(grpcPercentEncode(in)); got != want {
-			t.Errorf("grpcPercentEncode(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // BenchmarkFail is the edge answering one of its refusals: the JSON envelope (what every
 // non-gRPC request pays, the Content-Type check included) and the gRPC status.
 func BenchmarkFail(b *testing.B) {
