@@ -1,6 +1,8 @@
 package edge
 
 import (
+	"strconv"
+
 	"tollgate/edge/routing"
 )
 
@@ -48,13 +50,9 @@ func grpcCode(status int) int {
 }
 
 // grpcStatusText is each code's Grpc-Status value, spelled once.
-var grpcStatusText = func() (t [17][]byte) {
+var grpcStatusText = func() (t [grpcUnauthenticated + 1][]byte) {
 	for i := range t {
-		if i < 10 {
-			t[i] = []byte{byte('0' + i)}
-		} else {
-			t[i] = []byte{'1', byte('0' + i - 10)}
-		}
+		t[i] = []byte(strconv.Itoa(i))
 	}
 	return t
 }()
