@@ -123,6 +123,16 @@ func validRequestID(b []byte) bool {
 	return true
 }
 
+// status is the request's status as the edge counts it (metrics, metering, access log,
+// trace): the refusal's own when the edge refused, which a gRPC caller receives as 200
+// with a Grpc-Status (reply_grpc.go), else the answer's.
+func (x *exchange) status() int {
+	if x.reply != nil {
+		return x.reply.status
+	}
+	return x.ctx.Response.StatusCode()
+}
+
 // bodySizes are the body bytes of x for the bytes counters: what the metered reader
 // counted on a metered route, else the declared Content-Length; the response body's
 // length, or its declared length when it is streamed (the exact count of a streamed body

@@ -176,7 +176,7 @@ func (e *Edge) refuse(ctx *fasthttp.RequestCtx, r *reply) {
 	x.rm = e.labels.NoTenant
 	x.fail(r)
 	ctx.Response.Header.SetCanonical(hdrRequestID, x.reqID)
-	x.rm.Observe(ctx.Response.StatusCode(), 0)
+	x.rm.Observe(x.status(), 0)
 	x.reset()
 	exchangePool.Put(x)
 }

@@ -3,16 +3,20 @@ package edge
 import (
 	"encoding/json"
 
+	"tollgate/edge/grpcweb"
 	"tollgate/edge/routing"
 	"tollgate/tenants"
 )
 
 // reply is an error the edge itself answers with, rendered once at start: the body is
-// prefix + request id + `"}}`, so sending one costs two appends.
+// prefix + request id + `"}}`, so sending one costs two appends, and a gRPC caller's
+// Grpc-Message is ready too.
 type reply struct {
-	status int
-	code   string
-	prefix []byte // {"error":{"code":"…","message":"…","request_id":"
+	status  int
+	code    string
+	prefix  []byte // {"error":{"code":"…","message":"…","request_id":"
+	grpcMsg []byte // the message, percent-encoded for Grpc-Message
+	codeHdr []byte // the code, for X-Tollgate-Error
 }
 
 var replySuffix = []byte(`"}}`)
@@ -26,7 +30,8 @@ func newReply(code, message string) *reply {
 	p = append(p, `,"message":`...)
 	p = append(p, m...)
 	p = append(p, `,"request_id":"`...)
-	return &reply{status: tenants.Status(code), code: code, prefix: p}
+	return &reply{status: tenants.Status(code), code: code, prefix: p,
+		grpcMsg: grpcweb.AppendPercentEncoded(nil, message), codeHdr: []byte(code)}
 }
 
 // The edge's own answers. Messages tell a client what to fix without naming internals.
@@ -62,11 +67,16 @@ var pathReplies = map[routing.PathError]*reply{
 	routing.ErrPathAboveRoot:    newReply(tenants.EInvalidRequest, string(routing.ErrPathAboveRoot)),
 }
 
-// fail answers the request with one of the edge's own errors.
+// fail answers the request with one of the edge's own errors: the JSON envelope, or for
+// a gRPC caller, which reads no body from a failed call, a gRPC status (grpcFail).
 func (x *exchange) fail(r *reply) {
 	x.reply = r
 	resp := &x.ctx.Response
 	resp.Reset()
+	if ct := grpcContentType(x.ctx.Request.Header.ContentType()); ct != nil {
+		x.grpcFail(r, ct)
+		return
+	}
 	resp.SetStatusCode(r.status)
 	resp.Header.SetContentTypeBytes(contentTypeJSON)
 	resp.AppendBody(r.prefix)

@@ -106,7 +106,7 @@ func (e *Edge) finish(x *exchange) {
 		conn.LingerClose(x.ctx.Conn())
 	}
 	resp.Header.SetCanonical(hdrRequestID, x.reqID)
-	status := resp.StatusCode()
+	status := x.status()
 	d := time.Since(x.ctx.Time())
 	x.rm.Observe(status, d)
 	in, out := x.bodySizes(status)
