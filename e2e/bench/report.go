@@ -30,6 +30,7 @@ type report struct {
 	cmp    *compareResult // -compare (compare_run.go)
 	rounds []roundMeasure // the sweep's rounds, every measurement (rounds.go)
 	tail   *tailReport    // the tail scenario (tail.go)
+	h2load bool           // an HTTP/2 scenario ran: h2load's version goes with the tools
 }
 
 func newReport(b *bench) *report { return &report{b: b, start: time.Now()} }
@@ -48,6 +49,9 @@ func (r *report) describeTools() {
 		fmt.Sprintf("%d CPUs, Linux %s, %s", runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version()),
 		firstLine(harness.NginxBin(), "-v"),
 		firstLine("wrk", "-v"),
+	}
+	if r.h2load {
+		r.tools = append(r.tools, h2loadVersion())
 	}
 	if r.b.NginxForward {
 		r.tools = append(r.tools, "nginx adds X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id towards the upstream and returns X-Request-Id, as Tollgate does (-nginx-forward=false: bare proxy_pass)")
@@ -84,6 +88,7 @@ func (r *report) markdown() string {
 		s.WriteString("\n")
 	} else {
 		r.perfNotes(&s)
+		r.h2Markdown(&s)
 		r.roundsMarkdown(&s)
 		s.WriteString("## Proxy scenarios\n\n")
 		s.WriteString("procs = GOMAXPROCS for Tollgate, worker processes for nginx. Ratios are to nginx in the same sweep (µs/req: lower is better); ")
