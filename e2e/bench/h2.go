@@ -262,15 +262,18 @@ type h2loadSummary struct {
 	meanUS                               float64 // "time for request" mean
 }
 
-// loadResult is the summary in wrk's shape, so that the report treats both alike: every
-// answer counts as a request, 4xx and 5xx as status errors, streams without an answer
-// (reset, connection lost) as read errors and timed out ones as timeouts. h2load gives no
-// percentiles: P50 and P99 stay 0 (shown as "-").
+// loadResult is the summary in wrk's shape, so that the report treats both alike. h2load
+// counts as done the streams it finished, as succeeded those answered 2xx or 3xx, as
+// failed the rest, and as errored the failed ones without an answer (reset, connection
+// lost, timed out): so every answered stream is a request, the failed ones with an answer
+// are status errors, and the errored ones read errors or timeouts. Its "status codes" line
+// is not used for the count: it includes answers whose streams the end of the window cut
+// off. h2load gives no percentiles: P50 and P99 stay 0 (shown as "-").
 func (s h2loadSummary) loadResult() loadResult {
 	return loadResult{
-		Requests:   s.status2xx + s.status3xx + s.status4xx + s.st5,
+		Requests:   s.done - s.errored,
 		DurationUS: int64(s.seconds * 1e6),
-		Status:     s.status4xx + s.st5,
+		Status:     s.failed - s.errored,
 		Read:       max(0, s.errored-s.timeout),
 		Timeout:    s.timeout,
 	}
