@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -366,12 +367,18 @@ func (r *report) h2Markdown(s *strings.Builder) {
 		return
 	}
 	s.WriteString("## HTTP/2 targets\n\n")
-	fmt.Fprintf(s, "h2load (nghttp2), %d connections × %d concurrent streams (-h2-conns, -h2-streams), one thread on CPU %s; its warm-up a run of its own before the window. "+
-		"S1h2: S1's plain proxy over TLS 1.3 with ALPN h2, HTTP/1.1 to the upstream. "+
-		"S1grpc: unary grpc.health.v1.Health/Check calls over h2c, HTTP/2 to a grpc-go health server on CPU %s (nginx: grpc_pass with keepalive 64; Tollgate: upstream.protocol h2); "+
-		"each gateway's gRPC answer was checked SERVING by a gRPC client before measuring, since h2load reads no trailers. "+
-		"The figure is the median over the rounds used of each round's Tollgate ÷ nginx CPU µs per request (below 1: Tollgate spends less); "+
-		"target met when that median is at most the target. h2load reports no latency percentiles.\n\n", r.b.h2.conns, r.b.h2.streams, r.b.LoadCPUs, r.b.LoadCPUs)
+	fmt.Fprintf(s, "h2load (nghttp2), %d connections × %d concurrent streams (-h2-conns, -h2-streams), one thread on CPU %s; its warm-up a run of its own before the window. ",
+		r.b.h2.conns, r.b.h2.streams, r.b.LoadCPUs)
+	if slices.ContainsFunc(rows, func(row string) bool { return strings.HasPrefix(row, "| S1h2 ") }) {
+		s.WriteString("S1h2: S1's plain proxy over TLS 1.3 with ALPN h2, HTTP/1.1 to the upstream. ")
+	}
+	if slices.ContainsFunc(rows, func(row string) bool { return strings.HasPrefix(row, "| S1grpc ") }) {
+		fmt.Fprintf(s, "S1grpc: unary grpc.health.v1.Health/Check calls over h2c, HTTP/2 to a grpc-go health server on CPU %s "+
+			"(nginx: grpc_pass with keepalive 64; Tollgate: upstream.protocol h2); each gateway's answer was checked SERVING by a gRPC client "+
+			"before measuring, since h2load reads no trailers. ", r.b.LoadCPUs)
+	}
+	s.WriteString("The figure is the median over the rounds used of each round's Tollgate ÷ nginx CPU µs per request (below 1: Tollgate spends less); " +
+		"the target is met when that median is at most the target. h2load reports no latency percentiles.\n\n")
 	s.WriteString("| scenario | procs | target T÷N | µs/req T÷N median | min–max | Q1–Q3 | 95% CI of the median | rounds used | Tollgate µs/req | nginx µs/req | QPS T÷N | target |\n")
 	s.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, row := range rows {
