@@ -122,9 +122,18 @@ func TestH2Markdown(t *testing.T) {
 		"| S1h2 | 1 | ≤ 1.00 | 0.970 | 0.900–1.200 |",
 		"| S1grpc | 1 | ≤ 1.10 | 1.200 | 1.000–1.300 |",
 		"| 5 of 5 | 29.10 | 30.00 |", "| met |", "| missed |")
-	if strings.Contains(md, "| S1 |") {
-		t.Errorf("S1 in the HTTP/2 targets:\n%s", md)
+	if strings.Contains(md, "| S1 |") || strings.Contains(md, "with the flagged ones") {
+		t.Errorf("S1, or a note on flagged rounds, in the HTTP/2 targets:\n%s", md)
 	}
+
+	// Every round flagged: no figure, and what all rounds say beside it.
+	for i := range r.rounds {
+		r.rounds[i].why = "gateway busy 0.40 < 0.90"
+	}
+	s.Reset()
+	r.h2Markdown(&s)
+	reportHas(t, s.String(), "| 0 of 5 |", "| no round used |",
+		"- S1h2 at 1 proc(s), all 5 rounds with the flagged ones (not a figure to quote): µs/req T÷N median 0.970 (0.900–1.200)")
 }
 
 func readTestdata(t *testing.T, name string) string {
