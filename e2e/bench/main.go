@@ -7,6 +7,7 @@
 //	go run ./e2e/bench [-scenarios S1,S2,S2j,S4r,config,rss10k] [-duration 10s] [-cores 1,2] [-rounds 5] [-out bench-results.md]
 //	go run ./e2e/bench -scenarios S1,S2,S2j,S4r -cores 1 -duration 5s -rounds 5   (README, "Performance")
 //	go run ./e2e/bench -scenarios S3,S4,S5,S6,S9 -cores 1 -duration 5s
+//	go run ./e2e/bench -scenarios S1h2,S1grpc -gateways nginx,tollgate -cores 1 -rounds 5 -duration 5s   (HTTP/2, h2.go)
 //	go tool task bench -- -duration 3s -scenarios S1
 //	go run ./e2e/bench -scenarios soak -duration 30m -out soak.md
 //	go run ./e2e/bench -compare HEAD~1 -scenarios S1,S2 -cores 1   (another revision against the working tree, compare.go)

@@ -193,7 +193,7 @@ func (r *report) perfNotes(s *strings.Builder) {
 		"the gateway on CPU 0 (1 proc) or CPUs 0-%d; nginx proxy: upstream keepalive 64, HTTP/1.1, access_log off\n",
 		r.b.threads, r.b.conns, r.b.duration, r.b.warmup, r.b.LoadCPUs, runtime.NumCPU()-1)
 	fmt.Fprintf(s, "- CPU µs/req: the run time of every thread of the gateway's process group (/proc/PID/task/*/schedstat, in ns; "+
-		"utime+stime from /proc/PID/stat, CLK_TCK %d, where a thread ended meanwhile) over the window ÷ requests wrk completed; "+
+		"utime+stime from /proc/PID/stat, CLK_TCK %d, where a thread ended meanwhile) over the window ÷ requests the load generator completed; "+
 		"busy = CPU seconds ÷ wall seconds\n", r.b.tick)
 	s.WriteString("- every gateway holds the config of all the sweep's scenarios at once (S4r's routes live in their own tenant/virtual host)\n")
 	if r.find("S9", "tollgate", r.b.cores[0]) != nil || r.find("S9", "nginx", r.b.cores[0]) != nil {

@@ -202,27 +202,27 @@ func (b *Env) StartProxyOn(ctx context.Context, port int, ls ProxyListeners, upP
 	if b.GRPCPort != 0 {
 		fmt.Fprintf(&s, "\tupstream bench_grpc {\n\t\tserver 127.0.0.1:%d;\n\t\tkeepalive 64;\n\t\tkeepalive_requests 1000000;\n\t}\n", b.GRPCPort)
 	}
-	tlsListen := ""
+	listens := "" // every listener but the plain port's, on every server
 	if tlsPort != 0 || ls.H2TLS != 0 {
 		// Same certificate (ECDSA P-256) and protocol as the edge's TLS listener.
 		fmt.Fprintf(&s, "\tssl_certificate %s;\n\tssl_certificate_key %s;\n\tssl_protocols TLSv1.3;\n", b.TLSCert, b.TLSKey)
 	}
 	if tlsPort != 0 {
-		tlsListen = fmt.Sprintf("\t\tlisten 127.0.0.1:%d ssl;\n", tlsPort)
+		listens = fmt.Sprintf("\t\tlisten 127.0.0.1:%d ssl;\n", tlsPort)
 	}
 	if ls.H2TLS != 0 {
-		tlsListen += fmt.Sprintf("\t\tlisten 127.0.0.1:%d ssl http2;\n", ls.H2TLS)
+		listens += fmt.Sprintf("\t\tlisten 127.0.0.1:%d ssl http2;\n", ls.H2TLS)
 	}
 	if ls.H2C != 0 {
-		tlsListen += fmt.Sprintf("\t\tlisten 127.0.0.1:%d http2;\n", ls.H2C)
+		listens += fmt.Sprintf("\t\tlisten 127.0.0.1:%d http2;\n", ls.H2C)
 	}
 	fmt.Fprintf(&s, `	server {
 		listen 127.0.0.1:%d default_server backlog=4096;
 %s		location / { default_type application/json; return 404 '{"error":{"code":"route_not_found"}}'; }
 	}
-`, port, strings.ReplaceAll(tlsListen, ";\n", " default_server backlog=4096;\n"))
+`, port, strings.ReplaceAll(listens, ";\n", " default_server backlog=4096;\n"))
 	for _, site := range sites {
-		fmt.Fprintf(&s, "\tserver {\n\t\tlisten 127.0.0.1:%d;\n%s\t\tserver_name %s;\n", port, tlsListen, site.Host)
+		fmt.Fprintf(&s, "\tserver {\n\t\tlisten 127.0.0.1:%d;\n%s\t\tserver_name %s;\n", port, listens, site.Host)
 		for _, l := range site.Locs {
 			fmt.Fprintf(&s, "\t\tlocation %s {\n", l.Path)
 			if l.WS {
