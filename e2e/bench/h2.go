@@ -44,8 +44,8 @@ import (
 // h2Scenarios are the scenarios h2load drives; they run in the sweep only (not -compare).
 var h2Scenarios = []string{"S1h2", "S1grpc"}
 
-// h2Targets are the HTTP/2 scenarios' targets: Tollgate ÷ nginx CPU per request at most
-// this. gRPC allows a little more: nginx passes each call on without looking at it.
+// h2Targets are the targets the HTTP/2 scenarios are held to: Tollgate ÷ nginx CPU per
+// request at most this (the report says whether the median of the rounds meets it).
 var h2Targets = map[string]float64{"S1h2": 1.0, "S1grpc": 1.1}
 
 const (
@@ -71,7 +71,7 @@ func (h *h2Settings) check() error {
 	return nil
 }
 
-func isH2(s string) bool { return s == "S1h2" || s == "S1grpc" }
+func isH2(s string) bool { return slices.Contains(h2Scenarios, s) }
 
 // h2PerfScenario is S1h2 or S1grpc as a proxy scenario.
 func h2PerfScenario(id string) *perfScenario {
@@ -126,8 +126,8 @@ func (b *bench) startGRPCUpstream(ctx context.Context) error {
 	return nil
 }
 
-// runGRPCHealth is the gRPC upstream's main: grpc-go's health service, every service
-// SERVING, until killed.
+// runGRPCHealth is the gRPC upstream's main: grpc-go's health service, whose overall
+// status (service "", what the empty request asks for) is SERVING, until killed.
 func runGRPCHealth(addr string) int {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
