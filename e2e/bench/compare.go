@@ -70,6 +70,9 @@ func (c *compareSettings) setup(b *bench, scs []string) ([]string, error) {
 		scs = compareDefaultScenarios
 	}
 	for _, s := range scs {
+		if isH2(s) {
+			return nil, fmt.Errorf("-compare: %s is measured in the sweep only, beside nginx", s)
+		}
 		if !isPerf(s) {
 			return nil, fmt.Errorf("-compare: %s is not a proxy scenario (S1, S1f, S1h, S2, S2hmac, S2j, S2l, S2x, S2a, S3, S4, S4r, S5, S6, S9)", s)
 		}

@@ -7,6 +7,7 @@
 //	go run ./e2e/bench [-scenarios S1,S2,S2j,S4r,config,rss10k] [-duration 10s] [-cores 1,2] [-rounds 5] [-out bench-results.md]
 //	go run ./e2e/bench -scenarios S1,S2,S2j,S4r -cores 1 -duration 5s -rounds 5   (README, "Performance")
 //	go run ./e2e/bench -scenarios S3,S4,S5,S6,S9 -cores 1 -duration 5s
+//	go run ./e2e/bench -scenarios S1h2,S1grpc -gateways nginx,tollgate -cores 1 -rounds 5 -duration 5s   (HTTP/2, h2.go)
 //	go tool task bench -- -duration 3s -scenarios S1
 //	go run ./e2e/bench -scenarios soak -duration 30m -out soak.md
 //	go run ./e2e/bench -compare HEAD~1 -scenarios S1,S2 -cores 1   (another revision against the working tree, compare.go)
@@ -77,6 +78,7 @@ type bench struct {
 	rnd   roundSettings   // -rounds: interleaved rounds of the request scenarios, for the sweep and -compare (rounds.go)
 	scale scaleSettings   // rss10k, hotupdate and cold (scale.go)
 	tail  tailSettings    // the tail scenario's flags (tail.go)
+	h2    h2Settings      // S1h2 and S1grpc's h2load flags (h2.go)
 }
 
 func main() {
@@ -85,6 +87,9 @@ func main() {
 	}
 	if addr := os.Getenv("TOLLGATE_BENCH_WSECHO"); addr != "" {
 		os.Exit(wsload.RunEcho(addr)) // S6's upstream (e2e/bench/wsload)
+	}
+	if addr := os.Getenv("TOLLGATE_BENCH_GRPC"); addr != "" {
+		os.Exit(runGRPCHealth(addr)) // S1grpc's upstream (h2.go)
 	}
 	os.Exit(run())
 }
@@ -95,6 +100,7 @@ func run() int {
 		scenarios = flag.String("scenarios", "S1,S2,S2j,S4r,config,rss10k", "comma-separated: S1 (1 route), S1f/S1h (S1 + a no-op / header-adding proxy-wasm filter), S2 (key auth), S2hmac (HMAC signature auth as a filter), S2j (JWT RS256 + policy + rate limit), S2l/S2x/S2a (key auth + a never-reached limit: local, exact, approximate), "+
 			"S3 (1 KB JSON POST rewritten, with its plain-POST baseline S3b), S4 (5% canary: split counted at the upstreams), S4r (many routes, hit one), S5 (1 MiB responses: CPU and peak RSS), "+
 			"S6 (-ws-conns WebSocket tunnels: RSS per tunnel, CPU per message), S7 (burst 10× for 1 s), S9 (TLS 1.3: keep-alive and a handshake per request, with the plain baseline S9p), "+
+			"S1h2 (S1 over TLS with ALPN h2, h2load), S1grpc (gRPC Health/Check over h2c to a gRPC upstream, h2load; Tollgate needs upstream.protocol h2), "+
 			"noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with -rss-routes routes), "+
 			"hotupdate (a route changed under load with -hot-routes routes over -hot-tenants tenants: 200 → new upstream, failed calls, RSS), cold (a fresh edge started from a bucket of -cold-routes routes), "+
 			"tail (S1's latency at fixed open-loop rates of nginx's maximum, nginx and Tollgate interleaved: p50/p99/p99.9; -tail-*), soak (-duration of mixed traffic, route changes and key rotations through api, billing and a metered edge: drift, and billed = served; -duration defaults to 10m for it)")
@@ -134,6 +140,7 @@ func run() int {
 	b.rnd.register(flag.CommandLine)
 	b.scale.register(flag.CommandLine)
 	b.tail.register(flag.CommandLine)
+	b.h2.register(flag.CommandLine)
 	flag.Parse()
 	b.EdgeEnv = edgeEnvList()
 	var terr error
@@ -160,11 +167,14 @@ func run() int {
 	}
 	scs := splitList(*scenarios)
 	for _, s := range scs {
-		if !slices.Contains([]string{"S1", "S1f", "S1h", "S2hmac", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "noisy", "config", "rss10k", "hotupdate", "cold", "soak", "tail"}, s) {
+		if !slices.Contains([]string{"S1", "S1f", "S1h", "S2hmac", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "S1h2", "S1grpc", "noisy", "config", "rss10k", "hotupdate", "cold", "soak", "tail"}, s) {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
 	if err := b.rnd.check(); err != nil {
+		return fail(err)
+	}
+	if err := b.h2.check(); err != nil {
 		return fail(err)
 	}
 	scs, cerr := b.cmp.setup(b, scs) // -compare's scenarios and gateways (compare.go)
@@ -285,6 +295,12 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 	if err := harness.EnsureTools(); err != nil {
 		return nil, err
 	}
+	if slices.ContainsFunc(scs, isH2) {
+		if err := harness.EnsureH2load(); err != nil {
+			return nil, err
+		}
+		rep.h2load = true
+	}
 	rep.describeTools()
 	needTollgate := b.has("tollgate")
 	if !needTollgate {
@@ -370,7 +386,7 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 }
 
 func isPerf(s string) bool {
-	return slices.Contains([]string{"S1", "S2", "S2j", "S3", "S4", "S4r", "S5", "S6", "S9"}, s) || isFlowPerf(s) || slices.Contains(functionScenarios, s)
+	return slices.Contains([]string{"S1", "S2", "S2j", "S3", "S4", "S4r", "S5", "S6", "S9"}, s) || isFlowPerf(s) || slices.Contains(functionScenarios, s) || isH2(s)
 }
 
 // checkServices fails early, with the remedy, when Postgres or NATS is not there.

@@ -26,8 +26,10 @@ type perfScenario struct {
 	method   string // S3: POST, with body
 	body     string
 	upstream string // the nginx upstream block (S4's weighted split); empty: bench_upstream
-	loader   string // "" wrk; "go": the bench's own closed-loop client (S9, load.go)
-	tls      bool   // S9, S9h: over the gateways' TLS listeners
+	loader   string // "" wrk; "go": the bench's own closed-loop client (S9, load.go); "h2load": S1h2, S1grpc (h2.go)
+	tls      bool   // S9, S9h, S1h2: over the gateways' TLS listeners
+	h2       bool   // S1h2, S1grpc: HTTP/2 from the client (h2.go), on nginx's HTTP/2 ports
+	grpc     bool   // S1grpc: gRPC calls to the gRPC upstream
 	newConn  bool   // S9h: a new connection, and so a full TLS handshake, per request
 	ws       bool   // S6: WebSocket tunnels, measured by measureWS rather than as requests
 	half     bool   // S3b, S9p, S9h: measured over half the window (at least 2 s), so S3 and S9 stay well under a minute
@@ -81,6 +83,8 @@ func buildPerfScenarios(b *bench, ids []string) []*perfScenario {
 			out = append(out, flowPerfScenario(id))
 		case "S1f", "S1h", "S2hmac":
 			out = append(out, functionPerfScenario(id)) // functions.go
+		case "S1h2", "S1grpc":
+			out = append(out, h2PerfScenario(id)) // h2.go
 		case "S3":
 			// The transform's baseline first: the same POST through a plain route.
 			out = append(out,
@@ -139,7 +143,7 @@ func proxySites(scs []*perfScenario) []harness.ProxySite {
 			if slices.ContainsFunc(sites[i].Locs, func(l harness.ProxyLoc) bool { return l.Path == p }) {
 				continue // S9's three scenarios share one location
 			}
-			loc := harness.ProxyLoc{Path: p, Key: sc.key, Limit: sc.limit, Upstream: sc.upstream, WS: sc.ws}
+			loc := harness.ProxyLoc{Path: p, Key: sc.key, Limit: sc.limit, Upstream: sc.upstream, WS: sc.ws, GRPC: sc.grpc}
 			if sc.jwt != nil {
 				loc.Authz = "Bearer " + sc.jwt.Token
 			}
@@ -212,6 +216,10 @@ func (b *bench) configureTollgate(ctx context.Context, s *harness.Stack, upURL s
 			if err := b.configureFunctionScenario(ctx, s, slug, upURL, sc); err != nil {
 				return err
 			}
+		case "S1h2", "S1grpc":
+			if err := b.configureH2Scenario(ctx, s, slug, upURL, sc); err != nil {
+				return err
+			}
 		case "S3b":
 			if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody("s3-plain", sc.hit, upURL, "none", false), nil); err != nil {
 				return err
@@ -280,25 +288,40 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 		}
 	}
 
-	withTLS := slices.Contains(ids, "S9")
+	withS1h2, withGRPC := slices.Contains(ids, "S1h2"), slices.Contains(ids, "S1grpc")
+	withTLS := slices.Contains(ids, "S9") || withS1h2 // the edge's one TLS listener serves both
 	for _, procs := range b.cores {
 		cpus := gatewayCPUs(procs)
 		targets := map[string]*harness.Proc{}
 		bases := map[string]string{}
 		tlsAddrs := map[string]string{}
+		h2Addrs := map[string]map[bool]string{} // gateway → TLS (S1h2) or h2c (S1grpc) → host:port
 		if b.has("nginx") {
 			port, err := harness.FreePort()
 			if err != nil {
 				return err
 			}
-			tlsPort := 0
-			if withTLS {
-				if tlsPort, err = harness.FreePort(); err != nil {
+			var ls harness.ProxyListeners
+			if slices.Contains(ids, "S9") {
+				if ls.TLS, err = harness.FreePort(); err != nil {
 					return err
 				}
-				tlsAddrs["nginx"] = fmt.Sprintf("127.0.0.1:%d", tlsPort)
+				tlsAddrs["nginx"] = fmt.Sprintf("127.0.0.1:%d", ls.TLS)
 			}
-			p, err := b.StartProxy(ctx, port, tlsPort, upPort, procs, cpus, proxySites(scs))
+			h2Addrs["nginx"] = map[bool]string{}
+			if withS1h2 {
+				if ls.H2TLS, err = harness.FreePort(); err != nil {
+					return err
+				}
+				h2Addrs["nginx"][true] = fmt.Sprintf("127.0.0.1:%d", ls.H2TLS)
+			}
+			if withGRPC {
+				if ls.H2C, err = harness.FreePort(); err != nil {
+					return err
+				}
+				h2Addrs["nginx"][false] = fmt.Sprintf("127.0.0.1:%d", ls.H2C)
+			}
+			p, err := b.StartProxyOn(ctx, port, ls, upPort, procs, cpus, proxySites(scs))
 			if err != nil {
 				return err
 			}
@@ -321,10 +344,19 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 			}
 			edgeEnv = extra
 			targets["tollgate"], bases["tollgate"] = st.Edge, "http://"+st.EdgeAddr
+			// ALPN h2 on the TLS listener, h2c with prior knowledge on the plain one.
+			h2Addrs["tollgate"] = map[bool]string{true: tlsAddrs["tollgate"], false: st.EdgeAddr}
 			b.perfAdmin = st.EdgeAdmin
 		}
 		for _, gw := range b.gateways {
 			for _, sc := range scs {
+				if sc.h2 {
+					// Its own check, over HTTP/2: a gRPC route answers no HTTP/1.1 GET.
+					if err := b.verifyH2(ctx, gw, targets[gw], sc, h2Addrs[gw][sc.tls]); err != nil {
+						return fmt.Errorf("%s %s: %w", gw, sc.id, err)
+					}
+					continue
+				}
 				if err := b.WaitServed(ctx, targets[gw], bases[gw], sc.host, sc.paths, sc.headers); err != nil {
 					return fmt.Errorf("%s %s: %w", gw, sc.id, err)
 				}
@@ -334,6 +366,9 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 			}
 		}
 		addr := func(gw string, sc *perfScenario) string {
+			if sc.h2 {
+				return h2Addrs[gw][sc.tls]
+			}
 			if sc.tls {
 				return tlsAddrs[gw]
 			}
@@ -391,7 +426,8 @@ func (b *bench) perfSweep(ctx context.Context, ids []string, rep *report) error 
 
 // measure warms up, then runs the load (wrk, or the bench's own client for S9) for the
 // window while reading the gateway's CPU time from /proc before and after, and sampling
-// its RSS meanwhile. base is the gateway's URL, or its TLS address for a TLS scenario.
+// its RSS meanwhile. base is the gateway's URL, or its TLS address for a TLS scenario,
+// or its HTTP/2 address for S1h2 and S1grpc.
 func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScenario, p *harness.Proc, base string) (perfResult, error) {
 	return b.measureWarm(ctx, b.warmup, gw, procs, sc, p, base)
 }
@@ -401,6 +437,9 @@ func (b *bench) measure(ctx context.Context, gw string, procs int, sc *perfScena
 func (b *bench) measureWarm(ctx context.Context, warm time.Duration, gw string, procs int, sc *perfScenario, p *harness.Proc, base string) (perfResult, error) {
 	tag := fmt.Sprintf("%s-%s-%d", sc.id, gw, procs)
 	load := func(d time.Duration, tag string) (loadResult, error) {
+		if sc.loader == "h2load" {
+			return b.runH2load(ctx, sc, base, d, tag)
+		}
 		if sc.loader == "go" {
 			return b.runClosed(ctx, closedSpec{Addr: strings.TrimPrefix(base, "http://"), TLS: sc.tls, Host: sc.host,
 				Path: sc.hit, Conns: b.conns, Duration: d, NewConn: sc.newConn}, tag)

@@ -30,6 +30,7 @@ type report struct {
 	cmp    *compareResult // -compare (compare_run.go)
 	rounds []roundMeasure // the sweep's rounds, every measurement (rounds.go)
 	tail   *tailReport    // the tail scenario (tail.go)
+	h2load bool           // an HTTP/2 scenario ran: h2load's version goes with the tools
 }
 
 func newReport(b *bench) *report { return &report{b: b, start: time.Now()} }
@@ -48,6 +49,9 @@ func (r *report) describeTools() {
 		fmt.Sprintf("%d CPUs, Linux %s, %s", runtime.NumCPU(), strings.TrimSpace(string(kernel)), runtime.Version()),
 		firstLine(harness.NginxBin(), "-v"),
 		firstLine("wrk", "-v"),
+	}
+	if r.h2load {
+		r.tools = append(r.tools, h2loadVersion())
 	}
 	if r.b.NginxForward {
 		r.tools = append(r.tools, "nginx adds X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id towards the upstream and returns X-Request-Id, as Tollgate does (-nginx-forward=false: bare proxy_pass)")
@@ -84,6 +88,7 @@ func (r *report) markdown() string {
 		s.WriteString("\n")
 	} else {
 		r.perfNotes(&s)
+		r.h2Markdown(&s)
 		r.roundsMarkdown(&s)
 		s.WriteString("## Proxy scenarios\n\n")
 		s.WriteString("procs = GOMAXPROCS for Tollgate, worker processes for nginx. Ratios are to nginx in the same sweep (µs/req: lower is better); ")
@@ -188,7 +193,7 @@ func (r *report) perfNotes(s *strings.Builder) {
 		"the gateway on CPU 0 (1 proc) or CPUs 0-%d; nginx proxy: upstream keepalive 64, HTTP/1.1, access_log off\n",
 		r.b.threads, r.b.conns, r.b.duration, r.b.warmup, r.b.LoadCPUs, runtime.NumCPU()-1)
 	fmt.Fprintf(s, "- CPU µs/req: the run time of every thread of the gateway's process group (/proc/PID/task/*/schedstat, in ns; "+
-		"utime+stime from /proc/PID/stat, CLK_TCK %d, where a thread ended meanwhile) over the window ÷ requests wrk completed; "+
+		"utime+stime from /proc/PID/stat, CLK_TCK %d, where a thread ended meanwhile) over the window ÷ requests the load generator completed; "+
 		"busy = CPU seconds ÷ wall seconds\n", r.b.tick)
 	s.WriteString("- every gateway holds the config of all the sweep's scenarios at once (S4r's routes live in their own tenant/virtual host)\n")
 	if r.find("S9", "tollgate", r.b.cores[0]) != nil || r.find("S9", "nginx", r.b.cores[0]) != nil {

@@ -12,7 +12,7 @@ package main
 //   - S5: 1 MiB responses, served by the upstream nginx from a file. The gateway's peak
 //     RSS during the window shows whether it streams or buffers.
 //
-// S6 (WebSocket) is in websocket.go, S9 (TLS) in tls.go.
+// S6 (WebSocket) is in websocket.go, S9 (TLS) in tls.go, S1h2 and S1grpc (HTTP/2) in h2.go.
 
 import (
 	"bytes"
@@ -87,7 +87,8 @@ func (b *bench) countSplit(ctx context.Context) (splitCount, error) {
 }
 
 // scenarioServices starts what the asked-for scenarios need beside the shared upstream:
-// S4's canary upstream, S6's WebSocket echo upstream, S9's certificate. Each starts once.
+// S4's canary upstream, S6's WebSocket echo upstream, S9's and S1h2's certificate,
+// S1grpc's gRPC upstream. Each starts once.
 func (b *bench) scenarioServices(ctx context.Context, ids []string) error {
 	for _, id := range ids {
 		switch id {
@@ -110,7 +111,11 @@ func (b *bench) scenarioServices(ctx context.Context, ids []string) error {
 			if err := b.startWSEcho(ctx); err != nil {
 				return err
 			}
-		case "S9":
+		case "S1grpc":
+			if err := b.startGRPCUpstream(ctx); err != nil {
+				return err
+			}
+		case "S9", "S1h2":
 			if b.TLSCert != "" {
 				continue
 			}

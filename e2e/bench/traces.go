@@ -92,8 +92,8 @@ func (b *bench) traceRuns(ctx context.Context, st *harness.Stack, procs int, cpu
 		label := traceLabel(p)
 		exports0, bytes0 := sink.exports.Load(), sink.bytes.Load()
 		for _, sc := range scs {
-			if sc.ws || sc.tls {
-				continue
+			if sc.ws || sc.tls || sc.h2 {
+				continue // on the plain listener with wrk only
 			}
 			if err := b.WaitServed(ctx, st.Edge, base, sc.host, sc.paths, sc.headers); err != nil {
 				return fmt.Errorf("%s %s: %w", label, sc.id, err)

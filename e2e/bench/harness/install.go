@@ -46,3 +46,12 @@ func EnsureTools() error {
 	}
 	return nil
 }
+
+// EnsureH2load installs h2load (Debian's nghttp2-client) when it is missing: the HTTP/2
+// scenarios' load generator, wanted only when one of them is selected.
+func EnsureH2load() error {
+	if _, err := exec.LookPath("h2load"); err == nil {
+		return nil
+	}
+	return aptget.Install("bench", "nghttp2-client")
+}

@@ -135,6 +135,15 @@ type ProxyLoc struct {
 	Authz    string // when set, Authorization must equal it (S2j's stand-in for JWT auth)
 	Upstream string // the upstream block; empty: bench_upstream (S4: bench_canary_split)
 	WS       bool   // S6: a WebSocket location, proxied to bench_ws with the upgrade headers
+	GRPC     bool   // S1grpc: a gRPC location, passed to bench_grpc over HTTP/2 (grpc_pass)
+}
+
+// ProxyListeners are the nginx proxy's listeners beside its plain HTTP/1.1 port, each on
+// every site; 0: none.
+type ProxyListeners struct {
+	TLS   int // TLS 1.3, HTTP/1.1 (S9)
+	H2TLS int // TLS 1.3 with ALPN h2 (S1h2): a port of its own, so S9 stays HTTP/1.1
+	H2C   int // HTTP/2 in clear with prior knowledge (S1grpc)
 }
 
 // nginxForwardConf makes nginx tell the upstream what the edge tells it (edge/proxy.go's
@@ -152,6 +161,14 @@ const nginxForwardConf = "\t\t\tproxy_set_header X-Forwarded-For $proxy_add_x_fo
 // docs recommend for upstream keep-alive. With tlsPort set every site is also served
 // over TLS 1.3 there (S9), with the certificate the edge gets.
 func (b *Env) StartProxy(ctx context.Context, port, tlsPort, upPort, workers int, cpus string, sites []ProxySite) (*Proc, error) {
+	return b.StartProxyOn(ctx, port, ProxyListeners{TLS: tlsPort}, upPort, workers, cpus, sites)
+}
+
+// StartProxyOn is StartProxy with HTTP/2 listeners too: nginx 1.22's `listen … http2`,
+// which applies to the whole address, hence ports of their own. gRPC locations reach
+// b.GRPCPort through an upstream block with keepalive 64, as HTTP/1.1 ones do theirs.
+func (b *Env) StartProxyOn(ctx context.Context, port int, ls ProxyListeners, upPort, workers int, cpus string, sites []ProxySite) (*Proc, error) {
+	tlsPort := ls.TLS
 	dir := filepath.Join(b.Dir, fmt.Sprintf("proxy-%dw", workers))
 	var s strings.Builder
 	s.WriteString(nginxMain(dir, workers))
@@ -182,19 +199,30 @@ func (b *Env) StartProxy(ctx context.Context, port, tlsPort, upPort, workers int
 	if b.WSPort != 0 {
 		fmt.Fprintf(&s, "\tupstream bench_ws { server 127.0.0.1:%d; }\n", b.WSPort)
 	}
-	tlsListen := ""
-	if tlsPort != 0 {
+	if b.GRPCPort != 0 {
+		fmt.Fprintf(&s, "\tupstream bench_grpc {\n\t\tserver 127.0.0.1:%d;\n\t\tkeepalive 64;\n\t\tkeepalive_requests 1000000;\n\t}\n", b.GRPCPort)
+	}
+	listens := "" // every listener but the plain port's, on every server
+	if tlsPort != 0 || ls.H2TLS != 0 {
 		// Same certificate (ECDSA P-256) and protocol as the edge's TLS listener.
 		fmt.Fprintf(&s, "\tssl_certificate %s;\n\tssl_certificate_key %s;\n\tssl_protocols TLSv1.3;\n", b.TLSCert, b.TLSKey)
-		tlsListen = fmt.Sprintf("\t\tlisten 127.0.0.1:%d ssl;\n", tlsPort)
+	}
+	if tlsPort != 0 {
+		listens = fmt.Sprintf("\t\tlisten 127.0.0.1:%d ssl;\n", tlsPort)
+	}
+	if ls.H2TLS != 0 {
+		listens += fmt.Sprintf("\t\tlisten 127.0.0.1:%d ssl http2;\n", ls.H2TLS)
+	}
+	if ls.H2C != 0 {
+		listens += fmt.Sprintf("\t\tlisten 127.0.0.1:%d http2;\n", ls.H2C)
 	}
 	fmt.Fprintf(&s, `	server {
 		listen 127.0.0.1:%d default_server backlog=4096;
 %s		location / { default_type application/json; return 404 '{"error":{"code":"route_not_found"}}'; }
 	}
-`, port, strings.Replace(tlsListen, " ssl;", " ssl default_server backlog=4096;", 1))
+`, port, strings.ReplaceAll(listens, ";\n", " default_server backlog=4096;\n"))
 	for _, site := range sites {
-		fmt.Fprintf(&s, "\tserver {\n\t\tlisten 127.0.0.1:%d;\n%s\t\tserver_name %s;\n", port, tlsListen, site.Host)
+		fmt.Fprintf(&s, "\tserver {\n\t\tlisten 127.0.0.1:%d;\n%s\t\tserver_name %s;\n", port, listens, site.Host)
 		for _, l := range site.Locs {
 			fmt.Fprintf(&s, "\t\tlocation %s {\n", l.Path)
 			if l.WS {
@@ -202,6 +230,14 @@ func (b *Env) StartProxy(ctx context.Context, port, tlsPort, upPort, workers int
 				s.WriteString("\t\t\tproxy_pass http://bench_ws;\n\t\t\tproxy_http_version 1.1;\n" +
 					"\t\t\tproxy_set_header Upgrade $http_upgrade;\n\t\t\tproxy_set_header Connection \"upgrade\";\n" +
 					"\t\t\tproxy_read_timeout 1h;\n\t\t\tproxy_send_timeout 1h;\n\t\t}\n")
+				continue
+			}
+			if l.GRPC {
+				s.WriteString("\t\t\tgrpc_pass grpc://bench_grpc;\n")
+				if b.NginxForward {
+					s.WriteString(strings.ReplaceAll(nginxForwardConf, "proxy_set_header", "grpc_set_header"))
+				}
+				s.WriteString("\t\t}\n")
 				continue
 			}
 			if l.Key != "" {

@@ -43,7 +43,8 @@ type Env struct {
 	NginxForward    bool   // nginx adds the forwarding headers and request id Tollgate adds
 	CanaryPort      int    // S4's canary upstream
 	WSPort          int    // S6's WebSocket echo upstream
-	TLSCert, TLSKey string // S9's certificate and key (WriteCert)
+	TLSCert, TLSKey string // S9's and S1h2's certificate and key (WriteCert)
+	GRPCPort        int    // S1grpc's gRPC health upstream
 }
 
 // Stack is one Tollgate deployment of the bench's own: a fresh database, a NATS prefix no
