@@ -178,7 +178,12 @@ func (h *h2Transport) DoAt(req *fasthttp.Request, resp *fasthttp.Response, timeo
 	} else {
 		return err
 	}
-	r, err := http.NewRequestWithContext(ctx, string(req.Header.Method()), u.String(), bytes.NewReader(req.Body()))
+	method, body := string(req.Header.Method()), req.Body()
+	grpcHealth := u.Path == grpcHealthCheck
+	if grpcHealth {
+		method, body = http.MethodPost, grpcHealthRequest
+	}
+	r, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -189,7 +194,11 @@ func (h *h2Transport) DoAt(req *fasthttp.Request, resp *fasthttp.Response, timeo
 		}
 		r.Header.Add(string(k), string(v))
 	}
-	r.ContentLength = int64(len(req.Body()))
+	if grpcHealth {
+		r.Header.Set("Content-Type", "application/grpc")
+		r.Header.Set("Te", "trailers")
+	}
+	r.ContentLength = int64(len(body))
 	res, err := h.roundTrip(r)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -212,8 +221,29 @@ func (h *h2Transport) DoAt(req *fasthttp.Request, resp *fasthttp.Response, timeo
 		return err
 	}
 	resp.SetBody(b)
+	if grpcHealth {
+		// A gRPC server answers 200 whatever the call's outcome: the check passes on
+		// grpc-status 0 and a status of SERVING (field 1, value 1) only.
+		status := res.Trailer.Get("Grpc-Status")
+		if status == "" {
+			status = res.Header.Get("Grpc-Status")
+		}
+		if res.StatusCode != http.StatusOK || status != "0" || !bytes.HasSuffix(b, grpcServing) {
+			resp.SetStatusCode(http.StatusServiceUnavailable)
+		}
+	}
 	return nil
 }
+
+// An active check whose path is the gRPC health service's Check method calls it (for
+// the whole server: an empty service name) instead of sending a GET, which a gRPC
+// server refuses.
+const grpcHealthCheck = "/grpc.health.v1.Health/Check"
+
+var (
+	grpcHealthRequest = []byte{0, 0, 0, 0, 0}       // one uncompressed message, empty
+	grpcServing       = []byte{0, 0, 0, 0, 2, 8, 1} // HealthCheckResponse{status: SERVING}
+)
 
 // DoTimeout is DoAt from now.
 func (h *h2Transport) DoTimeout(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
