@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"golang.org/x/net/http2"
 
 	"tollgate/edge/balancer"
 	"tollgate/edge/conn"
@@ -35,7 +34,7 @@ import (
 
 // h2Transport is the HTTP/2 pool of one target.
 type h2Transport struct {
-	t     *http2.Transport
+	t     *http.Transport
 	addr  string // host:port
 	tls   bool
 	slots chan struct{} // a token per request in flight
@@ -47,43 +46,57 @@ func (e *Edge) newH2Transport(tlsOn bool, hostport string, connectTimeout time.D
 	dial := e.dialer.Dial(connectTimeout)
 	host, _, _ := net.SplitHostPort(hostport)
 	h := &h2Transport{addr: hostport, tls: tlsOn, slots: make(chan struct{}, max(e.cfg.MaxConnsPerTarget, 1)), wait: e.cfg.MaxConnWait}
-	h.t = &http2.Transport{
-		// AllowHTTP lets http:// URLs through; DialTLSContext then makes the connection,
-		// plain or TLS as the target's scheme says, whatever the URL's scheme.
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, _, _ string, cfg *tls.Config) (net.Conn, error) {
-			timeout := connectTimeout
-			if d, ok := ctx.Deadline(); ok {
-				timeout = time.Until(d)
+	// net/http's transport, limited to HTTP/2: h2c with prior knowledge for a plain
+	// target, ALPN h2 only for a TLS one (the code of golang.org/x/net/http2 that
+	// net/http carries).
+	var p http.Protocols
+	if tlsOn {
+		p.SetHTTP2(true)
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
+	h.t = &http.Transport{
+		Protocols: &p,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dial(hostport, dialTimeout(ctx, connectTimeout))
+		},
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, err := dial(hostport, dialTimeout(ctx, connectTimeout))
+			if err != nil {
+				return nil, err
 			}
-			c, err := dial(hostport, timeout)
-			if err != nil || !tlsOn {
-				return c, err
-			}
-			cfg = cfg.Clone()
-			cfg.ServerName = host
-			cfg.NextProtos = []string{http2.NextProtoTLS}
-			cfg.MinVersion = tls.VersionTLS12
-			tc := tls.Client(c, cfg)
+			tc := tls.Client(c, &tls.Config{ServerName: host, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12})
 			hctx, cancel := context.WithTimeout(ctx, connectTimeout)
 			defer cancel()
 			if err := tc.HandshakeContext(hctx); err != nil {
 				_ = c.Close()
 				return nil, &upstreamclient.DialError{Addr: hostport, TimedOut: hctx.Err() != nil, Err: err}
 			}
-			if p := tc.ConnectionState().NegotiatedProtocol; p != http2.NextProtoTLS {
+			if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
 				_ = tc.Close()
 				return nil, &upstreamclient.DialError{Addr: hostport, Err: errors.New("the upstream does not speak HTTP/2 (ALPN chose " + p + ")")}
 			}
 			return tc, nil
 		},
-		IdleConnTimeout: e.cfg.MaxIdleConnDuration,
-		// A connection that stops answering is found by a PING, not by a request that
-		// waits on it for the route's whole timeout.
-		ReadIdleTimeout: 30 * time.Second,
-		PingTimeout:     5 * time.Second,
+		// The answer goes to the client as the upstream sent it, compressed or not.
+		DisableCompression: true,
+		IdleConnTimeout:    e.cfg.MaxIdleConnDuration,
+		HTTP2: &http.HTTP2Config{
+			// A connection that stops answering is found by a PING, not by a request
+			// that waits on it for the route's whole timeout.
+			SendPingTimeout: 30 * time.Second,
+			PingTimeout:     5 * time.Second,
+		},
 	}
 	return h
+}
+
+// dialTimeout is the connect timeout, shortened by ctx's deadline.
+func dialTimeout(ctx context.Context, connectTimeout time.Duration) time.Duration {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < connectTimeout {
+		return time.Until(d)
+	}
+	return connectTimeout
 }
 
 // acquire takes a token for one request: at once, or within the wait; else
