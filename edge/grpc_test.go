@@ -412,7 +412,8 @@ func TestH2UpstreamHealthCheck(t *testing.T) {
 }
 
 // TestH2UpstreamOverloaded: past the edge's bound of requests in flight to an h2 target
-// (TOLLGATE_EDGE_MAX_CONNS_PER_TARGET) and its wait, a request is 503 overloaded.
+// (Config.MaxConnsPerTarget, the HTTP/1.1 pools' connection bound) and its wait
+// (Config.MaxConnWait), a request is 503 overloaded.
 func TestH2UpstreamOverloaded(t *testing.T) {
 	h := newHarness(t, func(c *edge.Config) { c.MaxConnsPerTarget, c.MaxConnWait = 1, 50*time.Millisecond })
 	up := newGRPCUpstream(t)
@@ -454,5 +455,57 @@ func TestH2UpstreamAddressRule(t *testing.T) {
 	}
 	if n := up.calls.Load(); n != 0 {
 		t.Errorf("the upstream was reached %d times", n)
+	}
+}
+
+// TestGRPCBodyLimit: a streamed request body is bounded by the route's max_body_bytes as
+// it goes: a client stream past it fails (RESOURCE_EXHAUSTED once the answer had begun,
+// else the edge's 413), and the upstream never gets the whole of it.
+func TestGRPCBodyLimit(t *testing.T) {
+	h := newHarness(t)
+	up := newGRPCUpstream(t)
+	grpcRoute(t, h, func(r *tenants.Route) { r.MaxBodyBytes = 300 }, "http://"+up.addr)
+	cc := grpcClient(t, h.public)
+
+	s, err := cc.NewStream(callCtx(t), &grpc.StreamDesc{ClientStreams: true}, "/tollgate.test.Echo/Join")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if err := s.SendMsg(wrapperspb.String(strings.Repeat("x", 100))); err != nil {
+			break // the stream was reset: RecvMsg has the status
+		}
+	}
+	_ = s.CloseSend()
+	joined := new(wrapperspb.StringValue)
+	if err := s.RecvMsg(joined); err == nil {
+		t.Fatalf("Join of 1000 bytes through a 300-byte limit answered %d bytes", len(joined.Value))
+	}
+
+	// Bidirectional, the answer begun: the trailer says why.
+	s, err = cc.NewStream(callCtx(t), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/tollgate.test.Echo/Chat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendMsg(wrapperspb.String("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecvMsg(new(wrapperspb.StringValue)); err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for range 10 {
+		if err := s.SendMsg(wrapperspb.String(strings.Repeat("y", 100))); err != nil {
+			break
+		}
+		if last = s.RecvMsg(new(wrapperspb.StringValue)); last != nil {
+			break
+		}
+	}
+	if last == nil {
+		last = s.RecvMsg(new(wrapperspb.StringValue))
+	}
+	if st, _ := status.FromError(last); st.Code() != codes.ResourceExhausted {
+		t.Errorf("Chat past the limit: %v, want RESOURCE_EXHAUSTED", last)
 	}
 }

@@ -314,6 +314,11 @@ func (b *h2ResponseBody) Read(p []byte) (int, error) {
 	case err == io.EOF:
 		b.ended = true
 		b.trailers()
+	case err != nil && b.grpc && b.req.over.Load():
+		b.ended = true
+		b.setTrailer("Grpc-Status", "8") // RESOURCE_EXHAUSTED
+		b.setTrailer("Grpc-Message", "the request body is over this API's size limit")
+		return n, io.EOF
 	case err != nil && b.grpc && errors.Is(b.call.Err(), context.DeadlineExceeded):
 		// The head went out: the client learns of the deadline from the trailer, as
 		// from a server that gave up itself.
