@@ -516,3 +516,26 @@ func TestGRPCBodyLimit(t *testing.T) {
 		t.Errorf("Chat past the limit: %v, want RESOURCE_EXHAUSTED", last)
 	}
 }
+
+// TestH2UpstreamRetry: a call whose attempt could not connect is retried on another
+// target, as on HTTP/1.1: its streamed body had not been read, so it can still go.
+func TestH2UpstreamRetry(t *testing.T) {
+	h := newHarness(t)
+	up := newGRPCUpstream(t)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	_ = dead.Close()
+	grpcRoute(t, h, func(r *tenants.Route) {
+		r.Upstream.Retries = &tenants.Retries{Attempts: 1, BudgetPercent: 100, MinPerSecond: 100}
+	}, "http://"+deadAddr, "http://"+up.addr)
+	cc := grpcClient(t, h.public)
+	for i := range 6 {
+		err := cc.Invoke(callCtx(t), "/tollgate.test.Echo/Missing", wrapperspb.String("r"), new(wrapperspb.StringValue))
+		if st, _ := status.FromError(err); st.Code() != codes.NotFound {
+			t.Fatalf("call %d: %v, want the live target's NOT_FOUND", i, err)
+		}
+	}
+}
