@@ -539,3 +539,52 @@ func TestH2UpstreamRetry(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkGRPCUnary: one unary call (the health service's Check) straight to the
+// upstream and through the edge over h2c, on one connection each, as a client pays
+// for it: go test -run '^$' -bench BenchmarkGRPCUnary -benchtime 3000x ./edge/
+func BenchmarkGRPCUnary(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := grpc.NewServer()
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s, hs)
+	go func() { _ = s.Serve(ln) }()
+	defer s.Stop()
+	h := newHarness(b)
+	acme := h.tenant("acme")
+	h.put(&tenants.Route{ID: "r-grpc", TenantID: acme, Name: "grpc", Paths: []string{"/grpc.health.v1.Health"},
+		Upstream: tenants.Upstream{Protocol: tenants.ProtocolH2, Targets: []tenants.Target{{URL: "http://" + ln.Addr().String(), Weight: 1}}}})
+	h.e.Loaded()
+	for _, c := range []struct{ name, addr, authority string }{{"direct", ln.Addr().String(), ""}, {"edge", h.public, "acme." + domain}} {
+		b.Run(c.name, func(b *testing.B) {
+			opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+			if c.authority != "" {
+				opts = append(opts, grpc.WithAuthority(c.authority))
+			}
+			cc, err := grpc.NewClient("passthrough:///"+c.addr, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			hc := healthpb.NewHealthClient(cc)
+			ctx := context.Background()
+			waitFor(b, 5*time.Second, func() string {
+				if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+					return err.Error()
+				}
+				return ""
+			})
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
