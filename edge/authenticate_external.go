@@ -65,12 +65,14 @@ func (e *Edge) newAuthorizer(conf *tenantConfig, r *tenants.Route, c *compiled) 
 	hostport := net.JoinHostPort(u.Hostname(), port)
 	timeout := time.Duration(spec.TimeoutMS) * time.Millisecond
 	key := "authorizer " + poolKey(true, hostport, timeout)
-	if c.pools[key] == nil {
-		c.pools[key] = upstreamclient.New(upstreamclient.Config{Addr: hostport, TLS: true, RootCAs: e.cfg.AuthorizerRootCAs,
+	pool, _ := c.pools[key].(*upstreamclient.Client)
+	if pool == nil {
+		pool = upstreamclient.New(upstreamclient.Config{Addr: hostport, TLS: true, RootCAs: e.cfg.AuthorizerRootCAs,
 			Dial: e.dialer.Dial(timeout), MaxConns: e.cfg.MaxConnsPerTarget, MaxIdle: e.cfg.MaxIdleConnDuration,
 			MaxWait: e.cfg.MaxConnWait, Stream: true}) // Stream: a long answer is read up to extauth.MaxAnswer, not whole
+		c.pools[key] = pool
 	}
-	a := &authorizer{extauth.New(spec, c.pools[key], u.Host, u.EscapedPath(), conf.Slug, r.Name, ownedHeader), key}
+	a := &authorizer{extauth.New(spec, pool, u.Host, u.EscapedPath(), conf.Slug, r.Name, ownedHeader), key}
 	if a.TTL > 0 {
 		if c.authzEntries == nil {
 			c.authzEntries = &atomic.Int64{}

@@ -6,7 +6,6 @@ import (
 	"tollgate/edge/balancer"
 	"tollgate/edge/edgemetrics"
 	"tollgate/edge/jwtauth"
-	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
@@ -27,7 +26,7 @@ type canary struct {
 }
 
 // newCanary builds r's canary (r.Canary validated), taking pools as newUpstream does.
-func (e *Edge) newCanary(r *tenants.Route, pools map[string]*upstreamclient.Client, used map[string]bool) (*canary, error) {
+func (e *Edge) newCanary(r *tenants.Route, pools map[string]balancer.Transport, used map[string]bool) (*canary, error) {
 	up, err := e.newUpstream(&r.Canary.Upstream, time.Duration(r.ConnectTimeoutMS)*time.Millisecond, pools, used)
 	if err != nil {
 		return nil, err

@@ -9,11 +9,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tollgate/edge/balancer"
 	"tollgate/edge/cache"
 	"tollgate/edge/edgemetrics"
 	"tollgate/edge/meter"
 	"tollgate/edge/transform"
-	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
@@ -70,7 +70,7 @@ func SetIncrementalCompiles(on bool) { incremental.Store(on) }
 // weighted rotation), its canary and its cached answers, and a compile that only changes
 // routes reuses the rest of the tenant (compileRoutes).
 type compiled struct {
-	pools    map[string]*upstreamclient.Client
+	pools    map[string]balancer.Transport
 	poolRefs map[string]int // pool key → upstreams (primaries and canaries) using it
 	auth     compiledAuth
 	snap     *Snapshot         // the last snapshot compiled; nil before the first
@@ -118,7 +118,7 @@ func pathKey(p string) string {
 // compile builds a tenant's snapshot: only the routes that changed when v says so and
 // there is a previous snapshot, else the whole tenant. The pools the snapshot no longer
 // uses are removed from c and returned for closing.
-func (e *Edge) compile(v *tenantView, labels *edgemetrics.TenantLabels, c *compiled) (*Snapshot, []*upstreamclient.Client) {
+func (e *Edge) compile(v *tenantView, labels *edgemetrics.TenantLabels, c *compiled) (*Snapshot, []balancer.Transport) {
 	if v.changed != nil && c.snap != nil && c.snap.labels == labels {
 		return e.compileRoutes(v, c)
 	}
@@ -127,7 +127,7 @@ func (e *Edge) compile(v *tenantView, labels *edgemetrics.TenantLabels, c *compi
 
 // compileFull compiles the whole tenant, reusing the upstreams, canaries and caches of
 // the routes whose entries did not change.
-func (e *Edge) compileFull(v *tenantView, labels *edgemetrics.TenantLabels, c *compiled) (*Snapshot, []*upstreamclient.Client) {
+func (e *Edge) compileFull(v *tenantView, labels *edgemetrics.TenantLabels, c *compiled) (*Snapshot, []balancer.Transport) {
 	conf := &tenantConfig{
 		TenantID:  v.tenant.ID,
 		Slug:      v.tenant.Slug,
@@ -218,7 +218,7 @@ func (e *Edge) compileFull(v *tenantView, labels *edgemetrics.TenantLabels, c *c
 			delete(c.shared, k)
 		}
 	}
-	var unused []*upstreamclient.Client
+	var unused []balancer.Transport
 	for k, hc := range c.pools {
 		if refs[k] == 0 {
 			unused = append(unused, hc)
@@ -233,7 +233,7 @@ func (e *Edge) compileFull(v *tenantView, labels *edgemetrics.TenantLabels, c *c
 // that shares everything else with c.snap: its tenantConfig, so every other route and its
 // chain, and all of its route table but the nodes along the changed routes' paths. The
 // result is the snapshot compileFull would build from the same entries.
-func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []*upstreamclient.Client) {
+func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []balancer.Transport) {
 	prev := c.snap
 	s := &Snapshot{
 		TenantID: prev.TenantID, Slug: prev.Slug, Rev: v.rev,
@@ -244,7 +244,7 @@ func (e *Edge) compileRoutes(v *tenantView, c *compiled) (*Snapshot, []*upstream
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	var unused []*upstreamclient.Client
+	var unused []balancer.Transport
 	removed := make(map[*route]bool)
 	added := make(map[string][]*route) // by pathKey
 	affected := make(map[string]bool)

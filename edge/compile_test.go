@@ -14,7 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tollgate/edge/upstreamclient"
+	"tollgate/edge/balancer"
 	"tollgate/tenants"
 )
 
@@ -127,7 +127,7 @@ func TestIncrementalCompileMatchesFull(t *testing.T) {
 		v := ts.viewLocked(false)
 		ts.pending = pending
 		e.mu.Unlock()
-		full, _ := ref.compileFull(v, ref.labels.Tenant(tid, "acme"), &compiled{pools: map[string]*upstreamclient.Client{}})
+		full, _ := ref.compileFull(v, ref.labels.Tenant(tid, "acme"), &compiled{pools: map[string]balancer.Transport{}})
 		if got, want := dumpSnapshot(t, snap), dumpSnapshot(t, full); got != want {
 			t.Fatalf("step %d: incremental\n%s\nfull\n%s", step, got, want)
 		}

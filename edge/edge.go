@@ -166,7 +166,7 @@ func newTenantState(id string) *tenantState {
 		issuers:  map[string]*tenants.Issuer{},
 		domains:  map[string]domainEntry{},
 		slot:     &tenantSlot{},
-		compiled: compiled{pools: map[string]*upstreamclient.Client{}},
+		compiled: compiled{pools: map[string]balancer.Transport{}},
 	}
 }
 

@@ -3,14 +3,22 @@ package edge
 import (
 	"errors"
 	"io"
+
+	"tollgate/edge/h2door"
 )
 
 // bodyLimitStep enforces the route's MaxBodyBytes. A declared Content-Length over the
 // limit is refused before any of the body is read. A chunked body is read up to the
 // limit and then sent upstream with a Content-Length; small bodies arrive already read
 // (Server.MaxRequestBodySize is the in-memory threshold) and big ones stream through.
+//
+// A body of unknown length that came on an HTTP/2 stream, for a route whose upstreams
+// all speak HTTP/2, is left streaming: gRPC's client and bidirectional streams send
+// their messages while the answer streams back, so the body cannot be read first. The
+// proxy bounds it as it goes (proxy_h2.go).
 func bodyLimitStep(rt *route, next handler) handler {
 	limit := rt.maxBody
+	h2 := rt.upstream.h2 && (rt.canary == nil || rt.canary.upstream.h2)
 	return func(x *exchange) {
 		req := &x.ctx.Request
 		cl := req.Header.ContentLength()
@@ -20,7 +28,7 @@ func bodyLimitStep(rt *route, next handler) handler {
 		}
 		if cl == -1 {
 			stream := x.ctx.RequestBodyStream()
-			if stream == nil {
+			if stream == nil || h2 && h2door.Request(x.ctx) != nil {
 				next(x)
 				return
 			}

@@ -26,6 +26,10 @@ var (
 func (e *Edge) proxyStep(rt *route) handler {
 	return func(x *exchange) {
 		u := rt.pickUpstream(x)
+		if u.h2 {
+			e.proxyH2(x, rt, u) // proxy_h2.go
+			return
+		}
 		if !u.plain {
 			e.proxyResilient(x, rt, u)
 			return

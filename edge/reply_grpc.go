@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"tollgate/edge/routing"
+	"tollgate/tenants"
 )
 
 // A gRPC caller is refused with a gRPC status, not the JSON envelope: gRPC clients read
@@ -20,6 +21,7 @@ import (
 // gRPC status codes the edge answers with (grpc/grpc doc/statuscodes.md).
 const (
 	grpcUnknown           = 2
+	grpcDeadlineExceeded  = 4
 	grpcPermissionDenied  = 7
 	grpcResourceExhausted = 8
 	grpcUnimplemented     = 12
@@ -61,6 +63,7 @@ var (
 	hdrGRPCStatus    = []byte("Grpc-Status")
 	hdrGRPCMessage   = []byte("Grpc-Message")
 	hdrTollgateError = []byte("X-Tollgate-Error")
+	hdrGRPCTimeout   = []byte("Grpc-Timeout")
 
 	ctGRPC             = []byte("application/grpc")
 	ctGRPCWeb          = []byte("application/grpc-web")
@@ -74,7 +77,14 @@ func (x *exchange) grpcFail(r *reply, ct []byte) {
 	resp := &x.ctx.Response
 	resp.SetStatusCode(200)
 	resp.Header.SetContentTypeBytes(ct)
-	resp.Header.SetCanonical(hdrGRPCStatus, grpcStatusText[grpcCode(r.status)])
+	code := grpcCode(r.status)
+	if r.code == tenants.EUpstreamTimeout && len(x.ctx.Request.Header.PeekBytes(hdrGRPCTimeout)) > 0 {
+		// The call's own deadline (or the route's, shorter) passed before the upstream
+		// answered: to the caller that is DEADLINE_EXCEEDED, as a server would say, not
+		// a service that is down.
+		code = grpcDeadlineExceeded
+	}
+	resp.Header.SetCanonical(hdrGRPCStatus, grpcStatusText[code])
 	resp.Header.SetCanonical(hdrGRPCMessage, r.grpcMsg)
 	resp.Header.SetCanonical(hdrTollgateError, r.codeHdr)
 }

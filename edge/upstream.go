@@ -16,6 +16,7 @@ import (
 type upstream struct {
 	balancer.Upstream
 	plain bool     // balancer's Plain, read by every request (proxyStep's fast path)
+	h2    bool     // the targets speak HTTP/2 (upstream_h2.go)
 	pools []string // keys of the pools the targets use
 
 	// shareKey: a plain upstream every route of the tenant with the same targets and
@@ -34,6 +35,7 @@ func sharedKey(spec *tenants.Upstream, ct time.Duration) string {
 	}
 	k := make([]byte, 0, 64)
 	k = strconv.AppendInt(k, int64(ct), 10)
+	k = append(k, spec.Protocol...)
 	for _, t := range spec.Targets {
 		k = append(k, ' ')
 		k = append(k, t.URL...)
@@ -88,9 +90,17 @@ func hashKey(x *exchange, u *upstream) (h uint64, ok bool) {
 // poolKey names a connection pool: one per scheme, host:port and connect timeout within
 // a tenant. Pools outlive snapshots so a recompile keeps the warm connections.
 func poolKey(tls bool, hostport string, connectTimeout time.Duration) string {
+	return poolKeyOf("", tls, hostport, connectTimeout)
+}
+
+// poolKeyOf is poolKey for a protocol: an HTTP/2 target's pool is not its HTTP/1.1 one.
+func poolKeyOf(protocol string, tls bool, hostport string, connectTimeout time.Duration) string {
 	s := "http://"
 	if tls {
 		s = "https://"
+	}
+	if protocol != "" {
+		s = protocol + "+" + s
 	}
 	return s + hostport + "|" + connectTimeout.String()
 }
@@ -115,14 +125,18 @@ func (e *Edge) newUpstreamClient(tlsOn bool, hostport string, connectTimeout tim
 
 // newUpstream builds an upstream (a route's, or its canary's) from its validated
 // settings, taking pools from (and adding them to) the tenant's pool set.
-func (e *Edge) newUpstream(spec *tenants.Upstream, ct time.Duration, pools map[string]*upstreamclient.Client, used map[string]bool) (*upstream, error) {
-	u := &upstream{}
+func (e *Edge) newUpstream(spec *tenants.Upstream, ct time.Duration, pools map[string]balancer.Transport, used map[string]bool) (*upstream, error) {
+	u := &upstream{h2: spec.Protocol == tenants.ProtocolH2}
 	o := balancer.Options{
-		Pool: func(tlsOn bool, hostport string) *upstreamclient.Client {
-			key := poolKey(tlsOn, hostport, ct)
+		Pool: func(tlsOn bool, hostport string) balancer.Transport {
+			key := poolKeyOf(spec.Protocol, tlsOn, hostport, ct)
 			c := pools[key]
 			if c == nil {
-				c = e.newUpstreamClient(tlsOn, hostport, ct)
+				if u.h2 {
+					c = e.newH2Transport(tlsOn, hostport, ct)
+				} else {
+					c = e.newUpstreamClient(tlsOn, hostport, ct)
+				}
 				pools[key] = c
 			}
 			used[key] = true

@@ -54,7 +54,7 @@ func (e *Edge) wsStep(rt *route, next handler) handler {
 
 		deadline := time.Now().Add(connectTimeout + rt.timeout)
 		resp := &ctx.Response
-		up, br, err := websocket.Dial(e.dialer.Dial(connectTimeout), t.Client.Addr, connectTimeout, t.TLS,
+		up, br, err := websocket.Dial(e.dialer.Dial(connectTimeout), t.Addr, connectTimeout, t.TLS,
 			req.Header.Header(), resp, deadline)
 		if err != nil {
 			e.upstreamFailed(x, err)

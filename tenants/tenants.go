@@ -134,7 +134,16 @@ type Upstream struct {
 	Passive        *PassiveHealth  `json:"passive_health,omitempty" doc:"Outlier ejection: failures in a row (connect error, timeout, 502/503/504; default 5) eject a target for eject_ms (default 30000). Default: none."`
 	CircuitBreaker *CircuitBreaker `json:"circuit_breaker,omitempty" doc:"Per target: open when error_percent (default 50) of at least min_requests (default 20) failed within window_ms (default 10000); stay open open_ms (default 30000), then let one trial through. Default: none."`
 	Retries        *Retries        `json:"retries,omitempty" doc:"Retry on another target up to attempts times (1–5, default 1): idempotent methods after any failure, others only when no connection was made; at most budget_percent (default 20) extra requests plus min_per_second (default 3). Default: none."`
+	// Protocol is what the edge speaks to the targets: ProtocolHTTP1 (default, kept
+	// empty so documents saved before it existed read back unchanged) or ProtocolH2.
+	Protocol string `json:"protocol,omitempty" enum:"http1,h2" doc:"What the edge speaks to the targets: http1 (HTTP/1.1) or h2 (HTTP/2: h2c with prior knowledge for http:// targets, ALPN h2 for https://; needed for gRPC). Default: http1."`
 }
+
+// Upstream protocols (Upstream.Protocol).
+const (
+	ProtocolHTTP1 = "http1"
+	ProtocolH2    = "h2"
+)
 
 // Target is one upstream server; traffic is spread by weight (0 drains a target).
 type Target struct {

@@ -112,6 +112,13 @@ type CanaryMatch struct {
 // validate checks and normalizes u's balancing and resilience settings (Route.Validate
 // checks the targets); at is the field path of u ("upstream", "canary.upstream").
 func (u *Upstream) validate(at string) error {
+	switch u.Protocol {
+	case ProtocolHTTP1:
+		u.Protocol = "" // the default is stored as omitted, so a round trip keeps documents equal
+	case "", ProtocolH2:
+	default:
+		return Invalid(at+".protocol", "must be http1 or h2; got %q", u.Protocol)
+	}
 	switch u.Balance {
 	case "":
 		u.Balance = BalanceRoundRobin

@@ -1,8 +1,10 @@
 package tenants_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"tollgate/tenants"
@@ -76,4 +78,74 @@ func TestUpstreamSettingsRefused(t *testing.T) {
 			t.Errorf("%s: %v, want a validation error on %s", c.json, err, c.field)
 		}
 	}
+}
+
+// TestUpstreamProtocol: h2 is kept, http1 is the default and is stored as omitted, any
+// other value is refused on its field (the route's upstream and the canary's), and a
+// config document keeps the setting through its JSON round trip.
+func TestUpstreamProtocol(t *testing.T) {
+	for _, c := range []struct{ in, want string }{{"", ""}, {"http1", ""}, {"h2", "h2"}} {
+		r := validRoute()
+		r.Upstream.Protocol = c.in
+		r.Canary = &tenants.Canary{Weight: 5, Upstream: tenants.Upstream{Protocol: c.in, Targets: []tenants.Target{{URL: "https://next.example.com"}}}}
+		if err := r.Validate(strict); err != nil {
+			t.Fatalf("%q: %v", c.in, err)
+		}
+		if r.Upstream.Protocol != c.want || r.Canary.Upstream.Protocol != c.want {
+			t.Errorf("%q: stored as %q and %q, want %q", c.in, r.Upstream.Protocol, r.Canary.Upstream.Protocol, c.want)
+		}
+	}
+	for _, c := range []struct{ json, field string }{
+		{`{"upstream":{"targets":[{"url":"https://a.example.com"}],"protocol":"h3"}}`, "upstream.protocol"},
+		{`{"upstream":{"targets":[{"url":"https://a.example.com"}],"protocol":"H2"}}`, "upstream.protocol"},
+		{`{"canary":{"weight":5,"upstream":{"protocol":"grpc","targets":[{"url":"https://a.example.com"}]}}}`, "canary.upstream.protocol"},
+	} {
+		r := validRoute()
+		if err := json.Unmarshal([]byte(c.json), r); err != nil {
+			t.Fatal(err)
+		}
+		err := r.Validate(strict)
+		var te *tenants.Error
+		if !errors.As(err, &te) || te.Code != tenants.EValidation || te.Field != c.field || te.Message != "must be http1 or h2; got "+`"`+jsonString(t, c.json, c.field)+`"` {
+			t.Errorf("%s: %v, want a validation error on %s naming the value", c.json, err, c.field)
+		}
+	}
+
+	r := validRoute()
+	r.Upstream.Protocol = tenants.ProtocolH2
+	if err := r.Validate(strict); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(tenants.ConfigDocument{Version: tenants.ConfigDocumentVersion, Tenant: "acme", Routes: []*tenants.Route{r}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back tenants.ConfigDocument
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Routes) != 1 || back.Routes[0].Upstream.Protocol != tenants.ProtocolH2 {
+		t.Fatalf("the document %s lost the protocol", b)
+	}
+	plain := validRoute()
+	if err := plain.Validate(strict); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(plain.Upstream); bytes.Contains(b, []byte("protocol")) {
+		t.Errorf("the default protocol is written out: %s", b)
+	}
+}
+
+// jsonString is the value of the last member of field in the JSON document doc.
+func jsonString(t *testing.T, doc, field string) string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(doc), &m); err != nil {
+		t.Fatal(err)
+	}
+	var v any = m
+	for _, k := range strings.Split(field, ".") {
+		v = v.(map[string]any)[k]
+	}
+	return v.(string)
 }

@@ -19,9 +19,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/conn"
-	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
 
@@ -66,7 +68,8 @@ type Upstream struct {
 // never change.
 type Target struct {
 	URL    string
-	Client *upstreamclient.Client // the target's connection pool
+	Client Transport // the target's connection pool
+	Addr   string    // host:port the pool connects to
 	TLS    bool
 	Host   []byte // the Host header sent upstream: the target URL's host[:port]
 	Base   []byte // the target URL's path, prepended to the request path ("" or "/v1")
@@ -75,6 +78,21 @@ type Target struct {
 
 	inflight atomic.Int32 // requests in flight (least_conn)
 	health   targetHealth
+}
+
+// Transport is what a target's requests and active checks go over: the edge's HTTP/1.1
+// pool (upstreamclient.Client) or its HTTP/2 transport, by the upstream's protocol. Its
+// errors speak one vocabulary: a *upstreamclient.DialError for a connect that failed or
+// was refused, fasthttp.ErrNoFreeConns when the edge's own bound on the target was
+// reached, a timeout error when the time ran out.
+type Transport interface {
+	// DoAt sends req and reads the answer into resp within timeout from now (a
+	// conn.MonoNow reading).
+	DoAt(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration, now int64) error
+	// DoTimeout is DoAt from the current time.
+	DoTimeout(req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error
+	// CloseIdleConnections closes the connections no request uses, when the pool is dropped.
+	CloseIdleConnections()
 }
 
 // Events receives what happens to an upstream's targets, for the operator's metrics.
@@ -89,7 +107,7 @@ type Events interface {
 // Options are what an Upstream takes from the edge that builds it.
 type Options struct {
 	// Pool returns the connection pool of one target's scheme and host:port.
-	Pool func(tls bool, hostport string) *upstreamclient.Client
+	Pool func(tls bool, hostport string) Transport
 	// Events receives the upstream's events until Bind gives it others; required.
 	Events Events
 	// Checkers counts the active checkers, which an upstream with a health check starts.
@@ -107,7 +125,7 @@ func (u *Upstream) Init(spec *tenants.Upstream, o Options) error {
 		if err != nil {
 			return fmt.Errorf("upstream.targets[%d]: %v", i, err)
 		}
-		u.targets = append(u.targets, &Target{URL: t.URL, Client: o.Pool(tlsOn, hostport), TLS: tlsOn, Host: []byte(hostHeader),
+		u.targets = append(u.targets, &Target{URL: t.URL, Client: o.Pool(tlsOn, hostport), Addr: hostport, TLS: tlsOn, Host: []byte(hostHeader),
 			Base: []byte(base), weight: t.Weight, index: uint8(i)})
 		weights[i] = t.Weight
 	}

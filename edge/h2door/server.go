@@ -189,6 +189,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		h.chain.Refuse(ctx, RefuseBadRequest)
 	default:
+		ctx.SetUserValue(requestKey{}, r)
 		h.chain.Serve(ctx)
 	}
 	aborted := writeResponse(w, r, &ctx.Response)
@@ -206,6 +207,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// clean end would pass a truncated body off as whole.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// requestKey is the RequestCtx user value of the stream's own request (Request).
+type requestKey struct{}
+
+// Request is the HTTP/2 request ctx was rebuilt from, or nil for a request of the
+// HTTP/1.1 door. A proxy to an HTTP/2 upstream takes from it what the rebuilt request
+// cannot carry: the stream's context, which ends when the client resets the stream, and
+// its body, which may be read while the answer streams (gRPC's bidirectional streams)
+// and after the chain has returned, where the RequestCtx's body stream may not be.
+func Request(ctx *fasthttp.RequestCtx) *http.Request {
+	r, _ := ctx.UserValue(requestKey{}).(*http.Request)
+	return r
 }
 
 type requestError string
@@ -358,6 +372,12 @@ func writeResponse(w http.ResponseWriter, r *http.Request, resp *fasthttp.Respon
 	w.WriteHeader(status)
 	if !bodyless {
 		if stream {
+			// The head goes out before the body's first piece: a streamed answer may
+			// wait on the client (a gRPC stream answering each message), which would
+			// otherwise never see the head it waits for.
+			if err := http.NewResponseController(w).Flush(); err != nil {
+				return true
+			}
 			if err := resp.BodyWriteTo(flusher{w}); err != nil {
 				return true
 			}
