@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tollgate/edge/extauth"
+	"tollgate/edge/hdrclass"
 	"tollgate/edge/upstreamclient"
 	"tollgate/tenants"
 )
@@ -85,7 +86,7 @@ func (e *Edge) newAuthorizer(conf *tenantConfig, r *tenants.Route, c *compiled) 
 
 // ownedHeader: a header the edge sets or removes itself, which an authorizer may not set.
 func ownedHeader(k []byte) bool {
-	return classify(k) != clsOther || spoofsEdgeHeader(k) || edgeHeaderFolds[strings.ToLower(string(k))]
+	return hdrclass.Classify(k) != hdrclass.Other || hdrclass.SpoofsEdge(k) || hdrclass.IsEdgeHeader(strings.ToLower(string(k)))
 }
 
 // release gives back the budget a's cache holds (a route dropped, or its tenant).

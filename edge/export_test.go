@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/hdrclass"
 	"tollgate/edge/routing"
 	"tollgate/tenants"
 )
@@ -14,12 +15,12 @@ import (
 // untrusted input and the route table.
 
 // ScanHeaders runs the request header classification on one header name.
-func ClassifyHeader(k []byte) int { return classify(k) }
+func ClassifyHeader(k []byte) int { return hdrclass.Classify(k) }
 
 // Header classes for tests.
 const (
-	ClsOther = clsOther
-	ClsHop   = clsHop
+	ClsOther = hdrclass.Other
+	ClsHop   = hdrclass.Hop
 )
 
 // ConnectionTokens lists the header names a Connection value makes the edge delete.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 
+	"tollgate/edge/hdrclass"
 	"tollgate/edge/routing"
 
 	"github.com/valyala/fasthttp"
@@ -24,7 +25,7 @@ import (
 //     forged identity, or override any header the edge sets, under the dash spelling;
 //   - for the same reason every header whose name folds (any case, every byte other
 //     than a letter or digit read as "-") to a header the edge sets or decides on
-//     (edgeHeaders) or to X-Tollgate-*, though spelled otherwise: X.Consumer.Id,
+//     (package hdrclass) or to X-Tollgate-*, though spelled otherwise: X.Consumer.Id,
 //     X~Forwarded~For, X-Request!Id;
 //   - X-API-Key on routes that authenticated with it (the upstream gets X-Consumer-Id);
 //   - from a peer outside TrustedProxies: X-Forwarded-For, -Proto, -Host, Forwarded and
@@ -77,175 +78,6 @@ type headerScan struct {
 	clientReqID bool // reqID is the client's own and valid, so it is passed on as is
 }
 
-// Header classes.
-const (
-	clsOther      = iota
-	clsHop        // remove
-	clsConnection // remove, with the headers it names
-	clsIdentity   // remove: only the edge sets it
-	clsAPIKey
-	clsXFF
-	clsXFP
-	clsXFH
-	clsForwarded
-	clsXRealIP
-	clsRequestID
-)
-
-const tollgatePrefix = routing.EdgeHeaderPrefix
-
-// classify names the class of a header key (any case) without allocating.
-func classify(k []byte) int {
-	switch len(k) {
-	case 2:
-		if routing.ASCIIEqualFold(k, "te") {
-			return clsHop
-		}
-	case 6:
-		if routing.ASCIIEqualFold(k, "expect") {
-			return clsHop
-		}
-	case 7:
-		if routing.ASCIIEqualFold(k, "upgrade") || routing.ASCIIEqualFold(k, "trailer") {
-			return clsHop
-		}
-	case 9:
-		if routing.ASCIIEqualFold(k, "x-api-key") {
-			return clsAPIKey
-		}
-		if routing.ASCIIEqualFold(k, "forwarded") {
-			return clsForwarded
-		}
-		if routing.ASCIIEqualFold(k, "x-real-ip") {
-			return clsXRealIP
-		}
-	case 10:
-		if routing.ASCIIEqualFold(k, "connection") {
-			return clsConnection
-		}
-		if routing.ASCIIEqualFold(k, "keep-alive") {
-			return clsHop
-		}
-	case 12:
-		if routing.ASCIIEqualFold(k, "x-request-id") {
-			return clsRequestID
-		}
-	case 13:
-		if routing.ASCIIEqualFold(k, "x-consumer-id") {
-			return clsIdentity
-		}
-	case 15:
-		if routing.ASCIIEqualFold(k, "x-forwarded-for") {
-			return clsXFF
-		}
-		if routing.ASCIIEqualFold(k, "x-consumer-name") {
-			return clsIdentity
-		}
-	case 16:
-		if routing.ASCIIEqualFold(k, "x-forwarded-host") {
-			return clsXFH
-		}
-	case 17:
-		if routing.ASCIIEqualFold(k, "x-forwarded-proto") {
-			return clsXFP
-		}
-		if routing.ASCIIEqualFold(k, "transfer-encoding") {
-			return clsHop
-		}
-	case 18:
-		if routing.ASCIIEqualFold(k, "proxy-authenticate") {
-			return clsHop
-		}
-	case 19:
-		if routing.ASCIIEqualFold(k, "proxy-authorization") {
-			return clsHop
-		}
-	}
-	if len(k) >= len(tollgatePrefix) && routing.ASCIIEqualFold(k[:len(tollgatePrefix)], tollgatePrefix) {
-		return clsIdentity
-	}
-	return clsOther
-}
-
-// edgeHeaders are the request headers the edge sets, or decides on, for the upstream
-// (lower case). A client's header whose name differs from one of them only in its
-// punctuation is dropped: CGI and the servers built like it (PHP, WSGI, Rack, nginx's
-// variables) fold "-", "_", "." and other punctuation alike, so X.Consumer.Id or
-// X~Consumer~Id would reach them as the edge's X-Consumer-Id.
-var edgeHeaders = []string{
-	"x-consumer-id", "x-consumer-name", "x-api-key",
-	"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "x-real-ip", "x-request-id",
-	"host", "content-length", "transfer-encoding", "connection", "keep-alive",
-	"proxy-authorization", "proxy-authenticate", "traceparent", "tracestate",
-}
-
-// foldName maps a header-name byte to its folded form: ASCII letters to lower case,
-// digits to themselves, everything else to "-".
-var foldName = func() (t [256]byte) {
-	for c := range t {
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-			t[c] = byte(c)
-		case c >= 'A' && c <= 'Z':
-			t[c] = byte(c) + 'a' - 'A'
-		default:
-			t[c] = '-'
-		}
-	}
-	return t
-}()
-
-// plainName marks the bytes of an ordinary header name: letters, digits and "-". A name
-// made of them alone folds to itself, so it needs no lookup.
-var plainName = func() (t [256]bool) {
-	for c := range t {
-		t[c] = foldName[c] != '-' || c == '-'
-	}
-	return t
-}()
-
-// edgeHeaderFolds holds edgeHeaders as folded names; maxEdgeHeader is the longest.
-var edgeHeaderFolds, maxEdgeHeader = func() (map[string]bool, int) {
-	m, n := make(map[string]bool, len(edgeHeaders)), 0
-	for _, h := range edgeHeaders {
-		m[h] = true
-		n = max(n, len(h))
-	}
-	return m, n
-}()
-
-// spoofsEdgeHeader reports a header name classify left alone that must not reach the
-// upstream: any name with "_" (nginx's underscores_in_headers off), and any name that
-// folds to one of edgeHeaders or to X-Tollgate-*. An ordinary name costs one pass over
-// its bytes; none allocates.
-func spoofsEdgeHeader(k []byte) bool {
-	plain := true
-	for _, c := range k {
-		if c == '_' {
-			return true
-		}
-		plain = plain && plainName[c]
-	}
-	if plain {
-		return false // folds to itself, and classify matched the edge's own names
-	}
-	var buf [64]byte
-	f := buf[:0]
-	for i, c := range k {
-		if i == len(tollgatePrefix) && string(f) == tollgatePrefix {
-			return true
-		}
-		if i == len(buf) {
-			break
-		}
-		f = append(f, foldName[c])
-	}
-	if string(f) == tollgatePrefix {
-		return true
-	}
-	return len(f) == len(k) && len(f) <= maxEdgeHeader && edgeHeaderFolds[string(f)]
-}
-
 // scanRequestHeaders reads the raw request header block once: it removes the hop-by-hop,
 // identity and underscore headers from the request that will go upstream and notes the
 // values the later steps need (API key, request id, X-Forwarded-For chain). It runs
@@ -260,36 +92,36 @@ func (x *exchange) scanRequestHeaders(raw []byte) {
 		if k == nil {
 			continue
 		}
-		switch classify(k) {
-		case clsOther:
-			if spoofsEdgeHeader(k) {
+		switch hdrclass.Classify(k) {
+		case hdrclass.Other:
+			if hdrclass.SpoofsEdge(k) {
 				h.DelBytes(k)
 			}
-		case clsHop, clsIdentity:
+		case hdrclass.Hop, hdrclass.Identity:
 			h.DelBytes(k)
-		case clsConnection:
+		case hdrclass.Connection:
 			delConnectionTokens(v, h.DelBytes)
 			h.DelBytes(hdrConnection)
-		case clsAPIKey:
+		case hdrclass.APIKey:
 			if hs.has&hXAPIKey == 0 {
 				hs.apiKey = v
 			}
 			hs.has |= hXAPIKey
-		case clsXFF:
+		case hdrclass.XFF:
 			if hs.has&hXFF != 0 {
 				x.xff = append(x.xff, ", "...)
 			}
 			x.xff = append(x.xff, v...)
 			hs.has |= hXFF
-		case clsXFP:
+		case hdrclass.XFP:
 			hs.has |= hXFP
-		case clsXFH:
+		case hdrclass.XFH:
 			hs.has |= hXFH
-		case clsForwarded:
+		case hdrclass.Forwarded:
 			hs.has |= hForwarded
-		case clsXRealIP:
+		case hdrclass.XRealIP:
 			hs.has |= hXRealIP
-		case clsRequestID:
+		case hdrclass.RequestID:
 			if hs.has&hXRequestID == 0 {
 				hs.reqID = v
 			} else {
@@ -374,10 +206,10 @@ func (x *exchange) cleanResponseHeaders() {
 	d := hopNames{s: x.scratch[:0]}
 	tokens := false
 	for k, v := range h.All() {
-		switch classifyResponse(k) {
-		case clsHop:
+		switch hdrclass.ClassifyResponse(k) {
+		case hdrclass.Hop:
 			d.add(k)
-		case clsConnection:
+		case hdrclass.Connection:
 			d.add(k)
 			if !connectionOptionsOnly(v) && delConnectionTokens(v, d.add) > 0 {
 				tokens = true
@@ -424,18 +256,4 @@ func (d *hopNames) add(k []byte) {
 // or "close", what nearly every upstream sends.
 func connectionOptionsOnly(v []byte) bool {
 	return routing.ASCIIEqualFold(v, "keep-alive") || routing.ASCIIEqualFold(v, "close")
-}
-
-// classifyResponse is classify for response headers: only hop-by-hop ones matter.
-// Transfer-Encoding is left to fasthttp, which frames the body it relays itself.
-func classifyResponse(k []byte) int {
-	switch len(k) {
-	case 2, 7, 18, 19:
-		if c := classify(k); c == clsHop {
-			return c
-		}
-	case 10:
-		return classify(k)
-	}
-	return clsOther
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/hdrclass"
 	"tollgate/edge/meter"
 	"tollgate/edge/websocket"
 )
@@ -87,7 +88,7 @@ func (e *Edge) wsStep(rt *route, next handler) handler {
 }
 
 // keepWSHeader: the 101's headers the client gets, all but the hop-by-hop ones.
-func keepWSHeader(k []byte) bool { return classifyResponse(k) == clsOther }
+func keepWSHeader(k []byte) bool { return hdrclass.ClassifyResponse(k) == hdrclass.Other }
 
 // WebSockets is the number of open WebSocket tunnels.
 func (e *Edge) WebSockets() int { return e.ws.Open() }
