@@ -2,6 +2,7 @@ package edge
 
 import (
 	"encoding/json"
+	"tollgate/edge/grpcstatus"
 
 	"tollgate/edge/grpcweb"
 	"tollgate/edge/routing"
@@ -73,7 +74,7 @@ func (x *exchange) fail(r *reply) {
 	x.reply = r
 	resp := &x.ctx.Response
 	resp.Reset()
-	if ct := grpcContentType(x.ctx.Request.Header.ContentType()); ct != nil {
+	if ct := grpcstatus.ContentType(x.ctx.Request.Header.ContentType()); ct != nil {
 		x.grpcFail(r, ct)
 		return
 	}
