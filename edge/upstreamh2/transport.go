@@ -1,7 +1,9 @@
 // Package upstreamh2 is the edge's HTTP/2 client to upstream servers (a route's
 // upstream.protocol h2): a transport per target whose streams share few connections
 // (Transport), and the bodies of one exchange, streamed both ways with the answer's
-// trailer fields and gRPC's deadline and size rules (RequestBody, ResponseBody). The
+// trailer fields and gRPC's deadline and size rules (RequestBody, ResponseBody), and a
+// gRPC-Web call translated to the gRPC one the upstream speaks and its answer back
+// (GRPCWebRequest, ResponseBody.GRPCWeb). The
 // connections are made by the dialer it is given, the edge's, which holds every connect
 // to the operator's address rule. It knows nothing of tenants' routes, balancing or
 // retries, which are the edge's.
