@@ -32,7 +32,13 @@ func (e *Edge) proxyH2(x *exchange, rt *route, u *upstream) {
 	if sr != nil {
 		parent = sr.Context()
 	}
-	grpc := upstreamh2.IsGRPC(req.Header.ContentType())
+	// A gRPC-Web call goes up as gRPC (upstreamh2.GRPCWebRequest) and its answer comes
+	// back as gRPC-Web (ResponseBody.GRPCWeb): the upstream need not speak gRPC-Web.
+	webCT := grpcContentType(req.Header.ContentType())
+	if !upstreamh2.IsGRPCWeb(webCT) {
+		webCT = nil
+	}
+	grpc := upstreamh2.IsGRPC(req.Header.ContentType()) || webCT != nil
 
 	// The body: the HTTP/2 stream's own, unread (bodyLimitStep left it so), or bytes.
 	var src io.Reader
@@ -109,6 +115,9 @@ func (e *Edge) proxyH2(x *exchange, rt *route, u *upstream) {
 			x.fail(replyBadTarget)
 			return
 		}
+		if webCT != nil {
+			upstreamh2.GRPCWebRequest(r, body, webCT)
+		}
 		// The head must come within the route's timeout (or the call's deadline).
 		var headLate atomic.Bool
 		headTimer := time.AfterFunc(time.Duration(deadline-conn.MonoNow()), func() { headLate.Store(true); cancel() })
@@ -128,13 +137,13 @@ func (e *Edge) proxyH2(x *exchange, rt *route, u *upstream) {
 			err = fasthttp.ErrTimeout
 		}
 		if u.plain || a.Done(err, status, now) {
-			e.relayH2(x, res, err, body, call, cancel, grpc)
+			e.relayH2(x, res, err, body, call, cancel, grpc, webCT)
 			return
 		}
 		// Only a body not yet streamed can go again: in memory, or not read at all.
 		next := a.Retry(&req.Header, src == nil || body.Unread(), err, now, deadline)
 		if next == nil {
-			e.relayH2(x, res, err, body, call, cancel, grpc)
+			e.relayH2(x, res, err, body, call, cancel, grpc, webCT)
 			return
 		}
 		body.Detach()
@@ -149,11 +158,16 @@ func (e *Edge) proxyH2(x *exchange, rt *route, u *upstream) {
 }
 
 // relayH2 answers the client with the upstream's answer res (or err).
-func (e *Edge) relayH2(x *exchange, res *http.Response, err error, body *upstreamh2.RequestBody, call context.Context, cancel context.CancelFunc, grpc bool) {
+// A gRPC-Web call's answer (webCT its Content-Type) has its trailer fields as a frame.
+func (e *Edge) relayH2(x *exchange, res *http.Response, err error, body *upstreamh2.RequestBody, call context.Context, cancel context.CancelFunc, grpc bool, webCT []byte) {
 	if err != nil {
 		cancel()
 		if body.Over() {
 			x.fail(replyBodyTooLarge)
+			return
+		}
+		if body.Malformed() {
+			x.fail(replyBodyText)
 			return
 		}
 		e.upstreamFailed(x, err)
@@ -163,6 +177,12 @@ func (e *Edge) relayH2(x *exchange, res *http.Response, err error, body *upstrea
 	upstreamh2.CopyHead(res, resp)
 	x.cleanResponseHeaders()
 	rb := upstreamh2.NewResponseBody(res, body, call, cancel, grpc, &resp.Header)
+	size := int(res.ContentLength)
+	if webCT != nil && res.StatusCode == 200 {
+		resp.Header.SetContentTypeBytes(webCT)
+		rb.GRPCWeb(webCT) // a trailers-only answer stays so: its status is in the head
+		size = -1
+	}
 	if res.ContentLength == 0 {
 		// No body (a gRPC trailers-only answer, a 204): its fields went out as the head,
 		// and whatever trailer fields follow an empty body are read now.
@@ -172,5 +192,5 @@ func (e *Edge) relayH2(x *exchange, res *http.Response, err error, body *upstrea
 		_ = rb.Close()
 		return
 	}
-	resp.SetBodyStream(rb, int(res.ContentLength))
+	resp.SetBodyStream(rb, size)
 }

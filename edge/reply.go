@@ -50,6 +50,7 @@ var (
 	replyExpiredKey          = newReply(tenants.EExpiredKey, "the API key has expired; ask for a new one")
 	replyBodyTooLarge        = newReply(tenants.EBodyTooLarge, "the request body is over this API's size limit")
 	replyBodyRead            = newReply(tenants.EInvalidRequest, "the request body could not be read")
+	replyBodyText            = newReply(tenants.EInvalidRequest, "the gRPC-Web -text body is not base64")
 	replyUpstreamAddressRule = newReply(tenants.EUpstreamFailed, "the upstream address is refused by the operator's policy")
 	replyUpstreamConn        = newReply(tenants.EUpstreamFailed, "the upstream could not be reached")
 	replyUpstreamBad         = newReply(tenants.EUpstreamFailed, "the upstream failed to answer")

@@ -3,7 +3,9 @@
 // binary variant (application/grpc-web[+proto]) and the base64 one
 // (application/grpc-web-text[+proto], whose body may be several padded base64 chunks one
 // after another), and writes a response body: data frames and the trailer frame that
-// carries grpc-status and grpc-message, base64-encoded frame by frame for -text.
+// carries grpc-status and grpc-message, base64-encoded frame by frame for -text. For a
+// proxy that relays a gRPC answer as gRPC-Web, TextEncoder base64-encodes a binary body
+// as it streams in pieces of any size, still a padded chunk per frame.
 //
 // It is bounded: a frame whose declared length is over the caller's maximum is refused
 // before any of it is read or allocated, and a frame within it is buffered only as its

@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"tollgate/edge/grpcweb"
 	"tollgate/edge/meter"
 )
 
@@ -66,6 +67,8 @@ type RequestBody struct {
 	n       atomic.Int64
 	started atomic.Bool
 	over    atomic.Bool
+	text    io.Reader // the base64 decoder of a gRPC-Web -text body, over readRaw
+	bad     atomic.Bool
 }
 
 // Close leaves the stream's body to its server, which closes it when the stream ends.
@@ -78,6 +81,31 @@ func NewRequestBody(src io.Reader, limit int64) *RequestBody {
 
 // Read counts what it reads against the limit.
 func (b *RequestBody) Read(p []byte) (int, error) {
+	if b.text == nil {
+		return b.readRaw(p)
+	}
+	b.started.Store(true)
+	n, err := b.text.Read(p)
+	if errors.Is(err, grpcweb.ErrBase64) {
+		b.bad.Store(true)
+	}
+	return n, err
+}
+
+// DecodeText has the body decode a gRPC-Web -text body as it is read (the base64 of a
+// gRPC body, maybe in several padded chunks), so that a gRPC upstream gets its binary
+// frames. The limit still counts what the client sent, the base64 characters.
+func (b *RequestBody) DecodeText() { b.text = grpcweb.NewTextReader(rawBody{b}) }
+
+// Malformed reports a -text body that is not base64: the client's fault, not the
+// upstream's.
+func (b *RequestBody) Malformed() bool { return b.bad.Load() }
+
+type rawBody struct{ b *RequestBody }
+
+func (r rawBody) Read(p []byte) (int, error) { return r.b.readRaw(p) }
+
+func (b *RequestBody) readRaw(p []byte) (int, error) {
 	b.started.Store(true)
 	b.mu.Lock()
 	src := b.src
@@ -125,6 +153,7 @@ type ResponseBody struct {
 	closed  bool
 	use     meter.Usage
 	metered bool
+	web     *webAnswer
 }
 
 // NewResponseBody relays res; cancel ends the call, when the body is closed.
@@ -133,6 +162,13 @@ func NewResponseBody(res *http.Response, req *RequestBody, call context.Context,
 }
 
 func (b *ResponseBody) Read(p []byte) (int, error) {
+	if b.web != nil {
+		return b.readWeb(p)
+	}
+	return b.read(p)
+}
+
+func (b *ResponseBody) read(p []byte) (int, error) {
 	if b.ended {
 		return 0, io.EOF
 	}
@@ -176,6 +212,10 @@ func (b *ResponseBody) Trailers() {
 }
 
 func (b *ResponseBody) setTrailer(k, v string) {
+	if b.web != nil {
+		b.web.add(k, v)
+		return
+	}
 	if err := b.h.AddTrailer(k); err != nil {
 		return // a field HTTP forbids as a trailer is dropped, as fasthttp would
 	}
@@ -199,6 +239,107 @@ func (b *ResponseBody) Close() error {
 		b.use.Record()
 	}
 	return err
+}
+
+// IsGRPCWeb: a gRPC-Web type as the edge echoes it (application/grpc-web[-text][+proto]).
+func IsGRPCWeb(ct []byte) bool { return bytes.HasPrefix(ct, []byte("application/grpc-web")) }
+
+// GRPCWebRequest makes r, the upstream request of a gRPC-Web call whose Content-Type is
+// ct (application/grpc-web[-text][+proto], as the edge echoes it), a gRPC call: its
+// Content-Type application/grpc, +proto kept; without X-Grpc-Web and X-User-Agent, which
+// only a gRPC-Web server reads (grpc-timeout and the rest stay, TE: trailers is
+// NewRequest's). Binary frames are gRPC's as they are; a -text body, which body is, is
+// decoded as it streams, of a length known only at its end.
+func GRPCWebRequest(r *http.Request, body *RequestBody, ct []byte) {
+	v := "application/grpc"
+	if bytes.HasSuffix(ct, []byte("+proto")) {
+		v = "application/grpc+proto"
+	}
+	r.Header["Content-Type"] = []string{v}
+	delete(r.Header, "X-Grpc-Web")
+	delete(r.Header, "X-User-Agent")
+	if bytes.Contains(ct, []byte("-text")) {
+		body.DecodeText()
+		if r.Body != nil {
+			r.ContentLength = -1
+		}
+	}
+}
+
+// webAnswer is the state of a ResponseBody that answers a gRPC-Web client.
+type webAnswer struct {
+	text    bool
+	enc     grpcweb.TextEncoder
+	trailer grpcweb.Trailer
+	in      []byte // what the upstream sent, to be encoded (-text)
+	buf     []byte
+	out     []byte // encoded, not yet read: a slice of buf
+	done    bool
+}
+
+// GRPCWeb has the body answer a gRPC-Web client whose Content-Type is ct: the upstream's
+// gRPC frames go through as they come (gRPC-Web's data frames are the same bytes), for
+// -text base64-encoded a padded chunk per frame; and the trailer fields, which a browser
+// cannot read as HTTP trailers, become the body's last frame (flag 0x80) instead, with
+// grpc-status (2, UNKNOWN, when the upstream sent none), grpc-message as the upstream
+// percent-encoded it, and the other fields.
+func (b *ResponseBody) GRPCWeb(ct []byte) {
+	b.web = &webAnswer{text: bytes.Contains(ct, []byte("-text")), trailer: grpcweb.Trailer{Status: 2}}
+}
+
+func (w *webAnswer) add(k, v string) {
+	if k == "Grpc-Status" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			w.trailer.Status = n
+		}
+		return
+	}
+	// grpc-message goes as a field, not Trailer.Message: it is percent-encoded already.
+	w.trailer.Metadata = append(w.trailer.Metadata, grpcweb.Field{Name: k, Value: v})
+}
+
+// webBuf is the size of the reads of a -text answer from the upstream.
+const webBuf = 16 << 10
+
+func (b *ResponseBody) readWeb(p []byte) (int, error) {
+	w := b.web
+	for len(w.out) == 0 {
+		if w.done {
+			return 0, io.EOF
+		}
+		var n int
+		var err error
+		if w.text {
+			if w.in == nil {
+				w.in = make([]byte, webBuf)
+			}
+			n, err = b.read(w.in)
+			w.buf = w.enc.Append(w.buf[:0], w.in[:n])
+			n = 0
+		} else {
+			n, err = b.read(p)
+			w.buf = w.buf[:0]
+		}
+		switch {
+		case err == io.EOF:
+			w.done = true
+			frame := grpcweb.AppendTrailer(nil, w.trailer)
+			if w.text {
+				w.buf = grpcweb.AppendEncodeText(w.enc.Flush(w.buf), frame)
+			} else {
+				w.buf = append(w.buf, frame...)
+			}
+		case err != nil:
+			return n, err
+		}
+		w.out = w.buf
+		if n > 0 {
+			return n, nil
+		}
+	}
+	c := copy(p, w.out)
+	w.out = w.out[c:]
+	return c, nil
 }
 
 var _ io.ReadCloser = (*RequestBody)(nil)

@@ -1,10 +1,11 @@
 // Package upstreamh2 is the edge's HTTP/2 client to upstream servers (a route's
 // upstream.protocol h2): a transport per target whose streams share few connections
 // (Transport), and the bodies of one exchange, streamed both ways with the answer's
-// trailer fields and gRPC's deadline and size rules (RequestBody, ResponseBody). The
-// connections are made by the dialer it is given, the edge's, which holds every connect
-// to the operator's address rule. It knows nothing of tenants' routes, balancing or
-// retries, which are the edge's.
+// trailer fields and gRPC's deadline and size rules (RequestBody, ResponseBody), and a
+// gRPC-Web call translated to the gRPC one the upstream speaks and its answer back
+// (GRPCWebRequest, ResponseBody.GRPCWeb). The connections are made by the dialer it is
+// given, the edge's, which holds every connect to the operator's address rule. It knows
+// nothing of tenants' routes, balancing or retries, which are the edge's.
 //
 // An http:// target is spoken to in h2c with prior knowledge (no Upgrade dance: gRPC
 // servers expect the preface at once); an https:// one over TLS whose ALPN must pick h2.
