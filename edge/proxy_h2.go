@@ -13,6 +13,7 @@ import (
 
 	"tollgate/edge/balancer"
 	"tollgate/edge/conn"
+	"tollgate/edge/grpcstatus"
 	"tollgate/edge/h2door"
 	"tollgate/edge/upstreamh2"
 )
@@ -34,7 +35,7 @@ func (e *Edge) proxyH2(x *exchange, rt *route, u *upstream) {
 	}
 	// A gRPC-Web call goes up as gRPC (upstreamh2.GRPCWebRequest) and its answer comes
 	// back as gRPC-Web (ResponseBody.GRPCWeb): the upstream need not speak gRPC-Web.
-	webCT := grpcContentType(req.Header.ContentType())
+	webCT := grpcstatus.ContentType(req.Header.ContentType())
 	if !upstreamh2.IsGRPCWeb(webCT) {
 		webCT = nil
 	}
