@@ -37,6 +37,7 @@ import (
 
 	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/tailload"
 	"tollgate/e2e/bench/wsload"
 
 	"github.com/valyala/fasthttp"
@@ -88,13 +89,13 @@ func (b *bench) redisCommands(admin string) float64 {
 
 // lgSpec is what the load generator runs: phases one after the other, each with streams
 // sent concurrently at fixed rates to the edge at Addr.
-// Closed (S9), WS (S6) or Tail (tail.go), when set, replace the phases with that kind of run.
+// Closed (S9), WS (S6) or Tail (e2e/bench/tailload), when set, replace the phases with that kind of run.
 type lgSpec struct {
-	Addr   string       `json:"addr"`
-	Phases []lgPhase    `json:"phases"`
-	Closed *closedSpec  `json:"closed,omitempty"`
-	WS     *wsload.Spec `json:"ws,omitempty"`
-	Tail   *tailSpec    `json:"tail,omitempty"`
+	Addr   string         `json:"addr"`
+	Phases []lgPhase      `json:"phases"`
+	Closed *closedSpec    `json:"closed,omitempty"`
+	WS     *wsload.Spec   `json:"ws,omitempty"`
+	Tail   *tailload.Spec `json:"tail,omitempty"`
 }
 
 type lgPhase struct {
@@ -136,7 +137,7 @@ func runLoadgen() int {
 	case spec.Closed != nil:
 		return runClosedLoop(spec.Closed)
 	case spec.Tail != nil:
-		return runTailGen(spec.Tail)
+		return tailload.Run(spec.Tail)
 	case spec.WS != nil:
 		// The bench's go-ahead may already sit in the decoder's buffer.
 		return wsload.RunClient(spec.WS, io.MultiReader(dec.Buffered(), os.Stdin))

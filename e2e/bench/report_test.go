@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/tailload"
 	"tollgate/e2e/bench/wsload"
 )
 
@@ -82,7 +83,7 @@ func TestWSAsPerf(t *testing.T) {
 func TestTailMarkdownBusyRatio(t *testing.T) {
 	b := &bench{threads: 2, conns: 64, Env: &harness.Env{LoadCPUs: "1"}, cores: []int{1}, duration: 5 * time.Second, warmup: 2 * time.Second}
 	r := newReport(b)
-	res := tailResult{P50: 100, P99: 1000, P999: 2000, Max: 3000}
+	res := tailload.Result{P50: 100, P99: 1000, P999: 2000, Max: 3000}
 	r.tail = &tailReport{procs: 1, maxQPS: 1000, maxRuns: []float64{1000}, gateways: []string{"nginx", "tollgate"},
 		fracs: []float64{0.5}, conns: 64, rounds: 2, runs: []tailRun{
 			{gateway: "nginx", frac: 0.5, round: 1, res: res, busy: 0.50},
