@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"tollgate/e2e/bench/grpchealth"
 	"tollgate/e2e/bench/harness"
 	"tollgate/e2e/bench/soak"
 	"tollgate/e2e/bench/wsload"
@@ -89,7 +90,7 @@ func main() {
 		os.Exit(wsload.RunEcho(addr)) // S6's upstream (e2e/bench/wsload)
 	}
 	if addr := os.Getenv("TOLLGATE_BENCH_GRPC"); addr != "" {
-		os.Exit(runGRPCHealth(addr)) // S1grpc's upstream (h2.go)
+		os.Exit(grpchealth.Serve(addr)) // S1grpc's upstream (e2e/bench/grpchealth)
 	}
 	os.Exit(run())
 }
