@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"tollgate/e2e/bench/cpustat"
 	"tollgate/e2e/bench/harness"
 	"tollgate/e2e/bench/tailload"
 	"tollgate/e2e/bench/wsload"
@@ -55,7 +56,7 @@ func TestWSAsPerf(t *testing.T) {
 	// the gateway; the rest softirqs.
 	w := wsResult{gateway: "tollgate-a", procs: 1, usPerMsg: 50, trickleCPUSec: 0.5,
 		client: wsload.Result{Sent: 10000, Received: 10000, TrickleSeconds: 5},
-		sys0:   cpuTimes{0: {100, 1000, 80}, 1: {100, 1000, 100}}, sys1: cpuTimes{0: {190, 1500, 140}, 1: {600, 1500, 600}}}
+		sys0:   cpustat.Times{0: {100, 1000, 80}, 1: {100, 1000, 100}}, sys1: cpustat.Times{0: {190, 1500, 140}, 1: {600, 1500, 600}}}
 	gw, load := []int{0}, []int{1}
 	r, why := w.asPerf(2000, gw, load)
 	if why != "" || r.usPerReq != 50 || r.load.qps() != 2000 || r.busy != 0.1 {
@@ -73,7 +74,7 @@ func TestWSAsPerf(t *testing.T) {
 	}
 	// Others ran 20% of the time on CPU 0: processes 30%, 10% the gateway.
 	busy := w
-	busy.sys1 = cpuTimes{0: {280, 1500, 230}, 1: {600, 1500, 600}}
+	busy.sys1 = cpustat.Times{0: {280, 1500, 230}, 1: {600, 1500, 600}}
 	if _, why := busy.asPerf(2000, gw, load); why != "other processes ran 20% of the time on CPU 0" {
 		t.Errorf("a busy machine: flagged %q", why)
 	}

@@ -35,6 +35,7 @@ import (
 	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 
+	"tollgate/e2e/bench/cpustat"
 	"tollgate/tenants"
 )
 
@@ -471,7 +472,7 @@ type pollOut struct {
 }
 
 func newPoller(addr, host, path, cpus string) (*poller, error) {
-	mask, err := cpuMask(cpus)
+	mask, err := cpustat.Mask(cpus)
 	if err != nil {
 		return nil, err
 	}
@@ -541,27 +542,6 @@ func (p *poller) get() (string, int, error) {
 }
 
 func (p *poller) close() { close(p.reqs) }
-
-// cpuMask is sched_setaffinity's mask for a taskset-style list ("1", "0-1", "0,2").
-func cpuMask(cpus string) ([16]uint64, error) {
-	var m [16]uint64
-	for _, part := range splitList(cpus) {
-		lo, hi, ok := strings.Cut(part, "-")
-		a, err1 := strconv.Atoi(lo)
-		z := a
-		var err2 error
-		if ok {
-			z, err2 = strconv.Atoi(hi)
-		}
-		if err1 != nil || err2 != nil || a < 0 || z < a || z >= 64*len(m) {
-			return m, fmt.Errorf("CPU list %q", cpus)
-		}
-		for c := a; c <= z; c++ {
-			m[c/64] |= 1 << (c % 64)
-		}
-	}
-	return m, nil
-}
 
 // hotMarkdown renders the hotupdate runs.
 func (r *report) hotMarkdown(s *strings.Builder) {
