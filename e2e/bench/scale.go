@@ -36,6 +36,7 @@ import (
 	"tollgate/e2e/bench/harness"
 
 	"tollgate/e2e/bench/cpustat"
+	"tollgate/e2e/bench/rateload"
 	"tollgate/tenants"
 )
 
@@ -407,12 +408,12 @@ func (b *bench) hotChanges(ctx context.Context, s *harness.Stack, r *hotResult, 
 	slices.Sort(est[:])
 	r.failed = 0
 	window := min(90*time.Second, max(5*time.Second, time.Duration(r.changes)*(2*est[1]+50*time.Millisecond)))
-	spec := lgSpec{Addr: s.EdgeAddr, Phases: []lgPhase{
-		{Name: "warmup", Duration: time.Second, Streams: []lgStream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
-		{Name: "changes", Duration: window, Streams: []lgStream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
+	spec := lgSpec{Addr: s.EdgeAddr, Phases: []rateload.Phase{
+		{Name: "warmup", Duration: time.Second, Streams: []rateload.Stream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
+		{Name: "changes", Duration: window, Streams: []rateload.Stream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
 	}}
 	type lgOut struct {
-		res []lgResult
+		res []rateload.Result
 		err error
 	}
 	done := make(chan lgOut, 1)
