@@ -84,9 +84,9 @@ func (b *bench) redisCommands(admin string) float64 {
 // ---------------------------------------------------------------------------------------
 // The load generator
 
-// lgSpec is what the load generator runs: phases (rateload) one after the other, each with streams
-// sent concurrently at fixed rates to the edge at Addr.
-// Closed (S9), WS (S6) or Tail (e2e/bench/tailload), when set, replace the phases with that kind of run.
+// lgSpec is what the load generator runs: rateload's phases one after the other, each
+// with streams sent concurrently at fixed rates to the edge at Addr. Closed (S9), WS (S6)
+// or Tail (the tail scenario), when set, replace the phases with that kind of run.
 type lgSpec struct {
 	Addr   string           `json:"addr"`
 	Phases []rateload.Phase `json:"phases"`

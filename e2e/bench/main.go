@@ -84,7 +84,7 @@ type bench struct {
 
 func main() {
 	if os.Getenv("TOLLGATE_BENCH_LOADGEN") == "1" {
-		os.Exit(runLoadgen()) // the bench as its own load generator (flow.go, load.go, websocket.go)
+		os.Exit(runLoadgen()) // the bench as its own load generator (flow.go)
 	}
 	if addr := os.Getenv("TOLLGATE_BENCH_WSECHO"); addr != "" {
 		os.Exit(wsload.RunEcho(addr)) // S6's upstream (e2e/bench/wsload)
