@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"tollgate/e2e/bench/cpustat"
 	"tollgate/e2e/bench/harness"
 )
 
@@ -44,7 +45,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 	if err := checkServices(ctx, b); err != nil {
 		return nil, err
 	}
-	loadCPUs, err := parseCPUList(b.LoadCPUs)
+	loadCPUs, err := cpustat.ParseList(b.LoadCPUs)
 	if err != nil {
 		return nil, fmt.Errorf("-load-cpus: %w", err)
 	}
@@ -117,7 +118,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 	withTLS := slices.Contains(ids, "S9")
 	for _, procs := range b.cores {
 		cpus := gatewayCPUs(procs)
-		gwCPUs, err := parseCPUList(cpus)
+		gwCPUs, err := cpustat.ParseList(cpus)
 		if err != nil {
 			return rep, err
 		}
@@ -321,7 +322,7 @@ func (r *report) compareMarkdown(s *strings.Builder) {
 		s.WriteString("---:|")
 	}
 	s.WriteString("---|\n")
-	loadCPUs, _ := parseCPUList(b.LoadCPUs)
+	loadCPUs, _ := cpustat.ParseList(b.LoadCPUs)
 	for _, rd := range c.rounds {
 		flag := ""
 		if rd.flagged() {
@@ -330,7 +331,7 @@ func (r *report) compareMarkdown(s *strings.Builder) {
 		fmt.Fprintf(s, "| %s | %d | %d | %s | %.2f | %.2f | %s | %.0f | %.0f | %s | %.2f | %.2f | %s/%s |",
 			rd.scenario, rd.procs, rd.n, rd.first, rd.a.usPerReq, rd.b.usPerReq, fmtRatio(rd.cpuRatio(), 1),
 			rd.a.load.qps(), rd.b.load.qps(), fmtRatio(rd.qpsRatio(), 1), rd.a.busy, rd.b.busy,
-			fmtPct(busyShare(rd.a.sys0, rd.a.sys1, loadCPUs)), fmtPct(busyShare(rd.b.sys0, rd.b.sys1, loadCPUs)))
+			fmtPct(cpustat.BusyShare(rd.a.sys0, rd.a.sys1, loadCPUs)), fmtPct(cpustat.BusyShare(rd.b.sys0, rd.b.sys1, loadCPUs)))
 		if withNginx {
 			if rd.nginx != nil {
 				fmt.Fprintf(s, " %.2f |", rd.nginx.usPerReq)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"tollgate/e2e/bench/cpustat"
 	"tollgate/e2e/bench/harness"
 )
 
@@ -119,54 +120,10 @@ func TestSummarise(t *testing.T) {
 	}
 }
 
-func TestParseCPUTimes(t *testing.T) {
-	const stat0 = `cpu  300 0 100 1000 10 0 0 0 0 0
-cpu0 200 0 50 400 5 0 0 0 0 0
-cpu1 100 0 50 600 5 0 0 0 7 7
-intr 12345
-`
-	const stat1 = `cpu  500 0 200 1100 10 0 0 0 0 0
-cpu0 350 0 100 400 5 0 0 0 0 0
-cpu1 150 0 100 700 5 0 0 0 9 9
-`
-	t0, t1 := parseCPUTimes(stat0), parseCPUTimes(stat1)
-	if len(t0) != 2 || t0[0] != [3]uint64{250, 655, 250} || t0[1] != [3]uint64{150, 755, 150} {
-		t.Fatalf("parseCPUTimes = %v; the aggregate line and guest times must not count", t0)
-	}
-	if got := busyShare(t0, t1, []int{0}); math.Abs(got-1) > 1e-9 {
-		t.Errorf("CPU 0 busy %v, want 1 (200 of 200 ticks)", got)
-	}
-	if got := busyShare(t0, t1, []int{1}); math.Abs(got-0.5) > 1e-9 {
-		t.Errorf("CPU 1 busy %v, want 0.5", got)
-	}
-	if got := busyShare(t0, t1, []int{0, 1}); math.Abs(got-0.75) > 1e-9 {
-		t.Errorf("CPUs 0,1 busy %v, want 0.75", got)
-	}
-	if got := busyShare(t0, t1, []int{2}); got != -1 {
-		t.Errorf("a CPU /proc/stat does not list: %v, want -1", got)
-	}
-	if got := busyShare(nil, t1, []int{0}); got != -1 {
-		t.Errorf("no start counters: %v, want -1", got)
-	}
-}
-
-func TestParseCPUList(t *testing.T) {
-	for in, want := range map[string][]int{"0": {0}, "1": {1}, "0-1": {0, 1}, "0,2-3": {0, 2, 3}, "1,1": {1}} {
-		if got, err := parseCPUList(in); err != nil || !slices.Equal(got, want) {
-			t.Errorf("parseCPUList(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "a", "3-1", "1-"} {
-		if _, err := parseCPUList(in); err == nil {
-			t.Errorf("parseCPUList(%q): no error", in)
-		}
-	}
-}
-
 func TestNotBottleneck(t *testing.T) {
 	// busy is the gateway's own share; ticks over a 100-tick window per CPU.
 	res := func(busy float64, cpu0, cpu1 uint64) perfResult {
-		return perfResult{busy: busy, sys0: cpuTimes{0: {0, 0}, 1: {0, 0}}, sys1: cpuTimes{0: {cpu0, 100}, 1: {cpu1, 100}}}
+		return perfResult{busy: busy, sys0: cpustat.Times{0: {0, 0}, 1: {0, 0}}, sys1: cpustat.Times{0: {cpu0, 100}, 1: {cpu1, 100}}}
 	}
 	one, two, load := []int{0}, []int{0, 1}, []int{1}
 	if why := notBottleneck(res(0.97, 98, 90), 0.9, one, load); why != "" {
@@ -372,7 +329,7 @@ func TestRoundSettingsCheck(t *testing.T) {
 // the two share a CPU (then the load side is always busy) or -load-max is 0.
 func TestRoundFlag(t *testing.T) {
 	res := func(busy float64, cpu0, cpu1 uint64) perfResult {
-		return perfResult{busy: busy, sys0: cpuTimes{0: {0, 0}, 1: {0, 0}}, sys1: cpuTimes{0: {cpu0, 100}, 1: {cpu1, 100}}}
+		return perfResult{busy: busy, sys0: cpustat.Times{0: {0, 0}, 1: {0, 0}}, sys1: cpustat.Times{0: {cpu0, 100}, 1: {cpu1, 100}}}
 	}
 	set := roundSettings{rounds: 5, busyMin: 0.9, loadMax: 0.98}
 	one, two, load := []int{0}, []int{0, 1}, []int{1}

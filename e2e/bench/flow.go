@@ -31,15 +31,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/rateload"
+	"tollgate/e2e/bench/tailload"
 	"tollgate/e2e/bench/wsload"
-
-	"github.com/valyala/fasthttp"
 )
 
 // flowModes maps the S2 limiter scenarios to their route's mode.
@@ -86,42 +84,15 @@ func (b *bench) redisCommands(admin string) float64 {
 // ---------------------------------------------------------------------------------------
 // The load generator
 
-// lgSpec is what the load generator runs: phases one after the other, each with streams
-// sent concurrently at fixed rates to the edge at Addr.
-// Closed (S9), WS (S6) or Tail (tail.go), when set, replace the phases with that kind of run.
+// lgSpec is what the load generator runs: rateload's phases one after the other, each
+// with streams sent concurrently at fixed rates to the edge at Addr. Closed (S9), WS (S6)
+// or Tail (the tail scenario), when set, replace the phases with that kind of run.
 type lgSpec struct {
-	Addr   string       `json:"addr"`
-	Phases []lgPhase    `json:"phases"`
-	Closed *closedSpec  `json:"closed,omitempty"`
-	WS     *wsload.Spec `json:"ws,omitempty"`
-	Tail   *tailSpec    `json:"tail,omitempty"`
-}
-
-type lgPhase struct {
-	Name     string        `json:"name"`
-	Duration time.Duration `json:"duration"`
-	Streams  []lgStream    `json:"streams"`
-}
-
-type lgStream struct {
-	Name    string            `json:"name"`
-	Host    string            `json:"host"`
-	Path    string            `json:"path"`
-	Headers map[string]string `json:"headers"`
-	Rate    int               `json:"rate"` // requests per second
-}
-
-// lgResult is one stream's outcome in one phase. Latencies in µs, from the request's
-// send to its answer; late counts requests sent 5 ms or more behind schedule (the
-// generator fell behind: its figures are then suspect).
-type lgResult struct {
-	Phase, Stream                      string
-	Rate                               int
-	Sent, OK, Limited, Overloaded, Bad int64
-	Errors, Late                       int64
-	P50, P90, P99, Max                 float64
-	StatusSamples                      map[int]int64 `json:",omitempty"`
-	Seconds                            float64
+	Addr   string           `json:"addr"`
+	Phases []rateload.Phase `json:"phases"`
+	Closed *closedSpec      `json:"closed,omitempty"`
+	WS     *wsload.Spec     `json:"ws,omitempty"`
+	Tail   *tailload.Spec   `json:"tail,omitempty"`
 }
 
 // runLoadgen is the load generator's main: the spec on stdin, results on stdout.
@@ -136,120 +107,25 @@ func runLoadgen() int {
 	case spec.Closed != nil:
 		return runClosedLoop(spec.Closed)
 	case spec.Tail != nil:
-		return runTailGen(spec.Tail)
+		return tailload.Run(spec.Tail)
 	case spec.WS != nil:
 		// The bench's go-ahead may already sit in the decoder's buffer.
 		return wsload.RunClient(spec.WS, io.MultiReader(dec.Buffered(), os.Stdin))
 	}
-	hc := &fasthttp.HostClient{Addr: spec.Addr, MaxConns: 8192, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
-		MaxIdleConnDuration: time.Minute}
-	var out []lgResult
-	for _, ph := range spec.Phases {
-		var wg sync.WaitGroup
-		res := make([]lgResult, len(ph.Streams))
-		start := time.Now().Add(5 * time.Millisecond)
-		for i, st := range ph.Streams {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				res[i] = runStream(hc, spec.Addr, ph, st, start)
-			}()
-		}
-		wg.Wait()
-		out = append(out, res...)
-	}
+	out := rateload.Run(spec.Addr, spec.Phases)
 	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
 		return 1
 	}
 	return 0
 }
 
-func runStream(hc *fasthttp.HostClient, addr string, ph lgPhase, st lgStream, start time.Time) lgResult {
-	r := lgResult{Phase: ph.Name, Stream: st.Name, Rate: st.Rate, Seconds: ph.Duration.Seconds()}
-	n := int(float64(st.Rate) * ph.Duration.Seconds())
-	if n <= 0 {
-		return r
-	}
-	lat := make([]float64, n)
-	status := make([]int, n)
-	var late atomic.Int64
-	var wg sync.WaitGroup
-	due := func(i int) time.Time {
-		return start.Add(time.Duration(float64(i) / float64(st.Rate) * float64(time.Second)))
-	}
-	// A pool of workers takes the requests as they fall due: enough of them that the
-	// loop stays open (a slow answer does not delay the next send) without a goroutine
-	// per request.
-	jobs := make(chan int, n)
-	for range min(1024, st.Rate/20+32) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-			defer fasthttp.ReleaseRequest(req)
-			defer fasthttp.ReleaseResponse(resp)
-			req.SetRequestURI("http://" + addr + st.Path)
-			req.UseHostHeader = true
-			req.Header.SetHost(st.Host)
-			for k, v := range st.Headers {
-				req.Header.Set(k, v)
-			}
-			for i := range jobs {
-				t0 := time.Now()
-				if t0.Sub(due(i)) > 5*time.Millisecond {
-					late.Add(1) // the generator (or its workers) fell behind
-				}
-				err := hc.DoTimeout(req, resp, 10*time.Second)
-				lat[i] = float64(time.Since(t0)) / float64(time.Microsecond)
-				if err != nil {
-					status[i] = -1
-					continue
-				}
-				status[i] = resp.StatusCode()
-				resp.Reset()
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		if d := time.Until(due(i)); d > time.Millisecond {
-			time.Sleep(d)
-		}
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	r.Sent, r.Late = int64(n), late.Load()
-	r.StatusSamples = map[int]int64{}
-	for _, s := range status {
-		switch {
-		case s == 200:
-			r.OK++
-		case s == 429:
-			r.Limited++
-		case s == 503:
-			r.Overloaded++
-		case s < 0:
-			r.Errors++
-		default:
-			r.Bad++
-		}
-		if s != 200 {
-			r.StatusSamples[s]++
-		}
-	}
-	slices.Sort(lat)
-	pct := func(p float64) float64 { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-	r.P50, r.P90, r.P99, r.Max = pct(0.50), pct(0.90), pct(0.99), lat[len(lat)-1]
-	return r
-}
-
 // loadgen runs the spec in a pinned child process and returns its results.
-func (b *bench) loadgen(ctx context.Context, spec lgSpec, tag string) ([]lgResult, error) {
+func (b *bench) loadgen(ctx context.Context, spec lgSpec, tag string) ([]rateload.Result, error) {
 	var total time.Duration
 	for _, ph := range spec.Phases {
 		total += ph.Duration
 	}
-	return runLoadgenChild[[]lgResult](ctx, b, spec, total+time.Minute, "load generator", "loadgen", tag)
+	return runLoadgenChild[[]rateload.Result](ctx, b, spec, total+time.Minute, "load generator", "loadgen", tag)
 }
 
 // runLoadgenChild runs the bench itself as a load generator (runLoadgen) pinned to the
@@ -289,14 +165,14 @@ func runLoadgenChild[T any](ctx context.Context, b *bench, spec lgSpec, limit ti
 type flowResult struct {
 	procs      int
 	redis      string
-	s7         []lgResult
+	s7         []rateload.Result
 	s7Base     int
-	noisy      []lgResult
+	noisy      []rateload.Result
 	noisyLimit int
 	noisyRate  int
 }
 
-func (r *flowResult) find(rs []lgResult, phase, stream string) *lgResult {
+func (r *flowResult) find(rs []rateload.Result, phase, stream string) *rateload.Result {
 	for i := range rs {
 		if rs[i].Phase == phase && rs[i].Stream == stream {
 			return &rs[i]
@@ -359,10 +235,10 @@ func (b *bench) flowScenarios(ctx context.Context, scs []string) (*flowResult, e
 		if err := b.WaitServed(ctx, s.Edge, base, host("burst"), []string{"/burst"}, nil); err != nil {
 			return res, err
 		}
-		st := func(rate int) []lgStream {
-			return []lgStream{{Name: "burst", Host: host("burst"), Path: "/burst", Rate: rate}}
+		st := func(rate int) []rateload.Stream {
+			return []rateload.Stream{{Name: "burst", Host: host("burst"), Path: "/burst", Rate: rate}}
 		}
-		spec := lgSpec{Addr: s.EdgeAddr, Phases: []lgPhase{
+		spec := lgSpec{Addr: s.EdgeAddr, Phases: []rateload.Phase{
 			{Name: "warmup", Duration: b.warmup, Streams: st(b.s7Rate)},
 			{Name: "before", Duration: 3 * time.Second, Streams: st(b.s7Rate)},
 			{Name: "burst", Duration: time.Second, Streams: st(10 * b.s7Rate)},
@@ -387,14 +263,14 @@ func (b *bench) flowScenarios(ctx context.Context, scs []string) (*flowResult, e
 		if err := b.WaitServed(ctx, s.Edge, base, host("noisy"), []string{"/api"}, nil); err != nil {
 			return res, err
 		}
-		quiet := lgStream{Name: "B", Host: host("quiet"), Path: "/api", Rate: b.noisyRate}
-		noisy := lgStream{Name: "A", Host: host("noisy"), Path: "/api", Rate: 10 * b.noisyLimit}
+		quiet := rateload.Stream{Name: "B", Host: host("quiet"), Path: "/api", Rate: b.noisyRate}
+		noisy := rateload.Stream{Name: "A", Host: host("noisy"), Path: "/api", Rate: 10 * b.noisyLimit}
 		d := max(b.duration/2, 3*time.Second)
-		spec := lgSpec{Addr: s.EdgeAddr, Phases: []lgPhase{
-			{Name: "warmup", Duration: b.warmup, Streams: []lgStream{quiet}},
-			{Name: "alone", Duration: d, Streams: []lgStream{quiet}},
-			{Name: "neighbour", Duration: d, Streams: []lgStream{quiet, noisy}},
-			{Name: "alone again", Duration: d, Streams: []lgStream{quiet}},
+		spec := lgSpec{Addr: s.EdgeAddr, Phases: []rateload.Phase{
+			{Name: "warmup", Duration: b.warmup, Streams: []rateload.Stream{quiet}},
+			{Name: "alone", Duration: d, Streams: []rateload.Stream{quiet}},
+			{Name: "neighbour", Duration: d, Streams: []rateload.Stream{quiet, noisy}},
+			{Name: "alone again", Duration: d, Streams: []rateload.Stream{quiet}},
 		}}
 		if res.noisy, err = b.loadgen(ctx, spec, "noisy"); err != nil {
 			return res, err

@@ -27,18 +27,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"tollgate/e2e/bench/grpchealth"
+	"tollgate/e2e/bench/h2load"
 	"tollgate/e2e/bench/harness"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // h2Scenarios are the scenarios h2load drives; they run in the sweep only (not -compare).
@@ -47,11 +42,6 @@ var h2Scenarios = []string{"S1h2", "S1grpc"}
 // h2Targets are the targets the HTTP/2 scenarios are held to: Tollgate ÷ nginx CPU per
 // request at most this (the report says whether the median of the rounds meets it).
 var h2Targets = map[string]float64{"S1h2": 1.0, "S1grpc": 1.1}
-
-const (
-	grpcCheckPath = "/grpc.health.v1.Health/Check"
-	grpcRoute     = "/grpc.health.v1.Health"
-)
 
 // h2Settings are h2load's flags.
 type h2Settings struct {
@@ -77,7 +67,7 @@ func isH2(s string) bool { return slices.Contains(h2Scenarios, s) }
 func h2PerfScenario(id string) *perfScenario {
 	if id == "S1grpc" {
 		return &perfScenario{id: id, desc: "gRPC unary Health/Check over h2c, HTTP/2 to a grpc-go upstream (h2load)",
-			host: "grpc.localhost", hit: grpcCheckPath, paths: []string{grpcRoute}, loader: "h2load", h2: true, grpc: true}
+			host: "grpc.localhost", hit: grpchealth.CheckPath, paths: []string{grpchealth.ServicePath}, loader: "h2load", h2: true, grpc: true}
 	}
 	return &perfScenario{id: id, desc: "S1 over TLS 1.3 with ALPN h2 (h2load)",
 		host: "bench.localhost", hit: "/h2", paths: []string{"/h2"}, loader: "h2load", h2: true, tls: true}
@@ -88,7 +78,7 @@ func (b *bench) configureH2Scenario(ctx context.Context, s *harness.Stack, slug,
 	if !sc.grpc {
 		return s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", harness.RouteBody("h2", sc.hit, upURL, "none", false), nil)
 	}
-	r := harness.RouteBody("grpc-health", grpcRoute, fmt.Sprintf("http://127.0.0.1:%d", b.GRPCPort), "none", false)
+	r := harness.RouteBody("grpc-health", grpchealth.ServicePath, fmt.Sprintf("http://127.0.0.1:%d", b.GRPCPort), "none", false)
 	r["upstream"].(map[string]any)["protocol"] = "h2"
 	if err := s.Client.Call(ctx, "POST", "/v1/tenants/"+slug+"/routes", r, nil); err != nil {
 		return fmt.Errorf("S1grpc needs a route's upstream.protocol \"h2\" (HTTP/2 to the upstream, which gRPC requires); this build refused it: %w", err)
@@ -96,7 +86,7 @@ func (b *bench) configureH2Scenario(ctx context.Context, s *harness.Stack, slug,
 	return nil
 }
 
-// startGRPCUpstream starts the gRPC health server (the bench binary itself, runGRPCHealth)
+// startGRPCUpstream starts the gRPC health server (the bench binary itself, grpchealth.Serve)
 // pinned to the load CPUs, as the other upstreams are.
 func (b *bench) startGRPCUpstream(ctx context.Context) error {
 	if b.GRPCPort != 0 {
@@ -118,52 +108,11 @@ func (b *bench) startGRPCUpstream(ctx context.Context) error {
 	}
 	b.Clean.Add(p.Stop)
 	if err := harness.WaitFor(ctx, "gRPC health upstream on "+addr, 10*time.Second, 50*time.Millisecond, p, func() error {
-		return grpcHealthCheck(ctx, addr, "")
+		return grpchealth.Check(ctx, addr, "")
 	}); err != nil {
 		return err
 	}
 	b.GRPCPort = port
-	return nil
-}
-
-// runGRPCHealth is the gRPC upstream's main: grpc-go's health service, whose overall
-// status (service "", what the empty request asks for) is SERVING, until killed.
-func runGRPCHealth(addr string) int {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	srv := grpc.NewServer()
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	if err := srv.Serve(ln); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
-}
-
-// grpcHealthCheck calls Health/Check at addr over h2c, with authority as :authority
-// (empty: addr), and fails unless the answer is SERVING.
-func grpcHealthCheck(ctx context.Context, addr, authority string) error {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if authority != "" {
-		opts = append(opts, grpc.WithAuthority(authority))
-	}
-	conn, err := grpc.NewClient("passthrough:///"+addr, opts...)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		return err
-	}
-	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return fmt.Errorf("Health/Check: %s", resp.GetStatus())
-	}
 	return nil
 }
 
@@ -173,7 +122,7 @@ func grpcHealthCheck(ctx context.Context, addr, authority string) error {
 func (b *bench) verifyH2(ctx context.Context, gw string, p *harness.Proc, sc *perfScenario, addr string) error {
 	if sc.grpc {
 		return harness.WaitFor(ctx, gw+" to answer gRPC Health/Check on "+addr, b.ReadyTimeout, 100*time.Millisecond, p, func() error {
-			return grpcHealthCheck(ctx, addr, sc.host)
+			return grpchealth.Check(ctx, addr, sc.host)
 		})
 	}
 	tr := &http.Transport{
@@ -200,38 +149,19 @@ func (b *bench) verifyH2(ctx context.Context, gw string, p *harness.Proc, sc *pe
 	return nil
 }
 
-// grpcEmptyRequest is an empty HealthCheckRequest in gRPC's length-prefixed framing: not
-// compressed, 0 bytes of message.
-var grpcEmptyRequest = []byte{0, 0, 0, 0, 0}
-
-// h2loadArgs is the h2load command line of one run of sc against addr (host:port) for d,
-// after taskset. The URL names the scenario's host, so SNI and :authority carry it as a
-// browser's would, and --connect-to sends it to addr. One thread: h2load shares the load
-// CPU with the upstream, and one event loop does not contend with itself.
-func h2loadArgs(sc *perfScenario, addr string, set h2Settings, d time.Duration, body string) []string {
-	scheme := "http"
-	if sc.tls {
-		scheme = "https"
-	}
-	_, port, _ := net.SplitHostPort(addr)
-	argv := []string{"h2load", "-t", "1", "-c", strconv.Itoa(set.conns), "-m", strconv.Itoa(set.streams),
-		"-D", fmt.Sprintf("%dms", d.Milliseconds()), "--connect-to", addr}
-	if sc.grpc {
-		argv = append(argv, "-H", "content-type: application/grpc", "-H", "te: trailers", "-d", body)
-	}
-	return append(argv, fmt.Sprintf("%s://%s:%s%s", scheme, sc.host, port, sc.hit))
-}
-
-// runH2load runs h2load on the load CPUs for d and returns its summary in wrk's shape.
+// runH2load runs h2load on the load CPUs for d and returns its summary in wrk's shape, so
+// that the report treats both alike (h2load.Summary says how its counts map to wrk's).
+// h2load gives no percentiles: P50 and P99 stay 0 (shown as "-").
 func (b *bench) runH2load(ctx context.Context, sc *perfScenario, addr string, d time.Duration, tag string) (loadResult, error) {
-	body := ""
+	run := h2load.Run{Addr: addr, Host: sc.host, Path: sc.hit, TLS: sc.tls, GRPC: sc.grpc,
+		Conns: b.h2.conns, Streams: b.h2.streams, Duration: d}
 	if sc.grpc {
-		body = filepath.Join(b.Dir, "grpc-health-request.bin")
-		if err := os.WriteFile(body, grpcEmptyRequest, 0o644); err != nil {
+		run.Body = filepath.Join(b.Dir, "grpc-health-request.bin")
+		if err := os.WriteFile(run.Body, grpchealth.EmptyRequest, 0o644); err != nil {
 			return loadResult{}, err
 		}
 	}
-	argv := append([]string{"taskset", "-c", b.LoadCPUs}, h2loadArgs(sc, addr, b.h2, d, body)...)
+	argv := append([]string{"taskset", "-c", b.LoadCPUs}, run.Args()...)
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
@@ -242,91 +172,15 @@ func (b *bench) runH2load(ctx context.Context, sc *perfScenario, addr string, d 
 		}
 		return loadResult{}, fmt.Errorf("h2load %s: %v\n%s", strings.Join(argv, " "), err, out)
 	}
-	s, err := parseH2load(string(out))
+	s, err := h2load.Parse(string(out))
 	if err != nil {
 		return loadResult{}, fmt.Errorf("h2load %s: %v\n%s", strings.Join(argv, " "), err, out)
 	}
-	if s.protocol != "h2" && s.protocol != "h2c" {
-		return loadResult{}, fmt.Errorf("h2load %s: negotiated %q, not HTTP/2\n%s", tag, s.protocol, out)
+	if s.Protocol != "h2" && s.Protocol != "h2c" {
+		return loadResult{}, fmt.Errorf("h2load %s: negotiated %q, not HTTP/2\n%s", tag, s.Protocol, out)
 	}
-	return s.loadResult(), nil
-}
-
-// h2loadSummary is what the bench reads of h2load's report.
-type h2loadSummary struct {
-	protocol                             string  // "Application protocol:", h2 or h2c
-	seconds                              float64 // "finished in": the measured time
-	reqPerSec                            float64
-	total, done, succeeded, failed       int64 // failed: every stream not succeeded, HTTP errors included
-	errored, timeout                     int64 // the failed ones without an HTTP status: reset, connection lost, timed out
-	status2xx, status3xx, status4xx, st5 int64
-	meanUS                               float64 // "time for request" mean
-}
-
-// loadResult is the summary in wrk's shape, so that the report treats both alike. h2load
-// counts as done the streams it finished, as succeeded those answered 2xx or 3xx, as
-// failed the rest, and as errored the failed ones without an answer (reset, connection
-// lost, timed out): so every answered stream is a request, the failed ones with an answer
-// are status errors, and the errored ones read errors or timeouts. Its "status codes" line
-// is not used for the count: it includes answers whose streams the end of the window cut
-// off. h2load gives no percentiles: P50 and P99 stay 0 (shown as "-").
-func (s h2loadSummary) loadResult() loadResult {
-	return loadResult{
-		Requests:   s.done - s.errored,
-		DurationUS: int64(s.seconds * 1e6),
-		Status:     s.failed - s.errored,
-		Read:       max(0, s.errored-s.timeout),
-		Timeout:    s.timeout,
-	}
-}
-
-var (
-	h2FinishedRE = regexp.MustCompile(`(?m)^finished in ([0-9.]+)(us|ms|s|m|h), ([0-9.]+) req/s`)
-	h2RequestsRE = regexp.MustCompile(`(?m)^requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout`)
-	h2StatusRE   = regexp.MustCompile(`(?m)^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx`)
-	h2ProtoRE    = regexp.MustCompile(`(?m)^Application protocol: (\S+)`)
-	h2TimeRE     = regexp.MustCompile(`(?m)^time for request:\s+(\S+)\s+(\S+)\s+(\S+)`)
-)
-
-// parseH2load reads h2load's human report (it has no machine-readable one). Lines it does
-// not know are skipped, so that a version adding lines still parses; one of the lines it
-// needs missing is an error, not a zero.
-func parseH2load(out string) (h2loadSummary, error) {
-	var s h2loadSummary
-	m := h2FinishedRE.FindStringSubmatch(out)
-	if m == nil {
-		return s, fmt.Errorf("no \"finished in …, … req/s\" line")
-	}
-	d, err := time.ParseDuration(m[1] + m[2])
-	if err != nil {
-		return s, fmt.Errorf("finished in %s%s: %v", m[1], m[2], err)
-	}
-	s.seconds = d.Seconds()
-	s.reqPerSec, _ = strconv.ParseFloat(m[3], 64)
-	m = h2RequestsRE.FindStringSubmatch(out)
-	if m == nil {
-		return s, fmt.Errorf("no \"requests: … succeeded, … failed\" line")
-	}
-	ints := func(m []string, dst ...*int64) {
-		for i, p := range dst {
-			*p, _ = strconv.ParseInt(m[i+1], 10, 64)
-		}
-	}
-	ints(m, &s.total, &s.done, &s.succeeded, &s.failed, &s.errored, &s.timeout)
-	m = h2StatusRE.FindStringSubmatch(out)
-	if m == nil {
-		return s, fmt.Errorf("no \"status codes:\" line")
-	}
-	ints(m, &s.status2xx, &s.status3xx, &s.status4xx, &s.st5)
-	if m := h2ProtoRE.FindStringSubmatch(out); m != nil {
-		s.protocol = m[1]
-	}
-	if m := h2TimeRE.FindStringSubmatch(out); m != nil {
-		if d, err := time.ParseDuration(m[3]); err == nil { // "123us", "1.23ms", "2.50s"
-			s.meanUS = float64(d) / float64(time.Microsecond)
-		}
-	}
-	return s, nil
+	return loadResult{Requests: s.Requests(), DurationUS: int64(s.Seconds * 1e6), Status: s.StatusErrors(),
+		Read: s.ReadErrors(), Timeout: s.Timeout}, nil
 }
 
 // h2Markdown renders the HTTP/2 targets: per scenario and procs value, Tollgate ÷ nginx CPU
@@ -409,14 +263,4 @@ func filterPairs(rs []pairRound, keep func(string) bool) []pairRound {
 		}
 	}
 	return out
-}
-
-// h2loadVersion is h2load's version line for the report's tools.
-func h2loadVersion() string {
-	out, err := exec.Command("h2load", "--version").CombinedOutput()
-	if err != nil {
-		return "h2load: " + err.Error()
-	}
-	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	return line
 }

@@ -34,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"tollgate/e2e/bench/grpchealth"
 	"tollgate/e2e/bench/harness"
 	"tollgate/e2e/bench/soak"
 	"tollgate/e2e/bench/wsload"
@@ -83,13 +84,13 @@ type bench struct {
 
 func main() {
 	if os.Getenv("TOLLGATE_BENCH_LOADGEN") == "1" {
-		os.Exit(runLoadgen()) // the bench as its own load generator (flow.go, load.go, websocket.go)
+		os.Exit(runLoadgen()) // the bench as its own load generator (flow.go)
 	}
 	if addr := os.Getenv("TOLLGATE_BENCH_WSECHO"); addr != "" {
 		os.Exit(wsload.RunEcho(addr)) // S6's upstream (e2e/bench/wsload)
 	}
 	if addr := os.Getenv("TOLLGATE_BENCH_GRPC"); addr != "" {
-		os.Exit(runGRPCHealth(addr)) // S1grpc's upstream (h2.go)
+		os.Exit(grpchealth.Serve(addr)) // S1grpc's upstream (e2e/bench/grpchealth)
 	}
 	os.Exit(run())
 }

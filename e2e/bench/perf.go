@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"tollgate/e2e/bench/cpustat"
 	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 )
@@ -50,7 +51,7 @@ type perfResult struct {
 	rssPeakKB         int64 // the gateway's largest RSS sampled during the window (S5)
 	rssStartKB        int64 // its RSS as the window began
 	split             *splitCount
-	sys0, sys1        cpuTimes // every CPU's busy and total ticks as the window began and ended (/proc/stat)
+	sys0, sys1        cpustat.Times // every CPU's busy and total ticks as the window began and ended (/proc/stat)
 }
 
 func buildPerfScenarios(b *bench, ids []string) []*perfScenario {
@@ -476,11 +477,11 @@ func (b *bench) measureWarm(ctx context.Context, warm time.Duration, gw string, 
 		return perfResult{}, p.Failure(err.Error())
 	}
 	peak := sampleRSS(p.Pid())
-	sys0 := readCPUTimes()
+	sys0 := cpustat.Read()
 	start := time.Now()
 	lr, err := load(window, tag)
 	wall := time.Since(start)
-	sys1 := readCPUTimes()
+	sys1 := cpustat.Read()
 	peakKB := peak()
 	if err != nil {
 		return perfResult{}, err

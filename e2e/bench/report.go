@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tollgate/e2e/bench/figures"
+	"tollgate/e2e/bench/h2load"
 	"tollgate/e2e/bench/harness"
 	"tollgate/e2e/bench/soak"
 )
@@ -51,7 +52,7 @@ func (r *report) describeTools() {
 		firstLine("wrk", "-v"),
 	}
 	if r.h2load {
-		r.tools = append(r.tools, h2loadVersion())
+		r.tools = append(r.tools, h2load.Version())
 	}
 	if r.b.NginxForward {
 		r.tools = append(r.tools, "nginx adds X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and X-Request-Id towards the upstream and returns X-Request-Id, as Tollgate does (-nginx-forward=false: bare proxy_pass)")

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"tollgate/e2e/bench/cpustat"
 	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/tailload"
 	"tollgate/e2e/bench/wsload"
 )
 
@@ -54,7 +56,7 @@ func TestWSAsPerf(t *testing.T) {
 	// the gateway; the rest softirqs.
 	w := wsResult{gateway: "tollgate-a", procs: 1, usPerMsg: 50, trickleCPUSec: 0.5,
 		client: wsload.Result{Sent: 10000, Received: 10000, TrickleSeconds: 5},
-		sys0:   cpuTimes{0: {100, 1000, 80}, 1: {100, 1000, 100}}, sys1: cpuTimes{0: {190, 1500, 140}, 1: {600, 1500, 600}}}
+		sys0:   cpustat.Times{0: {100, 1000, 80}, 1: {100, 1000, 100}}, sys1: cpustat.Times{0: {190, 1500, 140}, 1: {600, 1500, 600}}}
 	gw, load := []int{0}, []int{1}
 	r, why := w.asPerf(2000, gw, load)
 	if why != "" || r.usPerReq != 50 || r.load.qps() != 2000 || r.busy != 0.1 {
@@ -72,7 +74,7 @@ func TestWSAsPerf(t *testing.T) {
 	}
 	// Others ran 20% of the time on CPU 0: processes 30%, 10% the gateway.
 	busy := w
-	busy.sys1 = cpuTimes{0: {280, 1500, 230}, 1: {600, 1500, 600}}
+	busy.sys1 = cpustat.Times{0: {280, 1500, 230}, 1: {600, 1500, 600}}
 	if _, why := busy.asPerf(2000, gw, load); why != "other processes ran 20% of the time on CPU 0" {
 		t.Errorf("a busy machine: flagged %q", why)
 	}
@@ -82,7 +84,7 @@ func TestWSAsPerf(t *testing.T) {
 func TestTailMarkdownBusyRatio(t *testing.T) {
 	b := &bench{threads: 2, conns: 64, Env: &harness.Env{LoadCPUs: "1"}, cores: []int{1}, duration: 5 * time.Second, warmup: 2 * time.Second}
 	r := newReport(b)
-	res := tailResult{P50: 100, P99: 1000, P999: 2000, Max: 3000}
+	res := tailload.Result{P50: 100, P99: 1000, P999: 2000, Max: 3000}
 	r.tail = &tailReport{procs: 1, maxQPS: 1000, maxRuns: []float64{1000}, gateways: []string{"nginx", "tollgate"},
 		fracs: []float64{0.5}, conns: 64, rounds: 2, runs: []tailRun{
 			{gateway: "nginx", frac: 0.5, round: 1, res: res, busy: 0.50},

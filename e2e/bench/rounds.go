@@ -18,10 +18,10 @@ import (
 	"math"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"tollgate/e2e/bench/cpustat"
 	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
 )
@@ -192,13 +192,13 @@ func notBottleneck(r perfResult, busyMin float64, gwCPUs, loadCPUs []int) string
 		return ""
 	}
 	why := fmt.Sprintf("gateway busy %.2f < %.2f", r.busy, need)
-	if load := busyShare(r.sys0, r.sys1, loadCPUs); load >= 0.95 {
-		why += fmt.Sprintf("; load side saturated (CPU %s %.0f%% busy)", cpuListString(loadCPUs), 100*load)
+	if load := cpustat.BusyShare(r.sys0, r.sys1, loadCPUs); load >= 0.95 {
+		why += fmt.Sprintf("; load side saturated (CPU %s %.0f%% busy)", cpustat.FormatList(loadCPUs), 100*load)
 	}
 	// The gateway's own use may spill onto the shared CPU, so this is at least what
 	// others took of its CPUs.
-	if others := othersShare(busyShare(r.sys0, r.sys1, own), r.busy, own); others >= 0.05 {
-		why += fmt.Sprintf("; other processes took %.0f%% of CPU %s", 100*others, cpuListString(own))
+	if others := othersShare(cpustat.BusyShare(r.sys0, r.sys1, own), r.busy, own); others >= 0.05 {
+		why += fmt.Sprintf("; other processes took %.0f%% of CPU %s", 100*others, cpustat.FormatList(own))
 	}
 	return why
 }
@@ -215,113 +215,13 @@ func ownCPUs(gwCPUs, loadCPUs []int) []int {
 }
 
 // othersShare is the share of own's time that went to others than the gateway, from
-// their share (busyShare or taskShare) and the gateway's busy (CPU seconds ÷ wall
+// their share (cpustat.BusyShare or TaskShare) and the gateway's busy (CPU seconds ÷ wall
 // seconds); -1 when the share could not be read or own is empty.
 func othersShare(share, busy float64, own []int) float64 {
 	if share < 0 || len(own) == 0 {
 		return -1
 	}
 	return share - busy/float64(len(own))
-}
-
-// cpuTimes is each CPU's busy, total and task time in clock ticks, from /proc/stat: busy
-// is all but idle and iowait, task is user, nice and system, the time it ran processes
-// (busy less interrupts, softirqs, where the kernel does a loopback peer's TCP receive
-// for whoever sent, and steal).
-type cpuTimes map[int][3]uint64
-
-func readCPUTimes() cpuTimes {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return nil
-	}
-	return parseCPUTimes(string(b))
-}
-
-func parseCPUTimes(s string) cpuTimes {
-	t := cpuTimes{}
-	for _, line := range strings.Split(s, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 6 || len(f[0]) < 4 || !strings.HasPrefix(f[0], "cpu") {
-			continue
-		}
-		n, err := strconv.Atoi(f[0][3:])
-		if err != nil {
-			continue
-		}
-		var total, idle, task uint64
-		// user nice system idle iowait irq softirq steal; guest and guest_nice are
-		// already counted in user and nice.
-		for i, v := range f[1:min(len(f), 9)] {
-			x, _ := strconv.ParseUint(v, 10, 64)
-			total += x
-			switch i {
-			case 0, 1, 2:
-				task += x
-			case 3, 4:
-				idle += x
-			}
-		}
-		t[n] = [3]uint64{total - idle, total, task}
-	}
-	return t
-}
-
-// busyShare is the share of the time cpus were busy between t0 and t1, averaged over
-// them; -1 when a counter is missing.
-func busyShare(t0, t1 cpuTimes, cpus []int) float64 { return cpuShare(t0, t1, cpus, 0) }
-
-// taskShare is the share of the time cpus ran processes between t0 and t1 (cpuTimes),
-// averaged over them; -1 when a counter is missing.
-func taskShare(t0, t1 cpuTimes, cpus []int) float64 { return cpuShare(t0, t1, cpus, 2) }
-
-func cpuShare(t0, t1 cpuTimes, cpus []int, i int) float64 {
-	var busy, total uint64
-	for _, c := range cpus {
-		a, ok0 := t0[c]
-		b, ok1 := t1[c]
-		if !ok0 || !ok1 || b[1] < a[1] || b[i] < a[i] {
-			return -1
-		}
-		busy += b[i] - a[i]
-		total += b[1] - a[1]
-	}
-	if total == 0 {
-		return -1
-	}
-	return float64(busy) / float64(total)
-}
-
-// parseCPUList reads taskset's CPU list syntax: "1", "0-1", "0,2-3".
-func parseCPUList(s string) ([]int, error) {
-	var out []int
-	for _, part := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return nil, fmt.Errorf("CPU list %q: %v", s, err)
-		}
-		z := a
-		if isRange {
-			if z, err = strconv.Atoi(hi); err != nil || z < a {
-				return nil, fmt.Errorf("CPU list %q: bad range %q", s, part)
-			}
-		}
-		for c := a; c <= z; c++ {
-			if !slices.Contains(out, c) {
-				out = append(out, c)
-			}
-		}
-	}
-	return out, nil
-}
-
-func cpuListString(cpus []int) string {
-	s := make([]string, len(cpus))
-	for i, c := range cpus {
-		s[i] = strconv.Itoa(c)
-	}
-	return strings.Join(s, ",")
 }
 
 // minRounds is the fewest rounds whose median and spread mean something: with fewer, one
@@ -378,8 +278,8 @@ func (r roundSettings) flag(m perfResult, gwCPUs, loadCPUs []int) string {
 	if slices.ContainsFunc(gwCPUs, func(c int) bool { return slices.Contains(loadCPUs, c) }) {
 		return ""
 	}
-	if load := busyShare(m.sys0, m.sys1, loadCPUs); load >= r.loadMax {
-		return fmt.Sprintf("load side saturated (CPU %s %.0f%% busy)", cpuListString(loadCPUs), 100*load)
+	if load := cpustat.BusyShare(m.sys0, m.sys1, loadCPUs); load >= r.loadMax {
+		return fmt.Sprintf("load side saturated (CPU %s %.0f%% busy)", cpustat.FormatList(loadCPUs), 100*load)
 	}
 	return ""
 }
@@ -422,11 +322,11 @@ var ownRatios = [][2]string{
 // and gateway (among the rounds used) to rep.perf, for the tables that show one row each.
 func (b *bench) sweepRounds(ctx context.Context, procs int, scs []*perfScenario, targets map[string]*harness.Proc,
 	addr func(gw string, sc *perfScenario) string, rep *report) error {
-	gwCPUs, err := parseCPUList(gatewayCPUs(procs))
+	gwCPUs, err := cpustat.ParseList(gatewayCPUs(procs))
 	if err != nil {
 		return err
 	}
-	loadCPUs, err := parseCPUList(b.LoadCPUs)
+	loadCPUs, err := cpustat.ParseList(b.LoadCPUs)
 	if err != nil {
 		return fmt.Errorf("-load-cpus: %w", err)
 	}
@@ -455,7 +355,7 @@ func (b *bench) sweepRounds(ctx context.Context, procs int, scs []*perfScenario,
 				}
 				fmt.Fprintf(os.Stderr, "bench: round %d/%d  %-4s %-8s procs=%d  %8.0f req/s  p99 %s  %6.2f µs/req  busy %.2f  load CPU %s  non-2xx %d  sock-err %d%s\n",
 					n, b.rnd.rounds, sc.id, gw, procs, r.load.qps(), figures.FmtUS(r.load.P99), r.usPerReq, r.busy,
-					fmtPct(busyShare(r.sys0, r.sys1, loadCPUs)), r.load.Status, r.load.socketErrors(), note)
+					fmtPct(cpustat.BusyShare(r.sys0, r.sys1, loadCPUs)), r.load.Status, r.load.socketErrors(), note)
 			}
 		}
 	}
@@ -677,14 +577,14 @@ func (r *report) roundsMarkdown(s *strings.Builder) {
 		})
 		s.WriteString("\n")
 	}
-	loadCPUs, _ := parseCPUList(b.LoadCPUs)
+	loadCPUs, _ := cpustat.ParseList(b.LoadCPUs)
 	s.WriteString("### Every measurement\n\n")
 	s.WriteString("busy: the gateway's CPU seconds ÷ wall seconds; load CPU: the share of time the load side's CPUs were busy (every process, /proc/stat).\n\n")
 	s.WriteString("| scenario | gateway | procs | round | first | CPU µs/req | QPS | p50 | p99 | busy | load CPU | flag |\n")
 	s.WriteString("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, m := range r.rounds {
 		fmt.Fprintf(s, "| %s | %s | %d | %d | %s | %.2f | %.0f | %s | %s | %.2f | %s | %s |\n", m.scenario, m.gateway, m.procs, m.n, m.first,
-			m.usPerReq, m.load.qps(), figures.FmtUS(m.load.P50), figures.FmtUS(m.load.P99), m.busy, fmtPct(busyShare(m.sys0, m.sys1, loadCPUs)), m.why)
+			m.usPerReq, m.load.qps(), figures.FmtUS(m.load.P50), figures.FmtUS(m.load.P99), m.busy, fmtPct(cpustat.BusyShare(m.sys0, m.sys1, loadCPUs)), m.why)
 	}
 	s.WriteString("\n")
 }

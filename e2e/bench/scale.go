@@ -13,27 +13,23 @@ package main
 // POST per route costs a transaction, an outbox row and a round trip each.
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-	"unsafe"
 
 	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
+	"tollgate/e2e/bench/probe"
+	"tollgate/e2e/bench/rateload"
 
 	"tollgate/tenants"
 )
@@ -361,11 +357,11 @@ func (b *bench) hotScenario(ctx context.Context) ([]hotResult, error) {
 // 200 to the first answer of the new upstream. cur is the upstream the route has; the
 // one it has at the end is returned.
 func (b *bench) hotChanges(ctx context.Context, s *harness.Stack, r *hotResult, slug, host, path, id string, ups, answers [2]string, cur int) (int, error) {
-	poll, err := newPoller(s.EdgeAddr, host, path, b.LoadCPUs)
+	poll, err := probe.New(s.EdgeAddr, host, path, b.LoadCPUs)
 	if err != nil {
 		return cur, err
 	}
-	defer poll.close()
+	defer poll.Close()
 	change := func() (api, edge time.Duration, err error) {
 		next := 1 - cur
 		t0 := time.Now()
@@ -375,7 +371,7 @@ func (b *bench) hotChanges(ctx context.Context, s *harness.Stack, r *hotResult, 
 		t200 := time.Now()
 		deadline := t200.Add(30 * time.Second)
 		for {
-			body, code, err := poll.get()
+			body, code, err := poll.Get()
 			if err != nil || code != http.StatusOK {
 				r.failed++
 			}
@@ -406,12 +402,12 @@ func (b *bench) hotChanges(ctx context.Context, s *harness.Stack, r *hotResult, 
 	slices.Sort(est[:])
 	r.failed = 0
 	window := min(90*time.Second, max(5*time.Second, time.Duration(r.changes)*(2*est[1]+50*time.Millisecond)))
-	spec := lgSpec{Addr: s.EdgeAddr, Phases: []lgPhase{
-		{Name: "warmup", Duration: time.Second, Streams: []lgStream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
-		{Name: "changes", Duration: window, Streams: []lgStream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
+	spec := lgSpec{Addr: s.EdgeAddr, Phases: []rateload.Phase{
+		{Name: "warmup", Duration: time.Second, Streams: []rateload.Stream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
+		{Name: "changes", Duration: window, Streams: []rateload.Stream{{Name: "probe", Host: host, Path: path, Rate: b.scale.hotRate}}},
 	}}
 	type lgOut struct {
-		res []lgResult
+		res []rateload.Result
 		err error
 	}
 	done := make(chan lgOut, 1)
@@ -453,114 +449,6 @@ func (b *bench) hotChanges(ctx context.Context, s *harness.Stack, r *hotResult, 
 		r.err = cerr.Error()
 	}
 	return cur, cerr
-}
-
-// poller asks the edge for one path over a keep-alive connection of its own, from an OS
-// thread pinned to the load CPUs, so its polls neither queue behind other clients nor
-// take the edge's CPU.
-type poller struct {
-	reqs chan struct{}
-	outs chan pollOut
-	req  []byte
-}
-
-type pollOut struct {
-	body string
-	code int
-	err  error
-}
-
-func newPoller(addr, host, path, cpus string) (*poller, error) {
-	mask, err := cpuMask(cpus)
-	if err != nil {
-		return nil, err
-	}
-	p := &poller{reqs: make(chan struct{}), outs: make(chan pollOut),
-		req: []byte("GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: tollgate-bench\r\n\r\n")}
-	ready := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the pinned thread exits with the goroutine
-		if _, _, errno := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask))); errno != 0 {
-			ready <- fmt.Errorf("sched_setaffinity %s: %v", cpus, errno)
-			return
-		}
-		ready <- nil
-		var (
-			conn net.Conn
-			br   *bufio.Reader
-		)
-		for range p.reqs {
-			if conn == nil {
-				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-				if err != nil {
-					p.outs <- pollOut{err: err}
-					continue
-				}
-				conn, br = c, bufio.NewReaderSize(c, 4096)
-			}
-			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-			o, keep := p.roundTrip(conn, br)
-			if !keep {
-				conn.Close()
-				conn = nil
-			}
-			p.outs <- o
-		}
-		if conn != nil {
-			conn.Close()
-		}
-	}()
-	if err := <-ready; err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-// roundTrip sends one request on conn and reads its answer; keep is false when the
-// connection cannot carry the next one.
-func (p *poller) roundTrip(conn net.Conn, br *bufio.Reader) (o pollOut, keep bool) {
-	if _, err := conn.Write(p.req); err != nil {
-		return pollOut{err: err}, false
-	}
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		return pollOut{err: err}, false
-	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	resp.Body.Close()
-	if err != nil {
-		return pollOut{err: err}, false
-	}
-	return pollOut{body: string(body), code: resp.StatusCode}, !resp.Close
-}
-
-func (p *poller) get() (string, int, error) {
-	p.reqs <- struct{}{}
-	o := <-p.outs
-	return o.body, o.code, o.err
-}
-
-func (p *poller) close() { close(p.reqs) }
-
-// cpuMask is sched_setaffinity's mask for a taskset-style list ("1", "0-1", "0,2").
-func cpuMask(cpus string) ([16]uint64, error) {
-	var m [16]uint64
-	for _, part := range splitList(cpus) {
-		lo, hi, ok := strings.Cut(part, "-")
-		a, err1 := strconv.Atoi(lo)
-		z := a
-		var err2 error
-		if ok {
-			z, err2 = strconv.Atoi(hi)
-		}
-		if err1 != nil || err2 != nil || a < 0 || z < a || z >= 64*len(m) {
-			return m, fmt.Errorf("CPU list %q", cpus)
-		}
-		for c := a; c <= z; c++ {
-			m[c/64] |= 1 << (c % 64)
-		}
-	}
-	return m, nil
 }
 
 // hotMarkdown renders the hotupdate runs.

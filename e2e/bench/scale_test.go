@@ -36,32 +36,6 @@ func TestIntList(t *testing.T) {
 	}
 }
 
-func TestCPUMask(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want uint64
-		err  bool
-	}{
-		{in: "1", want: 0b10},
-		{in: "0-1", want: 0b11},
-		{in: "0,2-3", want: 0b1101},
-		{in: "", want: 0},
-		{in: "3-1", err: true},
-		{in: "x", err: true},
-		{in: "-1", err: true},
-		{in: "1024", err: true},
-	} {
-		m, err := cpuMask(c.in)
-		if (err != nil) != c.err {
-			t.Errorf("cpuMask(%q): error %v, want error %v", c.in, err, c.err)
-			continue
-		}
-		if !c.err && m[0] != c.want {
-			t.Errorf("cpuMask(%q) = %b, want %b", c.in, m[0], c.want)
-		}
-	}
-}
-
 func TestRouteSetSpread(t *testing.T) {
 	rr := &routeSet{slugs: []string{"a", "b", "c"}}
 	if got := []string{rr.slugOf(0), rr.slugOf(1), rr.slugOf(2), rr.slugOf(3)}; !slices.Equal(got, []string{"a", "b", "c", "a"}) {

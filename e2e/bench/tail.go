@@ -2,18 +2,10 @@ package main
 
 // The tail scenario: latency at a fixed rate, free of coordinated omission.
 //
-// A closed-loop client (wrk) sends a connection's next request only once the previous
-// answer is in, so a stall of the gateway also stalls the requests that should have been
-// sent meanwhile: their latency is never measured, and the tail looks shorter than a
-// user would see it. The generator here is open loop: request j of the window is due at
-// start + j/rate on connection j mod conns, whatever the answers do, and its latency is
-// counted from that due time, not from when it was actually written. A request that waits
-// because its connection's previous answer is late is counted as late by that wait (it
-// is the gateway's delay); one the generator itself sent late, its connection free, is
-// the generator's own lag, reported apart so a run whose load side could not keep up is
-// flagged rather than blamed on the gateway. Latencies go to log-linear histograms
-// (tailHist, under 0.4% relative error) per connection, merged at the end, so the loop
-// allocates nothing.
+// wrk's closed loop hides a gateway's stalls (the requests a stall should have delayed
+// are never sent); the generator here, tailload's, is open loop and counts each request's
+// latency from its due time, so a stall counts for every request it delays, and the
+// generator's own lag is reported apart.
 //
 // The scenario first takes nginx's one-core maximum on S1 (closed-loop wrk, the median of
 // tailRounds short runs), then runs nginx and Tollgate at fixed fractions of it (-tail-rates,
@@ -23,365 +15,25 @@ package main
 // the same rounds, so a tail fix and its off switch are compared under the same drift.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"math"
-	"math/bits"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"tollgate/e2e/bench/figures"
 	"tollgate/e2e/bench/harness"
-
-	"github.com/valyala/fasthttp"
+	"tollgate/e2e/bench/tailload"
 )
-
-// ---------------------------------------------------------------------------------------
-// Histogram
-
-// tailHistBits is the histogram's precision: values below 2^tailHistBits are counted
-// exactly, larger ones in buckets 1/2^(tailHistBits-1) of their value wide, reported at
-// the bucket's middle: at most 1/2^tailHistBits (0.39%) from the true value.
-const tailHistBits = 8
-
-const (
-	tailHistSub     = 1 << tailHistBits             // exact buckets, and the start of the first shifted range
-	tailHistHalf    = tailHistSub / 2               // buckets per doubling above that
-	tailHistBuckets = tailHistSub + 55*tailHistHalf // shifts 1..55: up to 2^63-1
-)
-
-// tailHist is a log-linear histogram of non-negative int64 values (nanoseconds here).
-// The zero value is empty and ready; it is not safe for concurrent use.
-type tailHist struct {
-	counts [tailHistBuckets]int64
-	n      int64
-	min    int64
-	max    int64
-}
-
-func tailHistIndex(v int64) int {
-	if v < tailHistSub {
-		return int(v)
-	}
-	shift := bits.Len64(uint64(v)) - tailHistBits // ≥ 1
-	mant := v >> shift                            // in [tailHistHalf, tailHistSub)
-	return tailHistSub + (shift-1)*tailHistHalf + int(mant-tailHistHalf)
-}
-
-// tailHistValue is the middle of bucket i (its value when i is exact).
-func tailHistValue(i int) int64 {
-	if i < tailHistSub {
-		return int64(i)
-	}
-	shift := (i-tailHistSub)/tailHistHalf + 1
-	mant := int64((i-tailHistSub)%tailHistHalf + tailHistHalf)
-	lo := mant << shift
-	return lo + (int64(1)<<shift)/2
-}
-
-// Record counts v; a negative v counts as 0.
-func (h *tailHist) Record(v int64) {
-	v = max(v, 0)
-	h.counts[tailHistIndex(v)]++
-	if h.n == 0 || v < h.min {
-		h.min = v
-	}
-	h.max = max(h.max, v)
-	h.n++
-}
-
-// Merge adds o's counts to h.
-func (h *tailHist) Merge(o *tailHist) {
-	if o.n == 0 {
-		return
-	}
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
-	if h.n == 0 || o.min < h.min {
-		h.min = o.min
-	}
-	h.max = max(h.max, o.max)
-	h.n += o.n
-}
-
-// Count is the number of values recorded.
-func (h *tailHist) Count() int64 { return h.n }
-
-// Max is the largest value recorded, exactly.
-func (h *tailHist) Max() int64 { return h.max }
-
-// Quantile is the value at quantile q (0..1): the smallest recorded value's bucket at or
-// above which a fraction q of the values lie, clamped to the exact min and max (q = 1:
-// the max).
-func (h *tailHist) Quantile(q float64) int64 {
-	if h.n == 0 {
-		return 0
-	}
-	rank := int64(math.Ceil(q * float64(h.n)))
-	rank = min(max(rank, 1), h.n)
-	if rank == h.n {
-		return h.max
-	}
-	var seen int64
-	for i, c := range h.counts {
-		seen += c
-		if seen >= rank {
-			return min(max(tailHistValue(i), h.min), h.max)
-		}
-	}
-	return h.max
-}
-
-// ---------------------------------------------------------------------------------------
-// The generator (the loadgen child's side)
-
-// tailSpec is one open-loop run: Rate requests per second over Conns connections to Addr,
-// for Warmup (not recorded) and then Duration.
-type tailSpec struct {
-	Addr     string            `json:"addr"`
-	Host     string            `json:"host"`
-	Path     string            `json:"path"`
-	Headers  map[string]string `json:"headers,omitempty"`
-	Rate     int               `json:"rate"`
-	Conns    int               `json:"conns"`
-	Warmup   time.Duration     `json:"warmup"`
-	Duration time.Duration     `json:"duration"`
-}
-
-// tailLateAfter is how far behind its due time the generator may send, its connection
-// free, before the send counts as late: the generator, not the gateway, was behind.
-const tailLateAfter = time.Millisecond
-
-// tailResult is a run's outcome over the recorded window. Latencies in µs, from each
-// request's due time to the end of its answer.
-type tailResult struct {
-	Rate    int     `json:"rate"`
-	Conns   int     `json:"conns"`
-	Seconds float64 `json:"seconds"`
-	Sent    int64   `json:"sent"`
-	OK      int64   `json:"ok"`     // 2xx
-	Bad     int64   `json:"bad"`    // another status
-	Errors  int64   `json:"errors"` // no answer (connection errors, timeouts)
-	P50     float64 `json:"p50"`
-	P90     float64 `json:"p90"`
-	P99     float64 `json:"p99"`
-	P999    float64 `json:"p999"`
-	Max     float64 `json:"max"`
-	// Late counts sends the generator made tailLateAfter or more behind their due time
-	// with the connection free; LagP99 and LagMax are its own lag over all such sends.
-	Late   int64   `json:"late"`
-	LagP99 float64 `json:"lag_p99"`
-	LagMax float64 `json:"lag_max"`
-	// Queued counts requests that waited for their connection's previous answer.
-	Queued int64 `json:"queued"`
-}
-
-// sentRate is the rate achieved over the window.
-func (r tailResult) sentRate() float64 {
-	if r.Seconds <= 0 {
-		return 0
-	}
-	return float64(r.Sent) / r.Seconds
-}
-
-// behind says whether the generator itself fell behind: more than 1% of the sends late,
-// or fewer than 99% of the requests due sent.
-func (r tailResult) behind() bool {
-	due := float64(r.Rate) * r.Seconds
-	return r.Sent > 0 && (float64(r.Late) > 0.01*float64(r.Sent) || float64(r.Sent) < 0.99*due)
-}
-
-// tailConn is one connection's loop state.
-type tailConn struct {
-	lat, lag       tailHist
-	sent, ok, bad  int64
-	errors, late   int64
-	queued         int64
-	conn           net.Conn
-	br             *bufio.Reader
-	resp           fasthttp.Response
-	readDeadlineAt time.Time
-}
-
-// runTailGen is the child's side of a tail run.
-func runTailGen(spec *tailSpec) int {
-	if spec.Rate < 1 || spec.Conns < 1 || spec.Duration <= 0 {
-		fmt.Fprintln(os.Stderr, "loadgen: tail: rate, conns and duration must be positive")
-		return 2
-	}
-	var req bytes.Buffer
-	fmt.Fprintf(&req, "GET %s HTTP/1.1\r\nHost: %s\r\n", spec.Path, spec.Host)
-	keys := make([]string, 0, len(spec.Headers))
-	for k := range spec.Headers {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&req, "%s: %s\r\n", k, spec.Headers[k])
-	}
-	req.WriteString("\r\n")
-	raw := req.Bytes()
-
-	conns := make([]*tailConn, spec.Conns)
-	for i := range conns {
-		conns[i] = &tailConn{}
-	}
-	// Every connection is open before the first request falls due, so a dial is never
-	// counted as latency.
-	for _, c := range conns {
-		if err := c.dial(spec.Addr); err != nil {
-			fmt.Fprintln(os.Stderr, "loadgen: tail:", err)
-			return 1
-		}
-	}
-	start := time.Now().Add(20 * time.Millisecond)
-	measureFrom := start.Add(spec.Warmup)
-	end := measureFrom.Add(spec.Duration)
-	// Request j is due at start + j/rate on connection j mod conns.
-	step := float64(time.Second) / float64(spec.Rate)
-	var wg sync.WaitGroup
-	for k, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.loop(spec.Addr, raw, start, measureFrom, end, k, spec.Conns, step)
-		}()
-	}
-	wg.Wait()
-
-	var lat, lag tailHist
-	r := tailResult{Rate: spec.Rate, Conns: spec.Conns, Seconds: spec.Duration.Seconds()}
-	for _, c := range conns {
-		lat.Merge(&c.lat)
-		lag.Merge(&c.lag)
-		r.Sent += c.sent
-		r.OK += c.ok
-		r.Bad += c.bad
-		r.Errors += c.errors
-		r.Late += c.late
-		r.Queued += c.queued
-		if c.conn != nil {
-			c.conn.Close()
-		}
-	}
-	us := func(ns int64) float64 { return float64(ns) / 1e3 }
-	r.P50, r.P90, r.P99, r.P999 = us(lat.Quantile(0.50)), us(lat.Quantile(0.90)), us(lat.Quantile(0.99)), us(lat.Quantile(0.999))
-	r.Max = us(lat.Max())
-	r.LagP99, r.LagMax = us(lag.Quantile(0.99)), us(lag.Max())
-	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
-		return 1
-	}
-	return 0
-}
-
-func (c *tailConn) dial(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		return err
-	}
-	c.conn = conn
-	if c.br == nil {
-		c.br = bufio.NewReaderSize(conn, 16<<10)
-	} else {
-		c.br.Reset(conn)
-	}
-	c.readDeadlineAt = time.Time{}
-	return nil
-}
-
-// loop sends connection k's share of the schedule: requests k, k+n, k+2n… each due at
-// start + j×step, recording those due in [measureFrom, end).
-func (c *tailConn) loop(addr string, raw []byte, start, measureFrom, end time.Time, k, n int, step float64) {
-	for j := k; ; j += n {
-		due := start.Add(time.Duration(float64(j) * step))
-		if !due.Before(end) {
-			return
-		}
-		now := time.Now()
-		queued := false
-		if d := due.Sub(now); d > 0 {
-			time.Sleep(d)
-			now = time.Now()
-		} else {
-			queued = true // the previous answer came after this request was due
-		}
-		measured := !due.Before(measureFrom)
-		if measured {
-			c.sent++
-			if queued {
-				c.queued++
-			} else {
-				lag := now.Sub(due)
-				c.lag.Record(int64(lag))
-				if lag >= tailLateAfter {
-					c.late++
-				}
-			}
-		}
-		status, err := c.roundTrip(addr, raw, now)
-		if !measured {
-			continue
-		}
-		// Counted from the due time: the wait for a busy connection is the gateway's delay.
-		c.lat.Record(int64(time.Since(due)))
-		switch {
-		case err != nil:
-			c.errors++
-		case status >= 200 && status < 300:
-			c.ok++
-		default:
-			c.bad++
-		}
-	}
-}
-
-// roundTrip writes the request and reads its answer, redialling after an error (the
-// request then counts as an error; the next one goes on a new connection).
-func (c *tailConn) roundTrip(addr string, raw []byte, now time.Time) (int, error) {
-	if c.conn == nil {
-		if err := c.dial(addr); err != nil {
-			time.Sleep(10 * time.Millisecond) // a refused connect must not spin
-			return 0, err
-		}
-	}
-	// One deadline move a few seconds, not one per request: the generator's own timers
-	// would be the churn it measures.
-	if c.readDeadlineAt.Sub(now) < 5*time.Second {
-		c.readDeadlineAt = now.Add(10 * time.Second)
-		_ = c.conn.SetDeadline(c.readDeadlineAt)
-	}
-	_, err := c.conn.Write(raw)
-	if err == nil {
-		c.resp.Reset()
-		err = c.resp.Read(c.br)
-	}
-	if err != nil {
-		c.conn.Close()
-		c.conn = nil
-		return 0, err
-	}
-	if c.resp.ConnectionClose() {
-		c.conn.Close()
-		c.conn = nil
-	}
-	return c.resp.StatusCode(), nil
-}
 
 // tailGen runs spec in a loadgen child pinned to the load CPUs.
-func (b *bench) tailGen(ctx context.Context, spec tailSpec, tag string) (tailResult, error) {
-	return runLoadgenChild[tailResult](ctx, b, lgSpec{Tail: &spec}, spec.Warmup+spec.Duration+time.Minute, "tail generator", "tail", tag)
+func (b *bench) tailGen(ctx context.Context, spec tailload.Spec, tag string) (tailload.Result, error) {
+	return runLoadgenChild[tailload.Result](ctx, b, lgSpec{Tail: &spec}, spec.Warmup+spec.Duration+time.Minute, "tail generator", "tail", tag)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -416,7 +68,7 @@ type tailRun struct {
 	gateway string
 	frac    float64
 	round   int
-	res     tailResult
+	res     tailload.Result
 	busy    float64 // the gateway's CPU seconds ÷ wall seconds over the window (warm-up included)
 	gcs     float64 // Tollgate: garbage collections during the run (warm-up included), from its /metrics
 	gcPause float64 // Tollgate: their stop-the-world pauses in all, seconds
@@ -568,7 +220,7 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 		for round := 1; round <= rounds; round++ {
 			for _, gw := range roundOrder(rep.gateways, round) {
 				t := targets[gw]
-				spec := tailSpec{Addr: t.addr, Host: sc.host, Path: sc.hit, Rate: rate, Conns: b.tail.conns,
+				spec := tailload.Spec{Addr: t.addr, Host: sc.host, Path: sc.hit, Rate: rate, Conns: b.tail.conns,
 					Warmup: b.warmup, Duration: b.duration}
 				tag := fmt.Sprintf("%s-%.0f-%d", strings.ReplaceAll(gw, " ", "_"), frac*100, round)
 				var stopTrace func() (string, error)
@@ -610,7 +262,7 @@ func (b *bench) tailScenario(ctx context.Context) (*tailReport, error) {
 				}
 				rep.runs = append(rep.runs, run)
 				flag := ""
-				if res.behind() {
+				if res.Behind() {
 					flag = "  GENERATOR BEHIND"
 				}
 				fmt.Fprintf(os.Stderr, "bench: tail  %3.0f%% %6d/s round %d %-24s p50 %s  p99 %s  p99.9 %s  max %s  late %d  queued %d  errors %d  non-2xx %d  busy %.2f  GCs %.0f%s\n",
@@ -729,9 +381,9 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 				}
 				x := run.res
 				p50, p99, p999, mx = append(p50, x.P50), append(p99, x.P99), append(p999, x.P999), append(mx, x.Max)
-				rate, busy = append(rate, x.sentRate()), append(busy, run.busy)
+				rate, busy = append(rate, x.SentRate()), append(busy, run.busy)
 				late, queued, bad = late+x.Late, queued+x.Queued, bad+x.Errors+x.Bad
-				if x.behind() {
+				if x.Behind() {
 					flagged++
 				}
 				if gw == "nginx" {
@@ -765,7 +417,7 @@ func (r *report) tailMarkdown(s *strings.Builder) {
 			gc = fmt.Sprintf("%.0f (%s)", run.gcs, figures.FmtUS(run.gcPause*1e6))
 		}
 		fmt.Fprintf(s, "| %.0f%% | %d | %s | %.0f/s | %s | %s | %s | %s | %s | %s / %s | %d | %d | %.2f | %s |\n", run.frac*100, run.round, run.gateway,
-			x.sentRate(), figures.FmtUS(x.P50), figures.FmtUS(x.P90), figures.FmtUS(x.P99), figures.FmtUS(x.P999), figures.FmtUS(x.Max), figures.FmtUS(x.LagP99), figures.FmtUS(x.LagMax), x.Late, x.Queued, run.busy, gc)
+			x.SentRate(), figures.FmtUS(x.P50), figures.FmtUS(x.P90), figures.FmtUS(x.P99), figures.FmtUS(x.P999), figures.FmtUS(x.Max), figures.FmtUS(x.LagP99), figures.FmtUS(x.LagMax), x.Late, x.Queued, run.busy, gc)
 	}
 	if len(t.traces) > 0 {
 		s.WriteString("\nExecution traces (`go tool trace FILE`):\n\n")

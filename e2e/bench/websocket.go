@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"tollgate/e2e/bench/cpustat"
 	"tollgate/e2e/bench/harness"
 	"tollgate/e2e/bench/wsload"
 )
@@ -67,8 +68,8 @@ type wsResult struct {
 	usPerUpgrade  float64
 	usPerMsg      float64
 	trickleCPUSec float64
-	settleCPUSec  float64  // CPU during -ws-settle, the tunnels open and idle
-	sys0, sys1    cpuTimes // every CPU's busy and total ticks around the trickle (/proc/stat)
+	settleCPUSec  float64       // CPU during -ws-settle, the tunnels open and idle
+	sys0, sys1    cpustat.Times // every CPU's busy and total ticks around the trickle (/proc/stat)
 }
 
 func (w wsResult) kibPerConn() float64 {
@@ -102,8 +103,8 @@ func (w wsResult) asPerf(rate int, gwCPUs, loadCPUs []int) (r perfResult, why st
 		why = fmt.Sprintf("the client sent %d messages in %.1fs, under 95%% of %d/s (the load side fell behind)", c.Sent, c.TrickleSeconds, rate)
 	default:
 		own := ownCPUs(gwCPUs, loadCPUs)
-		if others := othersShare(taskShare(w.sys0, w.sys1, own), r.busy, own); others >= 0.05 {
-			why = fmt.Sprintf("other processes ran %.0f%% of the time on CPU %s", 100*others, cpuListString(own))
+		if others := othersShare(cpustat.TaskShare(w.sys0, w.sys1, own), r.busy, own); others >= 0.05 {
+			why = fmt.Sprintf("other processes ran %.0f%% of the time on CPU %s", 100*others, cpustat.FormatList(own))
 		}
 	}
 	return r, why
@@ -179,14 +180,14 @@ func (b *bench) measureWS(ctx context.Context, gw string, procs int, sc *perfSce
 		u1 = us
 	}
 	res.rssSettled = u1.RSSKB
-	res.sys0 = readCPUTimes()
+	res.sys0 = cpustat.Read()
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		return res, err
 	}
 	if err := dec.Decode(&res.client); err != nil {
 		return res, fmt.Errorf("S6 %s: websocket client: %v (see %s)", gw, err, logPath)
 	}
-	res.sys1 = readCPUTimes()
+	res.sys1 = cpustat.Read()
 	u2, err := harness.GroupUsage(p.Pid())
 	if err != nil {
 		return res, p.Failure(err.Error())

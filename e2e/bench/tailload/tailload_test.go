@@ -1,4 +1,4 @@
-package main
+package tailload
 
 import (
 	"math"
@@ -14,9 +14,9 @@ import (
 
 // The histogram's quantiles stay within 0.4% of the exact ones, over values spread across
 // many orders of magnitude, and its max is exact.
-func TestTailHistAccuracy(t *testing.T) {
+func TestHistAccuracy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	var h tailHist
+	var h Hist
 	vals := make([]int64, 0, 200_000)
 	for range 200_000 {
 		v := int64(math.Exp(rng.Float64() * 25)) // 1 ns … ~72 s, log-uniform
@@ -39,30 +39,30 @@ func TestTailHistAccuracy(t *testing.T) {
 
 // Every bucket's value maps back to that bucket, buckets are in order, and the extremes
 // (0, small exact values, the largest int64) fit.
-func TestTailHistBuckets(t *testing.T) {
+func TestHistBuckets(t *testing.T) {
 	prev := int64(-1)
-	for i := range tailHistBuckets {
-		v := tailHistValue(i)
+	for i := range histBuckets {
+		v := histValue(i)
 		if v <= prev {
 			t.Fatalf("bucket %d value %d not above bucket %d's %d", i, v, i-1, prev)
 		}
-		if j := tailHistIndex(v); j != i {
+		if j := histIndex(v); j != i {
 			t.Fatalf("bucket %d value %d maps to bucket %d", i, v, j)
 		}
 		prev = v
 	}
-	var h tailHist
+	var h Hist
 	for _, v := range []int64{-5, 0, 1, 255, 256, math.MaxInt64} {
 		h.Record(v)
 	}
 	if h.Quantile(0) != 0 || h.Max() != math.MaxInt64 || h.Quantile(1) != math.MaxInt64 {
 		t.Errorf("extremes: q0 %d, q1 %d, max %d", h.Quantile(0), h.Quantile(1), h.Max())
 	}
-	var a, b tailHist
+	var a, b Hist
 	a.Record(10)
 	b.Record(1000)
 	a.Merge(&b)
-	a.Merge(&tailHist{})
+	a.Merge(&Hist{})
 	if a.Count() != 2 || a.Quantile(0) != 10 || a.Max() != 1000 {
 		t.Errorf("merge: count %d min %d max %d", a.Count(), a.Quantile(0), a.Max())
 	}
@@ -71,7 +71,7 @@ func TestTailHistBuckets(t *testing.T) {
 // The generator counts latency from each request's due time: one stall of the server
 // shows in every request due during it, not only in the one the server held (which a
 // closed-loop client would report, coordinated omission), and it keeps to its rate.
-func TestTailGenNoCoordinatedOmission(t *testing.T) {
+func TestGeneratorNoCoordinatedOmission(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func TestTailGenNoCoordinatedOmission(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Shutdown()
 
-	c := &tailConn{}
+	c := &loadConn{}
 	if err := c.dial(ln.Addr().String()); err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +115,13 @@ func TestTailGenNoCoordinatedOmission(t *testing.T) {
 
 // A refused connection is an error per request, never a crash or a spin, and the
 // result says so.
-func TestTailGenErrors(t *testing.T) {
+func TestGeneratorErrors(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	c := &tailConn{}
+	c := &loadConn{}
 	if err := c.dial(addr); err != nil {
 		t.Fatal(err)
 	}
@@ -133,15 +133,15 @@ func TestTailGenErrors(t *testing.T) {
 	}
 }
 
-func TestTailResultBehind(t *testing.T) {
-	ok := tailResult{Rate: 1000, Seconds: 1, Sent: 1000, Late: 5}
-	if ok.behind() {
+func TestResultBehind(t *testing.T) {
+	ok := Result{Rate: 1000, Seconds: 1, Sent: 1000, Late: 5}
+	if ok.Behind() {
 		t.Error("0.5% late flagged")
 	}
-	if late := (tailResult{Rate: 1000, Seconds: 1, Sent: 1000, Late: 20}); !late.behind() {
+	if late := (Result{Rate: 1000, Seconds: 1, Sent: 1000, Late: 20}); !late.Behind() {
 		t.Error("2% late not flagged")
 	}
-	if short := (tailResult{Rate: 1000, Seconds: 1, Sent: 900}); !short.behind() {
+	if short := (Result{Rate: 1000, Seconds: 1, Sent: 900}); !short.Behind() {
 		t.Error("10% of the schedule unsent not flagged")
 	}
 }
