@@ -36,24 +36,16 @@ type pendingCallout struct {
 	req   *CalloutRequest
 }
 
-func (f *Filter) getCall() *Call {
-	f.callMu.Lock()
-	if n := len(f.calls); n > 0 {
-		c := f.calls[n-1]
-		f.calls = f.calls[:n-1]
-		f.callMu.Unlock()
+// getCall takes a free Call of in, whose lock the caller holds.
+func (in *instance) getCall() *Call {
+	if n := len(in.calls); n > 0 {
+		c := in.calls[n-1]
+		in.calls = in.calls[:n-1]
 		return c
 	}
-	f.callMu.Unlock()
-	c := &Call{f: f}
+	c := &Call{f: in.f}
 	c.countFn, c.fillFn = c.count, c.fill
 	return c
-}
-
-func (f *Filter) putCall(c *Call) {
-	f.callMu.Lock()
-	f.calls = append(f.calls, c)
-	f.callMu.Unlock()
 }
 
 // Start places the request's context (a fresh id) in one of the filter's instances and
@@ -72,7 +64,7 @@ func (f *Filter) Start(h HTTP) (*Call, error) {
 		}
 		return nil, err
 	}
-	c := f.getCall()
+	c := in.getCall()
 	c.in, c.h, c.elapsed, c.err, c.victim = in, h, 0, nil, false
 	c.replied, c.created, c.continued, c.closed = false, false, false, false
 	c.callouts, c.headerBytes = 0, 0
@@ -415,11 +407,6 @@ func (c *Call) Done() time.Duration {
 		in.mu.Unlock()
 		release(sem)
 	}
-	in.mu.Lock()
-	if in.refs--; in.refs == 0 && (in.dead || in.slotNo < 0 || f.closed.Load()) {
-		in.drop()
-	}
-	in.mu.Unlock()
 	if c.err != nil {
 		if e, ok := c.err.(*Error); !c.victim && (!ok || e.Reason != ReasonBusy) {
 			f.strike()
@@ -429,6 +416,13 @@ func (c *Call) Done() time.Duration {
 	}
 	el := time.Duration(c.elapsed)
 	c.in, c.h, c.calloutResp, c.err = nil, nil, nil, nil
-	f.putCall(c)
+	in.mu.Lock()
+	if in.refs--; in.refs == 0 && (in.dead || in.slotNo < 0 || f.closed.Load()) {
+		in.drop()
+	} else {
+		// A dropped instance's Calls go with it.
+		in.calls = append(in.calls, c)
+	}
+	in.mu.Unlock()
 	return el
 }

@@ -75,8 +75,9 @@ type Runtime struct {
 	live    map[*instance]struct{}
 	closed  bool
 
-	// The watchdog sleeps while no guest runs (sleeping), so an idle edge pays nothing.
-	running atomic.Int64
+	// The watchdog sleeps while no guest runs (sleeping), so an idle edge pays nothing;
+	// active says a run began since it last looked, and it clears it before it sleeps.
+	active atomic.Bool
 	// procs is GOMAXPROCS, which the runtime may change while the edge runs (a container's
 	// CPU limit): the watchdog reads it again on every tick.
 	procs    atomic.Int32
