@@ -335,3 +335,13 @@ func init() { skipIdleCap.Store(true) }
 // need, since no more callbacks can run at once than there are processors
 // (TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP).
 func SetSkipIdleCap(on bool) { skipIdleCap.Store(on) }
+
+// endWithLast is SetEndWithLastCallback's switch; on by default.
+var endWithLast atomic.Bool
+
+func init() { endWithLast.Store(true) }
+
+// SetEndWithLastCallback chooses whether Call.Last ends the request's context in the run
+// of its last callback (on), or leaves it to Done, a run of its own (off)
+// (TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK).
+func SetEndWithLastCallback(on bool) { endWithLast.Store(on) }
