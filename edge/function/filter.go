@@ -252,7 +252,7 @@ func (f *Filter) newInstance() (*instance, error) {
 	r := f.rt
 	in := &instance{f: f, nextID: rootContextID + 1, slotNo: -1}
 	in.lm = &linearMemory{limit: uint64(f.pages) * 65536}
-	in.ctx = context.WithValue(context.Background(), instKey{}, in)
+	in.ctx = &instCtx{Context: context.Background(), in: in}
 	actx := experimental.WithMemoryAllocator(in.ctx, experimental.MemoryAllocatorFunc(
 		func(_, _ uint64) experimental.LinearMemory { return in.lm }))
 	r.mu.Lock()
