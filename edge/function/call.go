@@ -324,8 +324,9 @@ func (c *Call) run(cb int, nargs int, wait bool) error {
 		err = c.exec(cb, nargs)
 	}
 	// After the last callback, unless it asked for callouts: the run of their last
-	// answer ends the context instead.
-	if err == nil && c.last && len(c.pending) == 0 {
+	// answer ends the context instead. Once: a caller that announced the last callback
+	// too early must not make the guest end a context twice.
+	if err == nil && c.last && !c.ended && len(c.pending) == 0 {
 		err = c.finish()
 	}
 	c.end(start)
