@@ -594,11 +594,13 @@ func (r *Runtime) check() bool {
 			continue
 		}
 		running = true
-		if d > 0 && n > d && in.deadline.CompareAndSwap(d, cutting) {
+		// A run already stopped is left alone until the guest notices: its fuel is out.
+		if d > 0 && n > d && !in.timedOut.Load() && in.deadline.CompareAndSwap(d, cutting) {
 			// Still the run that went past d, and it cannot end before the swap back.
 			in.timedOut.Store(true)
 			in.stop.Set(0)
 			in.deadline.Store(d)
+			r.cuts.Add(1)
 		}
 	}
 	r.mu.Unlock()

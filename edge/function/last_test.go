@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"tollgate/edge/function"
 	"tollgate/edge/function/functiontest"
@@ -91,4 +92,24 @@ func TestLastCallbackEndsTheRequest(t *testing.T) {
 		}
 	}
 	function.SetEndWithLastCallback(true)
+}
+
+// A watchdog asleep after a second without guests wakes for the next run and cuts off a
+// loop at its deadline: the run's deadline and the watchdog's sleep meet without a lock,
+// and a missed wake would leave the loop to its fuel, which lasts longer.
+func TestWatchdogWakesForALoop(t *testing.T) {
+	r := newRuntime(t, function.Config{Timeout: 50 * time.Millisecond})
+	f := filter(t, r, functiontest.Loop, "spin", "", function.Limits{})
+	for i := 0; !function.WatchdogAsleep(r); i++ {
+		if i > 100 {
+			t.Fatal("the watchdog did not go to sleep after 5 s without guests")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := roundTrip(f, functiontest.NewHTTP("GET", "/")); reason(err) != function.ReasonTimeout {
+		t.Fatalf("a loop: %v, want reason %s", err, function.ReasonTimeout)
+	}
+	if n := function.WatchdogCuts(r); n != 1 {
+		t.Errorf("the watchdog cut %d runs, want 1: the fuel stopped the loop, the watchdog slept through it", n)
+	}
 }

@@ -78,6 +78,7 @@ type Runtime struct {
 	// The watchdog sleeps while no guest runs (sleeping), so an idle edge pays nothing;
 	// active says a run began since it last looked, and it clears it before it sleeps.
 	active atomic.Bool
+	cuts   atomic.Int64 // runs the watchdog stopped, for the tests
 	// procs is GOMAXPROCS, which the runtime may change while the edge runs (a container's
 	// CPU limit): the watchdog reads it again on every tick.
 	procs    atomic.Int32
