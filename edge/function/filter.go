@@ -594,8 +594,9 @@ func (r *Runtime) check() bool {
 			continue
 		}
 		running = true
-		// A run already stopped is left alone until the guest notices: its fuel is out.
-		if d > 0 && n > d && !in.timedOut.Load() && in.deadline.CompareAndSwap(d, cutting) {
+		// Stopped again on every tick until it ends: the guest takes from its fuel with a
+		// read and a write, so a store of 0 between the two is lost.
+		if d > 0 && n > d && in.deadline.CompareAndSwap(d, cutting) {
 			// Still the run that went past d, and it cannot end before the swap back.
 			in.timedOut.Store(true)
 			in.stop.Set(0)
