@@ -214,6 +214,7 @@ func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, nc *nats.Conn,
 	upstreamclient.SetReuseCheck(cfg.EdgeReuseCheck)
 	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
 	function.SetSkipIdleCap(cfg.EdgeFunctionSkipIdleCap)
+	function.SetEndWithLastCallback(cfg.EdgeFunctionEndWithLastCallback)
 	edge.SetIncrementalCompiles(cfg.EdgeIncremental)
 	edge.SetShareUpstreams(cfg.EdgeShareUpstreams)
 	edge.SetParallelCompiles(cfg.EdgeParallelCompiles)

@@ -163,6 +163,9 @@ func (r *Run) Response() Outcome {
 		r.cur = i
 		bodyToo := hasBody && f.respBody
 		if f.respHeaders {
+			if !bodyToo {
+				call.Last()
+			}
 			if _, err := call.OnResponseHeaders(!bodyToo); err != nil {
 				return r.failErr(err)
 			}
@@ -171,6 +174,7 @@ func (r *Run) Response() Outcome {
 			}
 		}
 		if bodyToo {
+			call.Last()
 			if _, err := call.OnResponseBody(len(r.ctx.Response.Body()), true); err != nil {
 				return r.failErr(err)
 			}

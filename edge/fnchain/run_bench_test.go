@@ -22,12 +22,16 @@ import (
 // goroutine; cpu-ns/op counts every thread of the process (the watchdog's too).
 // "+cap" takes a slot of the tenant's cap for each run of callbacks even where it cannot
 // bind (function.SetSkipIdleCap(false)): run it at -cpu 1, where the default cap is one.
+// "+nolast" ends each context in a run of its own at Finish
+// (function.SetEndWithLastCallback(false)).
 func BenchmarkRun(b *testing.B) {
-	for _, name := range []string{functiontest.WatNoop, functiontest.WatNoop + "+cap", functiontest.WatHeaders} {
+	for _, name := range []string{functiontest.WatNoop, functiontest.WatNoop + "+cap", functiontest.WatNoop + "+nolast", functiontest.WatHeaders} {
 		b.Run(name, func(b *testing.B) {
-			guest, capped, _ := strings.Cut(name, "+")
-			function.SetSkipIdleCap(capped == "")
+			guest, variant, _ := strings.Cut(name, "+")
+			function.SetSkipIdleCap(variant != "cap")
 			defer function.SetSkipIdleCap(true)
+			function.SetEndWithLastCallback(variant != "nolast")
+			defer function.SetEndWithLastCallback(true)
 			mod := functiontest.Build(b, guest)
 			dir := b.TempDir()
 			sha := digest(mod)

@@ -19,6 +19,8 @@ type Call struct {
 	created     bool // proxy_on_context_create ran
 	continued   bool
 	closed      bool
+	last        bool // the next callback is the request's last (Last)
+	ended       bool // proxy_on_done, proxy_on_log and proxy_on_delete ran
 	callouts    int
 	pending     []pendingCallout
 	calloutResp *CalloutResponse
@@ -36,24 +38,16 @@ type pendingCallout struct {
 	req   *CalloutRequest
 }
 
-func (f *Filter) getCall() *Call {
-	f.callMu.Lock()
-	if n := len(f.calls); n > 0 {
-		c := f.calls[n-1]
-		f.calls = f.calls[:n-1]
-		f.callMu.Unlock()
+// getCall takes a free Call of in, whose lock the caller holds.
+func (in *instance) getCall() *Call {
+	if n := len(in.calls); n > 0 {
+		c := in.calls[n-1]
+		in.calls = in.calls[:n-1]
 		return c
 	}
-	f.callMu.Unlock()
-	c := &Call{f: f}
+	c := &Call{f: in.f}
 	c.countFn, c.fillFn = c.count, c.fill
 	return c
-}
-
-func (f *Filter) putCall(c *Call) {
-	f.callMu.Lock()
-	f.calls = append(f.calls, c)
-	f.callMu.Unlock()
 }
 
 // Start places the request's context (a fresh id) in one of the filter's instances and
@@ -72,9 +66,10 @@ func (f *Filter) Start(h HTTP) (*Call, error) {
 		}
 		return nil, err
 	}
-	c := f.getCall()
+	c := in.getCall()
 	c.in, c.h, c.elapsed, c.err, c.victim = in, h, 0, nil, false
 	c.replied, c.created, c.continued, c.closed = false, false, false, false
+	c.last, c.ended = false, false
 	c.callouts, c.headerBytes = 0, 0
 	c.pending = c.pending[:0]
 	c.id = in.nextID
@@ -168,6 +163,18 @@ func (c *Call) Elapsed() time.Duration { return time.Duration(c.elapsed) }
 // to HTTP.SendLocalReply): the edge sends that answer and calls no further callback but
 // Done.
 func (c *Call) Replied() bool { return c.replied }
+
+// Last says the next callback is the last this request makes of the filter (the
+// response headers' when no response body callback follows, or the response body's):
+// the context then ends (proxy_on_done, proxy_on_log, proxy_on_delete) in the same run,
+// one guest entry, one clock reading and one budget less than a separate Done. The guest
+// sees on_log before the edge sends the response rather than after, which is all
+// proxy-wasm promises of it. It does nothing while SetEndWithLastCallback is off.
+func (c *Call) Last() {
+	if endWithLast.Load() {
+		c.last = true
+	}
+}
 
 // OnRequestHeaders runs proxy_on_request_headers. ActionPause means the guest replied.
 func (c *Call) OnRequestHeaders(endOfStream bool) (Action, error) {
@@ -316,6 +323,12 @@ func (c *Call) run(cb int, nargs int, wait bool) error {
 	if err == nil {
 		err = c.exec(cb, nargs)
 	}
+	// After the last callback, unless it asked for callouts: the run of their last
+	// answer ends the context instead. Once: a caller that announced the last callback
+	// too early must not make the guest end a context twice.
+	if err == nil && c.last && !c.ended && len(c.pending) == 0 {
+		err = c.finish()
+	}
 	c.end(start)
 	in.mu.Unlock()
 	release(sem)
@@ -378,6 +391,21 @@ func (c *Call) exec(cb int, nargs int) error {
 	return err
 }
 
+// finish ends the request's context in the guest: proxy_on_done, proxy_on_log and
+// proxy_on_delete, within the caller's run, once.
+func (c *Call) finish() error {
+	c.ended = true
+	var err error
+	for _, cb := range [...]int{cbDone, cbLog, cbDelete} {
+		if err != nil || c.in.dead {
+			break
+		}
+		c.args[0] = uint64(c.id)
+		err = c.exec(cb, 1)
+	}
+	return err
+}
+
 // kill drops an instance whose guest failed; the caller holds in.mu.
 func (in *instance) kill(err error) {
 	e, ok := err.(*Error)
@@ -395,31 +423,21 @@ func (in *instance) kill(err error) {
 // whole guest time, Elapsed included; c must not be used after.
 func (c *Call) Done() time.Duration {
 	in, f := c.in, c.f
-	if !c.created || in.cb[cbDone] != nil || in.cb[cbLog] != nil || in.cb[cbDelete] != nil {
+	if !c.ended && (!c.created || in.cb[cbDone] != nil || in.cb[cbLog] != nil || in.cb[cbDelete] != nil) {
 		// The context must go whatever the cap: wait for a slot, which running callbacks
 		// free within their timeout.
 		sem, _ := f.acquire(cbDone, true)
 		in.mu.Lock()
 		if !in.dead {
 			start := c.begin()
-			err := c.create()
-			for _, cb := range [...]int{cbDone, cbLog, cbDelete} {
-				if err != nil || in.dead {
-					break
-				}
-				c.args[0] = uint64(c.id)
-				err = c.exec(cb, 1)
+			if c.create() == nil {
+				_ = c.finish()
 			}
 			c.end(start)
 		}
 		in.mu.Unlock()
 		release(sem)
 	}
-	in.mu.Lock()
-	if in.refs--; in.refs == 0 && (in.dead || in.slotNo < 0 || f.closed.Load()) {
-		in.drop()
-	}
-	in.mu.Unlock()
 	if c.err != nil {
 		if e, ok := c.err.(*Error); !c.victim && (!ok || e.Reason != ReasonBusy) {
 			f.strike()
@@ -429,6 +447,13 @@ func (c *Call) Done() time.Duration {
 	}
 	el := time.Duration(c.elapsed)
 	c.in, c.h, c.calloutResp, c.err = nil, nil, nil, nil
-	f.putCall(c)
+	in.mu.Lock()
+	if in.refs--; in.refs == 0 && (in.dead || in.slotNo < 0 || f.closed.Load()) {
+		in.drop()
+	} else {
+		// A dropped instance's Calls go with it.
+		in.calls = append(in.calls, c)
+	}
+	in.mu.Unlock()
 	return el
 }

@@ -23,7 +23,8 @@
 // goroutine at a time runs guest code in an instance, and host calls act on the request
 // whose callback runs. Done runs proxy_on_done, proxy_on_log and proxy_on_delete even
 // after a failed callback (waiting for a concurrency slot if need be), so the guest frees
-// the context, unless the instance died.
+// the context, unless the instance died, or unless the caller announced the last
+// callback (Call.Last), whose run has already run them.
 //
 // Bounds:
 //   - Time: each callback has a deadline (Config.Timeout or Limits.Timeout, default 5ms of
@@ -31,6 +32,7 @@
 //     the start of every function and every loop iteration. A watchdog goroutine, awake
 //     while guests ran in the last second, checks running instances every millisecond
 //     and raises an overdue one's flag; the guest traps at its next call or iteration.
+//     A run and the watchdog share no lock: see instance.deadline.
 //     Starting an instance has Config.StartTimeout (1s). wazero's own cut-off
 //     (WithCloseOnContextDone) is not used: it starts a goroutine per guest call, which
 //     made a no-op filter cost 15 µs of CPU per request instead of under 1 µs.

@@ -102,3 +102,9 @@ var DepthDetail = depthDetail
 
 // OverDepth is overDepth.
 var OverDepth = overDepth
+
+// WatchdogAsleep says the runtime's watchdog sleeps for want of guests.
+func WatchdogAsleep(r *Runtime) bool { return r.sleeping.Load() }
+
+// WatchdogCuts counts the runs the watchdog stopped.
+func WatchdogCuts(r *Runtime) int64 { return r.cuts.Load() }

@@ -54,8 +54,6 @@ type Filter struct {
 	slots  []atomic.Pointer[instance]
 	rr     atomic.Uint32 // round robin over slots
 	grow   sync.Mutex    // one instance started at a time
-	callMu sync.Mutex
-	calls  []*Call // free Calls, reused so a request allocates nothing
 	closed atomic.Bool
 	// A filter that keeps failing is refused for a while (quarantine), so a hostile module
 	// cannot make the edge pay for a deep recursion or a loop on every request.
@@ -179,18 +177,23 @@ type instance struct {
 	mod    api.Module
 	mem    api.Memory
 	ctx    context.Context
-	stop   api.MutableGlobal // instrument's fuel
-	// fuelMu orders the host's writes and reads of the fuel with the watchdog's: the guest
-	// takes from it as it runs, but Go code touches it only under fuelMu.
-	fuelMu sync.Mutex
+	stop   api.MutableGlobal // instrument's fuel: see deadline for who may touch it
 	alloc_ api.Function
 	cb     [cbCount]api.Function
 	stack  [12]uint64
 	mstack [1]uint64
 	nextID uint32
 	call   *Call // the request whose callback runs (under mu); nil while starting
+	// calls are free Calls of this instance (under mu, which Start and Done hold anyway),
+	// reused so a request allocates nothing and takes no lock of its own for one.
+	calls []*Call
 
-	deadline atomic.Int64 // when the running callback must be done; 0 = none runs
+	// deadline is the state of a run of callbacks, published for the watchdog without a
+	// lock: 0 when none runs, the now() it must be done by while one does, and cutting
+	// while the watchdog stops it. Go code touches the fuel (stop) only while it owns the
+	// state: the run between begin and end, and the watchdog between its swap to cutting
+	// and its swap back, which end waits for.
+	deadline atomic.Int64
 	timedOut atomic.Bool
 	lm       *linearMemory
 	bad      string // the first bad host call, for the tenant's log
@@ -249,7 +252,7 @@ func (f *Filter) newInstance() (*instance, error) {
 	r := f.rt
 	in := &instance{f: f, nextID: rootContextID + 1, slotNo: -1}
 	in.lm = &linearMemory{limit: uint64(f.pages) * 65536}
-	in.ctx = context.WithValue(context.Background(), instKey{}, in)
+	in.ctx = &instCtx{Context: context.Background(), in: in}
 	actx := experimental.WithMemoryAllocator(in.ctx, experimental.MemoryAllocatorFunc(
 		func(_, _ uint64) experimental.LinearMemory { return in.lm }))
 	r.mu.Lock()
@@ -354,32 +357,52 @@ func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64
 // deadline) and the fuel for as much guest work. It returns the clock reading end takes.
 // Callbacks the host makes back to back share one begin and end, so one clock reading
 // at each end: on the virtual machines edges run on a reading costs tens of ns.
+// No lock: the deadline is 0 here (end waited for the watchdog), so the watchdog leaves
+// the fuel alone until the store that publishes the new deadline.
 func (in *instance) begin(budget int64) int64 {
 	r := in.f.rt
 	start := now()
-	in.fuelMu.Lock()
 	in.stop.Set(uint64(budget) * fuelPerNS) // fuel: see instrument
-	in.deadline.Store(start + budget)
 	// A watchdog that caught the last run between its final callback's return and its
 	// end stopped nothing: that run's callbacks had all succeeded.
 	in.timedOut.Store(false)
-	in.fuelMu.Unlock()
-	if r.running.Add(1) == 1 && r.sleeping.Load() {
-		select {
-		case r.wake <- struct{}{}:
-		default:
+	in.deadline.Store(start + budget)
+	// The flag is read far more often than written: a store only when the watchdog has
+	// cleared it, a wake only when it sleeps (see watchdog for why none is missed).
+	if !r.active.Load() {
+		r.active.Store(true)
+		if r.sleeping.Load() {
+			select {
+			case r.wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 	return start
 }
 
+// cutting is deadline's state while the watchdog stops a run.
+const cutting = -1
+
 // end closes what begin opened and returns the wall time since.
 func (in *instance) end(start int64) int64 {
-	in.fuelMu.Lock()
+	in.own()
 	in.deadline.Store(0)
-	in.fuelMu.Unlock()
-	in.f.rt.running.Add(-1)
 	return now() - start
+}
+
+// own waits until the watchdog is not stopping in's run, and swaps the run's deadline
+// for cutting so that it cannot start to: the caller then owns the fuel, and gives the
+// state back with a store (of the deadline, or 0 at end).
+func (in *instance) own() int64 {
+	for {
+		d := in.deadline.Load()
+		if d != cutting && in.deadline.CompareAndSwap(d, cutting) {
+			return d
+		}
+		// The watchdog holds it for two stores; let it run on a single processor.
+		runtime.Gosched()
+	}
 }
 
 // call1 runs one guest export between begin and end; budget is the run's, for the
@@ -388,11 +411,11 @@ func (in *instance) call1(name string, fn api.Function, nargs int, budget int64)
 	// Every callback has at most one result, so the stack holds max(nargs, 1) values.
 	err := fn.CallWithStack(in.ctx, in.stack[:max(nargs, 1)])
 	if err != nil {
-		in.fuelMu.Lock()
+		d := in.own()
 		if int64(in.stop.Get()) < 0 {
 			in.timedOut.Store(true) // out of fuel, or stopped by the watchdog
 		}
-		in.fuelMu.Unlock()
+		in.deadline.Store(d)
 	}
 	if err == nil && in.bad == "" && !in.timedOut.Load() {
 		return nil
@@ -528,43 +551,59 @@ func (r *Runtime) watchdog() {
 	defer t.Stop()
 	idle := 0
 	for {
-		// Sleep only after a second without guests: waking the watchdog costs a goroutine
-		// switch, too dear to pay per callback on a busy edge.
-		if r.running.Load() == 0 {
-			idle++
-		} else {
-			idle = 0
-		}
-		if idle > 1000 {
-			r.sleeping.Store(true)
-			if r.running.Load() == 0 {
-				select {
-				case <-r.wake:
-				case <-r.stop:
-					return
-				}
-			}
-			r.sleeping.Store(false)
-			idle = 0
-		}
 		select {
 		case <-t.C:
 		case <-r.stop:
 			return
 		}
-		n := now()
 		r.procs.Store(int32(runtime.GOMAXPROCS(0)))
-		r.mu.Lock()
-		for in := range r.live {
-			if d := in.deadline.Load(); d != 0 && n > d && in.stop != nil && !in.timedOut.Load() {
-				in.fuelMu.Lock()
-				if in.deadline.Load() == d { // still the callback that ran past its deadline
-					in.timedOut.Store(true)
-					in.stop.Set(0)
-				}
-				in.fuelMu.Unlock()
+		if r.check() {
+			idle = 0
+			continue
+		}
+		// Sleep only after a second without guests: waking the watchdog costs a goroutine
+		// switch, too dear to pay per callback on a busy edge.
+		if idle++; idle <= 1000 {
+			continue
+		}
+		// No wake is missed: a run publishes its deadline, then reads active. Either its
+		// read comes after the store of false below, and it sees sleeping and wakes the
+		// watchdog, or its deadline came before, and the check after the stores sees it.
+		r.sleeping.Store(true)
+		r.active.Store(false)
+		if !r.check() {
+			select {
+			case <-r.wake:
+			case <-r.stop:
+				return
 			}
 		}
-		r.mu.Unlock()
+		r.sleeping.Store(false)
+		idle = 0
 	}
+}
+
+// check stops the runs past their deadline and says whether any run.
+func (r *Runtime) check() bool {
+	n := now()
+	running := false
+	r.mu.Lock()
+	for in := range r.live {
+		d := in.deadline.Load()
+		if d == 0 {
+			continue
+		}
+		running = true
+		// Stopped again on every tick until it ends: the guest takes from its fuel with a
+		// read and a write, so a store of 0 between the two is lost.
+		if d > 0 && n > d && in.deadline.CompareAndSwap(d, cutting) {
+			// Still the run that went past d, and it cannot end before the swap back.
+			in.timedOut.Store(true)
+			in.stop.Set(0)
+			in.deadline.Store(d)
+			r.cuts.Add(1)
+		}
+	}
+	r.mu.Unlock()
+	return running
 }

@@ -142,7 +142,25 @@ func instantiateHost(ctx context.Context, rt wazero.Runtime) error {
 
 type instKey struct{}
 
+// instCtx is the context guest calls run with. wazero looks a key up in it on every call
+// into the guest and every host call looks the instance up: a context of its own answers
+// both without walking a chain of contexts and comparing keys through interfaces.
+type instCtx struct {
+	context.Context // Background: no deadline, never done
+	in              *instance
+}
+
+func (c *instCtx) Value(key any) any {
+	if _, ok := key.(instKey); ok {
+		return c.in
+	}
+	return nil
+}
+
 func instanceOf(ctx context.Context) *instance {
+	if c, ok := ctx.(*instCtx); ok {
+		return c.in
+	}
 	in, _ := ctx.Value(instKey{}).(*instance)
 	return in
 }

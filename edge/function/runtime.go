@@ -75,8 +75,10 @@ type Runtime struct {
 	live    map[*instance]struct{}
 	closed  bool
 
-	// The watchdog sleeps while no guest runs (sleeping), so an idle edge pays nothing.
-	running atomic.Int64
+	// The watchdog sleeps while no guest runs (sleeping), so an idle edge pays nothing;
+	// active says a run began since it last looked, and it clears it before it sleeps.
+	active atomic.Bool
+	cuts   atomic.Int64 // runs the watchdog stopped, for the tests
 	// procs is GOMAXPROCS, which the runtime may change while the edge runs (a container's
 	// CPU limit): the watchdog reads it again on every tick.
 	procs    atomic.Int32
@@ -334,3 +336,13 @@ func init() { skipIdleCap.Store(true) }
 // need, since no more callbacks can run at once than there are processors
 // (TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP).
 func SetSkipIdleCap(on bool) { skipIdleCap.Store(on) }
+
+// endWithLast is SetEndWithLastCallback's switch; on by default.
+var endWithLast atomic.Bool
+
+func init() { endWithLast.Store(true) }
+
+// SetEndWithLastCallback chooses whether Call.Last ends the request's context in the run
+// of its last callback (on), or leaves it to Done, a run of its own (off)
+// (TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK).
+func SetEndWithLastCallback(on bool) { endWithLast.Store(on) }

@@ -102,6 +102,8 @@ type Config struct {
 	EdgeJSONOnePass bool
 	// EdgeFunctionSkipIdleCap: TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP [on: a tenant whose function concurrency cap is at least GOMAXPROCS takes no slot of it per run of callbacks (function.SetSkipIdleCap); off: it always does]
 	EdgeFunctionSkipIdleCap bool
+	// EdgeFunctionEndWithLastCallback: TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK [on: a function's request context ends (proxy_on_done, proxy_on_log, proxy_on_delete) in the run of its last response callback (function.SetEndWithLastCallback); off: in a run of its own when the request ends]
+	EdgeFunctionEndWithLastCallback bool
 	// EdgeReturnMemory: TOLLGATE_EDGE_RETURN_MEMORY [on: after a burst the edge hands its freed heap back to the OS (edge/memory.Returner); off: the runtime's own pace]
 	EdgeReturnMemory bool
 	// EdgeReturnAside: TOLLGATE_EDGE_RETURN_ASIDE [on: that return runs with one processor more than the edge's, so it never stops the one that serves (edge/memory.Returner.Inline); off: on the edge's own]
@@ -192,7 +194,8 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		on   *bool
 		def  bool // unset
 	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass, true},
-		{"TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP", &c.EdgeFunctionSkipIdleCap, true}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory, true},
+		{"TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP", &c.EdgeFunctionSkipIdleCap, true},
+		{"TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK", &c.EdgeFunctionEndWithLastCallback, true}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory, true},
 		{"TOLLGATE_EDGE_RETURN_ASIDE", &c.EdgeReturnAside, true},
 		{"TOLLGATE_EDGE_PACK_CONFIG", &c.EdgePackConfig, true}, {"TOLLGATE_EDGE_SNAPSHOT_YIELD", &c.EdgeSnapshotYield, true},
 		{"TOLLGATE_EDGE_SHORT_READ_WAIT", &c.EdgeShortReadWait, false}, {"TOLLGATE_EDGE_REUSE_CHECK", &c.EdgeReuseCheck, true},
