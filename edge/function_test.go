@@ -401,7 +401,10 @@ func TestFunctionHostileTenantIsolated(t *testing.T) {
 					t.Errorf("loop: %v, want 500 function_failed or 503 function_busy", r)
 					return
 				}
-				if d := time.Since(start); d > 2*time.Second {
+				// A loop is cut off at the tenant's callback time (a few ms) on a quiet
+				// machine; the bound only catches one never cut, since under the race
+				// detector on a loaded machine the watchdog's ticks come late.
+				if d := time.Since(start); d > 10*time.Second {
 					t.Errorf("the loop was cut off after %v", d)
 				}
 				evilRuns.Add(1)
