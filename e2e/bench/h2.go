@@ -92,21 +92,10 @@ func (b *bench) startGRPCUpstream(ctx context.Context) error {
 	if b.GRPCPort != 0 {
 		return nil
 	}
-	port, err := harness.FreePort()
+	addr, port, p, err := b.startSelf("gRPC health upstream", "grpc-upstream.log", "TOLLGATE_BENCH_GRPC")
 	if err != nil {
 		return err
 	}
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := harness.StartProc("gRPC health upstream", filepath.Join(b.Dir, "grpc-upstream.log"), b.LoadCPUs,
-		append(os.Environ(), "TOLLGATE_BENCH_GRPC="+addr), self)
-	if err != nil {
-		return err
-	}
-	b.Clean.Add(p.Stop)
 	if err := harness.WaitFor(ctx, "gRPC health upstream on "+addr, 10*time.Second, 50*time.Millisecond, p, func() error {
 		return grpchealth.Check(ctx, addr, "")
 	}); err != nil {

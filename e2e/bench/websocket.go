@@ -32,23 +32,32 @@ import (
 	"tollgate/e2e/bench/wsload"
 )
 
-// startWSEcho starts the echo upstream on a free port, pinned to the load CPUs.
-func (b *bench) startWSEcho(ctx context.Context) error {
-	port, err := harness.FreePort()
-	if err != nil {
-		return err
+// startSelf runs this binary again as one of the bench's own upstreams, on a free port
+// pinned to the load CPUs: env names the variable that tells the child what to serve and
+// where (it gets the address), log the file its output goes to.
+func (b *bench) startSelf(name, log, env string) (addr string, port int, p *harness.Proc, err error) {
+	if port, err = harness.FreePort(); err != nil {
+		return "", 0, nil, err
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return "", 0, nil, err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := harness.StartProc("websocket echo upstream", filepath.Join(b.Dir, "wsecho.log"), b.LoadCPUs,
-		append(os.Environ(), "TOLLGATE_BENCH_WSECHO="+addr), self)
+	addr = fmt.Sprintf("127.0.0.1:%d", port)
+	p, err = harness.StartProc(name, filepath.Join(b.Dir, log), b.LoadCPUs, append(os.Environ(), env+"="+addr), self)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	b.Clean.Add(p.Stop)
+	return addr, port, p, nil
+}
+
+// startWSEcho starts the echo upstream on a free port, pinned to the load CPUs.
+func (b *bench) startWSEcho(ctx context.Context) error {
+	addr, port, p, err := b.startSelf("websocket echo upstream", "wsecho.log", "TOLLGATE_BENCH_WSECHO")
 	if err != nil {
 		return err
 	}
-	b.Clean.Add(p.Stop)
 	if err := b.WaitHTTP(ctx, "websocket echo upstream", "http://"+addr+"/", 10*time.Second, p); err != nil {
 		return err
 	}
