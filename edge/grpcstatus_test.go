@@ -116,7 +116,7 @@ func TestGRPCStatusH2C(t *testing.T) {
 	}
 
 	md, err = grpcCall(t, cc, "/dead.Svc/Call")
-	wantGRPCStatus(t, "unreachable upstream", err, md, codes.Unavailable, "the upstream could not be reached", tenants.EUpstreamFailed)
+	wantGRPCStatus(t, "unreachable upstream", err, md, codes.Unavailable, "the upstream http://127.0.0.1:1 refused the connection", tenants.EUpstreamFailed)
 
 	// Another tenant's host: refused before any route, as a gRPC status too.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

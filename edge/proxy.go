@@ -10,6 +10,7 @@ import (
 
 	"tollgate/edge/conn"
 	"tollgate/edge/upstreamclient"
+	"tollgate/edge/upstreamerr"
 )
 
 var (
@@ -158,11 +159,23 @@ func (e *Edge) upstreamFailed(x *exchange, err error) {
 		r, kind = replyUpstreamBad, upBadResponse
 	}
 	e.upstreamErrs[kind].Inc()
-	if e.debug {
-		e.log.Debug("edge: upstream failed", "tenant", x.route.snapshot.Slug, "route", x.route.name,
-			"upstream", x.target.URL, "request_id", string(x.reqID), "err", err)
+	// The tenant reads what failed in the answer; the operator reads it, and err, here.
+	rt, target := x.route, ""
+	if x.target != nil {
+		target = upstreamerr.Target(x.target.TLS, x.target.Addr)
 	}
-	x.fail(r)
+	why := upstreamerr.Reason(err, target, rt.connectTimeout, rt.timeout)
+	e.log.Warn("edge: upstream failed", "request_id", string(x.reqID), "tenant", rt.snapshot.Slug,
+		"route", rt.name, "target", target, "reason", why, "err", err)
+	x.failWith(r, why)
+}
+
+// noHealthy answers a request none of whose route's targets is in rotation.
+func (e *Edge) noHealthy(x *exchange) {
+	e.upstreamErrs[upNoHealthy].Inc()
+	e.log.Warn("edge: upstream failed", "request_id", string(x.reqID), "tenant", x.route.snapshot.Slug,
+		"route", x.route.name, "reason", upstreamerr.NoHealthy)
+	x.fail(replyNoHealthy)
 }
 
 func isTimeout(err error) bool {

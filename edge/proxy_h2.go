@@ -79,8 +79,7 @@ func (e *Edge) proxyH2(x *exchange, rt *route, u *upstream) {
 		key, hasKey := hashKey(x, u)
 		a = u.Start(start, key, hasKey)
 		if t = a.Target(); t == nil {
-			e.upstreamErrs[upNoHealthy].Inc()
-			x.fail(replyNoHealthy)
+			e.noHealthy(x)
 			return
 		}
 	}

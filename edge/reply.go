@@ -86,6 +86,12 @@ func (x *exchange) fail(r *reply) {
 	resp.AppendBody(replySuffix)
 }
 
+// failWith answers like fail(r) with message in place of r's, one put into words at
+// failure time (an upstream's failure names its target); it allocates the envelope.
+func (x *exchange) failWith(r *reply, message string) {
+	x.fail(newReply(r.code, message))
+}
+
 // failMethod answers a request whose path some route takes with other methods, allowed.
 func (x *exchange) failMethod(allowed routing.Methods) {
 	x.fail(replyMethodNotAllowed)

@@ -7,10 +7,11 @@ import (
 
 	"tollgate/edge/balancer"
 	"tollgate/edge/conn"
+	"tollgate/edge/upstreamerr"
 	"tollgate/tenants"
 )
 
-var replyNoHealthy = newReply(tenants.ENoHealthyUpstream, "every target of this route is out of rotation (failing health checks, ejected or circuit open); retry shortly")
+var replyNoHealthy = newReply(tenants.ENoHealthyUpstream, upstreamerr.NoHealthy+" (failing health checks, ejected or circuit open); retry shortly")
 
 // proxyResilient is proxyStep for an upstream that balances by load or hash, tracks
 // its targets' health or retries: it picks a target in rotation, reports each
@@ -41,8 +42,7 @@ func (e *Edge) proxyResilient(x *exchange, rt *route, u *upstream) {
 	a := u.Start(start, key, hasKey)
 	t := a.Target()
 	if t == nil {
-		e.upstreamErrs[upNoHealthy].Inc()
-		x.fail(replyNoHealthy)
+		e.noHealthy(x)
 		return
 	}
 	x.target = t

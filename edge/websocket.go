@@ -42,8 +42,7 @@ func (e *Edge) wsStep(rt *route, next handler) handler {
 		u := rt.pickUpstream(x)
 		t := u.PickFor(hashKey(x, u))
 		if t == nil {
-			e.upstreamErrs[upNoHealthy].Inc()
-			x.fail(replyNoHealthy)
+			e.noHealthy(x)
 			return
 		}
 		x.target = t
