@@ -11,6 +11,7 @@ import (
 	"tollgate/edge/conn"
 	"tollgate/edge/upstreamclient"
 	"tollgate/edge/upstreamerr"
+	"tollgate/edge/upstreamh2"
 )
 
 var (
@@ -137,6 +138,8 @@ func (e *Edge) trusted(a netip.Addr) bool {
 
 // upstreamFailed answers a failed upstream exchange: 504 when the upstream (or its
 // connect) ran out of time, 503 when every pooled connection is busy, 502 otherwise.
+// The answer takes its code and status from the reply picked, and its message, naming
+// the target as the tenant configured it and what failed, from package upstreamerr.
 func (e *Edge) upstreamFailed(x *exchange, err error) {
 	var r *reply
 	var kind int
@@ -164,7 +167,11 @@ func (e *Edge) upstreamFailed(x *exchange, err error) {
 	if x.target != nil {
 		target = upstreamerr.Target(x.target.TLS, x.target.Addr)
 	}
-	why := upstreamerr.Reason(err, target, rt.connectTimeout, rt.timeout)
+	timeout := rt.timeout
+	if d, ok := upstreamh2.GRPCTimeout(x.ctx.Request.Header.PeekBytes(hdrGRPCTimeout)); ok && d < timeout {
+		timeout = d // a gRPC call's own deadline, shorter, is the one that passed
+	}
+	why := upstreamerr.Reason(err, target, rt.connectTimeout, timeout)
 	e.log.Warn("edge: upstream failed", "request_id", string(x.reqID), "tenant", rt.snapshot.Slug,
 		"route", rt.name, "target", target, "reason", why, "err", err)
 	x.failWith(r, why)

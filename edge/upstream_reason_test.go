@@ -63,7 +63,9 @@ func rawListener(t *testing.T, serve func(net.Conn)) string {
 
 func message(t *testing.T, r result) string {
 	t.Helper()
-	var b struct{ Error struct{ Code, Message string } }
+	var b struct {
+		Error struct{ Code, Message string }
+	}
 	if err := json.Unmarshal([]byte(r.body), &b); err != nil {
 		t.Fatalf("not an envelope: %v", r)
 	}
