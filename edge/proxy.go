@@ -172,16 +172,20 @@ func (e *Edge) upstreamFailed(x *exchange, err error) {
 		timeout = d // a gRPC call's own deadline, shorter, is the one that passed
 	}
 	why := upstreamerr.Reason(err, target, rt.connectTimeout, timeout)
-	e.log.Warn("edge: upstream failed", "request_id", string(x.reqID), "tenant", rt.snapshot.Slug,
-		"route", rt.name, "target", target, "reason", why, "err", err)
+	if ok, held := rt.failLog.Allow(conn.MonoNow()); ok {
+		e.log.Warn("edge: upstream failed", "request_id", string(x.reqID), "tenant", rt.snapshot.Slug,
+			"route", rt.name, "target", target, "reason", why, "err", err, "held_back", held)
+	}
 	x.failWith(r, why)
 }
 
 // noHealthy answers a request none of whose route's targets is in rotation.
 func (e *Edge) noHealthy(x *exchange) {
 	e.upstreamErrs[upNoHealthy].Inc()
-	e.log.Warn("edge: upstream failed", "request_id", string(x.reqID), "tenant", x.route.snapshot.Slug,
-		"route", x.route.name, "reason", upstreamerr.NoHealthy)
+	if ok, held := x.route.failLog.Allow(conn.MonoNow()); ok {
+		e.log.Warn("edge: upstream failed", "request_id", string(x.reqID), "tenant", x.route.snapshot.Slug,
+			"route", x.route.name, "reason", upstreamerr.NoHealthy, "held_back", held)
+	}
 	x.fail(replyNoHealthy)
 }
 

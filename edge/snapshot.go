@@ -10,6 +10,7 @@ import (
 	"tollgate/edge/meter"
 	"tollgate/edge/routing"
 	"tollgate/edge/transform"
+	"tollgate/edge/upstreamerr"
 	"tollgate/tenants"
 	"tollgate/tenants/accessrules"
 )
@@ -71,8 +72,10 @@ type route struct {
 	strip    bool
 	maxBody  int
 	timeout  time.Duration
-	// connectTimeout bounds dialing a WebSocket route's target (websocket.go).
+	// connectTimeout bounds dialing a WebSocket route's target (websocket.go); a
+	// connect that runs out of it is named in upstreamFailed's answer.
 	connectTimeout time.Duration
+	failLog        upstreamerr.Gate // bounds upstreamFailed's and noHealthy's log lines
 	websocket      bool
 	upstream       *upstream
 	canary         *canary // nil: none (canary.go)
