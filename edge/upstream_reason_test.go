@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"tollgate/edge"
 	"tollgate/infra/testcert"
@@ -186,4 +190,47 @@ func TestH2UpstreamReasonRefused(t *testing.T) {
 	h.e.Loaded()
 	r := h.get("acme."+domain, "/h2")
 	wantReason(t, r, 502, tenants.EUpstreamFailed, "the upstream http://"+addr+" refused the connection")
+}
+
+// A gRPC call is told the same reason in Grpc-Message; one whose own deadline passed
+// first is told that deadline, not the route's.
+func TestGRPCUpstreamReason(t *testing.T) {
+	h, _ := reasonHarness(t)
+	closed := closedPort(t)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	silent := rawListener(t, func(c net.Conn) { <-done; _ = c.Close() })
+	acme := h.tenant("acme")
+	for id, addr := range map[string]string{"Closed": closed, "Silent": silent} {
+		h.put(&tenants.Route{ID: id, TenantID: acme, Name: id, Paths: []string{"/tollgate.test." + id}, TimeoutMS: 30000,
+			Upstream: tenants.Upstream{Protocol: tenants.ProtocolH2, Targets: []tenants.Target{{URL: "http://" + addr}}}})
+	}
+	h.e.Loaded()
+	waitFor(t, 2*time.Second, func() string {
+		if s := h.e.Snapshot("acme"); s == nil || s.Routes() != 2 {
+			return "routes not compiled yet"
+		}
+		return ""
+	})
+
+	md, err := grpcCall(t, grpcClient(t, h.public), "/tollgate.test.Closed/Call")
+	wantGRPCStatus(t, "closed port", err, md, codes.Unavailable,
+		"the upstream http://"+closed+" refused the connection", tenants.EUpstreamFailed)
+
+	// Sent by hand, so that the edge's answer, not the client's own deadline, ends it.
+	req, err := http.NewRequest("POST", "http://"+h.public+"/tollgate.test.Silent/Call", strings.NewReader("\x00\x00\x00\x00\x00"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "acme." + domain
+	req.Header.Set("Content-Type", "application/grpc")
+	req.Header.Set("Te", "trailers")
+	req.Header.Set("Grpc-Timeout", "300m")
+	resp, _ := h2Do(t, h2cClient(), req)
+	msg, _ := url.PathUnescape(resp.Header.Get("Grpc-Message"))
+	want := "the upstream http://" + silent + " did not answer within 300 ms"
+	if resp.StatusCode != 200 || resp.Header.Get("Grpc-Status") != "4" || msg != want {
+		t.Errorf("silent upstream: %d grpc-status %q message %q, want 200 4 %q (%v)",
+			resp.StatusCode, resp.Header.Get("Grpc-Status"), msg, want, resp.Header)
+	}
 }
