@@ -12,6 +12,7 @@ import (
 	"tollgate/edge/upstreamclient"
 	"tollgate/edge/upstreamerr"
 	"tollgate/edge/upstreamh2"
+	"tollgate/tenants"
 )
 
 var (
@@ -138,28 +139,28 @@ func (e *Edge) trusted(a netip.Addr) bool {
 
 // upstreamFailed answers a failed upstream exchange: 504 when the upstream (or its
 // connect) ran out of time, 503 when every pooled connection is busy, 502 otherwise.
-// The answer takes its code and status from the reply picked, and its message, naming
-// the target as the tenant configured it and what failed, from package upstreamerr.
+// The answer's message names the target as the tenant configured it and what failed
+// (package upstreamerr).
 func (e *Edge) upstreamFailed(x *exchange, err error) {
-	var r *reply
+	var code string
 	var kind int
 	var de *upstreamclient.DialError
 	switch {
 	case errors.As(err, &de):
 		switch {
 		case de.AddressRule:
-			r, kind = replyUpstreamAddressRule, upAddressRule
+			code, kind = tenants.EUpstreamFailed, upAddressRule
 		case de.TimedOut:
-			r, kind = replyConnTimeout, upConnectTimeout
+			code, kind = tenants.EUpstreamTimeout, upConnectTimeout
 		default:
-			r, kind = replyUpstreamConn, upConnect
+			code, kind = tenants.EUpstreamFailed, upConnect
 		}
 	case errors.Is(err, fasthttp.ErrNoFreeConns):
-		r, kind = replyOverloaded, upOverloaded
+		code, kind = tenants.EOverloaded, upOverloaded
 	case isTimeout(err):
-		r, kind = replyUpstreamSlow, upTimeout
+		code, kind = tenants.EUpstreamTimeout, upTimeout
 	default:
-		r, kind = replyUpstreamBad, upBadResponse
+		code, kind = tenants.EUpstreamFailed, upBadResponse
 	}
 	e.upstreamErrs[kind].Inc()
 	// The tenant reads what failed in the answer; the operator reads it, and err, here.
@@ -176,7 +177,8 @@ func (e *Edge) upstreamFailed(x *exchange, err error) {
 		e.log.Warn("edge: upstream failed", "request_id", string(x.reqID), "tenant", rt.snapshot.Slug,
 			"route", rt.name, "target", target, "reason", why, "err", err, "held_back", held)
 	}
-	x.failWith(r, why)
+	// Built at failure time: the message names this target and this failure.
+	x.fail(newReply(code, why))
 }
 
 // noHealthy answers a request none of whose route's targets is in rotation.

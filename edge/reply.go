@@ -37,27 +37,22 @@ func newReply(code, message string) *reply {
 
 // The edge's own answers. Messages tell a client what to fix without naming internals.
 var (
-	replyLoading             = newReply(tenants.ENotReady, "the edge is still loading its configuration; retry shortly")
-	replyDraining            = newReply(tenants.ENotReady, "the edge is shutting down; retry on another")
-	replyTenantNotFound      = newReply(tenants.ETenantNotFound, "the Host header names no tenant of this edge")
-	replyRouteNotFound       = newReply(tenants.ERouteNotFound, "no route of this API matches the path")
-	replyMethodNotAllowed    = newReply(tenants.EMethodNotAllowed, "this API's routes for the path do not take the method; Allow lists those they take")
-	replyBadTarget           = newReply(tenants.EInvalidRequest, string(routing.ErrPathNotOrigin))
-	replyBadRequest          = newReply(tenants.EInvalidRequest, "the request is not valid HTTP")
-	replyHeaderTooLarge      = newReply(tenants.EInvalidRequest, "the request headers are too large")
-	replyNoKey               = newReply(tenants.EUnauthenticated, "this API needs a key in the X-API-Key header")
-	replyBadKey              = newReply(tenants.EInvalidCredential, "the API key is not valid for this API")
-	replyExpiredKey          = newReply(tenants.EExpiredKey, "the API key has expired; ask for a new one")
-	replyBodyTooLarge        = newReply(tenants.EBodyTooLarge, "the request body is over this API's size limit")
-	replyBodyRead            = newReply(tenants.EInvalidRequest, "the request body could not be read")
-	replyBodyText            = newReply(tenants.EInvalidRequest, "the gRPC-Web -text body is not base64")
-	replyUpstreamAddressRule = newReply(tenants.EUpstreamFailed, "the upstream address is refused by the operator's policy")
-	replyUpstreamConn        = newReply(tenants.EUpstreamFailed, "the upstream could not be reached")
-	replyUpstreamBad         = newReply(tenants.EUpstreamFailed, "the upstream failed to answer")
-	replyConnTimeout         = newReply(tenants.EUpstreamTimeout, "the upstream did not accept a connection in time")
-	replyUpstreamSlow        = newReply(tenants.EUpstreamTimeout, "the upstream did not answer in time")
-	replyOverloaded          = newReply(tenants.EOverloaded, "all connections to the upstream are busy; retry shortly")
-	replyInternalError       = newReply(tenants.EInternal, "internal error")
+	replyLoading          = newReply(tenants.ENotReady, "the edge is still loading its configuration; retry shortly")
+	replyDraining         = newReply(tenants.ENotReady, "the edge is shutting down; retry on another")
+	replyTenantNotFound   = newReply(tenants.ETenantNotFound, "the Host header names no tenant of this edge")
+	replyRouteNotFound    = newReply(tenants.ERouteNotFound, "no route of this API matches the path")
+	replyMethodNotAllowed = newReply(tenants.EMethodNotAllowed, "this API's routes for the path do not take the method; Allow lists those they take")
+	replyBadTarget        = newReply(tenants.EInvalidRequest, string(routing.ErrPathNotOrigin))
+	replyBadRequest       = newReply(tenants.EInvalidRequest, "the request is not valid HTTP")
+	replyHeaderTooLarge   = newReply(tenants.EInvalidRequest, "the request headers are too large")
+	replyNoKey            = newReply(tenants.EUnauthenticated, "this API needs a key in the X-API-Key header")
+	replyBadKey           = newReply(tenants.EInvalidCredential, "the API key is not valid for this API")
+	replyExpiredKey       = newReply(tenants.EExpiredKey, "the API key has expired; ask for a new one")
+	replyBodyTooLarge     = newReply(tenants.EBodyTooLarge, "the request body is over this API's size limit")
+	replyBodyRead         = newReply(tenants.EInvalidRequest, "the request body could not be read")
+	replyBodyText         = newReply(tenants.EInvalidRequest, "the gRPC-Web -text body is not base64")
+	replyOverloaded       = newReply(tenants.EOverloaded, "all connections to the upstream are busy; retry shortly")
+	replyInternalError    = newReply(tenants.EInternal, "internal error")
 )
 
 // pathReplies maps each path refusal to its answer.
@@ -84,12 +79,6 @@ func (x *exchange) fail(r *reply) {
 	resp.AppendBody(r.prefix)
 	resp.AppendBody(x.reqID)
 	resp.AppendBody(replySuffix)
-}
-
-// failWith answers like fail(r) with message in place of r's, one put into words at
-// failure time (an upstream's failure names its target); it allocates the envelope.
-func (x *exchange) failWith(r *reply, message string) {
-	x.fail(newReply(r.code, message))
 }
 
 // failMethod answers a request whose path some route takes with other methods, allowed.
