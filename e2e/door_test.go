@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -491,8 +490,8 @@ func doorSmuggling(t *testing.T, d *door) {
 
 // doorSlowloris: a client that trickles its request head, a header line now and then,
 // each gap well inside the read timeout, is cut off at the edge's request read timeout
-// (60 s, the edge's ReadTimeout, which no setting of the edge command changes) and the
-// upstream never sees the request.
+// (60 s, the edge's ReadTimeout, which no setting of the edge command changes) without
+// an answer, and the upstream never sees the request.
 func doorSlowloris(t *testing.T, d *door) {
 	rec := newRecorder(t, echoPath)
 	d.route(t, "door-slowloris", rec.url(), d.routed("door-slowloris"))
@@ -517,15 +516,10 @@ func doorSlowloris(t *testing.T, d *door) {
 			}
 			t.Logf("the edge closed the trickling connection after %s (%d header lines); it sent %q",
 				time.Since(start).Round(time.Second), i, got.String())
-			// The edge answers the unfinished head as a bad request and closes.
-			resp, err := http.ReadResponse(bufio.NewReader(&got), &http.Request{Method: "GET"})
-			if err != nil {
-				t.Fatalf("the edge sent %q before closing: %v", got.String(), err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			wantEnvelope(t, &edgeResp{Status: resp.StatusCode, Header: resp.Header, Body: body}, 400, "invalid_request")
-			if !resp.Close {
-				t.Errorf("the answer does not say Connection: close")
+			// The edge closes without a word, as nginx does: an answer to a head the
+			// client never finished is one nobody asked for.
+			if got.Len() != 0 {
+				t.Errorf("the edge sent %q before closing, want nothing", got.String())
 			}
 			if p := without(rec.paths(), "GET /d/ready"); len(p) != 0 {
 				t.Fatalf("the upstream saw %q", p)
