@@ -51,7 +51,6 @@ var (
 	replyBodyTooLarge     = newReply(tenants.EBodyTooLarge, "the request body is over this API's size limit")
 	replyBodyRead         = newReply(tenants.EInvalidRequest, "the request body could not be read")
 	replyBodyText         = newReply(tenants.EInvalidRequest, "the gRPC-Web -text body is not base64")
-	replyOverloaded       = newReply(tenants.EOverloaded, "all connections to the upstream are busy; retry shortly")
 	replyInternalError    = newReply(tenants.EInternal, "internal error")
 )
 
