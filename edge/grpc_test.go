@@ -398,12 +398,7 @@ func TestGRPCClientCancel(t *testing.T) {
 func TestH2UpstreamHealthCheck(t *testing.T) {
 	h := newHarness(t)
 	up := newGRPCUpstream(t)
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := dead.Addr().String()
-	_ = dead.Close()
+	deadAddr := closedPort(t)
 	grpcRoute(t, h, func(r *tenants.Route) {
 		r.Upstream.HealthCheck = &tenants.HealthCheck{Path: "/grpc.health.v1.Health/Check", IntervalMS: 100, TimeoutMS: 500, UnhealthyThreshold: 1, HealthyThreshold: 1}
 	}, "http://"+up.addr, "http://"+deadAddr)
@@ -522,12 +517,7 @@ func TestGRPCBodyLimit(t *testing.T) {
 func TestH2UpstreamRetry(t *testing.T) {
 	h := newHarness(t)
 	up := newGRPCUpstream(t)
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := dead.Addr().String()
-	_ = dead.Close()
+	deadAddr := closedPort(t)
 	grpcRoute(t, h, func(r *tenants.Route) {
 		r.Upstream.Retries = &tenants.Retries{Attempts: 1, BudgetPercent: 100, MinPerSecond: 100}
 	}, "http://"+deadAddr, "http://"+up.addr)
