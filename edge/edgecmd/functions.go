@@ -22,6 +22,7 @@ func functionConfig(cfg *config.Config, nc *nats.Conn, log *slog.Logger) fnchain
 	go ensureLogStream(nc, cfg, log)
 	return fnchain.Config{
 		Timeout:     cfg.EdgeFunctionTimeout,
+		WallFactor:  cfg.EdgeFunctionWallFactor,
 		MemoryBytes: cfg.EdgeFunctionMemory,
 		Concurrency: cfg.EdgeFunctionConcurrency,
 		CacheDir:    cfg.EdgeFunctionCacheDir,

@@ -26,6 +26,9 @@ type Config struct {
 	// Timeout is the guest time one callback may take (TOLLGATE_EDGE_FUNCTION_TIMEOUT); a
 	// tenant's plan (function_timeout_ms) may lower it, never raise it. Default: 5ms.
 	Timeout time.Duration
+	// WallFactor is how many times Timeout a run of callbacks may take in wall time
+	// (TOLLGATE_EDGE_FUNCTION_WALL_FACTOR); see function.Config. Default: 4.
+	WallFactor int
 	// MemoryBytes bounds one instance's linear memory (TOLLGATE_EDGE_FUNCTION_MEMORY),
 	// rounded down to 64 KiB pages. Default: 16 MiB.
 	MemoryBytes int64
@@ -101,7 +104,7 @@ func New(ctx context.Context, cfg Config) (*Host, error) {
 		cfg.Concurrency = function.DefaultTenantConcurrency()
 	}
 	pages := uint32(max(1, cfg.MemoryBytes>>16))
-	rc := function.Config{MemoryLimitPages: pages, Timeout: cfg.Timeout, TenantConcurrency: cfg.Concurrency, Callout: cfg.Callout}
+	rc := function.Config{MemoryLimitPages: pages, Timeout: cfg.Timeout, WallFactor: cfg.WallFactor, TenantConcurrency: cfg.Concurrency, Callout: cfg.Callout}
 	logs := &logPublisher{}
 	rc.Log = func(tenant, fn string, level function.LogLevel, msg []byte) {
 		logs.log(&LogLine{TenantID: tenant, Function: fn, Level: level.String(), Message: string(msg)})

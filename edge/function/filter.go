@@ -353,8 +353,8 @@ func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64
 	return err
 }
 
-// begin opens a run of callbacks on in: budget ns of wall time for them all (the watchdog's
-// deadline) and the fuel for as much guest work. It returns the clock reading end takes.
+// begin opens a run of callbacks on in: the fuel for budget ns of guest work, and
+// WallFactor times budget of wall time for them all (the watchdog's deadline). It returns the clock reading end takes.
 // Callbacks the host makes back to back share one begin and end, so one clock reading
 // at each end: on the virtual machines edges run on a reading costs tens of ns.
 // No lock: the deadline is 0 here (end waited for the watchdog), so the watchdog leaves
@@ -366,7 +366,7 @@ func (in *instance) begin(budget int64) int64 {
 	// A watchdog that caught the last run between its final callback's return and its
 	// end stopped nothing: that run's callbacks had all succeeded.
 	in.timedOut.Store(false)
-	in.deadline.Store(start + budget)
+	in.deadline.Store(start + budget*int64(r.cfg.WallFactor))
 	// The flag is read far more often than written: a store only when the watchdog has
 	// cleared it, a wake only when it sleeps (see watchdog for why none is missed).
 	if !r.active.Load() {

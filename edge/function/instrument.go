@@ -56,8 +56,9 @@ func overDepth(mod api.Module) bool {
 // the watchdog, and a loop would hold its core for good. The host gives a callback
 // fuelPerNS units per nanosecond of its budget: a tight loop runs about three checks a
 // nanosecond here (2026-12-06: a 100 ms budget's loop ran out of one unit per ns in
-// 35 ms with GOMAXPROCS=1), so the fuel runs out a little after the deadline, where the
-// watchdog, when it can run, has already cut the callback off.
+// 35 ms with GOMAXPROCS=1), so a loop's fuel runs out at about its budget of CPU time,
+// whatever else the machine runs meanwhile; the watchdog's wall-clock cut comes later
+// (Config.WallFactor), for guests whose work the fuel undercounts.
 // No call needs wazero's context watcher (WithCloseOnContextDone), which starts a
 // goroutine per guest call: 14 of the 15 µs a no-op filter cost per request before this.
 //

@@ -98,7 +98,8 @@ func TestLastCallbackEndsTheRequest(t *testing.T) {
 // loop at its deadline: the run's deadline and the watchdog's sleep meet without a lock,
 // and a missed wake would leave the loop to its fuel, which lasts longer.
 func TestWatchdogWakesForALoop(t *testing.T) {
-	r := newRuntime(t, function.Config{Timeout: 50 * time.Millisecond})
+	// WallFactor 1: the watchdog's deadline comes before the fuel runs out.
+	r := newRuntime(t, function.Config{Timeout: 50 * time.Millisecond, WallFactor: 1})
 	f := filter(t, r, functiontest.Loop, "spin", "", function.Limits{})
 	for i := 0; !function.WatchdogAsleep(r); i++ {
 		if i > 100 {
@@ -111,5 +112,18 @@ func TestWatchdogWakesForALoop(t *testing.T) {
 	}
 	if n := function.WatchdogCuts(r); n == 0 {
 		t.Error("the watchdog cut nothing: the fuel stopped the loop, the watchdog slept through it")
+	}
+}
+
+// With the watchdog's deadline far off, a loop is stopped by its fuel alone, at about its
+// budget of CPU time: the bound that holds however busy the machine's cores are.
+func TestFuelStopsALoopBeforeTheWatchdog(t *testing.T) {
+	r := newRuntime(t, function.Config{Timeout: 20 * time.Millisecond, WallFactor: 100})
+	f := filter(t, r, functiontest.Loop, "spin", "", function.Limits{})
+	if _, err := roundTrip(f, functiontest.NewHTTP("GET", "/")); reason(err) != function.ReasonTimeout {
+		t.Fatalf("a loop: %v, want reason %s", err, function.ReasonTimeout)
+	}
+	if n := function.WatchdogCuts(r); n != 0 {
+		t.Errorf("the watchdog cut %d runs; the fuel should have stopped the loop 2 s before its deadline", n)
 	}
 }

@@ -24,6 +24,14 @@ type Config struct {
 	// Timeout is the guest time one callback may take before the instance is cut off.
 	// Default: 5ms.
 	Timeout time.Duration
+	// WallFactor is how many times its budget a run of callbacks may take in wall time
+	// before the watchdog cuts it off. The guest's work is bounded by its fuel, which
+	// runs out about when a tight loop has used the budget (see instrument) and which a
+	// guest descheduled by a busy machine does not spend; the wall-clock cut is the
+	// backstop for guests whose work the fuel undercounts (long loop bodies, bulk memory
+	// instructions). 1 makes the budget wall time, as it was, and fails well-behaved
+	// guests whenever the edge's cores are contended. Default: 4.
+	WallFactor int
 	// TenantConcurrency is how many guest callbacks of one tenant run at once on this edge.
 	// Default: max(1, GOMAXPROCS/2).
 	TenantConcurrency int
@@ -40,6 +48,7 @@ type Config struct {
 const (
 	defaultMemoryPages  = 256
 	defaultTimeout      = 5 * time.Millisecond
+	defaultWallFactor   = 4
 	defaultStartTimeout = time.Second
 	maxMemoryPages      = 65536
 )
@@ -53,6 +62,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = defaultTimeout
+	}
+	if c.WallFactor <= 0 {
+		c.WallFactor = defaultWallFactor
 	}
 	if c.TenantConcurrency <= 0 {
 		c.TenantConcurrency = DefaultTenantConcurrency()

@@ -79,6 +79,7 @@ type Config struct {
 	// Tenants' functions at the edge (functions.go).
 	EdgeFunctionTimeout     time.Duration // TOLLGATE_EDGE_FUNCTION_TIMEOUT [5ms: guest time per callback; a plan may lower it]
 	EdgeFunctionMemory      int64         // TOLLGATE_EDGE_FUNCTION_MEMORY [16 MiB: linear memory of one instance, in bytes]
+	EdgeFunctionWallFactor  int           // TOLLGATE_EDGE_FUNCTION_WALL_FACTOR [4: a run of callbacks is cut off after 4× its time budget of wall time; its guest work is bounded by fuel at about the budget]
 	EdgeFunctionConcurrency int           // TOLLGATE_EDGE_FUNCTION_CONCURRENCY [half the edge's cores, at least 1: one tenant's guest runs at once; a plan may lower it]
 	EdgeFunctionCacheDir    string        // TOLLGATE_EDGE_FUNCTION_CACHE_DIR [<spool dir>/functions: modules and their compiled code]
 	EdgeFunctionCacheGrace  time.Duration // TOLLGATE_EDGE_FUNCTION_CACHE_GRACE [1h: how long a module no route names stays in the cache dir]

@@ -11,6 +11,9 @@ import (
 const (
 	DefaultEdgeFunctionTimeout = 5 * time.Millisecond
 	DefaultEdgeFunctionMemory  = 16 << 20
+	// DefaultEdgeFunctionWallFactor: a run of callbacks may take this many times its
+	// budget in wall time; its fuel bounds the guest's own work at about the budget.
+	DefaultEdgeFunctionWallFactor = 4
 	// DefaultEdgeFunctionCacheGrace: a module no route names stays on the edge's disk
 	// this long, so a rollback finds it there.
 	DefaultEdgeFunctionCacheGrace = time.Hour
@@ -26,6 +29,14 @@ func (c *Config) functions(getenv func(string) string) error {
 			return fmt.Errorf("TOLLGATE_EDGE_FUNCTION_TIMEOUT: %q is not a duration between 100µs and 10s (like 5ms)", v)
 		}
 		c.EdgeFunctionTimeout = d
+	}
+	c.EdgeFunctionWallFactor = DefaultEdgeFunctionWallFactor
+	if v := getenv("TOLLGATE_EDGE_FUNCTION_WALL_FACTOR"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return fmt.Errorf("TOLLGATE_EDGE_FUNCTION_WALL_FACTOR: %q is not a whole number from 1 to 100 (like 4)", v)
+		}
+		c.EdgeFunctionWallFactor = n
 	}
 	c.EdgeFunctionMemory = DefaultEdgeFunctionMemory
 	if v := getenv("TOLLGATE_EDGE_FUNCTION_MEMORY"); v != "" {
