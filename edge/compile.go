@@ -11,6 +11,7 @@ import (
 
 	"tollgate/edge/balancer"
 	"tollgate/edge/cache"
+	"tollgate/edge/cors"
 	"tollgate/edge/edgemetrics"
 	"tollgate/edge/meter"
 	"tollgate/edge/transform"
@@ -417,6 +418,7 @@ func (e *Edge) compileRoute(conf *tenantConfig, r *tenants.Route, rm *edgemetric
 		checkAccess:    r.CheckAccess,
 		meter:          e.meterRoute(conf.TenantID, r.ID),
 		transform:      transform.Compile(r.Transform),
+		cors:           cors.Compile(r.CORS, r.Methods),
 	}
 	if r.Cache != nil && tc != nil {
 		if prev != nil {

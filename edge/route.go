@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/conn"
+	"tollgate/edge/cors"
 	"tollgate/edge/routing"
 )
 
@@ -78,6 +79,9 @@ func (e *Edge) handle(x *exchange) {
 	}
 	x.query = query
 	rt, n := snap.routes.Lookup(req.Header.Method(), x.path)
+	if m, ok := cors.IsPreflight(&req.Header); ok && x.preflight(m) {
+		return
+	}
 	if rt == nil {
 		// Only now is the table walked for the methods of the path: a request that
 		// finds its route never pays for the 405.
@@ -106,6 +110,9 @@ func (e *Edge) finish(x *exchange) {
 		conn.LingerClose(x.ctx.Conn())
 	}
 	resp.Header.SetCanonical(hdrRequestID, x.reqID)
+	if x.route != nil && x.route.cors != nil && x.reply != replyPreflight {
+		x.route.cors.Apply(x.ctx.Request.Header.Peek("Origin"), &resp.Header)
+	}
 	status := x.status()
 	d := time.Since(x.ctx.Time())
 	x.rm.Observe(status, d)
@@ -118,4 +125,21 @@ func (e *Edge) finish(x *exchange) {
 		e.access.record(x, status, d)
 	}
 	e.traceFinish(x, status) // trace.go
+}
+
+// replyPreflight marks a preflight the edge answered (preflight): the edge's own answer,
+// so it is counted and never billed.
+var replyPreflight = &reply{status: fasthttp.StatusNoContent, code: "cors_preflight", codeHdr: []byte("cors_preflight")}
+
+// preflight answers a CORS preflight asking for method, when the route that method
+// would take has CORS settings; otherwise the request goes its way (a route that takes
+// OPTIONS, or 405).
+func (x *exchange) preflight(method []byte) bool {
+	rt, _ := x.snap.routes.Lookup(method, x.path)
+	if rt == nil || rt.cors == nil {
+		return false
+	}
+	x.route, x.rm, x.reply = rt, rt.metrics, replyPreflight
+	rt.cors.Preflight(&x.ctx.Request.Header, &x.ctx.Response, method)
+	return true
 }

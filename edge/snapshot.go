@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"tollgate/edge/cache"
+	"tollgate/edge/cors"
 	"tollgate/edge/edgemetrics"
 	"tollgate/edge/fnchain"
 	"tollgate/edge/jwtauth"
@@ -88,6 +89,7 @@ type route struct {
 	meter          *meter.Route         // nil: metering off
 	transform      *transform.Transform // nil: none (edge/transform)
 	cache          *cache.Cache         // nil: none (edge/cache)
+	cors           *cors.Policy         // nil: none (edge/cors)
 	functions      *fnchain.Chain       // nil: none (function.go)
 	authz          *authorizer          // auth external (authenticate_external.go)
 }

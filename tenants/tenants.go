@@ -56,6 +56,8 @@ type Route struct {
 	WebSocket bool `json:"websocket" doc:"Let WebSocket upgrades through (auth, policy and limits apply at the upgrade); the tunnel closes after 10 idle minutes or 24 hours. Default: false."`
 	// Transform rewrites requests and responses passing through (transform.go).
 	Transform *Transform `json:"transform,omitempty" doc:"Request header, JSON body and path rewrites, response header rewrites. Default: none."`
+	// CORS lets browsers on other origins call the route (cors.go).
+	CORS *CORS `json:"cors,omitempty" doc:"Let browsers on other origins call the route: allow_origins (origins like https://app.example.com, or [\"*\"]), allow_methods (default: the route's), allow_headers (default: those a preflight asks for), expose_headers (Grpc-Status, Grpc-Message, X-Request-Id and X-Tollgate-Error always are), allow_credentials, max_age_s (default 600). The edge answers the route's preflights itself, before authentication. Default: none."`
 	// Cache keeps the route's answers in the edge's memory (cache.go).
 	Cache *Cache `json:"cache,omitempty" doc:"Keep GET answers in the edge's memory for ttl_ms. Default: none."`
 	// Functions are the tenant's Wasm filters the route runs, in order, after

@@ -602,6 +602,9 @@ func (r *Route) Validate(p *UpstreamAddressRule) error {
 	if err := r.Canary.Validate(p, r.Auth); err != nil {
 		return err
 	}
+	if err := r.CORS.Validate(); err != nil {
+		return err
+	}
 	return r.Cache.Validate()
 }
 
