@@ -96,6 +96,10 @@ func (w *schemaWalk) node(ref *openapi3.SchemaRef, depth int) *schemaNode {
 		n.Enum = append(n.Enum, jsonText(v))
 	}
 	for _, name := range m.names {
+		if w.nodes >= maxSchemaNodes {
+			n.Cut = true // the fields left would each be cut: say it once
+			break
+		}
 		f := w.node(m.props[name], depth+1)
 		f.Name, f.Required = name, slices.Contains(m.required, name)
 		n.Fields = append(n.Fields, f)
@@ -107,6 +111,10 @@ func (w *schemaWalk) node(ref *openapi3.SchemaRef, depth int) *schemaNode {
 		n.Values = w.node(m.values, depth+1)
 	}
 	for _, v := range m.variants {
+		if w.nodes >= maxSchemaNodes {
+			n.Cut = true
+			break
+		}
 		n.Variants = append(n.Variants, w.node(v, depth+1))
 	}
 	n.Choice = m.choice
