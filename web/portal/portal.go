@@ -8,7 +8,8 @@
 // goes through the tenants services (so the tenant sees it in the console and the edges
 // get it through the outbox), recorded in the audit log as "portal:<email>". The package
 // holds no SQL and loads nothing from another origin: pages, CSS, the tenant's theme and
-// its logo are all served by the portal itself.
+// its logo are all served by the portal itself. The one call it makes out is the try-it
+// form's, relayed to the tenant's own edge address and nowhere else (tryit.go).
 package portal
 
 import (
