@@ -455,4 +455,12 @@ func TestPortalTryIt(t *testing.T) {
 	}
 	b.do(chromedp.ScrollIntoView(chromedp.CSS(`[data-testid=answer]`)))
 	b.screenshot("portal-try-it")
+
+	// On a phone the operation's page, its schema and the answer fit the width.
+	b.do(chromedp.EmulateViewport(390, 844))
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=try-it] button[type=submit]`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid=answer-body]`)))
+	// (A page taller than the screen has a scroll bar: its width is the client width.)
+	if w := b.eval(`document.documentElement.scrollWidth + " of " + document.documentElement.clientWidth`); !strings.HasSuffix(w, " of "+strings.Fields(w)[0]) {
+		t.Errorf("the operation's page at 390 px scrolls sideways: %s px", w)
+	}
 }
