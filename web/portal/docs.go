@@ -41,6 +41,7 @@ type docsView struct {
 	Example    *example
 	Curl       string // "" when no route serves anything
 	Drawn      int
+	routeOps   []*operation // the routes' operations, when the example had to be one of them
 }
 
 type operation struct {
@@ -99,7 +100,7 @@ func (p *Portal) apiDocs(ctx context.Context, t *tenants.Tenant) (*docsView, err
 	switch {
 	case err == nil:
 		if !readDocument(raw, d, table) {
-			d.Operations, d.Left = routeOperations(routes), 0
+			d.Operations, d.Left, d.Unserved = routeOperations(routes), 0, 0
 			d.FromRoutes = true
 		}
 	case tenants.ErrorCode(err) == tenants.ENotFound:
@@ -107,7 +108,15 @@ func (p *Portal) apiDocs(ctx context.Context, t *tenants.Tenant) (*docsView, err
 	default:
 		return nil, err
 	}
-	if d.Example = chooseExample(d.Operations, d.EdgeURL); d.Example != nil {
+	d.Example = chooseExample(d.Operations, d.EdgeURL)
+	if d.Example == nil && !d.FromRoutes {
+		// The document describes none of what the routes serve (routes made by hand,
+		// or the document of an earlier import): the example calls a route instead,
+		// whose page the document's operations then do not hold.
+		d.routeOps = routeOperations(routes)
+		d.Example = chooseExample(d.routeOps, d.EdgeURL)
+	}
+	if d.Example != nil {
 		d.Curl = d.Example.curl("")
 	}
 	return d, nil
@@ -369,10 +378,12 @@ func routeOperations(routes []*tenants.Route) []*operation {
 	return ops
 }
 
-func findOperation(ops []*operation, id string) *operation {
-	for _, o := range ops {
-		if o.ID == id {
-			return o
+func findOperation(id string, lists ...[]*operation) *operation {
+	for _, ops := range lists {
+		for _, o := range ops {
+			if o.ID == id {
+				return o
+			}
 		}
 	}
 	return nil

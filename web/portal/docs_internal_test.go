@@ -76,7 +76,7 @@ func field(n *schemaNode, path string) *schemaNode {
 
 func TestSchemaTree(t *testing.T) {
 	d := readShop(t)
-	op := findOperation(d.Operations, operationID("GET", "/pets/{petId}"))
+	op := findOperation(operationID("GET", "/pets/{petId}"), d.Operations)
 	if op == nil || len(op.Responses) != 1 || len(op.Responses[0].Bodies) != 1 {
 		t.Fatalf("GET /pets/{petId}: %+v", op)
 	}
@@ -116,7 +116,7 @@ func TestSchemaTree(t *testing.T) {
 	if extra := field(pet, "extra"); extra == nil || extra.Values == nil || extra.Values.Label != "integer" {
 		t.Errorf("a map's values: %+v", extra)
 	}
-	list := findOperation(d.Operations, operationID("GET", "/pets")).Responses[0].Bodies[0].Schema
+	list := findOperation(operationID("GET", "/pets"), d.Operations).Responses[0].Bodies[0].Schema
 	if list.Label != "array of Pet" || list.Items == nil || field(list.Items, "kind") == nil {
 		t.Errorf("an array of Pet: %+v", list)
 	}
@@ -133,7 +133,7 @@ func TestSchemaTree(t *testing.T) {
 		}
 	}
 	// The request body's example is built from the merged schema: required fields only.
-	post := findOperation(d.Operations, operationID("POST", "/pets"))
+	post := findOperation(operationID("POST", "/pets"), d.Operations)
 	if post.BodyMedia != "application/json" || compactJSON(post.BodyExample) != `{"kind":"cat","name":"string"}` {
 		t.Errorf("POST body example %s %s", post.BodyMedia, post.BodyExample)
 	}
@@ -168,7 +168,7 @@ func TestSchemaBounds(t *testing.T) {
 	if !readDocument([]byte(deep.String()), d, routeTable(nil)) {
 		t.Fatal("not read")
 	}
-	n := findOperation(d.Operations, operationID("GET", "/deep")).Responses[0].Bodies[0].Schema
+	n := findOperation(operationID("GET", "/deep"), d.Operations).Responses[0].Bodies[0].Schema
 	depth := 0
 	for ; n != nil && !n.Cut; depth++ {
 		n = field(n, "next")
@@ -184,11 +184,11 @@ func TestSchemaBounds(t *testing.T) {
 			walk(f)
 		}
 	}
-	walk(findOperation(d.Operations, operationID("GET", "/wide")).Responses[0].Bodies[0].Schema)
+	walk(findOperation(operationID("GET", "/wide"), d.Operations).Responses[0].Bodies[0].Schema)
 	if count > maxSchemaNodes+1 {
 		t.Errorf("a fan-out of 12^4 fields draws %d nodes, want at most %d", count, maxSchemaNodes+1)
 	}
-	loop := findOperation(d.Operations, operationID("GET", "/loop"))
+	loop := findOperation(operationID("GET", "/loop"), d.Operations)
 	if loop == nil {
 		t.Fatal("/loop not read")
 	}

@@ -417,6 +417,18 @@ paths:
 	if n := strings.Count(page.body, `data-testid="operation"`); n != 2 {
 		t.Errorf("%d operations drawn, want 2", n)
 	}
+	// A document that describes none of what the routes serve: the example calls a route,
+	// whose page opens.
+	if err := e.db.SaveAPIDoc(ctx, a.ID, []byte(`{"openapi":"3.0.3","info":{"title":"Old","version":"1"},"paths":{"/gone":{"get":{"responses":{"200":{"description":"ok"}}}}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	old := c.do("GET", "/portal/acme/", nil)
+	old.want(t, 200, `data-testid="unserved"`, "curl -i -H &#39;X-API-Key: YOUR_KEY&#39; http://acme.localhost:8000/orders")
+	if m := regexp.MustCompile(`For example, <a href="([^"]+)"`).FindStringSubmatch(old.body); m == nil {
+		t.Errorf("no link to the example's operation:\n%s", old.body)
+	} else {
+		c.do("GET", m[1], nil).want(t, 200, "Try it", "/orders")
+	}
 	// A document that cannot be read leaves the routes in its place.
 	if err := e.db.SaveAPIDoc(ctx, a.ID, []byte("{not a document")); err != nil {
 		t.Fatal(err)

@@ -99,7 +99,7 @@ func (p *Portal) findOp(ctx *fiber.Ctx) (*docsView, *operation, error) {
 	if err != nil {
 		return nil, nil, p.internal(ctx, err)
 	}
-	o := findOperation(d.Operations, ctx.Params("id"))
+	o := findOperation(ctx.Params("id"), d.Operations, d.routeOps)
 	if o == nil {
 		return nil, nil, p.notFound(ctx)
 	}
