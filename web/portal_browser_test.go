@@ -386,3 +386,81 @@ func TestPortalSettingsForm(t *testing.T) {
 		t.Errorf("after saving:\n%s", got.body)
 	}
 }
+
+// TestPortalTryIt: an imported document's schemas drawn with allOf merged, arrays and
+// enums; the docs' curl line calls an operation a route serves; on an operation's page
+// the try-it form, sent without a key, shows the edge's 401, and with the consumer's key
+// the upstream's 200, its headers and body.
+func TestPortalTryIt(t *testing.T) {
+	if noBrowser != "" {
+		t.Fatal(noBrowser) // a browser test that cannot run fails: skipping would hide it
+	}
+	s := startDev(t)
+	up := upstream(t)
+	suffix := testenv.Name("")[:6]
+	slug := "pets-" + suffix
+	b := s.portalReady(t, slug, "owner-"+suffix+"@example.com", "dev-"+suffix+"@example.com")
+	s.portalAdmin(t, "POST", "/v1/tenants/"+slug+"/routes:import", `{"upstream":{"targets":[{"url":"`+up.URL+`"}]},
+		"openapi":{"openapi":"3.0.3","info":{"title":"Pet API","version":"2.0"},
+		"components":{"securitySchemes":{"key":{"type":"apiKey","in":"header","name":"X-API-Key"}},
+		  "schemas":{
+		    "Named":{"type":"object","required":["name"],"properties":{"name":{"type":"string","description":"What the pet answers to"}}},
+		    "Pet":{"allOf":[{"$ref":"#/components/schemas/Named"},{"type":"object","required":["kind"],"properties":{
+		      "kind":{"type":"string","enum":["cat","dog","parrot"]},
+		      "tags":{"type":"array","items":{"type":"string"}},
+		      "visits":{"type":"array","items":{"type":"object","properties":{"day":{"type":"string","format":"date"},"vet":{"$ref":"#/components/schemas/Named"}}}},
+		      "parent":{"$ref":"#/components/schemas/Pet"}}}]}}},
+		"security":[{"key":[]}],
+		"paths":{"/pets/{petId}":{"get":{"summary":"Read a pet",
+		  "parameters":[{"name":"petId","in":"path","required":true,"schema":{"type":"integer","example":42}},{"name":"fields","in":"query","schema":{"type":"string"}}],
+		  "responses":{"200":{"description":"The pet","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Pet"}}}}}}}}}}`)
+
+	// A key of the consumer, shown once; the edge has it once it answers 200.
+	b.open("/portal/" + slug + "/keys")
+	b.fill(map[string]string{"#label": "try-it"})
+	b.do(chromedp.Click(chromedp.CSS(`form.inline-form button[type=submit]`)), chromedp.WaitVisible(chromedp.CSS(`#new-key`)))
+	key := b.eval(`document.querySelector("#new-key").innerText`)
+	b.contains("/pets/42") // the key's curl line calls the documented path
+	s.waitEdge(t, slug, "/pets/42", key, 200)
+
+	// The docs: the curl line calls the operation with its example, and the schema is a tree.
+	b.open("/portal/" + slug + "/")
+	curl := b.eval(`document.querySelector("[data-testid=curl]").innerText`)
+	if !strings.Contains(curl, "http://"+slug+".localhost:") || !strings.HasSuffix(curl, "/pets/42") || !strings.Contains(curl, "X-API-Key: YOUR_KEY") {
+		t.Errorf("the docs' curl line: %s", curl)
+	}
+	b.contains("array of string", "One of: \"cat\" \"dog\" \"parrot\"", "What the pet answers to", "refers back to Pet above", "string (date)")
+	b.do(chromedp.ScrollIntoView(chromedp.CSS(`[data-testid=enum]`)))
+	b.screenshot("portal-schema")
+
+	// The operation's page: its try-it form, first without a key.
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=operation] a.button`)))
+	b.waitPath("/portal/" + slug + "/operations/")
+	if got := b.eval(`document.querySelector("#param-0").value`); got != "42" {
+		t.Errorf("the path parameter starts as %q, want its example 42", got)
+	}
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=try-it] button[type=submit]`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid=answer-status]`)))
+	if got := b.eval(`document.querySelector("[data-testid=answer-status]").innerText`); got != "401" {
+		t.Errorf("without a key the edge answers %s, want 401:\n%s", got, b.text())
+	}
+	// With the key and a query parameter: the upstream's answer.
+	b.fill(map[string]string{"#key": key, "#param-1": "name,kind"})
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=try-it] button[type=submit]`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid=answer-body]`)))
+	if got := b.eval(`document.querySelector("[data-testid=answer-status]").innerText`); got != "200" {
+		t.Fatalf("with the consumer's key the edge answers %s, want 200:\n%s", got, b.text())
+	}
+	b.contains(`"hello": "world"`, `"path": "/pets/42"`, "Content-Type", "application/json", "/pets/42?fields=name%2Ckind")
+	if strings.Contains(b.location(), key) {
+		t.Error("the key is in the page's URL")
+	}
+	b.do(chromedp.ScrollIntoView(chromedp.CSS(`[data-testid=answer]`)))
+	b.screenshot("portal-try-it")
+
+	// On a phone the operation's page, its schema and the answer fit the width.
+	b.do(chromedp.EmulateViewport(390, 844))
+	b.do(chromedp.Click(chromedp.CSS(`[data-testid=try-it] button[type=submit]`)), chromedp.WaitVisible(chromedp.CSS(`[data-testid=answer-body]`)))
+	// (A page taller than the screen has a scroll bar: its width is the client width.)
+	if w := b.eval(`document.documentElement.scrollWidth + " of " + document.documentElement.clientWidth`); !strings.HasSuffix(w, " of "+strings.Fields(w)[0]) {
+		t.Errorf("the operation's page at 390 px scrolls sideways: %s px", w)
+	}
+}

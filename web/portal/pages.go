@@ -23,7 +23,8 @@ type keyForm struct {
 type keysView struct {
 	Keys    []*tenants.Key
 	New     string // the plaintext of the key just created, shown once
-	EdgeURL string
+	Example *example
+	Curl    string // the example called with the new key
 	Full    bool
 	Now     time.Time
 }
@@ -42,7 +43,16 @@ func (p *Portal) renderKeys(ctx *fiber.Ctx, status int, f keyForm, plaintext str
 	if err != nil {
 		return p.internal(ctx, err)
 	}
-	kv := keysView{Keys: keys, New: plaintext, Full: len(keys) >= MaxKeys, Now: p.cfg.Now(), EdgeURL: p.edgeURL(v.Tenant.Slug)}
+	kv := keysView{Keys: keys, New: plaintext, Full: len(keys) >= MaxKeys, Now: p.cfg.Now()}
+	if plaintext != "" {
+		d, err := p.apiDocs(p.ctx(ctx), v.Tenant)
+		if err != nil {
+			return p.internal(ctx, err)
+		}
+		if kv.Example = d.Example; kv.Example != nil {
+			kv.Curl = kv.Example.curl(plaintext)
+		}
+	}
 	return p.render(ctx, status, "keys", page{Title: "Your API keys", Nav: "keys", Form: f, Data: kv})
 }
 

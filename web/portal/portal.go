@@ -8,7 +8,8 @@
 // goes through the tenants services (so the tenant sees it in the console and the edges
 // get it through the outbox), recorded in the audit log as "portal:<email>". The package
 // holds no SQL and loads nothing from another origin: pages, CSS, the tenant's theme and
-// its logo are all served by the portal itself.
+// its logo are all served by the portal itself. The one call it makes out is the try-it
+// form's, relayed to the tenant's own edge address and nowhere else (tryit.go).
 package portal
 
 import (
@@ -101,6 +102,7 @@ type Portal struct {
 	pages   map[string]*template.Template
 	hosts   *hostTable
 	replays forms.Store[page]
+	relay   *http.Client // the try-it form's calls to the edge (tryit.go)
 }
 
 // New checks cfg and parses the templates; it panics on a missing service or a template
@@ -139,11 +141,12 @@ func New(cfg Config) *Portal {
 	}
 	p := &Portal{cfg: cfg, log: cfg.Logger, pages: map[string]*template.Template{}}
 	p.hosts = newHostTable(cfg.Portals.PortalHosts, cfg.HostRefresh, cfg.Logger)
-	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html"))
+	p.relay = newRelayClient(p.dialEdge)
+	layout := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/schema.html"))
 	names, _ := fs.Glob(templateFiles, "templates/*.html")
 	for _, n := range names {
 		base := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
-		if base != "layout" {
+		if base != "layout" && base != "schema" {
 			p.pages[base] = template.Must(template.Must(layout.Clone()).ParseFS(templateFiles, n))
 		}
 	}
@@ -182,6 +185,8 @@ func (p *Portal) Mount(app *fiber.App) {
 	g.Get("/plans", p.plansPage)
 	g.Post("/plans/choose", p.signedIn(p.planChoose))
 	g.Get("/usage", p.signedIn(p.usagePage))
+	g.Get("/operations/:id", p.operationPage)
+	g.Post("/operations/:id", p.tryOperation)
 	g.All("/*", func(ctx *fiber.Ctx) error { return p.notFound(ctx) })
 }
 

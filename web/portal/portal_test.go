@@ -365,12 +365,18 @@ func TestPortalDocs(t *testing.T) {
 	ctx := context.Background()
 	a := e.tenant("acme", true)
 	c := e.client("api.test")
+	// No routes: no curl line that would answer 404.
+	empty := c.do("GET", "/portal/acme/", nil)
+	empty.want(t, 200, "serves no endpoints yet")
+	if strings.Contains(empty.body, `data-testid="curl"`) {
+		t.Errorf("a tenant without routes gets a curl line:\n%s", empty.body)
+	}
 	r := &tenants.Route{TenantID: a.ID, Name: "orders", Paths: []string{"/orders"}, Methods: []string{"GET"}, Auth: tenants.AuthKey,
 		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "https://orders.example.com"}}}}
 	if err := e.db.CreateRoute(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	c.do("GET", "/portal/acme/", nil).want(t, 200, "/orders", "API key", "http://acme.localhost:8000/",
+	c.do("GET", "/portal/acme/", nil).want(t, 200, "/orders", `<span class="badge">key</span>`, "http://acme.localhost:8000/",
 		"curl -i -H &#39;X-API-Key: YOUR_KEY&#39; http://acme.localhost:8000/orders")
 
 	doc := `openapi: 3.0.3
@@ -399,16 +405,35 @@ paths:
 		t.Fatal(err)
 	}
 	page := c.do("GET", "/portal/acme/", nil)
+	// The import was told no prefix: the routes serve /orders/…, not the server's /v2.
 	page.want(t, 200, "Orders API", "2.1", "Orders of the shop.", "Read an order", "Replace an order", "The order&#39;s id",
-		"expand", "{id: string (required), total: integer (int64)}", "No such order", "/v2/orders/{id}")
+		"expand", `<code class="name">id</code> <span class="req">required</span> <span class="type">string</span>`,
+		`<span class="type">integer (int64)</span>`, "No such order", "<code>/orders/{id}</code>",
+		"curl -i -H &#39;X-API-Key: YOUR_KEY&#39; http://acme.localhost:8000/orders/ID")
+	// The route answers GET only: the PUT is drawn as not served.
+	if n := strings.Count(page.body, `data-testid="unserved"`); n != 1 {
+		t.Errorf("%d operations marked unserved, want 1 (the PUT)", n)
+	}
 	if n := strings.Count(page.body, `data-testid="operation"`); n != 2 {
 		t.Errorf("%d operations drawn, want 2", n)
+	}
+	// A document that describes none of what the routes serve: the example calls a route,
+	// whose page opens.
+	if err := e.db.SaveAPIDoc(ctx, a.ID, []byte(`{"openapi":"3.0.3","info":{"title":"Old","version":"1"},"paths":{"/gone":{"get":{"responses":{"200":{"description":"ok"}}}}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	old := c.do("GET", "/portal/acme/", nil)
+	old.want(t, 200, `data-testid="unserved"`, "curl -i -H &#39;X-API-Key: YOUR_KEY&#39; http://acme.localhost:8000/orders")
+	if m := regexp.MustCompile(`For example, <a href="([^"]+)"`).FindStringSubmatch(old.body); m == nil {
+		t.Errorf("no link to the example's operation:\n%s", old.body)
+	} else {
+		c.do("GET", m[1], nil).want(t, 200, "Try it", "/orders")
 	}
 	// A document that cannot be read leaves the routes in its place.
 	if err := e.db.SaveAPIDoc(ctx, a.ID, []byte("{not a document")); err != nil {
 		t.Fatal(err)
 	}
-	c.do("GET", "/portal/acme/", nil).want(t, 200, `data-testid="routes"`, "/orders")
+	c.do("GET", "/portal/acme/", nil).want(t, 200, "<h2>Endpoints</h2>", "/orders")
 }
 
 // TestPortalPasswordReset: a reset link sets a new password once and ends the

@@ -54,6 +54,9 @@ func replayKey(ctx *fiber.Ctx) string {
 // the request cannot be answered that way (then the page is drawn at once).
 func (p *Portal) keep(ctx *fiber.Ctx, name string, pg page) (bool, error) {
 	back, ok := backOf[relPath(ctx)]
+	if rel := relPath(ctx); !ok && strings.HasPrefix(rel, "/operations/") {
+		back, ok = rel, true // the try-it form draws its answer on the operation's page
+	}
 	key := replayKey(ctx)
 	if ctx.Method() != fiber.MethodPost || !ok || key == "" {
 		return false, nil
