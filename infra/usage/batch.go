@@ -62,7 +62,7 @@ const (
 	// MaxBatchLatencies bounds a batch's latency entries (each up to two sketches of a
 	// few KiB).
 	MaxBatchLatencies = 1 << 12
-	maxIDLen        = 256
+	maxIDLen          = 256
 )
 
 // EncodeBatch is the batch's wire form (JSON).
