@@ -169,3 +169,18 @@ func BenchmarkRecordLatency(b *testing.B) {
 		r.RecordLatency(at, time.Duration(40+i&63)*time.Microsecond, time.Duration(900+i&255)*time.Microsecond, true)
 	}
 }
+
+func BenchmarkRecordLatencyParallel(b *testing.B) {
+	m := newMeter(b, meter.Config{Sink: &memSink{}})
+	r := m.Route(tenantA, "0190a000-0000-7000-8000-0000000000ff")
+	at := time.Now()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			r.RecordLatency(at, time.Duration(40+i&63)*time.Microsecond, time.Duration(900+i&255)*time.Microsecond, true)
+			i++
+		}
+	})
+}
