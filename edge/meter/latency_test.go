@@ -184,3 +184,38 @@ func BenchmarkRecordLatencyParallel(b *testing.B) {
 		}
 	})
 }
+
+// Latencies the sink cannot take wait in the spool with the counts and are published
+// from it, under their ids, once it can.
+func TestLatencyThroughTheSpool(t *testing.T) {
+	sink := &memSink{}
+	m := newMeter(t, meter.Config{Sink: sink})
+	r := m.Route(tenantA, "r1")
+	at := time.Now()
+	sink.setDown(true)
+	r.Record(nil, 200, true, 0, 0, at)
+	r.RecordLatency(at, time.Millisecond, 20*time.Millisecond, true)
+	if err := m.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if m.Spooled() != 2 {
+		t.Fatalf("%d batches spooled, want the counts and the latencies", m.Spooled())
+	}
+	sink.setDown(false)
+	if err := m.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for _, b := range sink.batches {
+		for _, l := range b.Latencies {
+			s, err := usage.DecodeSketch(l.Upstream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += int(s.GetCount())
+		}
+	}
+	if n != 1 || m.Spooled() != 0 {
+		t.Fatalf("%d upstream times published, %d batches still spooled; want 1 and 0", n, m.Spooled())
+	}
+}
