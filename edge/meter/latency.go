@@ -119,6 +119,9 @@ func (m *Meter) collectLatencies() []usage.Latency {
 	m.lat.mu.Lock()
 	hists := append([]*latencyHist(nil), m.lat.hists...)
 	m.lat.mu.Unlock()
+	if len(hists) == 0 {
+		return nil
+	}
 	gw := make([]uint64, usage.SketchBins)
 	up := make([]uint64, usage.SketchBins)
 	var out []usage.Latency
