@@ -32,6 +32,15 @@ func (s *Server) tenantUsage(c *fiber.Ctx, r *request) error {
 	return h.UsageOf(c, r.tenant.ID)
 }
 
+func (s *Server) tenantLatency(c *fiber.Ctx, r *request) error {
+	h, err := s.billingHTTP()
+	if err != nil {
+		return err
+	}
+	c.SetUserContext(r.ctx)
+	return h.LatencyOf(c, r.tenant.ID)
+}
+
 func (s *Server) billingExport(c *fiber.Ctx, r *request) error {
 	h, err := s.billingHTTP()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"tollgate/billing"
 	"tollgate/billing/billingtest"
 	billingpg "tollgate/billing/postgres"
+	"tollgate/infra/usage"
 	"tollgate/tenants/postgres"
 )
 
@@ -48,6 +49,37 @@ func TestUsageAndExport(t *testing.T) {
 	e.do("GET", "/v1/tenants/acme/usage?bogus=1", adminToken, nil).wantErr(400, "invalid_request", "")
 	e.do("GET", "/v1/tenants/acme/usage", other, nil).wantErr(404, "not_found", "")
 	e.do("GET", "/v1/tenants/acme/usage", "", nil).want(401)
+
+	// Latency: per route and hour, tenant-scoped, bad parameters refused.
+	lb := billingtest.Batch(2)
+	bins := make([]uint64, usage.SketchBins)
+	for i := 1; i <= 20; i++ {
+		bins[usage.SketchBin(time.Duration(i)*time.Millisecond)]++
+	}
+	lb.Latencies = []usage.Latency{{TenantID: id, RouteID: "r1", Hour: hour, Gateway: usage.EncodeSketch(usage.SketchFromBins(bins)), Upstream: usage.EncodeSketch(usage.SketchFromBins(bins))}}
+	if _, err := store.Fold(context.Background(), lb); err != nil {
+		t.Fatalf("fold latency: %v", err)
+	}
+	r = e.do("GET", "/v1/tenants/acme/usage/latency?route=r1", adminToken, nil).want(200)
+	items := r.items()
+	if len(items) != 1 {
+		t.Fatalf("latency items %s", r.body)
+	}
+	up := items[0].(map[string]any)["upstream"].(map[string]any)
+	if up["count"] != 20.0 || up["p50"].(float64) < 9.8 || up["p50"].(float64) > 10.2 || up["p99"].(float64) < 18.6 {
+		t.Fatalf("latency upstream %v, want 20 times, p50 ≈ 10 ms, p99 ≈ 19 ms", up)
+	}
+	if routes := r.json["routes"].([]any); len(routes) != 1 {
+		t.Fatalf("latency routes %s", r.body)
+	}
+	if r := e.do("GET", "/v1/tenants/acme/usage/latency?route=nope", adminToken, nil).want(200); len(r.items()) != 0 {
+		t.Fatalf("another route's latency: %s", r.body)
+	}
+	e.do("GET", "/v1/tenants/acme/usage/latency?from=yesterday", adminToken, nil).wantErr(400, "invalid_request", "")
+	e.do("GET", "/v1/tenants/acme/usage/latency?from=2024-01-01T00:30:00Z", adminToken, nil).wantErr(400, "invalid_request", "")
+	e.do("GET", "/v1/tenants/acme/usage/latency?route=", adminToken, nil).wantErr(400, "invalid_request", "")
+	e.do("GET", "/v1/tenants/acme/usage/latency", other, nil).wantErr(404, "not_found", "")
+	e.do("GET", "/v1/tenants/acme/usage/latency", "", nil).want(401)
 
 	period := billing.PeriodOf(now).String()
 	r = e.do("GET", "/v1/billing/export?format=json&period="+period, adminToken, nil).want(200)

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"io"
+	"time"
 
 	"tollgate/edge/meter"
 	"tollgate/edge/upstreamclient"
@@ -139,8 +140,9 @@ func (x *exchange) meterRequestBody() {
 }
 
 // meterRecord counts a finished request of a known tenant, now or, for a body that is
-// still to stream, when its stream closes.
-func (e *Edge) meterRecord(x *exchange, status int) {
+// still to stream, when its stream closes, with its times (d is arrival to now; the
+// gateway's is d less the upstream's, see meter.Route.RecordLatency).
+func (e *Edge) meterRecord(x *exchange, status int, d time.Duration) {
 	s := x.snap
 	mr := s.meter
 	if x.route != nil {
@@ -156,7 +158,8 @@ func (e *Edge) meterRecord(x *exchange, status int) {
 	case resp.IsBodyStream():
 		if mb, ok := resp.BodyStream().(meteredBody); ok {
 			mb.RecordAtClose(meter.Usage{Route: mr, Consumer: e.meterHandleFor(s, x.consumer), Status: status,
-				Upstream: x.reply == nil, At: x.ctx.Time(), In: x.in.n, Function: x.functionTime})
+				Upstream: x.reply == nil, At: x.ctx.Time(), In: x.in.n, Function: x.functionTime,
+				Gateway: d - x.upstream, CalledUpstream: x.upstream > 0})
 			return
 		}
 		// Every stream the edge sets is a meteredBody; a new kind that is not would be
@@ -166,4 +169,5 @@ func (e *Edge) meterRecord(x *exchange, status int) {
 		out = len(resp.Body())
 	}
 	mr.RecordFunction(e.meterHandleFor(s, x.consumer), status, x.reply == nil, x.in.n, int64(out), x.functionTime, x.ctx.Time())
+	mr.RecordLatency(x.ctx.Time(), d-x.upstream, x.upstream, x.upstream > 0)
 }

@@ -35,7 +35,7 @@ func BenchmarkMeterRecordPlain(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		x.meterRequestBody()
-		e.meterRecord(x, 200)
+		e.meterRecord(x, 200, time.Millisecond)
 	}
 }
 
@@ -71,9 +71,9 @@ func TestMeterRecordCarriesFunctionTime(t *testing.T) {
 	ctx.Response.SetBody([]byte(`{}`))
 	x := &exchange{ctx: ctx, snap: &Snapshot{meter: r}, route: &route{meter: r}}
 	x.functionTime = 2500 * time.Nanosecond // 3 µs
-	e.meterRecord(x, 200)
+	e.meterRecord(x, 200, time.Millisecond)
 	x.functionTime = time.Millisecond
-	if n := testing.AllocsPerRun(100, func() { e.meterRecord(x, 200) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { e.meterRecord(x, 200, time.Millisecond) }); n != 0 {
 		t.Fatalf("meterRecord with function time allocates %v times", n)
 	}
 	if err := m.Flush(context.Background()); err != nil {

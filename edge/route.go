@@ -119,7 +119,7 @@ func (e *Edge) finish(x *exchange) {
 	in, out := x.bodySizes(status)
 	x.rm.ObserveNode(status, d, x.upstream, in, out)
 	if x.snap != nil {
-		e.meterRecord(x, status)
+		e.meterRecord(x, status, d)
 	}
 	if e.access != nil {
 		e.access.record(x, status, d)

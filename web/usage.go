@@ -24,6 +24,7 @@ import (
 
 type bar struct {
 	Label string
+	Tip   string // the bar's full name when Label is short; "" when Label is it
 	Value int64
 	Class string // CSS class: the status class of a status bar
 }
@@ -41,6 +42,8 @@ type usageData struct {
 	From, To          time.Time // [From, To): the range asked for, on whole hours
 	Range             usageRange
 	Routes, Consumers []usageRow // the range's calls by route and by consumer, most first
+	StatusShare       template.HTML
+	Latency           latencyView // latency.go
 }
 
 // usageRange is the date range of the form: whole UTC days, both included.
@@ -53,6 +56,7 @@ type usageRange struct {
 // gone or there is none (calls without a consumer, or that matched no route).
 type usageRow struct {
 	Name, Link         string
+	ID                 string // "" when there is none
 	Requests, Billable int64
 	FunctionUS         int64
 	Share              float64 // of the range's requests, in percent
@@ -138,6 +142,10 @@ func (c *Console) usagePage(ctx *fiber.Ctx) error {
 		byRoute[r.Name] += r.Requests
 	}
 	d.ByRoute = rows("Requests by route", sorted(byRoute, ""))
+	d.StatusShare = statusShares(strings.Replace(overTimeTitle(gran), "Requests", "Requests by status class", 1)+", share", rep, d.From, d.To, gran)
+	if err := c.latencyCharts(ctx, tv.ID, &d); err != nil {
+		return c.internal(ctx, err)
+	}
 	status := http.StatusOK
 	if len(d.Range.Errors) > 0 {
 		status = http.StatusUnprocessableEntity
@@ -158,9 +166,16 @@ func buckets(rep *billing.UsageReport, from, to time.Time, gran string) []bar {
 	if gran == billing.GranularityDay {
 		step, format = 24*time.Hour, "Jan 2"
 	}
+	short := gran == billing.GranularityDay && to.Sub(from) > 17*24*time.Hour
 	var out []bar
 	for t := from; t.Before(to); t = t.Add(step) {
-		out = append(out, bar{Label: t.Format(format)})
+		b := bar{Label: t.Format(format)}
+		if short {
+			// A month of "Jan 2" labels does not fit under its bars; day numbers do, so
+			// every day keeps a label.
+			b.Label, b.Tip = t.Format("2"), b.Label
+		}
+		out = append(out, b)
 	}
 	for _, it := range rep.Items {
 		if i := int(it.Start.Sub(from) / step); i >= 0 && i < len(out) {
@@ -207,7 +222,7 @@ func deref(s *string) string {
 func add(into map[string]*usageRow, id string, n usage.Counts, names map[string]string, link, none, gone string) {
 	r := into[id]
 	if r == nil {
-		r = &usageRow{Name: names[id]}
+		r = &usageRow{Name: names[id], ID: id}
 		switch {
 		case id == "":
 			r.Name = none
@@ -283,7 +298,8 @@ func niceMax(v int64) int64 {
 	return 10 * p
 }
 
-// columns draws a vertical bar chart of bars in order, with a y axis and every third label.
+// columns draws a vertical bar chart of bars in order, with a y axis and every label
+// that fits (see labelAxis).
 func columns(title string, bars []bar) template.HTML {
 	const w, h, left, bottom, top = 720, 220, 44, 24, 10
 	var max int64
@@ -314,12 +330,18 @@ func columns(title string, bars []bar) template.HTML {
 	for i, b := range bars {
 		bh := plotH * float64(b.Value) / float64(ymax)
 		x := float64(left) + slot*float64(i) + slot*0.15
-		fmt.Fprintf(&s, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %s requests</title></rect>`,
-			x, float64(top)+plotH-bh, slot*0.7, math.Max(bh, 0), esc(b.Label), forms.GroupDigits(b.Value))
-		if i%3 == 0 {
-			fmt.Fprintf(&s, `<text class="axis" x="%.1f" y="%d" text-anchor="middle">%s</text>`, x+slot*0.35, h-6, esc(b.Label))
+		tip := b.Label
+		if b.Tip != "" {
+			tip = b.Tip
 		}
+		fmt.Fprintf(&s, `<rect class="bar" x="%.1f" y="%.1f" width="%.1f" height="%.1f"><title>%s: %s requests</title></rect>`,
+			x, float64(top)+plotH-bh, slot*0.7, math.Max(bh, 0), esc(tip), forms.GroupDigits(b.Value))
 	}
+	labels := make([]string, n)
+	for i, b := range bars {
+		labels[i] = b.Label
+	}
+	labelAxis(&s, labels, slot, func(i int) float64 { return float64(left) + slot*(float64(i)+0.5) }, h-6)
 	s.WriteString(`</svg>`)
 	return template.HTML(s.String())
 }

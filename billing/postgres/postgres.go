@@ -145,6 +145,9 @@ func (s *Store) Fold(ctx context.Context, b *usage.Batch) (folded bool, err erro
 		if err := foldKeyUses(ctx, tx, b.KeyUses); err != nil {
 			return err
 		}
+		if err := foldLatencies(ctx, tx, b.Latencies); err != nil {
+			return err
+		}
 		if n == 0 {
 			return nil
 		}

@@ -169,7 +169,8 @@ type Meter struct {
 	totalsMu sync.Mutex
 	totals   map[totalKey]*totalRec
 
-	keys keyUses // keyuse.go
+	keys keyUses   // keyuse.go
+	lat  latencies // latency.go
 
 	late      atomic.Int64
 	lateBytes atomic.Int64 // RecordBytes calls after Close
@@ -189,6 +190,7 @@ type Route struct {
 	m        *Meter
 	tenantID string
 	routeID  string
+	lat      atomic.Pointer[latencyHist] // latency.go
 }
 
 // Consumer is the meter's handle for one consumer of a tenant. Get it once per compiled
@@ -293,6 +295,12 @@ func New(cfg Config) (*Meter, error) {
 	if cfg.Registry != nil {
 		if err := m.m.register(cfg.Registry); err != nil {
 			return nil, err
+		}
+		late := prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "tollgate_meter_latency_late_total", Help: "Request times not recorded because their hour's slot had moved on two hours (a stream open across two hour turns); their requests are counted.",
+		}, func() float64 { return float64(m.lat.late.Load()) })
+		if err := cfg.Registry.Register(late); err != nil {
+			return nil, fmt.Errorf("meter: register metrics: %w", err)
 		}
 	}
 	sp, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, cfg.SpoolSegmentBytes, !cfg.NoSpoolReserve, m.log)
@@ -573,9 +581,10 @@ func (m *Meter) cycle(ctx context.Context) error {
 	first := m.seq + 1
 	acc := m.collect(now, first)
 	uses := m.takeKeyUses()
+	lats := m.collectLatencies()
 	var out []encodedBatch
 	var firstErr error
-	if len(acc) > 0 || len(uses) > 0 {
+	if len(acc) > 0 || len(uses) > 0 || len(lats) > 0 {
 		var dropped []*usage.Batch
 		var next uint64
 		out, next, dropped = cutBatches(m.cfg.EdgeID, m.cfg.BootID, first, now, acc.records(), false)
@@ -584,6 +593,9 @@ func (m *Meter) cycle(ctx context.Context) error {
 		var err error
 		if out, next, err = cutKeyUses(out, m.cfg.EdgeID, m.cfg.BootID, next, now, uses); err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("meter: encode key uses: %w", err)
+		}
+		if out, next, err = cutLatencies(out, m.cfg.EdgeID, m.cfg.BootID, next, now, lats); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("meter: encode latencies: %w", err)
 		}
 		m.seq = next - 1
 		for _, b := range dropped {
@@ -616,7 +628,7 @@ func (m *Meter) cycle(ctx context.Context) error {
 			}
 		}
 	}
-	if len(acc) > 0 || len(uses) > 0 {
+	if len(acc) > 0 || len(uses) > 0 || len(lats) > 0 {
 		m.commit(first, acc, now)
 	}
 	if up {
@@ -1246,9 +1258,17 @@ type Usage struct {
 	At       time.Time // the request's arrival: it decides the hour
 	In, Out  int64
 	Function time.Duration // the guest run time of the request's functions
+	// Gateway is the edge's own time until the handler returned; the rest of the
+	// request's time, to the close, is the upstream's (the wait for its head, then its
+	// body as it streamed). CalledUpstream false: the edge answered itself.
+	Gateway        time.Duration
+	CalledUpstream bool
 }
 
-// Record records u on its route.
+// Record records u on its route, and its times with the time of the close.
 func (u *Usage) Record() {
 	u.Route.add(u.Consumer, u.Status, u.Upstream, 1, u.In, u.Out, FunctionUS(u.Function), u.At)
+	if !u.At.IsZero() {
+		u.Route.RecordLatency(u.At, u.Gateway, max(time.Since(u.At)-u.Gateway, 0), u.CalledUpstream)
+	}
 }

@@ -26,6 +26,10 @@ type Batch struct {
 	// once per its report interval; billing moves keys.last_used_at forward from them.
 	// Batches of edges that predate them have none.
 	KeyUses []KeyUse `json:"key_uses,omitempty"`
+	// Latencies are the route-hours' time distributions measured since the edge's
+	// previous batch of them; billing merges them into its per route and hour sketches.
+	// Batches of edges that predate them have none.
+	Latencies []Latency `json:"latencies,omitempty"`
 }
 
 // KeyUse says an edge took an API key at At (Unix seconds): the first use in the edge's
@@ -55,7 +59,10 @@ func BatchID(edgeID, bootID string, seq uint64) string {
 // Limits of a batch, checked when one is decoded.
 const (
 	MaxBatchRecords = 1 << 20
-	maxIDLen        = 256
+	// MaxBatchLatencies bounds a batch's latency entries (each up to two sketches of a
+	// few KiB).
+	MaxBatchLatencies = 1 << 12
+	maxIDLen          = 256
 )
 
 // EncodeBatch is the batch's wire form (JSON).
@@ -118,6 +125,14 @@ func (b *Batch) Validate() error {
 	for i, u := range b.KeyUses {
 		if u.KeyID == "" || len(u.KeyID) > maxIDLen || u.TenantID == "" || len(u.TenantID) > maxIDLen || u.At <= 0 {
 			return bad("key_uses[%d]: key_id and tenant_id must be 1–%d characters and at a Unix time", i, maxIDLen)
+		}
+	}
+	if len(b.Latencies) > MaxBatchLatencies {
+		return bad("%d latencies, over the limit of %d", len(b.Latencies), MaxBatchLatencies)
+	}
+	for i := range b.Latencies {
+		if err := validateLatency(&b.Latencies[i]); err != nil {
+			return bad("latencies[%d]: %v", i, err)
 		}
 	}
 	return nil

@@ -30,6 +30,9 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add([]byte(`{"id":"e.b.2","edge_id":"e","records":[{"tenant_id":"0190a000-0000-7000-8000-00000000000a","hour":"2024-01-01T05:00:00Z","class":2,"requests":1,"billable":1,"function_us":1500}]}`))
 	f.Add([]byte(`{"id":"e.b.3","edge_id":"e","records":[{"tenant_id":"0190a000-0000-7000-8000-00000000000a","hour":"2024-01-01T05:00:00Z","class":5,"requests":1,"function_us":-1}]}`))
 	f.Add([]byte(`null`))
+	for _, l := range latencySeeds {
+		f.Add([]byte(l))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b, err := usage.DecodeBatch(data)
 		if err != nil {
@@ -45,6 +48,21 @@ func FuzzDecodeBatch(f *testing.F) {
 			if len(r.TenantID) != 36 || !r.Hour.Equal(r.Hour.Truncate(time.Hour)) || r.Hour.Location() != time.UTC ||
 				r.Class < 0 || r.Class > 5 || r.Requests < 0 || r.Billable < 0 || r.Billable > r.Requests || r.BytesIn < 0 || r.BytesOut < 0 || r.FunctionUS < 0 {
 				t.Fatalf("accepted a bad record %+v", r)
+			}
+		}
+		for _, l := range b.Latencies {
+			if !l.Hour.Equal(l.Hour.Truncate(time.Hour)) || len(l.Gateway)+len(l.Upstream) == 0 {
+				t.Fatalf("accepted a bad latency %+v", l)
+			}
+			for _, data := range [][]byte{l.Gateway, l.Upstream} {
+				if len(data) == 0 {
+					continue
+				}
+				s, err := usage.DecodeSketch(data)
+				if err != nil {
+					t.Fatalf("accepted a sketch that does not decode: %v", err)
+				}
+				usage.SketchPercentiles(s)
 			}
 		}
 	})
