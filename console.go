@@ -11,6 +11,7 @@ import (
 	"tollgate/infra/config"
 	"tollgate/infra/functionstore"
 	"tollgate/tenants"
+	"tollgate/tenants/dnsproof"
 	"tollgate/tenants/postgres"
 	"tollgate/web"
 )
@@ -47,6 +48,10 @@ func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *sl
 		Prices:       billingpg.New(cp.db.Pool()),
 		Portals:      cp.db,
 		Domains:      cp.db,
+		Tokens:       cp.db,
+		// The same checker and schedule as the api's domain checks.
+		Proofs:       dnsproof.New(cfg.DNSResolver),
+		DomainChecks: domainChecks(cfg),
 		Functions:    cp.db,
 		Upstreams:    upstreamRule(cfg),
 		EdgeDomain:   cfg.EdgeDomain,

@@ -103,7 +103,7 @@ func (s *Server) table() []endpoint {
 			desc:    "Only the fields sent change; the slug is immutable. Only the admin token may change the plan (403 forbidden)." + scopedDoc + ifMatchDoc,
 			body:    tenantPatch{}, status: 200, result: tenants.Tenant{}, etag: true, ifMatch: true},
 		{method: http.MethodDelete, path: "/v1/tenants/:slug", access: tenantScoped, class: rbac.TenantAdmin, handle: s.deleteTenant, tag: tagTenants,
-			summary: "Delete a tenant and everything it owns", desc: "Admin token only (a tenant token gets 403).", status: 204},
+			summary: "Delete a tenant and everything it owns", desc: "The admin token, or an owner of the tenant signed in to the console (its session cookie); a tenant token, and any other role, gets 403.", status: 204},
 
 		{method: http.MethodPost, path: "/v1/tenants/:slug/routes", access: tenantScoped, class: rbac.Write, handle: routes.handleCreate, tag: tagRoutes,
 			summary: "Create a route", desc: scopedDoc, body: tenants.Route{}, status: 201, result: tenants.Route{}, etag: true},

@@ -205,3 +205,27 @@ func TestSessionCSRF(t *testing.T) {
 	}
 	e.do("PUT", "/v1/platform/roles", adminToken, map[string]any{"email": "owner@example.com", "role": "root"}).wantErr(400, "validation_failed", "role")
 }
+
+// TestDeleteTenantRoles: an owner signed in may delete the tenant (as the console's
+// settings page does) and the admin token may; an admin, a token of any role and an
+// outsider may not, and the refusal is the envelope.
+func TestDeleteTenantRoles(t *testing.T) {
+	e := newEnv(t, func(c *api.Config) {
+		c.People = c.Tenants.(tenants.PeopleService)
+		c.Audit = c.Tenants.(tenants.AuditService)
+	})
+	acme := e.tenant("acme")
+	admin := e.session("admin", acme, tenants.RoleAdmin, "")
+	tok := e.roleToken("acme", tenants.RoleAdmin)
+	outsider := e.session("outsider", "", "", "")
+	e.do("DELETE", "/v1/tenants/acme", "", nil, admin.hdr...).wantErr(403, "forbidden", "")
+	e.do("DELETE", "/v1/tenants/acme", tok.token, nil).wantErr(403, "forbidden", "")
+	e.do("DELETE", "/v1/tenants/acme", "", nil, outsider.hdr...).wantErr(404, "not_found", "")
+	e.do("GET", "/v1/tenants/acme", adminToken, nil).want(200)
+	owner := e.session("owner", acme, tenants.RoleOwner, "")
+	e.do("DELETE", "/v1/tenants/acme", "", nil, owner.hdr...).want(204)
+	e.do("GET", "/v1/tenants/acme", adminToken, nil).wantErr(404, "not_found", "")
+
+	e.tenant("globex")
+	e.do("DELETE", "/v1/tenants/globex", adminToken, nil).want(204)
+}

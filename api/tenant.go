@@ -63,9 +63,12 @@ func (s *Server) patchTenant(c *fiber.Ctx, r *request) error {
 	return reply(c, http.StatusOK, t, t.Version)
 }
 
+// deleteTenant is for the operator and the tenant's owners: a signed-in owner may end the
+// tenant as the console's settings page does. Tokens are never owners, so automation
+// cannot delete the tenant it configures.
 func (s *Server) deleteTenant(c *fiber.Ctx, r *request) error {
-	if !r.who.admin {
-		return tenants.Errorf(tenants.EForbidden, "only the platform admin may delete a tenant")
+	if !r.who.admin && r.role != tenants.RoleOwner {
+		return tenants.Errorf(tenants.EForbidden, "only the platform admin or an owner of the tenant may delete it")
 	}
 	if err := s.cfg.Tenants.DeleteTenant(r.ctx, r.tenant.ID); err != nil {
 		return err

@@ -130,6 +130,10 @@ type PeopleService interface {
 	// in one transaction; pending invites of u's email stay pending until accepted:
 	// EValidation, EConflict (email or slug taken; Field says which).
 	SignUp(ctx context.Context, u *User, t *Tenant) error
+	// CreateOwnedTenant creates tenant t with the user userID as its owner, in one
+	// transaction: a signed-in user's further tenant. EValidation, EConflict (slug taken;
+	// Field "slug"), ENotFound (user).
+	CreateOwnedTenant(ctx context.Context, userID string, t *Tenant) error
 	// FindUserByEmail and FindUser: ENotFound.
 	FindUserByEmail(ctx context.Context, email string) (*User, error)
 	FindUser(ctx context.Context, id string) (*User, error)

@@ -80,6 +80,13 @@ type Config struct {
 	Modules        ModuleStore
 	FunctionLogs   FunctionLogReader
 	ValidateModule func(ctx context.Context, module []byte) error
+	// Tokens serves the API tokens page. Nil: the page says tokens are not managed here.
+	Tokens tenants.TokenService
+	// Proofs looks for a custom domain's DNS proof when the domains page asks for a check
+	// (the api's checker, tenants/dnsproof); DomainChecks is the schedule a check resumes
+	// (the api's). Nil Proofs: the page offers no check, the automatic ones still run.
+	Proofs       tenants.ProofChecker
+	DomainChecks tenants.DomainSchedule
 	// Roles decides what each role may do. Default: rbac.Must().
 	Roles *rbac.Roles
 	// Upstreams is the operator's rule on route targets (as the API's). Default: zero policy.
@@ -230,6 +237,8 @@ func (c *Console) Mount(app *fiber.App) {
 	g.Get("/invites/accept", c.invitePage)
 	g.Post("/invites/accept", c.inviteAccept)
 	g.Post("/invites/decline", c.inviteDecline)
+	g.Get("/tenants/new", c.tenantNewPage)
+	g.Post("/tenants", c.tenantCreate)
 
 	t := g.Group("/t/:slug", c.tenantScope)
 	t.Get("/", func(ctx *fiber.Ctx) error { return ctx.Redirect(c.tenantURL(ctx, "/routes"), http.StatusSeeOther) })
@@ -284,6 +293,16 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Get("/portal", c.portalPage)
 	t.Post("/portal", c.portalSave)
 	t.Post("/policy", c.accessRulesSave)
+	t.Get("/tokens", c.tokensPage)
+	t.Post("/tokens", c.tokenCreate)
+	t.Post("/tokens/:id/delete", c.tokenDelete)
+	t.Get("/domains", c.domainsPage)
+	t.Post("/domains", c.domainCreate)
+	t.Post("/domains/:id/verify", c.domainVerify)
+	t.Post("/domains/:id/delete", c.domainDelete)
+	t.Get("/settings", c.settingsPage)
+	t.Post("/settings", c.tenantRename)
+	t.Post("/settings/delete", c.tenantDelete)
 	g.Get("/finance", c.financePage)
 	g.Get("/finance/prices", c.pricesPage)
 	g.Post("/finance/prices", c.priceCreate)

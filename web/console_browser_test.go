@@ -119,6 +119,7 @@ func TestConsoleFormsRedirectAndFitAPhone(t *testing.T) {
 		"consumers": base + "/consumers", "consumer": consumerURL, "plans": base + "/plans", "plan-new": base + "/plans/new",
 		"jwt-issuers": base + "/jwt-issuers", "jwt-issuer-new": base + "/jwt-issuers/new", "policy": base + "/policy",
 		"usage": base + "/usage", "audit": base + "/audit", "members": base + "/members", "account": "/console/account",
+		"tokens": base + "/tokens", "domains": base + "/domains", "settings": base + "/settings", "tenant-new": "/console/tenants/new",
 	}
 	for name, path := range pages {
 		b.open(path)

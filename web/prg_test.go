@@ -33,6 +33,9 @@ var replayBacks = []struct {
 	{regexp.MustCompile(`^(/console/t/[^/]+/consumers/[^/]+)/(keys|plan)$`), "$1"},
 	{regexp.MustCompile(`^/console/account/password$`), "/console/account"},
 	{regexp.MustCompile(`^/console/verify/resend$`), "/console/account"},
+	{regexp.MustCompile(`^(/console/t/[^/]+)/settings/delete$`), "$1/settings"},
+	{regexp.MustCompile(`^(/console/t/[^/]+)/domains/[^/]+/verify$`), "$1/domains"},
+	{regexp.MustCompile(`^/console/tenants$`), "/console/tenants/new"},
 }
 
 // isReplay reports whether a POST's 303 to location sends the browser to the page that
@@ -61,7 +64,7 @@ func fullConsole(t *testing.T) *consoleEnv {
 	db, _ := pgtest.Open(t)
 	mail := smtptest.Start(t)
 	c := web.New(web.Config{Tenants: db, Routes: db, Consumers: db, People: db, Audit: db, Plans: db, JWTIssuers: db, AccessRules: db,
-		Usage: billingpg.New(db.Pool()), Mailer: mail.Mailer(t), PublicURL: "https://console.tollgate.test"})
+		Tokens: db, Domains: db, Usage: billingpg.New(db.Pool()), Mailer: mail.Mailer(t), PublicURL: "https://console.tollgate.test"})
 	app := fiber.New(fiber.Config{Immutable: true})
 	c.Mount(app)
 	return &consoleEnv{t: t, app: app, db: db, mail: mail}

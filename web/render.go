@@ -149,6 +149,14 @@ func flashOf(done string) string {
 		"policy-saved":      "Policy saved. The edges apply it within moments.",
 		"function-uploaded": "Module uploaded: it is the function's current version. Routes keep the version they run until you save them again.",
 		"function-deleted":  "Function deleted, with its versions.",
+		"token-revoked":     "Token revoked: calls made with it get 401.",
+		"domain-claimed":    "Domain claimed. Publish its TXT record below; the edges serve the name once the record is seen.",
+		"domain-verified":   "The TXT record is there: the domain is verified, and the edges serve it within moments.",
+		"domain-pending":    "The TXT record was not seen yet: the reason is below. Checks go on automatically.",
+		"domain-removed":    "Domain removed. The edges stop serving it within moments.",
+		"tenant-renamed":    "Name saved.",
+		"tenant-created":    "Tenant created: you are its owner. Switch between your tenants from the menu at the top.",
+		"tenant-deleted":    "Tenant deleted, with everything it owned.",
 	}[done]
 }
 

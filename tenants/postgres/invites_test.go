@@ -296,3 +296,44 @@ func TestInviteMailThrottle(t *testing.T) {
 	invite(t, db, acme.ID, "someone-else@example.com", tenants.RoleViewer)
 	invite(t, db, rival.ID, "target@example.com", tenants.RoleViewer)
 }
+
+// TestCreateOwnedTenant: a signed-in user's further tenant has them as its owner, its
+// creation in its audit log; a taken slug names the field, and nothing is half-written.
+func TestCreateOwnedTenant(t *testing.T) {
+	db, _ := openDB(t)
+	ctx := context.Background()
+	u := signUp(t, db, "owner@example.com", "acme", true)
+	second := &tenants.Tenant{Slug: "acme-labs", Name: "Acme Labs"}
+	if err := db.CreateOwnedTenant(tenants.WithAudit(ctx, tenants.Audit{Actor: u.Email, Action: "tenant.create"}), u.ID, second); err != nil {
+		t.Fatal(err)
+	}
+	if second.ID == "" || second.PlatformPlan != "free" || second.Version != 1 {
+		t.Errorf("created %+v", second)
+	}
+	m, err := db.FindMembership(ctx, second.ID, u.ID)
+	if err != nil || m.Role != tenants.RoleOwner {
+		t.Fatalf("membership %+v %v", m, err)
+	}
+	ms, err := db.ListMemberships(ctx, u.ID)
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("memberships %d %v", len(ms), err)
+	}
+	entries, _, err := db.ListAudit(ctx, second.ID, tenants.AuditQuery{Page: tenants.Page{Limit: 10}})
+	if err != nil || len(entries) != 1 || entries[0].Action != "tenant.create" || entries[0].Object != second.ID || entries[0].Actor != u.Email {
+		t.Fatalf("audit %+v %v", entries, err)
+	}
+
+	err = db.CreateOwnedTenant(ctx, u.ID, &tenants.Tenant{Slug: "acme"})
+	if te, ok := err.(*tenants.Error); !ok || te.Code != tenants.EConflict || te.Field != "slug" {
+		t.Errorf("taken slug: %v", err)
+	}
+	if err := db.CreateOwnedTenant(ctx, u.ID, &tenants.Tenant{Slug: "Bad Slug"}); tenants.ErrorCode(err) != tenants.EValidation {
+		t.Errorf("bad slug: %v", err)
+	}
+	if err := db.CreateOwnedTenant(ctx, "0190a8f0-0000-7000-8000-000000000001", &tenants.Tenant{Slug: "nobody-s"}); tenants.ErrorCode(err) != tenants.ENotFound {
+		t.Errorf("unknown user: %v", err)
+	}
+	if _, err := db.FindTenant(ctx, "nobody-s"); tenants.ErrorCode(err) != tenants.ENotFound {
+		t.Errorf("the unknown user's tenant was written: %v", err)
+	}
+}

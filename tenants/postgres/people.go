@@ -69,6 +69,38 @@ func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) er
 	})
 }
 
+// CreateOwnedTenant creates t and userID's owner membership in it. The tenant starts on the
+// default platform plan unless t names one.
+func (db *DB) CreateOwnedTenant(ctx context.Context, userID string, t *tenants.Tenant) error {
+	if !parseID(userID) {
+		return notFound("user")
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	err := db.write(ctx, func(tx pgx.Tx) error {
+		if err := lockPlatformPlan(ctx, tx, t.PlatformPlan); err != nil {
+			return err
+		}
+		st, err := scanTenant(tx.QueryRow(ctx, `INSERT INTO tenants (id, slug, name, plan) VALUES ($1, $2, $3, $4)
+			RETURNING `+tenantColumns, newID(), t.Slug, t.Name, t.PlatformPlan))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO memberships (tenant_id, user_id, role) VALUES ($1, $2, 'owner')`, st.ID, userID); err != nil {
+			return err
+		}
+		*t = *st
+		auditObject(tx, t.ID, t.ID)
+		return emit(ctx, tx, tenantChange(t))
+	})
+	return constraintError(err, "create tenant", map[string]*tenants.Error{
+		"tenants_slug_key":      {Code: tenants.EConflict, Field: "slug", Message: `slug "` + t.Slug + `" is taken`},
+		"tenants_plan_fkey":     noPlatformPlan(t.PlatformPlan),
+		"memberships_user_fkey": notFound("user"),
+	})
+}
+
 // FindUserByEmail: ENotFound.
 func (db *DB) FindUserByEmail(ctx context.Context, email string) (*tenants.User, error) {
 	email, err := tenants.NormalizeEmail(email)
