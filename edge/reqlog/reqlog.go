@@ -6,8 +6,8 @@
 // The request path never waits and, for a request that is not logged, allocates
 // nothing: Tenant.Keep is an atomic add or a random draw, and Record is a channel send
 // that drops (and counts) when the channel is full. Batches that NATS does not take are
-// held in memory, at most MaxPending of them; past that the oldest is given up and its
-// entries counted as dropped. Nothing is written to disk: a log is worth less than
+// held in memory, at most MaxPending of them; past that new entries are dropped and
+// counted until NATS takes the held ones. Nothing is written to disk: a log is worth less than
 // usage, and memory stays bounded.
 package reqlog
 
@@ -61,15 +61,14 @@ type Recorder struct {
 	tenants map[string]*Tenant
 	seq     uint64
 	pending []pendingBatch
+	failing bool // the last publish failed: logged once until one succeeds
 
 	logged, dropped prometheus.Counter
 }
 
 type pendingBatch struct {
-	id      string
-	data    []byte
-	batch   *wire.Batch
-	retries int
+	id   string
+	data []byte
 }
 
 // New starts a recorder; Close stops it.
@@ -191,11 +190,24 @@ func (r *Recorder) run() {
 	}
 }
 
-// cut makes a batch of buf and the tenants' not-logged counts and holds it for publishing.
+// cut makes a batch of buf and the tenants' not-logged counts and holds it for
+// publishing. With MaxPending batches held already (NATS away), buf's entries are
+// dropped and counted, and the counts wait in the tenants for a batch NATS takes: the
+// oldest held batches are kept, so an outage costs its newest entries and nothing churns.
 func (r *Recorder) cut(buf []wire.Entry) {
 	now := time.Now().UTC()
 	hour := now.Truncate(time.Hour)
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pending) >= r.cfg.MaxPending {
+		r.dropped.Add(float64(len(buf)))
+		for i := range buf {
+			if t := r.tenants[buf[i].TenantID]; t != nil {
+				t.dropped.Add(1)
+			}
+		}
+		return
+	}
 	var nl []wire.NotLogged
 	for _, t := range r.tenants {
 		s, d := t.sampled.Swap(0), t.dropped.Swap(0)
@@ -204,42 +216,17 @@ func (r *Recorder) cut(buf []wire.Entry) {
 		}
 	}
 	if len(buf) == 0 && len(nl) == 0 {
-		r.mu.Unlock()
 		return
 	}
 	r.seq++
 	b := &wire.Batch{ID: wire.BatchID(r.cfg.EdgeID, r.bootID, r.seq), EdgeID: r.cfg.EdgeID, Created: now, Entries: buf, NotLogged: nl}
-	for len(r.pending) >= r.cfg.MaxPending {
-		r.giveUp(r.pending[0].batch)
-		r.pending = r.pending[1:]
-	}
-	r.mu.Unlock()
 	data, err := wire.EncodeBatch(b)
 	if err != nil { // entries are plain values: cannot happen, but never lose them silently
 		r.log.Error("request log batch not encoded", "err", err)
 		return
 	}
 	r.logged.Add(float64(len(buf)))
-	r.mu.Lock()
-	r.pending = append(r.pending, pendingBatch{id: b.ID, data: data, batch: b})
-	r.mu.Unlock()
-}
-
-// giveUp counts a held batch as dropped: its entries, and its counts carried to the
-// next batch. r.mu is held.
-func (r *Recorder) giveUp(b *wire.Batch) {
-	r.dropped.Add(float64(len(b.Entries)))
-	for i := range b.Entries {
-		if t := r.tenants[b.Entries[i].TenantID]; t != nil {
-			t.dropped.Add(1)
-		}
-	}
-	for _, n := range b.NotLogged {
-		if t := r.tenants[n.TenantID]; t != nil {
-			t.sampled.Add(n.Sampled)
-			t.dropped.Add(n.Dropped)
-		}
-	}
+	r.pending = append(r.pending, pendingBatch{id: b.ID, data: data})
 }
 
 // publish sends the held batches in order, stopping at the first failure.
@@ -257,15 +244,14 @@ func (r *Recorder) publish(ctx context.Context) {
 		cancel()
 		r.mu.Lock()
 		if err != nil {
-			if len(r.pending) > 0 && r.pending[0].id == p.id {
-				r.pending[0].retries++
-				if r.pending[0].retries == 1 {
-					r.log.Warn("request log batch not published; held for retry", "batch", p.id, "held", len(r.pending), "err", err)
-				}
+			if !r.failing {
+				r.log.Warn("request log batches not published; held for retry", "held", len(r.pending), "err", err)
 			}
+			r.failing = true
 			r.mu.Unlock()
 			return
 		}
+		r.failing = false
 		if len(r.pending) > 0 && r.pending[0].id == p.id {
 			r.pending = r.pending[1:]
 		}
