@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"tollgate/edge/reqlog"
-	wire "tollgate/infra/reqlog"
 	"tollgate/infra/natsconn"
+	wire "tollgate/infra/reqlog"
 	"tollgate/infra/testenv"
 	"tollgate/tenants"
 )
