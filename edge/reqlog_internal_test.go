@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/edgemetrics"
+	"tollgate/edge/limit"
 	"tollgate/edge/reqlog"
 	wire "tollgate/infra/reqlog"
 )
@@ -54,21 +56,41 @@ func TestRequestLogFinish(t *testing.T) {
 	x.upstream = 3 * time.Millisecond
 	x.fail(newReply("upstream_failed", "the upstream http://127.0.0.1:9 refused the connection"))
 	e.finish(x)
+	// A refused token says why in the log, and the client the same answer as before.
+	x.upstream = 0
+	x.failBearer(replyBadJWTFor[rejExpired])
+	if !bytes.Equal(x.ctx.Response.Body(), append(append(append([]byte(nil), replyBadJWT.prefix...), x.reqID...), replySuffix...)) {
+		t.Errorf("an expired token's answer %s differs from other refused tokens'", x.ctx.Response.Body())
+	}
+	e.finish(x)
+	// A limit says which and its window.
+	rule, err := limit.NewRate(limit.Scope{Tenant: "t", Name: "tenant"}, limit.Rate{Limit: 10, Per: time.Second, Burst: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.fail(replyRateLimited)
+	x.limitRule = rule
+	e.finish(x)
+	want := []string{"the upstream http://127.0.0.1:9 refused the connection", "the JWT was refused: it has expired or is not valid yet",
+		"the platform plan's rate limit of 10 per second (burst 20) was reached"}
+	var got []wire.Entry
 	deadline := time.After(10 * time.Second)
-	for {
+	for len(got) < len(want) {
 		select {
 		case b := <-sink.batches:
-			if len(b.Entries) == 0 {
-				continue
-			}
-			got := b.Entries[0]
-			if got.Path != "/down" || got.RouteName != "down" || got.RouteID != "r1" || got.Status != 502 || got.RequestID != "req-1" ||
-				got.Reason != "the upstream http://127.0.0.1:9 refused the connection" || got.UpstreamUS != 3000 || got.Code != "upstream_failed" {
-				t.Errorf("entry %+v", got)
-			}
-			return
+			got = append(got, b.Entries...)
 		case <-deadline:
-			t.Fatal("the 502 was not logged")
+			t.Fatalf("%d entries logged, want %d", len(got), len(want))
+		}
+	}
+	first := got[0]
+	if first.Path != "/down" || first.RouteName != "down" || first.RouteID != "r1" || first.Status != 502 || first.RequestID != "req-1" ||
+		first.UpstreamUS != 3000 || first.Code != "upstream_failed" {
+		t.Errorf("entry %+v", first)
+	}
+	for i, w := range want {
+		if got[i].Reason != w {
+			t.Errorf("entry %d: reason %q, want %q", i, got[i].Reason, w)
 		}
 	}
 }
