@@ -19,8 +19,8 @@ func (e *Edge) logRecord(x *exchange, status int, d time.Duration, in, out int64
 	if r := x.reply; r != nil {
 		l.Code, l.Reason = r.code, r.message
 	}
-	if x.limitRule != nil {
-		l.Reason = x.limitRule.Reason()
+	if x.why != "" {
+		l.Reason = x.why
 	}
 	e.cfg.Logs.Record(x.snap.logs, &l)
 }

@@ -69,7 +69,7 @@ func TestRequestLogFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	x.fail(replyRateLimited)
-	x.limitRule = rule
+	x.why = rule.Reason()
 	e.finish(x)
 	want := []string{"the upstream http://127.0.0.1:9 refused the connection", "the JWT was refused: it has expired or is not valid yet",
 		"the platform plan's rate limit of 10 per second (burst 20) was reached"}
