@@ -49,7 +49,7 @@ type notLogged struct {
 type logPage struct {
 	Items         []logItem `json:"items"`
 	Next          string    `json:"next" doc:"Pass as ?cursor= for the next (older) page; empty on the last page."`
-	NotLogged     notLogged `json:"not_logged" doc:"Over the window asked (whole hours, within the retention): the calls not in the log, and why."`
+	NotLogged     notLogged `json:"not_logged" doc:"Over the window asked (whole hours, within the retention), for the whole tenant whatever the other filters: the calls not in the log, and why."`
 	RetentionDays int       `json:"retention_days" doc:"How many days back the log goes (the platform plan's)."`
 }
 
