@@ -43,6 +43,7 @@ func mountConsole(srv *api.Server, cp *controlPlane, cfg *config.Config, log *sl
 		JWTIssuers:   cp.db,
 		AccessRules:  cp.db,
 		Usage:        billingpg.New(cp.db.Pool()),
+		Logs:         billingpg.New(cp.db.Pool()),
 		Payments:     billingpg.New(cp.db.Pool()),
 		Connect:      connect,
 		Prices:       billingpg.New(cp.db.Pool()),

@@ -195,6 +195,7 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		DomainChecks: domainChecks(cfg),
 
 		Usage:  billingpg.New(cp.db.Pool()), // rollups folded by `tollgate billing`, same database
+		Logs:   billingpg.New(cp.db.Pool()), // the request log `tollgate billing` stores
 		Prices: billingpg.New(cp.db.Pool()),
 		// Stripe's side of the bill; nil handlers answer 404.
 		Invoices:      stripe.invoices,

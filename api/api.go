@@ -91,6 +91,9 @@ type Config struct {
 	// Usage serves GET /v1/tenants/{slug}/usage and GET /v1/billing/export (see
 	// usage.go): billing/postgres in production. Nil: both answer 404 not_found.
 	Usage billing.UsageService
+	// Logs serves GET /v1/tenants/{slug}/logs (logs.go): billing/postgres in production.
+	// Nil: it answers 404 not_found.
+	Logs LogService
 	// Prices serves /v1/billing/prices and /v1/tenants/{slug}/prices, and (when it is also
 	// a billing.ConsumerBills, as billing/postgres is) /v1/tenants/{slug}/billing/export.
 	// Nil: those endpoints answer 404 not_found.

@@ -19,7 +19,14 @@ type platformPlanBody struct {
 	Concurrency int            `json:"concurrency" doc:"The tenant's requests in flight at once (each edge enforces its share; over it: 503 overloaded); 0 = no cap."`
 	Mode        string         `json:"mode" enum:"local,exact,approximate" doc:"Where the rate and quota are counted across edges. Default: approximate, or exact when burst < rate × 0.1 s + 1."`
 	Resources   *resourcesBody `json:"resources" doc:"What a tenant on the plan may keep, checked when an object is saved (400 validation_failed naming the resource). Lowering a limit keeps what tenants have over it and refuses more. Default: every limit at its ceiling."`
+	Logs        *logPolicyBody `json:"logs" doc:"The request log of the plan's tenants (GET /v1/tenants/{slug}/logs). Default: 1% of successful calls sampled, 7 days kept."`
 	Version     *int64         `json:"version" doc:"The version the change is based on; or send If-Match (* creates the plan or overwrites it)."`
+}
+
+// logPolicyBody is a platform plan's request log.
+type logPolicyBody struct {
+	SamplePercent *float64 `json:"sample_percent" doc:"The share of successful calls (status < 400) the edges log, 0–100; every refused or failed call is logged. Default: 1."`
+	RetentionDays int      `json:"retention_days" doc:"How many days entries are kept, 1–90; 0: 7. Day partitions are dropped past the longest retention of any plan."`
 }
 
 // resourcesBody is a platform plan's resource limits; an omitted one takes its ceiling.
@@ -72,6 +79,9 @@ func decodePlatformPlan(ct string, body []byte, limit int, name string) (*tenant
 	}
 	p := &tenants.PlatformPlan{Name: name, RateLimit: b.RateLimit.domain(), Concurrency: b.Concurrency, Mode: b.Mode,
 		Resources: b.Resources.domain()}
+	if b.Logs != nil {
+		p.Logs = &tenants.LogPolicy{SamplePercent: b.Logs.SamplePercent, RetentionDays: b.Logs.RetentionDays}
+	}
 	if b.Quota != nil {
 		p.Quota = &tenants.Quota{Requests: b.Quota.Requests}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,6 +159,19 @@ func TestFunctions(t *testing.T) {
 	if p99 > time.Second {
 		t.Errorf("acme's p99 %v beside the rogue tenant's loops, want well under a second", p99)
 	}
+
+	// The request log says which function failed and why.
+	eventually(t, 30*time.Second, "the rogue's failure in its request log", func() error {
+		r := api.call("GET", "/v1/tenants/rogue/logs?status=500&route=spin&limit=1", nil)
+		items, _ := r.Body["items"].([]any)
+		if r.Status != 200 || len(items) == 0 {
+			return fmt.Errorf("logs: %s", r)
+		}
+		if reason, _ := items[0].(map[string]any)["reason"].(string); !strings.HasPrefix(reason, "function spin failed: ") {
+			return fmt.Errorf("reason %q does not name the function spin", reason)
+		}
+		return nil
+	})
 
 	// The filters' guest time is metered with the calls and reaches the finance export.
 	period := billing.PeriodOf(time.Now()).String()

@@ -68,6 +68,17 @@ const (
 	numRejReasons
 )
 
+// replyBadJWTFor is replyBadJWT with the refusal's category in words for the request
+// log; the client is told the same whatever it is.
+var replyBadJWTFor = func() (out [numRejReasons]*reply) {
+	for i, why := range [numRejReasons]string{"no token", "it is not a well-formed JWT", "no key of this API's issuers verifies it (unknown issuer, algorithm or key, or a bad signature)",
+		"it has expired or is not valid yet", "a claim is missing or wrong (exp, aud, the consumer or roles claim)", "the issuer's key set could not be fetched", "this API has no usable JWT issuer", "denied by policy"} {
+		r := *replyBadJWT
+		r.message, out[i] = "the JWT was refused: "+why, &r
+	}
+	return out
+}()
+
 var rejReasons = [numRejReasons]string{"no_token", "malformed", "untrusted", "expired", "claims", "no_keys", "no_issuers", "policy_denied"}
 
 // authMetrics counts refusals of JWT authentication and access rules, by reason.
@@ -204,7 +215,7 @@ func (e *Edge) bearerStep(rt *route, missing *reply, next handler) handler {
 		v := s.jwt
 		if v == nil {
 			rejected[rejNoVerifier].Inc()
-			x.failBearer(replyBadJWT)
+			x.failBearer(replyBadJWTFor[rejNoVerifier])
 			return
 		}
 		id, err := v.Verify(tok, x.ctx.Time())
@@ -216,7 +227,7 @@ func (e *Edge) bearerStep(rt *route, missing *reply, next handler) handler {
 				e.log.Debug("edge: token refused", "tenant", s.Slug, "route", rt.name,
 					"request_id", string(x.reqID), "reason", rejReasons[r])
 			}
-			x.failBearer(replyBadJWT)
+			x.failBearer(replyBadJWTFor[r])
 			return
 		}
 		x.setJWTCaller(&id)

@@ -162,6 +162,7 @@ func (e *Edge) compileFull(v *tenantView, labels *edgemetrics.TenantLabels, c *c
 	if v.tenant.Limits != nil {
 		conf.resources = v.tenant.Limits.Resources
 	}
+	conf.logs = e.cfg.Logs.TenantOf(v.tenant) // nil without a request log
 	e.compileAuth(s, v, &c.auth)
 
 	// Routes in id order, so which of two conflicting routes wins does not depend on

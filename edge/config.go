@@ -17,6 +17,7 @@ import (
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/limit"
 	"tollgate/edge/meter"
+	"tollgate/edge/reqlog"
 	"tollgate/tenants"
 )
 
@@ -93,6 +94,10 @@ type Config struct {
 	// Meter counts every request of a known tenant for billing (see meter.go); the
 	// caller closes it after Shutdown. Default: nil, nothing is metered.
 	Meter *meter.Meter
+
+	// Logs is the request log (edge/reqlog); the caller closes it after Shutdown.
+	// Default: nil, nothing is logged.
+	Logs *reqlog.Recorder
 
 	// JWKS configures the fetching of the key sets of jwks_url issuers (one cache for
 	// the process). Defaults: jwtauth's, with CheckAddr = AddressRule.CheckAddr (a key set URL

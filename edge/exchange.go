@@ -48,6 +48,7 @@ type exchange struct {
 
 	checks  [limit.MaxChecks]limit.Check // the request's limits (limit.go)
 	nchecks int
+	why     string // for the request log: which limit refused the call, which function failed
 	ipKey   [16]byte
 
 	in countingReader // the request body bytes read, when metered (meter.go)
@@ -70,7 +71,7 @@ var exchangePool = sync.Pool{New: func() any {
 
 func (x *exchange) reset() {
 	x.ctx, x.snap, x.route, x.consumer, x.target, x.rm, x.reply = nil, nil, nil, nil, nil, nil, nil
-	x.hideKey, x.canaryClaim, x.up = false, false, nil
+	x.hideKey, x.canaryClaim, x.up, x.why = false, false, nil, ""
 	x.host, x.query, x.reqID = nil, nil, nil
 	x.path, x.uri, x.xff = x.path[:0], x.uri[:0], x.xff[:0]
 	if cap(x.body) > 1<<20 {

@@ -107,6 +107,7 @@ func (x *exchange) fnFailed(o fnchain.Outcome) {
 		x.e.log.Debug("edge: function refused", "tenant", x.route.snapshot.Slug, "route", x.route.name, "request_id", string(x.reqID), "err", x.fn.Err())
 	}
 	x.fail(fnReplies[o])
+	x.why = x.fn.Why()
 }
 
 func (e *Edge) functionAuthStep(rt *route, next handler) handler {

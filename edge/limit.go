@@ -186,6 +186,7 @@ func (e *Edge) limitStep(rt *route, next handler) handler {
 		if !d.Allowed {
 			fm.overloaded.Inc()
 			x.fail(replyTooManyPending)
+			x.why = d.Rule.Reason()
 			d.WriteHeaders(&x.ctx.Response.Header)
 			return
 		}
@@ -194,6 +195,7 @@ func (e *Edge) limitStep(rt *route, next handler) handler {
 		d = lim.AllowAt(context.Background(), cs, x.ctx.Time())
 		if !d.Allowed {
 			tickets.Release()
+			x.why = d.Rule.Reason() // made when the rule compiled
 			if d.Code == tenants.EQuotaExceeded {
 				fm.quotaExceeded.Inc()
 				x.fail(replyQuotaExceeded)

@@ -18,6 +18,7 @@ type reply struct {
 	prefix  []byte // {"error":{"code":"…","message":"…","request_id":"
 	grpcMsg []byte // the message, percent-encoded for Grpc-Message
 	codeHdr []byte // the code, for X-Tollgate-Error
+	message string // for the request log
 }
 
 var replySuffix = []byte(`"}}`)
@@ -32,7 +33,7 @@ func newReply(code, message string) *reply {
 	p = append(p, m...)
 	p = append(p, `,"request_id":"`...)
 	return &reply{status: tenants.Status(code), code: code, prefix: p,
-		grpcMsg: grpcweb.AppendPercentEncoded(nil, message), codeHdr: []byte(code)}
+		grpcMsg: grpcweb.AppendPercentEncoded(nil, message), codeHdr: []byte(code), message: message}
 }
 
 // The edge's own answers. Messages tell a client what to fix without naming internals.

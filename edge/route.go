@@ -124,6 +124,9 @@ func (e *Edge) finish(x *exchange) {
 	if e.access != nil {
 		e.access.record(x, status, d)
 	}
+	if x.snap != nil && x.snap.logs != nil && x.snap.logs.Keep(status) {
+		e.logRecord(x, status, d, in, out) // reqlog.go
+	}
 	e.traceFinish(x, status) // trace.go
 }
 

@@ -9,6 +9,7 @@ import (
 	"tollgate/edge/fnchain"
 	"tollgate/edge/jwtauth"
 	"tollgate/edge/meter"
+	"tollgate/edge/reqlog"
 	"tollgate/edge/routing"
 	"tollgate/edge/transform"
 	"tollgate/edge/upstreamerr"
@@ -50,6 +51,7 @@ type tenantConfig struct {
 	limits         planRules
 	consumerLimits bool
 	resources      *tenants.ResourceLimits // the platform plan's; nil: the edge's defaults (function.go)
+	logs           *reqlog.Tenant          // nil: no request log (reqlog.go)
 	consumerIndex                          // function.go
 }
 

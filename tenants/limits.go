@@ -53,9 +53,11 @@ type PlatformPlan struct {
 	// Validate fills a nil Resources with the ceilings; the edge reads a nil one (an
 	// entry written before resources existed) as "bounded by the edge's own budget only".
 	Resources *ResourceLimits `json:"resources,omitempty"`
-	Version   int64           `json:"version"`
-	CreatedAt time.Time       `json:"created_at"`
-	UpdatedAt time.Time       `json:"updated_at"`
+	// Logs is what the plan's tenants get of the request log; nil: the defaults.
+	Logs      *LogPolicy `json:"logs,omitempty"`
+	Version   int64      `json:"version"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
 }
 
 // ResourceLimits are a platform plan's bounds on the objects a tenant may keep. They are
@@ -229,6 +231,52 @@ func (r *ResourceLimits) Validate() error {
 	return nil
 }
 
+// LogPolicy is a platform plan's request log: which share of the calls that succeed the
+// edges log (every refused or failed call is logged) and how long entries are kept.
+type LogPolicy struct {
+	// SamplePercent, 0–100; nil: DefaultLogSamplePercent.
+	SamplePercent *float64 `json:"sample_percent,omitempty"`
+	// RetentionDays, 1–MaxLogRetentionDays; 0: DefaultLogRetentionDays.
+	RetentionDays int `json:"retention_days,omitempty"`
+}
+
+// Request log defaults and bounds.
+const (
+	DefaultLogSamplePercent = 1.0
+	DefaultLogRetentionDays = 7
+	MaxLogRetentionDays     = 90
+)
+
+// Sample is the policy's sample percent, the default for a nil policy or field.
+func (l *LogPolicy) Sample() float64 {
+	if l == nil || l.SamplePercent == nil {
+		return DefaultLogSamplePercent
+	}
+	return *l.SamplePercent
+}
+
+// Retention is the policy's retention in days, the default for a nil policy or 0.
+func (l *LogPolicy) Retention() int {
+	if l == nil || l.RetentionDays == 0 {
+		return DefaultLogRetentionDays
+	}
+	return l.RetentionDays
+}
+
+// Validate checks the bounds; a nil policy is valid.
+func (l *LogPolicy) Validate() error {
+	if l == nil {
+		return nil
+	}
+	if s := l.SamplePercent; s != nil && !(*s >= 0 && *s <= 100) {
+		return Invalid("logs.sample_percent", "must be between 0 and 100, got %v", *s)
+	}
+	if l.RetentionDays < 0 || l.RetentionDays > MaxLogRetentionDays {
+		return Invalid("logs.retention_days", "must be between 1 and %d (0: %d), got %d", MaxLogRetentionDays, DefaultLogRetentionDays, l.RetentionDays)
+	}
+	return nil
+}
+
 // AsConsumerPlan is p's limits in the shape of a consumer plan, the form the limiter
 // compiles.
 func (p *PlatformPlan) AsConsumerPlan() *ConsumerPlan {
@@ -245,6 +293,9 @@ func (p *PlatformPlan) Validate() error {
 		p.Resources = &r
 	}
 	if err := p.Resources.Validate(); err != nil {
+		return err
+	}
+	if err := p.Logs.Validate(); err != nil {
 		return err
 	}
 	return validateLimits(p.RateLimit, p.Quota, p.Concurrency, &p.Mode)

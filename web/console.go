@@ -57,6 +57,8 @@ type Config struct {
 	AccessRules tenants.AccessRulesService
 	// Usage draws the usage page. Nil: the page says usage is not collected here.
 	Usage billing.UsageService
+	// Logs serves the request log page (logs.go). Nil: the page says no log is kept here.
+	Logs LogService
 	// Payments serves a tenant's payments page (connected Stripe account, consumers'
 	// checkouts) and the subscriptions and invoices on the finance page. Nil: the pages say
 	// payments are not recorded here.
@@ -263,6 +265,7 @@ func (c *Console) Mount(app *fiber.App) {
 	t.Post("/consumers/:id/delete", c.consumerDelete)
 	t.Post("/consumers/:id/plan", c.consumerPlan)
 	t.Get("/usage", c.usagePage)
+	t.Get("/logs", c.logsPage)
 	t.Get("/payments", c.paymentsPage)
 	t.Post("/payments/connect", c.paymentsConnect)
 	t.Get("/payments/connect/return", c.paymentsReturn)

@@ -234,6 +234,12 @@ func Run(ctx context.Context, o Options) error {
 	} else {
 		log.Info("billing: TOLLGATE_STRIPE_KEY not set; usage is not pushed to Stripe")
 	}
+	lr := billingnats.NewLogReader(js, store, billingnats.LogReaderConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = lr.Run(ctx) // returns when ctx ends
+	}()
 	c := billingnats.NewUsageReader(js, store, billingnats.UsageReaderConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log, Metrics: metrics, Tracer: o.Tracer})
 	log.Info("billing: consuming usage", "stream", usage.Stream(o.NATSPrefix))
 	err = c.Run(ctx)

@@ -30,6 +30,7 @@ type Store struct {
 	pool *pgxpool.Pool
 	own  bool
 	now  func() time.Time // the clock of price changes (prices.go); nil: time.Now
+	logs *logPartitions   // the request log's partitions known to exist (reqlog.go)
 }
 
 // ConnectTimeout bounds connecting when the url (or PGCONNECT_TIMEOUT) sets no
@@ -54,11 +55,11 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("billing postgres: %w", err)
 	}
-	return &Store{pool: pool, own: true}, nil
+	return &Store{pool: pool, own: true, logs: &logPartitions{}}, nil
 }
 
 // New uses a pool the caller owns (and closes).
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool, logs: &logPartitions{}} }
 
 // Close closes the pool if Open made it.
 func (s *Store) Close() {

@@ -25,6 +25,7 @@ import (
 	"tollgate/edge/function"
 	"tollgate/edge/memory"
 	"tollgate/edge/meter"
+	"tollgate/edge/reqlog"
 	"tollgate/edge/upstreamclient"
 	"tollgate/infra/cmdline"
 	"tollgate/infra/config"
@@ -111,7 +112,12 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 		return err
 	}
 	defer closeMeter(m, log)
-	e, closeTraces, err := newEdge(cfg, m, fc, nc, log)
+	logs, err := openLogs(cfg, nc, fc.reg, log)
+	if err != nil {
+		return err
+	}
+	defer closeLogs(logs)
+	e, closeTraces, err := newEdge(cfg, m, logs, fc, nc, log)
 	if err != nil {
 		return err
 	}
@@ -184,7 +190,7 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 
 // newEdge builds the edge from cfg: its TLS certificate, cache budget, traces and
 // performance switches. closeTraces flushes the traces; call it after the edge drained.
-func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, nc *nats.Conn, log *slog.Logger) (e *edge.Edge, closeTraces func(), err error) {
+func newEdge(cfg *config.Config, m *meter.Meter, logs *reqlog.Recorder, fc *edgeLimiter, nc *nats.Conn, log *slog.Logger) (e *edge.Edge, closeTraces func(), err error) {
 	var wildcard *tls.Certificate
 	if cfg.EdgeTLSCert != "" || cfg.EdgeTLSKey != "" {
 		c, err := tls.LoadX509KeyPair(cfg.EdgeTLSCert, cfg.EdgeTLSKey)
@@ -226,6 +232,7 @@ func newEdge(cfg *config.Config, m *meter.Meter, fc *edgeLimiter, nc *nats.Conn,
 		HTTP2MaxStreams: cfg.EdgeHTTP2MaxStreams,
 		TLSCertificate:  wildcard,
 		Meter:           m,
+		Logs:            logs,
 		Registry:        fc.reg,
 		Limiter:         fc.lim,
 		Domain:          cfg.EdgeDomain,

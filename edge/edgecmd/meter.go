@@ -9,7 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tollgate/edge/meter"
+	"tollgate/edge/reqlog"
 	"tollgate/infra/config"
+	wirelog "tollgate/infra/reqlog"
 	"tollgate/infra/usage"
 )
 
@@ -52,4 +54,27 @@ func closeMeter(m *meter.Meter, log *slog.Logger) {
 	if err := m.Close(ctx); err != nil {
 		log.Error("meter close", "err", err, "spooled", m.Spooled())
 	}
+}
+
+// openLogs starts the edge's request log, publishing to JetStream under the stack's
+// prefix; it is off with the meter (TOLLGATE_METER=off, for benchmarks).
+func openLogs(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, log *slog.Logger) (*reqlog.Recorder, error) {
+	if !cfg.Meter {
+		return nil, nil
+	}
+	pub, err := wirelog.NewPublisher(nc, cfg.NATSPrefix, cfg.EdgeID, cfg.NATSReplicas)
+	if err != nil {
+		return nil, err
+	}
+	return reqlog.New(reqlog.Config{EdgeID: cfg.EdgeID, Sink: pub, Registry: reg, Logger: log}), nil
+}
+
+// closeLogs publishes the request log's last batches, for at most meterDrain.
+func closeLogs(r *reqlog.Recorder) {
+	if r == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), meterDrain)
+	defer cancel()
+	r.Close(ctx)
 }

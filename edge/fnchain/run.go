@@ -189,6 +189,18 @@ func (r *Run) Response() Outcome {
 // Err is why the run failed (nil unless an outcome was Failed, Busy or Unavailable).
 func (r *Run) Err() error { return r.err }
 
+// Why says in words which function stopped the run and why, for the tenant's request
+// log ("" when none did). It allocates: call it only for a run that failed.
+func (r *Run) Why() string {
+	if r.err == nil {
+		return ""
+	}
+	if r.outcome == Unavailable || r.cur >= len(r.c.filters) {
+		return "a function of the route could not run: " + r.err.Error()
+	}
+	return "function " + r.c.filters[r.cur].name + " failed: " + r.err.Error()
+}
+
 // Finish ends the run's calls and returns the guest time they took, then puts r back in
 // the pool: r must not be used again.
 func (r *Run) Finish() time.Duration {

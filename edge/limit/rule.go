@@ -106,6 +106,7 @@ type Rule struct {
 	limit int64 // quota requests per month, or the concurrency cap
 
 	keyBase string // Redis key after the limiter's prefix, before the request's key
+	reason  string // Reason (reason.go)
 }
 
 // maxEdges bounds the divisor of local shares (and so keeps T·edges from overflowing).
@@ -135,6 +136,7 @@ func NewRate(s Scope, r Rate) (*Rule, error) {
 	}
 	rule.rate, rule.interval, rule.tol = r, t, t*r.Burst
 	rule.keyBase = "rl:{" + s.Tenant + "}:" + s.Name + ":"
+	rule.reason = rule.describe()
 	return rule, nil
 }
 
@@ -149,6 +151,7 @@ func NewQuota(s Scope, requests int64) (*Rule, error) {
 	}
 	rule.limit = requests
 	rule.keyBase = "q:{" + s.Tenant + "}:" + s.Name + ":"
+	rule.reason = rule.describe()
 	return rule, nil
 }
 
@@ -163,6 +166,7 @@ func NewConcurrency(s Scope, max int64) (*Rule, error) {
 		return nil, err
 	}
 	rule.limit = max
+	rule.reason = rule.describe()
 	return rule, nil
 }
 

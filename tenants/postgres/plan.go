@@ -17,6 +17,7 @@ type planLimits struct {
 	Quota       *tenants.Quota     `json:"quota,omitempty"`
 	Concurrency int                `json:"concurrency"`
 	Mode        string             `json:"mode,omitempty"`
+	Logs        *tenants.LogPolicy `json:"logs,omitempty"`
 }
 
 // planColumns puts the limits first, so the columns of their own fill in the rest.

@@ -41,7 +41,7 @@ func scanPlatformPlan(row pgx.Row) (*tenants.PlatformPlan, error) {
 		&r.Functions, &r.FunctionBytes, &r.FunctionTimeoutMS, &r.FunctionConcurrency); err != nil {
 		return nil, err
 	}
-	p.RateLimit, p.Quota, p.Concurrency, p.Mode = l.RateLimit, l.Quota, l.Concurrency, l.Mode
+	p.RateLimit, p.Quota, p.Concurrency, p.Mode, p.Logs = l.RateLimit, l.Quota, l.Concurrency, l.Mode, l.Logs
 	p.Resources = &r
 	normalizePlatformPlan(&p)
 	return &p, nil
@@ -103,7 +103,7 @@ func (db *DB) PutPlatformPlan(ctx context.Context, p *tenants.PlatformPlan) erro
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	l := planLimits{RateLimit: p.RateLimit, Quota: p.Quota, Concurrency: p.Concurrency, Mode: p.Mode}
+	l := planLimits{RateLimit: p.RateLimit, Quota: p.Quota, Concurrency: p.Concurrency, Mode: p.Mode, Logs: p.Logs}
 	r := p.Resources
 	err := db.write(ctx, func(tx pgx.Tx) error {
 		var row pgx.Row

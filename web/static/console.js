@@ -75,3 +75,38 @@ document.addEventListener("change", function (ev) {
   if (ev.target.name === "source") showSource();
 });
 document.addEventListener("DOMContentLoaded", showSource);
+// The request log page tails itself: every two seconds it fetches the page again with
+// since= the newest call shown and puts the rows it has not shown on top. Without
+// script the page is the same list, refreshed by reloading.
+function tailLogs() {
+  var body = document.getElementById("log-rows");
+  if (!body || !body.getAttribute("data-tail-on")) return;
+  var live = document.querySelector("[data-testid=live]");
+  if (live) live.hidden = false;
+  var busy = false;
+  setInterval(function () {
+    if (busy || document.hidden) return;
+    busy = true;
+    var u = new URL(location.href);
+    u.searchParams.delete("cursor");
+    var newest = body.getAttribute("data-tail");
+    if (newest) u.searchParams.set("since", newest);
+    fetch(u, {credentials: "same-origin"}).then(function (r) { return r.ok ? r.text() : ""; }).then(function (html) {
+      if (!html) return;
+      var doc = new DOMParser().parseFromString(html, "text/html");
+      var fresh = doc.getElementById("log-rows");
+      if (!fresh) return;
+      var first = body.firstElementChild;
+      fresh.querySelectorAll("tr").forEach(function (tr) {
+        var id = tr.getAttribute("data-request-id");
+        if (body.querySelector('tr[data-request-id="' + CSS.escape(id) + '"]')) return;
+        tr.classList.add("fresh");
+        body.insertBefore(document.importNode(tr, true), first);
+      });
+      if (fresh.getAttribute("data-tail")) body.setAttribute("data-tail", fresh.getAttribute("data-tail"));
+      var empty = document.getElementById("log-empty");
+      if (empty && body.firstElementChild) empty.remove();
+    }).catch(function () {}).finally(function () { busy = false; });
+  }, 2000);
+}
+document.addEventListener("DOMContentLoaded", tailLogs);

@@ -1,0 +1,26 @@
+package edge
+
+import (
+	"time"
+
+	wire "tollgate/infra/reqlog"
+)
+
+// logRecord puts a finished request the tenant's log kept (edge/reqlog) into the log.
+func (e *Edge) logRecord(x *exchange, status int, d time.Duration, in, out int64) {
+	l := wire.Entry{Time: x.ctx.Time(), RequestID: string(x.reqID), Method: string(x.ctx.Method()), Path: string(x.path),
+		Status: status, GatewayUS: (d - x.upstream).Microseconds(), UpstreamUS: x.upstream.Microseconds(), BytesIn: in, BytesOut: out}
+	if r := x.route; r != nil {
+		l.RouteID, l.RouteName = r.id, r.name
+	}
+	if c := x.consumer; c != nil {
+		l.ConsumerID = c.ID
+	}
+	if r := x.reply; r != nil {
+		l.Code, l.Reason = r.code, r.message
+	}
+	if x.why != "" {
+		l.Reason = x.why
+	}
+	e.cfg.Logs.Record(x.snap.logs, &l)
+}
