@@ -204,7 +204,7 @@ func (db *DB) ListAudit(ctx context.Context, tenantID string, q tenants.AuditQue
 	if !q.To.IsZero() {
 		to = &q.To
 	}
-	rows, err := db.pool.Query(ctx, `SELECT id, tenant_id::text, actor, action, object, at FROM audit_log
+	rows, err := db.pool.Query(ctx, `SELECT id, tenant_id::text, actor, action, object, at, changes FROM audit_log
 		WHERE tenant_id = $1 AND id < $2 AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
 		ORDER BY id DESC LIMIT $3`, tenantID, before, limit+1, from, to)
 	if err != nil {
@@ -212,7 +212,7 @@ func (db *DB) ListAudit(ctx context.Context, tenantID string, q tenants.AuditQue
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.AuditEntry, error) {
 		var e tenants.AuditEntry
-		err := r.Scan(&e.ID, &e.TenantID, &e.Actor, &e.Action, &e.Object, &e.At)
+		err := r.Scan(&e.ID, &e.TenantID, &e.Actor, &e.Action, &e.Object, &e.At, &e.Changes)
 		e.At = utc(e.At)
 		return &e, err
 	})
