@@ -313,7 +313,7 @@ func (s *Server) table() []endpoint {
 			desc:    "Only a version of a later month than the current one (400 validation_failed otherwise)." + pricesDoc + scopedDoc, status: 204},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/billing/export", access: tenantScoped, heavy: true, class: rbac.Read, handle: s.consumerExport, tag: tagPrices,
 			summary: "The tenant's bill of its consumers for a month",
-			desc:    "?period=YYYY-MM, ?format=csv|json (default csv), in the columns of GET /v1/billing/export: one row per consumer with usage in the month, priced by the version of its consumer plan in effect then; status unpriced (amount 0, no currency, in no total) when its plan has none or it has no plan." + scopedDoc,
+			desc:    "?period=YYYY-MM, ?format=csv|json (default csv), in the columns of GET /v1/billing/export, then consumer_name (the consumer's name; empty for one deleted since): one row per consumer with usage in the month, priced by the version of its consumer plan in effect then; status free when that version charges nothing (no fee, no unit prices: amount 0 in its currency, as the developer portal calls such a plan Free), unpriced (amount 0, no currency, in no total) when its plan has none or it has no plan." + scopedDoc,
 			params:  billing.ExportParams, csv: true, status: 200, result: billing.ExportDocument{}},
 
 		// People and audit.
