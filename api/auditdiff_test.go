@@ -83,3 +83,19 @@ func TestPlanAbovePlatformPlanWarns(t *testing.T) {
 		t.Fatalf("rpm above the platform's rps: %s", r.body)
 	}
 }
+
+// TestPlatformRoleMail: a platform role granted to an address mails it how to sign in, or
+// to create an account of no tenant; withdrawing the role mails nothing.
+func TestPlatformRoleMail(t *testing.T) {
+	t.Parallel()
+	e, mail := peopleEnv(t)
+	e.do("PUT", "/v1/platform/roles", adminToken, map[string]any{"email": "fin@example.com", "role": "finance"}).want(200)
+	m := mail.WaitFor(t, "fin@example.com")
+	if !strings.Contains(m.Text, "https://console.tollgate.test/console/signup?no_tenant=1&email=fin%40example.com") || !strings.Contains(m.Subject, "finance") {
+		t.Fatalf("mail: %s\n%s", m.Subject, m.Text)
+	}
+	e.do("PUT", "/v1/platform/roles", adminToken, map[string]any{"email": "fin@example.com", "role": ""}).want(200)
+	if n := len(mail.To("fin@example.com")); n != 1 {
+		t.Fatalf("%d mails after the role was withdrawn", n)
+	}
+}

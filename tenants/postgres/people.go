@@ -37,6 +37,9 @@ func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) er
 	if u.PasswordHash == "" {
 		return tenants.Invalid("password", "is required")
 	}
+	if t == nil {
+		return db.signUpAlone(ctx, u, email)
+	}
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -67,6 +70,21 @@ func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) er
 		"tenants_slug_key":  {Code: tenants.EConflict, Field: "slug", Message: `slug "` + t.Slug + `" is taken`},
 		"tenants_plan_fkey": noPlatformPlan(t.PlatformPlan),
 	})
+}
+
+// signUpAlone creates a user of no tenant: someone who holds a platform role (finance)
+// or joins tenants by invitation only. Its address is unverified: a platform role granted
+// to it applies once it is proven.
+func (db *DB) signUpAlone(ctx context.Context, u *tenants.User, email string) error {
+	saved, err := scanUser(db.pool.QueryRow(ctx, `INSERT INTO users (id, email, password_hash) VALUES ($1, $2, $3)
+		RETURNING `+userColumns, newID(), email, u.PasswordHash))
+	if err != nil {
+		return constraintError(err, "sign up", map[string]*tenants.Error{
+			"users_email_key": {Code: tenants.EConflict, Field: "email", Message: "an account with this email exists: sign in instead"},
+		})
+	}
+	*u = *saved
+	return nil
 }
 
 // FindUserByEmail: ENotFound.
