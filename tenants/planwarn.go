@@ -24,7 +24,7 @@ func PlanWarnings(p *ConsumerPlan, platform *PlatformPlan) []Warning {
 	var out []Warning
 	add := func(field, what, mine, theirs string) {
 		out = append(out, Warning{Field: field, Message: fmt.Sprintf(
-			"%s %s is above the %s of the tenant's platform plan %q: the platform plan caps all of the tenant's traffic together at the edge, so a consumer never gets more than that",
+			"%s %s is above the %s of the tenant's platform plan %q, which caps the whole tenant at the edge",
 			what, mine, theirs, platform.Name)})
 	}
 	if r, pr := p.RateLimit, platform.RateLimit; r != nil && pr != nil {
