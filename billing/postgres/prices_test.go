@@ -137,7 +137,7 @@ func TestExportPlanHistory(t *testing.T) {
 		}
 		return rows[0]
 	}
-	if r := planOf(billing.PeriodOf(may)); r.Plan != "free" || r.Included != 10_000 || r.Status != billing.StatusPriced {
+	if r := planOf(billing.PeriodOf(may)); r.Plan != "free" || r.Included != 10_000 || r.Status != billing.StatusFree {
 		t.Fatalf("May: %+v", r)
 	}
 	if r := planOf(billing.PeriodOf(june)); r.Plan != "enterprise" || r.ConsumerID != "c1" || r.Amount != 10 {
