@@ -27,8 +27,24 @@ func scanUser(row pgx.Row) (*tenants.User, error) {
 	return &u, nil
 }
 
+// signUpAlone creates a user of no tenant: someone who holds a platform role (finance)
+// or joins tenants by invitation only. Its address is unverified: a platform role granted
+// to it applies once it is proven.
+func (db *DB) signUpAlone(ctx context.Context, u *tenants.User, email string) error {
+	saved, err := scanUser(db.pool.QueryRow(ctx, `INSERT INTO users (id, email, password_hash) VALUES ($1, $2, $3)
+		RETURNING `+userColumns, newID(), email, u.PasswordHash))
+	if err != nil {
+		return constraintError(err, "sign up", map[string]*tenants.Error{
+			"users_email_key": {Code: tenants.EConflict, Field: "email", Message: "an account with this email exists: sign in instead"},
+		})
+	}
+	*u = *saved
+	return nil
+}
+
 // SignUp creates u, tenant t and u's owner membership of t in one transaction, so a
-// sign-up that fails leaves neither a user without a tenant nor a tenant without an owner.
+// sign-up that fails leaves neither a user without a tenant nor a tenant without an owner;
+// a nil t asks for the user alone (signUpAlone).
 func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) error {
 	email, err := tenants.NormalizeEmail(u.Email)
 	if err != nil {
@@ -70,21 +86,6 @@ func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) er
 		"tenants_slug_key":  {Code: tenants.EConflict, Field: "slug", Message: `slug "` + t.Slug + `" is taken`},
 		"tenants_plan_fkey": noPlatformPlan(t.PlatformPlan),
 	})
-}
-
-// signUpAlone creates a user of no tenant: someone who holds a platform role (finance)
-// or joins tenants by invitation only. Its address is unverified: a platform role granted
-// to it applies once it is proven.
-func (db *DB) signUpAlone(ctx context.Context, u *tenants.User, email string) error {
-	saved, err := scanUser(db.pool.QueryRow(ctx, `INSERT INTO users (id, email, password_hash) VALUES ($1, $2, $3)
-		RETURNING `+userColumns, newID(), email, u.PasswordHash))
-	if err != nil {
-		return constraintError(err, "sign up", map[string]*tenants.Error{
-			"users_email_key": {Code: tenants.EConflict, Field: "email", Message: "an account with this email exists: sign in instead"},
-		})
-	}
-	*u = *saved
-	return nil
 }
 
 // FindUserByEmail: ENotFound.
