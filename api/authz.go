@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/subtle"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -206,6 +207,17 @@ func (s *Server) putPlatformRole(c *fiber.Ctx, r *request) error {
 	g, err := s.cfg.People.SetPlatformRole(r.ctx, b.Email, b.Role)
 	if err != nil {
 		return err
+	}
+	if g.Role != "" && s.cfg.Mailer != nil {
+		// The same mail whether or not the address has an account, as the answer is: it
+		// says how to sign in, or to create an account of no tenant.
+		base := s.cfg.PublicURL
+		if base == "" {
+			base = "http://" + c.Hostname()
+		}
+		if err := s.cfg.Mailer.Send(r.ctx, tenants.PlatformRoleMail(g, base)); err != nil {
+			return fmt.Errorf("mail the platform role: %w", err)
+		}
 	}
 	return reply(c, http.StatusOK, g, 0)
 }

@@ -321,12 +321,12 @@ func (s *Server) table() []endpoint {
 			desc:    "Only a version of a later month than the current one (400 validation_failed otherwise)." + pricesDoc + scopedDoc, status: 204},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/billing/export", access: tenantScoped, heavy: true, class: rbac.Read, handle: s.consumerExport, tag: tagPrices,
 			summary: "The tenant's bill of its consumers for a month",
-			desc:    "?period=YYYY-MM, ?format=csv|json (default csv), in the columns of GET /v1/billing/export: one row per consumer with usage in the month, priced by the version of its consumer plan in effect then; status unpriced (amount 0, no currency, in no total) when its plan has none or it has no plan." + scopedDoc,
+			desc:    "?period=YYYY-MM, ?format=csv|json (default csv), in the columns of GET /v1/billing/export, then consumer_name (the consumer's name; empty for one deleted since): one row per consumer with usage in the month, priced by the version of its consumer plan in effect then; status free when that version charges nothing (no fee, no unit prices: amount 0 in its currency, as the developer portal calls such a plan Free), unpriced (amount 0, no currency, in no total) when its plan has none or it has no plan." + scopedDoc,
 			params:  billing.ExportParams, csv: true, status: 200, result: billing.ExportDocument{}},
 
 		// People and audit.
 		{method: http.MethodGet, path: "/v1/tenants/:slug/audit", access: tenantScoped, class: rbac.Read, handle: s.listAudit, tag: tagAudit,
-			summary: "The tenant's audit log", desc: "Every successful write to the tenant, newest first: who (a user's email, token:<name> or admin), what (<kind>.<create|update|delete>), which object, when. ?from= and ?to= (RFC 3339, or YYYY-MM-DD for a whole UTC day, to included) bound when; either may be left out." + scopedDoc,
+			summary: "The tenant's audit log", desc: "Every successful write to the tenant, newest first: who (a user's email, token:<name> or admin), what (<kind>.<create|update|delete>), which object, when, and what changed (changes: an update's fields before and after, an apply's or an import's objects by name; secrets only as redacted). ?from= and ?to= (RFC 3339, or YYYY-MM-DD for a whole UTC day, to included) bound when; either may be left out." + scopedDoc,
 			status: 200, result: list[tenants.AuditEntry]{}, list: true, params: []string{"from", "to"}},
 		{method: http.MethodGet, path: "/v1/tenants/:slug/members", access: tenantScoped, class: rbac.Read, handle: s.listMembers, tag: tagMembers,
 			summary: "List the tenant's console users and their roles", desc: scopedDoc, status: 200, result: list[tenants.Membership]{}},
@@ -352,7 +352,7 @@ func (s *Server) table() []endpoint {
 			summary: "Decline an invitation", desc: "As accepting, but ends the invitation without a membership.",
 			body: inviteTokenBody{}, status: 204},
 		{method: http.MethodPut, path: "/v1/platform/roles", access: adminOnly, handle: s.putPlatformRole, tag: tagPlatform,
-			summary: "Grant a platform role to an address", desc: "Admin token only. operator acts as an admin in every tenant; finance reads every tenant and exports the bill; empty withdraws the grant and the role. The user with that address holds the role once the address is verified; the answer is the same whether or not the address has an account.",
+			summary: "Grant a platform role to an address", desc: "Admin token only. operator acts as an admin in every tenant; finance reads every tenant and exports the bill; empty withdraws the grant and the role. The user with that address holds the role once the address is verified; the answer is the same whether or not the address has an account. A grant mails the address how to sign in, or to create an account of no tenant (with a mailer configured).",
 			body: platformRoleBody{}, status: 200, result: tenants.PlatformGrant{}},
 	}
 }

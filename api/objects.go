@@ -37,6 +37,9 @@ type collection[E any] struct {
 	// storeErr turns a store error about v into the client's error (a consumer's
 	// missing plan is a validation error); nil: as is.
 	storeErr func(err error, v *E) error
+	// saved notes on an object just created or replaced what the answer should warn of
+	// (a plan above the tenant's platform plan); nil: nothing.
+	saved func(r *request, v *E)
 	// off reports why the kind is not served by this server (custom domains without a
 	// domain store), before anything else is looked at; nil: always served.
 	off func() error
@@ -75,6 +78,9 @@ func (k *collection[E]) handleCreate(c *fiber.Ctx, r *request) error {
 	*tenantID = r.tenant.ID
 	if err := k.create(r.ctx, v); err != nil {
 		return k.fail(err, v)
+	}
+	if k.saved != nil {
+		k.saved(r, v)
 	}
 	c.Location("/v1/tenants/" + r.tenant.Slug + "/" + k.path + "/" + *id)
 	return reply(c, http.StatusCreated, k.shown(v), *version)
@@ -145,6 +151,9 @@ func (k *collection[E]) handlePut(c *fiber.Ctx, r *request) error {
 	if err := k.update(r.ctx, v); err != nil {
 		return k.fail(err, v)
 	}
+	if k.saved != nil {
+		k.saved(r, v)
+	}
 	return reply(c, http.StatusOK, k.shown(v), *vv)
 }
 
@@ -210,6 +219,9 @@ func (s *Server) plans() *collection[tenants.ConsumerPlan] {
 		},
 		create: s.cfg.Plans.CreatePlan, list: s.cfg.Plans.ListPlans, find: s.cfg.Plans.FindPlan,
 		update: s.cfg.Plans.UpdatePlan, delete: s.cfg.Plans.DeletePlan,
+		saved: func(r *request, v *tenants.ConsumerPlan) {
+			v.Warnings = tenants.PlanWarnings(v, r.tenant.Limits)
+		},
 	}
 }
 

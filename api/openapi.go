@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"reflect"
 	"slices"
@@ -72,8 +73,9 @@ var inputNames = map[reflect.Type]string{
 }
 
 var (
-	timeType  = reflect.TypeFor[time.Time]()
-	domainPkg = reflect.TypeFor[tenants.Tenant]().PkgPath()
+	timeType    = reflect.TypeFor[time.Time]()
+	rawJSONType = reflect.TypeFor[json.RawMessage]()
+	domainPkg   = reflect.TypeFor[tenants.Tenant]().PkgPath()
 )
 
 // outputFields adds keywords to fields of the domain types in responses: the enums, and
@@ -146,8 +148,12 @@ func (g *schemas) ref(t reflect.Type, m mode) obj {
 			g.comps[n] = g.object(t, m)
 		}
 		return obj{"$ref": "#/components/schemas/" + n}
+	case t == rawJSONType:
+		return obj{} // any JSON value
 	case t.Kind() == reflect.Slice:
 		return obj{"type": "array", "items": g.ref(t.Elem(), m)}
+	case t.Kind() == reflect.Map && t.Elem().Kind() == reflect.Struct:
+		return obj{"type": "object", "additionalProperties": g.ref(t.Elem(), m)}
 	case t.Kind() == reflect.Map:
 		return obj{"type": "object"}
 	case t.Kind() == reflect.String:

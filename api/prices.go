@@ -190,7 +190,7 @@ func (s *Server) consumerExport(c *fiber.Ctx, r *request) error {
 	}
 	var buf bytes.Buffer
 	if format == "csv" {
-		err = billing.WriteCSV(&buf, rows)
+		err = billing.WriteConsumerCSV(&buf, rows)
 		c.Set(fiber.HeaderContentType, "text/csv; charset=utf-8")
 	} else {
 		err = billing.WriteJSON(&buf, p, rows)

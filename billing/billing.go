@@ -284,10 +284,13 @@ func (q *UsageQuery) ParseGroupBy(s string) error {
 // plan is priced per consumer (in a tenant's bill of its consumers, one consumer). Rows
 // are ordered by tenant slug, tenant id, consumer id.
 type ExportRow struct {
-	Period       string `json:"period"`
-	Tenant       string `json:"tenant"` // the slug; empty when the tenant was deleted
-	TenantID     string `json:"tenant_id"`
-	ConsumerID   string `json:"consumer_id"` // only on per-consumer plans
+	Period     string `json:"period"`
+	Tenant     string `json:"tenant"` // the slug; empty when the tenant was deleted
+	TenantID   string `json:"tenant_id"`
+	ConsumerID string `json:"consumer_id"` // only on per-consumer plans
+	// ConsumerName is the consumer's name, in a tenant's bill of its consumers only
+	// (empty for a consumer deleted since).
+	ConsumerName string `json:"consumer_name,omitempty"`
 	Plan         string `json:"plan"`
 	Requests     int64  `json:"requests"`
 	Billable     int64  `json:"billable"`
@@ -306,8 +309,9 @@ type ExportRow struct {
 	FunctionAmount     int64  `json:"function_amount"`
 	Amount             int64  `json:"amount"` // minor units of Currency: the monthly fee plus the overages' charges
 	Currency           string `json:"currency"`
-	// Status is StatusPriced, or StatusUnpriced when the plan had no price version in
-	// effect for the period (then every price field is 0 and Currency is empty).
+	// Status is StatusPriced, StatusFree when the version in effect charges nothing, or
+	// StatusUnpriced when the plan had no price version in effect for the period (then
+	// every price field is 0 and Currency is empty).
 	Status string `json:"status"`
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -35,20 +36,38 @@ func SortExport(rows []ExportRow) {
 // WriteCSV writes rows as CSV with ExportHeader. The output depends on the rows only (no
 // timestamps), so the same period exported twice is the same bytes.
 func WriteCSV(w io.Writer, rows []ExportRow) error {
+	return writeCSV(w, rows, false)
+}
+
+// WriteConsumerCSV writes a tenant's bill of its consumers: WriteCSV's columns, then
+// consumer_name.
+func WriteConsumerCSV(w io.Writer, rows []ExportRow) error {
+	return writeCSV(w, rows, true)
+}
+
+func writeCSV(w io.Writer, rows []ExportRow, names bool) error {
 	cw := csv.NewWriter(w)
-	if err := cw.Write(ExportHeader); err != nil {
+	header := ExportHeader
+	if names {
+		header = append(slices.Clip(header), "consumer_name")
+	}
+	if err := cw.Write(header); err != nil {
 		return err
 	}
 	i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
 	for i := range rows {
 		r := &rows[i]
-		if err := cw.Write([]string{
+		rec := []string{
 			r.Period, r.Tenant, r.TenantID, r.ConsumerID, r.Plan, i64(r.Requests), i64(r.Billable),
 			i64(r.Included), i64(r.Overage), i64(r.UnitPrice), i64(r.UnitRequests), i64(r.Amount), r.Currency,
 			r.Status, i64(r.MonthlyFee),
 			i64(r.FunctionUS), i64(r.FunctionIncludedMS), i64(r.FunctionOverageUS), i64(r.FunctionUnitPrice),
 			i64(r.FunctionUnitMS), i64(r.FunctionAmount),
-		}); err != nil {
+		}
+		if names {
+			rec = append(rec, r.ConsumerName)
+		}
+		if err := cw.Write(rec); err != nil {
 			return err
 		}
 	}

@@ -19,10 +19,13 @@ const (
 	ScopeTenant   = "tenant"
 )
 
-// Export row statuses: a row priced by a version in effect for its period, or one whose
-// plan had none (amount 0, no currency).
+// Export row statuses: a row priced by a version in effect for its period; one priced by
+// a version that charges nothing (no fee, no unit prices: amount 0 in its currency), as
+// the developer portal calls such a plan free; or one whose plan had none (amount 0, no
+// currency).
 const (
 	StatusPriced   = "priced"
+	StatusFree     = "free"
 	StatusUnpriced = "unpriced"
 )
 

@@ -20,6 +20,9 @@ type AuditEntry struct {
 	Action   string    `json:"action"` // "<kind>.<verb>": routes.create, keys.delete… (AuditAction)
 	Object   string    `json:"object"` // the object's id, or "" for the tenant itself
 	At       time.Time `json:"at"`
+	// Changes says what the write changed, when it is one that knows: an update's fields
+	// before and after, an apply's or an import's objects. Secrets are never in it.
+	Changes *AuditChanges `json:"changes,omitempty"`
 }
 
 // AuditService reads the audit log. Entries are written only by the writes they record

@@ -3,6 +3,7 @@ package tenants
 import (
 	"context"
 	"net/mail"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -114,6 +115,23 @@ func InvitationMail(inv *Invite, tenantSlug, tenantName, publicURL, token string
 	}
 }
 
+// PlatformRoleMail tells the address of grant g that it holds a platform role, and how to
+// use it: sign in, or create an account of no tenant with that address and verify it. It
+// reads the same whether or not the address has an account.
+func PlatformRoleMail(g *PlatformGrant, publicURL string) Mail {
+	base := strings.TrimSuffix(publicURL, "/") + "/console"
+	signup := base + "/signup?no_tenant=1&email=" + url.QueryEscape(g.Email)
+	return Mail{
+		To:      g.Email,
+		Subject: "You have the " + g.Role + " role on Tollgate",
+		Text: "An administrator gave " + g.Email + " the " + g.Role + " role on this Tollgate platform" +
+			" (finance: the billing export and prices; operator: every tenant).\n\n" +
+			"If you have an account with this address, sign in:\n\n  " + base + "/login\n\n" +
+			"If you have none, create one with this address; it needs no tenant of its own:\n\n  " + signup + "\n\n" +
+			"The role applies once the address is verified, from the link mailed when you sign up.\n",
+	}
+}
+
 // Session is a signed-in browser. Its id lives only in the user's cookie; the store keeps
 // its SHA-256 (Hash). CSRF is the synchronizer token every form of the session carries.
 type Session struct {
@@ -127,8 +145,9 @@ type Session struct {
 // PeopleService stores users, memberships and sessions.
 type PeopleService interface {
 	// SignUp creates u (PasswordHash set by the caller), tenant t and u's owner membership
-	// in one transaction; pending invites of u's email stay pending until accepted:
-	// EValidation, EConflict (email or slug taken; Field says which).
+	// in one transaction; pending invites of u's email stay pending until accepted. A nil
+	// t creates u alone, a member of no tenant (a finance user, or someone joining by
+	// invitation). EValidation, EConflict (email or slug taken; Field says which).
 	SignUp(ctx context.Context, u *User, t *Tenant) error
 	// CreateOwnedTenant creates tenant t with the user userID as its owner, in one
 	// transaction: a signed-in user's further tenant. EValidation, EConflict (slug taken;

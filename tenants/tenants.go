@@ -192,11 +192,13 @@ type ConsumerPlan struct {
 	Mode string `json:"mode,omitempty" enum:"local,exact,approximate" doc:"Where the rate and quota are counted across edges (see the README for each mode's error bound). Default: approximate, or exact when burst < rate × 0.1 s + 1 (approximate with such a burst is refused)."`
 	// Public plans are offered on the tenant's developer portal, where consumers choose
 	// one themselves (a priced one through Stripe Checkout).
-	Public      bool      `json:"public,omitempty" doc:"Offered on the tenant's developer portal. Default: false."`
-	Description string    `json:"description,omitempty" doc:"Shown beside the plan on the developer portal."`
-	Version     int64     `json:"version" readonly:"true" doc:"Bumped by every change; the ETag. Send it back in If-Match."`
-	CreatedAt   time.Time `json:"created_at" readonly:"true"`
-	UpdatedAt   time.Time `json:"updated_at" readonly:"true"`
+	Public      bool   `json:"public,omitempty" doc:"Offered on the tenant's developer portal. Default: false."`
+	Description string `json:"description,omitempty" doc:"Shown beside the plan on the developer portal."`
+	// Warnings are set on the answer to a create or a replace only, never stored.
+	Warnings  []Warning `json:"warnings,omitempty" readonly:"true" doc:"Where the plan allows more than the tenant's platform plan (rate, burst, quota, concurrency): saved all the same, since the platform plan caps the whole tenant at the edge. Only in the answer to a create or a replace."`
+	Version   int64     `json:"version" readonly:"true" doc:"Bumped by every change; the ETag. Send it back in If-Match."`
+	CreatedAt time.Time `json:"created_at" readonly:"true"`
+	UpdatedAt time.Time `json:"updated_at" readonly:"true"`
 }
 
 // Consumer is a client of a tenant's APIs; it authenticates with its keys.

@@ -469,6 +469,8 @@ func (c *Console) consumerDelete(ctx *fiber.Ctx) error {
 type auditRow struct {
 	*tenants.AuditEntry
 	Name, Link string
+	Fields     []auditField  // an update's changed fields
+	Objects    []auditObject // an apply's or an import's objects
 }
 
 // auditRange is the audit page's optional date range, as typed, with a message for a bad
@@ -511,6 +513,9 @@ func (c *Console) auditPage(ctx *fiber.Ctx) error {
 	rows := make([]auditRow, len(items))
 	for i, a := range items {
 		rows[i] = auditRow{AuditEntry: a}
+		if a.Changes != nil {
+			rows[i].Fields, rows[i].Objects = auditFields(a.Changes.Fields), auditObjects(a.Changes)
+		}
 		kind, _, _ := strings.Cut(a.Action, ".")
 		if o, ok := names[kind+"/"+a.Object]; ok {
 			rows[i].Name, rows[i].Link = o[0], o[1]

@@ -27,6 +27,8 @@ type planForm struct {
 	Public      bool   // offered on the developer portal
 	Description string // shown beside it there
 	Errors      map[string]string
+	// Warnings say where the saved plan allows more than the tenant's platform plan.
+	Warnings []tenants.Warning
 }
 
 var planModes = []string{tenants.ModeApproximate, tenants.ModeExact, tenants.ModeLocal}
@@ -105,6 +107,7 @@ type plansData struct {
 	Plans    []*tenants.ConsumerPlan
 	Platform *tenants.PlatformPlan
 	Enabled  bool
+	Above    map[string]bool // by plan id: the plan allows more than the platform plan
 }
 
 func (c *Console) plansPage(ctx *fiber.Ctx) error {
@@ -115,7 +118,10 @@ func (c *Console) plansPage(ctx *fiber.Ctx) error {
 		if err != nil {
 			return c.internal(ctx, err)
 		}
-		d.Plans = items
+		d.Plans, d.Above = items, map[string]bool{}
+		for _, p := range items {
+			d.Above[p.ID] = len(tenants.PlanWarnings(p, tv.Limits)) > 0
+		}
 	}
 	return c.render(ctx, http.StatusOK, "plans", page{Title: "Plans & limits", Nav: "plans", Data: d})
 }
@@ -166,6 +172,13 @@ func (c *Console) planSave(ctx *fiber.Ctx, p *tenants.ConsumerPlan, errs map[str
 		},
 		field: func(err error) bool { return fieldError(err, errs, nil) },
 		id:    func() string { return p.ID },
+		// A plan above the platform plan is saved, and its page says where.
+		then: func() string {
+			if len(tenants.PlanWarnings(p, tenantOf(ctx).Limits)) > 0 {
+				return "/plans/" + p.ID + "?done=plan-above-platform"
+			}
+			return ""
+		},
 	}
 }
 
@@ -181,8 +194,13 @@ func (c *Console) planEditPage(ctx *fiber.Ctx) error {
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	return c.render(ctx, http.StatusOK, "plan", page{Title: "Plan " + p.Name, Nav: "plans", Form: planFormOf(p),
-		Data: prices, Flash: priceFlash(ctx.Query("done"))})
+	f := planFormOf(p)
+	f.Warnings = tenants.PlanWarnings(p, tenantOf(ctx).Limits)
+	flash := priceFlash(ctx.Query("done"))
+	if ctx.Query("done") == "plan-above-platform" {
+		flash = "Plan saved."
+	}
+	return c.render(ctx, http.StatusOK, "plan", page{Title: "Plan " + p.Name, Nav: "plans", Form: f, Data: prices, Flash: flash})
 }
 
 func (c *Console) planUpdate(ctx *fiber.Ctx) error {

@@ -240,6 +240,7 @@ type formSave struct {
 	audit string            // the audit action, "routes.update" (tenants.AuditAction)
 	id    func() string     // the object's id; "" for a new one until saved
 	done  string            // where the browser goes next, under the tenant
+	then  func() string     // once saved, where to go instead of done; nil or "": done
 }
 
 // submit saves the form's object unless the form found errors itself, the save recording
@@ -258,7 +259,11 @@ func (c *Console) submit(ctx *fiber.Ctx, s formSave) (sent bool, err error) {
 	ctx.SetUserContext(plain)
 	switch {
 	case err == nil:
-		return true, ctx.Redirect(c.tenantURL(ctx, s.done), http.StatusSeeOther)
+		done := s.done
+		if s.then != nil && s.then() != "" {
+			done = s.then()
+		}
+		return true, ctx.Redirect(c.tenantURL(ctx, done), http.StatusSeeOther)
 	case tenants.ErrorCode(err) == tenants.EVersionConflict:
 		s.errs["form"] = "Someone changed this " + s.noun + " since you opened it. Reload the page to see their change, then edit again."
 		return false, nil

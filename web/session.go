@@ -112,6 +112,10 @@ func (c *Console) home(ctx *fiber.Ctx) error {
 		return c.internal(ctx, err)
 	}
 	if len(ms) == 0 {
+		// A finance user needs no tenant: the bill is the platform's.
+		if c.mayExport(ctx) {
+			return ctx.Redirect(Prefix+"/finance", http.StatusSeeOther)
+		}
 		return c.render(ctx, http.StatusOK, "notenant", page{Title: "No tenant yet"})
 	}
 	return ctx.Redirect(Prefix+"/t/"+ms[0].TenantSlug+"/routes", http.StatusSeeOther)
@@ -119,12 +123,16 @@ func (c *Console) home(ctx *fiber.Ctx) error {
 
 type authForm struct {
 	Email, Slug, Name string
-	Errors            map[string]string
-	Next              string
+	// NoTenant asks for an account of no tenant: a finance user's, or someone's who joins
+	// tenants by invitation.
+	NoTenant bool
+	Errors   map[string]string
+	Next     string
 }
 
 func (c *Console) signupPage(ctx *fiber.Ctx) error {
-	return c.render(ctx, http.StatusOK, "signup", page{Title: "Create your account", Form: authForm{Next: localNext(ctx.Query("next"), "")}})
+	return c.render(ctx, http.StatusOK, "signup", page{Title: "Create your account", Form: authForm{Next: localNext(ctx.Query("next"), ""),
+		Email: ctx.Query("email"), NoTenant: ctx.Query("no_tenant") != ""}})
 }
 
 // signup answers a new address and a taken one alike, with the same page and status,
@@ -134,7 +142,10 @@ func (c *Console) signupPage(ctx *fiber.Ctx) error {
 // signs in with its password (or follows the link first).
 func (c *Console) signup(ctx *fiber.Ctx) error {
 	f := authForm{Email: strings.TrimSpace(ctx.FormValue("email")), Slug: strings.TrimSpace(ctx.FormValue("slug")), Name: strings.TrimSpace(ctx.FormValue("name")), Errors: map[string]string{},
-		Next: localNext(ctx.FormValue("next"), "")}
+		Next: localNext(ctx.FormValue("next"), ""), NoTenant: ctx.FormValue("no_tenant") != ""}
+	if f.NoTenant {
+		f.Slug, f.Name = "", ""
+	}
 	pw := ctx.FormValue("password")
 	hash, err := tenants.HashPassword(pw)
 	if err != nil && !fieldError(err, f.Errors, nil) {
@@ -144,9 +155,12 @@ func (c *Console) signup(ctx *fiber.Ctx) error {
 	if err != nil {
 		fieldError(err, f.Errors, nil)
 	}
-	t := &tenants.Tenant{Slug: f.Slug, Name: f.Name}
-	if err := t.Validate(); err != nil && !fieldError(err, f.Errors, map[string]string{"slug": "slug", "name": "name", "plan": "slug"}) {
-		return c.internal(ctx, err)
+	var t *tenants.Tenant // nil: an account of no tenant
+	if !f.NoTenant {
+		t = &tenants.Tenant{Slug: f.Slug, Name: f.Name}
+		if err := t.Validate(); err != nil && !fieldError(err, f.Errors, map[string]string{"slug": "slug", "name": "name", "plan": "slug"}) {
+			return c.internal(ctx, err)
+		}
 	}
 	if len(f.Errors) > 0 {
 		return c.render(ctx, http.StatusUnprocessableEntity, "signup", page{Title: "Create your account", Form: f})
@@ -165,7 +179,11 @@ func (c *Console) signup(ctx *fiber.Ctx) error {
 	}
 	if !taken {
 		u := &tenants.User{Email: email, PasswordHash: hash}
-		err = c.cfg.People.SignUp(c.audited(ctx, u, "", tenants.AuditAction("tenant", tenants.AuditCreate), ""), u, t)
+		sctx := c.ctx(ctx) // an account alone changes no tenant: no audit entry
+		if t != nil {
+			sctx = c.audited(ctx, u, "", tenants.AuditAction("tenant", tenants.AuditCreate), "")
+		}
+		err = c.cfg.People.SignUp(sctx, u, t)
 		switch {
 		case err == nil:
 			if err := c.sendVerification(ctx, u, f.Next); err != nil {
@@ -176,7 +194,7 @@ func (c *Console) signup(ctx *fiber.Ctx) error {
 		case !fieldError(err, f.Errors, map[string]string{"slug": "slug", "name": "name", "plan": "slug"}):
 			return c.internal(ctx, err)
 		}
-	} else {
+	} else if t != nil {
 		// The same answer a new address gets when the slug is taken: the slug is public
 		// (it names the tenant on the edge), the account behind the address is not.
 		_, err := c.cfg.Tenants.FindTenant(c.ctx(ctx), t.Slug)

@@ -60,7 +60,7 @@ func TestConsoleSettings(t *testing.T) {
 	owner.screenshot("13-plans-empty")
 	owner.do(chromedp.Click(chromedp.CSS(`a[href$="/plans/new"]`)))
 	owner.waitPath(base + "/plans/new")
-	owner.fill(map[string]string{"#name": "basic", "#rate": "10", "#burst": "999999999", "#quota": "100000", "#concurrency": "5"})
+	owner.fill(map[string]string{"#name": "basic", "#rate": "10", "#burst": "999999999", "#quota": "10000", "#concurrency": "5"})
 	owner.submit()
 	owner.do(chromedp.WaitVisible(chromedp.CSS(`#rate_limit-error`)))
 	if msg := owner.eval(`document.querySelector("#rate_limit-error").innerText`); !strings.Contains(msg, "burst") {
@@ -73,7 +73,7 @@ func TestConsoleSettings(t *testing.T) {
 	owner.fill(map[string]string{"#burst": "20"})
 	owner.submit()
 	owner.waitPath(base + "/plans?done=plan-created")
-	owner.contains("basic", "10/s", "100,000", "Plan created")
+	owner.contains("basic", "10/s", "10,000", "Plan created")
 	owner.screenshot("15-plans")
 
 	// A consumer put on the plan from its page.

@@ -122,7 +122,8 @@ func (c *Console) usagePage(ctx *fiber.Ctx) error {
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	d.Total, d.Billable, d.Month = rep.Total.Requests, rep.Total.Billable, month.Total.Requests
+	// The quota counts what is billable: the gateway's own refusals use none of it.
+	d.Total, d.Billable, d.Month = rep.Total.Requests, rep.Total.Billable, month.Total.Billable
 	d.FunctionUS = rep.Total.FunctionUS
 	if tv.Limits != nil && tv.Limits.Quota != nil && tv.Limits.Quota.Requests > 0 {
 		d.Quota = tv.Limits.Quota.Requests

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -272,7 +273,7 @@ func (s *Store) ConsumerExport(ctx context.Context, tenantID string, p billing.P
 			FROM usage_hourly WHERE tenant_id = $4 AND hour >= $1 AND hour < $2 AND consumer_id <> ''
 			GROUP BY consumer_id
 		)
-		SELECT $4::text, coalesce(t.slug, ''), coalesce(c.plan, ''), u.consumer_id,
+		SELECT $4::text, coalesce(t.slug, ''), coalesce(c.plan, ''), u.consumer_id, coalesce(c.name, ''),
 			u.requests, u.billable, u.function_us, `+lateralPriceColumns+`
 		FROM u
 		LEFT JOIN tenants t ON t.id = $4
@@ -285,7 +286,7 @@ func (s *Store) ConsumerExport(ctx context.Context, tenantID string, p billing.P
 	if err != nil {
 		return nil, fmt.Errorf("consumer export: %w", err)
 	}
-	lines, err := pgx.CollectRows(rows, scanBillLine)
+	lines, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (billLine, error) { return scanBillLineNamed(r, true) })
 	if err != nil {
 		return nil, fmt.Errorf("consumer export: %w", err)
 	}
@@ -295,6 +296,7 @@ func (s *Store) ConsumerExport(ctx context.Context, tenantID string, p billing.P
 		if err != nil {
 			return nil, err
 		}
+		r.ConsumerName = l.ConsumerName
 		out = append(out, r)
 	}
 	billing.SortExport(out)
@@ -313,7 +315,10 @@ type billLine struct {
 	price *billing.Price
 }
 
-func scanBillLine(r pgx.CollectableRow) (billLine, error) {
+func scanBillLine(r pgx.CollectableRow) (billLine, error) { return scanBillLineNamed(r, false) }
+
+// scanBillLineNamed scans a bill's row; named: the consumer's name follows its id.
+func scanBillLineNamed(r pgx.CollectableRow, named bool) (billLine, error) {
 	var (
 		l                             billLine
 		currency                      *string
@@ -321,8 +326,12 @@ func scanBillLine(r pgx.CollectableRow) (billLine, error) {
 		perConsumer                   *bool
 		fnIncluded, fnPrice, fnUnit   *int64
 	)
-	err := r.Scan(&l.TenantID, &l.Tenant, &l.Plan, &l.ConsumerID, &l.Requests, &l.Billable, &l.FunctionUS,
-		&currency, &fee, &included, &unit, &unitReqs, &perConsumer, &fnIncluded, &fnPrice, &fnUnit)
+	dest := []any{&l.TenantID, &l.Tenant, &l.Plan, &l.ConsumerID, &l.Requests, &l.Billable, &l.FunctionUS,
+		&currency, &fee, &included, &unit, &unitReqs, &perConsumer, &fnIncluded, &fnPrice, &fnUnit}
+	if named {
+		dest = slices.Insert(dest, 4, any(&l.ConsumerName))
+	}
+	err := r.Scan(dest...)
 	if err != nil || currency == nil {
 		return l, err
 	}
@@ -346,6 +355,9 @@ func (l *billLine) row(p billing.Period, consumer string, requests, billable, fu
 		r.Included, r.UnitPrice, r.UnitRequests, r.MonthlyFee = pr.IncludedRequests, pr.UnitPrice, pr.UnitRequests, pr.MonthlyFee
 		r.FunctionIncludedMS, r.FunctionUnitPrice, r.FunctionUnitMS = pr.IncludedFunctionMS, pr.FunctionUnitPrice, pr.FunctionUnitMS
 		r.Currency, r.Status = pr.Currency, billing.StatusPriced
+		if pr.MonthlyFee == 0 && pr.UnitPrice == 0 && pr.FunctionUnitPrice == 0 {
+			r.Status = billing.StatusFree
+		}
 	}
 	return r, nil
 }

@@ -137,7 +137,7 @@ func TestExportPlanHistory(t *testing.T) {
 		}
 		return rows[0]
 	}
-	if r := planOf(billing.PeriodOf(may)); r.Plan != "free" || r.Included != 10_000 || r.Status != billing.StatusPriced {
+	if r := planOf(billing.PeriodOf(may)); r.Plan != "free" || r.Included != 10_000 || r.Status != billing.StatusFree {
 		t.Fatalf("May: %+v", r)
 	}
 	if r := planOf(billing.PeriodOf(june)); r.Plan != "enterprise" || r.ConsumerID != "c1" || r.Amount != 10 {
@@ -240,6 +240,9 @@ func TestConsumerExport(t *testing.T) {
 		t.Fatalf("%+v %v", rows, err)
 	}
 	for _, r := range rows {
+		if want := map[string]string{consumers["gold"]: "on-gold", consumers["silver"]: "on-silver", consumers[""]: "on-"}[r.ConsumerID]; r.ConsumerName != want {
+			t.Errorf("consumer %s named %q, want %q", r.ConsumerID, r.ConsumerName, want)
+		}
 		priced := r.ConsumerID == consumers["gold"]
 		if r.Tenant != "acme" || (r.Status == billing.StatusPriced) != priced {
 			t.Errorf("row %+v", r)
@@ -247,6 +250,30 @@ func TestConsumerExport(t *testing.T) {
 		if priced && (r.Amount != 105 || r.Currency != "eur" || r.Plan != "gold") {
 			t.Errorf("gold: %+v", r)
 		}
+	}
+	// A version that charges nothing makes the plan free, as the portal calls it; a plan
+	// with no version stays unpriced.
+	if err := db.Store.SetPrice(ctx, &billing.Price{TenantID: tn.ID, Plan: "silver", EffectiveFrom: p.String(), Currency: "eur"}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = db.Store.ConsumerExport(ctx, tn.ID, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := map[string]string{}
+	for _, r := range rows {
+		status[r.ConsumerName] = r.Status + " " + r.Currency
+	}
+	if status["on-gold"] != "priced eur" || status["on-silver"] != "free eur" || status["on-"] != "unpriced " {
+		t.Errorf("statuses %v", status)
+	}
+	var csv bytes.Buffer
+	if err := billing.WriteConsumerCSV(&csv, rows); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(strings.SplitN(csv.String(), "\n", 2)[0], ",function_amount,consumer_name") || !strings.Contains(csv.String(), ",silver,") ||
+		!strings.Contains(csv.String(), ",eur,free,0,0,0,0,0,1000,0,on-silver\n") {
+		t.Errorf("consumer csv:\n%s", csv.String())
 	}
 	if rows, err := db.Store.ConsumerExport(ctx, tn.ID, period(t, "2020-01")); err != nil || len(rows) != 0 {
 		t.Fatalf("a month without usage: %+v %v", rows, err)

@@ -69,10 +69,11 @@ func putAccessRules(ctx context.Context, tx pgx.Tx, p *tenants.AccessRules) erro
 		return err
 	}
 	spec := specOf(p)
-	var (
-		saved *tenants.AccessRules
-		err   error
-	)
+	before, err := stateBefore(ctx, tx, scanAccessRules, `SELECT `+accessRulesColumns+` FROM policies WHERE tenant_id = $1`, p.TenantID)
+	if err != nil {
+		return err
+	}
+	var saved *tenants.AccessRules
 	if p.Version == 0 {
 		saved, err = scanAccessRules(tx.QueryRow(ctx, `INSERT INTO policies (tenant_id, spec) VALUES ($1, $2)
 			ON CONFLICT (tenant_id) DO UPDATE SET spec = EXCLUDED.spec, version = policies.version + 1, updated_at = now()
@@ -88,6 +89,7 @@ func putAccessRules(ctx context.Context, tx pgx.Tx, p *tenants.AccessRules) erro
 		return err
 	}
 	*p = *saved
+	auditUpdate(tx, before, p)
 	return emit(ctx, tx, accessRulesChange(p))
 }
 

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +21,42 @@ type writeTx struct {
 	object         string
 	also           []tenants.AuditEntry // further entries the change makes
 	firstChangeKey string               // the key of the first config change emitted
+	audited        bool                 // the change records an audit entry
+	bulk           bool                 // an apply: it says what changed itself, its writes do not
+	changes        *tenants.AuditChanges
+}
+
+// auditing reports whether tx's change records an audit entry that its write is to say
+// what changed in: the reading of an object's state before an update is spent only then.
+func auditing(tx pgx.Tx) bool {
+	wt, ok := tx.(*writeTx)
+	return ok && wt.audited && !wt.bulk
+}
+
+// auditUpdate records in tx's audit entry the fields an update changed from before to
+// after; before nil (not read, or not there) records nothing.
+func auditUpdate[T any](tx pgx.Tx, before, after *T) {
+	if before == nil || !auditing(tx) {
+		return
+	}
+	if f := tenants.DiffFields(before, after); f != nil {
+		tx.(*writeTx).changes = &tenants.AuditChanges{Fields: f}
+	}
+}
+
+// auditBulk makes tx's change one that says what changed itself (an apply of many
+// objects): the writes it makes do not.
+func auditBulk(tx pgx.Tx) {
+	if wt, ok := tx.(*writeTx); ok {
+		wt.bulk = true
+	}
+}
+
+// auditChanges records c as what tx's change changed.
+func auditChanges(tx pgx.Tx, c *tenants.AuditChanges) {
+	if wt, ok := tx.(*writeTx); ok && wt.audited {
+		wt.changes = c
+	}
 }
 
 // auditObject names the tenant and object of tx's change for its audit entry, where the
@@ -68,19 +106,45 @@ func (wt *writeTx) recordAudit(ctx context.Context) error {
 	if a.Object != "" {
 		object = a.Object
 	}
+	var changes []byte
+	if !wt.changes.Empty() {
+		wt.changes.Bound()
+		var err error
+		if changes, err = json.Marshal(wt.changes); err != nil {
+			return fmt.Errorf("postgres: audit %s: %w", a.Action, err)
+		}
+	}
 	entries := append([]tenants.AuditEntry{{TenantID: tenantID, Action: a.Action, Object: object}}, wt.also...)
 	b := &pgx.Batch{}
-	for _, e := range entries {
+	for i, e := range entries {
 		if !parseID(e.TenantID) {
 			// A caller that asks for an entry its write cannot place is a bug: better no
 			// change than a change the log does not show.
 			return fmt.Errorf("postgres: audit %s: no tenant to record it in", e.Action)
 		}
-		b.Queue(`INSERT INTO audit_log (tenant_id, actor, action, object) VALUES ($1, $2, $3, $4)`,
-			e.TenantID, a.Actor, e.Action, e.Object)
+		var c []byte // the changes are the first entry's, the change's own
+		if i == 0 {
+			c = changes
+		}
+		b.Queue(`INSERT INTO audit_log (tenant_id, actor, action, object, changes) VALUES ($1, $2, $3, $4, $5)`,
+			e.TenantID, a.Actor, e.Action, e.Object, c)
 	}
 	if err := wt.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("postgres: audit %s: %w", a.Action, err)
 	}
 	return nil
+}
+
+// stateBefore reads, for the audit entry of tx's change, the object an update is about to
+// replace: nil when the change records no entry (the read is spent only then) or the
+// object is not there (the update then fails on its own terms).
+func stateBefore[T any](ctx context.Context, tx pgx.Tx, scan func(pgx.Row) (*T, error), query string, args ...any) (*T, error) {
+	if !auditing(tx) {
+		return nil, nil
+	}
+	v, err := scan(tx.QueryRow(ctx, query, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return v, err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -180,8 +181,10 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 	var plan *tenants.ConfigPlan
 	err := db.write(ctx, func(tx pgx.Tx) error {
 		ctx := withCountMemo(ctx) // an attempt's counts are its own
-		// Its audit entry is of the tenant as a whole, not of the first object changed.
+		// Its audit entry is of the tenant as a whole, not of the first object changed,
+		// and says which objects changed and how.
 		auditObject(tx, tenantID, "")
+		auditBulk(tx)
 		st, err := loadConfig(ctx, tx, tenantID, true)
 		if err != nil {
 			return err
@@ -189,8 +192,11 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 		if doc.Tenant != st.slug {
 			return tenants.Invalid("tenant", "the document is of tenant %q, not %q", doc.Tenant, st.slug)
 		}
-		var ops []func() error
-		plan, ops, err = db.planConfig(ctx, tx, tenantID, st, doc, o.Prune)
+		var (
+			ops     []func() error
+			updated []tenants.ObjectChange
+		)
+		plan, ops, updated, err = db.planConfig(ctx, tx, tenantID, st, doc, o.Prune)
 		if err != nil {
 			return err
 		}
@@ -216,6 +222,7 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 			return err
 		}
 		plan.Revision, plan.Applied = after.revision(), true
+		auditChanges(tx, &tenants.AuditChanges{Created: plan.Created, Updated: updated, Deleted: plan.Deleted})
 		return nil
 	})
 	if errors.Is(err, errNothingToCommit) {
@@ -234,9 +241,11 @@ func same(a, b any) bool {
 	return err1 == nil && err2 == nil && bytes.Equal(x, y)
 }
 
-// configOps collects an apply's plan and its writes in the order they must run.
+// configOps collects an apply's plan and its writes in the order they must run, and the
+// fields each update changes, for the audit log.
 type configOps struct {
 	plan                                     *tenants.ConfigPlan
+	updated                                  []tenants.ObjectChange
 	planWrites, consumers, planDeletes, rest []func() error
 }
 
@@ -250,14 +259,14 @@ func at(path, op string, byConstraint map[string]*tenants.Error, fn func() error
 
 // planConfig validates doc's objects, compares them with st and returns the plan and the
 // writes that carry it out, in order. Validation errors name the document path.
-func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *configState, doc *tenants.ConfigDocument, prune bool) (*tenants.ConfigPlan, []func() error, error) {
+func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *configState, doc *tenants.ConfigDocument, prune bool) (*tenants.ConfigPlan, []func() error, []tenants.ObjectChange, error) {
 	c := &configOps{plan: &tenants.ConfigPlan{Created: []tenants.ConfigChange{}, Updated: []tenants.ConfigChange{}, Deleted: []tenants.ConfigChange{}}}
 	change := func(list *[]tenants.ConfigChange, kind, name string) {
 		*list = append(*list, tenants.ConfigChange{Kind: kind, Name: name})
 	}
 
 	if doc.Plans != nil {
-		w, err := diffObjects(c.plan, &objectKind[tenants.ConsumerPlan]{
+		w, err := diffObjects(c, &objectKind[tenants.ConsumerPlan]{
 			kind: tenants.ConfigKindPlan, field: "plans", noun: "plan",
 			name: func(p *tenants.ConsumerPlan) string { return p.Name }, id: func(p *tenants.ConsumerPlan) string { return p.ID },
 			adopt:     func(want, cur *tenants.ConsumerPlan) { want.ID, want.Version = cur.ID, cur.Version },
@@ -268,14 +277,14 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 			remove: func(id string) error { return deletePlan(ctx, tx, tenantID, id) },
 		}, doc.Plans, st.plans, prune)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		// Plans are written before the consumers that may name them, and deleted after.
 		c.planWrites, c.planDeletes = slices.Concat(w.updates, w.creates), w.deletes
 	}
 
 	if doc.Consumers != nil {
-		w, err := diffObjects(c.plan, &objectKind[tenants.Consumer]{
+		w, err := diffObjects(c, &objectKind[tenants.Consumer]{
 			kind: tenants.ConfigKindConsumer, field: "consumers", noun: "consumer",
 			name: func(c *tenants.Consumer) string { return c.Name }, id: func(c *tenants.Consumer) string { return c.ID },
 			adopt:     func(want, cur *tenants.Consumer) { want.ID, want.Version = cur.ID, cur.Version },
@@ -286,7 +295,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 			remove:    func(id string) error { return deleteConsumer(ctx, tx, tenantID, id) },
 		}, doc.Consumers, st.consumers, prune)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		c.consumers = slices.Concat(w.deletes, w.updates, w.creates)
 	}
@@ -305,11 +314,13 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 			have, ok := current[f.Name]
 			switch {
 			case !ok:
-				return nil, nil, tenants.Invalid(path+".name", "the tenant has no function named %q: upload its module (PUT /v1/tenants/%s/functions/%s); a document names functions, it does not upload them", f.Name, st.slug, f.Name)
+				return nil, nil, nil, tenants.Invalid(path+".name", "the tenant has no function named %q: upload its module (PUT /v1/tenants/%s/functions/%s); a document names functions, it does not upload them", f.Name, st.slug, f.Name)
 			case have == f.SHA256:
 				c.plan.Unchanged++
 			default:
 				change(&c.plan.Updated, tenants.ConfigKindFunction, f.Name)
+				c.updated = append(c.updated, tenants.ObjectChange{Kind: tenants.ConfigKindFunction, Name: f.Name,
+					Fields: map[string]tenants.FieldChange{"sha256": {Before: jsonString(have), After: jsonString(f.SHA256)}}})
 				c.planWrites = append(c.planWrites, at(path, "update function", nil, func() error {
 					return setCurrentFunction(ctx, tx, tenantID, f.Name, f.SHA256)
 				}))
@@ -330,7 +341,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 	}
 
 	if doc.Routes != nil {
-		w, err := diffObjects(c.plan, &objectKind[tenants.Route]{
+		w, err := diffObjects(c, &objectKind[tenants.Route]{
 			kind: tenants.ConfigKindRoute, field: "routes", noun: "route",
 			name: func(r *tenants.Route) string { return r.Name }, id: func(r *tenants.Route) string { return r.ID },
 			adopt: func(want, cur *tenants.Route) { want.ID, want.Version = cur.ID, cur.Version },
@@ -351,7 +362,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 			remove:    func(id string) error { return deleteRoute(ctx, tx, tenantID, id) },
 		}, doc.Routes, st.routes, prune)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		c.rest = append(c.rest, w.deletes...)
 		if len(w.updated) > 1 {
@@ -365,7 +376,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 	}
 
 	if doc.JWTIssuers != nil {
-		w, err := diffObjects(c.plan, &objectKind[tenants.Issuer]{
+		w, err := diffObjects(c, &objectKind[tenants.Issuer]{
 			kind: tenants.ConfigKindJWTIssuer, field: "jwt_issuers", noun: "jwt issuer",
 			name: func(is *tenants.Issuer) string { return is.Issuer }, id: func(is *tenants.Issuer) string { return is.ID },
 			adopt: func(want, cur *tenants.Issuer) { want.ID, want.Version = cur.ID, cur.Version },
@@ -384,7 +395,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 			remove:    func(id string) error { return deleteIssuer(ctx, tx, tenantID, id) },
 		}, doc.JWTIssuers, st.issuers, prune)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		c.rest = append(c.rest, slices.Concat(w.deletes, w.updates, w.creates)...)
 	}
@@ -402,6 +413,8 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 			change(&c.plan.Created, tenants.ConfigKindAccessRules, tenants.ConfigKindAccessRules)
 		case !same(st.accessRules, want):
 			change(&c.plan.Updated, tenants.ConfigKindAccessRules, tenants.ConfigKindAccessRules)
+			c.updated = append(c.updated, tenants.ObjectChange{Kind: tenants.ConfigKindAccessRules, Name: tenants.ConfigKindAccessRules,
+				Fields: tenants.DiffFields(st.accessRules, want)})
 		default:
 			c.plan.Unchanged++
 		}
@@ -416,7 +429,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 		for i, d := range doc.Domains {
 			host := strings.ToLower(strings.TrimSuffix(d.Hostname, "."))
 			if have[host] == nil {
-				return nil, nil, tenants.Invalid(fmt.Sprintf("domains[%d].hostname", i),
+				return nil, nil, nil, tenants.Invalid(fmt.Sprintf("domains[%d].hostname", i),
 					"the tenant has no custom domain %q: claim it with its certificate and key (POST /v1/tenants/%s/domains); a document keeps or removes domains, it does not claim them", d.Hostname, st.slug)
 			}
 			c.plan.Unchanged++
@@ -434,7 +447,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 
 	// Functions go last: the routes that ran them are deleted or changed by then.
 	ops := slices.Concat(c.planWrites, c.consumers, c.planDeletes, c.rest, functionDeletes)
-	return c.plan, ops, nil
+	return c.plan, ops, c.updated, nil
 }
 
 // objectKind is how an apply tells one kind of a document's objects apart, checks them
@@ -463,8 +476,9 @@ type objectWrites struct {
 // (have) by name, records the differences in plan and returns the writes that carry them
 // out; with prune, stored objects the document leaves out are deleted. Errors name the
 // document path.
-func diffObjects[T any](plan *tenants.ConfigPlan, k *objectKind[T], want, have []*T, prune bool) (objectWrites, error) {
+func diffObjects[T any](c *configOps, k *objectKind[T], want, have []*T, prune bool) (objectWrites, error) {
 	var w objectWrites
+	plan := c.plan
 	left := byName(have, k.name)
 	for i, name := range sortedIndex(want, k.name) {
 		obj, path := want[i], fmt.Sprintf("%s[%d]", k.field, i)
@@ -479,6 +493,7 @@ func diffObjects[T any](plan *tenants.ConfigPlan, k *objectKind[T], want, have [
 		case !same(cur, obj):
 			k.adopt(obj, cur)
 			plan.Updated = append(plan.Updated, tenants.ConfigChange{Kind: k.kind, Name: name})
+			c.updated = append(c.updated, tenants.ObjectChange{Kind: k.kind, Name: name, Fields: tenants.DiffFields(cur, obj)})
 			w.updated = append(w.updated, k.id(cur))
 			w.updates = append(w.updates, at(path, "update "+k.noun, k.conflicts(obj), func() error { return k.update(obj) }))
 		default:
@@ -524,3 +539,9 @@ func sortedIndex[T any](list []*T, name func(*T) string) func(yield func(int, st
 }
 
 var _ tenants.ConfigService = (*DB)(nil)
+
+// jsonString is s as a JSON string.
+func jsonString(s string) []byte {
+	b, _ := json.Marshal(s)
+	return b
+}

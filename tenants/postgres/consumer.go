@@ -120,6 +120,10 @@ func (db *DB) UpdateConsumer(ctx context.Context, c *tenants.Consumer) error {
 
 // updateConsumer is UpdateConsumer's work in tx, on a validated c.
 func updateConsumer(ctx context.Context, tx pgx.Tx, c *tenants.Consumer) error {
+	before, err := stateBefore(ctx, tx, scanConsumer, `SELECT `+consumerColumns+` FROM consumers WHERE tenant_id = $1 AND id = $2`, c.TenantID, c.ID)
+	if err != nil {
+		return err
+	}
 	saved, err := scanConsumer(tx.QueryRow(ctx, `UPDATE consumers SET name = $4, plan = $5, version = version + 1, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+consumerColumns,
 		c.TenantID, c.ID, c.Version, c.Name, nullable(c.Plan)))
@@ -130,6 +134,7 @@ func updateConsumer(ctx context.Context, tx pgx.Tx, c *tenants.Consumer) error {
 		return err
 	}
 	*c = *saved
+	auditUpdate(tx, before, c)
 	return emit(ctx, tx, consumerChange(c))
 }
 

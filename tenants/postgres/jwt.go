@@ -140,6 +140,10 @@ func (db *DB) UpdateJWTIssuer(ctx context.Context, is *tenants.Issuer) error {
 
 // updateIssuer stores a validated is, secret included, in tx.
 func updateIssuer(ctx context.Context, tx pgx.Tx, is *tenants.Issuer) error {
+	before, err := stateBefore(ctx, tx, scanIssuer, `SELECT `+issuerColumns+` FROM jwt_issuers WHERE tenant_id = $1 AND id = $2`, is.TenantID, is.ID)
+	if err != nil {
+		return err
+	}
 	saved, err := scanIssuer(tx.QueryRow(ctx, `UPDATE jwt_issuers SET issuer = $4, spec = $5, version = version + 1, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+issuerColumns,
 		is.TenantID, is.ID, is.Version, is.Issuer, specOf(is, "issuer")))
@@ -150,6 +154,7 @@ func updateIssuer(ctx context.Context, tx pgx.Tx, is *tenants.Issuer) error {
 		return err
 	}
 	*is = *saved
+	auditUpdate(tx, before, is)
 	return emit(ctx, tx, issuerChange(is))
 }
 

@@ -27,8 +27,24 @@ func scanUser(row pgx.Row) (*tenants.User, error) {
 	return &u, nil
 }
 
+// signUpAlone creates a user of no tenant: someone who holds a platform role (finance)
+// or joins tenants by invitation only. Its address is unverified: a platform role granted
+// to it applies once it is proven.
+func (db *DB) signUpAlone(ctx context.Context, u *tenants.User, email string) error {
+	saved, err := scanUser(db.pool.QueryRow(ctx, `INSERT INTO users (id, email, password_hash) VALUES ($1, $2, $3)
+		RETURNING `+userColumns, newID(), email, u.PasswordHash))
+	if err != nil {
+		return constraintError(err, "sign up", map[string]*tenants.Error{
+			"users_email_key": {Code: tenants.EConflict, Field: "email", Message: "an account with this email exists: sign in instead"},
+		})
+	}
+	*u = *saved
+	return nil
+}
+
 // SignUp creates u, tenant t and u's owner membership of t in one transaction, so a
-// sign-up that fails leaves neither a user without a tenant nor a tenant without an owner.
+// sign-up that fails leaves neither a user without a tenant nor a tenant without an owner;
+// a nil t asks for the user alone (signUpAlone).
 func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) error {
 	email, err := tenants.NormalizeEmail(u.Email)
 	if err != nil {
@@ -36,6 +52,9 @@ func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) er
 	}
 	if u.PasswordHash == "" {
 		return tenants.Invalid("password", "is required")
+	}
+	if t == nil {
+		return db.signUpAlone(ctx, u, email)
 	}
 	if err := t.Validate(); err != nil {
 		return err
@@ -236,7 +255,7 @@ func (db *DB) ListAudit(ctx context.Context, tenantID string, q tenants.AuditQue
 	if !q.To.IsZero() {
 		to = &q.To
 	}
-	rows, err := db.pool.Query(ctx, `SELECT id, tenant_id::text, actor, action, object, at FROM audit_log
+	rows, err := db.pool.Query(ctx, `SELECT id, tenant_id::text, actor, action, object, at, changes FROM audit_log
 		WHERE tenant_id = $1 AND id < $2 AND ($4::timestamptz IS NULL OR at >= $4) AND ($5::timestamptz IS NULL OR at < $5)
 		ORDER BY id DESC LIMIT $3`, tenantID, before, limit+1, from, to)
 	if err != nil {
@@ -244,7 +263,7 @@ func (db *DB) ListAudit(ctx context.Context, tenantID string, q tenants.AuditQue
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.AuditEntry, error) {
 		var e tenants.AuditEntry
-		err := r.Scan(&e.ID, &e.TenantID, &e.Actor, &e.Action, &e.Object, &e.At)
+		err := r.Scan(&e.ID, &e.TenantID, &e.Actor, &e.Action, &e.Object, &e.At, &e.Changes)
 		e.At = utc(e.At)
 		return &e, err
 	})

@@ -124,6 +124,10 @@ func (db *DB) UpdatePlan(ctx context.Context, p *tenants.ConsumerPlan) error {
 
 // updatePlan is UpdatePlan's work in tx, on a validated p.
 func updatePlan(ctx context.Context, tx pgx.Tx, p *tenants.ConsumerPlan) error {
+	before, err := stateBefore(ctx, tx, scanPlan, `SELECT `+planColumns+` FROM plans WHERE tenant_id = $1 AND id = $2`, p.TenantID, p.ID)
+	if err != nil {
+		return err
+	}
 	saved, err := scanPlan(tx.QueryRow(ctx, `UPDATE plans SET name = $4, limits = $5, version = version + 1, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+planColumns,
 		p.TenantID, p.ID, p.Version, p.Name, specOf(p, "name")))
@@ -134,6 +138,7 @@ func updatePlan(ctx context.Context, tx pgx.Tx, p *tenants.ConsumerPlan) error {
 		return err
 	}
 	*p = *saved
+	auditUpdate(tx, before, p)
 	return emit(ctx, tx, planChange(p))
 }
 

@@ -66,7 +66,16 @@ func (db *DB) PutPortal(ctx context.Context, s *tenants.PortalSettings) error {
 				return tenants.Invalid("domain_id", "must be one of the tenant's verified domains")
 			}
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO portal_settings (tenant_id, enabled, display_name, logo, primary_color, accent_color, domain_id)
+		before, err := stateBefore(ctx, tx, scanPortalView, `SELECT enabled, display_name, logo, primary_color, accent_color, coalesce(domain_id::text, '')
+			FROM portal_settings WHERE tenant_id = $1`, s.TenantID)
+		if err != nil {
+			return err
+		}
+		if before == nil {
+			before = &portalView{}
+		}
+		auditUpdate(tx, before, &portalView{s.Enabled, s.DisplayName, s.Logo, strings.ToLower(s.PrimaryColor), strings.ToLower(s.AccentColor), s.DomainID})
+		_, err = tx.Exec(ctx, `INSERT INTO portal_settings (tenant_id, enabled, display_name, logo, primary_color, accent_color, domain_id)
 			VALUES ($1, $2, $3, $4, $5, $6, $7)
 			ON CONFLICT (tenant_id) DO UPDATE SET enabled = $2, display_name = $3, logo = $4, primary_color = $5,
 				accent_color = $6, domain_id = $7, updated_at = now()`,
@@ -85,6 +94,22 @@ func (db *DB) PutPortal(ctx context.Context, s *tenants.PortalSettings) error {
 	}
 	*s = *saved
 	return nil
+}
+
+// portalView is what a tenant sets of its portal, named as the audit log shows it.
+type portalView struct {
+	Enabled      bool   `json:"enabled"`
+	DisplayName  string `json:"display_name"`
+	Logo         string `json:"logo"`
+	PrimaryColor string `json:"primary_color"`
+	AccentColor  string `json:"accent_color"`
+	DomainID     string `json:"domain_id"`
+}
+
+func scanPortalView(row pgx.Row) (*portalView, error) {
+	var v portalView
+	err := row.Scan(&v.Enabled, &v.DisplayName, &v.Logo, &v.PrimaryColor, &v.AccentColor, &v.DomainID)
+	return &v, err
 }
 
 // PortalHosts maps the host names of enabled portals on verified domains to their

@@ -224,7 +224,8 @@ func (db *DB) change(ctx context.Context, writer bool, fn func(tx pgx.Tx) error)
 				return err
 			}
 		}
-		wt := &writeTx{Tx: tx}
+		_, audited := tenants.AuditOf(ctx)
+		wt := &writeTx{Tx: tx, audited: audited}
 		if err := fn(wt); err != nil {
 			return err
 		}

@@ -191,6 +191,10 @@ func updateRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 	if err := resolveFunctions(ctx, tx, r); err != nil {
 		return err
 	}
+	before, err := stateBefore(ctx, tx, scanRoute, `SELECT `+routeColumns+` FROM routes WHERE tenant_id = $1 AND id = $2`, r.TenantID, r.ID)
+	if err != nil {
+		return err
+	}
 	saved, err := scanRoute(tx.QueryRow(ctx, `UPDATE routes SET name = $4, spec = $5, version = version + 1, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+routeColumns,
 		r.TenantID, r.ID, r.Version, r.Name, specOf(r, "name")))
@@ -207,6 +211,7 @@ func updateRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 		return err
 	}
 	*r = *saved
+	auditUpdate(tx, before, r)
 	return emit(ctx, tx, routeChange(r))
 }
 

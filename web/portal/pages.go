@@ -255,6 +255,7 @@ type usageView struct {
 	Plan        string
 	Quota       int64
 	Total       int64
+	Billable    int64  // what the quota counts: the calls the API itself answered
 	FunctionMS  string // the consumer's function time this month, "" when none ran
 	QuotaWidth  int
 	Days        []usageDay
@@ -291,6 +292,7 @@ func (p *Portal) usagePage(ctx *fiber.Ctx) error {
 		for _, it := range rep.Items {
 			if it.ConsumerID != nil && *it.ConsumerID == c.ID {
 				fn += it.FunctionUS
+				uv.Billable += it.Billable
 			}
 		}
 		if fn > 0 {
@@ -305,7 +307,7 @@ func (p *Portal) usagePage(ctx *fiber.Ctx) error {
 		uv.Days[i].Width = int(uv.Days[i].Requests * int64(uv.BarMaxWidth) / peak)
 	}
 	if uv.Quota > 0 {
-		uv.Percent = min(uv.Total*100/uv.Quota, 100)
+		uv.Percent = min(uv.Billable*100/uv.Quota, 100)
 		uv.QuotaWidth = int(uv.Percent * int64(uv.BarMaxWidth) / 100)
 	}
 	return p.render(ctx, http.StatusOK, "usage", page{Title: "Your usage", Nav: "usage", Data: uv})
