@@ -61,6 +61,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"tollgate/edge/accesslog"
 	"tollgate/edge/balancer"
 	"tollgate/edge/cache"
 	"tollgate/edge/configfile"
@@ -84,7 +85,7 @@ type Edge struct {
 	m      *edgemetrics.Metrics
 	labels *edgemetrics.Labeler
 	dialer *upstreamclient.Dialer
-	access *accessLog
+	access *accesslog.Log
 
 	upstreamErrs [numUpstreamErrKinds]prometheus.Counter
 
@@ -223,7 +224,7 @@ func New(cfg Config) (*Edge, error) {
 	e.hosts.Store(&empty)
 	e.custom.Store(emptyCustomHosts)
 	if cfg.AccessLog {
-		e.access = newAccessLog(e.log, m.LogDropped)
+		e.access = accesslog.New(e.log, m.LogDropped)
 	}
 	e.public = e.newDoor() // listen.go
 	mux := http.NewServeMux()
@@ -298,7 +299,7 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 		close(e.stop)
 		<-e.stopped
 		if e.access != nil {
-			e.access.close()
+			e.access.Close()
 		}
 		if e.ownLim {
 			_ = e.lim.Close()

@@ -122,7 +122,7 @@ func (e *Edge) finish(x *exchange) {
 		e.meterRecord(x, status, d)
 	}
 	if e.access != nil {
-		e.access.record(x, status, d)
+		e.accessRecord(x, status, d)
 	}
 	if x.snap != nil && x.snap.logs != nil && x.snap.logs.Keep(status) {
 		e.logRecord(x, status, d, in, out) // reqlog.go
