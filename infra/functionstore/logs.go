@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,11 +43,7 @@ func LogSubject(natsPrefix, tenantID string) string { return natsPrefix + ".fnlo
 // oldest dropped; LogMaxAge; replicas copies, raised and never lowered.
 func EnsureLogStream(ctx context.Context, js jetstream.JetStream, natsPrefix string, replicas int) (jetstream.Stream, error) {
 	name := LogStream(natsPrefix)
-	r, err := natsconn.Replicas(ctx, js, name, replicas)
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", name, err)
-	}
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return natsconn.EnsureStream(ctx, js, jetstream.StreamConfig{
 		Name:              name,
 		Description:       "Tollgate tenants' function logs, <prefix>.fnlog.<tenant_id>; read by the api",
 		Subjects:          []string{natsPrefix + ".fnlog.*"},
@@ -57,12 +52,8 @@ func EnsureLogStream(ctx context.Context, js jetstream.JetStream, natsPrefix str
 		MaxMsgsPerSubject: LogsPerTenant,
 		MaxAge:            LogMaxAge,
 		Discard:           jetstream.DiscardOld,
-		Replicas:          r,
+		Replicas:          replicas,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", name, err)
-	}
-	return s, nil
 }
 
 // LogReader reads tenants' function logs back (api.FunctionLogReader).

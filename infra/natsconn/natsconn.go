@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -217,4 +218,47 @@ func Replicas(ctx context.Context, js jetstream.JetStream, stream string, want i
 		slog.Default().Info("nats: raising a stream's replicas", "stream", stream, "from", have, "to", want)
 	}
 	return want, nil
+}
+
+// EnsureStream creates the stream cfg names, or brings an existing one to cfg, with the
+// replicas Replicas decides. An existing stream that already has cfg's settings gets no
+// update: every edge and billing process ensures the same streams when it starts, and
+// nats-server (2.15) rewrites a stream's store config on every update, which races with
+// a consumer being created on that stream at the same moment (the race detector sees it
+// in the embedded server of the tests).
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	r, err := Replicas(ctx, js, cfg.Name, cfg.Replicas)
+	if err != nil {
+		return nil, fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+	}
+	cfg.Replicas = r
+	s, err := js.Stream(ctx, cfg.Name)
+	if err == nil && sameSettings(&s.CachedInfo().Config, &cfg) {
+		return s, nil
+	}
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if s, err = js.CreateStream(ctx, cfg); err == nil {
+			return s, nil
+		}
+		// Created by another process meanwhile: the same settings need no update.
+		if s, err := js.Stream(ctx, cfg.Name); err == nil && sameSettings(&s.CachedInfo().Config, &cfg) {
+			return s, nil
+		}
+	}
+	s, err = js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+	}
+	return s, nil
+}
+
+// sameSettings says whether have, a stream's config as the server reports it, already
+// has the settings want sets; a zero field of want is the server's default, not compared.
+func sameSettings(have, want *jetstream.StreamConfig) bool {
+	limit := func(h, w int64) bool { return w == 0 || h == w }
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Storage == want.Storage && have.Retention == want.Retention && have.Discard == want.Discard &&
+		have.Replicas == want.Replicas && limit(int64(have.MaxAge), int64(want.MaxAge)) &&
+		limit(have.MaxBytes, want.MaxBytes) && limit(have.MaxMsgsPerSubject, want.MaxMsgsPerSubject) &&
+		limit(int64(have.Duplicates), int64(want.Duplicates))
 }

@@ -39,11 +39,7 @@ func Subject(prefix, edgeID string) string { return prefix + ".reqlog." + usage.
 // storage, limits retention, DuplicateWindow, StreamMaxAge, StreamMaxBytes and replicas
 // copies (raised on an existing stream, never lowered: see natsconn.Replicas).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string, replicas int) (jetstream.Stream, error) {
-	r, err := natsconn.Replicas(ctx, js, Stream(prefix), replicas)
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", Stream(prefix), err)
-	}
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return natsconn.EnsureStream(ctx, js, jetstream.StreamConfig{
 		Name:        Stream(prefix),
 		Description: "Tollgate request log batches, one message per edge flush; stored in Postgres by `tollgate billing`",
 		Subjects:    []string{Subjects(prefix)},
@@ -53,12 +49,8 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string, re
 		MaxBytes:    StreamMaxBytes,
 		Duplicates:  DuplicateWindow,
 		Discard:     jetstream.DiscardOld,
-		Replicas:    r,
+		Replicas:    replicas,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", Stream(prefix), err)
-	}
-	return s, nil
 }
 
 // errNotConnected is returned at once while the connection is down, so the edge keeps

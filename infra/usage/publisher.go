@@ -31,11 +31,7 @@ const (
 // stay for StreamMaxAge whether folded or not, for audit and replays), DuplicateWindow,
 // and replicas copies (raised on an existing stream, never lowered: see natsconn.Replicas).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string, replicas int) (jetstream.Stream, error) {
-	r, err := natsconn.Replicas(ctx, js, Stream(prefix), replicas)
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", Stream(prefix), err)
-	}
-	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	return natsconn.EnsureStream(ctx, js, jetstream.StreamConfig{
 		Name:        Stream(prefix),
 		Description: "Tollgate usage batches, one message per edge flush; folded into rollups by `tollgate billing`",
 		Subjects:    []string{Subjects(prefix)},
@@ -44,12 +40,8 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string, re
 		MaxAge:      StreamMaxAge,
 		Duplicates:  DuplicateWindow,
 		Discard:     jetstream.DiscardOld,
-		Replicas:    r,
+		Replicas:    replicas,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", Stream(prefix), err)
-	}
-	return s, nil
 }
 
 // EnsureTotalsBucket creates the totals bucket "<prefix>_meter_totals" (history 1, file
