@@ -18,13 +18,17 @@ import (
 // captureLogs keeps the request log batches it is given.
 type captureLogs struct{ batches chan *wire.Batch }
 
-func (s *captureLogs) Publish(_ context.Context, _ string, data []byte) error {
+func (s *captureLogs) Publish(ctx context.Context, _ string, data []byte) error {
 	b, err := wire.DecodeBatch(data)
 	if err != nil {
 		return err
 	}
-	s.batches <- b
-	return nil
+	select {
+	case s.batches <- b:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // A finished request the sample leaves out costs the request log no allocation; a
@@ -32,7 +36,12 @@ func (s *captureLogs) Publish(_ context.Context, _ string, data []byte) error {
 func TestRequestLogFinish(t *testing.T) {
 	sink := &captureLogs{batches: make(chan *wire.Batch, 16)}
 	logs := reqlog.New(reqlog.Config{EdgeID: "e", Sink: sink, Interval: 20 * time.Millisecond})
-	t.Cleanup(func() { logs.Close(context.Background()) })
+	t.Cleanup(func() {
+		// Bounded: after a failure nothing reads the sink, and Close would wait for it.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		logs.Close(ctx)
+	})
 	e := &Edge{cfg: Config{Logs: logs}}
 	h := logs.Tenant("0190a000-0000-7000-8000-0000000000f1")
 	h.SetSamplePercent(0)
@@ -74,13 +83,13 @@ func TestRequestLogFinish(t *testing.T) {
 	want := []string{"the upstream http://127.0.0.1:9 refused the connection", "the JWT was refused: it has expired or is not valid yet",
 		"the platform plan's rate limit of 10 per second (burst 20) was reached"}
 	var got []wire.Entry
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(30 * time.Second)
 	for len(got) < len(want) {
 		select {
 		case b := <-sink.batches:
 			got = append(got, b.Entries...)
 		case <-deadline:
-			t.Fatalf("%d entries logged, want %d", len(got), len(want))
+			t.Fatalf("%d entries logged, want %d (%d batches wait for the sink)", len(got), len(want), logs.Pending())
 		}
 	}
 	first := got[0]
