@@ -7,9 +7,12 @@ import (
 )
 
 // logRecord puts a finished request the tenant's log kept (edge/reqlog) into the log.
+// The gateway's time is clamped at 0: d is read from the wall clock and the upstream's
+// from the monotonic one, so a clock step can make their difference negative, which a
+// batch may not carry.
 func (e *Edge) logRecord(x *exchange, status int, d time.Duration, in, out int64) {
 	l := wire.Entry{Time: x.ctx.Time(), RequestID: string(x.reqID), Method: string(x.ctx.Method()), Path: string(x.path),
-		Status: status, GatewayUS: (d - x.upstream).Microseconds(), UpstreamUS: x.upstream.Microseconds(), BytesIn: in, BytesOut: out}
+		Status: status, GatewayUS: max(d-x.upstream, 0).Microseconds(), UpstreamUS: x.upstream.Microseconds(), BytesIn: in, BytesOut: out}
 	if r := x.route; r != nil {
 		l.RouteID, l.RouteName = r.id, r.name
 	}

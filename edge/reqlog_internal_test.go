@@ -3,6 +3,7 @@ package edge
 import (
 	"bytes"
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,11 +17,15 @@ import (
 )
 
 // captureLogs keeps the request log batches it is given.
-type captureLogs struct{ batches chan *wire.Batch }
+type captureLogs struct {
+	batches chan *wire.Batch
+	err     atomic.Value // the last batch it could not decode
+}
 
 func (s *captureLogs) Publish(ctx context.Context, _ string, data []byte) error {
 	b, err := wire.DecodeBatch(data)
 	if err != nil {
+		s.err.Store(err.Error())
 		return err
 	}
 	select {
@@ -89,7 +94,7 @@ func TestRequestLogFinish(t *testing.T) {
 		case b := <-sink.batches:
 			got = append(got, b.Entries...)
 		case <-deadline:
-			t.Fatalf("%d entries logged, want %d (%d batches wait for the sink)", len(got), len(want), logs.Pending())
+			t.Fatalf("%d entries logged, want %d (%d batches wait for the sink; it refused one: %v)", len(got), len(want), logs.Pending(), sink.err.Load())
 		}
 	}
 	first := got[0]
