@@ -42,6 +42,15 @@ func TestAuditRecordsWhatChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	renamed := *tn
+	renamed.Name = "Acme Corp"
+	if err := db.UpdateTenant(audit(tn.ID, "tenant.update", tn.ID), &renamed); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fieldJSON(t, lastAudit(t, db, tn.ID).Changes), `{"fields":{"name":{"before":"`+tn.Name+`","after":"Acme Corp"}}}`; got != want {
+		t.Errorf("tenant rename changes\n got %s\nwant %s", got, want)
+	}
+
 	p := &tenants.ConsumerPlan{TenantID: tn.ID, Name: "gold", RateLimit: &tenants.RateLimit{RPS: 10, Burst: 10}}
 	if err := db.CreatePlan(audit(tn.ID, "plans.create", ""), p); err != nil {
 		t.Fatal(err)

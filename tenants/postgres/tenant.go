@@ -125,6 +125,7 @@ func (db *DB) UpdateTenant(ctx context.Context, t *tenants.Tenant) error {
 			return err
 		}
 		*t = *saved
+		auditUpdate(tx, &tenantView{cur.Name, cur.PlatformPlan}, &tenantView{t.Name, t.PlatformPlan})
 		return emit(ctx, tx, tenantChange(t))
 	})
 	return constraintError(err, "update tenant", map[string]*tenants.Error{"tenants_plan_fkey": noPlatformPlan(t.PlatformPlan)})
@@ -201,3 +202,10 @@ func versionOrNotFound(ctx context.Context, tx pgx.Tx, what, query string, sent 
 }
 
 var _ tenants.TenantService = (*DB)(nil)
+
+// tenantView is what a tenant's update may change, for its audit entry: the Tenant's
+// version and timestamps are the store's, not the writer's.
+type tenantView struct {
+	Name         string `json:"name"`
+	PlatformPlan string `json:"plan"`
+}
