@@ -259,6 +259,7 @@ func sameSettings(have, want *jetstream.StreamConfig) bool {
 	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
 		have.Storage == want.Storage && have.Retention == want.Retention && have.Discard == want.Discard &&
 		have.Replicas == want.Replicas && limit(int64(have.MaxAge), int64(want.MaxAge)) &&
-		limit(have.MaxBytes, want.MaxBytes) && limit(have.MaxMsgsPerSubject, want.MaxMsgsPerSubject) &&
+		limit(have.MaxBytes, want.MaxBytes) && limit(have.MaxMsgs, want.MaxMsgs) &&
+		limit(have.MaxMsgsPerSubject, want.MaxMsgsPerSubject) &&
 		limit(int64(have.Duplicates), int64(want.Duplicates))
 }

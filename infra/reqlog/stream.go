@@ -22,8 +22,11 @@ const (
 	// StreamMaxAge is how long batches wait in the stream for billing to store them: a
 	// log is worth less than usage, so a day rather than usage's two weeks.
 	StreamMaxAge = 24 * time.Hour
-	// StreamMaxBytes bounds the stream on disk; the oldest batches go first.
-	StreamMaxBytes = 1 << 30
+	// StreamMaxMsgs bounds the stream by batches (a day of a hundred edges' flushes);
+	// the oldest go first. Not a byte bound: a stream's MaxBytes is reserved from the
+	// server's JetStream storage when the stream is made, and would take that much from
+	// the usage stream's room whether the log used it or not.
+	StreamMaxMsgs = 10_000_000
 )
 
 // Stream is the stream of request log batches: "<prefix>_reqlog".
@@ -36,7 +39,7 @@ func Subjects(prefix string) string { return prefix + ".reqlog.>" }
 func Subject(prefix, edgeID string) string { return prefix + ".reqlog." + usage.Token(edgeID) }
 
 // EnsureStream creates the stream or brings an existing one to these settings: file
-// storage, limits retention, DuplicateWindow, StreamMaxAge, StreamMaxBytes and replicas
+// storage, limits retention, DuplicateWindow, StreamMaxAge, StreamMaxMsgs and replicas
 // copies (raised on an existing stream, never lowered: see natsconn.Replicas).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string, replicas int) (jetstream.Stream, error) {
 	return natsconn.EnsureStream(ctx, js, jetstream.StreamConfig{
@@ -46,7 +49,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string, re
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      StreamMaxAge,
-		MaxBytes:    StreamMaxBytes,
+		MaxMsgs:     StreamMaxMsgs,
 		Duplicates:  DuplicateWindow,
 		Discard:     jetstream.DiscardOld,
 		Replicas:    replicas,
