@@ -208,16 +208,20 @@ func Replicas(ctx context.Context, js jetstream.JetStream, stream string, want i
 	if err != nil {
 		return 0, fmt.Errorf("stream %s: %w", stream, err)
 	}
-	have := s.CachedInfo().Config.Replicas
+	return keepReplicas(stream, s.CachedInfo().Config.Replicas, want), nil
+}
+
+// keepReplicas is Replicas' choice for an existing stream that has have replicas.
+func keepReplicas(stream string, have, want int) int {
 	if have > want {
 		slog.Default().Warn("nats: stream has more replicas than TOLLGATE_NATS_REPLICAS; keeping them (lower them with `nats stream edit` if that is meant)",
 			"stream", stream, "replicas", have, "setting", want)
-		return have, nil
+		return have
 	}
 	if have < want {
 		slog.Default().Info("nats: raising a stream's replicas", "stream", stream, "from", have, "to", want)
 	}
-	return want, nil
+	return want
 }
 
 // EnsureStream creates the stream cfg names, or brings an existing one to cfg, with the
@@ -227,16 +231,17 @@ func Replicas(ctx context.Context, js jetstream.JetStream, stream string, want i
 // a consumer being created on that stream at the same moment (the race detector sees it
 // in the embedded server of the tests).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	r, err := Replicas(ctx, js, cfg.Name, cfg.Replicas)
-	if err != nil {
-		return nil, fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
-	}
-	cfg.Replicas = r
+	cfg.Replicas = max(cfg.Replicas, 1)
 	s, err := js.Stream(ctx, cfg.Name)
-	if err == nil && sameSettings(&s.CachedInfo().Config, &cfg) {
-		return s, nil
-	}
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
+	switch {
+	case err == nil:
+		cfg.Replicas = keepReplicas(cfg.Name, s.CachedInfo().Config.Replicas, cfg.Replicas)
+		if sameSettings(&s.CachedInfo().Config, &cfg) {
+			return s, nil
+		}
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+	default:
 		if s, err = js.CreateStream(ctx, cfg); err == nil {
 			return s, nil
 		}
