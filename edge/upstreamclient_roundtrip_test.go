@@ -139,9 +139,11 @@ func TestResponseFraming(t *testing.T) {
 	}
 
 	// Keep-alive upstream connections are reused: one for the whole test but the one
-	// the close-delimited body ended.
-	if n := up.conns.Load(); n != 2 {
-		t.Errorf("the edge opened %d upstream connections, want 2", n)
+	// the close-delimited body ended. A streamed body's connection goes back to the pool
+	// only after its last byte reached the client, so the next request may race it and
+	// dial: the two streamed bodies (/big, /chunked) may each cost one connection more.
+	if n := up.conns.Load(); n < 2 || n > 4 {
+		t.Errorf("the edge opened %d upstream connections for 11 calls, want 2 (at most 4)", n)
 	}
 }
 
