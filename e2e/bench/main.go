@@ -77,7 +77,7 @@ type bench struct {
 
 	cmp   compareSettings // -compare: another revision against the working tree (compare.go)
 	rnd   roundSettings   // -rounds: interleaved rounds of the request scenarios, for the sweep and -compare (rounds.go)
-	scale scaleSettings   // rss10k, hotupdate and cold (scale.go)
+	scale scaleSettings   // rss10k, hotupdate, cold and scale (scale.go)
 	tail  tailSettings    // the tail scenario's flags (tail.go)
 	h2    h2Settings      // S1h2 and S1grpc's h2load flags (h2.go)
 }
@@ -104,6 +104,7 @@ func run() int {
 			"S1h2 (S1 over TLS with ALPN h2, h2load), S1grpc (gRPC Health/Check over h2c to a gRPC upstream, h2load; Tollgate needs upstream.protocol h2), "+
 			"noisy (noisy neighbour), config (commit-to-bucket latency), rss10k (edge RSS with -rss-routes routes), "+
 			"hotupdate (a route changed under load with -hot-routes routes over -hot-tenants tenants: 200 → new upstream, failed calls, RSS), cold (a fresh edge started from a bucket of -cold-routes routes), "+
+			"scale (-scale-tenants tenants of -scale-routes routes: api write rates and relay lag, an edge's ready time, restart and RSS idle and after serving 1%/10% of the tenants, first requests of cold tenants, a route change; -scale-*), "+
 			"tail (S1's latency at fixed open-loop rates of nginx's maximum, nginx and Tollgate interleaved: p50/p99/p99.9; -tail-*), soak (-duration of mixed traffic, route changes and key rotations through api, billing and a metered edge: drift, and billed = served; -duration defaults to 10m for it)")
 		gateways = flag.String("gateways", "nginx,tollgate", "gateways to measure: nginx, tollgate")
 		cores    = flag.String("cores", "1,2", "GOMAXPROCS / nginx workers per run; the gateway gets CPUs 0..n-1")
@@ -168,7 +169,7 @@ func run() int {
 	}
 	scs := splitList(*scenarios)
 	for _, s := range scs {
-		if !slices.Contains([]string{"S1", "S1f", "S1h", "S2hmac", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "S1h2", "S1grpc", "noisy", "config", "rss10k", "hotupdate", "cold", "soak", "tail"}, s) {
+		if !slices.Contains([]string{"S1", "S1f", "S1h", "S2hmac", "S2", "S2j", "S2l", "S2x", "S2a", "S3", "S4", "S4r", "S5", "S6", "S7", "S9", "S1h2", "S1grpc", "noisy", "config", "rss10k", "hotupdate", "cold", "scale", "soak", "tail"}, s) {
 			return fail(fmt.Errorf("-scenarios: unknown scenario %q", s))
 		}
 	}
@@ -360,6 +361,13 @@ func (b *bench) sweep(ctx context.Context, scs []string) (*report, error) {
 		rep.cold = r
 		if err != nil {
 			return rep, fmt.Errorf("cold: %w", err)
+		}
+	}
+	if needTollgate && slices.Contains(scs, "scale") {
+		r, err := b.tenantScale(ctx)
+		rep.scale = r
+		if err != nil {
+			return rep, fmt.Errorf("scale: %w", err)
 		}
 	}
 	if needTollgate && (slices.Contains(scs, "S7") || slices.Contains(scs, "noisy")) {

@@ -13,6 +13,7 @@ import (
 	"tollgate/e2e/bench/h2load"
 	"tollgate/e2e/bench/harness"
 	"tollgate/e2e/bench/soak"
+	"tollgate/e2e/bench/tenantscale"
 )
 
 // report gathers a sweep's results and renders them as markdown.
@@ -25,6 +26,7 @@ type report struct {
 	rss    []rssResult
 	hot    []hotResult // hotupdate (scale.go)
 	cold   *coldResult // cold (scale.go)
+	scale  *tenantscale.Result
 	flow   *flowResult
 	ws     []wsResult
 	soak   *soak.Result
@@ -152,6 +154,7 @@ func (r *report) markdown() string {
 	r.rssMarkdown(&s)
 	r.hotMarkdown(&s)
 	r.coldMarkdown(&s)
+	r.scale.Markdown(&s)
 	r.soak.Markdown(&s)
 	r.tailMarkdown(&s)
 	r.compareMarkdown(&s)

@@ -30,6 +30,7 @@ import (
 	"tollgate/e2e/bench/harness"
 	"tollgate/e2e/bench/probe"
 	"tollgate/e2e/bench/rateload"
+	"tollgate/e2e/bench/tenantscale"
 
 	"tollgate/tenants"
 )
@@ -71,6 +72,7 @@ type scaleSettings struct {
 	hotN, hotRate         int
 	coldRoutes            int
 	coldTenants, coldRuns int
+	tenants               tenantscale.Settings // the scale scenario's -scale-* flags
 
 	// What rss10k leaves for cold when the counts agree: its stack, its routes and the
 	// time they took to load.
@@ -89,6 +91,7 @@ func (c *scaleSettings) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.coldRoutes, "cold-routes", 100000, "cold: routes in the bucket when the edge starts")
 	fs.IntVar(&c.coldTenants, "cold-tenants", 10, "cold: tenants they are spread over (a tenant holds at most 50,000)")
 	fs.IntVar(&c.coldRuns, "cold-runs", 3, "cold: fresh edges started one after the other")
+	c.tenants.Register(fs)
 }
 
 func (c *scaleSettings) check() error {
@@ -99,6 +102,9 @@ func (c *scaleSettings) check() error {
 	maxPer := tenants.MaxResources.Routes
 	if c.coldTenants > c.coldRoutes || (c.coldRoutes+c.coldTenants-1)/c.coldTenants > maxPer {
 		return fmt.Errorf("-cold-tenants: %d routes over %d tenants: at most %d routes per tenant and a route for each", c.coldRoutes, c.coldTenants, maxPer)
+	}
+	if err := c.tenants.Check(); err != nil {
+		return err
 	}
 	for _, n := range c.hotRoutes {
 		for _, t := range c.hotTenants {
@@ -364,30 +370,16 @@ func (b *bench) hotChanges(ctx context.Context, s *harness.Stack, r *hotResult, 
 	defer poll.Close()
 	change := func() (api, edge time.Duration, err error) {
 		next := 1 - cur
-		t0 := time.Now()
-		if err := s.Client.CallMatch(ctx, "PUT", "/v1/tenants/"+slug+"/routes/"+id, harness.RouteBody("probe", path, ups[next], "none", false)); err != nil {
-			return 0, 0, err
+		put := func() error {
+			return s.Client.CallMatch(ctx, "PUT", "/v1/tenants/"+slug+"/routes/"+id, harness.RouteBody("probe", path, ups[next], "none", false))
 		}
-		t200 := time.Now()
-		deadline := t200.Add(30 * time.Second)
-		for {
-			body, code, err := poll.Get()
-			if err != nil || code != http.StatusOK {
-				r.failed++
-			}
-			if err == nil && code == http.StatusOK && body == answers[next] {
-				cur = next
-				return t200.Sub(t0), time.Since(t200), nil
-			}
-			if time.Now().After(deadline) {
-				last := fmt.Sprintf("%d %.200q", code, body)
-				if err != nil {
-					last = err.Error()
-				}
-				return 0, 0, fmt.Errorf("the edge did not answer from %s within 30s of the api's 200 (its last answer: %s)", ups[next], last)
-			}
-			time.Sleep(250 * time.Microsecond)
+		api, edge, failed, err := poll.Change(put, answers[next], 250*time.Microsecond, 30*time.Second)
+		r.failed += int64(failed)
+		if err != nil {
+			return 0, 0, fmt.Errorf("changing the route to %s: %w", ups[next], err)
 		}
+		cur = next
+		return api, edge, nil
 	}
 	// Three changes before the load: a warm-up, and an estimate (their median) of how long
 	// the load must run. The window is bounded; changes past it are counted as not under load.
@@ -610,4 +602,33 @@ func answers200(ctx context.Context, hc *http.Client, base, host, path string) f
 // heapInuseKB reads go_memstats_heap_inuse_bytes from an edge's /metrics (0 when it cannot).
 func heapInuseKB(b *bench, admin string) int64 {
 	return int64(b.ScrapeMetrics(admin)["go_memstats_heap_inuse_bytes"]) / 1024
+}
+
+// ---------------------------------------------------------------------------------------
+// scale
+
+// tenantScale runs the scale scenario (e2e/bench/tenantscale) on a stack of its own, its
+// api anywhere (the writes are measured) and its edge on the gateway's CPUs.
+func (b *bench) tenantScale(ctx context.Context) (*tenantscale.Result, error) {
+	upPort, err := b.upstream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.scenarioServices(ctx, []string{"S4"}); err != nil { // the second upstream
+		return nil, err
+	}
+	s, err := b.NewStack(ctx, "scale", "", bulkAPIEnv...)
+	if err != nil {
+		return nil, err
+	}
+	env := slices.Clone(b.EdgeEnv)
+	if b.MeterOff {
+		env = append(env, "TOLLGATE_METER=off")
+	}
+	procs := b.cores[0]
+	return tenantscale.Run(ctx, tenantscale.Setup{
+		Env: b.Env, Stack: s, Procs: procs, CPUs: gatewayCPUs(procs), LoadCPUs: b.LoadCPUs, EdgeEnv: env,
+		Ups:     [2]string{fmt.Sprintf("http://127.0.0.1:%d", upPort), fmt.Sprintf("http://127.0.0.1:%d", b.CanaryPort)},
+		Answers: [2]string{"ok", s4Answer},
+	}, b.scale.tenants)
 }

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"tollgate/e2e/bench/tenantscale"
 )
 
 func TestIntList(t *testing.T) {
@@ -53,7 +55,8 @@ func TestRouteSetSpread(t *testing.T) {
 func TestScaleSettingsCheck(t *testing.T) {
 	ok := func() scaleSettings {
 		return scaleSettings{rssRoutes: intList{10000}, hotRoutes: intList{5000, 50000}, hotTenants: intList{1, 1000},
-			hotN: 100, hotRate: 1000, coldRoutes: 100000, coldTenants: 10, coldRuns: 3}
+			hotN: 100, hotRate: 1000, coldRoutes: 100000, coldTenants: 10, coldRuns: 3,
+			tenants: tenantscale.Settings{Tenants: 1000, Routes: 10, Posts: 10000, Clients: 16, Sample: 200, Changes: 20}}
 	}
 	def := ok()
 	if err := def.check(); err != nil {
@@ -68,6 +71,7 @@ func TestScaleSettingsCheck(t *testing.T) {
 		"hot in one tenant":        {func(c *scaleSettings) { c.hotRoutes = intList{60000} }, "a tenant holds at most 50000"},
 		"no changes":               {func(c *scaleSettings) { c.hotN = 0 }, "-hot-n"},
 		"no cold runs":             {func(c *scaleSettings) { c.coldRuns = 0 }, "-cold-runs"},
+		"scale of few tenants":     {func(c *scaleSettings) { c.tenants.Tenants = 5 }, "-scale-tenants"},
 	} {
 		c2 := ok()
 		c.edit(&c2)

@@ -110,3 +110,34 @@ func (p *Probe) Get() (string, int, error) {
 
 // Close ends the thread and its connection; the Probe takes no Get after it.
 func (p *Probe) Close() { close(p.reqs) }
+
+// Change makes a change with put (a route's new body sent to the api, which returns once
+// the api answered 200) and then polls until the answer is 200 with body want, every
+// interval, for at most timeout. api is put's duration, edge the time from its return to
+// that answer; failed counts the polls meanwhile that were not answered 200. On a timeout,
+// the error gives the last answer.
+func (p *Probe) Change(put func() error, want string, interval, timeout time.Duration) (api, edge time.Duration, failed int, err error) {
+	t0 := time.Now()
+	if err := put(); err != nil {
+		return 0, 0, 0, err
+	}
+	t200 := time.Now()
+	deadline := t200.Add(timeout)
+	for {
+		body, code, err := p.Get()
+		if err != nil || code != http.StatusOK {
+			failed++
+		}
+		if err == nil && code == http.StatusOK && body == want {
+			return t200.Sub(t0), time.Since(t200), failed, nil
+		}
+		if time.Now().After(deadline) {
+			last := fmt.Sprintf("%d %.200q", code, body)
+			if err != nil {
+				last = err.Error()
+			}
+			return 0, 0, failed, fmt.Errorf("no answer %q within %s of the api's 200 (the last answer: %s)", want, timeout, last)
+		}
+		time.Sleep(interval)
+	}
+}

@@ -4,8 +4,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"tollgate/e2e/bench/probe"
 )
@@ -50,5 +52,43 @@ func TestGet(t *testing.T) {
 	}
 	if _, err := probe.New(ln.Addr().String(), "a.localhost", "/x", "x"); err == nil {
 		t.Error("a CPU list that is none: no error")
+	}
+}
+
+// Change times from put's return to the first answer with the new body, and counts the
+// polls meanwhile that were not answered 200.
+func TestChange(t *testing.T) {
+	var state atomic.Int64 // 0 old answer, 1 a 503, 2 new answer
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch state.Load() {
+		case 0:
+			io.WriteString(w, "old")
+		case 1:
+			state.Store(2)
+			w.WriteHeader(http.StatusServiceUnavailable)
+		default:
+			io.WriteString(w, "new")
+		}
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	p, err := probe.New(ln.Addr().String(), "a.localhost", "/x", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	api, edge, failed, err := p.Change(func() error { state.Store(1); return nil }, "new", time.Millisecond, 5*time.Second)
+	if err != nil || failed != 1 || api < 0 || edge <= 0 {
+		t.Fatalf("Change: api %s edge %s failed %d err %v, want one failed poll and no error", api, edge, failed, err)
+	}
+	if _, _, _, err := p.Change(func() error { return nil }, "never", time.Millisecond, 20*time.Millisecond); err == nil || !strings.Contains(err.Error(), `"new"`) {
+		t.Errorf("a change never served: error %v, want one giving the last answer", err)
+	}
+	if _, _, _, err := p.Change(func() error { return io.ErrUnexpectedEOF }, "new", time.Millisecond, time.Second); err != io.ErrUnexpectedEOF {
+		t.Errorf("a failed put: error %v, want put's", err)
 	}
 }
