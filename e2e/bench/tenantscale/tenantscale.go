@@ -353,7 +353,8 @@ func (r *runner) docs(ctx context.Context) error {
 		for range l.Keys() {
 			got++
 		}
-		return got >= per, l.Stop()
+		_ = l.Stop() // the lister has ended with its keys: stopping it again only says so
+		return got >= per, nil
 	})
 	if err != nil {
 		w.LagErr = err.Error()

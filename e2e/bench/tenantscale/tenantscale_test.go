@@ -37,6 +37,17 @@ func TestWindowRates(t *testing.T) {
 	}
 }
 
+func TestNum(t *testing.T) {
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 100000: "100,000", 1234567: "1,234,567", -4200: "-4,200"} {
+		if got := num(n); got != want {
+			t.Errorf("num(%d) = %q, want %q", n, got, want)
+		}
+	}
+	if got := rate(4999.6); got != "5,000" {
+		t.Errorf("rate(4999.6) = %q", got)
+	}
+}
+
 func TestSpread(t *testing.T) {
 	if got := spread(10, 20, 5); !slices.Equal(got, []int{10, 12, 14, 16, 18}) {
 		t.Errorf("spread(10, 20, 5) = %v", got)
