@@ -10,6 +10,7 @@
 //	go run ./e2e/bench -scenarios S1h2,S1grpc -gateways nginx,tollgate -cores 1 -rounds 5 -duration 5s   (HTTP/2, h2.go)
 //	go tool task bench -- -duration 3s -scenarios S1
 //	go run ./e2e/bench -scenarios soak -duration 30m -out soak.md
+//	go run ./e2e/bench -scenarios scale -scale-tenants 100000 -scale-routes 10 -cores 1   (tenants at scale, e2e/bench/tenantscale)
 //	go run ./e2e/bench -compare HEAD~1 -scenarios S1,S2 -cores 1   (another revision against the working tree, compare.go)
 //
 // It is a command, not a test: it needs the machine's Postgres and NATS, installs nginx and
