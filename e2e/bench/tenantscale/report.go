@@ -77,8 +77,8 @@ func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
 	return first
 }
 
-// ReadMem is pid's memory from /proc/PID/status; zeros when it cannot be read.
-func ReadMem(pid int) Mem {
+// readMem is pid's memory from /proc/PID/status; zeros when it cannot be read.
+func readMem(pid int) Mem {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return Mem{}

@@ -198,8 +198,9 @@ func Run(ctx context.Context, su Setup, set Settings) (*Result, error) {
 	}
 	bucket := su.Stack.Prefix + "_config"
 	err = harness.WaitFor(ctx, "KV bucket "+bucket, su.Env.ReadyTimeout, 100*time.Millisecond, su.Stack.API, func() error {
-		r.kv, err = js.KeyValue(ctx, bucket)
-		return err
+		kv, kerr := js.KeyValue(ctx, bucket)
+		r.kv = kv
+		return kerr
 	})
 	if err != nil {
 		return r.res, err
@@ -212,8 +213,8 @@ func Run(ctx context.Context, su Setup, set Settings) (*Result, error) {
 	return r.res, nil
 }
 
-// phase makes n calls with the settings' clients: call(i) makes call i and returns the
-// items it wrote and a key to note for the call answered last.
+// phase is one write phase's calls: their latencies, when each was answered, and the
+// key the call answered last gave.
 type phase struct {
 	lat     []time.Duration
 	done    []time.Duration // since the start, each call's answer
@@ -221,6 +222,8 @@ type phase struct {
 	lastKey string
 }
 
+// phase makes n calls with the settings' clients; call(i) makes call i and returns a key
+// of what it wrote, for the relay lag of the call answered last.
 func (r *runner) phase(ctx context.Context, what string, n int, call func(i int) (string, error)) (*phase, time.Duration, error) {
 	p := &phase{lat: make([]time.Duration, n), done: make([]time.Duration, 0, n)}
 	var mu sync.Mutex
@@ -386,7 +389,7 @@ func (r *runner) startEdge(ctx context.Context, name, spool string) (*harness.Pr
 		p.Stop()
 		return nil, Start{}, err
 	}
-	st := Start{Ready: time.Since(t0), Mem: ReadMem(p.Pid())}
+	st := Start{Ready: time.Since(t0), Mem: readMem(p.Pid())}
 	fmt.Fprintf(os.Stderr, "bench: scale: %s ready after %s, RSS %s\n", name, figures.FmtDur(st.Ready), figures.FmtKB(st.Mem.RSS))
 	return p, st, nil
 }
@@ -406,7 +409,7 @@ func (r *runner) starts(ctx context.Context) error {
 		return err
 	}
 	time.Sleep(r.set.Settle)
-	r.res.Idle = ReadMem(r.edge.Pid())
+	r.res.Idle = readMem(r.edge.Pid())
 	return nil
 }
 
@@ -439,7 +442,7 @@ func (r *runner) shares(ctx context.Context) error {
 		}
 		from = sh.Tenants
 		time.Sleep(r.set.Settle)
-		sh.Failed, sh.Mem = int(failed.Load()), ReadMem(r.edge.Pid())
+		sh.Failed, sh.Mem = int(failed.Load()), readMem(r.edge.Pid())
 		r.res.Shares = append(r.res.Shares, sh)
 		fmt.Fprintf(os.Stderr, "bench: scale: %d tenants served (%d not 200), RSS %s\n", sh.Tenants, sh.Failed, figures.FmtKB(sh.Mem.RSS))
 	}
