@@ -178,11 +178,13 @@ func (r *Result) Markdown(s *strings.Builder) {
 	if w := r.Posts; w.Calls > 0 {
 		row(fmt.Sprintf("POST /v1/tenants/{slug}/routes, %s into one tenant", num(w.Calls)),
 			fmt.Sprintf("%s routes/s (per call %s)", rate(w.Rate()), fmtLat(w.Lat)), fmt.Sprintf("≥ %s/s: %s", num(TargetPostRate), verdict(w.Rate() >= TargetPostRate)))
-		change := "holds"
-		if w.First > 0 && w.Last < 0.9*w.First {
-			change = fmt.Sprintf("falls by %.0f%%", 100*(1-w.Last/w.First))
+		if w.Calls > rateWindow { // else both windows are the whole run
+			change := "holds"
+			if w.First > 0 && w.Last < 0.9*w.First {
+				change = fmt.Sprintf("falls by %.0f%%", 100*(1-w.Last/w.First))
+			}
+			row(fmt.Sprintf("… the first and the last %s answered", num(rateWindow)), fmt.Sprintf("%s/s, %s/s: %s", rate(w.First), rate(w.Last), change), "")
 		}
-		row(fmt.Sprintf("… the first and the last %s answered", num(min(rateWindow, w.Calls))), fmt.Sprintf("%s/s, %s/s: %s", rate(w.First), rate(w.Last), change), "")
 		row("… relay lag after the last POST", fmtLag(w), "")
 	}
 	if w := r.Tenants; w.Calls > 0 {
