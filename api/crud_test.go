@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -335,5 +336,43 @@ func checkFields(t *testing.T, r *resp, want map[string]string) {
 		if err != nil || got != w {
 			t.Errorf("%s: %s = %s, want %s", r.req, k, got, w)
 		}
+	}
+}
+
+// ?q= on the routes list finds the routes whose name starts with it, in name order, page
+// by page; its cursor is not the plain list's, and other lists take no ?q=.
+func TestRouteSearch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.tenant("acme")
+	for i, n := range []string{"orders-v2", "orders", "users", "orders-v1", "Orders"} {
+		e.route("acme", n, fmt.Sprintf("/r%d", i))
+	}
+	base := "/v1/tenants/acme/routes?q=orders&limit=2"
+	var got []string
+	path := base
+	for pages := 0; ; pages++ {
+		if pages > 3 {
+			t.Fatal("the search does not end")
+		}
+		r := e.do("GET", path, adminToken, nil).want(200)
+		for _, it := range r.items() {
+			got = append(got, it.(map[string]any)["name"].(string))
+		}
+		next := r.str("next_cursor")
+		if next == "" {
+			break
+		}
+		path = base + "&cursor=" + url.QueryEscape(next)
+	}
+	if strings.Join(got, ",") != "orders,orders-v1,orders-v2" {
+		t.Fatalf("search gave %v", got)
+	}
+	plain := e.do("GET", "/v1/tenants/acme/routes?limit=1", adminToken, nil).want(200).str("next_cursor")
+	e.do("GET", base+"&cursor="+plain, adminToken, nil).wantErr(400, "invalid_request", "")
+	e.do("GET", "/v1/tenants/acme/routes?q="+strings.Repeat("x", 401), adminToken, nil).wantErr(400, "invalid_request", "q")
+	e.do("GET", "/v1/tenants/acme/consumers?q=orders", adminToken, nil).wantErr(400, "invalid_request", "")
+	if n := len(e.do("GET", "/v1/tenants/acme/routes?q=", adminToken, nil).want(200).items()); n != 5 {
+		t.Fatalf("an empty q lists %d routes, want all 5", n)
 	}
 }

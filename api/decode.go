@@ -360,8 +360,9 @@ func checkQuery(c *fiber.Ctx, allowed []string) error {
 	return nil
 }
 
-// maxCursor bounds the cursor a client may send back.
-const maxCursor = 512
+// maxCursor bounds the cursor a client may send back: a route search's is a name of up
+// to 400 bytes in base64.
+const maxCursor = 600
 
 // pageOf reads ?limit=&cursor=.
 func pageOf(c *fiber.Ctx) (tenants.Page, error) {

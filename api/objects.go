@@ -27,6 +27,9 @@ type collection[E any] struct {
 
 	create func(ctx context.Context, v *E) error
 	list   func(ctx context.Context, tenantID string, p tenants.Page) ([]*E, string, error)
+	// search lists the objects whose name starts with ?q= when a request gives one; nil:
+	// the collection takes no ?q=.
+	search func(ctx context.Context, tenantID, prefix string, p tenants.Page) ([]*E, string, error)
 	find   func(ctx context.Context, tenantID, id string) (*E, error)
 	update func(ctx context.Context, v *E) error
 	delete func(ctx context.Context, tenantID, id string) error
@@ -94,7 +97,18 @@ func (k *collection[E]) handleList(c *fiber.Ctx, r *request) error {
 	if err != nil {
 		return err
 	}
-	items, next, err := k.list(r.ctx, r.tenant.ID, p)
+	list := k.list
+	if q := c.Query("q"); q != "" && k.search != nil {
+		if len(q) > maxNamePrefix {
+			e := tenants.Errorf(tenants.EInvalidRequest, "q is a name prefix: at most %d bytes", maxNamePrefix)
+			e.Field = "q"
+			return e
+		}
+		list = func(ctx context.Context, tenantID string, p tenants.Page) ([]*E, string, error) {
+			return k.search(ctx, tenantID, q, p)
+		}
+	}
+	items, next, err := list(r.ctx, r.tenant.ID, p)
 	if err != nil {
 		return err
 	}
@@ -171,6 +185,9 @@ func (k *collection[E]) handleDelete(c *fiber.Ctx, r *request) error {
 	return noContent(c)
 }
 
+// maxNamePrefix bounds ?q=: a name is at most 100 characters, 400 bytes.
+const maxNamePrefix = 400
+
 // The collections of the tenant-scoped objects.
 
 func (s *Server) routes() *collection[tenants.Route] {
@@ -184,7 +201,7 @@ func (s *Server) routes() *collection[tenants.Route] {
 		decodeUpdate: func(ct string, body []byte) (*tenants.Route, *int64, error) {
 			return decodeRouteUpdate(ct, body, limit, policy)
 		},
-		create: s.cfg.Routes.CreateRoute, list: s.cfg.Routes.ListRoutes, find: s.cfg.Routes.FindRoute,
+		create: s.cfg.Routes.CreateRoute, list: s.cfg.Routes.ListRoutes, search: s.cfg.Routes.SearchRoutes, find: s.cfg.Routes.FindRoute,
 		update: s.cfg.Routes.UpdateRoute, delete: s.cfg.Routes.DeleteRoute,
 	}
 }

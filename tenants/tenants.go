@@ -295,6 +295,13 @@ type RouteService interface {
 	CreateRoute(ctx context.Context, r *Route) error
 	FindRoute(ctx context.Context, tenantID, id string) (*Route, error)
 	ListRoutes(ctx context.Context, tenantID string, p Page) ([]*Route, string, error)
+	// SearchRoutes returns a page of the routes whose name starts with prefix (case
+	// sensitive), in bytewise name order, and the cursor of its next page; the cursors of
+	// ListRoutes are not its cursors (EInvalidRequest).
+	SearchRoutes(ctx context.Context, tenantID, prefix string, p Page) ([]*Route, string, error)
+	// RouteNames maps those of ids that are the tenant's routes to their names: at most
+	// MaxPageLimit ids (EInvalidRequest beyond), so a page names what it shows.
+	RouteNames(ctx context.Context, tenantID string, ids []string) (map[string]string, error)
 	// UpdateRoute replaces the route when r.Version is current:
 	// ENotFound, EVersionConflict, EConflict, EValidation.
 	UpdateRoute(ctx context.Context, r *Route) error
@@ -307,6 +314,8 @@ type ConsumerService interface {
 	CreateConsumer(ctx context.Context, c *Consumer) error
 	FindConsumer(ctx context.Context, tenantID, id string) (*Consumer, error)
 	ListConsumers(ctx context.Context, tenantID string, p Page) ([]*Consumer, string, error)
+	// ConsumerNames is RouteNames for consumers.
+	ConsumerNames(ctx context.Context, tenantID string, ids []string) (map[string]string, error)
 	UpdateConsumer(ctx context.Context, c *Consumer) error
 	// DeleteConsumer removes the consumer and its keys.
 	DeleteConsumer(ctx context.Context, tenantID, id string) error

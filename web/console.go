@@ -41,6 +41,7 @@ const Prefix = "/console"
 // Defaults of Config.
 const (
 	DefaultSessionTTL = 12 * time.Hour
+	DefaultPageSize   = 100
 )
 
 // Config is what New needs.
@@ -103,6 +104,9 @@ type Config struct {
 	EdgePublicURL string
 	// SessionTTL bounds a session. Default: DefaultSessionTTL.
 	SessionTTL time.Duration
+	// PageSize is how many routes, consumers or audit entries a page of their lists shows,
+	// at most tenants.MaxPageLimit. Default: DefaultPageSize.
+	PageSize int
 	// Mailer sends verification, password-reset and invitation mail. Default: mail is
 	// dropped (tests that follow links set one).
 	Mailer tenants.Mailer
@@ -158,6 +162,9 @@ func New(cfg Config) *Console {
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.PageSize <= 0 || cfg.PageSize > tenants.MaxPageLimit {
+		cfg.PageSize = DefaultPageSize
 	}
 	if cfg.Throttle == nil {
 		th, ok := cfg.People.(tenants.ThrottleService)

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/billing"
+	"tollgate/tenants"
 	"tollgate/web/forms"
 )
 
@@ -18,12 +20,16 @@ import (
 // status class as shares of the hour, so a rise in 4xx or 5xx shows whatever the volume.
 
 type latencyView struct {
-	Enabled           bool
-	RouteID           string
-	Routes            []usageRow // the range's routes that have an id, to choose from
-	Gateway, Upstream template.HTML
-	Total             billing.LatencyRoute // the route over the charted hours
-	Hours             string               // the charted hours, in words
+	Enabled bool
+	RouteID string
+	Routes  []usageRow // the range's busiest routes that have an id, to choose from
+	// More: the range had more routes than Routes lists; any other is chosen by its name,
+	// RouteName (NameError when it names none).
+	More                 bool
+	RouteName, NameError string
+	Gateway, Upstream    template.HTML
+	Total                billing.LatencyRoute // the route over the charted hours
+	Hours                string               // the charted hours, in words
 }
 
 // latencyCharts fills d.Latency for the route of ?route= (default: the range's busiest):
@@ -41,6 +47,20 @@ func (c *Console) latencyCharts(ctx *fiber.Ctx, tenantID string, d *usageData) e
 		}
 	}
 	lv.RouteID = ctx.Query("route")
+	if name := strings.TrimSpace(ctx.Query("route_name")); name != "" {
+		// The first route in name order that starts with the name is the one named so,
+		// if there is one.
+		rs, _, err := c.cfg.Routes.SearchRoutes(c.ctx(ctx), tenantID, name, tenants.Page{Limit: 1})
+		if err != nil {
+			return err
+		}
+		lv.RouteName = name
+		if len(rs) == 1 && rs[0].Name == name {
+			lv.RouteID = rs[0].ID
+		} else {
+			lv.NameError = "No route is named " + strconv.Quote(name)
+		}
+	}
 	if lv.RouteID == "" && len(lv.Routes) > 0 {
 		lv.RouteID = lv.Routes[0].ID
 	}

@@ -199,13 +199,38 @@ func readTargets(text, field string, errs map[string]string) []tenants.Target {
 	return targets
 }
 
+// routesPage shows a page of the tenant's routes: in creation order, or with ?q= those
+// whose name starts with q, in name order.
 func (c *Console) routesPage(ctx *fiber.Ctx) error {
 	tv := tenantOf(ctx)
-	items, _, err := c.cfg.Routes.ListRoutes(c.ctx(ctx), tv.ID, tenants.Page{Limit: tenants.MaxPageLimit})
+	q := strings.TrimSpace(ctx.Query("q"))
+	p := tenants.Page{Limit: c.cfg.PageSize, Cursor: ctx.Query("cursor")}
+	var (
+		items []*tenants.Route
+		next  string
+		err   error
+	)
+	keep := url.Values{}
+	if q != "" {
+		keep.Set("q", q)
+		items, next, err = c.cfg.Routes.SearchRoutes(c.ctx(ctx), tv.ID, q, p)
+	} else {
+		items, next, err = c.cfg.Routes.ListRoutes(c.ctx(ctx), tv.ID, p)
+	}
+	if tenants.ErrorCode(err) == tenants.EInvalidRequest {
+		// A cursor from another filter, or one edited by hand: the list's start.
+		start := c.tenantURL(ctx, "/routes")
+		if q != "" {
+			start += "?" + keep.Encode()
+		}
+		return ctx.Redirect(start, http.StatusSeeOther)
+	}
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	return c.render(ctx, http.StatusOK, "routes", page{Title: "Routes", Nav: "routes", Data: items})
+	v := listView{Items: items, Query: q}
+	v.Next, v.First = pageLinks(ctx, c.tenantURL(ctx, "/routes"), next, keep)
+	return c.render(ctx, http.StatusOK, "routes", page{Title: "Routes", Nav: "routes", Data: v})
 }
 
 func (c *Console) routeNewPage(ctx *fiber.Ctx) error {
@@ -297,11 +322,16 @@ func (c *Console) consumersPage(ctx *fiber.Ctx) error {
 }
 
 func (c *Console) consumers(ctx *fiber.Ctx, status int, f consumerForm) error {
-	items, _, err := c.cfg.Consumers.ListConsumers(c.ctx(ctx), tenantOf(ctx).ID, tenants.Page{Limit: tenants.MaxPageLimit})
+	items, next, err := c.cfg.Consumers.ListConsumers(c.ctx(ctx), tenantOf(ctx).ID, tenants.Page{Limit: c.cfg.PageSize, Cursor: ctx.Query("cursor")})
+	if tenants.ErrorCode(err) == tenants.EInvalidRequest {
+		return ctx.Redirect(c.tenantURL(ctx, "/consumers"), http.StatusSeeOther)
+	}
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	return c.render(ctx, status, "consumers", page{Title: "Consumers", Nav: "consumers", Data: items, Form: f})
+	v := listView{Items: items}
+	v.Next, v.First = pageLinks(ctx, c.tenantURL(ctx, "/consumers"), next, nil)
+	return c.render(ctx, status, "consumers", page{Title: "Consumers", Nav: "consumers", Data: v, Form: f})
 }
 
 func (c *Console) consumerCreate(ctx *fiber.Ctx) error {
@@ -483,7 +513,7 @@ type auditRange struct {
 
 func (c *Console) auditPage(ctx *fiber.Ctx) error {
 	r := auditRange{From: ctx.Query("from"), To: ctx.Query("to"), Errors: map[string]string{}}
-	q := tenants.AuditQuery{Page: tenants.Page{Limit: 100, Cursor: ctx.Query("cursor")}}
+	q := tenants.AuditQuery{Page: tenants.Page{Limit: c.cfg.PageSize, Cursor: ctx.Query("cursor")}}
 	from, to, err := tenants.ParseAuditRange(r.From, r.To)
 	var bad *tenants.Error
 	if errors.As(err, &bad) {
@@ -506,7 +536,7 @@ func (c *Console) auditPage(ctx *fiber.Ctx) error {
 	if err != nil {
 		return c.internal(ctx, err)
 	}
-	names, err := c.objectNames(ctx)
+	names, err := c.objectNames(ctx, items)
 	if err != nil {
 		return c.internal(ctx, err)
 	}
@@ -521,27 +551,40 @@ func (c *Console) auditPage(ctx *fiber.Ctx) error {
 			rows[i].Name, rows[i].Link = o[0], o[1]
 		}
 	}
-	return c.render(ctx, http.StatusOK, "audit", page{Title: "Audit log", Nav: "audit", Data: map[string]any{"Items": rows, "Next": next, "Range": r}})
+	keep, _ := url.ParseQuery(r.Query)
+	v := listView{Items: rows}
+	v.Next, v.First = pageLinks(ctx, c.tenantURL(ctx, "/audit"), next, keep)
+	return c.render(ctx, http.StatusOK, "audit", page{Title: "Audit log", Nav: "audit", Data: map[string]any{"Items": rows, "Range": r, "Pages": v}})
 }
 
 // objectNames maps "kind/id" (the audit action's kind) to the name and page of the
-// tenant's routes, consumers, plans and members that still exist.
-func (c *Console) objectNames(ctx *fiber.Ctx) (map[string][2]string, error) {
+// entries' routes and consumers, and of the tenant's plans and members, that still exist.
+// Routes and consumers are looked up by the page's ids: a tenant may have 50,000.
+func (c *Console) objectNames(ctx *fiber.Ctx, entries []*tenants.AuditEntry) (map[string][2]string, error) {
 	tv, all := tenantOf(ctx), tenants.Page{Limit: tenants.MaxPageLimit}
 	out := map[string][2]string{}
-	routes, _, err := c.cfg.Routes.ListRoutes(c.ctx(ctx), tv.ID, all)
+	var routeIDs, consumerIDs []string
+	for _, a := range entries {
+		switch kind, _, _ := strings.Cut(a.Action, "."); kind {
+		case "routes":
+			routeIDs = append(routeIDs, a.Object)
+		case "consumers":
+			consumerIDs = append(consumerIDs, a.Object)
+		}
+	}
+	routes, err := c.cfg.Routes.RouteNames(c.ctx(ctx), tv.ID, routeIDs)
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range routes {
-		out["routes/"+r.ID] = [2]string{r.Name, c.tenantURL(ctx, "/routes/"+r.ID)}
+	for id, name := range routes {
+		out["routes/"+id] = [2]string{name, c.tenantURL(ctx, "/routes/"+id)}
 	}
-	consumers, _, err := c.cfg.Consumers.ListConsumers(c.ctx(ctx), tv.ID, all)
+	consumers, err := c.cfg.Consumers.ConsumerNames(c.ctx(ctx), tv.ID, consumerIDs)
 	if err != nil {
 		return nil, err
 	}
-	for _, cs := range consumers {
-		out["consumers/"+cs.ID] = [2]string{cs.Name, c.tenantURL(ctx, "/consumers/"+cs.ID)}
+	for id, name := range consumers {
+		out["consumers/"+id] = [2]string{name, c.tenantURL(ctx, "/consumers/"+id)}
 	}
 	if c.cfg.Plans != nil {
 		plans, _, err := c.cfg.Plans.ListPlans(c.ctx(ctx), tv.ID, all)

@@ -7,7 +7,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"tollgate/billing"
-	"tollgate/tenants"
 	"tollgate/tenants/rbac"
 )
 
@@ -89,20 +88,13 @@ func (c *Console) checkoutRows(ctx *fiber.Ctx) ([]checkoutRow, error) {
 	if err != nil || len(list) == 0 {
 		return nil, err
 	}
-	names := map[string]string{}
-	cursor := ""
-	for {
-		cs, next, err := c.cfg.Consumers.ListConsumers(c.ctx(ctx), tv.ID, tenants.Page{Limit: tenants.MaxPageLimit, Cursor: cursor})
-		if err != nil {
-			return nil, err
-		}
-		for _, x := range cs {
-			names[x.ID] = x.Name
-		}
-		if next == "" {
-			break
-		}
-		cursor = next
+	ids := make([]string, len(list))
+	for i, s := range list {
+		ids[i] = s.ConsumerID
+	}
+	names, err := c.cfg.Consumers.ConsumerNames(c.ctx(ctx), tv.ID, ids)
+	if err != nil {
+		return nil, err
 	}
 	rows := make([]checkoutRow, len(list))
 	for i, s := range list {

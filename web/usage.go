@@ -13,7 +13,6 @@ import (
 
 	"tollgate/billing"
 	"tollgate/infra/usage"
-	"tollgate/tenants"
 	"tollgate/web/forms"
 )
 
@@ -135,7 +134,7 @@ func (c *Console) usagePage(ctx *fiber.Ctx) error {
 		byStatus[it.Status] += it.Requests
 	}
 	d.ByStatus = rows("Requests by status", sorted(byStatus, "status"))
-	if d.Routes, d.Consumers, err = c.usageRows(ctx, who); err != nil {
+	if d.Routes, d.Consumers, d.Latency.More, err = c.usageRows(ctx, who); err != nil {
 		return c.internal(ctx, err)
 	}
 	byRoute := map[string]int64{}
@@ -186,31 +185,34 @@ func buckets(rep *billing.UsageReport, from, to time.Time, gran string) []bar {
 	return out
 }
 
-// usageRows sums the report by route and by consumer, named and linked to their pages.
-func (c *Console) usageRows(ctx *fiber.Ctx, rep *billing.UsageReport) (routes, consumers []usageRow, err error) {
+// usageRowsShown bounds the by-route and by-consumer tables: a tenant of 50,000 routes
+// gets its busiest named and linked, and the rest in one row.
+const usageRowsShown = 100
+
+// usageRows sums the report by route and by consumer, the busiest usageRowsShown of each
+// named and linked to their pages (the names looked up by id), the others summed in one
+// row; more reports whether routes were left out that way.
+func (c *Console) usageRows(ctx *fiber.Ctx, rep *billing.UsageReport) (routes, consumers []usageRow, more bool, err error) {
 	tv := tenantOf(ctx)
 	base := c.tenantURL(ctx, "")
-	routeNames, consumerNames := map[string]string{}, map[string]string{}
-	rs, _, err := c.cfg.Routes.ListRoutes(c.ctx(ctx), tv.ID, tenants.Page{Limit: tenants.MaxPageLimit})
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, r := range rs {
-		routeNames[r.ID] = r.Name
-	}
-	cs, _, err := c.cfg.Consumers.ListConsumers(c.ctx(ctx), tv.ID, tenants.Page{Limit: tenants.MaxPageLimit})
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, cs := range cs {
-		consumerNames[cs.ID] = cs.Name
-	}
 	byRoute, byConsumer := map[string]*usageRow{}, map[string]*usageRow{}
 	for _, it := range rep.Items {
-		add(byRoute, deref(it.RouteID), it.Counts, routeNames, base+"/routes/", "(no route matched)", "(deleted route)")
-		add(byConsumer, deref(it.ConsumerID), it.Counts, consumerNames, base+"/consumers/", "(no consumer: calls without a key or token)", "(deleted consumer)")
+		add(byRoute, deref(it.RouteID), it.Counts)
+		add(byConsumer, deref(it.ConsumerID), it.Counts)
 	}
-	return ranked(byRoute, rep.Total.Requests), ranked(byConsumer, rep.Total.Requests), nil
+	routes, more = ranked(byRoute, rep.Total.Requests, "routes")
+	consumers, _ = ranked(byConsumer, rep.Total.Requests, "consumers")
+	routeNames, err := c.cfg.Routes.RouteNames(c.ctx(ctx), tv.ID, ids(routes))
+	if err != nil {
+		return nil, nil, false, err
+	}
+	consumerNames, err := c.cfg.Consumers.ConsumerNames(c.ctx(ctx), tv.ID, ids(consumers))
+	if err != nil {
+		return nil, nil, false, err
+	}
+	name(routes, routeNames, base+"/routes/", "(no route matched)", "(deleted route)")
+	name(consumers, consumerNames, base+"/consumers/", "(no consumer: calls without a key or token)", "(deleted consumer)")
+	return routes, consumers, more, nil
 }
 
 func deref(s *string) string {
@@ -220,23 +222,43 @@ func deref(s *string) string {
 	return *s
 }
 
-func add(into map[string]*usageRow, id string, n usage.Counts, names map[string]string, link, none, gone string) {
+func add(into map[string]*usageRow, id string, n usage.Counts) {
 	r := into[id]
 	if r == nil {
-		r = &usageRow{Name: names[id], ID: id}
-		switch {
-		case id == "":
-			r.Name = none
-		case r.Name == "":
-			r.Name = gone
-		default:
-			r.Link = link + id
-		}
+		r = &usageRow{ID: id}
 		into[id] = r
 	}
 	r.Requests += n.Requests
 	r.Billable += n.Billable
 	r.FunctionUS += n.FunctionUS
+}
+
+// ids are the rows' object ids, for a name lookup.
+func ids(rows []usageRow) []string {
+	out := make([]string, 0, len(rows))
+	for _, r := range rows {
+		if r.ID != "" {
+			out = append(out, r.ID)
+		}
+	}
+	return out
+}
+
+// name sets the rows' names and links: the object's, none for the row of no object, gone
+// for an object that no longer exists. The row of the others keeps its name.
+func name(rows []usageRow, names map[string]string, link, none, gone string) {
+	for i := range rows {
+		r := &rows[i]
+		switch n, ok := names[r.ID]; {
+		case r.Name != "":
+		case r.ID == "":
+			r.Name = none
+		case !ok:
+			r.Name = gone
+		default:
+			r.Name, r.Link = n, link+r.ID
+		}
+	}
 }
 
 // functionMS shows function time, metered in microseconds, in the milliseconds it is
@@ -248,18 +270,32 @@ func functionMS(us int64) string {
 	return forms.GroupDigits(us/1000) + fmt.Sprintf(".%03d", us%1000)
 }
 
-func ranked(m map[string]*usageRow, total int64) []usageRow {
-	out := make([]usageRow, 0, len(m))
+// ranked orders the rows by requests, most first (ties by id), each with its share of
+// total; past usageRowsShown the rest are summed in one row named for how many objects
+// (noun) it holds, and more is true.
+func ranked(m map[string]*usageRow, total int64, noun string) (out []usageRow, more bool) {
+	out = make([]usageRow, 0, len(m))
 	for _, r := range m {
-		if total > 0 {
-			r.Share = 100 * float64(r.Requests) / float64(total)
-		}
 		out = append(out, *r)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		return out[i].Requests > out[j].Requests || out[i].Requests == out[j].Requests && out[i].Name < out[j].Name
+		return out[i].Requests > out[j].Requests || out[i].Requests == out[j].Requests && out[i].ID < out[j].ID
 	})
-	return out
+	if len(out) > usageRowsShown {
+		rest := usageRow{Name: forms.GroupDigits(int64(len(out)-usageRowsShown)) + " other " + noun}
+		for _, r := range out[usageRowsShown:] {
+			rest.Requests += r.Requests
+			rest.Billable += r.Billable
+			rest.FunctionUS += r.FunctionUS
+		}
+		out, more = append(out[:usageRowsShown], rest), true
+	}
+	for i := range out {
+		if total > 0 {
+			out[i].Share = 100 * float64(out[i].Requests) / float64(total)
+		}
+	}
+	return out, more
 }
 
 func sorted(m map[string]int64, class string) []bar {

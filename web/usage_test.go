@@ -62,6 +62,15 @@ func TestUsageByConsumerAndRange(t *testing.T) {
 		t.Errorf("the month so far does not total 10")
 	}
 
+	// Any route is charted by its name, whether or not the list holds it; a name of no
+	// route says so and charts the busiest.
+	if pg := e.get(owner, "/console/t/acme/usage?route_name=hello"); !strings.Contains(pg.body, `<option value="`+r.ID+`" selected>hello</option>`) {
+		t.Errorf("route_name=hello does not chart hello:\n%s", between(pg.body, `data-testid="latency"`, "</form>"))
+	}
+	if pg := e.get(owner, "/console/t/acme/usage?route_name=nope"); !strings.Contains(pg.body, `No route is named &#34;nope&#34;`) {
+		t.Errorf("route_name=nope says nothing:\n%s", between(pg.body, `data-testid="latency"`, "</section>"))
+	}
+
 	// A range that ends before today's calls; then bad ones.
 	if pg := e.get(owner, "/console/t/acme/usage?from=2026-01-01&to=2026-01-31"); pg.status != http.StatusOK || !strings.Contains(pg.body, `data-testid="total">0<`) {
 		t.Errorf("January: %d", pg.status)

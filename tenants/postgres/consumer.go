@@ -93,7 +93,7 @@ func (db *DB) ListConsumers(ctx context.Context, tenantID string, p tenants.Page
 		return []*tenants.Consumer{}, "", nil
 	}
 	rows, err := db.pool.Query(ctx, `SELECT `+consumerColumns+` FROM consumers
-		WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3`, tenantID, cursor, limit+1)
+		WHERE tenant_id = $1 AND id > $2 ORDER BY consumers.id LIMIT $3`, tenantID, cursor, limit+1)
 	if err != nil {
 		return nil, "", constraintError(err, "list consumers", nil)
 	}
@@ -103,6 +103,11 @@ func (db *DB) ListConsumers(ctx context.Context, tenantID string, p tenants.Page
 	}
 	list, next := nextCursor(list, limit, func(c *tenants.Consumer) string { return c.ID })
 	return list, next, nil
+}
+
+// ConsumerNames maps those of ids that are the tenant's consumers to their names.
+func (db *DB) ConsumerNames(ctx context.Context, tenantID string, ids []string) (map[string]string, error) {
+	return db.names(ctx, "consumers", tenantID, ids)
 }
 
 // UpdateConsumer replaces the consumer's name and plan when c.Version is current and fills
@@ -275,7 +280,7 @@ func (db *DB) ListKeys(ctx context.Context, tenantID, consumerID string, p tenan
 			return notFound("consumer")
 		}
 		rows, err := tx.Query(ctx, `SELECT `+keyColumns+` FROM keys
-			WHERE tenant_id = $1 AND consumer_id = $2 AND id > $3 ORDER BY id LIMIT $4`, tenantID, consumerID, cursor, limit+1)
+			WHERE tenant_id = $1 AND consumer_id = $2 AND id > $3 ORDER BY keys.id LIMIT $4`, tenantID, consumerID, cursor, limit+1)
 		if err != nil {
 			return err
 		}

@@ -144,7 +144,7 @@ func (db *DB) ListDomains(ctx context.Context, tenantID string, pg tenants.Page)
 		return []*tenants.Domain{}, "", nil
 	}
 	rows, err := db.pool.Query(ctx, `SELECT `+domainColumns+` FROM domains
-		WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3`, tenantID, cursor, limit+1)
+		WHERE tenant_id = $1 AND id > $2 ORDER BY domains.id LIMIT $3`, tenantID, cursor, limit+1)
 	if err != nil {
 		return nil, "", constraintError(err, "list domains", nil)
 	}

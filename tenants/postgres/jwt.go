@@ -93,7 +93,7 @@ func (db *DB) ListJWTIssuers(ctx context.Context, tenantID string, p tenants.Pag
 		return []*tenants.Issuer{}, "", nil
 	}
 	rows, err := db.pool.Query(ctx, `SELECT `+issuerColumns+` FROM jwt_issuers
-		WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3`, tenantID, cursor, limit+1)
+		WHERE tenant_id = $1 AND id > $2 ORDER BY jwt_issuers.id LIMIT $3`, tenantID, cursor, limit+1)
 	if err != nil {
 		return nil, "", constraintError(err, "list jwt issuers", nil)
 	}

@@ -96,7 +96,7 @@ func (db *DB) ListPlans(ctx context.Context, tenantID string, pg tenants.Page) (
 		return []*tenants.ConsumerPlan{}, "", nil
 	}
 	rows, err := db.pool.Query(ctx, `SELECT `+planColumns+` FROM plans
-		WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3`, tenantID, cursor, limit+1)
+		WHERE tenant_id = $1 AND id > $2 ORDER BY plans.id LIMIT $3`, tenantID, cursor, limit+1)
 	if err != nil {
 		return nil, "", constraintError(err, "list plans", nil)
 	}

@@ -243,7 +243,9 @@ func parseID(s string) bool {
 }
 
 // page normalizes a page request: the limit clamped, the cursor checked. The first page's
-// cursor is the nil UUID, below every id.
+// cursor is the nil UUID, below every id. The list queries order by table.id: a bare id
+// names the id::text output column, and sorting by it reads and sorts all the tenant's
+// rows for every page (130 ms a page at 50,000 routes) instead of walking the primary key.
 func page(p tenants.Page) (limit int, cursor string, err error) {
 	limit = p.Limit
 	switch {

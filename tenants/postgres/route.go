@@ -2,8 +2,11 @@ package postgres
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -158,7 +161,7 @@ func (db *DB) ListRoutes(ctx context.Context, tenantID string, p tenants.Page) (
 		return []*tenants.Route{}, "", nil
 	}
 	rows, err := db.pool.Query(ctx, `SELECT `+routeColumns+` FROM routes
-		WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3`, tenantID, cursor, limit+1)
+		WHERE tenant_id = $1 AND id > $2 ORDER BY routes.id LIMIT $3`, tenantID, cursor, limit+1)
 	if err != nil {
 		return nil, "", constraintError(err, "list routes", nil)
 	}
@@ -168,6 +171,78 @@ func (db *DB) ListRoutes(ctx context.Context, tenantID string, p tenants.Page) (
 	}
 	list, next := nextCursor(list, limit, func(r *tenants.Route) string { return r.ID })
 	return list, next, nil
+}
+
+// SearchRoutes returns a page of the tenant's routes whose name starts with prefix, in
+// bytewise name order, and the cursor of the next page ("" after the last). The range
+// scan runs on routes_name_bytes_idx: a prefix is a range in bytewise order, not
+// necessarily in the database's collation. The cursor is the last name, base64url.
+func (db *DB) SearchRoutes(ctx context.Context, tenantID, prefix string, p tenants.Page) ([]*tenants.Route, string, error) {
+	limit, _, err := page(tenants.Page{Limit: p.Limit})
+	if err != nil {
+		return nil, "", err
+	}
+	after := "" // below every name
+	if p.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(p.Cursor)
+		if err != nil || !utf8.Valid(b) || !strings.HasPrefix(string(b), prefix) {
+			return nil, "", tenants.Errorf(tenants.EInvalidRequest, "cursor is not one this search returned")
+		}
+		after = string(b)
+	}
+	if !parseID(tenantID) || !utf8.ValidString(prefix) || strings.ContainsRune(prefix, 0) {
+		return []*tenants.Route{}, "", nil
+	}
+	// No valid name holds U+10FFFF (names are printable), so every name that starts with
+	// prefix sorts below prefix+U+10FFFF.
+	rows, err := db.pool.Query(ctx, `SELECT `+routeColumns+` FROM routes
+		WHERE tenant_id = $1 AND (name COLLATE "C") >= $2 AND (name COLLATE "C") > $3 AND (name COLLATE "C") < $4
+		ORDER BY (name COLLATE "C") LIMIT $5`, tenantID, prefix, after, prefix+"\U0010FFFF", limit+1)
+	if err != nil {
+		return nil, "", constraintError(err, "search routes", nil)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.Route, error) { return scanRoute(r) })
+	if err != nil {
+		return nil, "", constraintError(err, "search routes", nil)
+	}
+	list, next := nextCursor(list, limit, func(r *tenants.Route) string { return base64.RawURLEncoding.EncodeToString([]byte(r.Name)) })
+	return list, next, nil
+}
+
+// RouteNames maps those of ids that are the tenant's routes to their names.
+func (db *DB) RouteNames(ctx context.Context, tenantID string, ids []string) (map[string]string, error) {
+	return db.names(ctx, "routes", tenantID, ids)
+}
+
+// names maps those of ids that are rows of table (routes or consumers) in the tenant to
+// their names, by primary key lookups.
+func (db *DB) names(ctx context.Context, table, tenantID string, ids []string) (map[string]string, error) {
+	if len(ids) > tenants.MaxPageLimit {
+		return nil, tenants.Errorf(tenants.EInvalidRequest, "at most %d ids at once, got %d", tenants.MaxPageLimit, len(ids))
+	}
+	out := make(map[string]string, len(ids))
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if parseID(id) {
+			valid = append(valid, id)
+		}
+	}
+	if !parseID(tenantID) || len(valid) == 0 {
+		return out, nil
+	}
+	rows, err := db.pool.Query(ctx, `SELECT id::text, name FROM `+table+` WHERE tenant_id = $1 AND id = ANY($2::uuid[])`, tenantID, valid)
+	if err != nil {
+		return nil, constraintError(err, "name "+table, nil)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, name string
+		if err := rows.Scan(&id, &name); err != nil {
+			return nil, constraintError(err, "name "+table, nil)
+		}
+		out[id] = name
+	}
+	return out, constraintError(rows.Err(), "name "+table, nil)
 }
 
 // UpdateRoute replaces the route when r.Version is current and fills in r's new version

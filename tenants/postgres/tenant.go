@@ -84,7 +84,7 @@ func (db *DB) ListTenants(ctx context.Context, p tenants.Page) ([]*tenants.Tenan
 		return nil, "", err
 	}
 	rows, err := db.pool.Query(ctx, `SELECT `+tenantColumns+` FROM tenants
-		WHERE id > $1 ORDER BY id LIMIT $2`, cursor, limit+1)
+		WHERE id > $1 ORDER BY tenants.id LIMIT $2`, cursor, limit+1)
 	if err != nil {
 		return nil, "", constraintError(err, "list tenants", nil)
 	}

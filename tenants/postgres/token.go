@@ -75,7 +75,7 @@ func (db *DB) ListTokens(ctx context.Context, tenantID string, p tenants.Page) (
 		return []*tenants.Token{}, "", nil
 	}
 	rows, err := db.pool.Query(ctx, `SELECT `+tokenColumns+` FROM tokens
-		WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3`, tenantID, cursor, limit+1)
+		WHERE tenant_id = $1 AND id > $2 ORDER BY tokens.id LIMIT $3`, tenantID, cursor, limit+1)
 	if err != nil {
 		return nil, "", constraintError(err, "list tokens", nil)
 	}
