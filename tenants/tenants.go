@@ -292,6 +292,22 @@ type TenantService interface {
 	DeleteTenant(ctx context.Context, tenantID string) error
 }
 
+// CellService places tenants on cells: the edge pools, each following the config of its
+// own tenants only.
+type CellService interface {
+	// ListCells lists the declared cells with how many tenants each holds.
+	ListCells(ctx context.Context) ([]*CellInfo, error)
+	// MoveTenant places the tenant in cell and moves its config to that cell's edges:
+	// ENotFound, EValidation (cell not declared).
+	MoveTenant(ctx context.Context, tenantID, cell string) (*Tenant, error)
+}
+
+// CellInfo is a declared cell and its load.
+type CellInfo struct {
+	Name    string `json:"name"`
+	Tenants int64  `json:"tenants"`
+}
+
 // RouteService manages a tenant's routes.
 type RouteService interface {
 	// CreateRoute: EValidation, EConflict (name or path+method taken).

@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -116,3 +118,39 @@ func (db *DB) MoveTenant(ctx context.Context, tenantID, cell string) (*tenants.T
 type cellView struct {
 	Cell string `json:"cell"`
 }
+
+// CheckCells fails when a tenant is in a cell that is not declared: the relay could not
+// publish its changes anywhere, and no edge would serve it. Declare the cell again, or
+// move its tenants out while it still is.
+func (db *DB) CheckCells(ctx context.Context) error {
+	ctx, cancel := db.bound(ctx)
+	defer cancel()
+	rows, err := db.pool.Query(ctx, `SELECT DISTINCT cell FROM tenants WHERE NOT cell = ANY($1) ORDER BY cell`, db.cells)
+	if err != nil {
+		return fmt.Errorf("postgres: check cells: %w", err)
+	}
+	lost, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("postgres: check cells: %w", err)
+	}
+	if len(lost) > 0 {
+		return fmt.Errorf("tenants are in cells that are not declared: %s (declared: %s)", strings.Join(lost, ", "), strings.Join(db.cells, ", "))
+	}
+	return nil
+}
+
+// ListCells lists the declared cells, in declaration order, with their tenant counts.
+func (db *DB) ListCells(ctx context.Context) ([]*tenants.CellInfo, error) {
+	rows, err := db.pool.Query(ctx, `SELECT d.cell, (SELECT count(*) FROM tenants t WHERE t.cell = d.cell)
+		FROM unnest($1::text[]) WITH ORDINALITY AS d(cell, i) ORDER BY d.i`, db.cells)
+	if err != nil {
+		return nil, constraintError(err, "list cells", nil)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.CellInfo, error) {
+		var c tenants.CellInfo
+		return &c, r.Scan(&c.Name, &c.Tenants)
+	})
+	return list, constraintError(err, "list cells", nil)
+}
+
+var _ tenants.CellService = (*DB)(nil)
