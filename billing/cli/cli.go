@@ -47,10 +47,10 @@ type Options struct {
 	// CellNATS are the NATS URLs of the cells that have their own (TOLLGATE_CELLS), by
 	// cell name: their edges meter to those clusters, whose usage and request log
 	// streams billing reads beside the main one's.
-	CellNATS map[string]string
-	StripeKey    string // empty: no Stripe push
-	StripeURL    string
-	StripeEvent  string
+	CellNATS    map[string]string
+	StripeKey   string // empty: no Stripe push
+	StripeURL   string
+	StripeEvent string
 	// StripeFunctionEvent is the event name of function time's meter events (µs); empty:
 	// billingstripe.DefaultFunctionEventName.
 	StripeFunctionEvent string
