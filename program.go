@@ -425,6 +425,20 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 	if cp.modules != nil {
 		go cp.modules.ReconcileEvery(checksCtx, cp.db, time.Minute, log)
 		go cp.modules.SweepEvery(checksCtx, cp.db, moduleSweepInterval, moduleGrace, log)
+		// A cell on a NATS of its own has its edges fetch modules there: the same
+		// reconcile fills its object store (within a minute of an upload), the same
+		// sweep empties it.
+		for _, c := range cp.cells {
+			if c.nc == cp.nc {
+				continue
+			}
+			if js, err := jetstream.New(c.nc); err == nil {
+				store := functionstore.NewLazy(js, functionstore.BucketName(cfg.NATSPrefix), cfg.NATSReplicas)
+				clog := log.With("cell", c.name)
+				go store.ReconcileEvery(checksCtx, cp.db, time.Minute, clog)
+				go store.SweepEvery(checksCtx, cp.db, moduleSweepInterval, moduleGrace, clog)
+			}
+		}
 	}
 	defer sweepEntitlements(ctx, cfg, cp, log)()
 	drainAdmin, stopAdmin := cp.serveAdmin(ctx, log)
