@@ -3,6 +3,8 @@ package e2e
 import (
 	"strings"
 	"testing"
+
+	"tollgate/infra/testenv"
 )
 
 // TestCells: with two cells on one NATS, each edge pool serves only its cell's tenants;
@@ -11,13 +13,31 @@ import (
 func TestCells(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
-	cells := "TOLLGATE_CELLS=default;b"
+	// Cell c has a NATS of its own: its bucket is there, and its edge connects only there.
+	natsC := testenv.NATS(t)
+	cells := "TOLLGATE_CELLS=default;b;c=" + natsC.ClientURL()
 	_, api := s.startAPI(cells)
 	_, edgeA := s.startEdge(cells, "TOLLGATE_EDGE_ID=edge-a")
-	sb := *s // the cell's edge pool listens on addresses of its own
+	sb := *s // each cell's edge pool listens on addresses of its own
 	sb.edgeAddr, sb.edgeAdm = freeAddr(t), freeAddr(t)
 	_, edgeB := sb.startEdge(cells, "TOLLGATE_EDGE_CELL=b", "TOLLGATE_EDGE_ID=edge-b")
+	sc := *s
+	sc.edgeAddr, sc.edgeAdm = freeAddr(t), freeAddr(t)
+	_, edgeC := sc.startEdge(cells, "TOLLGATE_EDGE_CELL=c", "TOLLGATE_EDGE_ID=edge-c")
 	up := echoUpstream(t, "cells-upstream")
+
+	// Placement: the cell with the fewest tenants.
+	for _, want := range []string{"default", "b", "c"} {
+		created := api.must(201, "POST", "/v1/tenants", map[string]any{"slug": "placed-" + want, "plan": "unlimited"})
+		if created["cell"] != want {
+			t.Fatalf("placed-%s went to cell %v", want, created["cell"])
+		}
+	}
+	api.createRoute("placed-c", routeSpec("hello", "/hello", up.URL, "none"))
+	eventually(t, applyDeadline, "cell c's edge, on its own NATS, serves its tenant", served(edgeC, "placed-c", "/hello", "cells-upstream"))
+	if err := answers(edgeA, "placed-c", "/hello", 404, "tenant_not_found")(); err != nil {
+		t.Fatalf("the default cell's edge: %v", err)
+	}
 
 	created := api.must(201, "POST", "/v1/tenants", map[string]any{"slug": "acme", "plan": "unlimited", "cell": "default"})
 	if created["cell"] != "default" {
@@ -52,7 +72,7 @@ func TestCells(t *testing.T) {
 		t.Fatalf("audit: %s", audit)
 	}
 	list := api.call("GET", "/v1/cells", nil)
-	if list.Status != 200 || !strings.Contains(string(list.Raw), `{"name":"default","tenants":0}`) || !strings.Contains(string(list.Raw), `{"name":"b","tenants":1}`) {
+	if list.Status != 200 || !strings.Contains(string(list.Raw), `{"name":"default","tenants":1}`) || !strings.Contains(string(list.Raw), `{"name":"b","tenants":2}`) {
 		t.Fatalf("cells: %s", list)
 	}
 }
