@@ -192,11 +192,11 @@ func startDevNATS(cfg *config.Config) (url string, stop func(), err error) {
 
 // rebuildBucket makes the config bucket and fills it from Postgres.
 func rebuildBucket(ctx context.Context, cfg *config.Config, cp *controlPlane) error {
-	kv, err := cp.bucket(ctx, cfg.KVBucket(), cfg.NATSReplicas)
+	kvs, err := cp.buckets(ctx, cfg.NATSReplicas)
 	if err != nil {
 		return err
 	}
-	if _, err := cp.resync(ctx, kv); err != nil {
+	if _, err := cp.resync(ctx, kvs); err != nil {
 		return fmt.Errorf("rebuild config bucket: %w", err)
 	}
 	return nil

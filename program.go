@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,6 +60,7 @@ func Migrate(ctx context.Context, _ []string) error {
 type controlPlane struct {
 	db    *postgres.DB
 	nc    *nats.Conn
+	cells []cellConn // the declared cells' buckets and connections, in TOLLGATE_CELLS order
 	relay *postgres.Relay
 	mail  tenants.Mailer
 
@@ -78,51 +80,122 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 	if err := postgres.Migrate(ctx, cfg.DatabaseURL); err != nil {
 		return nil, err
 	}
-	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamAddressRule(upstreamRule(cfg)), postgres.WithTimeout(cfg.DBTimeout))
+	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamAddressRule(upstreamRule(cfg)), postgres.WithTimeout(cfg.DBTimeout),
+		postgres.WithCells(cfg.CellNames()))
 	if err != nil {
 		return nil, err
+	}
+	if err := db.CheckCells(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("TOLLGATE_CELLS: %w", err)
 	}
 	nc, err := natsconn.ConnectAuth(natsURL, "tollgate-api", cfg.NATSAuth())
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	pub, err := tgnats.NewPublisher(nc, cfg.KVBucket(), 0)
-	if err != nil {
+	cells, err := connectCells(cfg, nc)
+	closeAll := func() {
+		closeCells(cells, nc)
 		nc.Close()
 		db.Close()
+	}
+	if err != nil {
+		closeAll()
 		return nil, err
 	}
 	mail, err := openMailer(cfg, log)
 	if err != nil {
-		nc.Close()
-		db.Close()
+		closeAll()
 		return nil, err
 	}
 	reg, metrics, err := apiMetrics()
 	if err != nil {
-		nc.Close()
-		db.Close()
+		closeAll()
 		return nil, err
 	}
 	traces, err := cfg.Tracing("tollgate-api", false)
 	if err != nil {
-		nc.Close()
-		db.Close()
+		closeAll()
 		return nil, err
 	}
-	if traces != nil {
-		pub.SetTracer(traces.Tracer("tollgate/relay"))
+	pubs := make(map[string]*tgnats.Publisher, len(cells))
+	for _, c := range cells {
+		if traces != nil {
+			c.pub.SetTracer(traces.Tracer("tollgate/relay"))
+		}
+		pubs[c.name] = c.pub
 	}
-	cp := &controlPlane{db: db, nc: nc, relay: postgres.NewRelay(db, pub, log), mail: mail, reg: reg, metrics: metrics, traces: traces}
+	cp := &controlPlane{db: db, nc: nc, cells: cells, relay: postgres.NewRelay(db, tgnats.NewCellPublisher(pubs), log), mail: mail, reg: reg, metrics: metrics, traces: traces}
 	cp.relay.SetObserver(metrics)
 	return cp, nil
 }
 
-// bucket creates the KV bucket, retrying while NATS is unreachable (the api serves
+// cellConn is a cell as the api sees it: the bucket its edges follow, on its NATS.
+type cellConn struct {
+	name, bucket string
+	nc           *nats.Conn // the main connection unless the cell has a NATS of its own
+	pub          *tgnats.Publisher
+}
+
+// connectCells connects to each declared cell's NATS (main, the main connection, serves
+// the cells without one) and makes a publisher of its bucket.
+func connectCells(cfg *config.Config, main *nats.Conn) ([]cellConn, error) {
+	declared := cfg.Cells
+	if len(declared) == 0 { // a Config not read by FromEnv
+		declared = []config.Cell{{Name: config.DefaultCell}}
+	}
+	var cells []cellConn
+	for _, c := range declared {
+		cc := cellConn{name: c.Name, bucket: cfg.CellBucket(c.Name), nc: main}
+		if c.NATSURL != "" {
+			nc, err := natsconn.ConnectAuth(c.NATSURL, "tollgate-api-cell-"+c.Name, cfg.NATSAuth())
+			if err != nil {
+				closeCells(cells, main)
+				return nil, fmt.Errorf("cell %s: %w", c.Name, err)
+			}
+			cc.nc = nc
+		}
+		pub, err := tgnats.NewPublisher(cc.nc, cc.bucket, 0)
+		if err != nil {
+			if cc.nc != main {
+				cc.nc.Close()
+			}
+			closeCells(cells, main)
+			return nil, fmt.Errorf("cell %s: %w", c.Name, err)
+		}
+		cc.pub = pub
+		cells = append(cells, cc)
+	}
+	return cells, nil
+}
+
+// closeCells closes the cells' own connections (not main).
+func closeCells(cells []cellConn, main *nats.Conn) {
+	for _, c := range cells {
+		if c.nc != main {
+			c.nc.Close()
+		}
+	}
+}
+
+// buckets creates every cell's KV bucket (see bucket), by cell name.
+func (cp *controlPlane) buckets(ctx context.Context, replicas int) (map[string]jetstream.KeyValue, error) {
+	kvs := make(map[string]jetstream.KeyValue, len(cp.cells))
+	for _, c := range cp.cells {
+		kv, err := bucketOn(ctx, c.nc, c.bucket, replicas)
+		if err != nil {
+			return nil, fmt.Errorf("cell %s: %w", c.name, err)
+		}
+		kvs[c.name] = kv
+	}
+	return kvs, nil
+}
+
+// bucketOn creates the KV bucket, retrying while NATS is unreachable (the api serves
 // meanwhile; the relay keeps the outbox until the bucket is there).
-func (cp *controlPlane) bucket(ctx context.Context, name string, replicas int) (jetstream.KeyValue, error) {
-	js, err := jetstream.New(cp.nc)
+func bucketOn(ctx context.Context, nc *nats.Conn, name string, replicas int) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
@@ -141,14 +214,24 @@ func (cp *controlPlane) bucket(ctx context.Context, name string, replicas int) (
 	}
 }
 
-// resync rebuilds the bucket from Postgres.
-func (cp *controlPlane) resync(ctx context.Context, kv jetstream.KeyValue) (postgres.ResyncResult, error) {
+// resync rebuilds every cell's bucket from Postgres.
+func (cp *controlPlane) resync(ctx context.Context, kvs map[string]jetstream.KeyValue) (postgres.ResyncResult, error) {
 	return cp.relay.Resync(ctx, func(ctx context.Context, live []tenants.Change) error {
-		return tgnats.Resync(ctx, kv, live)
+		return tgnats.ResyncCells(ctx, kvs, live)
 	})
 }
 
+// bucketNames lists the cells' buckets, for messages.
+func (cp *controlPlane) bucketNames() string {
+	names := make([]string, len(cp.cells))
+	for i, c := range cp.cells {
+		names[i] = c.bucket
+	}
+	return strings.Join(names, ", ")
+}
+
 func (cp *controlPlane) close() {
+	closeCells(cp.cells, cp.nc)
 	cp.nc.Close()
 	cp.db.Close()
 	cp.traces.Close()
@@ -248,7 +331,7 @@ from Postgres and exits (a running api's relay does the work when there is one).
 	cmdline.Env(c, "TOLLGATE_ADMIN_TOKEN", "TOLLGATE_DATABASE_URL", "TOLLGATE_NATS_URL", "TOLLGATE_NATS_PREFIX",
 		"TOLLGATE_NATS_CREDS", "TOLLGATE_API_ADDR", "TOLLGATE_API_ADMIN_ADDR", "TOLLGATE_EDGE_DOMAIN",
 		"TOLLGATE_PUBLIC_URL", "TOLLGATE_UPSTREAM_ALLOW_CIDRS", "TOLLGATE_SMTP_URL", "TOLLGATE_STRIPE_KEY",
-		"TOLLGATE_STRIPE_WEBHOOK_SECRET", "TOLLGATE_DB_TIMEOUT", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
+		"TOLLGATE_STRIPE_WEBHOOK_SECRET", "TOLLGATE_DB_TIMEOUT", "TOLLGATE_CELLS", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
 	return c
 }
 
@@ -273,19 +356,19 @@ func API(ctx context.Context, resync bool) error {
 	}
 	defer cp.close()
 	if resync {
-		kv, err := cp.bucket(ctx, cfg.KVBucket(), cfg.NATSReplicas)
+		kvs, err := cp.buckets(ctx, cfg.NATSReplicas)
 		if err != nil {
 			return err
 		}
 		// When an api is running, its relay does the work; give it time, not forever.
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer cancel()
-		res, err := cp.resync(rctx, kv)
+		res, err := cp.resync(rctx, kvs)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("bucket %s rebuilt: %d entries (revs %d..%d), %d pending outbox rows superseded\n",
-			cfg.KVBucket(), res.Entries, res.FirstRev, res.FirstRev+int64(res.Entries)-1, res.Superseded)
+			cp.bucketNames(), res.Entries, res.FirstRev, res.FirstRev+int64(res.Entries)-1, res.Superseded)
 		return nil
 	}
 	ln, err := net.Listen("tcp", cfg.APIAddr)
@@ -313,13 +396,13 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 	relayDone := make(chan struct{})
 	go func() {
 		defer close(relayDone)
-		kv, err := cp.bucket(ctx, cfg.KVBucket(), cfg.NATSReplicas)
+		kvs, err := cp.buckets(ctx, cfg.NATSReplicas)
 		if err != nil {
 			return
 		}
 		// `tollgate api --resync` run beside this api asks this relay to do it.
 		cp.relay.SetResyncApply(func(ctx context.Context, live []tenants.Change) error {
-			return tgnats.Resync(ctx, kv, live)
+			return tgnats.ResyncCells(ctx, kvs, live)
 		})
 		if err := cp.relay.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("relay stopped", "err", err)
@@ -342,13 +425,27 @@ func runAPI(ctx context.Context, cfg *config.Config, cp *controlPlane, ln net.Li
 	if cp.modules != nil {
 		go cp.modules.ReconcileEvery(checksCtx, cp.db, time.Minute, log)
 		go cp.modules.SweepEvery(checksCtx, cp.db, moduleSweepInterval, moduleGrace, log)
+		// A cell on a NATS of its own has its edges fetch modules there: the same
+		// reconcile fills its object store (within a minute of an upload), the same
+		// sweep empties it.
+		for _, c := range cp.cells {
+			if c.nc == cp.nc {
+				continue
+			}
+			if js, err := jetstream.New(c.nc); err == nil {
+				store := functionstore.NewLazy(js, functionstore.BucketName(cfg.NATSPrefix), cfg.NATSReplicas)
+				clog := log.With("cell", c.name)
+				go store.ReconcileEvery(checksCtx, cp.db, time.Minute, clog)
+				go store.SweepEvery(checksCtx, cp.db, moduleSweepInterval, moduleGrace, clog)
+			}
+		}
 	}
 	defer sweepEntitlements(ctx, cfg, cp, log)()
 	drainAdmin, stopAdmin := cp.serveAdmin(ctx, log)
 	defer stopAdmin()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("api listening", "addr", ln.Addr().String(), "bucket", cfg.KVBucket())
+	log.Info("api listening", "addr", ln.Addr().String(), "bucket", cp.bucketNames())
 	select {
 	case err := <-serveErr:
 		return err

@@ -55,6 +55,9 @@ type Config struct {
 	// JWTIssuers and AccessRules serve /v1/tenants/{slug}/jwt-issuers and .../policy.
 	JWTIssuers  tenants.JWTIssuerService
 	AccessRules tenants.AccessRulesService
+	// Cells serves /v1/cells and PUT /v1/tenants/{slug}/cell. Default: Tenants, when it
+	// implements tenants.CellService (the Postgres store does); nil: those answer 404.
+	Cells tenants.CellService
 	// PlatformPlans serves /v1/platform/plans. Default: Tenants, when it implements
 	// tenants.PlatformPlanService (the Postgres store does).
 	PlatformPlans tenants.PlatformPlanService
@@ -211,6 +214,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.Config == nil {
 		cfg.Config, _ = cfg.Tenants.(tenants.ConfigService)
+	}
+	if cfg.Cells == nil {
+		cfg.Cells, _ = cfg.Tenants.(tenants.CellService)
 	}
 	if cfg.Functions == nil {
 		cfg.Functions, _ = cfg.Tenants.(tenants.FunctionService)

@@ -19,6 +19,7 @@ type tenantCreate struct {
 	Slug string `json:"slug" required:"true" doc:"DNS label (a–z, 0–9, '-', at most 63), the first label of the tenant's edge host. Immutable."`
 	Name string `json:"name" doc:"Display name, 1–100 printable characters. Default: the slug."`
 	Plan string `json:"plan" doc:"Platform plan that caps the whole tenant: a name GET /v1/platform/plans lists (free, pro, enterprise, unlimited, or the operator's own). Default: free."`
+	Cell string `json:"cell" doc:"The cell (edge pool) that serves the tenant, one GET /v1/cells lists. Default: the declared cell with the fewest tenants."`
 }
 
 // tenantPatch changes only the fields it carries.
@@ -107,7 +108,7 @@ func decodeTenantCreate(ct string, body []byte, limit int) (*tenants.Tenant, err
 	if err := decodeBody(ct, body, limit, &b, false); err != nil {
 		return nil, err
 	}
-	t := &tenants.Tenant{Slug: b.Slug, Name: b.Name, PlatformPlan: b.Plan}
+	t := &tenants.Tenant{Slug: b.Slug, Name: b.Name, PlatformPlan: b.Plan, Cell: b.Cell}
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}

@@ -56,6 +56,7 @@ const (
 	tagJWTIssuers  = "jwt-issuers"
 	tagAccessRules = "policy"
 	tagPlatform    = "platform"
+	tagCells       = "cells"
 	// People and audit.
 	tagAudit   = "audit"
 	tagMembers = "members"
@@ -184,6 +185,13 @@ func (s *Server) table() []endpoint {
 		{method: http.MethodDelete, path: "/v1/tenants/:slug/tokens/:id", access: tenantScoped, class: rbac.TenantAdmin, handle: s.deleteToken, tag: tagTokens,
 			summary: "Revoke a token", desc: scopedDoc, status: 204},
 
+		{method: http.MethodGet, path: "/v1/cells", access: adminOnly, handle: s.listCells, tag: tagCells,
+			summary: "List the cells", desc: "Admin token only. The edge pools declared to the api (TOLLGATE_CELLS), in their order, with how many tenants each serves. A new tenant goes to the one with the fewest unless its create names one.",
+			status: 200, result: list[tenants.CellInfo]{}},
+		{method: http.MethodPut, path: "/v1/tenants/:slug/cell", access: tenantScoped, class: rbac.TenantAdmin, handle: s.putTenantCell, tag: tagCells,
+			summary: "Move a tenant to another cell",
+			desc:    "Admin token only (403 otherwise). In one transaction the tenant's cell changes and every one of its config entries is put to the new cell's bucket, then deleted from the old one's, so the new cell's edges hold the tenant before the old cell's drop it. Moving to the cell the tenant is in changes nothing. 400 validation_failed when the cell is not declared. One audit entry, cells.update, with the cell before and after.",
+			body:    cellBody{}, status: 200, result: tenants.Tenant{}, etag: true},
 		{method: http.MethodGet, path: "/v1/platform/plans", access: anyToken, handle: s.listPlatformPlans, tag: tagPlatform,
 			summary: "List the platform plans", desc: "The plans a tenant's \"plan\" may name, with the limits they put on the whole tenant. Any token; one page holds them all.",
 			status: 200, result: list[tenants.PlatformPlan]{}},

@@ -337,7 +337,7 @@ func (s *Server) document() obj {
 		"security": []obj{{"bearer": []string{}}},
 		"tags": []obj{
 			{"name": tagTenants}, {"name": tagRoutes}, {"name": tagConsumers}, {"name": tagKeys},
-			{"name": tagPlans}, {"name": tagTokens}, {"name": tagJWTIssuers}, {"name": tagAccessRules}, {"name": tagDomains}, {"name": tagPlatform}, {"name": tagHealth},
+			{"name": tagPlans}, {"name": tagTokens}, {"name": tagJWTIssuers}, {"name": tagAccessRules}, {"name": tagDomains}, {"name": tagPlatform}, {"name": tagCells}, {"name": tagHealth},
 		},
 		"paths": paths,
 		"components": obj{

@@ -177,4 +177,7 @@ type Change struct {
 	Rev   int64
 	Key   string
 	Value []byte
+	// Cell is the cell whose bucket the change goes to: its tenant's cell when it was
+	// written ("" is the default cell).
+	Cell string
 }

@@ -18,10 +18,13 @@ type Tenant struct {
 	// wrote the tenant: it travels in the tenant's config entry so the edge can enforce it
 	// (a change of the platform plan re-emits the entries of its tenants). Read-only in
 	// the API; nil when the plan names no platform plan.
-	Limits    *PlatformPlan `json:"limits,omitempty"`
-	Version   int64         `json:"version"`
-	CreatedAt time.Time     `json:"created_at"`
-	UpdatedAt time.Time     `json:"updated_at"`
+	Limits *PlatformPlan `json:"limits,omitempty"`
+	// Cell is the edge pool that serves the tenant, chosen by the control plane when the
+	// tenant is made (see postgres.DB's placement) and changed only by the operator.
+	Cell      string    `json:"cell,omitempty"`
+	Version   int64     `json:"version"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Route maps method + path at the edge to an upstream, with the checks to apply first.
@@ -287,6 +290,22 @@ type TenantService interface {
 	UpdateTenant(ctx context.Context, t *Tenant) error
 	// DeleteTenant removes the tenant and everything it owns: ENotFound.
 	DeleteTenant(ctx context.Context, tenantID string) error
+}
+
+// CellService places tenants on cells: the edge pools, each following the config of its
+// own tenants only.
+type CellService interface {
+	// ListCells lists the declared cells with how many tenants each holds.
+	ListCells(ctx context.Context) ([]*CellInfo, error)
+	// MoveTenant places the tenant in cell and moves its config to that cell's edges:
+	// ENotFound, EValidation (cell not declared).
+	MoveTenant(ctx context.Context, tenantID, cell string) (*Tenant, error)
+}
+
+// CellInfo is a declared cell and its load.
+type CellInfo struct {
+	Name    string `json:"name"`
+	Tenants int64  `json:"tenants"`
 }
 
 // RouteService manages a tenant's routes.

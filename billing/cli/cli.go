@@ -44,9 +44,13 @@ type Options struct {
 	// every process has them (TOLLGATE_NATS_CREDS…, TOLLGATE_NATS_REPLICAS).
 	NATSAuth     natsconn.Auth
 	NATSReplicas int
-	StripeKey    string // empty: no Stripe push
-	StripeURL    string
-	StripeEvent  string
+	// CellNATS are the NATS URLs of the cells that have their own (TOLLGATE_CELLS), by
+	// cell name: their edges meter to those clusters, whose usage and request log
+	// streams billing reads beside the main one's.
+	CellNATS    map[string]string
+	StripeKey   string // empty: no Stripe push
+	StripeURL   string
+	StripeEvent string
 	// StripeFunctionEvent is the event name of function time's meter events (µs); empty:
 	// billingstripe.DefaultFunctionEventName.
 	StripeFunctionEvent string
@@ -81,6 +85,7 @@ func OptionsFromEnv(getenv func(string) string) (Options, *config.Config, error)
 			TLSCA: cfg.NATSTLSCA, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
 		},
 		NATSReplicas:        cfg.NATSReplicas,
+		CellNATS:            cellNATS(cfg),
 		StripeKey:           getenv("TOLLGATE_STRIPE_KEY"),
 		StripeURL:           getenv("TOLLGATE_STRIPE_URL"),
 		StripeEvent:         getenv("TOLLGATE_STRIPE_EVENT"),
@@ -100,6 +105,20 @@ func OptionsFromEnv(getenv func(string) string) (Options, *config.Config, error)
 	return o, cfg, nil
 }
 
+// cellNATS are the NATS URLs of the cells that have one of their own.
+func cellNATS(cfg *config.Config) map[string]string {
+	var m map[string]string
+	for _, c := range cfg.Cells {
+		if c.NATSURL != "" {
+			if m == nil {
+				m = map[string]string{}
+			}
+			m[c.Name] = c.NATSURL
+		}
+	}
+	return m
+}
+
 // Command is `tollgate billing`: alone, the usage reader; with a subcommand, one
 // finance task that exits. Each reads the environment when it runs, not for its help.
 func Command() *cobra.Command {
@@ -114,7 +133,7 @@ Its subcommands do one finance task and exit.`,
 		RunE: cmdline.Run(consume),
 	}
 	cmdline.Env(c, "TOLLGATE_DATABASE_URL", "TOLLGATE_NATS_URL", "TOLLGATE_NATS_PREFIX", "TOLLGATE_NATS_REPLICAS",
-		"TOLLGATE_NATS_CREDS", "TOLLGATE_BILLING_ADMIN_ADDR", "TOLLGATE_STRIPE_KEY", "TOLLGATE_STRIPE_URL",
+		"TOLLGATE_NATS_CREDS", "TOLLGATE_CELLS", "TOLLGATE_BILLING_ADMIN_ADDR", "TOLLGATE_STRIPE_KEY", "TOLLGATE_STRIPE_URL",
 		"TOLLGATE_STRIPE_EVENT", "TOLLGATE_STRIPE_FUNCTION_EVENT", "TOLLGATE_STRIPE_METER", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
 	c.AddCommand(reconcileCommand(), exportCommand(), enableCommand(), pushCommand(), subscribeCommand())
 	return c
@@ -212,6 +231,19 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	// A cell with a NATS of its own keeps its edges' usage and request log there: read
+	// those too. A batch is folded once whichever reader brings it (by its id).
+	cellJS := map[string]jetstream.JetStream{}
+	for cell, url := range o.CellNATS {
+		cnc, err := natsconn.ConnectAuth(url, "tollgate-billing-cell-"+cell, o.NATSAuth)
+		if err != nil {
+			return fmt.Errorf("cell %s: %w", cell, err)
+		}
+		defer cnc.Close()
+		if cellJS[cell], err = jetstream.New(cnc); err != nil {
+			return fmt.Errorf("cell %s: %w", cell, err)
+		}
+	}
 	var wg sync.WaitGroup
 	if o.StripeKey != "" {
 		p, err := o.pusher(store, metrics)
@@ -240,6 +272,23 @@ func Run(ctx context.Context, o Options) error {
 		defer wg.Done()
 		_ = lr.Run(ctx) // returns when ctx ends
 	}()
+	for cell, cjs := range cellJS {
+		clog := log.With("cell", cell)
+		clr := billingnats.NewLogReader(cjs, store, billingnats.LogReaderConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: clog})
+		cur := billingnats.NewUsageReader(cjs, store, billingnats.UsageReaderConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: clog, Metrics: metrics, Tracer: o.Tracer})
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_ = clr.Run(ctx)
+		}()
+		go func() {
+			defer wg.Done()
+			if err := cur.Run(ctx); err != nil && ctx.Err() == nil {
+				clog.Error("billing: the cell's usage reader stopped", "err", err)
+			}
+		}()
+		clog.Info("billing: consuming the cell's usage", "stream", usage.Stream(o.NATSPrefix))
+	}
 	c := billingnats.NewUsageReader(js, store, billingnats.UsageReaderConfig{Prefix: o.NATSPrefix, Replicas: o.NATSReplicas, Logger: log, Metrics: metrics, Tracer: o.Tracer})
 	log.Info("billing: consuming usage", "stream", usage.Stream(o.NATSPrefix))
 	err = c.Run(ctx)

@@ -51,7 +51,7 @@ config snapshot while NATS is unreachable. It stops on SIGINT or SIGTERM, after 
 		"TOLLGATE_EDGE_DOMAIN", "TOLLGATE_EDGE_TLS_ADDR", "TOLLGATE_EDGE_TLS_CERT", "TOLLGATE_EDGE_ID",
 		"TOLLGATE_EDGE_HTTP2",
 		"TOLLGATE_METER", "TOLLGATE_METER_SPOOL_DIR", "TOLLGATE_UPSTREAM_ALLOW_CIDRS",
-		"TOLLGATE_TRUSTED_PROXIES", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
+		"TOLLGATE_TRUSTED_PROXIES", "TOLLGATE_EDGE_CELL", "TOLLGATE_CELLS", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
 	return c
 }
 
@@ -62,10 +62,8 @@ func Run(ctx context.Context, _ []string) error {
 		return err
 	}
 	log := config.NewLogger(cfg.LogLevel, "edge")
-	natsURL := cfg.NATSURL
-	if natsURL == "" {
-		natsURL = config.DefaultNATSURL
-	}
+	// The edge's NATS is its cell's (TOLLGATE_EDGE_CELL), which holds the bucket it follows.
+	natsURL := cfg.EdgeNATSURL()
 	// The public port is bound once the edge is ready (Serve); a port already in use
 	// still fails here, at start, rather than after the config is loaded.
 	probe, err := net.Listen("tcp", cfg.EdgeAddr)

@@ -119,6 +119,8 @@ var Vars = map[string]string{
 	"TOLLGATE_NATS_PREFIX":                          "start of every bucket and stream name [tollgate]",
 	"TOLLGATE_NATS_REPLICAS":                        "replicas of every stream and bucket Tollgate creates [1]",
 	"TOLLGATE_NATS_CREDS":                           "NATS credentials (JWT + seed) file [unset]",
+	"TOLLGATE_CELLS":                                "edge pools: name[=NATS URL];… [unset: one cell, default]",
+	"TOLLGATE_EDGE_CELL":                            "the cell whose tenants this edge serves [default]",
 	"TOLLGATE_REDIS_URL":                            "Redis for cluster-wide limits [unset: local limits only]",
 	"TOLLGATE_REDIS_PREFIX":                         "start of every Redis key [tollgate]",
 	"TOLLGATE_ADMIN_TOKEN":                          "the operator's token for the management API [dev: generated and printed]",

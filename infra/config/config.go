@@ -135,6 +135,10 @@ type Config struct {
 	DomainCheckMin time.Duration // TOLLGATE_DOMAIN_CHECK_MIN [10s]
 	DomainCheckMax time.Duration // TOLLGATE_DOMAIN_CHECK_MAX [10m]
 	DomainRecheck  time.Duration // TOLLGATE_DOMAIN_RECHECK [1h]
+
+	// Cells (cells.go): edge pools, each following the config of the tenants placed on it.
+	Cells    []Cell // TOLLGATE_CELLS [unset: one cell, default, on the main NATS]
+	EdgeCell string // TOLLGATE_EDGE_CELL [default: the cell whose bucket an edge follows]
 }
 
 // FromEnv reads the environment. getenv is os.Getenv in production, a map in tests.
@@ -252,6 +256,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		return nil, err
 	}
 	if err := c.fleet(getenv); err != nil {
+		return nil, err
+	}
+	if err := c.cells(getenv); err != nil {
 		return nil, err
 	}
 	if err := c.trust(getenv); err != nil {
@@ -449,8 +456,9 @@ func (c *Config) GatewayPorts() []int {
 	return ports
 }
 
-// KVBucket is the JetStream KV bucket of config entries.
-func (c *Config) KVBucket() string { return c.NATSPrefix + "_config" }
+// KVBucket is the JetStream KV bucket of config entries an edge follows: its cell's
+// (TOLLGATE_EDGE_CELL; without cells, the one bucket).
+func (c *Config) KVBucket() string { return c.CellBucket(c.EdgeCell) }
 
 // NATSAuth is the sign-in and TLS every process connects to NATS with.
 func (c *Config) NATSAuth() natsconn.Auth {

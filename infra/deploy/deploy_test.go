@@ -258,6 +258,9 @@ func TestDeployManifests(t *testing.T) {
 					}
 				}
 			}
+			if name == "prod-cells" {
+				checkCells(t, o)
+			}
 			if size, ok := strings.CutPrefix(name, "prod-edge-"); ok {
 				want := strings.TrimSuffix(size, "cpu")
 				edge := o.deployment(t, "tollgate-edge").Spec.Template.Spec.Containers[0]
@@ -1121,4 +1124,60 @@ func dashboardExprs(t *testing.T) map[string]string {
 		t.Errorf("the dashboard has %d panels, want the fleet's main ones (at least 20)", graphs)
 	}
 	return exprs
+}
+
+// checkCells: the second cell's edge pool follows its cell, its pods are its own (neither
+// pool's Service, budget or spread selects the other's), it is built like the default
+// pool, and the api and billing declare both cells.
+func checkCells(t *testing.T, o *objects) {
+	t.Helper()
+	envOf := func(d *appsv1.Deployment, name string) string {
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == name {
+				return e.Value
+			}
+		}
+		return ""
+	}
+	a, b := o.deployment(t, "tollgate-edge"), o.deployment(t, "tollgate-edge-b")
+	if got := envOf(b, "TOLLGATE_EDGE_CELL"); got != "b" {
+		t.Errorf("tollgate-edge-b TOLLGATE_EDGE_CELL = %q, want b", got)
+	}
+	if got := envOf(a, "TOLLGATE_EDGE_CELL"); got != "" {
+		t.Errorf("tollgate-edge TOLLGATE_EDGE_CELL = %q, want unset (the default cell)", got)
+	}
+	for _, name := range []string{"tollgate-api", "tollgate-billing"} {
+		if got := envOf(o.deployment(t, name), "TOLLGATE_CELLS"); got != "default;b" {
+			t.Errorf("%s TOLLGATE_CELLS = %q, want default;b", name, got)
+		}
+	}
+	pods := map[string]labels.Set{"tollgate-edge": a.Spec.Template.Labels, "tollgate-edge-b": b.Spec.Template.Labels}
+	for _, s := range o.services {
+		for pool, l := range pods {
+			if strings.HasPrefix(s.Name, "tollgate-edge") && labels.SelectorFromSet(s.Spec.Selector).Matches(l) != (s.Name == pool) {
+				t.Errorf("Service %s selects the pods of %s: %v", s.Name, pool, s.Spec.Selector)
+			}
+		}
+	}
+	for _, p := range o.pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for pool, l := range pods {
+			if strings.HasPrefix(p.Name, "tollgate-edge") && sel.Matches(l) != (p.Name == pool) {
+				t.Errorf("PodDisruptionBudget %s selects the pods of %s", p.Name, pool)
+			}
+		}
+	}
+	for _, h := range o.hpas {
+		if strings.HasPrefix(h.Name, "tollgate-edge") && h.Spec.ScaleTargetRef.Name != h.Name {
+			t.Errorf("HorizontalPodAutoscaler %s scales %s", h.Name, h.Spec.ScaleTargetRef.Name)
+		}
+	}
+	ca, cb := a.Spec.Template.Spec.Containers[0], b.Spec.Template.Spec.Containers[0]
+	if !ca.Resources.Limits.Cpu().Equal(*cb.Resources.Limits.Cpu()) || len(ca.VolumeMounts) != len(cb.VolumeMounts) || len(ca.Ports) != len(cb.Ports) {
+		t.Errorf("tollgate-edge-b is not built like tollgate-edge: cpu %s / %s, mounts %d / %d, ports %d / %d",
+			cb.Resources.Limits.Cpu(), ca.Resources.Limits.Cpu(), len(cb.VolumeMounts), len(ca.VolumeMounts), len(cb.Ports), len(ca.Ports))
+	}
 }

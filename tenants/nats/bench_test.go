@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"syscall"
@@ -91,4 +92,45 @@ func BenchmarkWatcherBoot(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/boot")
 	b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/boot")
+}
+
+// BenchmarkBucketBytesPerRoute reports what one route costs a cell's bucket: the entry's
+// JSON and the bytes the KV stream stores for it (subject, headers, message overhead), for
+// a route of one target, two methods, key auth and a rate limit. It sizes a cell: the
+// bucket holds one such message per object of the cell's tenants.
+func BenchmarkBucketBytesPerRoute(b *testing.B) {
+	const n = 10_000
+	const tenantID = "0190a8f2-0000-7000-8000-000000000001"
+	ctx := context.Background()
+	for b.Loop() {
+		e := newEnv(b)
+		p := e.publisher(b)
+		changes := make([]tenants.Change, n)
+		var valueBytes int
+		for i := range changes {
+			id := fmt.Sprintf("0190a8f2-0000-7000-8000-%012d", i)
+			r := &tenants.Route{ID: id, TenantID: tenantID, Name: fmt.Sprintf("route-%d", i),
+				Paths: []string{fmt.Sprintf("/api/v1/items-%d", i)}, Methods: []string{"GET", "POST"},
+				Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: "http://backend.internal:8080", Weight: 100}}},
+				Auth:     "key", RateLimit: &tenants.RateLimit{RPS: 100, Burst: 200}, Version: 1,
+				CreatedAt: time.Now(), UpdatedAt: time.Now()}
+			v, err := json.Marshal(&tenants.Entry{Rev: int64(i + 1), Route: r})
+			if err != nil {
+				b.Fatal(err)
+			}
+			valueBytes += len(v)
+			changes[i] = tenants.Change{Rev: int64(i + 1), Key: tenants.ObjectKey(tenantID, tenants.KindRoute, id), Value: v}
+		}
+		for i := 0; i < n; i += 1000 {
+			if err := p.Publish(ctx, changes[i:i+1000]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		st, err := e.kv.Status(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(valueBytes)/n, "entry-B/route")
+		b.ReportMetric(float64(st.Bytes())/n, "stored-B/route")
+	}
 }

@@ -176,14 +176,22 @@ func msgID(rev int64) string { return "rev-" + strconv.FormatInt(rev, 10) }
 // overwritten, and a key absent from changes is not deleted when its stored Rev is newer
 // than every Rev in changes. Puts and deletes run concurrently (different keys only).
 func Resync(ctx context.Context, kv jetstream.KeyValue, changes []tenants.Change) error {
-	want := make(map[string]tenants.Change, len(changes))
 	var maxRev int64
+	for _, c := range changes {
+		maxRev = max(maxRev, c.Rev)
+	}
+	return resync(ctx, kv, changes, maxRev)
+}
+
+// resync is Resync where maxRev, not changes, bounds which absent keys are deleted: with
+// cells, changes are one bucket's share of a snapshot whose revs go up to maxRev.
+func resync(ctx context.Context, kv jetstream.KeyValue, changes []tenants.Change, maxRev int64) error {
+	want := make(map[string]tenants.Change, len(changes))
 	for _, c := range changes {
 		if !validKey(c.Key) {
 			return fmt.Errorf("resync: %q is not a valid KV key", c.Key)
 		}
 		want[c.Key] = c
-		maxRev = max(maxRev, c.Rev)
 	}
 
 	have, err := readBucket(ctx, kv)

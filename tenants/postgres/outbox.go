@@ -19,6 +19,7 @@ type change struct {
 	tenantID string
 	key      string
 	entry    *tenants.Entry
+	cell     string // "": the tenant's cell as the transaction sees it when emitting
 }
 
 func put(tenantID, key string, e *tenants.Entry) change {
@@ -53,8 +54,9 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 	tenantIDs := make([]string, len(changes))
 	keys := make([]string, len(changes))
 	values := make([][]byte, len(changes))
+	cells := make([]string, len(changes))
 	for i, c := range changes {
-		tenantIDs[i], keys[i] = c.tenantID, c.key
+		tenantIDs[i], keys[i], cells[i] = c.tenantID, c.key, c.cell
 		if c.entry != nil {
 			c.entry.Rev = revs[i]
 			c.entry.Trace = tp
@@ -64,8 +66,13 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 		}
 	}
 	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO outbox (id, tenant_id, key, value)
-		SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::bytea[])`, revs, tenantIDs, keys, values)
+	// A change goes to its tenant's cell, read after the rev lock is held: a move of the
+	// tenant either committed before (and this sees its cell) or waits for this commit
+	// (and republishes this change's object to the new cell).
+	b.Queue(`INSERT INTO outbox (id, tenant_id, key, value, cell)
+		SELECT u.id, u.tenant_id, u.key, u.value, coalesce(nullif(u.cell, ''), t.cell, 'default')
+		FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::bytea[], $5::text[]) AS u(id, tenant_id, key, value, cell)
+		LEFT JOIN tenants t ON t.id = u.tenant_id`, revs, tenantIDs, keys, values, cells)
 	b.Queue(`SELECT pg_notify($1, '')`, NotifyChannel)
 	return tx.SendBatch(ctx, b).Close()
 }
@@ -169,9 +176,13 @@ func (db *DB) Entries(ctx context.Context, fn func(tenants.Change) error) (first
 	locked = false
 
 	rev, last := firstRev, firstRev+n-1
+	cells := map[string]string{} // tenant id → cell; tenants are read first
 	emitEntry := func(tenantID, key string, e *tenants.Entry) error {
 		if rev > last {
 			return fmt.Errorf("more objects than counted in the snapshot")
+		}
+		if e.Tenant != nil {
+			cells[tenantID] = e.Tenant.Cell
 		}
 		e.Rev = rev
 		rev++
@@ -179,87 +190,104 @@ func (db *DB) Entries(ctx context.Context, fn func(tenants.Change) error) (first
 		if err != nil {
 			return err
 		}
-		return fn(tenants.Change{Rev: e.Rev, Key: key, Value: v})
+		return fn(tenants.Change{Rev: e.Rev, Key: key, Value: v, Cell: cells[tenantID]})
 	}
-	scans := []struct {
-		query string
-		each  func(pgx.Rows) error
-	}{
-		{`SELECT ` + tenantColumns + ` FROM tenants ORDER BY id`, func(rows pgx.Rows) error {
-			t, err := scanTenant(rows)
-			if err != nil {
-				return err
-			}
-			return emitEntry(t.ID, tenants.TenantKey(t.ID), &tenants.Entry{Tenant: t})
-		}},
-		{`SELECT ` + planColumns + ` FROM plans ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
-			p, err := scanPlan(rows)
-			if err != nil {
-				return err
-			}
-			return emitEntry(p.TenantID, tenants.ObjectKey(p.TenantID, tenants.KindPlan, p.ID), &tenants.Entry{Plan: p})
-		}},
-		{`SELECT ` + consumerColumns + ` FROM consumers ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
-			c, err := scanConsumer(rows)
-			if err != nil {
-				return err
-			}
-			return emitEntry(c.TenantID, tenants.ObjectKey(c.TenantID, tenants.KindConsumer, c.ID), &tenants.Entry{Consumer: c})
-		}},
-		{`SELECT ` + keyColumns + ` FROM keys ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
-			k, err := scanKey(rows)
-			if err != nil {
-				return err
-			}
-			return emitEntry(k.TenantID, tenants.ObjectKey(k.TenantID, tenants.KindKey, k.ID), &tenants.Entry{Key: keyEntry(k)})
-		}},
-		{`SELECT ` + routeColumns + ` FROM routes ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
-			r, err := scanRoute(rows)
-			if err != nil {
-				return err
-			}
-			return emitEntry(r.TenantID, tenants.ObjectKey(r.TenantID, tenants.KindRoute, r.ID), &tenants.Entry{Route: r})
-		}},
-		{`SELECT ` + issuerColumns + ` FROM jwt_issuers ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
-			is, err := scanIssuer(rows)
-			if err != nil {
-				return err
-			}
-			return emitEntry(is.TenantID, tenants.ObjectKey(is.TenantID, tenants.KindJWTIssuer, is.ID), &tenants.Entry{JWTIssuer: is})
-		}},
-		{`SELECT ` + accessRulesColumns + ` FROM policies ORDER BY tenant_id`, func(rows pgx.Rows) error {
-			p, err := scanAccessRules(rows)
-			if err != nil {
-				return err
-			}
-			return emitEntry(p.TenantID, tenants.AccessRulesKey(p.TenantID), &tenants.Entry{AccessRules: p})
-		}},
-		{`SELECT ` + domainColumns + ` FROM domains ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
-			d, err := scanDomain(rows)
-			if err != nil {
-				return err
-			}
-			return emitEntry(d.TenantID, tenants.ObjectKey(d.TenantID, tenants.KindDomain, d.ID), domainEntry(d))
-		}},
-	}
-	for _, s := range scans {
-		rows, err := tx.Query(ctx, s.query)
-		if err != nil {
-			return 0, fmt.Errorf("postgres: entries: %w", err)
-		}
-		for rows.Next() {
-			if err := s.each(rows); err != nil {
-				rows.Close()
-				return 0, fmt.Errorf("postgres: entries: %w", err)
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return 0, fmt.Errorf("postgres: entries: %w", err)
-		}
+	if err := scanEntries(ctx, tx, "", emitEntry); err != nil {
+		return 0, fmt.Errorf("postgres: entries: %w", err)
 	}
 	if rev != last+1 {
 		return 0, fmt.Errorf("postgres: entries: read %d objects, counted %d", rev-firstRev, n)
 	}
 	return firstRev, tx.Commit(ctx)
+}
+
+// scanEntries calls fn with the current entry of every object, tenants first, then plans,
+// consumers, keys, routes, JWT issuers, access rules and domains; with tenantID set, of
+// that tenant only. The entries have no Rev yet.
+func scanEntries(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, tenantID string, fn func(tenantID, key string, e *tenants.Entry) error) error {
+	where, whereTenant := "", ""
+	var args []any
+	if tenantID != "" {
+		where, whereTenant, args = " WHERE id = $1", " WHERE tenant_id = $1", []any{tenantID}
+	}
+	scans := []struct {
+		query string
+		each  func(pgx.Rows) error
+	}{
+		{`SELECT ` + tenantColumns + ` FROM tenants` + where + ` ORDER BY id`, func(rows pgx.Rows) error {
+			t, err := scanTenant(rows)
+			if err != nil {
+				return err
+			}
+			return fn(t.ID, tenants.TenantKey(t.ID), &tenants.Entry{Tenant: t})
+		}},
+		{`SELECT ` + planColumns + ` FROM plans` + whereTenant + ` ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			p, err := scanPlan(rows)
+			if err != nil {
+				return err
+			}
+			return fn(p.TenantID, tenants.ObjectKey(p.TenantID, tenants.KindPlan, p.ID), &tenants.Entry{Plan: p})
+		}},
+		{`SELECT ` + consumerColumns + ` FROM consumers` + whereTenant + ` ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			c, err := scanConsumer(rows)
+			if err != nil {
+				return err
+			}
+			return fn(c.TenantID, tenants.ObjectKey(c.TenantID, tenants.KindConsumer, c.ID), &tenants.Entry{Consumer: c})
+		}},
+		{`SELECT ` + keyColumns + ` FROM keys` + whereTenant + ` ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			k, err := scanKey(rows)
+			if err != nil {
+				return err
+			}
+			return fn(k.TenantID, tenants.ObjectKey(k.TenantID, tenants.KindKey, k.ID), &tenants.Entry{Key: keyEntry(k)})
+		}},
+		{`SELECT ` + routeColumns + ` FROM routes` + whereTenant + ` ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			r, err := scanRoute(rows)
+			if err != nil {
+				return err
+			}
+			return fn(r.TenantID, tenants.ObjectKey(r.TenantID, tenants.KindRoute, r.ID), &tenants.Entry{Route: r})
+		}},
+		{`SELECT ` + issuerColumns + ` FROM jwt_issuers` + whereTenant + ` ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			is, err := scanIssuer(rows)
+			if err != nil {
+				return err
+			}
+			return fn(is.TenantID, tenants.ObjectKey(is.TenantID, tenants.KindJWTIssuer, is.ID), &tenants.Entry{JWTIssuer: is})
+		}},
+		{`SELECT ` + accessRulesColumns + ` FROM policies` + whereTenant + ` ORDER BY tenant_id`, func(rows pgx.Rows) error {
+			p, err := scanAccessRules(rows)
+			if err != nil {
+				return err
+			}
+			return fn(p.TenantID, tenants.AccessRulesKey(p.TenantID), &tenants.Entry{AccessRules: p})
+		}},
+		{`SELECT ` + domainColumns + ` FROM domains` + whereTenant + ` ORDER BY tenant_id, id`, func(rows pgx.Rows) error {
+			d, err := scanDomain(rows)
+			if err != nil {
+				return err
+			}
+			return fn(d.TenantID, tenants.ObjectKey(d.TenantID, tenants.KindDomain, d.ID), domainEntry(d))
+		}},
+	}
+	for _, s := range scans {
+		rows, err := q.Query(ctx, s.query, args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			if err := s.each(rows); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -69,8 +69,12 @@ func (db *DB) SignUp(ctx context.Context, u *tenants.User, t *tenants.Tenant) er
 		if err := lockPlatformPlan(ctx, tx, t.PlatformPlan); err != nil {
 			return err
 		}
-		st, err := scanTenant(tx.QueryRow(ctx, `INSERT INTO tenants (id, slug, name, plan) VALUES ($1, $2, $3, $4)
-			RETURNING `+tenantColumns, tid, t.Slug, t.Name, t.PlatformPlan))
+		cell, err := db.placement(ctx, tx, "")
+		if err != nil {
+			return err
+		}
+		st, err := scanTenant(tx.QueryRow(ctx, `INSERT INTO tenants (id, slug, name, plan, cell) VALUES ($1, $2, $3, $4, $5)
+			RETURNING `+tenantColumns, tid, t.Slug, t.Name, t.PlatformPlan, cell))
 		if err != nil {
 			return err
 		}
@@ -101,8 +105,12 @@ func (db *DB) CreateOwnedTenant(ctx context.Context, userID string, t *tenants.T
 		if err := lockPlatformPlan(ctx, tx, t.PlatformPlan); err != nil {
 			return err
 		}
-		st, err := scanTenant(tx.QueryRow(ctx, `INSERT INTO tenants (id, slug, name, plan) VALUES ($1, $2, $3, $4)
-			RETURNING `+tenantColumns, newID(), t.Slug, t.Name, t.PlatformPlan))
+		cell, err := db.placement(ctx, tx, "")
+		if err != nil {
+			return err
+		}
+		st, err := scanTenant(tx.QueryRow(ctx, `INSERT INTO tenants (id, slug, name, plan, cell) VALUES ($1, $2, $3, $4, $5)
+			RETURNING `+tenantColumns, newID(), t.Slug, t.Name, t.PlatformPlan, cell))
 		if err != nil {
 			return err
 		}

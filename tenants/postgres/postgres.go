@@ -121,6 +121,7 @@ type DB struct {
 	pool     *pgxpool.Pool
 	upstream *tenants.UpstreamAddressRule
 	timeout  time.Duration // bounds background calls that come without a deadline; 0: none
+	cells    []string      // declared cells, new tenants' choice (cells.go)
 }
 
 // DefaultTimeout is the bound of Open when WithTimeout is not given.
@@ -152,7 +153,7 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*DB, error) 
 	if err != nil {
 		return nil, fmt.Errorf("postgres: database url: %w", err)
 	}
-	db := &DB{upstream: &tenants.UpstreamAddressRule{}, timeout: DefaultTimeout}
+	db := &DB{upstream: &tenants.UpstreamAddressRule{}, timeout: DefaultTimeout, cells: []string{DefaultCell}}
 	for _, o := range opts {
 		o(db)
 	}

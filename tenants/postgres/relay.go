@@ -262,7 +262,7 @@ func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		return 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	rows, err := tx.Query(qctx, `SELECT id, key, value, created_at FROM outbox WHERE sent_at IS NULL
+	rows, err := tx.Query(qctx, `SELECT id, key, value, created_at, cell FROM outbox WHERE sent_at IS NULL
 		ORDER BY id LIMIT $1 FOR UPDATE`, r.batch)
 	if err != nil {
 		return 0, err
@@ -271,7 +271,7 @@ func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 	changes, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tenants.Change, error) {
 		var c tenants.Change
 		var at time.Time
-		err := row.Scan(&c.Rev, &c.Key, &c.Value, &at)
+		err := row.Scan(&c.Rev, &c.Key, &c.Value, &at, &c.Cell)
 		written = append(written, at)
 		return c, err
 	})

@@ -12,11 +12,11 @@ import (
 // tenantColumns ends with the tenant's platform plan (Tenant.Limits), so every read and
 // every entry carries the limits the edges enforce. It may follow INSERT or UPDATE of
 // tenants as RETURNING.
-const tenantColumns = `id::text, slug, name, plan, version, created_at, updated_at, ` + platformPlanOfTenant
+const tenantColumns = `id::text, slug, name, plan, cell, version, created_at, updated_at, ` + platformPlanOfTenant
 
 func scanTenant(row pgx.Row) (*tenants.Tenant, error) {
 	var t tenants.Tenant
-	if err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.PlatformPlan, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.Limits); err != nil {
+	if err := row.Scan(&t.ID, &t.Slug, &t.Name, &t.PlatformPlan, &t.Cell, &t.Version, &t.CreatedAt, &t.UpdatedAt, &t.Limits); err != nil {
 		return nil, err
 	}
 	t.CreatedAt, t.UpdatedAt = utc(t.CreatedAt), utc(t.UpdatedAt)
@@ -40,8 +40,12 @@ func (db *DB) CreateTenant(ctx context.Context, t *tenants.Tenant) error {
 		if err := lockPlatformPlan(ctx, tx, t.PlatformPlan); err != nil {
 			return err
 		}
-		row := tx.QueryRow(ctx, `INSERT INTO tenants (id, slug, name, plan) VALUES ($1, $2, $3, $4)
-			RETURNING `+tenantColumns, id, t.Slug, t.Name, t.PlatformPlan)
+		cell, err := db.placement(ctx, tx, t.Cell)
+		if err != nil {
+			return err
+		}
+		row := tx.QueryRow(ctx, `INSERT INTO tenants (id, slug, name, plan, cell) VALUES ($1, $2, $3, $4, $5)
+			RETURNING `+tenantColumns, id, t.Slug, t.Name, t.PlatformPlan, cell)
 		saved, err := scanTenant(row)
 		if err != nil {
 			return err
@@ -141,7 +145,8 @@ func (db *DB) DeleteTenant(ctx context.Context, tenantID string) error {
 		// Locking the tenant row first waits out, and then blocks, every write that adds an
 		// object to the tenant (their foreign key checks lock it shared), so the list of
 		// entries to delete below is complete.
-		if err := tx.QueryRow(ctx, `SELECT id::text FROM tenants WHERE id = $1 FOR UPDATE`, tenantID).Scan(&tenantID); err != nil {
+		var cell string
+		if err := tx.QueryRow(ctx, `SELECT id::text, cell FROM tenants WHERE id = $1 FOR UPDATE`, tenantID).Scan(&tenantID, &cell); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return notFound("tenant")
 			}
@@ -181,6 +186,10 @@ func (db *DB) DeleteTenant(ctx context.Context, tenantID string) error {
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM tenants WHERE id = $1`, tenantID); err != nil {
 			return err
+		}
+		// The tenant's row is gone by the time emit looks its cell up.
+		for i := range changes {
+			changes[i].cell = cell
 		}
 		return emit(ctx, tx, changes...)
 	})
