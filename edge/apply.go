@@ -5,8 +5,6 @@ package edge
 // the request path.
 
 import (
-	"errors"
-	"net/netip"
 	"runtime"
 	"sort"
 	"sync"
@@ -15,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"tollgate/edge/entrycheck"
 	"tollgate/tenants"
 )
 
@@ -34,11 +33,11 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	}
 	pk, ent, err := tenants.DecodeEntry(key, value)
 	if err == nil {
-		err = validateEntry(pk, ent)
+		err = entrycheck.Validate(pk, ent)
 	}
-	var dom domainEntry
+	var dom entrycheck.Domain
 	if err == nil && pk.Kind == tenants.KindDomain {
-		dom, err = parseDomain(ent.Domain) // outside the lock: parsing a key takes a while
+		dom, err = entrycheck.ParseDomain(ent.Domain) // outside the lock: parsing a key takes a while
 	}
 	if err != nil {
 		e.reject(key, pk.Kind, err)
@@ -75,7 +74,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	case tenants.KindConsumer:
 		ts.consumers[pk.ID] = ent.Consumer
 	case tenants.KindKey:
-		sum, _ := decodeKeyHash(ent.Key.Hash) // checked by validateEntry
+		sum, _ := entrycheck.KeyHash(ent.Key.Hash) // checked by Validate
 		use := ts.keys[pk.ID].use
 		if use == nil {
 			use = e.cfg.Meter.Key(pk.TenantID, ent.Key.ID)
@@ -139,75 +138,6 @@ func (e *Edge) applyDelete(key string) {
 	e.m.ConfigApplied.Inc()
 	e.markDirtyLocked(pk.TenantID)
 }
-
-// validateEntry checks the object beyond its JSON shape, so an entry the api would never
-// have written cannot break a tenant's snapshot. Upstream addresses are not judged here:
-// the dialer checks them on every connect, so a target the operator's address rule refuses
-// answers 502 with a clear code instead of the route vanishing.
-func validateEntry(pk tenants.ParsedKey, ent *tenants.Entry) error {
-	switch pk.Kind {
-	case tenants.KindTenant:
-		t := *ent.Tenant
-		if err := t.Validate(); err != nil {
-			return err
-		}
-		ent.Tenant = &t
-	case tenants.KindRoute:
-		// The route is kept as decoded (Apply decoded it, nothing else holds it), with
-		// its slices copied to their length: the JSON decoder leaves spare capacity.
-		r := ent.Route
-		r.Paths = append([]string(nil), r.Paths...)
-		r.Methods = append([]string(nil), r.Methods...)
-		r.Upstream.Targets = append([]tenants.Target(nil), r.Upstream.Targets...)
-		if err := r.Validate(anyUpstream); err != nil {
-			return err
-		}
-		// The edge keeps every route it holds decoded: the ids are the key's own
-		// strings, kept anyway, rather than copies of them (about 100 bytes a route).
-		if r.TenantID == pk.TenantID {
-			r.TenantID = pk.TenantID
-		}
-		if r.ID == pk.ID {
-			r.ID = pk.ID
-		}
-	case tenants.KindConsumer:
-		c := *ent.Consumer
-		if err := c.Validate(); err != nil {
-			return err
-		}
-	case tenants.KindKey:
-		if ent.Key.ConsumerID == "" {
-			return errors.New("key entry has no consumer_id")
-		}
-		if _, err := decodeKeyHash(ent.Key.Hash); err != nil {
-			return err
-		}
-	case tenants.KindPlan:
-		p := *ent.Plan
-		if err := p.Validate(); err != nil {
-			return err
-		}
-		ent.Plan = &p
-	case tenants.KindJWTIssuer:
-		// The issuer's shape. Whether its jwks_url may be http:// (a test setting) is
-		// judged when the tenant compiles, which leaves out an issuer it cannot use.
-		is := *ent.JWTIssuer
-		if err := is.ValidateWithLoopback(true); err != nil {
-			return err
-		}
-		ent.JWTIssuer = &is
-	case tenants.KindAccessRules:
-		// Compiled, and so checked, when the tenant compiles: access rules that do not
-		// compile deny every call of the routes that check access, rather than older ones
-		// staying in force.
-	}
-	return nil
-}
-
-// anyUpstream admits every unicast address, for validating a route's shape at the edge.
-var anyUpstream = &tenants.UpstreamAddressRule{AllowCIDRs: []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"),
-}}
 
 func (e *Edge) reject(key, kind string, err error) {
 	if kind == "" {

@@ -66,6 +66,7 @@ import (
 	"tollgate/edge/cache"
 	"tollgate/edge/configfile"
 	"tollgate/edge/edgemetrics"
+	"tollgate/edge/entrycheck"
 	"tollgate/edge/extauth"
 	"tollgate/edge/fnchain"
 	"tollgate/edge/jwtauth"
@@ -147,7 +148,7 @@ type tenantState struct {
 	plans       map[string]*tenants.ConsumerPlan
 	issuers     map[string]*tenants.Issuer
 	accessRules *tenants.AccessRules
-	domains     map[string]domainEntry // custom domains (tls.go), by id
+	domains     map[string]entrycheck.Domain // custom domains (tls.go), by id
 	// domainsDirty: domains changed since the host maps were last rebuilt.
 	domainsDirty bool
 	slot         *tenantSlot
@@ -165,7 +166,7 @@ func newTenantState(id string) *tenantState {
 		routes: map[string]*tenants.Route{}, consumers: map[string]*tenants.Consumer{},
 		keys: map[string]keyEntry{}, plans: map[string]*tenants.ConsumerPlan{},
 		issuers:  map[string]*tenants.Issuer{},
-		domains:  map[string]domainEntry{},
+		domains:  map[string]entrycheck.Domain{},
 		slot:     &tenantSlot{},
 		compiled: compiled{pools: map[string]balancer.Transport{}},
 	}
