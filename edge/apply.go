@@ -53,7 +53,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	}
 	ts := e.state[pk.TenantID]
 	if ts == nil {
-		ts = newTenantState(pk.TenantID)
+		ts = newTenantState(pk.TenantID, e.slotFor(pk.TenantID))
 		e.state[pk.TenantID] = ts
 	}
 	if held, ok := ts.revs[key]; ok && ent.Rev <= held {
@@ -284,7 +284,7 @@ func (e *Edge) compileDirty() int {
 		}
 		start := time.Now()
 		snap, unused := e.compile(v, ts.labels, &ts.compiled)
-		ts.slot.snap.Store(snap)
+		ts.slot.Snap.Store(snap)
 		for _, hc := range unused {
 			hc.CloseIdleConnections()
 		}
@@ -407,7 +407,7 @@ func (ts *tenantState) viewLocked(incrementally bool) *tenantView {
 // unpublish forgets a deleted tenant: requests stop finding it once the host map is
 // rebuilt, and its idle upstream connections close.
 func (e *Edge) unpublish(ts *tenantState) {
-	ts.slot.snap.Store(nil)
+	ts.slot.Snap.Store(nil)
 	ts.compiled.closeUpstreams()
 	for _, hc := range ts.compiled.pools {
 		hc.CloseIdleConnections()
@@ -428,12 +428,15 @@ func (e *Edge) unpublish(ts *tenantState) {
 // rebuildHosts publishes a new host map from the compiled tenants. Two tenants claiming
 // one slug (only possible with inconsistent config) resolve to the smaller tenant id.
 func (e *Edge) rebuildHosts() {
+	if e.lazy != nil {
+		return // the index of every tenant publishes them (lazy.go)
+	}
 	e.mu.Lock()
 	hosts := make(map[string]*tenantSlot, len(e.state))
 	owner := make(map[string]string, len(e.state))
 	routes := 0
 	for id, ts := range e.state {
-		snap := ts.slot.snap.Load()
+		snap := ts.slot.Snap.Load()
 		if snap == nil || ts.published == "" {
 			continue
 		}

@@ -70,6 +70,7 @@ import (
 	"tollgate/edge/extauth"
 	"tollgate/edge/fnchain"
 	"tollgate/edge/jwtauth"
+	"tollgate/edge/lazy"
 	"tollgate/edge/limit"
 	"tollgate/edge/upstreamclient"
 	"tollgate/edge/websocket"
@@ -128,13 +129,14 @@ type Edge struct {
 	ws     websocket.Set // open WebSocket tunnels (websocket.go)
 
 	checkers balancer.Checkers // active health checks of upstreams
+
+	lazy *lazy.Tenants[Snapshot] // nil: every tenant resident (lazy.go)
 }
 
 // tenantSlot is a tenant's place in the host map: the map changes only when tenants come
-// and go, the snapshot behind a slot on every change of the tenant.
-type tenantSlot struct {
-	snap atomic.Pointer[Snapshot]
-}
+// and go, the snapshot behind a slot on every change of the tenant. With the disk store
+// (lazy.go) a slot's snapshot is nil until the tenant's first request loads it.
+type tenantSlot = lazy.Slot[Snapshot]
 
 // tenantState is a tenant's entries as received.
 type tenantState struct {
@@ -160,14 +162,14 @@ type tenantState struct {
 	labels    *edgemetrics.TenantLabels
 }
 
-func newTenantState(id string) *tenantState {
+func newTenantState(id string, slot *tenantSlot) *tenantState {
 	return &tenantState{
 		id: id, revs: map[string]int64{},
 		routes: map[string]*tenants.Route{}, consumers: map[string]*tenants.Consumer{},
 		keys: map[string]keyEntry{}, plans: map[string]*tenants.ConsumerPlan{},
 		issuers:  map[string]*tenants.Issuer{},
 		domains:  map[string]entrycheck.Domain{},
-		slot:     &tenantSlot{},
+		slot:     slot,
 		compiled: compiled{pools: map[string]balancer.Transport{}},
 	}
 }
@@ -276,7 +278,7 @@ func (e *Edge) Ready() bool { return e.ready.Load() }
 // Snapshot returns the snapshot serving a tenant slug, or nil.
 func (e *Edge) Snapshot(slug string) *Snapshot {
 	if slot := (*e.hosts.Load())[strings.ToLower(slug)]; slot != nil {
-		return slot.snap.Load()
+		return e.snapshotOf(slot)
 	}
 	return nil
 }
