@@ -153,14 +153,6 @@ func New[T any](cfg Config[T]) (*Tenants[T], error) {
 		ignored: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_edge_config_store_ignored_total",
 			Help: "Entries the config store did not take: not newer than the one it holds."}),
 	}
-	if cfg.Registry != nil {
-		for _, c := range []prometheus.Collector{l.m.resident, l.m.residentBytes, l.m.loads, l.m.evictions, l.m.loadSeconds, l.m.ignored} {
-			if err := cfg.Registry.Register(c); err != nil {
-				return nil, err
-			}
-		}
-	}
-	startClock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	err := l.st.Index(func(id, slug string, maxRev int64) {
@@ -185,8 +177,23 @@ func New[T any](cfg Config[T]) (*Tenants[T], error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Registry != nil {
+		for _, c := range []prometheus.Collector{l.m.resident, l.m.residentBytes, l.m.loads, l.m.evictions, l.m.loadSeconds, l.m.ignored} {
+			if err := cfg.Registry.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	startClock()
 	l.publishLocked()
 	return l, nil
+}
+
+// Close commits and closes the store; a load after it finds no entries.
+func (l *Tenants[T]) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.st.Close()
 }
 
 // Tenants is the number of tenants the index holds.

@@ -59,6 +59,7 @@ type Store struct {
 	seq    uint64
 	at     time.Time
 	cache  *pebble.Cache
+	opts   Options
 }
 
 // Options say where the store lives and how much memory its reads may cache.
@@ -113,7 +114,7 @@ func open(dir string, o Options) (s *Store, why string) {
 		cache.Unref()
 		return nil, err.Error()
 	}
-	s = &Store{db: db, dir: dir, bucket: o.Bucket, cache: cache}
+	s = &Store{db: db, dir: dir, bucket: o.Bucket, cache: cache, opts: o}
 	fail := func(why string) (*Store, string) {
 		_ = db.Close()
 		cache.Unref()
@@ -310,6 +311,18 @@ func (s *Store) Commit() error {
 	}
 	s.at = now
 	return nil
+}
+
+// Discard closes the store, deletes it and returns a new empty one in its place.
+func (s *Store) Discard() (*Store, error) {
+	_ = s.b.Close()
+	_ = s.db.Close()
+	s.cache.Unref()
+	if err := os.RemoveAll(s.dir); err != nil {
+		return nil, fmt.Errorf("config store: discarding %s: %w", s.dir, err)
+	}
+	n, _, err := Open(s.opts)
+	return n, err
 }
 
 // Close commits what is pending and closes the store.
