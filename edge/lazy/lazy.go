@@ -118,6 +118,7 @@ type metrics struct {
 	evictions     prometheus.Counter
 	loadSeconds   prometheus.Histogram
 	ignored       prometheus.Counter
+	updates       prometheus.Counter
 }
 
 // tenantOverhead and entryFactor estimate a compiled tenant's memory from its entries'
@@ -150,6 +151,8 @@ func New[T any](cfg Config[T]) (*Tenants[T], error) {
 		loadSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_edge_tenant_load_seconds",
 			Help:    "Time to read a tenant from the config store and compile it, as its first request waits for it.",
 			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 10}}),
+		updates: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_edge_config_store_updates_total",
+			Help: "Updates the watch delivered to the config store; after a restart, only those since its last revision."}),
 		ignored: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_edge_config_store_ignored_total",
 			Help: "Entries the config store did not take: not newer than the one it holds."}),
 	}
@@ -178,7 +181,7 @@ func New[T any](cfg Config[T]) (*Tenants[T], error) {
 		return nil, err
 	}
 	if cfg.Registry != nil {
-		for _, c := range []prometheus.Collector{l.m.resident, l.m.residentBytes, l.m.loads, l.m.evictions, l.m.loadSeconds, l.m.ignored} {
+		for _, c := range []prometheus.Collector{l.m.resident, l.m.residentBytes, l.m.loads, l.m.evictions, l.m.loadSeconds, l.m.ignored, l.m.updates} {
 			if err := cfg.Registry.Register(c); err != nil {
 				return nil, err
 			}
@@ -237,6 +240,7 @@ func (l *Tenants[T]) tenantLocked(id string) *tenant[T] {
 func (l *Tenants[T]) Update(key string, value []byte, rev, pending uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.m.updates.Inc()
 	if value == nil {
 		l.deleteLocked(key, rev)
 	} else {
