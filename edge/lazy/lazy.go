@@ -415,31 +415,32 @@ func (l *Tenants[T]) Load(s *Slot[T]) *T {
 	t.loading = nil
 	close(ch)
 	s.Touch()
+	p := s.Snap.Load()
 	l.m.loads.Inc()
 	l.m.loadSeconds.Observe(time.Since(start).Seconds())
-	l.evictLocked()
+	l.evictLocked(t)
 	l.m.resident.Set(float64(len(l.res)))
 	l.m.residentBytes.Set(float64(l.residentBytes))
 	l.mu.Unlock()
-	return s.Snap.Load()
+	return p
 }
 
 // evictLocked evicts the tenants idle longest until the resident ones are within 90% of
 // the budget (a margin, so that one more load does not evict again). Loading tenants
-// and the one used most recently stay.
-func (l *Tenants[T]) evictLocked() {
-	if l.residentBytes <= l.cfg.Budget || len(l.res) <= 1 {
+// and keep, the one just loaded, stay.
+func (l *Tenants[T]) evictLocked(keep *tenant[T]) {
+	if l.residentBytes <= l.cfg.Budget {
 		return
 	}
 	cands := make([]*tenant[T], 0, len(l.res))
 	for t := range l.res {
-		if t.loading == nil {
+		if t.loading == nil && t != keep {
 			cands = append(cands, t)
 		}
 	}
 	sort.Slice(cands, func(i, j int) bool { return cands[i].slot.used.Load() < cands[j].slot.used.Load() })
 	target := l.cfg.Budget / 10 * 9
-	for _, t := range cands[:len(cands)-1] {
+	for _, t := range cands {
 		if l.residentBytes <= target {
 			break
 		}
