@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -234,6 +235,25 @@ func TestDiskStoreLoadsEvictsAndResumes(t *testing.T) {
 	d := startDiskEdge(t, url, prefix, dir, map[string]string{"TOLLGATE_EDGE_TENANT_MEMORY": "1MiB"})
 	if got := d.metric("tollgate_edge_tenant_loads_total"); got != 0 {
 		t.Fatalf("loads before any request: %v, want 0", got)
+	}
+	// Concurrent first requests of a tenant wait on one load.
+	var wg sync.WaitGroup
+	codes := make([]int, 16)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i], _ = d.get("s0000", "/p1")
+		}()
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			t.Errorf("concurrent first request %d: %d", i, c)
+		}
+	}
+	if got := d.metric("tollgate_edge_tenant_loads_total"); got != 1 {
+		t.Errorf("loads after 16 concurrent first requests of one tenant: %v, want 1", got)
 	}
 	for i := range n - 2 {
 		if code, body := d.get(fmt.Sprintf("s%04d", i), "/p1"); code != 200 || body != "up /p1" {

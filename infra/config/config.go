@@ -382,9 +382,10 @@ func (c *Config) Tracing(service string, rootsSampled bool) (*tracing.Provider, 
 	return tracing.New(tracing.Config{Endpoint: c.OTELEndpoint, Sample: c.OTELSample, Service: service, RootsSampled: rootsSampled})
 }
 
-// DefaultEdgeTenantMemory is the disk store's budget of compiled tenants: about 25,000
-// routes of ordinary size compiled at once, which is more than an edge's busy tenants
-// hold, while the whole edge stays within a 512 MiB container beside its response cache.
+// DefaultEdgeTenantMemory is the disk store's budget of compiled tenants: about 2,500
+// tenants of 10 routes compiled at once, more than take an edge's traffic within a few
+// minutes on most fleets, while the whole edge stays within a 512 MiB container beside
+// its response cache.
 const DefaultEdgeTenantMemory = 128 << 20
 
 // ParseBytes reads a byte count: digits, optionally followed by KiB, MiB or GiB.

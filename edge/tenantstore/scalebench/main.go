@@ -130,7 +130,7 @@ func fill(ctx context.Context, js jetstream.JetStream, bucket string, routes, nT
 		if _, err := js.PublishAsync("$KV."+bucket+"."+key, b); err != nil {
 			return err
 		}
-		if rev%5000 == 0 {
+		if rev%2000 == 0 {
 			select {
 			case <-js.PublishAsyncComplete():
 			case <-time.After(time.Minute):
