@@ -19,6 +19,7 @@ func (e *Edge) UseStore(st *tenantstore.Store, budget int64) (*lazy.Tenants[Snap
 	l, err := lazy.New(lazy.Config[Snapshot]{
 		Store: st, Budget: budget, Pending: pendingDomain, Registry: e.cfg.Registry, Logger: e.log,
 		Apply: e.Apply, Compile: func() { e.compileDirty() }, Evict: e.evict,
+		Seen: func(rev uint64) { e.m.KVRevision.Set(float64(rev)) },
 		Publish: func(hosts, custom map[string]*tenantSlot, certs map[string]*tls.Certificate) {
 			e.hosts.Store(&hosts)
 			e.custom.Store(&customHosts{slots: custom, certs: certs})

@@ -84,6 +84,8 @@ type Config[T any] struct {
 	Apply   func(key string, value []byte, rev uint64)
 	Compile func()
 	Evict   func(id string)
+	// Seen hears of every update's KV revision, for the edge's metric of it.
+	Seen func(rev uint64)
 	// Publish installs new host maps: slug → slot, custom domain → slot (Pending for a
 	// domain not verified) and custom domain → certificate.
 	Publish  func(hosts, custom map[string]*Slot[T], certs map[string]*tls.Certificate)
@@ -242,6 +244,9 @@ func (l *Tenants[T]) Update(key string, value []byte, rev, pending uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.m.updates.Inc()
+	if l.cfg.Seen != nil {
+		l.cfg.Seen(rev)
+	}
 	if value == nil {
 		l.deleteLocked(key, rev)
 	} else {
