@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/bloom"
 )
 
 // Dir is the store's directory under the edge's state directory.
@@ -108,7 +109,12 @@ func open(dir string, o Options) (s *Store, why string) {
 		Cache:        cache,
 		MemTableSize: 4 << 20,
 		Logger:       logger{o.Logger},
+		// Every entry written is first looked up (the rev held), and while a first
+		// start writes the whole bucket nearly every lookup misses: bloom filters
+		// answer those without reading the tables' blocks.
+		Levels: []pebble.LevelOptions{{FilterPolicy: bloom.FilterPolicy(10)}},
 	}
+	opts.EnsureDefaults()
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		cache.Unref()
