@@ -37,6 +37,9 @@
 //	compile.go             one tenant's config → Snapshot (snapshot.go)
 //	configfile.go          the last good config on disk, for a cold start without NATS
 //	                       (package configfile), and what /readyz says of it
+//	lazy.go                with TOLLGATE_EDGE_CONFIG_STORE=disk: config in a local store
+//	                       (package tenantstore), tenants compiled on first use and
+//	                       evicted beyond a budget (package lazy)
 //	config.go              the edge's own settings (Config)
 //
 // The package must not import storage or transport of the control plane (tenants/postgres,
