@@ -340,6 +340,62 @@ func TestDiskStoreLoadsEvictsAndResumes(t *testing.T) {
 	d.eventually("s0001", "/back", 200)
 }
 
+// TestDiskStoreEvictionStopsHealthChecks: an evicted tenant's active health checks stop,
+// and resume when its next request loads it again.
+func TestDiskStoreEvictionStopsHealthChecks(t *testing.T) {
+	ns := testenv.NATS(t)
+	url, prefix, dir := natsURL(ns), testenv.Name("tglazy"), t.TempDir()
+	up := echoUpstream(t)
+	var probes atomic.Int64
+	checked := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			probes.Add(1)
+		}
+	}))
+	t.Cleanup(checked.Close)
+	w := newBucketWriter(t, url, prefix)
+	w.put(&tenants.Tenant{ID: "checked", Slug: "checked", Name: "checked"})
+	w.put(&tenants.Route{ID: "r0", TenantID: "checked", Name: "r0", Paths: []string{"/p0"}, Auth: tenants.AuthNone,
+		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: checked.URL, Weight: 1}},
+			HealthCheck: &tenants.HealthCheck{Path: "/health", IntervalMS: 100}}})
+	const n = 40
+	for i := range n {
+		w.route(w.tenant(i), "r0", "/p0", up)
+	}
+	d := startDiskEdge(t, url, prefix, dir, map[string]string{"TOLLGATE_EDGE_TENANT_MEMORY": "1MiB"})
+	time.Sleep(300 * time.Millisecond)
+	if got := probes.Load(); got != 0 {
+		t.Fatalf("%d health probes of a tenant not loaded", got)
+	}
+	d.eventually("checked", "/p0", 200)
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if probes.Load() == 0 {
+			return fmt.Errorf("no health probe of the loaded tenant")
+		}
+		return nil
+	})
+	time.Sleep(1100 * time.Millisecond) // a tick of the idle clock: it is the idlest
+	for i := range n {
+		d.eventually(fmt.Sprintf("s%04d", i), "/p0", 200)
+	}
+	if d.metric("tollgate_edge_tenant_evictions_total") == 0 {
+		t.Fatal("no eviction under a 1 MiB budget")
+	}
+	time.Sleep(300 * time.Millisecond) // a probe in flight when it was evicted
+	before := probes.Load()
+	time.Sleep(500 * time.Millisecond)
+	if got := probes.Load(); got != before {
+		t.Fatalf("%d health probes after the tenant was evicted", got-before)
+	}
+	d.eventually("checked", "/p0", 200)
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if probes.Load() == before {
+			return fmt.Errorf("health checks did not resume with the reload")
+		}
+		return nil
+	})
+}
+
 // TestDiskStoreServesWhileNATSIsDown: an edge started while NATS is unreachable serves
 // from its store; when NATS returns it catches up.
 func TestDiskStoreServesWhileNATSIsDown(t *testing.T) {
