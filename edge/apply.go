@@ -5,8 +5,6 @@ package edge
 // the request path.
 
 import (
-	"errors"
-	"net/netip"
 	"runtime"
 	"sort"
 	"sync"
@@ -15,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"tollgate/edge/entrycheck"
 	"tollgate/tenants"
 )
 
@@ -34,11 +33,11 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	}
 	pk, ent, err := tenants.DecodeEntry(key, value)
 	if err == nil {
-		err = validateEntry(pk, ent)
+		err = entrycheck.Validate(pk, ent)
 	}
-	var dom domainEntry
+	var dom entrycheck.Domain
 	if err == nil && pk.Kind == tenants.KindDomain {
-		dom, err = parseDomain(ent.Domain) // outside the lock: parsing a key takes a while
+		dom, err = entrycheck.ParseDomain(ent.Domain) // outside the lock: parsing a key takes a while
 	}
 	if err != nil {
 		e.reject(key, pk.Kind, err)
@@ -54,7 +53,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	}
 	ts := e.state[pk.TenantID]
 	if ts == nil {
-		ts = newTenantState(pk.TenantID)
+		ts = newTenantState(pk.TenantID, e.slotFor(pk.TenantID))
 		e.state[pk.TenantID] = ts
 	}
 	if held, ok := ts.revs[key]; ok && ent.Rev <= held {
@@ -75,7 +74,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	case tenants.KindConsumer:
 		ts.consumers[pk.ID] = ent.Consumer
 	case tenants.KindKey:
-		sum, _ := decodeKeyHash(ent.Key.Hash) // checked by validateEntry
+		sum, _ := entrycheck.KeyHash(ent.Key.Hash) // checked by Validate
 		use := ts.keys[pk.ID].use
 		if use == nil {
 			use = e.cfg.Meter.Key(pk.TenantID, ent.Key.ID)
@@ -139,75 +138,6 @@ func (e *Edge) applyDelete(key string) {
 	e.m.ConfigApplied.Inc()
 	e.markDirtyLocked(pk.TenantID)
 }
-
-// validateEntry checks the object beyond its JSON shape, so an entry the api would never
-// have written cannot break a tenant's snapshot. Upstream addresses are not judged here:
-// the dialer checks them on every connect, so a target the operator's address rule refuses
-// answers 502 with a clear code instead of the route vanishing.
-func validateEntry(pk tenants.ParsedKey, ent *tenants.Entry) error {
-	switch pk.Kind {
-	case tenants.KindTenant:
-		t := *ent.Tenant
-		if err := t.Validate(); err != nil {
-			return err
-		}
-		ent.Tenant = &t
-	case tenants.KindRoute:
-		// The route is kept as decoded (Apply decoded it, nothing else holds it), with
-		// its slices copied to their length: the JSON decoder leaves spare capacity.
-		r := ent.Route
-		r.Paths = append([]string(nil), r.Paths...)
-		r.Methods = append([]string(nil), r.Methods...)
-		r.Upstream.Targets = append([]tenants.Target(nil), r.Upstream.Targets...)
-		if err := r.Validate(anyUpstream); err != nil {
-			return err
-		}
-		// The edge keeps every route it holds decoded: the ids are the key's own
-		// strings, kept anyway, rather than copies of them (about 100 bytes a route).
-		if r.TenantID == pk.TenantID {
-			r.TenantID = pk.TenantID
-		}
-		if r.ID == pk.ID {
-			r.ID = pk.ID
-		}
-	case tenants.KindConsumer:
-		c := *ent.Consumer
-		if err := c.Validate(); err != nil {
-			return err
-		}
-	case tenants.KindKey:
-		if ent.Key.ConsumerID == "" {
-			return errors.New("key entry has no consumer_id")
-		}
-		if _, err := decodeKeyHash(ent.Key.Hash); err != nil {
-			return err
-		}
-	case tenants.KindPlan:
-		p := *ent.Plan
-		if err := p.Validate(); err != nil {
-			return err
-		}
-		ent.Plan = &p
-	case tenants.KindJWTIssuer:
-		// The issuer's shape. Whether its jwks_url may be http:// (a test setting) is
-		// judged when the tenant compiles, which leaves out an issuer it cannot use.
-		is := *ent.JWTIssuer
-		if err := is.ValidateWithLoopback(true); err != nil {
-			return err
-		}
-		ent.JWTIssuer = &is
-	case tenants.KindAccessRules:
-		// Compiled, and so checked, when the tenant compiles: access rules that do not
-		// compile deny every call of the routes that check access, rather than older ones
-		// staying in force.
-	}
-	return nil
-}
-
-// anyUpstream admits every unicast address, for validating a route's shape at the edge.
-var anyUpstream = &tenants.UpstreamAddressRule{AllowCIDRs: []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0"),
-}}
 
 func (e *Edge) reject(key, kind string, err error) {
 	if kind == "" {
@@ -354,7 +284,7 @@ func (e *Edge) compileDirty() int {
 		}
 		start := time.Now()
 		snap, unused := e.compile(v, ts.labels, &ts.compiled)
-		ts.slot.snap.Store(snap)
+		ts.slot.Snap.Store(snap)
 		for _, hc := range unused {
 			hc.CloseIdleConnections()
 		}
@@ -477,7 +407,7 @@ func (ts *tenantState) viewLocked(incrementally bool) *tenantView {
 // unpublish forgets a deleted tenant: requests stop finding it once the host map is
 // rebuilt, and its idle upstream connections close.
 func (e *Edge) unpublish(ts *tenantState) {
-	ts.slot.snap.Store(nil)
+	ts.slot.Snap.Store(nil)
 	ts.compiled.closeUpstreams()
 	for _, hc := range ts.compiled.pools {
 		hc.CloseIdleConnections()
@@ -498,12 +428,15 @@ func (e *Edge) unpublish(ts *tenantState) {
 // rebuildHosts publishes a new host map from the compiled tenants. Two tenants claiming
 // one slug (only possible with inconsistent config) resolve to the smaller tenant id.
 func (e *Edge) rebuildHosts() {
+	if e.lazy != nil {
+		return // the index of every tenant publishes them (lazy.go)
+	}
 	e.mu.Lock()
 	hosts := make(map[string]*tenantSlot, len(e.state))
 	owner := make(map[string]string, len(e.state))
 	routes := 0
 	for id, ts := range e.state {
-		snap := ts.slot.snap.Load()
+		snap := ts.slot.Snap.Load()
 		if snap == nil || ts.published == "" {
 			continue
 		}

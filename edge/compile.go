@@ -1,8 +1,6 @@
 package edge
 
 import (
-	"encoding/hex"
-	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -40,17 +38,6 @@ type keyEntry struct {
 	sum            [32]byte
 	expires        int64
 	use            *meter.Key // kept by every later entry of the key (apiKey.use)
-}
-
-func decodeKeyHash(h string) ([32]byte, error) {
-	var sum [32]byte
-	if len(h) != 64 {
-		return sum, fmt.Errorf("hash must be 64 hex digits, got %d characters", len(h))
-	}
-	if _, err := hex.Decode(sum[:], []byte(h)); err != nil {
-		return sum, fmt.Errorf("hash is not hex: %v", err)
-	}
-	return sum, nil
 }
 
 // incremental is whether a compile that only has route changes to make reuses the

@@ -37,6 +37,9 @@
 //	compile.go             one tenant's config → Snapshot (snapshot.go)
 //	configfile.go          the last good config on disk, for a cold start without NATS
 //	                       (package configfile), and what /readyz says of it
+//	lazy.go                with TOLLGATE_EDGE_CONFIG_STORE=disk: config in a local store
+//	                       (package tenantstore), tenants compiled on first use and
+//	                       evicted beyond a budget (package lazy)
 //	config.go              the edge's own settings (Config)
 //
 // The package must not import storage or transport of the control plane (tenants/postgres,
@@ -66,9 +69,11 @@ import (
 	"tollgate/edge/cache"
 	"tollgate/edge/configfile"
 	"tollgate/edge/edgemetrics"
+	"tollgate/edge/entrycheck"
 	"tollgate/edge/extauth"
 	"tollgate/edge/fnchain"
 	"tollgate/edge/jwtauth"
+	"tollgate/edge/lazy"
 	"tollgate/edge/limit"
 	"tollgate/edge/upstreamclient"
 	"tollgate/edge/websocket"
@@ -127,13 +132,14 @@ type Edge struct {
 	ws     websocket.Set // open WebSocket tunnels (websocket.go)
 
 	checkers balancer.Checkers // active health checks of upstreams
+
+	lazy *lazy.Tenants[Snapshot] // nil: every tenant resident (lazy.go)
 }
 
 // tenantSlot is a tenant's place in the host map: the map changes only when tenants come
-// and go, the snapshot behind a slot on every change of the tenant.
-type tenantSlot struct {
-	snap atomic.Pointer[Snapshot]
-}
+// and go, the snapshot behind a slot on every change of the tenant. With the disk store
+// (lazy.go) a slot's snapshot is nil until the tenant's first request loads it.
+type tenantSlot = lazy.Slot[Snapshot]
 
 // tenantState is a tenant's entries as received.
 type tenantState struct {
@@ -147,7 +153,7 @@ type tenantState struct {
 	plans       map[string]*tenants.ConsumerPlan
 	issuers     map[string]*tenants.Issuer
 	accessRules *tenants.AccessRules
-	domains     map[string]domainEntry // custom domains (tls.go), by id
+	domains     map[string]entrycheck.Domain // custom domains (tls.go), by id
 	// domainsDirty: domains changed since the host maps were last rebuilt.
 	domainsDirty bool
 	slot         *tenantSlot
@@ -159,14 +165,14 @@ type tenantState struct {
 	labels    *edgemetrics.TenantLabels
 }
 
-func newTenantState(id string) *tenantState {
+func newTenantState(id string, slot *tenantSlot) *tenantState {
 	return &tenantState{
 		id: id, revs: map[string]int64{},
 		routes: map[string]*tenants.Route{}, consumers: map[string]*tenants.Consumer{},
 		keys: map[string]keyEntry{}, plans: map[string]*tenants.ConsumerPlan{},
 		issuers:  map[string]*tenants.Issuer{},
-		domains:  map[string]domainEntry{},
-		slot:     &tenantSlot{},
+		domains:  map[string]entrycheck.Domain{},
+		slot:     slot,
 		compiled: compiled{pools: map[string]balancer.Transport{}},
 	}
 }
@@ -275,7 +281,7 @@ func (e *Edge) Ready() bool { return e.ready.Load() }
 // Snapshot returns the snapshot serving a tenant slug, or nil.
 func (e *Edge) Snapshot(slug string) *Snapshot {
 	if slot := (*e.hosts.Load())[strings.ToLower(slug)]; slot != nil {
-		return slot.snap.Load()
+		return e.snapshotOf(slot)
 	}
 	return nil
 }

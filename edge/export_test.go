@@ -90,7 +90,7 @@ func (e *Edge) ServePreProxy(ctx *fasthttp.RequestCtx) int {
 	if slot == nil {
 		return 404
 	}
-	snap := slot.snap.Load()
+	snap := slot.Snap.Load()
 	var err error
 	if x.path, err = routing.NormalizePath(x.path, rawPath); err != nil {
 		return 400

@@ -59,7 +59,7 @@ func (e *Edge) handle(x *exchange) {
 	}
 	var snap *Snapshot
 	if slot != nil {
-		snap = slot.snap.Load()
+		snap = e.snapshotOf(slot)
 	}
 	if snap == nil {
 		x.rm = e.labels.NoTenant

@@ -36,14 +36,6 @@ import (
 // misdirected_request instead of 404, and its SNI the wildcard certificate. The lookup is
 // the one every request already makes; pending names only change what a miss answers.
 
-// domainEntry is a custom domain as the edge holds it: parsed once, when its entry
-// arrives. cert is nil while the domain is not verified.
-type domainEntry struct {
-	host     string
-	verified bool
-	cert     *tls.Certificate
-}
-
 // customHosts is what rebuildHosts publishes for custom domains: host name → tenant slot
 // (for routing; pendingDomain for a name only claimed) and → certificate (for the
 // handshake; verified domains only).
@@ -58,23 +50,6 @@ var emptyCustomHosts = &customHosts{slots: map[string]*tenantSlot{}, certs: map[
 // Its snapshot is always nil.
 var pendingDomain = &tenantSlot{}
 
-// parseDomain checks a domain entry and, for a verified domain, parses its key pair (a
-// pending one's is parsed when its verified entry comes).
-func parseDomain(d *tenants.Domain) (domainEntry, error) {
-	h := strings.TrimSuffix(strings.ToLower(d.Hostname), ".")
-	if h == "" {
-		return domainEntry{}, errors.New("domain entry has no hostname")
-	}
-	if !d.Verified() {
-		return domainEntry{host: h}, nil
-	}
-	c, err := d.KeyPair()
-	if err != nil {
-		return domainEntry{}, err
-	}
-	return domainEntry{host: h, verified: true, cert: c}, nil
-}
-
 // buildCustomHostsLocked collects the custom domains of published tenants (e.mu held).
 // A verified claim of a name wins over pending ones. Two tenants with verified claims of
 // one name (only possible with inconsistent config) resolve to the smaller tenant id, as
@@ -87,21 +62,21 @@ func (e *Edge) buildCustomHostsLocked(published map[string]*tenantSlot) *customH
 			continue
 		}
 		for _, d := range ts.domains {
-			if !d.verified {
-				if _, ok := ch.slots[d.host]; !ok {
-					ch.slots[d.host] = pendingDomain
+			if !d.Verified {
+				if _, ok := ch.slots[d.Host]; !ok {
+					ch.slots[d.Host] = pendingDomain
 				}
 				continue
 			}
-			if prev, ok := owner[d.host]; ok {
-				e.log.Warn("edge: two tenants have verified one custom domain", "host", d.host, "tenants", []string{prev, id})
+			if prev, ok := owner[d.Host]; ok {
+				e.log.Warn("edge: two tenants have verified one custom domain", "host", d.Host, "tenants", []string{prev, id})
 				if prev < id {
 					continue
 				}
 			}
-			owner[d.host] = id
-			ch.slots[d.host] = ts.slot
-			ch.certs[d.host] = d.cert
+			owner[d.Host] = id
+			ch.slots[d.Host] = ts.slot
+			ch.certs[d.Host] = d.Cert
 		}
 	}
 	return ch

@@ -49,7 +49,7 @@ config snapshot while NATS is unreachable. It stops on SIGINT or SIGTERM, after 
 	cmdline.Env(c, "TOLLGATE_NATS_URL", "TOLLGATE_NATS_PREFIX", "TOLLGATE_NATS_CREDS",
 		"TOLLGATE_REDIS_URL", "TOLLGATE_REDIS_PREFIX", "TOLLGATE_EDGE_ADDR", "TOLLGATE_EDGE_ADMIN_ADDR",
 		"TOLLGATE_EDGE_DOMAIN", "TOLLGATE_EDGE_TLS_ADDR", "TOLLGATE_EDGE_TLS_CERT", "TOLLGATE_EDGE_ID",
-		"TOLLGATE_EDGE_HTTP2",
+		"TOLLGATE_EDGE_HTTP2", "TOLLGATE_EDGE_CONFIG_STORE", "TOLLGATE_EDGE_TENANT_MEMORY",
 		"TOLLGATE_METER", "TOLLGATE_METER_SPOOL_DIR", "TOLLGATE_UPSTREAM_ALLOW_CIDRS",
 		"TOLLGATE_TRUSTED_PROXIES", "TOLLGATE_EDGE_CELL", "TOLLGATE_CELLS", "TOLLGATE_OTEL_ENDPOINT", "TOLLGATE_LOG_LEVEL")
 	return c
@@ -134,13 +134,29 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 		}}.Run(ctx)
 	}
 
-	cf, current, stopWatch, err := followBucket(ctx, cfg, e, nc, fc, log)
-	if err != nil {
-		return err
+	var current <-chan struct{}
+	var restore func() (time.Duration, bool, error)
+	if cfg.EdgeConfigStore == "disk" {
+		var stopWatch func()
+		if current, restore, stopWatch, err = followStore(ctx, cfg, e, nc, log); err != nil {
+			return err
+		}
+		defer stopWatch()
+	} else {
+		cf, cur, stopWatch, err := followBucket(ctx, cfg, e, nc, fc, log)
+		if err != nil {
+			return err
+		}
+		defer cf.Close() // its last write, after the watch has stopped
+		defer stopWatch()
+		current = cur
+		restore = func() (time.Duration, bool, error) {
+			ok, err := cf.Restore(cfg.EdgeSnapshotMaxAge)
+			_, asOf := cf.Serving()
+			return time.Since(asOf), ok, err
+		}
 	}
-	defer cf.Close() // its last write, after the watch has stopped
-	defer stopWatch()
-	fromSnapshot, err := waitForConfig(ctx, cfg, nc, cf, current, serveErr, log)
+	fromSnapshot, err := waitForConfig(ctx, nc, restore, current, serveErr, log)
 	if err != nil {
 		if errors.Is(err, errStopped) {
 			return nil
@@ -294,8 +310,9 @@ func followBucket(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nat
 var errStopped = errors.New("stopped before ready")
 
 // waitForConfig waits for the bucket's initial load or, while NATS is unreachable,
-// restores the config snapshot and serves that (fromSnapshot) until the load is in.
-func waitForConfig(ctx context.Context, cfg *config.Config, nc *nats.Conn, cf *configfile.File, current <-chan struct{}, serveErr <-chan error, log *slog.Logger) (fromSnapshot bool, err error) {
+// restores the config snapshot (or the disk store's config) and serves that
+// (fromSnapshot) until the load is in.
+func waitForConfig(ctx context.Context, nc *nats.Conn, restore func() (age time.Duration, ok bool, err error), current <-chan struct{}, serveErr <-chan error, log *slog.Logger) (fromSnapshot bool, err error) {
 	wait := coldStartWait
 	if !nc.IsConnected() {
 		wait = 0
@@ -309,12 +326,11 @@ func waitForConfig(ctx context.Context, cfg *config.Config, nc *nats.Conn, cf *c
 		return false, orStopped(err)
 	case <-time.After(wait):
 	}
-	ok, err := cf.Restore(cfg.EdgeSnapshotMaxAge)
+	age, ok, err := restore()
 	switch {
 	case ok:
-		_, asOf := cf.Serving()
 		log.Warn("edge: NATS unreachable; serving the config snapshot until the bucket's initial load is in",
-			"age", time.Since(asOf).Round(time.Second), "dir", cfg.MeterSpoolDir)
+			"age", age.Round(time.Second))
 		return true, nil
 	case err != nil:
 		log.Warn("edge: NATS unreachable and no usable config snapshot; not ready until the bucket's initial load is in", "why", err)

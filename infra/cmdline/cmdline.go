@@ -134,6 +134,8 @@ var Vars = map[string]string{
 	"TOLLGATE_EDGE_TLS_CERT":                        "the edge domain's wildcard certificate, with TOLLGATE_EDGE_TLS_KEY [unset]",
 	"TOLLGATE_EDGE_ID":                              "this edge's name in usage and metrics [hostname]",
 	"TOLLGATE_EDGE_HTTP2":                           "HTTP/2: ALPN h2 on the TLS listener, h2c on the plain one [on]",
+	"TOLLGATE_EDGE_CONFIG_STORE":                    "memory, or disk: config in a store in the spool dir, tenants compiled when first used [memory]",
+	"TOLLGATE_EDGE_TENANT_MEMORY":                   "disk store: memory of compiled tenants before the idlest are evicted [128MiB]",
 	"TOLLGATE_EDGE_FUNCTION_WALL_FACTOR":            "a function's run is cut off after this many times its budget of wall time [4]",
 	"TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP":          "a tenant's function cap of at least the cores takes no slot per run [on]",
 	"TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK": "a function's request context ends in the run of its last response callback [on]",

@@ -122,7 +122,11 @@ type Config struct {
 
 	// Surviving faults: the edge's local config snapshot, bounded database calls.
 	EdgeSnapshotMaxAge time.Duration // TOLLGATE_EDGE_SNAPSHOT_MAX_AGE [24h: the oldest config snapshot (in the spool directory) an edge starts from while NATS is unreachable; 0: never]
-	DBTimeout          time.Duration // TOLLGATE_DB_TIMEOUT [5s: the bound of one database call of the api and billing]
+	// EdgeConfigStore: TOLLGATE_EDGE_CONFIG_STORE [memory: the edge holds every tenant's entries and compiled snapshot in memory; disk: it keeps the entries in an indexed store in the spool directory and compiles a tenant when its traffic first needs it (docs/edge-scale.md)]
+	EdgeConfigStore string
+	// EdgeTenantMemory: TOLLGATE_EDGE_TENANT_MEMORY [128MiB: with the disk store, the estimated memory of compiled tenants above which those idle longest are evicted; bytes, or with KiB, MiB or GiB]
+	EdgeTenantMemory int64
+	DBTimeout        time.Duration // TOLLGATE_DB_TIMEOUT [5s: the bound of one database call of the api and billing]
 	// APIHeavyCalls: TOLLGATE_API_HEAVY_CALLS [2: a tenant's imports, config applies and exports in flight at once on one api process (api.Config.HeavyCalls), the next is 429 with Retry-After; 0: no cap]
 	APIHeavyCalls int
 
@@ -191,6 +195,8 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		EdgeCacheBytes: DefaultEdgeCacheBytes,
 
 		EdgeSnapshotMaxAge: 24 * time.Hour,
+		EdgeConfigStore:    "memory",
+		EdgeTenantMemory:   DefaultEdgeTenantMemory,
 		DBTimeout:          5 * time.Second,
 		APIHeavyCalls:      2,
 	}
@@ -294,6 +300,20 @@ func (c *Config) faults(getenv func(string) string) error {
 		}
 		c.EdgeSnapshotMaxAge = d
 	}
+	switch v := getenv("TOLLGATE_EDGE_CONFIG_STORE"); v {
+	case "":
+	case "memory", "disk":
+		c.EdgeConfigStore = v
+	default:
+		return fmt.Errorf("TOLLGATE_EDGE_CONFIG_STORE: %q is neither memory nor disk", v)
+	}
+	if v := getenv("TOLLGATE_EDGE_TENANT_MEMORY"); v != "" {
+		n, err := ParseBytes(v)
+		if err != nil || n < 1<<20 {
+			return fmt.Errorf("TOLLGATE_EDGE_TENANT_MEMORY: %q is not a size of 1MiB or more (like 128MiB)", v)
+		}
+		c.EdgeTenantMemory = n
+	}
 	if v := getenv("TOLLGATE_DB_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 100*time.Millisecond || d > 5*time.Minute {
@@ -367,6 +387,28 @@ func (c *Config) Tracing(service string, rootsSampled bool) (*tracing.Provider, 
 		return nil, nil
 	}
 	return tracing.New(tracing.Config{Endpoint: c.OTELEndpoint, Sample: c.OTELSample, Service: service, RootsSampled: rootsSampled})
+}
+
+// DefaultEdgeTenantMemory is the disk store's budget of compiled tenants: about 2,500
+// tenants of 10 routes compiled at once, more than take an edge's traffic within a few
+// minutes on most fleets, while the whole edge stays within a 512 MiB container beside
+// its response cache.
+const DefaultEdgeTenantMemory = 128 << 20
+
+// ParseBytes reads a byte count: digits, optionally followed by KiB, MiB or GiB.
+func ParseBytes(v string) (int64, error) {
+	mult := int64(1)
+	for suf, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if strings.HasSuffix(v, suf) {
+			v, mult = strings.TrimSpace(strings.TrimSuffix(v, suf)), m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a byte count", v)
+	}
+	return n * mult, nil
 }
 
 // DefaultEdgeCacheBytes is the edge's response-cache budget when TOLLGATE_EDGE_CACHE_BYTES

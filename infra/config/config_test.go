@@ -97,3 +97,29 @@ func TestEdgeSwitches(t *testing.T) {
 		}
 	}
 }
+
+// TestEdgeConfigStore: the config store's mode and budget are read, and a bad value is
+// refused at start.
+func TestEdgeConfigStore(t *testing.T) {
+	c, err := config.FromEnv(env(nil))
+	if err != nil || c.EdgeConfigStore != "memory" || c.EdgeTenantMemory != 128<<20 {
+		t.Fatalf("defaults: %q %d %v", c.EdgeConfigStore, c.EdgeTenantMemory, err)
+	}
+	c, err = config.FromEnv(env(map[string]string{"TOLLGATE_EDGE_CONFIG_STORE": "disk", "TOLLGATE_EDGE_TENANT_MEMORY": "256MiB"}))
+	if err != nil || c.EdgeConfigStore != "disk" || c.EdgeTenantMemory != 256<<20 {
+		t.Fatalf("disk, 256MiB: %q %d %v", c.EdgeConfigStore, c.EdgeTenantMemory, err)
+	}
+	if c, err = config.FromEnv(env(map[string]string{"TOLLGATE_EDGE_TENANT_MEMORY": "3000000"})); err != nil || c.EdgeTenantMemory != 3000000 {
+		t.Fatalf("a byte count: %d %v", c.EdgeTenantMemory, err)
+	}
+	for _, kv := range [][2]string{
+		{"TOLLGATE_EDGE_CONFIG_STORE", "pebble"},
+		{"TOLLGATE_EDGE_TENANT_MEMORY", "lots"},
+		{"TOLLGATE_EDGE_TENANT_MEMORY", "12KiB"},
+		{"TOLLGATE_EDGE_TENANT_MEMORY", "-5MiB"},
+	} {
+		if _, err := config.FromEnv(env(map[string]string{kv[0]: kv[1]})); err == nil || !strings.Contains(err.Error(), kv[0]) {
+			t.Errorf("%s=%s: %v, want refused", kv[0], kv[1], err)
+		}
+	}
+}

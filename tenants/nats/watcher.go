@@ -39,6 +39,11 @@ type WatchConfig struct {
 	OnError func(error)
 	// BatchSize is how many messages the client asks for at once. Default: 1000.
 	BatchSize int
+	// From, when above 1, starts the watch at that revision instead of with a full load:
+	// every message from there on, which is each key changed since with its latest
+	// state, deleted keys as deletes (a caller that kept what an earlier watch delivered
+	// up to From-1). The "initial load" OnReady ends is then that catching up.
+	From uint64
 }
 
 // reconnectPoll is how often a Watcher checks whether its connection reconnected.
@@ -109,6 +114,9 @@ func Watch(ctx context.Context, js jetstream.JetStream, bucket string, cfg Watch
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+	if cfg.From > 1 {
+		w.last.Store(cfg.From - 1)
+	}
 	go w.run(ctx)
 	return w, nil
 }
@@ -125,7 +133,7 @@ func (w *Watcher) Stop() {
 
 func (w *Watcher) run(ctx context.Context) {
 	defer close(w.done)
-	var from uint64 // the revision to resume at; 0: the initial load
+	from := w.cfg.From // the revision to resume at; 0: the initial load
 	for {
 		cons := w.start(ctx, from)
 		if cons == nil {

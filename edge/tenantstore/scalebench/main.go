@@ -1,0 +1,281 @@
+// Command scalebench measures an edge with TOLLGATE_EDGE_CONFIG_STORE=disk at scale: it
+// fills a bucket with -routes routes over -tenants tenants, starts a tollgate-edge process
+// on it twice (an empty store, then a restart with its store) and reports each start's
+// time to ready, the process's idle RSS and a cold tenant's first-request latency.
+//
+//	go build -o /tmp/tollgate-edge ./cmd/tollgate-edge
+//	go run ./edge/tenantstore/scalebench -edge /tmp/tollgate-edge -routes 1000000 -tenants 100000
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"tollgate/tenants"
+	tgnats "tollgate/tenants/nats"
+)
+
+func main() {
+	var (
+		routes   = flag.Int("routes", 100000, "routes in the bucket")
+		nTenants = flag.Int("tenants", 10000, "tenants they are spread over")
+		natsURL  = flag.String("nats", "nats://127.0.0.1:4222", "NATS server")
+		edgeBin  = flag.String("edge", "/tmp/tollgate-edge", "the tollgate-edge binary")
+		budget   = flag.String("budget", "", "TOLLGATE_EDGE_TENANT_MEMORY (default: the edge's)")
+		cold     = flag.Int("cold", 200, "cold tenants to time a first request of")
+		keep     = flag.Bool("keep", false, "keep the bucket and the store")
+	)
+	flag.Parse()
+	if err := run(*routes, *nTenants, *natsURL, *edgeBin, *budget, *cold, *keep); err != nil {
+		fmt.Fprintln(os.Stderr, "scalebench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(routes, nTenants int, natsURL, edgeBin, budget string, cold int, keep bool) error {
+	ctx := context.Background()
+	var rb [4]byte
+	_, _ = rand.Read(rb[:])
+	prefix := "tgscale" + hex.EncodeToString(rb[:])
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	bucket := prefix + "_config"
+	if _, err := tgnats.EnsureBucket(ctx, js, bucket, 1); err != nil {
+		return err
+	}
+	if !keep {
+		defer func() { _ = js.DeleteKeyValue(context.Background(), bucket) }()
+	}
+	up, err := upstream()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := fill(ctx, js, bucket, routes, nTenants, up); err != nil {
+		return err
+	}
+	fmt.Printf("bucket: %d routes over %d tenants written in %s\n", routes, nTenants, time.Since(start).Round(time.Millisecond))
+
+	dir, err := os.MkdirTemp("", "scalebench")
+	if err != nil {
+		return err
+	}
+	if !keep {
+		defer os.RemoveAll(dir)
+	}
+	env := []string{
+		"TOLLGATE_NATS_URL=" + natsURL, "TOLLGATE_NATS_PREFIX=" + prefix, "TOLLGATE_METER=off",
+		"TOLLGATE_METER_SPOOL_DIR=" + dir, "TOLLGATE_EDGE_CONFIG_STORE=disk", "TOLLGATE_EDGE_DOMAIN=gw.test",
+		"TOLLGATE_UPSTREAM_ALLOW_CIDRS=127.0.0.0/8", "TOLLGATE_LOG_LEVEL=warn",
+	}
+	if budget != "" {
+		env = append(env, "TOLLGATE_EDGE_TENANT_MEMORY="+budget)
+	}
+	for i, what := range []string{"first start (empty store, the whole bucket written to it)", "restart (with its store)"} {
+		e, err := startEdge(edgeBin, env)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s: ready in %s\n", what, e.ready.Round(time.Millisecond))
+		time.Sleep(2 * time.Second)
+		fmt.Printf("  idle RSS %s\n", mib(e.rss()))
+		if i == 1 {
+			measureCold(e, nTenants, routes/nTenants, cold)
+			fmt.Printf("  RSS after %d cold tenants loaded: %s\n", cold, mib(e.rss()))
+		}
+		e.stop()
+	}
+	if fi, err := dirSize(filepath.Join(dir, "config-store")); err == nil {
+		fmt.Printf("store on disk: %s\n", mib(fi))
+	}
+	return nil
+}
+
+// fill writes the tenants and their routes with asynchronous publishes: a KV put is a
+// publish to the key's subject.
+func fill(ctx context.Context, js jetstream.JetStream, bucket string, routes, nTenants int, up string) error {
+	rev := int64(0)
+	put := func(e *tenants.Entry) error {
+		rev++
+		e.Rev = rev
+		key, err := e.EntryKey()
+		if err != nil {
+			return err
+		}
+		b, _ := json.Marshal(e)
+		if _, err := js.PublishAsync("$KV."+bucket+"."+key, b); err != nil {
+			return err
+		}
+		if rev%2000 == 0 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				return fmt.Errorf("publishes not acknowledged")
+			}
+		}
+		return nil
+	}
+	per := routes / nTenants
+	for t := range nTenants {
+		id := fmt.Sprintf("ten%06d", t)
+		if err := put(&tenants.Entry{Tenant: &tenants.Tenant{ID: id, Slug: fmt.Sprintf("s%06d", t), Name: "Tenant " + id}}); err != nil {
+			return err
+		}
+		for r := range per {
+			rid := fmt.Sprintf("route%03d", r)
+			err := put(&tenants.Entry{Route: &tenants.Route{ID: rid, TenantID: id, Name: "orders " + rid,
+				Paths: []string{fmt.Sprintf("/v1/r%d/{id}", r)}, Methods: []string{"GET", "POST"}, Auth: tenants.AuthNone,
+				Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up, Weight: 1}}}}})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(time.Minute):
+		return fmt.Errorf("publishes not acknowledged")
+	}
+	_ = ctx
+	return nil
+}
+
+func upstream() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	go func() {
+		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	}()
+	return "http://" + ln.Addr().String(), nil
+}
+
+type edgeProc struct {
+	cmd      *exec.Cmd
+	pub, adm string
+	ready    time.Duration
+}
+
+func freeAddr() string {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startEdge(bin string, env []string) (*edgeProc, error) {
+	e := &edgeProc{pub: freeAddr(), adm: freeAddr()}
+	e.cmd = exec.Command(bin)
+	e.cmd.Env = append(append(os.Environ(), env...), "TOLLGATE_EDGE_ADDR="+e.pub, "TOLLGATE_EDGE_ADMIN_ADDR="+e.adm)
+	e.cmd.Stderr = os.Stderr
+	start := time.Now()
+	if err := e.cmd.Start(); err != nil {
+		return nil, err
+	}
+	for time.Since(start) < 10*time.Minute {
+		resp, err := http.Get("http://" + e.adm + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				e.ready = time.Since(start)
+				return e, nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.stop()
+	return nil, fmt.Errorf("edge not ready after 10 minutes")
+}
+
+func (e *edgeProc) stop() {
+	_ = e.cmd.Process.Signal(os.Interrupt)
+	_ = e.cmd.Wait()
+}
+
+func (e *edgeProc) rss() int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n << 10
+		}
+	}
+	return 0
+}
+
+// measureCold times the first request of cold tenants (each loads from the store and
+// compiles) and, for comparison, a second request of each (compiled).
+func measureCold(e *edgeProc, nTenants, per, n int) {
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	get := func(t int) (time.Duration, int) {
+		req, _ := http.NewRequest("GET", fmt.Sprintf("http://%s/v1/r3/42", e.pub), nil)
+		req.Host = fmt.Sprintf("s%06d.gw.test", t)
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			return time.Since(start), 0
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return time.Since(start), resp.StatusCode
+	}
+	get(0) // the connection
+	var first, warm []time.Duration
+	step := max(1, nTenants/n)
+	for i := 0; i < n; i++ {
+		t := (i*step + 1) % nTenants
+		d, code := get(t)
+		if code != 200 {
+			fmt.Printf("  tenant %d: status %d\n", t, code)
+		}
+		first = append(first, d)
+		d, _ = get(t)
+		warm = append(warm, d)
+	}
+	q := func(ds []time.Duration, p float64) time.Duration {
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		return ds[min(len(ds)-1, int(float64(len(ds))*p))].Round(10 * time.Microsecond)
+	}
+	fmt.Printf("  cold tenant first request (%d tenants of %d routes): p50 %s, p90 %s, p99 %s, max %s; its second request p50 %s\n",
+		n, per, q(first, .5), q(first, .9), q(first, .99), q(first, 1), q(warm, .5))
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+func dirSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			n += fi.Size()
+		}
+		return err
+	})
+	return n, err
+}
