@@ -33,19 +33,23 @@ func del(tenantID, key string) change { return change{tenantID: tenantID, key: k
 // from the sequence only once the rows it describes are locked, so two changes of one
 // object (or of objects that lock each other, like a consumer and its plan) get revs in
 // commit order, which the edges rely on to drop stale entries. The rev lock extends that
-// to unrelated changes: held from drawing the revs to commit, it serializes only that
-// short tail of each transaction, and makes the bucket's revs rise in publish order.
+// to unrelated changes: taken shared before the revs are drawn and held to commit, it
+// lets the relay, which takes it exclusive for an instant, wait until every rev drawn so
+// far is committed or rolled back and then publish only up to there (see Relay.horizon).
+// Writers do not wait for each other, so their commits (and their WAL flushes) overlap,
+// and the bucket's revs still rise in publish order.
 func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 	if len(changes) == 0 {
 		return nil
 	}
 	if wt, ok := tx.(*writeTx); ok {
+		if wt.deferred {
+			wt.pending = append(wt.pending, changes...)
+			return nil
+		}
 		wt.emitted(changes)
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", revLockID); err != nil {
-		return err
-	}
-	revs, err := nextRevs(ctx, tx, len(changes))
+	revs, err := drawRevs(ctx, tx, len(changes))
 	if err != nil {
 		return err
 	}
@@ -70,6 +74,27 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 	return tx.SendBatch(ctx, b).Close()
 }
 
+// deferEmits makes tx's emits collect their changes, in order, until the write ends and
+// emits them all at once (flushEmits): a write of thousands of objects (an apply) then
+// draws its revs and writes its outbox rows in one go, at its very end, which also keeps
+// emit the last statement that takes row locks.
+func deferEmits(tx pgx.Tx) {
+	if wt, ok := tx.(*writeTx); ok {
+		wt.deferred = true
+	}
+}
+
+// flushEmits emits what deferEmits held back.
+func (wt *writeTx) flushEmits(ctx context.Context) error {
+	if !wt.deferred || len(wt.pending) == 0 {
+		return nil
+	}
+	wt.deferred = false
+	pending := wt.pending
+	wt.pending = nil
+	return emit(ctx, wt, pending...)
+}
+
 // traceparent is the W3C traceparent of the span in ctx (the api request's), "" when
 // there is none: put into the entries a change writes, it lets the edges' apply spans
 // join the request's trace.
@@ -82,11 +107,17 @@ func traceparent(ctx context.Context) string {
 	return c["traceparent"]
 }
 
-// nextRevs draws n values from the outbox sequence, ascending.
-func nextRevs(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, n int) ([]int64, error) {
-	rows, err := q.Query(ctx, `SELECT nextval('outbox_id_seq') FROM generate_series(1, $1)`, n)
+// drawRevs takes the rev lock shared (see emit) and draws n revs, in one round trip.
+func drawRevs(ctx context.Context, tx pgx.Tx, n int) ([]int64, error) {
+	b := &pgx.Batch{}
+	b.Queue("SELECT pg_advisory_xact_lock_shared($1)", revLockID)
+	b.Queue(`SELECT nextval('outbox_id_seq') FROM generate_series(1, $1)`, n)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +126,7 @@ func nextRevs(ctx context.Context, q interface {
 		return nil, err
 	}
 	slices.Sort(revs)
-	return revs, nil
+	return revs, br.Close()
 }
 
 // OutboxPending counts the changes not yet published, for readiness and metrics.

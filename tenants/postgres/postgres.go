@@ -41,9 +41,10 @@ const (
 	// resync snapshot, so the snapshot's revs are above every committed change and below
 	// every later one.
 	writerLockID int64 = 0x546f6c6c_00000002
-	// revLockID is taken exclusively by a write transaction when it draws its revs, and
-	// held until it commits, so revs are handed out in commit order: the relay, reading
-	// unsent rows by id, then never publishes a later rev before an earlier one.
+	// revLockID is taken shared by a write transaction when it draws its revs, and held
+	// until it ends; the relay takes it exclusive for an instant, which waits for every
+	// transaction that drew a rev before, so it never publishes a later rev before an
+	// earlier one (see emit and Relay.horizon).
 	revLockID int64 = 0x546f6c6c_00000004
 	// migrateLockID serializes migrations of replicas starting together.
 	migrateLockID int64 = 0x546f6c6c_00000003
@@ -217,7 +218,18 @@ func (db *DB) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // (tenants.WithAudit), inserts it in that transaction once fn succeeds: a change and its
 // entry commit together or not at all. writer takes the writer lock shared, as every
 // write of config entries must; the api's own data (tokens, people) needs no lock.
+//
+// A write that finds a tenant near one of its limits only once it holds the tenant's
+// shared lock (see checkCount) is run again, checking exclusively: fn may run twice.
 func (db *DB) change(ctx context.Context, writer bool, fn func(tx pgx.Tx) error) error {
+	err := db.attempt(ctx, writer, false, fn)
+	if errors.Is(err, errNearLimit) {
+		err = db.attempt(ctx, writer, true, fn)
+	}
+	return err
+}
+
+func (db *DB) attempt(ctx context.Context, writer, exclusive bool, fn func(tx pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
 		if writer {
 			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", writerLockID); err != nil {
@@ -225,8 +237,14 @@ func (db *DB) change(ctx context.Context, writer bool, fn func(tx pgx.Tx) error)
 			}
 		}
 		_, audited := tenants.AuditOf(ctx)
-		wt := &writeTx{Tx: tx, audited: audited}
+		wt := &writeTx{Tx: tx, audited: audited, exclusive: exclusive}
 		if err := fn(wt); err != nil {
+			return err
+		}
+		if err := wt.flushEmits(ctx); err != nil {
+			return err
+		}
+		if err := wt.flushCounts(ctx); err != nil {
 			return err
 		}
 		return wt.recordAudit(ctx)

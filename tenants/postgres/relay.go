@@ -33,8 +33,11 @@ type publisher interface {
 // whose mark did not commit (the relay died in between) is published again by the next
 // relay, which the edges tolerate because they ignore revs they already hold.
 //
-// Write transactions draw their revs under an exclusive lock held until commit (see
-// emit), so revs are handed out in commit order and the bucket receives them rising.
+// Write transactions draw their revs under a shared lock held until they end (see emit).
+// Before it reads a batch, the relay takes that lock exclusive for an instant: once it
+// has it, every rev drawn so far is committed or rolled back, and it publishes only up to
+// the highest committed one, so a rev still in flight is never overtaken and the bucket
+// receives revs rising.
 type Relay struct {
 	db  *DB
 	pub publisher
@@ -257,13 +260,17 @@ func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 	// Reading the batch is bounded (see tryLock); publishing has its own bounds.
 	qctx, cancel := r.db.bound(ctx)
 	defer cancel()
+	upTo, err := horizon(qctx, conn)
+	if err != nil {
+		return 0, err
+	}
 	tx, err := conn.Begin(qctx)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	rows, err := tx.Query(qctx, `SELECT id, key, value, created_at FROM outbox WHERE sent_at IS NULL
-		ORDER BY id LIMIT $1 FOR UPDATE`, r.batch)
+	rows, err := tx.Query(qctx, `SELECT id, key, value, created_at FROM outbox WHERE sent_at IS NULL AND id <= $2
+		ORDER BY id LIMIT $1 FOR UPDATE`, r.batch, upTo)
 	if err != nil {
 		return 0, err
 	}
@@ -304,6 +311,31 @@ func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		}
 	}
 	return len(changes), nil
+}
+
+// horizon returns the highest rev the relay may publish up to: it waits, holding the rev
+// lock exclusive, until every transaction that drew a rev has ended (writers hold it
+// shared from drawing to commit, see emit), and reads the highest rev committed. A rev
+// drawn later is above it. Writers that come meanwhile wait for the lock, about as long
+// as the slowest commit in flight, once per batch.
+func horizon(ctx context.Context, conn *pgx.Conn) (int64, error) {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_lock($1)`, revLockID)
+	b.Queue(`SELECT coalesce(max(id), 0) FROM outbox`)
+	b.Queue(`SELECT pg_advisory_unlock($1)`, revLockID)
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	var upTo int64
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
+	if err := br.QueryRow().Scan(&upTo); err != nil {
+		return 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
+	return upTo, br.Close()
 }
 
 func (r *Relay) published(rev int64) {

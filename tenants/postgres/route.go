@@ -53,7 +53,7 @@ func (db *DB) CreateRoute(ctx context.Context, r *tenants.Route) error {
 
 // insertRoute is CreateRoute's work in tx, on a validated r.
 func insertRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
-	if err := checkCount(ctx, tx, r.TenantID, tenants.ResRoutes, countRoutes); err != nil {
+	if err := checkCount(ctx, tx, r.TenantID, tenants.ResRoutes); err != nil {
 		return err
 	}
 	if err := checkCacheAllowed(ctx, tx, r, ""); err != nil {
@@ -226,7 +226,6 @@ func (db *DB) DeleteRoute(ctx context.Context, tenantID, id string) error {
 
 // deleteRoute is DeleteRoute's work in tx.
 func deleteRoute(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	forgetCount(ctx, tenantID, tenants.ResRoutes)
 	// The ids as stored, not as sent, build the key: "ABC…" and "abc…" are one UUID.
 	var tid, rid string
 	err := tx.QueryRow(ctx, `DELETE FROM routes WHERE tenant_id = $1 AND id = $2
@@ -237,6 +236,7 @@ func deleteRoute(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
 	if err != nil {
 		return err
 	}
+	uncount(ctx, tx, tid, tenants.ResRoutes)
 	return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindRoute, rid)))
 }
 
