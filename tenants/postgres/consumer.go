@@ -251,7 +251,7 @@ func (db *DB) CreateKey(ctx context.Context, k *tenants.Key) error {
 	return constraintError(err, "create key", map[string]*tenants.Error{
 		"keys_consumer_fkey":                notFound("consumer"),
 		"consumer_key_counts_consumer_fkey": notFound("consumer"),
-		"keys_hash_key":      tenants.Errorf(tenants.EConflict, "this key is already registered"),
+		"keys_hash_key":                     tenants.Errorf(tenants.EConflict, "this key is already registered"),
 	})
 }
 
