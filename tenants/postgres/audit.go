@@ -89,10 +89,11 @@ func (wt *writeTx) emitted(changes []change) {
 	}
 }
 
-// recordAudit inserts the audit entries of ctx's audit, if any. What the caller set wins;
-// the rest comes from the write: the tenant and object it named, else the first config
-// change it emitted (a tenant or its access rules name "", the tenant itself).
-func (wt *writeTx) recordAudit(ctx context.Context) error {
+// queueAudit queues in b the inserts of the audit entries of ctx's audit, if any. What
+// the caller set wins; the rest comes from the write: the tenant and object it named,
+// else the first config change it emitted (a tenant or its access rules name "", the
+// tenant itself).
+func (wt *writeTx) queueAudit(ctx context.Context, b *pgx.Batch) error {
 	a, ok := tenants.AuditOf(ctx)
 	if !ok {
 		return nil
@@ -120,7 +121,6 @@ func (wt *writeTx) recordAudit(ctx context.Context) error {
 		}
 	}
 	entries := append([]tenants.AuditEntry{{TenantID: tenantID, Action: a.Action, Object: object}}, wt.also...)
-	b := &pgx.Batch{}
 	for i, e := range entries {
 		if !parseID(e.TenantID) {
 			// A caller that asks for an entry its write cannot place is a bug: better no
@@ -133,9 +133,6 @@ func (wt *writeTx) recordAudit(ctx context.Context) error {
 		}
 		b.Queue(`INSERT INTO audit_log (tenant_id, actor, action, object, changes) VALUES ($1, $2, $3, $4, $5)`,
 			e.TenantID, a.Actor, e.Action, e.Object, c)
-	}
-	if err := wt.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("postgres: audit %s: %w", a.Action, err)
 	}
 	return nil
 }

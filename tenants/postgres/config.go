@@ -181,7 +181,6 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 	var plan *tenants.ConfigPlan
 	err := db.write(ctx, func(tx pgx.Tx) error {
 		ctx := withCountMemo(ctx) // an attempt's counts are its own
-		deferEmits(tx)
 		// Its audit entry is of the tenant as a whole, not of the first object changed,
 		// and says which objects changed and how.
 		auditObject(tx, tenantID, "")

@@ -49,6 +49,16 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 		}
 		wt.emitted(changes)
 	}
+	b := &pgx.Batch{}
+	if err := queueEmit(ctx, tx, b, changes); err != nil {
+		return err
+	}
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// queueEmit draws the revs of changes and queues their outbox rows and the notification
+// in b, which the caller sends.
+func queueEmit(ctx context.Context, tx pgx.Tx, b *pgx.Batch, changes []change) error {
 	revs, err := drawRevs(ctx, tx, len(changes))
 	if err != nil {
 		return err
@@ -67,32 +77,28 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 			}
 		}
 	}
-	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO outbox (id, tenant_id, key, value)
 		SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::bytea[])`, revs, tenantIDs, keys, values)
 	b.Queue(`SELECT pg_notify($1, '')`, NotifyChannel)
-	return tx.SendBatch(ctx, b).Close()
+	return nil
 }
 
-// deferEmits makes tx's emits collect their changes, in order, until the write ends and
-// emits them all at once (flushEmits): a write of thousands of objects (an apply) then
-// draws its revs and writes its outbox rows in one go, at its very end, which also keeps
-// emit the last statement that takes row locks.
-func deferEmits(tx pgx.Tx) {
-	if wt, ok := tx.(*writeTx); ok {
-		wt.deferred = true
-	}
-}
+// A write's emits (see change) collect their changes, in order, until the write's work
+// is done, and flushEmits emits them all at once: a write of thousands of objects (an
+// apply) draws its revs and writes its outbox rows in one go, the rows go out in one
+// round trip with the write's last statements, and emit stays the last statement that
+// takes row locks.
 
-// flushEmits emits what deferEmits held back.
-func (wt *writeTx) flushEmits(ctx context.Context) error {
+// flushEmits draws the revs of the changes held back and queues their rows in b.
+func (wt *writeTx) flushEmits(ctx context.Context, b *pgx.Batch) error {
 	if !wt.deferred || len(wt.pending) == 0 {
 		return nil
 	}
 	wt.deferred = false
 	pending := wt.pending
 	wt.pending = nil
-	return emit(ctx, wt, pending...)
+	wt.emitted(pending)
+	return queueEmit(ctx, wt, b, pending)
 }
 
 // traceparent is the W3C traceparent of the span in ctx (the api request's), "" when

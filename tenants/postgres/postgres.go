@@ -230,24 +230,31 @@ func (db *DB) change(ctx context.Context, writer bool, fn func(tx pgx.Tx) error)
 }
 
 func (db *DB) attempt(ctx context.Context, writer, exclusive bool, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if writer {
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", writerLockID); err != nil {
-				return err
-			}
-		}
+	opts := pgx.TxOptions{}
+	if writer {
+		// One round trip for both.
+		opts.BeginQuery = fmt.Sprintf("BEGIN; SELECT pg_advisory_xact_lock_shared(%d)", writerLockID)
+	}
+	return pgx.BeginTxFunc(ctx, db.pool, opts, func(tx pgx.Tx) error {
 		_, audited := tenants.AuditOf(ctx)
-		wt := &writeTx{Tx: tx, audited: audited, exclusive: exclusive}
+		wt := &writeTx{Tx: tx, audited: audited, exclusive: exclusive, deferred: true}
 		if err := fn(wt); err != nil {
 			return err
 		}
-		if err := wt.flushEmits(ctx); err != nil {
+		// The write's tail in one round trip: its outbox rows (once their revs are
+		// drawn), its counts and its audit entries.
+		b := &pgx.Batch{}
+		if err := wt.flushEmits(ctx, b); err != nil {
 			return err
 		}
-		if err := wt.flushCounts(ctx); err != nil {
+		wt.queueCounts(b)
+		if err := wt.queueAudit(ctx, b); err != nil {
 			return err
 		}
-		return wt.recordAudit(ctx)
+		if b.Len() == 0 {
+			return nil
+		}
+		return wt.SendBatch(ctx, b).Close()
 	})
 }
 

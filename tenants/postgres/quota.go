@@ -168,10 +168,12 @@ func (wt *writeTx) counted(key countKey, delta int64) {
 	wt.counts[key] += delta
 }
 
-// flushCounts adds the transaction's pending counts to its connection's stripe of each
-// tenant's counts: the last statements of the write, so the stripe row is locked only for
-// the commit. A tenant deleted by the transaction has no counts left to add to.
-func (wt *writeTx) flushCounts(ctx context.Context) error {
+// queueCounts queues the statements that add the transaction's pending counts to its
+// connection's stripe of each tenant's counts: among the last statements of the write
+// (after its revs are drawn, so it never waits for the rev lock holding a stripe), so the
+// stripe row is locked only for the commit. A tenant deleted by the transaction has no
+// counts left to add to.
+func (wt *writeTx) queueCounts(b *pgx.Batch) {
 	byTenant := map[string]map[string]int64{}
 	for k, d := range wt.counts {
 		if d == 0 {
@@ -182,10 +184,6 @@ func (wt *writeTx) flushCounts(ctx context.Context) error {
 		}
 		byTenant[k.tenantID][countColumns[k.resource]] = d
 	}
-	if len(byTenant) == 0 {
-		return nil
-	}
-	b := &pgx.Batch{}
 	for tenantID, d := range byTenant {
 		b.Queue(`INSERT INTO tenant_counts (tenant_id, stripe, routes, consumers, plans, jwt_issuers, domains, functions)
 			SELECT id, mod(pg_backend_pid(), $8), $2, $3, $4, $5, $6, $7 FROM tenants WHERE id = $1
@@ -198,7 +196,6 @@ func (wt *writeTx) flushCounts(ctx context.Context) error {
 				functions = tenant_counts.functions + excluded.functions`,
 			tenantID, d["routes"], d["consumers"], d["plans"], d["jwt_issuers"], d["domains"], d["functions"], countStripes)
 	}
-	return wt.SendBatch(ctx, b).Close()
 }
 
 // countStripes is how many rows a tenant's counts may be spread over: at least the

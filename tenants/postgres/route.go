@@ -62,12 +62,27 @@ func insertRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 	if err := resolveFunctions(ctx, tx, r); err != nil {
 		return err
 	}
-	saved, err := scanRoute(tx.QueryRow(ctx, `INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
-		RETURNING `+routeColumns, r.TenantID, newID(), r.Name, specOf(r, "name")))
+	// The route and its paths in one round trip.
+	id := newID()
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
+		RETURNING `+routeColumns, r.TenantID, id, r.Name, specOf(r, "name"))
+	paths, methods := queueClaim(b, r.TenantID, id, r)
+	br := tx.SendBatch(ctx, b)
+	saved, err := scanRoute(br.QueryRow())
 	if err != nil {
+		br.Close()
 		return err
 	}
-	if err := claimPaths(ctx, tx, saved); err != nil {
+	claimed, err := readClaims(br)
+	if err != nil {
+		br.Close()
+		return err
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if err := explainClaims(ctx, tx, saved, paths, methods, claimed); err != nil {
 		return err
 	}
 	*r = *saved
@@ -79,11 +94,29 @@ func insertRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 // names left out ("/users/{}"), since paths differing only in those match the same
 // requests.
 func claimPaths(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
+	b := &pgx.Batch{}
+	paths, ms := queueClaim(b, r.TenantID, r.ID, r)
+	br := tx.SendBatch(ctx, b)
+	claimed, err := readClaims(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return explainClaims(ctx, tx, r, paths, ms, claimed)
+}
+
+// pathPair is one path+method pair a route claims.
+type pathPair struct{ path, method string }
+
+// queueClaim queues in b the insert of the pairs route id (r's paths and methods)
+// claims, and returns them.
+func queueClaim(b *pgx.Batch, tenantID, id string, r *tenants.Route) (paths, ms []string) {
 	methods := r.Methods
 	if len(methods) == 0 {
 		methods = []string{"*"}
 	}
-	var paths, ms []string
 	for _, p := range r.Paths {
 		p = tenants.PathPattern(p)
 		for _, m := range methods {
@@ -92,25 +125,39 @@ func claimPaths(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 	}
 	// ON CONFLICT DO NOTHING rather than a unique violation, so the conflicting pair can be
 	// named from within the same transaction.
-	rows, err := tx.Query(ctx, `INSERT INTO route_paths (tenant_id, route_id, path, method)
+	b.Queue(`INSERT INTO route_paths (tenant_id, route_id, path, method)
 		SELECT $1, $2, p, m FROM unnest($3::text[], $4::text[]) AS t (p, m)
 		ON CONFLICT ON CONSTRAINT route_paths_path_key DO NOTHING
-		RETURNING path, method`, r.TenantID, r.ID, paths, ms)
+		RETURNING path, method`, tenantID, id, paths, ms)
+	return paths, ms
+}
+
+// readClaims reads the pairs queueClaim's insert claimed.
+func readClaims(br pgx.BatchResults) (map[pathPair]bool, error) {
+	rows, err := br.Query()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	type pair struct{ path, method string }
-	claimed := map[pair]bool{}
-	var p pair
-	if _, err := pgx.ForEachRow(rows, []any{&p.path, &p.method}, func() error {
+	claimed := map[pathPair]bool{}
+	var p pathPair
+	_, err = pgx.ForEachRow(rows, []any{&p.path, &p.method}, func() error {
 		claimed[p] = true
 		return nil
-	}); err != nil {
-		return err
+	})
+	return claimed, err
+}
+
+// explainClaims fails with EConflict naming the route that serves a pair r could not
+// claim.
+func explainClaims(ctx context.Context, tx pgx.Tx, r *tenants.Route, paths, ms []string, claimed map[pathPair]bool) error {
+	methods := r.Methods
+	if len(methods) == 0 {
+		methods = []string{"*"}
 	}
 	if len(claimed) == len(paths) {
 		return nil
 	}
+	type pair = pathPair
 	for i := range paths {
 		p := pair{paths[i], ms[i]}
 		if claimed[p] {
