@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/propagation"
@@ -79,7 +80,9 @@ func queueEmit(ctx context.Context, tx pgx.Tx, b *pgx.Batch, changes []change) e
 	}
 	b.Queue(`INSERT INTO outbox (id, tenant_id, key, value)
 		SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::bytea[])`, revs, tenantIDs, keys, values)
-	b.Queue(`SELECT pg_notify($1, '')`, NotifyChannel)
+	if wt, ok := tx.(*writeTx); !ok || wt.notifyInTx {
+		b.Queue(`SELECT pg_notify($1, '')`, NotifyChannel)
+	}
 	return nil
 }
 
@@ -99,6 +102,44 @@ func (wt *writeTx) flushEmits(ctx context.Context, b *pgx.Batch) error {
 	wt.pending = nil
 	wt.emitted(pending)
 	return queueEmit(ctx, wt, b, pending)
+}
+
+// Waking the relay. A NOTIFY in a transaction takes a lock that the server holds from the
+// commit's start to its end, WAL flush included, and that is one for the whole cluster:
+// every write that notifies waits for the commits of all the others, which capped writes
+// at one per flush. So a write's notification is sent after it commits, by one goroutine
+// per store that folds the writes of a moment into one notification, in a transaction
+// that writes no WAL and is over at once. A notification lost to a crash between the
+// commit and the send costs the relay's poll interval; WithNotifyInTransaction restores
+// the notification in the transaction.
+
+// WithNotifyInTransaction makes every write notify the relay in its own transaction, as
+// it commits, instead of after (see above).
+func WithNotifyInTransaction(on bool) Option {
+	return func(db *DB) { db.notifyInTx = on }
+}
+
+// notified tells the notifier that a write with outbox rows committed.
+func (db *DB) notified() {
+	select {
+	case db.kick <- struct{}{}:
+	default: // a notification is due already, and covers this write
+	}
+}
+
+// notifier sends a notification for every kick, folding kicks that come while it sends.
+func (db *DB) notifier() {
+	defer close(db.notifierDone)
+	for {
+		select {
+		case <-db.stop:
+			return
+		case <-db.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(db.timeout, time.Second))
+		_, _ = db.pool.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel) // the relay's poll covers a failure
+		cancel()
+	}
 }
 
 // traceparent is the W3C traceparent of the span in ctx (the api request's), "" when

@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -122,6 +123,12 @@ type DB struct {
 	pool     *pgxpool.Pool
 	upstream *tenants.UpstreamAddressRule
 	timeout  time.Duration // bounds background calls that come without a deadline; 0: none
+
+	notifyInTx   bool          // see WithNotifyInTransaction
+	kick         chan struct{} // wakes the notifier (outbox.go)
+	stop         chan struct{}
+	notifierDone chan struct{}
+	closeOnce    sync.Once
 }
 
 // DefaultTimeout is the bound of Open when WithTimeout is not given.
@@ -169,6 +176,8 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*DB, error) 
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
+	db.kick, db.stop, db.notifierDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go db.notifier()
 	return db, nil
 }
 
@@ -198,7 +207,13 @@ func (db *DB) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // Close closes every connection.
-func (db *DB) Close() { db.pool.Close() }
+func (db *DB) Close() {
+	db.closeOnce.Do(func() {
+		close(db.stop)
+		<-db.notifierDone
+	})
+	db.pool.Close()
+}
 
 // Ping checks that the database answers, for readiness probes.
 func (db *DB) Ping(ctx context.Context) error {
@@ -222,14 +237,18 @@ func (db *DB) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // A write that finds a tenant near one of its limits only once it holds the tenant's
 // shared lock (see checkCount) is run again, checking exclusively: fn may run twice.
 func (db *DB) change(ctx context.Context, writer bool, fn func(tx pgx.Tx) error) error {
-	err := db.attempt(ctx, writer, false, fn)
+	emitted := false
+	err := db.attempt(ctx, writer, false, &emitted, fn)
 	if errors.Is(err, errNearLimit) {
-		err = db.attempt(ctx, writer, true, fn)
+		err = db.attempt(ctx, writer, true, &emitted, fn)
+	}
+	if err == nil && emitted && !db.notifyInTx {
+		db.notified()
 	}
 	return err
 }
 
-func (db *DB) attempt(ctx context.Context, writer, exclusive bool, fn func(tx pgx.Tx) error) error {
+func (db *DB) attempt(ctx context.Context, writer, exclusive bool, emitted *bool, fn func(tx pgx.Tx) error) error {
 	opts := pgx.TxOptions{}
 	if writer {
 		// One round trip for both.
@@ -237,13 +256,14 @@ func (db *DB) attempt(ctx context.Context, writer, exclusive bool, fn func(tx pg
 	}
 	return pgx.BeginTxFunc(ctx, db.pool, opts, func(tx pgx.Tx) error {
 		_, audited := tenants.AuditOf(ctx)
-		wt := &writeTx{Tx: tx, audited: audited, exclusive: exclusive, deferred: true}
+		wt := &writeTx{Tx: tx, audited: audited, exclusive: exclusive, deferred: true, notifyInTx: db.notifyInTx}
 		if err := fn(wt); err != nil {
 			return err
 		}
 		// The write's tail in one round trip: its outbox rows (once their revs are
 		// drawn), its counts and its audit entries.
 		b := &pgx.Batch{}
+		*emitted = len(wt.pending) > 0
 		if err := wt.flushEmits(ctx, b); err != nil {
 			return err
 		}
