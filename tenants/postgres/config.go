@@ -358,6 +358,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 			},
 			conflicts: routeConflicts,
 			insert:    func(r *tenants.Route) error { return insertRoute(ctx, tx, r) },
+			insertAll: func(rs []*tenants.Route, paths []string) error { return insertRoutes(ctx, tx, rs, paths) },
 			update:    func(r *tenants.Route) error { return updateRoute(ctx, tx, r) },
 			remove:    func(id string) error { return deleteRoute(ctx, tx, tenantID, id) },
 		}, doc.Routes, st.routes, prune)
@@ -462,7 +463,10 @@ type objectKind[T any] struct {
 	conflicts       func(*T) map[string]*tenants.Error
 	removeConflicts map[string]*tenants.Error
 	insert, update  func(*T) error
-	remove          func(id string) error
+	// insertAll, when set, creates all the new objects at once (paths: their document
+	// paths), instead of insert on each.
+	insertAll func(objs []*T, paths []string) error
+	remove    func(id string) error
 }
 
 // objectWrites are one kind's writes by what they do, for the caller to order; updated
@@ -480,6 +484,10 @@ func diffObjects[T any](c *configOps, k *objectKind[T], want, have []*T, prune b
 	var w objectWrites
 	plan := c.plan
 	left := byName(have, k.name)
+	var (
+		created      []*T
+		createdPaths []string
+	)
 	for i, name := range sortedIndex(want, k.name) {
 		obj, path := want[i], fmt.Sprintf("%s[%d]", k.field, i)
 		cur := left[name]
@@ -489,6 +497,10 @@ func diffObjects[T any](c *configOps, k *objectKind[T], want, have []*T, prune b
 		switch {
 		case cur == nil:
 			plan.Created = append(plan.Created, tenants.ConfigChange{Kind: k.kind, Name: name})
+			if k.insertAll != nil {
+				created, createdPaths = append(created, obj), append(createdPaths, path)
+				break
+			}
 			w.creates = append(w.creates, at(path, "create "+k.noun, k.conflicts(obj), func() error { return k.insert(obj) }))
 		case !same(cur, obj):
 			k.adopt(obj, cur)
@@ -500,6 +512,9 @@ func diffObjects[T any](c *configOps, k *objectKind[T], want, have []*T, prune b
 			plan.Unchanged++
 		}
 		delete(left, name)
+	}
+	if len(created) > 0 {
+		w.creates = append(w.creates, func() error { return k.insertAll(created, createdPaths) })
 	}
 	if prune {
 		for _, cur := range have {
