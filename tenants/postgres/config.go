@@ -81,6 +81,59 @@ func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*co
 	return &st, err
 }
 
+// loadVersions reads what revision needs of the tenant's config, and no more: an apply
+// of thousands of objects stamps its result without reading them back whole.
+func loadVersions(ctx context.Context, tx pgx.Tx, tenantID string) (*configState, error) {
+	var st configState
+	b := &pgx.Batch{}
+	for _, q := range []struct {
+		query string
+		add   func(id string, v int64)
+	}{
+		{`SELECT id::text, version FROM routes WHERE tenant_id = $1`, func(id string, v int64) {
+			st.routes = append(st.routes, &tenants.Route{ID: id, Version: v})
+		}},
+		{`SELECT id::text, version FROM consumers WHERE tenant_id = $1`, func(id string, v int64) {
+			st.consumers = append(st.consumers, &tenants.Consumer{ID: id, Version: v})
+		}},
+		{`SELECT id::text, version FROM plans WHERE tenant_id = $1`, func(id string, v int64) {
+			st.plans = append(st.plans, &tenants.ConsumerPlan{ID: id, Version: v})
+		}},
+		{`SELECT id::text, version FROM jwt_issuers WHERE tenant_id = $1`, func(id string, v int64) {
+			st.issuers = append(st.issuers, &tenants.Issuer{ID: id, Version: v})
+		}},
+		{`SELECT '', version FROM policies WHERE tenant_id = $1`, func(_ string, v int64) {
+			st.accessRules = &tenants.AccessRules{Version: v}
+		}},
+	} {
+		b.Queue(q.query, tenantID).Query(func(rows pgx.Rows) error {
+			var (
+				id string
+				v  int64
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &v}, func() error {
+				q.add(id, v)
+				return nil
+			})
+			return err
+		})
+	}
+	b.Queue(`SELECT id::text, hostname FROM domains WHERE tenant_id = $1`, tenantID).Query(func(rows pgx.Rows) error {
+		var id, host string
+		_, err := pgx.ForEachRow(rows, []any{&id, &host}, func() error {
+			st.domains = append(st.domains, &tenants.Domain{ID: id, Hostname: host})
+			return nil
+		})
+		return err
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	var err error
+	st.functions, err = loadConfigFunctions(ctx, tx, tenantID)
+	return &st, err
+}
+
 // revision stamps the state: every object's id and version. A domain counts by its id and
 // host name only, since its version also follows the DNS proof's checks and its
 // certificate's renewals, which are not in the document.
@@ -217,7 +270,7 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 		if o.DryRun {
 			return errNothingToCommit
 		}
-		after, err := loadConfig(ctx, tx, tenantID, false)
+		after, err := loadVersions(ctx, tx, tenantID)
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/jackc/pgx/v5"
 
@@ -339,7 +340,9 @@ func insertRouteChunk(ctx context.Context, tx pgx.Tx, routes []*tenants.Route, d
 	owner := map[string]int{} // route id → index
 	for i, r := range routes {
 		ids[i], names[i] = newID(), r.Name
-		spec, err := json.Marshal(specOf(r, "name"))
+		// The route's JSON as is: the server drops the members that are not spec (see
+		// specOf), which costs it less than decoding and encoding it again here.
+		spec, err := json.Marshal(r)
 		if err != nil {
 			return tenants.AtPath(docPaths[i], err)
 		}
@@ -358,9 +361,9 @@ func insertRouteChunk(ctx context.Context, tx pgx.Tx, routes []*tenants.Route, d
 	}
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO routes (tenant_id, id, name, spec)
-		SELECT $1, id, name, spec::jsonb FROM unnest($2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS t (id, name, spec, n)
+		SELECT $1, id, name, spec::jsonb - $5::text[] FROM unnest($2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS t (id, name, spec, n)
 		ORDER BY n
-		RETURNING `+routeColumns, tenantID, ids, names, specs)
+		RETURNING `+routeColumns, tenantID, ids, names, specs, append(readOnlyNames(reflect.TypeFor[tenants.Route]()), "name"))
 	b.Queue(`INSERT INTO route_paths (tenant_id, route_id, path, method)
 		SELECT $1, id, p, m FROM unnest($2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS t (id, p, m, n)
 		ORDER BY n
