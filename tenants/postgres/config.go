@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -234,6 +236,14 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 	var plan *tenants.ConfigPlan
 	err := db.write(ctx, func(tx pgx.Tx) error {
 		ctx := withCountMemo(ctx) // an attempt's counts are its own
+		// A large document's statements (thousands of rows each) may outlast the bound
+		// of one statement: the caller's deadline bounds them instead.
+		if d, ok := ctx.Deadline(); ok && db.timeout > 0 && time.Until(d) > db.timeout {
+			if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`,
+				strconv.FormatInt(time.Until(d).Milliseconds(), 10)); err != nil {
+				return err
+			}
+		}
 		// Its audit entry is of the tenant as a whole, not of the first object changed,
 		// and says which objects changed and how.
 		auditObject(tx, tenantID, "")

@@ -124,11 +124,12 @@ type DB struct {
 	upstream *tenants.UpstreamAddressRule
 	timeout  time.Duration // bounds background calls that come without a deadline; 0: none
 
-	notifyInTx   bool          // see WithNotifyInTransaction
-	kick         chan struct{} // wakes the notifier (outbox.go)
-	stop         chan struct{}
-	notifierDone chan struct{}
-	closeOnce    sync.Once
+	notifyInTx      bool          // see WithNotifyInTransaction
+	exclusiveChecks bool          // see WithSharedLimitChecks
+	kick            chan struct{} // wakes the notifier (outbox.go)
+	stop            chan struct{}
+	notifierDone    chan struct{}
+	closeOnce       sync.Once
 }
 
 // DefaultTimeout is the bound of Open when WithTimeout is not given.
@@ -256,7 +257,8 @@ func (db *DB) attempt(ctx context.Context, writer, exclusive bool, emitted *bool
 	}
 	return pgx.BeginTxFunc(ctx, db.pool, opts, func(tx pgx.Tx) error {
 		_, audited := tenants.AuditOf(ctx)
-		wt := &writeTx{Tx: tx, audited: audited, exclusive: exclusive, deferred: true, notifyInTx: db.notifyInTx}
+		wt := &writeTx{Tx: tx, audited: audited, exclusive: exclusive, deferred: true,
+			notifyInTx: db.notifyInTx, sharedChecks: !db.exclusiveChecks}
 		if err := fn(wt); err != nil {
 			return err
 		}

@@ -71,6 +71,13 @@ var countColumns = map[string]string{
 	tenants.ResFunctions:     "functions",
 }
 
+// WithSharedLimitChecks(false) makes every limit check take the tenant's row exclusively,
+// as near a limit: creations in one tenant then wait for each other's commits. Default:
+// true.
+func WithSharedLimitChecks(on bool) Option {
+	return func(db *DB) { db.exclusiveChecks = !on }
+}
+
 // errNearLimit asks change to run a write again with exclusive checks (see above).
 var errNearLimit = errors.New("postgres: the tenant is near a limit: check again exclusively")
 
@@ -101,7 +108,7 @@ func checkCount(ctx context.Context, tx pgx.Tx, tenantID, resource string) error
 		wt.counted(key, 1)
 		return nil
 	}
-	exclusive := wt.exclusive || memo != nil || wt.counts[key] != 0
+	exclusive := wt.exclusive || memo != nil || wt.counts[key] != 0 || !wt.sharedChecks
 	lock := "FOR SHARE OF t"
 	if exclusive {
 		lock = "FOR NO KEY UPDATE OF t"
