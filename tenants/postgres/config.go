@@ -35,12 +35,13 @@ type configState struct {
 	functions   []configFunction
 }
 
-func collect[T any](ctx context.Context, tx pgx.Tx, scan func(pgx.Row) (*T, error), query, tenantID string) ([]*T, error) {
-	rows, err := tx.Query(ctx, query, tenantID)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*T, error) { return scan(r) })
+// collect queues in b the query of a list, which it fills in dst.
+func collect[T any](b *pgx.Batch, dst *[]*T, scan func(pgx.Row) (*T, error), query, tenantID string) {
+	b.Queue(query, tenantID).Query(func(rows pgx.Rows) error {
+		var err error
+		*dst, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*T, error) { return scan(r) })
+		return err
+	})
 }
 
 // loadConfig reads the tenant's config in tx; lock takes the tenant's row, so two applies
@@ -51,36 +52,31 @@ func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*co
 		q += ` FOR NO KEY UPDATE`
 	}
 	var st configState
-	err := tx.QueryRow(ctx, q, tenantID).Scan(&st.slug)
-	if errors.Is(err, pgx.ErrNoRows) {
+	// One round trip: the tenant (locked first), then its objects.
+	found := false
+	b := &pgx.Batch{}
+	b.Queue(q, tenantID).Query(func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&st.slug}, func() error { found = true; return nil })
+		return err
+	})
+	collect(b, &st.routes, scanRoute, `SELECT `+routeColumns+` FROM routes WHERE tenant_id = $1 ORDER BY name`, tenantID)
+	collect(b, &st.consumers, scanConsumer, `SELECT `+consumerColumns+` FROM consumers WHERE tenant_id = $1 ORDER BY name`, tenantID)
+	collect(b, &st.plans, scanPlan, `SELECT `+planColumns+` FROM plans WHERE tenant_id = $1 ORDER BY name`, tenantID)
+	collect(b, &st.issuers, scanIssuer, `SELECT `+issuerColumns+` FROM jwt_issuers WHERE tenant_id = $1 ORDER BY issuer`, tenantID)
+	collect(b, &st.domains, scanDomain, `SELECT `+domainColumns+` FROM domains WHERE tenant_id = $1 ORDER BY hostname`, tenantID)
+	var rules []*tenants.AccessRules
+	collect(b, &rules, scanAccessRules, `SELECT `+accessRulesColumns+` FROM policies WHERE tenant_id = $1`, tenantID)
+	queueConfigFunctions(b, &st.functions, tenantID)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	if !found {
 		return nil, notFound("tenant")
 	}
-	if err != nil {
-		return nil, err
+	if len(rules) > 0 {
+		st.accessRules = rules[0]
 	}
-	if st.routes, err = collect(ctx, tx, scanRoute, `SELECT `+routeColumns+` FROM routes WHERE tenant_id = $1 ORDER BY name`, tenantID); err != nil {
-		return nil, err
-	}
-	if st.consumers, err = collect(ctx, tx, scanConsumer, `SELECT `+consumerColumns+` FROM consumers WHERE tenant_id = $1 ORDER BY name`, tenantID); err != nil {
-		return nil, err
-	}
-	if st.plans, err = collect(ctx, tx, scanPlan, `SELECT `+planColumns+` FROM plans WHERE tenant_id = $1 ORDER BY name`, tenantID); err != nil {
-		return nil, err
-	}
-	if st.issuers, err = collect(ctx, tx, scanIssuer, `SELECT `+issuerColumns+` FROM jwt_issuers WHERE tenant_id = $1 ORDER BY issuer`, tenantID); err != nil {
-		return nil, err
-	}
-	if st.domains, err = collect(ctx, tx, scanDomain, `SELECT `+domainColumns+` FROM domains WHERE tenant_id = $1 ORDER BY hostname`, tenantID); err != nil {
-		return nil, err
-	}
-	if st.functions, err = loadConfigFunctions(ctx, tx, tenantID); err != nil {
-		return nil, err
-	}
-	st.accessRules, err = scanAccessRules(tx.QueryRow(ctx, `SELECT `+accessRulesColumns+` FROM policies WHERE tenant_id = $1`, tenantID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		st.accessRules, err = nil, nil
-	}
-	return &st, err
+	return &st, nil
 }
 
 // loadVersions reads what revision needs of the tenant's config, and no more: an apply
@@ -128,12 +124,8 @@ func loadVersions(ctx context.Context, tx pgx.Tx, tenantID string) (*configState
 		})
 		return err
 	})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
-	}
-	var err error
-	st.functions, err = loadConfigFunctions(ctx, tx, tenantID)
-	return &st, err
+	queueConfigFunctions(b, &st.functions, tenantID)
+	return &st, tx.SendBatch(ctx, b).Close()
 }
 
 // revision stamps the state: every object's id and version. A domain counts by its id and

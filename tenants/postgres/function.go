@@ -301,22 +301,18 @@ func deleteFunction(ctx context.Context, tx pgx.Tx, tenantID, name string) error
 // configFunction is a function as config as code sees it: name and current digest.
 type configFunction struct{ name, sha string }
 
-func loadConfigFunctions(ctx context.Context, tx pgx.Tx, tenantID string) ([]configFunction, error) {
-	rows, err := tx.Query(ctx, `SELECT f.name, v.sha256 FROM functions f
+// queueConfigFunctions queues in b loadConfigFunctions's query, which fills dst.
+func queueConfigFunctions(b *pgx.Batch, dst *[]configFunction, tenantID string) {
+	b.Queue(`SELECT f.name, v.sha256 FROM functions f
 		JOIN function_versions v ON v.tenant_id = f.tenant_id AND v.name = f.name AND v.version = f.version
-		WHERE f.tenant_id = $1 ORDER BY f.name`, tenantID)
-	if err != nil {
-		return nil, err
-	}
-	var (
-		f    configFunction
-		list []configFunction
-	)
-	_, err = pgx.ForEachRow(rows, []any{&f.name, &f.sha}, func() error {
-		list = append(list, f)
-		return nil
+		WHERE f.tenant_id = $1 ORDER BY f.name`, tenantID).Query(func(rows pgx.Rows) error {
+		var f configFunction
+		_, err := pgx.ForEachRow(rows, []any{&f.name, &f.sha}, func() error {
+			*dst = append(*dst, f)
+			return nil
+		})
+		return err
 	})
-	return list, err
 }
 
 // setCurrentFunction makes the latest version of name with digest sha current:
