@@ -301,7 +301,8 @@ func deleteFunction(ctx context.Context, tx pgx.Tx, tenantID, name string) error
 // configFunction is a function as config as code sees it: name and current digest.
 type configFunction struct{ name, sha string }
 
-// queueConfigFunctions queues in b loadConfigFunctions's query, which fills dst.
+// queueConfigFunctions queues in b the query of the tenant's functions and their
+// current digests, by name, which fills dst.
 func queueConfigFunctions(b *pgx.Batch, dst *[]configFunction, tenantID string) {
 	b.Queue(`SELECT f.name, v.sha256 FROM functions f
 		JOIN function_versions v ON v.tenant_id = f.tenant_id AND v.name = f.name AND v.version = f.version

@@ -3,13 +3,21 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"tollgate/infra/natsconn"
+	"tollgate/infra/testenv"
 	"tollgate/tenants"
+	tgnats "tollgate/tenants/nats"
 	"tollgate/tenants/postgres"
 	"tollgate/tenants/postgres/pgtest"
 )
@@ -28,6 +36,81 @@ func benchDB(b *testing.B) *postgres.DB {
 		AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 	}))
 	return db
+}
+
+// lags records the relay's publish lag of every change: from its commit's start to its
+// publish being acknowledged.
+type lags struct {
+	mu   sync.Mutex
+	all  []time.Duration
+	last time.Time
+}
+
+func (l *lags) Published(d time.Duration) {
+	l.mu.Lock()
+	l.all = append(l.all, d)
+	l.last = time.Now()
+	l.mu.Unlock()
+}
+
+func (l *lags) PublishFailed() {}
+
+// benchRelay runs a relay of db's outbox to a fresh bucket of the test NATS server, as the
+// api does, and returns what it observes.
+func benchRelay(b *testing.B, db *postgres.DB) *lags {
+	b.Helper()
+	ctx := context.Background()
+	nc, err := natsconn.Connect(testenv.NATS(b).ClientURL(), b.Name())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bucket := testenv.Name("tgcfg_")
+	if _, err := tgnats.EnsureBucket(ctx, js, bucket, 1); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { js.DeleteKeyValue(context.Background(), bucket) })
+	pub, err := tgnats.NewPublisher(nc, bucket, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := postgres.NewRelay(db, pub, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l := &lags{}
+	r.SetObserver(l)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { r.Run(rctx); close(done) }()
+	b.Cleanup(func() { cancel(); <-done })
+	return l
+}
+
+// report waits until the relay has published n changes and reports its lag: the 99th
+// percentile and the most, and how long after the writes ended the last went out.
+func (l *lags) report(b *testing.B, n int, writesEnded time.Time) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		l.mu.Lock()
+		got := len(l.all)
+		l.mu.Unlock()
+		if got >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the relay published %d of %d changes", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slices.Sort(l.all)
+	b.ReportMetric(float64(l.all[len(l.all)*99/100].Milliseconds()), "relay-p99-lag-ms")
+	b.ReportMetric(float64(l.all[len(l.all)-1].Milliseconds()), "relay-max-lag-ms")
+	b.ReportMetric(float64(max(l.last.Sub(writesEnded), 0).Milliseconds()), "relay-drain-ms")
 }
 
 func benchTenant(b *testing.B, db *postgres.DB, slug string) *tenants.Tenant {
@@ -77,6 +160,7 @@ func fanOut(b *testing.B, n, clients int, fn func(i int) error) time.Duration {
 func BenchmarkWritesCreateRoute(b *testing.B) {
 	db := benchDB(b)
 	tn := benchTenant(b, db, "bench-routes")
+	relay := benchRelay(b, db)
 	ctx := context.Background()
 	tenth := max(b.N/10, 1)
 	var firstDone, lastStart atomic.Int64
@@ -99,6 +183,7 @@ func BenchmarkWritesCreateRoute(b *testing.B) {
 		return nil
 	})
 	b.StopTimer()
+	relay.report(b, b.N+1, time.Now()) // and the tenant
 	b.ReportMetric(float64(b.N)/d.Seconds(), "routes/s")
 	if f := time.Duration(firstDone.Load()); f > 0 {
 		b.ReportMetric(float64(tenth)/f.Seconds(), "first-tenth-routes/s")
@@ -112,6 +197,7 @@ func BenchmarkWritesCreateRoute(b *testing.B) {
 // 16 clients.
 func BenchmarkWritesApplyConfig(b *testing.B) {
 	db := benchDB(b)
+	relay := benchRelay(b, db)
 	ctx := context.Background()
 	ids := make([]string, b.N)
 	fanOut(b, b.N, benchClients, func(i int) error {
@@ -133,6 +219,7 @@ func BenchmarkWritesApplyConfig(b *testing.B) {
 		return err
 	})
 	b.StopTimer()
+	relay.report(b, 11*b.N, time.Now()) // the tenants' entries and the routes'
 	b.ReportMetric(float64(10*b.N)/d.Seconds(), "routes/s")
 }
 
