@@ -79,7 +79,7 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 		return nil, err
 	}
 	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamAddressRule(upstreamRule(cfg)), postgres.WithTimeout(cfg.DBTimeout),
-		postgres.WithSharedLimitChecks(cfg.DBSharedLimitChecks), postgres.WithNotifyInTransaction(!cfg.DBNotifyAfterCommit))
+		postgres.WithSharedLimitChecks(cfg.DBSharedLimitChecks), postgres.WithNotifyInTransaction(!cfg.DBNotifyAfterCommit), postgres.WithSharedRevLock(cfg.DBSharedRevLock))
 	if err != nil {
 		return nil, err
 	}

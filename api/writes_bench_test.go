@@ -21,7 +21,8 @@ import (
 // The write benchmarks drive a real server over HTTP from 16 clients, as an operator's
 // scripts would; the figures in docs/performance.md come from them:
 //
-//	go test -run '^$' -bench 'APIWrites' -benchtime 10000x ./api/
+//	go test -run '^$' -bench 'APIWritesRoutes|APIWritesTenants|APIWritesConfigs' -benchtime 10000x ./api/
+//	go test -run '^$' -bench 'APIWritesBigConfig' -benchtime 1x ./api/
 
 type benchAPI struct {
 	b    *testing.B

@@ -129,6 +129,7 @@ type Config struct {
 	APIHeavyTimeout     time.Duration // TOLLGATE_API_HEAVY_TIMEOUT [60s: the bound of one import, config apply or export, instead of TOLLGATE_DB_TIMEOUT]
 	APIConfigBodyLimit  int           // TOLLGATE_API_CONFIG_BODY_LIMIT [67108864: the largest config document a PUT …/config takes, in bytes; other bodies stay at 1 MB]
 	DBSharedLimitChecks bool          // TOLLGATE_DB_SHARED_LIMIT_CHECKS [on: creations far below a plan limit do not wait for each other's commits; off: every limit check locks the tenant]
+	DBSharedRevLock     bool          // TOLLGATE_DB_SHARED_REV_LOCK [on: writes draw their revs under a shared lock and the relay waits for them; off: exclusive, writes that emit commit one at a time]
 	DBNotifyAfterCommit bool          // TOLLGATE_DB_NOTIFY_AFTER_COMMIT [on: writes wake the relay after they commit, folded into one notification; off: each write notifies in its transaction]
 
 	// Traces (infra/tracing): OTLP over HTTP, head-sampled.
@@ -212,7 +213,8 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		{"TOLLGATE_EDGE_INCREMENTAL", &c.EdgeIncremental, true}, {"TOLLGATE_EDGE_SHARE_UPSTREAMS", &c.EdgeShareUpstreams, true},
 		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}, {"TOLLGATE_METER", &c.Meter, true},
 		{"TOLLGATE_METER_SPOOL_RESERVE", &c.MeterSpoolReserve, true},
-		{"TOLLGATE_DB_SHARED_LIMIT_CHECKS", &c.DBSharedLimitChecks, true}, {"TOLLGATE_DB_NOTIFY_AFTER_COMMIT", &c.DBNotifyAfterCommit, true}} {
+		{"TOLLGATE_DB_SHARED_LIMIT_CHECKS", &c.DBSharedLimitChecks, true}, {"TOLLGATE_DB_NOTIFY_AFTER_COMMIT", &c.DBNotifyAfterCommit, true},
+		{"TOLLGATE_DB_SHARED_REV_LOCK", &c.DBSharedRevLock, true}} {
 		switch v := strings.ToLower(getenv(o.name)); v {
 		case "":
 			*o.on = o.def

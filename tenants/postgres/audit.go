@@ -25,12 +25,13 @@ type writeTx struct {
 	bulk           bool                 // an apply: it says what changed itself, its writes do not
 	changes        *tenants.AuditChanges
 
-	counts       map[countKey]int64 // objects added (removed) by the write, not yet stored (quota.go)
-	exclusive    bool               // limits are checked under the tenant's exclusive lock
-	deferred     bool               // emit collects changes, written once when fn ends
-	notifyInTx   bool               // see WithNotifyInTransaction
-	sharedChecks bool               // see WithSharedLimitChecks
-	pending      []change
+	counts        map[countKey]int64 // objects added (removed) by the write, not yet stored (quota.go)
+	exclusive     bool               // limits are checked under the tenant's exclusive lock
+	deferred      bool               // emit collects changes, written once when fn ends
+	notifyInTx    bool               // see WithNotifyInTransaction
+	sharedChecks  bool               // see WithSharedLimitChecks
+	exclusiveRevs bool               // see WithSharedRevLock
+	pending       []change
 }
 
 // auditing reports whether tx's change records an audit entry that its write is to say

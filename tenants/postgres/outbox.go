@@ -60,7 +60,11 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 // queueEmit draws the revs of changes and queues their outbox rows and the notification
 // in b, which the caller sends.
 func queueEmit(ctx context.Context, tx pgx.Tx, b *pgx.Batch, changes []change) error {
-	revs, err := drawRevs(ctx, tx, len(changes))
+	shared := true
+	if wt, ok := tx.(*writeTx); ok {
+		shared = !wt.exclusiveRevs
+	}
+	revs, err := drawRevs(ctx, tx, len(changes), shared)
 	if err != nil {
 		return err
 	}
@@ -113,6 +117,13 @@ func (wt *writeTx) flushEmits(ctx context.Context, b *pgx.Batch) error {
 // commit and the send costs the relay's poll interval; WithNotifyInTransaction restores
 // the notification in the transaction.
 
+// WithSharedRevLock(false) makes writers take the rev lock exclusively, as they did
+// before the relay waited for it (see emit): writes that emit then commit one at a time.
+// Default: true.
+func WithSharedRevLock(on bool) Option {
+	return func(db *DB) { db.exclusiveRevs = !on }
+}
+
 // WithNotifyInTransaction makes every write notify the relay in its own transaction, as
 // it commits, instead of after (see above).
 func WithNotifyInTransaction(on bool) Option {
@@ -154,10 +165,15 @@ func traceparent(ctx context.Context) string {
 	return c["traceparent"]
 }
 
-// drawRevs takes the rev lock shared (see emit) and draws n revs, in one round trip.
-func drawRevs(ctx context.Context, tx pgx.Tx, n int) ([]int64, error) {
+// drawRevs takes the rev lock shared (see emit; exclusive with WithSharedRevLock(false))
+// and draws n revs, in one round trip.
+func drawRevs(ctx context.Context, tx pgx.Tx, n int, shared bool) ([]int64, error) {
 	b := &pgx.Batch{}
-	b.Queue("SELECT pg_advisory_xact_lock_shared($1)", revLockID)
+	if shared {
+		b.Queue("SELECT pg_advisory_xact_lock_shared($1)", revLockID)
+	} else {
+		b.Queue("SELECT pg_advisory_xact_lock($1)", revLockID)
+	}
 	b.Queue(`SELECT nextval('outbox_id_seq') FROM generate_series(1, $1)`, n)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()

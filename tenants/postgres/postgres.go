@@ -126,6 +126,7 @@ type DB struct {
 
 	notifyInTx      bool          // see WithNotifyInTransaction
 	exclusiveChecks bool          // see WithSharedLimitChecks
+	exclusiveRevs   bool          // see WithSharedRevLock
 	kick            chan struct{} // wakes the notifier (outbox.go)
 	stop            chan struct{}
 	notifierDone    chan struct{}
@@ -258,7 +259,7 @@ func (db *DB) attempt(ctx context.Context, writer, exclusive bool, emitted *bool
 	return pgx.BeginTxFunc(ctx, db.pool, opts, func(tx pgx.Tx) error {
 		_, audited := tenants.AuditOf(ctx)
 		wt := &writeTx{Tx: tx, audited: audited, exclusive: exclusive, deferred: true,
-			notifyInTx: db.notifyInTx, sharedChecks: !db.exclusiveChecks}
+			notifyInTx: db.notifyInTx, sharedChecks: !db.exclusiveChecks, exclusiveRevs: db.exclusiveRevs}
 		if err := fn(wt); err != nil {
 			return err
 		}

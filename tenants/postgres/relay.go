@@ -44,6 +44,8 @@ type Relay struct {
 	log *slog.Logger
 
 	batch      int           // rows per Publish
+	gap        time.Duration // the least time between two batches' waits for the rev lock
+	lastWait   time.Time
 	poll       time.Duration // wait for a notification at most this long
 	contend    time.Duration // retry the lock this often while another relay holds it
 	retryMin   time.Duration
@@ -81,7 +83,7 @@ func NewRelay(db *DB, pub publisher, log *slog.Logger) *Relay {
 	}
 	return &Relay{
 		db: db, pub: pub, log: log.With("component", "outbox-relay"),
-		batch: 1000, poll: time.Second, contend: time.Second,
+		batch: 1000, gap: 10 * time.Millisecond, poll: time.Second, contend: time.Second,
 		retryMin: 50 * time.Millisecond, retryMax: 5 * time.Second,
 		pruneEvery: 10 * time.Minute, keep: 24 * time.Hour,
 		reqs: make(chan *resyncRequest, 1),
@@ -257,6 +259,13 @@ func (r *Relay) serve(ctx context.Context, conn *pgx.Conn) error {
 // publishBatch publishes the oldest unsent rows and marks them sent. It returns how many
 // rows it published.
 func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
+	// Each wait for the rev lock holds new writers back for about one commit: a batch
+	// follows the last by at least gap, so that a busy outbox is read in larger batches
+	// rather than with a wait after each few rows.
+	if wait := r.gap - time.Since(r.lastWait); wait > 0 && !sleep(ctx, wait) {
+		return 0, ctx.Err()
+	}
+	r.lastWait = time.Now()
 	// Reading the batch is bounded (see tryLock); publishing has its own bounds.
 	qctx, cancel := r.db.bound(ctx)
 	defer cancel()

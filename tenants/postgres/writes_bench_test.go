@@ -26,7 +26,8 @@ import (
 // way the api drives it: many clients at once. Each reports its rate as a metric
 // (routes/s, tenants/s); the figures in docs/performance.md come from them:
 //
-//	go test -run '^$' -bench 'Writes' -benchtime 10000x ./tenants/postgres/
+//	go test -run '^$' -bench 'WritesCreateRoute|WritesApplyConfig$|WritesCreateTenant' -benchtime 10000x ./tenants/postgres/
+//	go test -run '^$' -bench 'WritesApplyBigConfig' -benchtime 1x ./tenants/postgres/
 
 const benchClients = 16
 
