@@ -26,6 +26,7 @@ type writeTx struct {
 	changes        *tenants.AuditChanges
 
 	counts        map[countKey]int64 // objects added (removed) by the write, not yet stored (quota.go)
+	sharedLocks   map[string]bool    // tenants whose rows the write locked FOR SHARE (quota.go)
 	exclusive     bool               // limits are checked under the tenant's exclusive lock
 	deferred      bool               // emit collects changes, written once when fn ends
 	notifyInTx    bool               // see WithNotifyInTransaction

@@ -108,10 +108,21 @@ func checkCount(ctx context.Context, tx pgx.Tx, tenantID, resource string) error
 		wt.counted(key, 1)
 		return nil
 	}
-	exclusive := wt.exclusive || memo != nil || wt.counts[key] != 0 || !wt.sharedChecks
+	exclusive := wt.exclusive || memo != nil || !wt.sharedChecks
+	if !exclusive && (wt.counts[key] != 0 || wt.sharedLocks[tenantID]) {
+		// A second object of the tenant's in one transaction: the in-flight bound
+		// assumes one each, and upgrading the shared lock could deadlock. Check
+		// everything exclusively instead.
+		return errNearLimit
+	}
 	lock := "FOR SHARE OF t"
 	if exclusive {
 		lock = "FOR NO KEY UPDATE OF t"
+	} else {
+		if wt.sharedLocks == nil {
+			wt.sharedLocks = map[string]bool{}
+		}
+		wt.sharedLocks[tenantID] = true
 	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT t.plan, pp.`+resourceColumns[resource]+`::bigint, `+inFlightBound+` FROM tenants t
