@@ -89,31 +89,48 @@ const inFlightBound = `current_setting('max_connections')::bigint + current_sett
 // counts it in tx, which adds it to the stored counts when the write ends. It must come
 // before the insert it guards, in the same transaction (a db.write).
 func checkCount(ctx context.Context, tx pgx.Tx, tenantID, resource string) error {
+	b := &pgx.Batch{}
+	finish, err := queueCount(ctx, tx, b, tenantID, resource)
+	if err != nil || finish == nil {
+		return err
+	}
+	br := tx.SendBatch(ctx, b)
+	err = finish(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// queueCount is checkCount with its queries queued in b, so the caller can send its own
+// statements in the same round trip: finish reads their results from b's, first, and
+// says what checkCount would. A nil finish (and error) means the check needed no query.
+func queueCount(ctx context.Context, tx pgx.Tx, b *pgx.Batch, tenantID, resource string) (finish func(pgx.BatchResults) error, err error) {
 	col, ok := countColumns[resource]
 	if !ok {
-		return fmt.Errorf("postgres: unknown counted resource %q", resource)
+		return nil, fmt.Errorf("postgres: unknown counted resource %q", resource)
 	}
 	wt, _ := tx.(*writeTx)
 	if wt == nil {
-		return fmt.Errorf("postgres: %s counted outside a write", resource)
+		return nil, fmt.Errorf("postgres: %s counted outside a write", resource)
 	}
 	key := countKey{tenantID, resource}
 	memo, _ := ctx.Value(countMemoKey{}).(countMemo)
 	if m, ok := memo[key]; ok {
 		if m.count >= m.limit {
-			return tenants.OverLimit(resource, m.plan, m.limit)
+			return nil, tenants.OverLimit(resource, m.plan, m.limit)
 		}
 		m.count++
 		memo[key] = m
 		wt.counted(key, 1)
-		return nil
+		return nil, nil
 	}
 	exclusive := wt.exclusive || memo != nil || !wt.sharedChecks
 	if !exclusive && (wt.counts[key] != 0 || wt.sharedLocks[tenantID]) {
 		// A second object of the tenant's in one transaction: the in-flight bound
 		// assumes one each, and upgrading the shared lock could deadlock. Check
 		// everything exclusively instead.
-		return errNearLimit
+		return nil, errNearLimit
 	}
 	lock := "FOR SHARE OF t"
 	if exclusive {
@@ -124,43 +141,40 @@ func checkCount(ctx context.Context, tx pgx.Tx, tenantID, resource string) error
 		}
 		wt.sharedLocks[tenantID] = true
 	}
-	b := &pgx.Batch{}
 	b.Queue(`SELECT t.plan, pp.`+resourceColumns[resource]+`::bigint, `+inFlightBound+` FROM tenants t
 		JOIN platform_plans pp ON pp.name = t.plan
 		WHERE t.id = $1 `+lock, tenantID)
 	// A statement of its own, so its snapshot is taken once the lock is held.
 	b.Queue(`SELECT coalesce(sum(`+col+`), 0)::bigint FROM tenant_counts WHERE tenant_id = $1`, tenantID)
-	var (
-		plan            string
-		limit, inFlight int64
-		n               int64
-	)
-	br := tx.SendBatch(ctx, b)
-	err := br.QueryRow().Scan(&plan, &limit, &inFlight)
-	if err == nil {
-		err = br.QueryRow().Scan(&n)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return notFound("tenant")
-	}
-	if err != nil {
-		return err
-	}
-	n += wt.counts[key] // what this transaction added and removed already
-	if n >= limit {
-		return tenants.OverLimit(resource, plan, limit)
-	}
-	if !exclusive && n+inFlight >= limit {
-		return errNearLimit
-	}
-	if memo != nil {
-		memo[key] = memoCount{count: n + 1, limit: limit, plan: plan}
-	}
-	wt.counted(key, 1)
-	return nil
+	return func(br pgx.BatchResults) error {
+		var (
+			plan            string
+			limit, inFlight int64
+			n               int64
+		)
+		err := br.QueryRow().Scan(&plan, &limit, &inFlight)
+		if err == nil {
+			err = br.QueryRow().Scan(&n)
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("tenant")
+		}
+		if err != nil {
+			return err
+		}
+		n += wt.counts[key] // what this transaction added and removed already
+		if n >= limit {
+			return tenants.OverLimit(resource, plan, limit)
+		}
+		if !exclusive && n+inFlight >= limit {
+			return errNearLimit
+		}
+		if memo != nil {
+			memo[key] = memoCount{count: n + 1, limit: limit, plan: plan}
+		}
+		wt.counted(key, 1)
+		return nil
+	}, nil
 }
 
 // uncount records in tx that an object of resource was deleted. Call it once the delete

@@ -55,22 +55,38 @@ func (db *DB) CreateRoute(ctx context.Context, r *tenants.Route) error {
 
 // insertRoute is CreateRoute's work in tx, on a validated r.
 func insertRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
-	if err := checkCount(ctx, tx, r.TenantID, tenants.ResRoutes); err != nil {
-		return err
-	}
-	if err := checkCacheAllowed(ctx, tx, r, ""); err != nil {
-		return err
-	}
-	if err := resolveFunctions(ctx, tx, r); err != nil {
-		return err
-	}
-	// The route and its paths in one round trip.
-	id := newID()
 	b := &pgx.Batch{}
+	var check func(pgx.BatchResults) error
+	if r.Cache == nil && len(r.Functions) == 0 {
+		// Nothing to look up first: the limit's check, the route and its paths in one
+		// round trip. The check's answer is read first; when it refuses, the transaction
+		// rolls the route back.
+		var err error
+		if check, err = queueCount(ctx, tx, b, r.TenantID, tenants.ResRoutes); err != nil {
+			return err
+		}
+	} else {
+		if err := checkCount(ctx, tx, r.TenantID, tenants.ResRoutes); err != nil {
+			return err
+		}
+		if err := checkCacheAllowed(ctx, tx, r, ""); err != nil {
+			return err
+		}
+		if err := resolveFunctions(ctx, tx, r); err != nil {
+			return err
+		}
+	}
+	id := newID()
 	b.Queue(`INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
 		RETURNING `+routeColumns, r.TenantID, id, r.Name, specOf(r, "name"))
 	paths, methods := queueClaim(b, r.TenantID, id, r)
 	br := tx.SendBatch(ctx, b)
+	if check != nil {
+		if err := check(br); err != nil {
+			br.Close()
+			return err
+		}
+	}
 	saved, err := scanRoute(br.QueryRow())
 	if err != nil {
 		br.Close()
