@@ -81,7 +81,8 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 		return nil, err
 	}
 	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamAddressRule(upstreamRule(cfg)), postgres.WithTimeout(cfg.DBTimeout),
-		postgres.WithCells(cfg.CellNames()))
+		postgres.WithCells(cfg.CellNames()),
+		postgres.WithSharedLimitChecks(cfg.DBSharedLimitChecks), postgres.WithNotifyInTransaction(!cfg.DBNotifyAfterCommit), postgres.WithSharedRevLock(cfg.DBSharedRevLock))
 	if err != nil {
 		return nil, err
 	}
@@ -293,9 +294,11 @@ func (cp *controlPlane) server(cfg *config.Config, log *slog.Logger) *api.Server
 		Tracer:        tracer(cp.traces, "tollgate/api"),
 		// Each request's store work is bounded; the driver's errors tell an unreachable
 		// database (503 not_ready) from a bug (500).
-		RequestTimeout: cfg.DBTimeout,
-		HeavyCalls:     heavyCalls(cfg.APIHeavyCalls),
-		Unavailable:    postgres.Unavailable,
+		RequestTimeout:      cfg.DBTimeout,
+		HeavyRequestTimeout: cfg.APIHeavyTimeout,
+		ConfigBodyLimit:     cfg.APIConfigBodyLimit,
+		HeavyCalls:          heavyCalls(cfg.APIHeavyCalls),
+		Unavailable:         postgres.Unavailable,
 		Ready: func(ctx context.Context) error {
 			if err := cp.db.Ping(ctx); err != nil {
 				return fmt.Errorf("postgres: %w", err)

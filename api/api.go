@@ -158,6 +158,16 @@ type Config struct {
 
 	// BodyLimit caps request bodies in bytes. Default: 1 MB.
 	BodyLimit int
+	// ConfigBodyLimit caps the body of a config apply (PUT /v1/tenants/{slug}/config),
+	// the one call that carries a whole tenant's config: a document of 50,000 routes is
+	// about 10 MB. The binary sets TOLLGATE_API_CONFIG_BODY_LIMIT. Default:
+	// DefaultConfigBodyLimit; it is never below BodyLimit.
+	ConfigBodyLimit int
+	// HeavyRequestTimeout replaces RequestTimeout for the heavy calls (imports, config
+	// applies and exports): applying a document of 50,000 routes takes seconds. The binary
+	// sets TOLLGATE_API_HEAVY_TIMEOUT. Default: DefaultHeavyRequestTimeout; it is never
+	// below RequestTimeout.
+	HeavyRequestTimeout time.Duration
 	// ReadTimeout, WriteTimeout and IdleTimeout bound the connection phases.
 	// Defaults: 10s, 15s, 60s.
 	ReadTimeout  time.Duration
@@ -182,6 +192,9 @@ const (
 	DefaultWriteTimeout   = 15 * time.Second
 	DefaultIdleTimeout    = 60 * time.Second
 	DefaultRequestTimeout = 10 * time.Second
+
+	DefaultConfigBodyLimit     = 64 << 20
+	DefaultHeavyRequestTimeout = 60 * time.Second
 )
 
 // Server is the management API. Create it with New.
@@ -254,6 +267,14 @@ func New(cfg Config) *Server {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
+	if cfg.ConfigBodyLimit <= 0 {
+		cfg.ConfigBodyLimit = DefaultConfigBodyLimit
+	}
+	cfg.ConfigBodyLimit = max(cfg.ConfigBodyLimit, cfg.BodyLimit)
+	if cfg.HeavyRequestTimeout <= 0 {
+		cfg.HeavyRequestTimeout = DefaultHeavyRequestTimeout
+	}
+	cfg.HeavyRequestTimeout = max(cfg.HeavyRequestTimeout, cfg.RequestTimeout)
 	s := &Server{cfg: cfg, log: cfg.Logger, heavy: heavyCalls{max: heavyCallsOf(cfg.HeavyCalls)}}
 	if cfg.AdminToken != "" {
 		h := sha256.Sum256([]byte(cfg.AdminToken))
@@ -272,12 +293,12 @@ func New(cfg Config) *Server {
 		// plane, where safety beats the allocations Immutable costs.
 		Immutable: true,
 	})
-	// Function uploads are the one body allowed past BodyLimit; the limit is set per
-	// request from its header, so every other body over BodyLimit is still refused on
-	// its Content-Length alone.
+	// Function uploads and config applies are the bodies allowed past BodyLimit; the
+	// limit is set per request from its header, so every other body over BodyLimit is
+	// still refused on its Content-Length alone.
 	s.app.Server().HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-		if isFunctionUpload(string(h.Method()), string(h.RequestURI())) {
-			return fasthttp.RequestConfig{MaxRequestBodySize: functionBodyLimit}
+		if limit := s.bodyLimit(string(h.Method()), string(h.RequestURI())); limit != cfg.BodyLimit {
+			return fasthttp.RequestConfig{MaxRequestBodySize: limit}
 		}
 		return fasthttp.RequestConfig{}
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -53,6 +54,11 @@ const maxCredential = 256
 func (s *Server) wrap(ep *endpoint) fiber.Handler {
 	return func(c *fiber.Ctx) error {
 		ctx := c.UserContext()
+		if ep.heavy {
+			var cancel context.CancelFunc
+			ctx, cancel = s.rebound(c, time.Now())
+			defer cancel()
+		}
 		r := &request{ctx: ctx}
 		if ep.access != public {
 			who, err := s.authenticate(ctx, c)

@@ -118,7 +118,7 @@ func (s *Server) putConfig(c *fiber.Ctx, r *request) error {
 			return err
 		}
 	}
-	doc, err := decodeConfig(contentType(c), c.Body(), s.cfg.BodyLimit)
+	doc, err := decodeConfig(contentType(c), c.Body(), s.cfg.ConfigBodyLimit)
 	if err != nil {
 		return err
 	}
@@ -128,6 +128,29 @@ func (s *Server) putConfig(c *fiber.Ctx, r *request) error {
 		return err
 	}
 	return reply(c, http.StatusOK, plan, 0)
+}
+
+// isConfigApply reports whether a request applies a config document: PUT
+// /v1/tenants/{slug}/config.
+func isConfigApply(method, uri string) bool {
+	path, _, _ := strings.Cut(uri, "?")
+	rest, ok := strings.CutPrefix(path, "/v1/tenants/")
+	if method != http.MethodPut || !ok {
+		return false
+	}
+	_, rest, _ = strings.Cut(rest, "/")
+	return rest == "config"
+}
+
+// bodyLimit is the largest body the request may have.
+func (s *Server) bodyLimit(method, uri string) int {
+	switch {
+	case isFunctionUpload(method, uri):
+		return functionBodyLimit
+	case isConfigApply(method, uri):
+		return s.cfg.ConfigBodyLimit
+	}
+	return s.cfg.BodyLimit
 }
 
 // queryFlag reads a boolean query parameter: absent is false, present without a value

@@ -164,11 +164,7 @@ func (s *Server) asError(c *fiber.Ctx, err error) *tenants.Error {
 			return tenants.Errorf(tenants.EMethodNotAllowed, "%s is not allowed on %s (allowed: %s)",
 				c.Method(), c.Path(), strings.Join(s.allowed(c.Path()), ", "))
 		case fiber.StatusRequestEntityTooLarge:
-			limit := s.cfg.BodyLimit
-			if isFunctionUpload(c.Method(), c.OriginalURL()) {
-				limit = functionBodyLimit
-			}
-			return tenants.Errorf(tenants.EBodyTooLarge, "request body is over the limit of %d bytes", limit)
+			return tenants.Errorf(tenants.EBodyTooLarge, "request body is over the limit of %d bytes", s.bodyLimit(c.Method(), c.OriginalURL()))
 		case fiber.StatusUnsupportedMediaType:
 			return tenants.Errorf(tenants.EUnsupportedMedia, "%s", fe.Message)
 		}

@@ -343,3 +343,37 @@ func TestIdleConnectionGetsNoAnswer(t *testing.T) {
 		t.Fatalf("a request in time: %d", res.StatusCode)
 	}
 }
+
+// A config document may be past BodyLimit, up to ConfigBodyLimit, announced on the
+// header; other bodies keep BodyLimit.
+func TestConfigBodyLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *api.Config) { c.BodyLimit, c.ConfigBodyLimit = 1024, 64<<10 })
+	e.tenant("acme")
+	addr := e.serve()
+	if res, body := announce(t, addr, "/v1/tenants/acme/consumers", 2048, ""); res.StatusCode != 413 {
+		t.Fatalf("a consumer of 2 KiB: %d %s", res.StatusCode, body)
+	}
+	res, body := announceMethod(t, "PUT", addr, "/v1/tenants/acme/config", 65<<10, "")
+	if res.StatusCode != 413 || !strings.Contains(body, "body_too_large") || !strings.Contains(body, "65536") {
+		t.Fatalf("a document over 64 KiB: %d %s", res.StatusCode, body)
+	}
+	// A document of 8 KiB is read and applied.
+	var routes []string
+	for i := 0; len(strings.Join(routes, ",")) < 8<<10; i++ {
+		routes = append(routes, fmt.Sprintf(`{"name":"r%03d","paths":["/r%03d"],"upstream":{"targets":[{"url":"http://127.0.0.1:9"}]}}`, i, i))
+	}
+	doc := `{"version":1,"tenant":"acme","routes":[` + strings.Join(routes, ",") + `]}`
+	req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/tenants/acme/config", strings.NewReader(doc))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 200 || !strings.Contains(string(b), `"applied":true`) {
+		t.Fatalf("a document of 8 KiB: %d %.300s", r.StatusCode, b)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -23,10 +24,26 @@ const retryAfterSeconds = "5"
 // bound gives the request a context with the RequestTimeout deadline, which every service
 // call of the request (and of the console's pages, mounted on the same app) inherits.
 func (s *Server) bound(c *fiber.Ctx) error {
-	ctx, cancel := context.WithTimeout(c.UserContext(), s.cfg.RequestTimeout)
+	parent := c.UserContext()
+	ctx, cancel := context.WithTimeout(parent, s.cfg.RequestTimeout)
 	defer cancel()
 	c.SetUserContext(ctx)
+	c.Locals(unboundKey{}, parent)
 	return c.Next()
+}
+
+type unboundKey struct{}
+
+// rebound gives a heavy call HeavyRequestTimeout, from when it began, instead of
+// RequestTimeout.
+func (s *Server) rebound(c *fiber.Ctx, began time.Time) (context.Context, context.CancelFunc) {
+	parent, ok := c.Locals(unboundKey{}).(context.Context)
+	if !ok {
+		return context.WithCancel(c.UserContext())
+	}
+	ctx, cancel := context.WithDeadline(parent, began.Add(s.cfg.HeavyRequestTimeout))
+	c.SetUserContext(ctx)
+	return ctx, cancel
 }
 
 // unreachable is the default Config.Unavailable: what any store's failure to answer looks

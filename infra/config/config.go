@@ -129,6 +129,12 @@ type Config struct {
 	DBTimeout        time.Duration // TOLLGATE_DB_TIMEOUT [5s: the bound of one database call of the api and billing]
 	// APIHeavyCalls: TOLLGATE_API_HEAVY_CALLS [2: a tenant's imports, config applies and exports in flight at once on one api process (api.Config.HeavyCalls), the next is 429 with Retry-After; 0: no cap]
 	APIHeavyCalls int
+	// Write rates of the api (docs/performance.md, "Management API writes").
+	APIHeavyTimeout     time.Duration // TOLLGATE_API_HEAVY_TIMEOUT [60s: the bound of one import, config apply or export, instead of TOLLGATE_DB_TIMEOUT]
+	APIConfigBodyLimit  int           // TOLLGATE_API_CONFIG_BODY_LIMIT [67108864: the largest config document a PUT …/config takes, in bytes; other bodies stay at 1 MB]
+	DBSharedLimitChecks bool          // TOLLGATE_DB_SHARED_LIMIT_CHECKS [on: creations far below a plan limit do not wait for each other's commits; off: every limit check locks the tenant]
+	DBSharedRevLock     bool          // TOLLGATE_DB_SHARED_REV_LOCK [on: writes draw their revs under a shared lock and the relay waits for them; off: exclusive, writes that emit commit one at a time]
+	DBNotifyAfterCommit bool          // TOLLGATE_DB_NOTIFY_AFTER_COMMIT [on: writes wake the relay after they commit, folded into one notification; off: each write notifies in its transaction]
 
 	// Traces (infra/tracing): OTLP over HTTP, head-sampled.
 	OTELEndpoint string  // TOLLGATE_OTEL_ENDPOINT [unset: no spans are made; e.g. http://collector:4318]
@@ -199,6 +205,8 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		EdgeTenantMemory:   DefaultEdgeTenantMemory,
 		DBTimeout:          5 * time.Second,
 		APIHeavyCalls:      2,
+		APIHeavyTimeout:    60 * time.Second,
+		APIConfigBodyLimit: 64 << 20,
 	}
 	for _, o := range []struct {
 		name string
@@ -214,7 +222,9 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		{"TOLLGATE_EDGE_KEY_LAST_USE", &c.EdgeKeyLastUse, true}, {"TOLLGATE_EDGE_HTTP2", &c.EdgeHTTP2, true},
 		{"TOLLGATE_EDGE_INCREMENTAL", &c.EdgeIncremental, true}, {"TOLLGATE_EDGE_SHARE_UPSTREAMS", &c.EdgeShareUpstreams, true},
 		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}, {"TOLLGATE_METER", &c.Meter, true},
-		{"TOLLGATE_METER_SPOOL_RESERVE", &c.MeterSpoolReserve, true}} {
+		{"TOLLGATE_METER_SPOOL_RESERVE", &c.MeterSpoolReserve, true},
+		{"TOLLGATE_DB_SHARED_LIMIT_CHECKS", &c.DBSharedLimitChecks, true}, {"TOLLGATE_DB_NOTIFY_AFTER_COMMIT", &c.DBNotifyAfterCommit, true},
+		{"TOLLGATE_DB_SHARED_REV_LOCK", &c.DBSharedRevLock, true}} {
 		switch v := strings.ToLower(getenv(o.name)); v {
 		case "":
 			*o.on = o.def
@@ -320,6 +330,20 @@ func (c *Config) faults(getenv func(string) string) error {
 			return fmt.Errorf("TOLLGATE_DB_TIMEOUT: %q is not a duration between 100ms and 5m (like 5s)", v)
 		}
 		c.DBTimeout = d
+	}
+	if v := getenv("TOLLGATE_API_HEAVY_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second || d > time.Hour {
+			return fmt.Errorf("TOLLGATE_API_HEAVY_TIMEOUT: %q is not a duration between 1s and 1h (like 60s)", v)
+		}
+		c.APIHeavyTimeout = d
+	}
+	if v := getenv("TOLLGATE_API_CONFIG_BODY_LIMIT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1<<20 || n > 1<<30 {
+			return fmt.Errorf("TOLLGATE_API_CONFIG_BODY_LIMIT: %q is not a size in bytes from 1048576 to 1073741824 (like 67108864)", v)
+		}
+		c.APIConfigBodyLimit = n
 	}
 	if v := getenv("TOLLGATE_API_HEAVY_CALLS"); v != "" {
 		n, err := strconv.Atoi(v)

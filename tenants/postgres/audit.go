@@ -24,6 +24,15 @@ type writeTx struct {
 	audited        bool                 // the change records an audit entry
 	bulk           bool                 // an apply: it says what changed itself, its writes do not
 	changes        *tenants.AuditChanges
+
+	counts        map[countKey]int64 // objects added (removed) by the write, not yet stored (quota.go)
+	sharedLocks   map[string]bool    // tenants whose rows the write locked FOR SHARE (quota.go)
+	exclusive     bool               // limits are checked under the tenant's exclusive lock
+	deferred      bool               // emit collects changes, written once when fn ends
+	notifyInTx    bool               // see WithNotifyInTransaction
+	sharedChecks  bool               // see WithSharedLimitChecks
+	exclusiveRevs bool               // see WithSharedRevLock
+	pending       []change
 }
 
 // auditing reports whether tx's change records an audit entry that its write is to say
@@ -84,10 +93,11 @@ func (wt *writeTx) emitted(changes []change) {
 	}
 }
 
-// recordAudit inserts the audit entries of ctx's audit, if any. What the caller set wins;
-// the rest comes from the write: the tenant and object it named, else the first config
-// change it emitted (a tenant or its access rules name "", the tenant itself).
-func (wt *writeTx) recordAudit(ctx context.Context) error {
+// queueAudit queues in b the inserts of the audit entries of ctx's audit, if any. What
+// the caller set wins; the rest comes from the write: the tenant and object it named,
+// else the first config change it emitted (a tenant or its access rules name "", the
+// tenant itself).
+func (wt *writeTx) queueAudit(ctx context.Context, b *pgx.Batch) error {
 	a, ok := tenants.AuditOf(ctx)
 	if !ok {
 		return nil
@@ -115,7 +125,6 @@ func (wt *writeTx) recordAudit(ctx context.Context) error {
 		}
 	}
 	entries := append([]tenants.AuditEntry{{TenantID: tenantID, Action: a.Action, Object: object}}, wt.also...)
-	b := &pgx.Batch{}
 	for i, e := range entries {
 		if !parseID(e.TenantID) {
 			// A caller that asks for an entry its write cannot place is a bug: better no
@@ -128,9 +137,6 @@ func (wt *writeTx) recordAudit(ctx context.Context) error {
 		}
 		b.Queue(`INSERT INTO audit_log (tenant_id, actor, action, object, changes) VALUES ($1, $2, $3, $4, $5)`,
 			e.TenantID, a.Actor, e.Action, e.Object, c)
-	}
-	if err := wt.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("postgres: audit %s: %w", a.Action, err)
 	}
 	return nil
 }

@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -33,12 +35,13 @@ type configState struct {
 	functions   []configFunction
 }
 
-func collect[T any](ctx context.Context, tx pgx.Tx, scan func(pgx.Row) (*T, error), query, tenantID string) ([]*T, error) {
-	rows, err := tx.Query(ctx, query, tenantID)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (*T, error) { return scan(r) })
+// collect queues in b the query of a list, which it fills in dst.
+func collect[T any](b *pgx.Batch, dst *[]*T, scan func(pgx.Row) (*T, error), query, tenantID string) {
+	b.Queue(query, tenantID).Query(func(rows pgx.Rows) error {
+		var err error
+		*dst, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*T, error) { return scan(r) })
+		return err
+	})
 }
 
 // loadConfig reads the tenant's config in tx; lock takes the tenant's row, so two applies
@@ -49,36 +52,80 @@ func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*co
 		q += ` FOR NO KEY UPDATE`
 	}
 	var st configState
-	err := tx.QueryRow(ctx, q, tenantID).Scan(&st.slug)
-	if errors.Is(err, pgx.ErrNoRows) {
+	// One round trip: the tenant (locked first), then its objects.
+	found := false
+	b := &pgx.Batch{}
+	b.Queue(q, tenantID).Query(func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&st.slug}, func() error { found = true; return nil })
+		return err
+	})
+	collect(b, &st.routes, scanRoute, `SELECT `+routeColumns+` FROM routes WHERE tenant_id = $1 ORDER BY name`, tenantID)
+	collect(b, &st.consumers, scanConsumer, `SELECT `+consumerColumns+` FROM consumers WHERE tenant_id = $1 ORDER BY name`, tenantID)
+	collect(b, &st.plans, scanPlan, `SELECT `+planColumns+` FROM plans WHERE tenant_id = $1 ORDER BY name`, tenantID)
+	collect(b, &st.issuers, scanIssuer, `SELECT `+issuerColumns+` FROM jwt_issuers WHERE tenant_id = $1 ORDER BY issuer`, tenantID)
+	collect(b, &st.domains, scanDomain, `SELECT `+domainColumns+` FROM domains WHERE tenant_id = $1 ORDER BY hostname`, tenantID)
+	var rules []*tenants.AccessRules
+	collect(b, &rules, scanAccessRules, `SELECT `+accessRulesColumns+` FROM policies WHERE tenant_id = $1`, tenantID)
+	queueConfigFunctions(b, &st.functions, tenantID)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	if !found {
 		return nil, notFound("tenant")
 	}
-	if err != nil {
-		return nil, err
+	if len(rules) > 0 {
+		st.accessRules = rules[0]
 	}
-	if st.routes, err = collect(ctx, tx, scanRoute, `SELECT `+routeColumns+` FROM routes WHERE tenant_id = $1 ORDER BY name`, tenantID); err != nil {
-		return nil, err
+	return &st, nil
+}
+
+// loadVersions reads what revision needs of the tenant's config, and no more: an apply
+// of thousands of objects stamps its result without reading them back whole.
+func loadVersions(ctx context.Context, tx pgx.Tx, tenantID string) (*configState, error) {
+	var st configState
+	b := &pgx.Batch{}
+	for _, q := range []struct {
+		query string
+		add   func(id string, v int64)
+	}{
+		{`SELECT id::text, version FROM routes WHERE tenant_id = $1`, func(id string, v int64) {
+			st.routes = append(st.routes, &tenants.Route{ID: id, Version: v})
+		}},
+		{`SELECT id::text, version FROM consumers WHERE tenant_id = $1`, func(id string, v int64) {
+			st.consumers = append(st.consumers, &tenants.Consumer{ID: id, Version: v})
+		}},
+		{`SELECT id::text, version FROM plans WHERE tenant_id = $1`, func(id string, v int64) {
+			st.plans = append(st.plans, &tenants.ConsumerPlan{ID: id, Version: v})
+		}},
+		{`SELECT id::text, version FROM jwt_issuers WHERE tenant_id = $1`, func(id string, v int64) {
+			st.issuers = append(st.issuers, &tenants.Issuer{ID: id, Version: v})
+		}},
+		{`SELECT '', version FROM policies WHERE tenant_id = $1`, func(_ string, v int64) {
+			st.accessRules = &tenants.AccessRules{Version: v}
+		}},
+	} {
+		b.Queue(q.query, tenantID).Query(func(rows pgx.Rows) error {
+			var (
+				id string
+				v  int64
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &v}, func() error {
+				q.add(id, v)
+				return nil
+			})
+			return err
+		})
 	}
-	if st.consumers, err = collect(ctx, tx, scanConsumer, `SELECT `+consumerColumns+` FROM consumers WHERE tenant_id = $1 ORDER BY name`, tenantID); err != nil {
-		return nil, err
-	}
-	if st.plans, err = collect(ctx, tx, scanPlan, `SELECT `+planColumns+` FROM plans WHERE tenant_id = $1 ORDER BY name`, tenantID); err != nil {
-		return nil, err
-	}
-	if st.issuers, err = collect(ctx, tx, scanIssuer, `SELECT `+issuerColumns+` FROM jwt_issuers WHERE tenant_id = $1 ORDER BY issuer`, tenantID); err != nil {
-		return nil, err
-	}
-	if st.domains, err = collect(ctx, tx, scanDomain, `SELECT `+domainColumns+` FROM domains WHERE tenant_id = $1 ORDER BY hostname`, tenantID); err != nil {
-		return nil, err
-	}
-	if st.functions, err = loadConfigFunctions(ctx, tx, tenantID); err != nil {
-		return nil, err
-	}
-	st.accessRules, err = scanAccessRules(tx.QueryRow(ctx, `SELECT `+accessRulesColumns+` FROM policies WHERE tenant_id = $1`, tenantID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		st.accessRules, err = nil, nil
-	}
-	return &st, err
+	b.Queue(`SELECT id::text, hostname FROM domains WHERE tenant_id = $1`, tenantID).Query(func(rows pgx.Rows) error {
+		var id, host string
+		_, err := pgx.ForEachRow(rows, []any{&id, &host}, func() error {
+			st.domains = append(st.domains, &tenants.Domain{ID: id, Hostname: host})
+			return nil
+		})
+		return err
+	})
+	queueConfigFunctions(b, &st.functions, tenantID)
+	return &st, tx.SendBatch(ctx, b).Close()
 }
 
 // revision stamps the state: every object's id and version. A domain counts by its id and
@@ -181,6 +228,14 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 	var plan *tenants.ConfigPlan
 	err := db.write(ctx, func(tx pgx.Tx) error {
 		ctx := withCountMemo(ctx) // an attempt's counts are its own
+		// A large document's statements (thousands of rows each) may outlast the bound
+		// of one statement: the caller's deadline bounds them instead.
+		if d, ok := ctx.Deadline(); ok && db.timeout > 0 && time.Until(d) > db.timeout {
+			if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`,
+				strconv.FormatInt(time.Until(d).Milliseconds(), 10)); err != nil {
+				return err
+			}
+		}
 		// Its audit entry is of the tenant as a whole, not of the first object changed,
 		// and says which objects changed and how.
 		auditObject(tx, tenantID, "")
@@ -217,7 +272,7 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 		if o.DryRun {
 			return errNothingToCommit
 		}
-		after, err := loadConfig(ctx, tx, tenantID, false)
+		after, err := loadVersions(ctx, tx, tenantID)
 		if err != nil {
 			return err
 		}
@@ -358,6 +413,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 			},
 			conflicts: routeConflicts,
 			insert:    func(r *tenants.Route) error { return insertRoute(ctx, tx, r) },
+			insertAll: func(rs []*tenants.Route, paths []string) error { return insertRoutes(ctx, tx, rs, paths) },
 			update:    func(r *tenants.Route) error { return updateRoute(ctx, tx, r) },
 			remove:    func(id string) error { return deleteRoute(ctx, tx, tenantID, id) },
 		}, doc.Routes, st.routes, prune)
@@ -462,7 +518,10 @@ type objectKind[T any] struct {
 	conflicts       func(*T) map[string]*tenants.Error
 	removeConflicts map[string]*tenants.Error
 	insert, update  func(*T) error
-	remove          func(id string) error
+	// insertAll, when set, creates all the new objects at once (paths: their document
+	// paths), instead of insert on each.
+	insertAll func(objs []*T, paths []string) error
+	remove    func(id string) error
 }
 
 // objectWrites are one kind's writes by what they do, for the caller to order; updated
@@ -480,6 +539,10 @@ func diffObjects[T any](c *configOps, k *objectKind[T], want, have []*T, prune b
 	var w objectWrites
 	plan := c.plan
 	left := byName(have, k.name)
+	var (
+		created      []*T
+		createdPaths []string
+	)
 	for i, name := range sortedIndex(want, k.name) {
 		obj, path := want[i], fmt.Sprintf("%s[%d]", k.field, i)
 		cur := left[name]
@@ -489,6 +552,10 @@ func diffObjects[T any](c *configOps, k *objectKind[T], want, have []*T, prune b
 		switch {
 		case cur == nil:
 			plan.Created = append(plan.Created, tenants.ConfigChange{Kind: k.kind, Name: name})
+			if k.insertAll != nil {
+				created, createdPaths = append(created, obj), append(createdPaths, path)
+				break
+			}
 			w.creates = append(w.creates, at(path, "create "+k.noun, k.conflicts(obj), func() error { return k.insert(obj) }))
 		case !same(cur, obj):
 			k.adopt(obj, cur)
@@ -500,6 +567,9 @@ func diffObjects[T any](c *configOps, k *objectKind[T], want, have []*T, prune b
 			plan.Unchanged++
 		}
 		delete(left, name)
+	}
+	if len(created) > 0 {
+		w.creates = append(w.creates, func() error { return k.insertAll(created, createdPaths) })
 	}
 	if prune {
 		for _, cur := range have {

@@ -58,7 +58,7 @@ func (db *DB) CreateConsumer(ctx context.Context, c *tenants.Consumer) error {
 
 // insertConsumer is CreateConsumer's work in tx, on a validated c.
 func insertConsumer(ctx context.Context, tx pgx.Tx, c *tenants.Consumer) error {
-	if err := checkCount(ctx, tx, c.TenantID, tenants.ResConsumers, countConsumers); err != nil {
+	if err := checkCount(ctx, tx, c.TenantID, tenants.ResConsumers); err != nil {
 		return err
 	}
 	saved, err := scanConsumer(tx.QueryRow(ctx, `INSERT INTO consumers (tenant_id, id, name, plan) VALUES ($1, $2, $3, $4)
@@ -155,7 +155,6 @@ func (db *DB) DeleteConsumer(ctx context.Context, tenantID, id string) error {
 
 // deleteConsumer is DeleteConsumer's work in tx.
 func deleteConsumer(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	forgetCount(ctx, tenantID, tenants.ResConsumers)
 	// Lock the consumer first: a key being added to it (whose foreign key check locks
 	// it shared) either commits before, and is deleted below, or fails after.
 	var tid, cid string
@@ -178,6 +177,7 @@ func deleteConsumer(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
 	if _, err := tx.Exec(ctx, `DELETE FROM consumers WHERE tenant_id = $1 AND id = $2`, tid, cid); err != nil {
 		return err
 	}
+	uncount(ctx, tx, tid, tenants.ResConsumers) // its keys' count goes with it
 	changes := make([]change, 0, len(keyIDs)+1)
 	for _, k := range keyIDs {
 		changes = append(changes, del(tid, tenants.ObjectKey(tid, tenants.KindKey, k)))
@@ -238,7 +238,7 @@ func (db *DB) CreateKey(ctx context.Context, k *tenants.Key) error {
 	}
 	id := newID()
 	err := db.write(ctx, func(tx pgx.Tx) error {
-		if err := checkCount(ctx, tx, k.TenantID, tenants.ResKeysPerConsumer, countKeys, k.ConsumerID); err != nil {
+		if err := checkKeyCount(ctx, tx, k.TenantID, k.ConsumerID); err != nil {
 			if tenants.ErrorCode(err) == tenants.ENotFound {
 				return notFound("consumer")
 			}
@@ -254,8 +254,9 @@ func (db *DB) CreateKey(ctx context.Context, k *tenants.Key) error {
 		return emit(ctx, tx, put(k.TenantID, tenants.ObjectKey(k.TenantID, tenants.KindKey, k.ID), &tenants.Entry{Key: keyEntry(k)}))
 	})
 	return constraintError(err, "create key", map[string]*tenants.Error{
-		"keys_consumer_fkey": notFound("consumer"),
-		"keys_hash_key":      tenants.Errorf(tenants.EConflict, "this key is already registered"),
+		"keys_consumer_fkey":                notFound("consumer"),
+		"consumer_key_counts_consumer_fkey": notFound("consumer"),
+		"keys_hash_key":                     tenants.Errorf(tenants.EConflict, "this key is already registered"),
 	})
 }
 
@@ -307,6 +308,9 @@ func (db *DB) DeleteKey(ctx context.Context, tenantID, consumerID, keyID string)
 			return notFound("key")
 		}
 		if err != nil {
+			return err
+		}
+		if err := uncountKey(ctx, tx, tid, consumerID); err != nil {
 			return err
 		}
 		return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindKey, kid)))

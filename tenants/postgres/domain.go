@@ -99,7 +99,7 @@ func (db *DB) CreateDomain(ctx context.Context, d *tenants.Domain) error {
 		if err != nil {
 			return err
 		}
-		if err := checkCount(ctx, tx, tid, tenants.ResDomains, countDomains); err != nil {
+		if err := checkCount(ctx, tx, tid, tenants.ResDomains); err != nil {
 			return err
 		}
 		if taken, err := verifiedByOther(ctx, tx, tid, d.Hostname); err != nil || taken {
@@ -211,7 +211,6 @@ func (db *DB) DeleteDomain(ctx context.Context, tenantID, id string) error {
 
 // deleteDomain is DeleteDomain's work in tx.
 func deleteDomain(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	forgetCount(ctx, tenantID, tenants.ResDomains)
 	var tid, did string
 	err := tx.QueryRow(ctx, `DELETE FROM domains WHERE tenant_id = $1 AND id = $2
 		RETURNING tenant_id::text, id::text`, tenantID, id).Scan(&tid, &did)
@@ -221,6 +220,7 @@ func deleteDomain(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
 	if err != nil {
 		return err
 	}
+	uncount(ctx, tx, tid, tenants.ResDomains)
 	return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindDomain, did)))
 }
 

@@ -4,7 +4,7 @@ import "time"
 
 // SetRelayTimings shortens a relay's waits so tests run quickly.
 func SetRelayTimings(r *Relay, contend, poll time.Duration, batch int) {
-	r.contend, r.poll, r.batch = contend, poll, batch
+	r.SetTimings(contend, poll, batch)
 }
 
 // RevLockID is the advisory lock a write transaction takes before its outbox rows: a test

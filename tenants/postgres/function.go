@@ -130,7 +130,7 @@ func (db *DB) PutFunction(ctx context.Context, tenantID, name string, module []b
 			WHERE f.tenant_id = $1 AND f.name = $2 FOR UPDATE OF f`, tenantID, name).Scan(&version, &current)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			if err := checkCount(ctx, tx, tenantID, tenants.ResFunctions, countFunctions); err != nil {
+			if err := checkCount(ctx, tx, tenantID, tenants.ResFunctions); err != nil {
 				return err
 			}
 			version = 0
@@ -286,9 +286,12 @@ func deleteFunction(ctx context.Context, tx pgx.Tx, tenantID, name string) error
 		return &tenants.Error{Code: tenants.EConflict, Field: "name",
 			Message: fmt.Sprintf("function %q is used by route(s) %s; remove it from them first", name, strings.Join(ids, ", "))}
 	}
-	forgetCount(ctx, tenantID, tenants.ResFunctions)
-	if _, err := tx.Exec(ctx, `DELETE FROM functions WHERE tenant_id = $1 AND name = $2`, tenantID, name); err != nil {
+	tag, err := tx.Exec(ctx, `DELETE FROM functions WHERE tenant_id = $1 AND name = $2`, tenantID, name)
+	if err != nil {
 		return err
+	}
+	if tag.RowsAffected() > 0 {
+		uncount(ctx, tx, tenantID, tenants.ResFunctions)
 	}
 	_, err = tx.Exec(ctx, `DELETE FROM function_modules m WHERE m.tenant_id = $1
 		AND NOT EXISTS (SELECT 1 FROM function_versions v WHERE v.tenant_id = m.tenant_id AND v.sha256 = m.sha256)`, tenantID)
@@ -298,22 +301,19 @@ func deleteFunction(ctx context.Context, tx pgx.Tx, tenantID, name string) error
 // configFunction is a function as config as code sees it: name and current digest.
 type configFunction struct{ name, sha string }
 
-func loadConfigFunctions(ctx context.Context, tx pgx.Tx, tenantID string) ([]configFunction, error) {
-	rows, err := tx.Query(ctx, `SELECT f.name, v.sha256 FROM functions f
+// queueConfigFunctions queues in b the query of the tenant's functions and their
+// current digests, by name, which fills dst.
+func queueConfigFunctions(b *pgx.Batch, dst *[]configFunction, tenantID string) {
+	b.Queue(`SELECT f.name, v.sha256 FROM functions f
 		JOIN function_versions v ON v.tenant_id = f.tenant_id AND v.name = f.name AND v.version = f.version
-		WHERE f.tenant_id = $1 ORDER BY f.name`, tenantID)
-	if err != nil {
-		return nil, err
-	}
-	var (
-		f    configFunction
-		list []configFunction
-	)
-	_, err = pgx.ForEachRow(rows, []any{&f.name, &f.sha}, func() error {
-		list = append(list, f)
-		return nil
+		WHERE f.tenant_id = $1 ORDER BY f.name`, tenantID).Query(func(rows pgx.Rows) error {
+		var f configFunction
+		_, err := pgx.ForEachRow(rows, []any{&f.name, &f.sha}, func() error {
+			*dst = append(*dst, f)
+			return nil
+		})
+		return err
 	})
-	return list, err
 }
 
 // setCurrentFunction makes the latest version of name with digest sha current:

@@ -58,7 +58,7 @@ func (db *DB) CreateJWTIssuer(ctx context.Context, is *tenants.Issuer) error {
 
 // insertIssuer is CreateJWTIssuer's work in tx, on a validated is.
 func insertIssuer(ctx context.Context, tx pgx.Tx, is *tenants.Issuer) error {
-	if err := checkCount(ctx, tx, is.TenantID, tenants.ResJWTIssuers, countIssuers); err != nil {
+	if err := checkCount(ctx, tx, is.TenantID, tenants.ResJWTIssuers); err != nil {
 		return err
 	}
 	saved, err := scanIssuer(tx.QueryRow(ctx, `INSERT INTO jwt_issuers (tenant_id, id, issuer, spec) VALUES ($1, $2, $3, $4)
@@ -169,7 +169,6 @@ func (db *DB) DeleteJWTIssuer(ctx context.Context, tenantID, id string) error {
 
 // deleteIssuer is DeleteJWTIssuer's work in tx.
 func deleteIssuer(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	forgetCount(ctx, tenantID, tenants.ResJWTIssuers)
 	// The ids as stored, not as sent, build the key.
 	var tid, iid string
 	err := tx.QueryRow(ctx, `DELETE FROM jwt_issuers WHERE tenant_id = $1 AND id = $2
@@ -180,6 +179,7 @@ func deleteIssuer(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
 	if err != nil {
 		return err
 	}
+	uncount(ctx, tx, tid, tenants.ResJWTIssuers)
 	return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindJWTIssuer, iid)))
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/propagation"
@@ -34,19 +35,37 @@ func del(tenantID, key string) change { return change{tenantID: tenantID, key: k
 // from the sequence only once the rows it describes are locked, so two changes of one
 // object (or of objects that lock each other, like a consumer and its plan) get revs in
 // commit order, which the edges rely on to drop stale entries. The rev lock extends that
-// to unrelated changes: held from drawing the revs to commit, it serializes only that
-// short tail of each transaction, and makes the bucket's revs rise in publish order.
+// to unrelated changes: taken shared before the revs are drawn and held to commit, it
+// lets the relay, which takes it exclusive for an instant, wait until every rev drawn so
+// far is committed or rolled back and then publish only up to there (see Relay.horizon).
+// Writers do not wait for each other, so their commits (and their WAL flushes) overlap,
+// and the bucket's revs still rise in publish order.
 func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 	if len(changes) == 0 {
 		return nil
 	}
 	if wt, ok := tx.(*writeTx); ok {
+		if wt.deferred {
+			wt.pending = append(wt.pending, changes...)
+			return nil
+		}
 		wt.emitted(changes)
 	}
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", revLockID); err != nil {
+	b := &pgx.Batch{}
+	if err := queueEmit(ctx, tx, b, changes); err != nil {
 		return err
 	}
-	revs, err := nextRevs(ctx, tx, len(changes))
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// queueEmit draws the revs of changes and queues their outbox rows and the notification
+// in b, which the caller sends.
+func queueEmit(ctx context.Context, tx pgx.Tx, b *pgx.Batch, changes []change) error {
+	shared := true
+	if wt, ok := tx.(*writeTx); ok {
+		shared = !wt.exclusiveRevs
+	}
+	revs, err := drawRevs(ctx, tx, len(changes), shared)
 	if err != nil {
 		return err
 	}
@@ -65,16 +84,80 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 			}
 		}
 	}
-	b := &pgx.Batch{}
 	// A change goes to its tenant's cell, read after the rev lock is held: a move of the
-	// tenant either committed before (and this sees its cell) or waits for this commit
-	// (and republishes this change's object to the new cell).
+	// tenant takes that lock exclusively, so it either committed before (and this sees its
+	// cell) or waits for this commit (and republishes this change's object to the new cell).
 	b.Queue(`INSERT INTO outbox (id, tenant_id, key, value, cell)
 		SELECT u.id, u.tenant_id, u.key, u.value, coalesce(nullif(u.cell, ''), t.cell, 'default')
 		FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::bytea[], $5::text[]) AS u(id, tenant_id, key, value, cell)
 		LEFT JOIN tenants t ON t.id = u.tenant_id`, revs, tenantIDs, keys, values, cells)
-	b.Queue(`SELECT pg_notify($1, '')`, NotifyChannel)
-	return tx.SendBatch(ctx, b).Close()
+	if wt, ok := tx.(*writeTx); !ok || wt.notifyInTx {
+		b.Queue(`SELECT pg_notify($1, '')`, NotifyChannel)
+	}
+	return nil
+}
+
+// A write's emits (see change) collect their changes, in order, until the write's work
+// is done, and flushEmits emits them all at once: a write of thousands of objects (an
+// apply) draws its revs and writes its outbox rows in one go, the rows go out in one
+// round trip with the write's last statements, and emit stays the last statement that
+// takes row locks.
+
+// flushEmits draws the revs of the changes held back and queues their rows in b.
+func (wt *writeTx) flushEmits(ctx context.Context, b *pgx.Batch) error {
+	if !wt.deferred || len(wt.pending) == 0 {
+		return nil
+	}
+	wt.deferred = false
+	pending := wt.pending
+	wt.pending = nil
+	wt.emitted(pending)
+	return queueEmit(ctx, wt, b, pending)
+}
+
+// Waking the relay. A NOTIFY in a transaction takes a lock that the server holds from the
+// commit's start to its end, WAL flush included, and that is one for the whole cluster:
+// every write that notifies waits for the commits of all the others, which capped writes
+// at one per flush. So a write's notification is sent after it commits, by one goroutine
+// per store that folds the writes of a moment into one notification, in a transaction
+// that writes no WAL and is over at once. A notification lost to a crash between the
+// commit and the send costs the relay's poll interval; WithNotifyInTransaction restores
+// the notification in the transaction.
+
+// WithSharedRevLock(false) makes writers take the rev lock exclusively, as they did
+// before the relay waited for it (see emit): writes that emit then commit one at a time.
+// Default: true.
+func WithSharedRevLock(on bool) Option {
+	return func(db *DB) { db.exclusiveRevs = !on }
+}
+
+// WithNotifyInTransaction makes every write notify the relay in its own transaction, as
+// it commits, instead of after (see above).
+func WithNotifyInTransaction(on bool) Option {
+	return func(db *DB) { db.notifyInTx = on }
+}
+
+// notified tells the notifier that a write with outbox rows committed.
+func (db *DB) notified() {
+	select {
+	case db.kick <- struct{}{}:
+	default: // a notification is due already, and covers this write
+	}
+}
+
+// notifier sends a notification for every kick, folding kicks that come while it sends.
+func (db *DB) notifier() {
+	defer close(db.notifierDone)
+	for {
+		select {
+		case <-db.stop:
+			return
+		case <-db.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(db.timeout, time.Second))
+		_, _ = db.pool.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel) // the relay's poll covers a failure
+		cancel()
+	}
 }
 
 // traceparent is the W3C traceparent of the span in ctx (the api request's), "" when
@@ -89,11 +172,22 @@ func traceparent(ctx context.Context) string {
 	return c["traceparent"]
 }
 
-// nextRevs draws n values from the outbox sequence, ascending.
-func nextRevs(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, n int) ([]int64, error) {
-	rows, err := q.Query(ctx, `SELECT nextval('outbox_id_seq') FROM generate_series(1, $1)`, n)
+// drawRevs takes the rev lock shared (see emit; exclusive with WithSharedRevLock(false))
+// and draws n revs, in one round trip.
+func drawRevs(ctx context.Context, tx pgx.Tx, n int, shared bool) ([]int64, error) {
+	b := &pgx.Batch{}
+	if shared {
+		b.Queue("SELECT pg_advisory_xact_lock_shared($1)", revLockID)
+	} else {
+		b.Queue("SELECT pg_advisory_xact_lock($1)", revLockID)
+	}
+	b.Queue(`SELECT nextval('outbox_id_seq') FROM generate_series(1, $1)`, n)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +196,7 @@ func nextRevs(ctx context.Context, q interface {
 		return nil, err
 	}
 	slices.Sort(revs)
-	return revs, nil
+	return revs, br.Close()
 }
 
 // OutboxPending counts the changes not yet published, for readiness and metrics.

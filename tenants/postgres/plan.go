@@ -61,7 +61,7 @@ func (db *DB) CreatePlan(ctx context.Context, p *tenants.ConsumerPlan) error {
 
 // insertPlan is CreatePlan's work in tx, on a validated p.
 func insertPlan(ctx context.Context, tx pgx.Tx, p *tenants.ConsumerPlan) error {
-	if err := checkCount(ctx, tx, p.TenantID, tenants.ResConsumerPlans, countPlans); err != nil {
+	if err := checkCount(ctx, tx, p.TenantID, tenants.ResConsumerPlans); err != nil {
 		return err
 	}
 	saved, err := scanPlan(tx.QueryRow(ctx, `INSERT INTO plans (tenant_id, id, name, limits) VALUES ($1, $2, $3, $4)
@@ -157,7 +157,6 @@ var planDeleteConflicts = map[string]*tenants.Error{
 
 // deletePlan is DeletePlan's work in tx.
 func deletePlan(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	forgetCount(ctx, tenantID, tenants.ResConsumerPlans)
 	// Lock the plan so no consumer is assigned to it between the check and the delete
 	// (assigning one locks the plan row shared through the foreign key).
 	var tid, pid, name string
@@ -181,6 +180,7 @@ func deletePlan(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
 	if _, err := tx.Exec(ctx, `DELETE FROM plans WHERE tenant_id = $1 AND id = $2`, tid, pid); err != nil {
 		return err
 	}
+	uncount(ctx, tx, tid, tenants.ResConsumerPlans)
 	return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindPlan, pid)))
 }
 

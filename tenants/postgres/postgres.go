@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,9 +42,10 @@ const (
 	// resync snapshot, so the snapshot's revs are above every committed change and below
 	// every later one.
 	writerLockID int64 = 0x546f6c6c_00000002
-	// revLockID is taken exclusively by a write transaction when it draws its revs, and
-	// held until it commits, so revs are handed out in commit order: the relay, reading
-	// unsent rows by id, then never publishes a later rev before an earlier one.
+	// revLockID is taken shared by a write transaction when it draws its revs, and held
+	// until it ends; the relay takes it exclusive for an instant, which waits for every
+	// transaction that drew a rev before, so it never publishes a later rev before an
+	// earlier one (see emit and Relay.horizon).
 	revLockID int64 = 0x546f6c6c_00000004
 	// migrateLockID serializes migrations of replicas starting together.
 	migrateLockID int64 = 0x546f6c6c_00000003
@@ -122,6 +124,14 @@ type DB struct {
 	upstream *tenants.UpstreamAddressRule
 	timeout  time.Duration // bounds background calls that come without a deadline; 0: none
 	cells    []string      // declared cells, new tenants' choice (cells.go)
+
+	notifyInTx      bool          // see WithNotifyInTransaction
+	exclusiveChecks bool          // see WithSharedLimitChecks
+	exclusiveRevs   bool          // see WithSharedRevLock
+	kick            chan struct{} // wakes the notifier (outbox.go)
+	stop            chan struct{}
+	notifierDone    chan struct{}
+	closeOnce       sync.Once
 }
 
 // DefaultTimeout is the bound of Open when WithTimeout is not given.
@@ -169,6 +179,8 @@ func Open(ctx context.Context, databaseURL string, opts ...Option) (*DB, error) 
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
+	db.kick, db.stop, db.notifierDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go db.notifier()
 	return db, nil
 }
 
@@ -198,7 +210,13 @@ func (db *DB) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // Close closes every connection.
-func (db *DB) Close() { db.pool.Close() }
+func (db *DB) Close() {
+	db.closeOnce.Do(func() {
+		close(db.stop)
+		<-db.notifierDone
+	})
+	db.pool.Close()
+}
 
 // Ping checks that the database answers, for readiness probes.
 func (db *DB) Ping(ctx context.Context) error {
@@ -218,19 +236,49 @@ func (db *DB) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // (tenants.WithAudit), inserts it in that transaction once fn succeeds: a change and its
 // entry commit together or not at all. writer takes the writer lock shared, as every
 // write of config entries must; the api's own data (tokens, people) needs no lock.
+//
+// A write that finds a tenant near one of its limits only once it holds the tenant's
+// shared lock (see checkCount) is run again, checking exclusively: fn may run twice.
 func (db *DB) change(ctx context.Context, writer bool, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, db.pool, func(tx pgx.Tx) error {
-		if writer {
-			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", writerLockID); err != nil {
-				return err
-			}
-		}
+	emitted := false
+	err := db.attempt(ctx, writer, false, &emitted, fn)
+	if errors.Is(err, errNearLimit) {
+		err = db.attempt(ctx, writer, true, &emitted, fn)
+	}
+	if err == nil && emitted && !db.notifyInTx {
+		db.notified()
+	}
+	return err
+}
+
+func (db *DB) attempt(ctx context.Context, writer, exclusive bool, emitted *bool, fn func(tx pgx.Tx) error) error {
+	opts := pgx.TxOptions{}
+	if writer {
+		// One round trip for both.
+		opts.BeginQuery = fmt.Sprintf("BEGIN; SELECT pg_advisory_xact_lock_shared(%d)", writerLockID)
+	}
+	return pgx.BeginTxFunc(ctx, db.pool, opts, func(tx pgx.Tx) error {
 		_, audited := tenants.AuditOf(ctx)
-		wt := &writeTx{Tx: tx, audited: audited}
+		wt := &writeTx{Tx: tx, audited: audited, exclusive: exclusive, deferred: true,
+			notifyInTx: db.notifyInTx, sharedChecks: !db.exclusiveChecks, exclusiveRevs: db.exclusiveRevs}
 		if err := fn(wt); err != nil {
 			return err
 		}
-		return wt.recordAudit(ctx)
+		// The write's tail in one round trip: its outbox rows (once their revs are
+		// drawn), its counts and its audit entries.
+		b := &pgx.Batch{}
+		*emitted = len(wt.pending) > 0
+		if err := wt.flushEmits(ctx, b); err != nil {
+			return err
+		}
+		wt.queueCounts(b)
+		if err := wt.queueAudit(ctx, b); err != nil {
+			return err
+		}
+		if b.Len() == 0 {
+			return nil
+		}
+		return wt.SendBatch(ctx, b).Close()
 	})
 }
 

@@ -2,28 +2,44 @@ package postgres
 
 import (
 	"context"
+	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"tollgate/tenants"
+	"tollgate/tenants/postgres/outboxrelay"
 )
 
-// RelayObserver hears what the active relay does, for metrics: every change it
-// published with the time since the change was written (its transaction's start, the
-// outbox row's created_at), and every batch whose publish failed.
-type RelayObserver interface {
-	Published(lag time.Duration)
-	PublishFailed()
+// The outbox relay lives in outboxrelay; these name it from here, where its store is.
+type (
+	// Relay moves outbox rows to the KV bucket (outboxrelay.Relay).
+	Relay = outboxrelay.Relay
+	// RelayStatus is what a relay reports for readiness and metrics.
+	RelayStatus = outboxrelay.RelayStatus
+	// ResyncResult says what a resync did.
+	ResyncResult = outboxrelay.ResyncResult
+	// RelayObserver hears what the active relay does, for metrics.
+	RelayObserver = outboxrelay.Observer
+)
+
+// NewRelay returns a relay of db's outbox to pub (tenants/nats.Publisher). It does
+// nothing until Run.
+func NewRelay(db *DB, pub outboxrelay.Publisher, log *slog.Logger) *Relay {
+	return outboxrelay.New(relayStore{db}, outboxrelay.Locks{Relay: relayLockID, Rev: revLockID, Notify: NotifyChannel}, pub, log)
 }
 
-// SetObserver makes o hear the relay's publishes and failures; call it before Run.
-func (r *Relay) SetObserver(o RelayObserver) {
-	r.mu.Lock()
-	r.obs = o
-	r.mu.Unlock()
+// relayStore is what the relay needs of db.
+type relayStore struct{ db *DB }
+
+func (s relayStore) ConnConfig() *pgx.ConnConfig { return s.db.pool.Config().ConnConfig.Copy() }
+
+func (s relayStore) Bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return s.db.bound(ctx)
 }
 
-func (r *Relay) observer() RelayObserver {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.obs
+func (s relayStore) Entries(ctx context.Context, fn func(tenants.Change) error) (int64, error) {
+	return s.db.Entries(ctx, fn)
 }
 
 // OutboxBacklog is the number of outbox rows not yet published and the age of the

@@ -3,8 +3,10 @@ package postgres
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -56,21 +58,52 @@ func (db *DB) CreateRoute(ctx context.Context, r *tenants.Route) error {
 
 // insertRoute is CreateRoute's work in tx, on a validated r.
 func insertRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
-	if err := checkCount(ctx, tx, r.TenantID, tenants.ResRoutes, countRoutes); err != nil {
-		return err
+	b := &pgx.Batch{}
+	var check func(pgx.BatchResults) error
+	if r.Cache == nil && len(r.Functions) == 0 {
+		// Nothing to look up first: the limit's check, the route and its paths in one
+		// round trip. The check's answer is read first; when it refuses, the transaction
+		// rolls the route back.
+		var err error
+		if check, err = queueCount(ctx, tx, b, r.TenantID, tenants.ResRoutes); err != nil {
+			return err
+		}
+	} else {
+		if err := checkCount(ctx, tx, r.TenantID, tenants.ResRoutes); err != nil {
+			return err
+		}
+		if err := checkCacheAllowed(ctx, tx, r, ""); err != nil {
+			return err
+		}
+		if err := resolveFunctions(ctx, tx, r); err != nil {
+			return err
+		}
 	}
-	if err := checkCacheAllowed(ctx, tx, r, ""); err != nil {
-		return err
+	id := newID()
+	b.Queue(`INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
+		RETURNING `+routeColumns, r.TenantID, id, r.Name, specOf(r, "name"))
+	paths, methods := queueClaim(b, r.TenantID, id, r)
+	br := tx.SendBatch(ctx, b)
+	if check != nil {
+		if err := check(br); err != nil {
+			br.Close()
+			return err
+		}
 	}
-	if err := resolveFunctions(ctx, tx, r); err != nil {
-		return err
-	}
-	saved, err := scanRoute(tx.QueryRow(ctx, `INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
-		RETURNING `+routeColumns, r.TenantID, newID(), r.Name, specOf(r, "name")))
+	saved, err := scanRoute(br.QueryRow())
 	if err != nil {
+		br.Close()
 		return err
 	}
-	if err := claimPaths(ctx, tx, saved); err != nil {
+	claimed, err := readClaims(br)
+	if err != nil {
+		br.Close()
+		return err
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if err := explainClaims(ctx, tx, saved, paths, methods, claimed); err != nil {
 		return err
 	}
 	*r = *saved
@@ -82,11 +115,29 @@ func insertRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 // names left out ("/users/{}"), since paths differing only in those match the same
 // requests.
 func claimPaths(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
+	b := &pgx.Batch{}
+	paths, ms := queueClaim(b, r.TenantID, r.ID, r)
+	br := tx.SendBatch(ctx, b)
+	claimed, err := readClaims(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return explainClaims(ctx, tx, r, paths, ms, claimed)
+}
+
+// pathPair is one path+method pair a route claims.
+type pathPair struct{ path, method string }
+
+// queueClaim queues in b the insert of the pairs route id (r's paths and methods)
+// claims, and returns them.
+func queueClaim(b *pgx.Batch, tenantID, id string, r *tenants.Route) (paths, ms []string) {
 	methods := r.Methods
 	if len(methods) == 0 {
 		methods = []string{"*"}
 	}
-	var paths, ms []string
 	for _, p := range r.Paths {
 		p = tenants.PathPattern(p)
 		for _, m := range methods {
@@ -95,25 +146,39 @@ func claimPaths(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 	}
 	// ON CONFLICT DO NOTHING rather than a unique violation, so the conflicting pair can be
 	// named from within the same transaction.
-	rows, err := tx.Query(ctx, `INSERT INTO route_paths (tenant_id, route_id, path, method)
+	b.Queue(`INSERT INTO route_paths (tenant_id, route_id, path, method)
 		SELECT $1, $2, p, m FROM unnest($3::text[], $4::text[]) AS t (p, m)
 		ON CONFLICT ON CONSTRAINT route_paths_path_key DO NOTHING
-		RETURNING path, method`, r.TenantID, r.ID, paths, ms)
+		RETURNING path, method`, tenantID, id, paths, ms)
+	return paths, ms
+}
+
+// readClaims reads the pairs queueClaim's insert claimed.
+func readClaims(br pgx.BatchResults) (map[pathPair]bool, error) {
+	rows, err := br.Query()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	type pair struct{ path, method string }
-	claimed := map[pair]bool{}
-	var p pair
-	if _, err := pgx.ForEachRow(rows, []any{&p.path, &p.method}, func() error {
+	claimed := map[pathPair]bool{}
+	var p pathPair
+	_, err = pgx.ForEachRow(rows, []any{&p.path, &p.method}, func() error {
 		claimed[p] = true
 		return nil
-	}); err != nil {
-		return err
+	})
+	return claimed, err
+}
+
+// explainClaims fails with EConflict naming the route that serves a pair r could not
+// claim.
+func explainClaims(ctx context.Context, tx pgx.Tx, r *tenants.Route, paths, ms []string, claimed map[pathPair]bool) error {
+	methods := r.Methods
+	if len(methods) == 0 {
+		methods = []string{"*"}
 	}
 	if len(claimed) == len(paths) {
 		return nil
 	}
+	type pair = pathPair
 	for i := range paths {
 		p := pair{paths[i], ms[i]}
 		if claimed[p] {
@@ -301,7 +366,6 @@ func (db *DB) DeleteRoute(ctx context.Context, tenantID, id string) error {
 
 // deleteRoute is DeleteRoute's work in tx.
 func deleteRoute(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
-	forgetCount(ctx, tenantID, tenants.ResRoutes)
 	// The ids as stored, not as sent, build the key: "ABC…" and "abc…" are one UUID.
 	var tid, rid string
 	err := tx.QueryRow(ctx, `DELETE FROM routes WHERE tenant_id = $1 AND id = $2
@@ -312,7 +376,145 @@ func deleteRoute(ctx context.Context, tx pgx.Tx, tenantID, id string) error {
 	if err != nil {
 		return err
 	}
+	uncount(ctx, tx, tid, tenants.ResRoutes)
 	return emit(ctx, tx, del(tid, tenants.ObjectKey(tid, tenants.KindRoute, rid)))
 }
 
 var _ tenants.RouteService = (*DB)(nil)
+
+// insertRoutes is insertRoute for many validated routes at once (an apply's creates), in
+// a few statements per thousands of routes rather than a few per route. paths are the
+// routes' document paths, for errors. The tenant must be locked (an apply holds it).
+func insertRoutes(ctx context.Context, tx pgx.Tx, routes []*tenants.Route, paths []string) error {
+	if len(routes) == 0 {
+		return nil
+	}
+	tenantID := routes[0].TenantID
+	for i := range routes {
+		if err := checkCount(ctx, tx, tenantID, tenants.ResRoutes); err != nil {
+			return tenants.AtPath(paths[i], err)
+		}
+	}
+	cached := false
+	for i, r := range routes {
+		if r.Cache != nil && !cached {
+			// One look at the plan serves them all: a new route had no cache before.
+			if err := checkCacheAllowed(ctx, tx, r, ""); err != nil {
+				return tenants.AtPath(paths[i], err)
+			}
+			cached = true
+		}
+		if err := resolveFunctions(ctx, tx, r); err != nil {
+			return tenants.AtPath(paths[i], err)
+		}
+	}
+	const chunk = 5000
+	for start := 0; start < len(routes); start += chunk {
+		part := routes[start:min(start+chunk, len(routes))]
+		if err := insertRouteChunk(ctx, tx, part, paths[start:start+len(part)]); err != nil {
+			return err
+		}
+	}
+	changes := make([]change, len(routes))
+	for i, r := range routes {
+		changes[i] = routeChange(r)
+	}
+	return emit(ctx, tx, changes...)
+}
+
+func insertRouteChunk(ctx context.Context, tx pgx.Tx, routes []*tenants.Route, docPaths []string) error {
+	tenantID := routes[0].TenantID
+	ids := make([]string, len(routes))
+	names := make([]string, len(routes))
+	specs := make([]string, len(routes))
+	var pairIDs, pairPaths, pairMethods []string
+	owner := map[string]int{} // route id → index
+	for i, r := range routes {
+		ids[i], names[i] = newID(), r.Name
+		// The route's JSON as is: the server drops the members that are not spec (see
+		// specOf), which costs it less than decoding and encoding it again here.
+		spec, err := json.Marshal(r)
+		if err != nil {
+			return tenants.AtPath(docPaths[i], err)
+		}
+		specs[i] = string(spec)
+		owner[ids[i]] = i
+		methods := r.Methods
+		if len(methods) == 0 {
+			methods = []string{"*"}
+		}
+		for _, p := range r.Paths {
+			p = tenants.PathPattern(p)
+			for _, m := range methods {
+				pairIDs, pairPaths, pairMethods = append(pairIDs, ids[i]), append(pairPaths, p), append(pairMethods, m)
+			}
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO routes (tenant_id, id, name, spec)
+		SELECT $1, id, name, spec::jsonb - $5::text[] FROM unnest($2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS t (id, name, spec, n)
+		ORDER BY n
+		RETURNING `+routeColumns, tenantID, ids, names, specs, append(readOnlyNames(reflect.TypeFor[tenants.Route]()), "name"))
+	b.Queue(`INSERT INTO route_paths (tenant_id, route_id, path, method)
+		SELECT $1, id, p, m FROM unnest($2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS t (id, p, m, n)
+		ORDER BY n
+		ON CONFLICT ON CONSTRAINT route_paths_path_key DO NOTHING
+		RETURNING route_id::text, path, method`, tenantID, pairIDs, pairPaths, pairMethods)
+	br := tx.SendBatch(ctx, b)
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return constraintError(err, "create routes", nil)
+	}
+	saved, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*tenants.Route, error) { return scanRoute(r) })
+	if err != nil {
+		br.Close()
+		return err
+	}
+	rows, err = br.Query()
+	if err != nil {
+		br.Close()
+		return err
+	}
+	type claim struct{ id, path, method string }
+	claimed := map[claim]bool{}
+	var c claim
+	if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.path, &c.method}, func() error {
+		claimed[c] = true
+		return nil
+	}); err != nil {
+		br.Close()
+		return err
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	for _, s := range saved {
+		*routes[owner[s.ID]] = *s
+	}
+	if len(claimed) == len(pairIDs) {
+		return nil
+	}
+	// Name the first route, in the document's order of writes, that lost a pair.
+	for k := range pairIDs {
+		if claimed[claim{pairIDs[k], pairPaths[k], pairMethods[k]}] {
+			continue
+		}
+		i := owner[pairIDs[k]]
+		r := routes[i]
+		got := map[pathPair]bool{}
+		for q := range pairIDs {
+			if pairIDs[q] == r.ID && claimed[claim{pairIDs[q], pairPaths[q], pairMethods[q]}] {
+				got[pathPair{pairPaths[q], pairMethods[q]}] = true
+			}
+		}
+		var ps, ms []string
+		for q := range pairIDs {
+			if pairIDs[q] == r.ID {
+				ps, ms = append(ps, pairPaths[q]), append(ms, pairMethods[q])
+			}
+		}
+		return tenants.AtPath(docPaths[i], explainClaims(ctx, tx, r, ps, ms, got))
+	}
+	return fmt.Errorf("route paths: %d of %d claimed, but none is taken", len(claimed), len(pairIDs))
+}

@@ -1,4 +1,7 @@
-package postgres
+// Package outboxrelay moves the rows of the Postgres store's outbox to the KV bucket: the
+// store (tenants/postgres) writes them, in the transaction of each change, and a relay
+// publishes them in rev order. tenants/postgres.NewRelay makes one.
+package outboxrelay
 
 import (
 	"cmp"
@@ -17,10 +20,30 @@ import (
 	"tollgate/tenants"
 )
 
-// publisher puts config changes into the KV bucket, in the order given. tenants/nats
+// Publisher puts config changes into the KV bucket, in the order given. tenants/nats
 // implements it.
-type publisher interface {
+type Publisher interface {
 	Publish(ctx context.Context, changes []tenants.Change) error
+}
+
+// Store is what a relay needs of the Postgres store (tenants/postgres.DB).
+type Store interface {
+	// ConnConfig is a copy of the store's connection settings, for the relay's own
+	// session.
+	ConnConfig() *pgx.ConnConfig
+	// Bound gives ctx the store's timeout when it has no deadline of its own.
+	Bound(ctx context.Context) (context.Context, context.CancelFunc)
+	// Entries calls fn with every object's entry, with fresh revs, in rev order, and
+	// returns the first rev (see tenants/postgres.DB.Entries).
+	Entries(ctx context.Context, fn func(tenants.Change) error) (firstRev int64, err error)
+}
+
+// Locks are the advisory lock ids and the channel a relay shares with the store's
+// writers.
+type Locks struct {
+	Relay  int64  // held by the active relay for its session
+	Rev    int64  // taken shared by writers as they draw revs (see horizon)
+	Notify string // the LISTEN/NOTIFY channel writers notify after commit
 }
 
 // Relay moves outbox rows to the KV bucket. Every api replica runs one; a Postgres
@@ -33,14 +56,21 @@ type publisher interface {
 // whose mark did not commit (the relay died in between) is published again by the next
 // relay, which the edges tolerate because they ignore revs they already hold.
 //
-// Write transactions draw their revs under an exclusive lock held until commit (see
-// emit), so revs are handed out in commit order and the bucket receives them rising.
+// Write transactions draw their revs under a shared lock held until they end (see the
+// store's emit).
+// Before it reads a batch, the relay takes that lock exclusive for an instant: once it
+// has it, every rev drawn so far is committed or rolled back, and it publishes only up to
+// the highest committed one, so a rev still in flight is never overtaken and the bucket
+// receives revs rising.
 type Relay struct {
-	db  *DB
-	pub publisher
-	log *slog.Logger
+	db    Store
+	locks Locks
+	pub   Publisher
+	log   *slog.Logger
 
 	batch      int           // rows per Publish
+	gap        time.Duration // the least time between two batches' waits for the rev lock
+	lastWait   time.Time
 	poll       time.Duration // wait for a notification at most this long
 	contend    time.Duration // retry the lock this often while another relay holds it
 	retryMin   time.Duration
@@ -56,7 +86,7 @@ type Relay struct {
 	kicked  bool               // wake the next wait at once
 	wake    context.CancelFunc // ends the current wait
 	status  RelayStatus
-	obs     RelayObserver // relaymetrics.go
+	obs     Observer // observer.go
 }
 
 // RelayStatus is what a relay reports for readiness and metrics.
@@ -71,14 +101,14 @@ type RelayStatus struct {
 	Failing string `json:"failing,omitempty"`
 }
 
-// NewRelay returns a relay of db's outbox to pub. It does nothing until Run.
-func NewRelay(db *DB, pub publisher, log *slog.Logger) *Relay {
+// New returns a relay of db's outbox to pub. It does nothing until Run.
+func New(db Store, locks Locks, pub Publisher, log *slog.Logger) *Relay {
 	if log == nil {
 		log = slog.Default()
 	}
 	return &Relay{
-		db: db, pub: pub, log: log.With("component", "outbox-relay"),
-		batch: 1000, poll: time.Second, contend: time.Second,
+		db: db, locks: locks, pub: pub, log: log.With("component", "outbox-relay"),
+		batch: 1000, gap: 10 * time.Millisecond, poll: time.Second, contend: time.Second,
 		retryMin: 50 * time.Millisecond, retryMax: 5 * time.Second,
 		pruneEvery: 10 * time.Minute, keep: 24 * time.Hour,
 		reqs: make(chan *resyncRequest, 1),
@@ -123,7 +153,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // with it. Closing the connection releases the lock, so a relay that dies, or whose
 // connection drops, hands over without anyone's help.
 func (r *Relay) session(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
-	conn, err := pgx.ConnectConfig(ctx, r.db.pool.Config().ConnConfig.Copy())
+	conn, err := pgx.ConnectConfig(ctx, r.db.ConnConfig())
 	if err != nil {
 		return err
 	}
@@ -152,10 +182,10 @@ func (r *Relay) session(ctx context.Context, fn func(context.Context, *pgx.Conn)
 func (r *Relay) tryLock(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	// Bounded, so a frozen server costs the relay its connection (and a new one once the
 	// server answers) rather than a wait as long as the freeze.
-	ctx, cancel := r.db.bound(ctx)
+	ctx, cancel := r.db.Bound(ctx)
 	defer cancel()
 	var ok bool
-	err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, relayLockID).Scan(&ok)
+	err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, r.locks.Relay).Scan(&ok)
 	return ok, err
 }
 
@@ -167,7 +197,7 @@ func (r *Relay) setActive(active bool) {
 
 // serve is the active relay's loop.
 func (r *Relay) serve(ctx context.Context, conn *pgx.Conn) error {
-	if _, err := conn.Exec(ctx, `LISTEN `+NotifyChannel+`; LISTEN `+resyncChannel); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{r.locks.Notify}.Sanitize()+`; LISTEN `+resyncChannel); err != nil {
 		return err
 	}
 	var (
@@ -254,16 +284,27 @@ func (r *Relay) serve(ctx context.Context, conn *pgx.Conn) error {
 // publishBatch publishes the oldest unsent rows and marks them sent. It returns how many
 // rows it published.
 func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
+	// Each wait for the rev lock holds new writers back for about one commit: a batch
+	// follows the last by at least gap, so that a busy outbox is read in larger batches
+	// rather than with a wait after each few rows.
+	if wait := r.gap - time.Since(r.lastWait); wait > 0 && !sleep(ctx, wait) {
+		return 0, ctx.Err()
+	}
+	r.lastWait = time.Now()
 	// Reading the batch is bounded (see tryLock); publishing has its own bounds.
-	qctx, cancel := r.db.bound(ctx)
+	qctx, cancel := r.db.Bound(ctx)
 	defer cancel()
+	upTo, err := horizon(qctx, conn, r.locks.Rev)
+	if err != nil {
+		return 0, err
+	}
 	tx, err := conn.Begin(qctx)
 	if err != nil {
 		return 0, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	rows, err := tx.Query(qctx, `SELECT id, key, value, created_at, cell FROM outbox WHERE sent_at IS NULL
-		ORDER BY id LIMIT $1 FOR UPDATE`, r.batch)
+	rows, err := tx.Query(qctx, `SELECT id, key, value, created_at, cell FROM outbox WHERE sent_at IS NULL AND id <= $2
+		ORDER BY id LIMIT $1 FOR UPDATE`, r.batch, upTo)
 	if err != nil {
 		return 0, err
 	}
@@ -304,6 +345,31 @@ func (r *Relay) publishBatch(ctx context.Context, conn *pgx.Conn) (int, error) {
 		}
 	}
 	return len(changes), nil
+}
+
+// horizon returns the highest rev the relay may publish up to: it waits, holding the rev
+// lock exclusive, until every transaction that drew a rev has ended (writers hold it
+// shared from drawing to commit), and reads the highest rev committed. A rev
+// drawn later is above it. Writers that come meanwhile wait for the lock, about as long
+// as the slowest commit in flight, once per batch.
+func horizon(ctx context.Context, conn *pgx.Conn, revLock int64) (int64, error) {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT pg_advisory_lock($1)`, revLock)
+	b.Queue(`SELECT coalesce(max(id), 0) FROM outbox`)
+	b.Queue(`SELECT pg_advisory_unlock($1)`, revLock)
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	var upTo int64
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
+	if err := br.QueryRow().Scan(&upTo); err != nil {
+		return 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return 0, err
+	}
+	return upTo, br.Close()
 }
 
 func (r *Relay) published(rev int64) {
@@ -387,7 +453,7 @@ type resyncReply struct {
 
 // Resync rebuilds the KV bucket from Postgres. Holding the relay lock, so that no relay
 // publishes meanwhile, it reads the current entry of every object of every tenant with
-// fresh revs (see DB.Entries) and hands them all to apply, which must make the bucket hold
+// fresh revs (see Store.Entries) and hands them all to apply, which must make the bucket hold
 // exactly those entries and no other key (tenants/nats.Resync does). Then it marks every
 // unsent outbox row the entries supersede as sent; later changes follow as usual.
 //
@@ -419,6 +485,13 @@ func (r *Relay) Resync(ctx context.Context, apply func(ctx context.Context, live
 	case <-ctx.Done():
 		return ResyncResult{}, ctx.Err()
 	}
+}
+
+// SetTimings changes a relay's waits (tests shorten them): how often it retries the lock
+// while another relay holds it, how long it waits for a notification at most, and how
+// many rows it publishes at once. Call it before Run.
+func (r *Relay) SetTimings(contend, poll time.Duration, batch int) {
+	r.contend, r.poll, r.batch = contend, poll, batch
 }
 
 // Channels of resync requests to the active relay of another process and of its answers.
@@ -464,7 +537,7 @@ func (r *Relay) serveRemoteResync(ctx context.Context, conn *pgx.Conn, id string
 // resyncElsewhere resyncs holding the relay lock when it is free, or has the relay that
 // holds it do so.
 func (r *Relay) resyncElsewhere(ctx context.Context, apply func(context.Context, []tenants.Change) error) (ResyncResult, error) {
-	conn, err := pgx.ConnectConfig(ctx, r.db.pool.Config().ConnConfig.Copy())
+	conn, err := pgx.ConnectConfig(ctx, r.db.ConnConfig())
 	if err != nil {
 		return ResyncResult{}, err
 	}
