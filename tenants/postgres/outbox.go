@@ -87,10 +87,13 @@ func queueEmit(ctx context.Context, tx pgx.Tx, b *pgx.Batch, changes []change) e
 	// A change goes to its tenant's cell, read after the rev lock is held: a move of the
 	// tenant takes that lock exclusively, so it either committed before (and this sees its
 	// cell) or waits for this commit (and republishes this change's object to the new cell).
+	// The cell is a subquery per row rather than a join: a join's cached generic plan may
+	// hash the whole tenants table for the few rows of one write.
 	b.Queue(`INSERT INTO outbox (id, tenant_id, key, value, cell)
-		SELECT u.id, u.tenant_id, u.key, u.value, coalesce(nullif(u.cell, ''), t.cell, 'default')
-		FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::bytea[], $5::text[]) AS u(id, tenant_id, key, value, cell)
-		LEFT JOIN tenants t ON t.id = u.tenant_id`, revs, tenantIDs, keys, values, cells)
+		SELECT u.id, u.tenant_id, u.key, u.value,
+			coalesce(nullif(u.cell, ''), (SELECT t.cell FROM tenants t WHERE t.id = u.tenant_id), 'default')
+		FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::bytea[], $5::text[]) AS u(id, tenant_id, key, value, cell)`,
+		revs, tenantIDs, keys, values, cells)
 	if wt, ok := tx.(*writeTx); !ok || wt.notifyInTx {
 		b.Queue(`SELECT pg_notify($1, '')`, NotifyChannel)
 	}
