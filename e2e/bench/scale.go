@@ -22,8 +22,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"tollgate/e2e/bench/figures"
@@ -165,43 +163,10 @@ func (b *bench) addTenants(ctx context.Context, s *harness.Stack, rs *routeSet, 
 	for k := from; k < n; k++ {
 		rs.slugs = append(rs.slugs, fmt.Sprintf("%s-%d", prefix, k))
 	}
-	return parallel(ctx, n-from, b.workers, func(i int) error {
+	return tenantscale.Parallel(ctx, n-from, b.workers, func(i int) error {
 		_, err := s.Client.CreateTenant(ctx, rs.slugs[from+i])
 		return err
 	})
-}
-
-// parallel runs fn(0..n-1) on workers goroutines and returns the first error.
-func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		next    atomic.Int64
-		wg      sync.WaitGroup
-		errOnce sync.Once
-		first   error
-	)
-	for range min(max(1, workers), n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					errOnce.Do(func() { first = err; cancel() })
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if first == nil {
-		first = ctx.Err()
-	}
-	return first
 }
 
 // fill creates routes rs.loaded..total-1 through config applies without prune, one
@@ -211,7 +176,7 @@ func (b *bench) fill(ctx context.Context, s *harness.Stack, rs *routeSet, total 
 	if total <= rs.loaded {
 		return 0, nil
 	}
-	err := parallel(ctx, len(rs.slugs), 4, func(j int) error {
+	err := tenantscale.Parallel(ctx, len(rs.slugs), 4, func(j int) error {
 		var chunk []map[string]any
 		flush := func() error {
 			if len(chunk) == 0 {
@@ -266,7 +231,7 @@ func (b *bench) served(ctx context.Context, s *harness.Stack, p *harness.Proc, b
 		hosts = append(hosts, h)
 	}
 	slices.Sort(hosts)
-	return parallel(ctx, len(hosts), 8, func(i int) error {
+	return tenantscale.Parallel(ctx, len(hosts), 8, func(i int) error {
 		return b.WaitServed(ctx, p, base, hosts[i], byHost[hosts[i]], nil)
 	})
 }

@@ -44,8 +44,8 @@ func spread(from, to, m int) []int {
 	return out
 }
 
-// parallel runs fn(0..n-1) on workers goroutines and returns the first error.
-func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
+// Parallel runs fn(0..n-1) on workers goroutines and returns the first error.
+func Parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (

@@ -228,7 +228,7 @@ func (r *runner) phase(ctx context.Context, what string, n int, call func(i int)
 	p := &phase{lat: make([]time.Duration, n), done: make([]time.Duration, 0, n)}
 	var mu sync.Mutex
 	start := time.Now()
-	err := parallel(ctx, n, r.set.Clients, func(i int) error {
+	err := Parallel(ctx, n, r.set.Clients, func(i int) error {
 		t0 := time.Now()
 		key, err := call(i)
 		if err != nil {
@@ -431,7 +431,7 @@ func (r *runner) shares(ctx context.Context) error {
 	from := 0
 	for _, sh := range []Share{{Pct: 1, Tenants: one}, {Pct: 10, Tenants: ten}} {
 		var failed atomic.Int64
-		_ = parallel(ctx, sh.Tenants-from, 8, func(i int) error {
+		_ = Parallel(ctx, sh.Tenants-from, 8, func(i int) error {
 			if _, err := r.get(ctx, r.hc, from+i); err != nil {
 				failed.Add(1)
 			}
