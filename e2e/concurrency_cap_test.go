@@ -96,6 +96,8 @@ func TestConcurrencyCaps(t *testing.T) {
 		_, bobKey := api.createKey("capc", str(t, bob, "id"))
 		asAlice, asBob := []string{"X-API-Key", aliceKey}, []string{"X-API-Key", bobKey}
 		eventually(t, 30*time.Second, "alice is served", served(edge, "capc", "/now", "hold", asAlice...))
+		// Bob's key was made last, and may reach the edge in a later relay batch than hers.
+		eventually(t, 30*time.Second, "bob is served", served(edge, "capc", "/now", "hold", asBob...))
 
 		// Alice fills her plan's places with requests the upstream holds.
 		held := make(chan *edgeResp, capN)
