@@ -1,13 +1,16 @@
 package api_test
 
 import (
+	"context"
+
+	"golang.org/x/sync/errgroup"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,30 +77,17 @@ func (a *benchAPI) call(method, path string, body any, want int) error {
 
 // fan runs n calls of fn over 16 clients and returns how long they took.
 func (a *benchAPI) fan(n int, fn func(i int) error) time.Duration {
-	var (
-		next   atomic.Int64
-		wg     sync.WaitGroup
-		failed atomic.Value
-	)
+	// The first error stops handing out calls; those under way finish.
+	g, ctx := errgroup.WithContext(context.Background())
+	g.SetLimit(16)
 	start := time.Now()
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || failed.Load() != nil {
-					return
-				}
-				if err := fn(i); err != nil {
-					failed.Store(err)
-					return
-				}
-			}
-		}()
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		g.Go(func() error { return fn(i) })
 	}
-	wg.Wait()
-	if err := failed.Load(); err != nil {
+	if err := g.Wait(); err != nil {
 		a.b.Fatal(err)
 	}
 	return time.Since(start)

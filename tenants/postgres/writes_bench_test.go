@@ -1,6 +1,8 @@
 package postgres_test
 
 import (
+	"golang.org/x/sync/errgroup"
+
 	"context"
 	"fmt"
 	"io"
@@ -126,30 +128,17 @@ func benchTenant(b *testing.B, db *postgres.DB, slug string) *tenants.Tenant {
 // fanOut runs n calls of fn over clients goroutines and returns how long they took.
 func fanOut(b *testing.B, n, clients int, fn func(i int) error) time.Duration {
 	b.Helper()
-	var (
-		next   atomic.Int64
-		wg     sync.WaitGroup
-		failed atomic.Value
-	)
+	// The first error stops handing out calls; those under way finish.
+	g, ctx := errgroup.WithContext(context.Background())
+	g.SetLimit(clients)
 	start := time.Now()
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || failed.Load() != nil {
-					return
-				}
-				if err := fn(i); err != nil {
-					failed.Store(err)
-					return
-				}
-			}
-		}()
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		g.Go(func() error { return fn(i) })
 	}
-	wg.Wait()
-	if err := failed.Load(); err != nil {
+	if err := g.Wait(); err != nil {
 		b.Fatal(err)
 	}
 	return time.Since(start)
