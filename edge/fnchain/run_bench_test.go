@@ -23,15 +23,29 @@ import (
 // "+cap" takes a slot of the tenant's cap for each run of callbacks even where it cannot
 // bind (function.SetSkipIdleCap(false)): run it at -cpu 1, where the default cap is one.
 // "+nolast" ends each context in a run of its own at Finish
-// (function.SetEndWithLastCallback(false)).
+// (function.SetEndWithLastCallback(false)). "+locked" begins and ends each run under a
+// lock (function.SetLockFreeRuns(false)), "+nopool" allocates each request's Call
+// (function.SetReuseCalls(false)), "+ctxvalue" runs guest calls with a context.WithValue
+// (function.SetOwnContext(false)).
 func BenchmarkRun(b *testing.B) {
-	for _, name := range []string{functiontest.WatNoop, functiontest.WatNoop + "+cap", functiontest.WatNoop + "+nolast", functiontest.WatHeaders} {
+	variants := []string{"", "+cap", "+nolast", "+locked", "+nopool", "+ctxvalue"}
+	names := []string{functiontest.WatHeaders}
+	for _, v := range variants {
+		names = append(names, functiontest.WatNoop+v)
+	}
+	for _, name := range names {
 		b.Run(name, func(b *testing.B) {
 			guest, variant, _ := strings.Cut(name, "+")
 			function.SetSkipIdleCap(variant != "cap")
 			defer function.SetSkipIdleCap(true)
 			function.SetEndWithLastCallback(variant != "nolast")
 			defer function.SetEndWithLastCallback(true)
+			function.SetLockFreeRuns(variant != "locked")
+			defer function.SetLockFreeRuns(true)
+			function.SetReuseCalls(variant != "nopool")
+			defer function.SetReuseCalls(true)
+			function.SetOwnContext(variant != "ctxvalue")
+			defer function.SetOwnContext(true)
 			mod := functiontest.Build(b, guest)
 			dir := b.TempDir()
 			sha := digest(mod)

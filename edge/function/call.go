@@ -40,7 +40,7 @@ type pendingCallout struct {
 
 // getCall takes a free Call of in, whose lock the caller holds.
 func (in *instance) getCall() *Call {
-	if n := len(in.calls); n > 0 {
+	if n := len(in.calls); n > 0 && reuseCalls.Load() {
 		c := in.calls[n-1]
 		in.calls = in.calls[:n-1]
 		return c
@@ -450,7 +450,7 @@ func (c *Call) Done() time.Duration {
 	in.mu.Lock()
 	if in.refs--; in.refs == 0 && (in.dead || in.slotNo < 0 || f.closed.Load()) {
 		in.drop()
-	} else {
+	} else if reuseCalls.Load() {
 		// A dropped instance's Calls go with it.
 		in.calls = append(in.calls, c)
 	}

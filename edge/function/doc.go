@@ -32,7 +32,8 @@
 //     the start of every function and every loop iteration. A watchdog goroutine, awake
 //     while guests ran in the last second, checks running instances every millisecond
 //     and raises an overdue one's flag; the guest traps at its next call or iteration.
-//     A run and the watchdog share no lock: see instance.deadline.
+//     A run and the watchdog share no lock: see instance.deadline (SetLockFreeRuns off adds
+//     one per instance, for comparison).
 //     Starting an instance has Config.StartTimeout (1s). wazero's own cut-off
 //     (WithCloseOnContextDone) is not used: it starts a goroutine per guest call, which
 //     made a no-op filter cost 15 µs of CPU per request instead of under 1 µs.

@@ -194,6 +194,10 @@ type instance struct {
 	// state: the run between begin and end, and the watchdog between its swap to cutting
 	// and its swap back, which end waits for.
 	deadline atomic.Int64
+	// locked is SetLockFreeRuns off when the instance started: runs begin and end under
+	// fuelMu, which the watchdog holds to cut one.
+	locked   bool
+	fuelMu   sync.Mutex
 	timedOut atomic.Bool
 	lm       *linearMemory
 	bad      string // the first bad host call, for the tenant's log
@@ -250,9 +254,13 @@ func (m *linearMemory) Free() { m.buf = nil }
 
 func (f *Filter) newInstance() (*instance, error) {
 	r := f.rt
-	in := &instance{f: f, nextID: rootContextID + 1, slotNo: -1}
+	in := &instance{f: f, nextID: rootContextID + 1, slotNo: -1, locked: !lockFreeRuns.Load()}
 	in.lm = &linearMemory{limit: uint64(f.pages) * 65536}
-	in.ctx = &instCtx{Context: context.Background(), in: in}
+	if ownContext.Load() {
+		in.ctx = &instCtx{Context: context.Background(), in: in}
+	} else {
+		in.ctx = context.WithValue(context.Background(), instKey{}, in)
+	}
 	actx := experimental.WithMemoryAllocator(in.ctx, experimental.MemoryAllocatorFunc(
 		func(_, _ uint64) experimental.LinearMemory { return in.lm }))
 	r.mu.Lock()
@@ -361,6 +369,11 @@ func (in *instance) invoke(name string, fn api.Function, nargs int, budget int64
 // the fuel alone until the store that publishes the new deadline.
 func (in *instance) begin(budget int64) int64 {
 	r := in.f.rt
+	if in.locked {
+		in.fuelMu.Lock()
+		defer in.fuelMu.Unlock()
+		r.running.Add(1)
+	}
 	start := now()
 	in.stop.Set(uint64(budget) * fuelPerNS) // fuel: see instrument
 	// A watchdog that caught the last run between its final callback's return and its
@@ -386,6 +399,11 @@ const cutting = -1
 
 // end closes what begin opened and returns the wall time since.
 func (in *instance) end(start int64) int64 {
+	if in.locked {
+		in.fuelMu.Lock()
+		defer in.fuelMu.Unlock()
+		defer in.f.rt.running.Add(-1)
+	}
 	in.own()
 	in.deadline.Store(0)
 	return now() - start
@@ -557,7 +575,7 @@ func (r *Runtime) watchdog() {
 			return
 		}
 		r.procs.Store(int32(runtime.GOMAXPROCS(0)))
-		if r.check() {
+		if r.check() || r.running.Load() > 0 {
 			idle = 0
 			continue
 		}
@@ -583,6 +601,21 @@ func (r *Runtime) watchdog() {
 	}
 }
 
+// cut stops in's run if it is still the one that went past d.
+func (in *instance) cut(d int64) {
+	if in.locked {
+		in.fuelMu.Lock()
+		defer in.fuelMu.Unlock()
+	}
+	if in.deadline.CompareAndSwap(d, cutting) {
+		// Still the run that went past d, and it cannot end before the swap back.
+		in.timedOut.Store(true)
+		in.stop.Set(0)
+		in.deadline.Store(d)
+		in.f.rt.cuts.Add(1)
+	}
+}
+
 // check stops the runs past their deadline and says whether any run.
 func (r *Runtime) check() bool {
 	n := now()
@@ -596,12 +629,8 @@ func (r *Runtime) check() bool {
 		running = true
 		// Stopped again on every tick until it ends: the guest takes from its fuel with a
 		// read and a write, so a store of 0 between the two is lost.
-		if d > 0 && n > d && in.deadline.CompareAndSwap(d, cutting) {
-			// Still the run that went past d, and it cannot end before the swap back.
-			in.timedOut.Store(true)
-			in.stop.Set(0)
-			in.deadline.Store(d)
-			r.cuts.Add(1)
+		if d > 0 && n > d {
+			in.cut(d)
 		}
 	}
 	r.mu.Unlock()

@@ -127,3 +127,35 @@ func TestFuelStopsALoopBeforeTheWatchdog(t *testing.T) {
 		t.Errorf("the watchdog cut %d runs; the fuel should have stopped the loop 2 s before its deadline", n)
 	}
 }
+
+// With the run's speed-ups off (a lock per run, a Call allocated per request, a
+// context.WithValue), a filter behaves the same: its headers are set request after
+// request, and the watchdog still cuts a loop off at its deadline.
+func TestRunSwitchesOff(t *testing.T) {
+	function.SetLockFreeRuns(false)
+	function.SetReuseCalls(false)
+	function.SetOwnContext(false)
+	t.Cleanup(func() {
+		function.SetLockFreeRuns(true)
+		function.SetReuseCalls(true)
+		function.SetOwnContext(true)
+	})
+	r := newRuntime(t, function.Config{Timeout: 50 * time.Millisecond, WallFactor: 1})
+	f := filter(t, r, functiontest.WatHeaders, "t1", "", function.Limits{})
+	for range 3 {
+		h := functiontest.NewHTTP("GET", "/")
+		if _, err := roundTrip(f, h); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := h.Get(function.RequestHeaders, "x-function"); v == "" {
+			t.Errorf("request header x-function missing; headers %v", h.Maps[function.RequestHeaders])
+		}
+	}
+	loop := filter(t, r, functiontest.Loop, "spin", "", function.Limits{})
+	if _, err := roundTrip(loop, functiontest.NewHTTP("GET", "/")); reason(err) != function.ReasonTimeout {
+		t.Fatalf("a loop: %v, want reason %s", err, function.ReasonTimeout)
+	}
+	if n := function.WatchdogCuts(r); n == 0 {
+		t.Error("the watchdog cut nothing under the lock")
+	}
+}

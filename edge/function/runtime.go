@@ -90,7 +90,10 @@ type Runtime struct {
 	// The watchdog sleeps while no guest runs (sleeping), so an idle edge pays nothing;
 	// active says a run began since it last looked, and it clears it before it sleeps.
 	active atomic.Bool
-	cuts   atomic.Int64 // runs the watchdog stopped, for the tests
+	// running counts the runs in progress while SetLockFreeRuns is off: two contended
+	// adds a run, which the lock-free protocol replaced with the read-mostly active.
+	running atomic.Int32
+	cuts    atomic.Int64 // runs the watchdog stopped, for the tests
 	// procs is GOMAXPROCS, which the runtime may change while the edge runs (a container's
 	// CPU limit): the watchdog reads it again on every tick.
 	procs    atomic.Int32
@@ -358,3 +361,29 @@ func init() { endWithLast.Store(true) }
 // of its last callback (on), or leaves it to Done, a run of its own (off)
 // (TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK).
 func SetEndWithLastCallback(on bool) { endWithLast.Store(on) }
+
+// The switches below turn off, one by one, what made a run of callbacks cheap; on by
+// default. Each one's cost is BenchmarkRun's variant in edge/fnchain.
+var lockFreeRuns, reuseCalls, ownContext atomic.Bool
+
+func init() {
+	lockFreeRuns.Store(true)
+	reuseCalls.Store(true)
+	ownContext.Store(true)
+}
+
+// SetLockFreeRuns chooses whether a run of callbacks begins and ends against the watchdog
+// with atomics alone (on), or under a lock per instance that the watchdog also takes to
+// cut a run, with a count of running guests kept by every run (off)
+// (TOLLGATE_EDGE_FUNCTION_LOCKFREE_RUNS).
+func SetLockFreeRuns(on bool) { lockFreeRuns.Store(on) }
+
+// SetReuseCalls chooses whether a request's Call is taken from its instance's free list
+// (on) or allocated for each request (off) (TOLLGATE_EDGE_FUNCTION_REUSE_CALLS).
+func SetReuseCalls(on bool) { reuseCalls.Store(on) }
+
+// SetOwnContext chooses whether instances started from now on run guest calls with a
+// context type of their own (on) or with a context.WithValue carrying the instance
+// (off), which wazero and every host call then look up through the chain of contexts
+// (TOLLGATE_EDGE_FUNCTION_OWN_CONTEXT).
+func SetOwnContext(on bool) { ownContext.Store(on) }

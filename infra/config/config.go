@@ -105,6 +105,12 @@ type Config struct {
 	EdgeFunctionSkipIdleCap bool
 	// EdgeFunctionEndWithLastCallback: TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK [on: a function's request context ends (proxy_on_done, proxy_on_log, proxy_on_delete) in the run of its last response callback (function.SetEndWithLastCallback); off: in a run of its own when the request ends]
 	EdgeFunctionEndWithLastCallback bool
+	// EdgeFunctionLockFreeRuns: TOLLGATE_EDGE_FUNCTION_LOCKFREE_RUNS [on: a run of callbacks begins and ends against the watchdog with atomics alone (function.SetLockFreeRuns); off: under a lock per instance, with a count of running guests]
+	EdgeFunctionLockFreeRuns bool
+	// EdgeFunctionReuseCalls: TOLLGATE_EDGE_FUNCTION_REUSE_CALLS [on: a request's function call state is reused from its instance's free list (function.SetReuseCalls); off: allocated per request]
+	EdgeFunctionReuseCalls bool
+	// EdgeFunctionOwnContext: TOLLGATE_EDGE_FUNCTION_OWN_CONTEXT [on: guest calls run with a context type of the host's own (function.SetOwnContext); off: with a context.WithValue]
+	EdgeFunctionOwnContext bool
 	// EdgeReturnMemory: TOLLGATE_EDGE_RETURN_MEMORY [on: after a burst the edge hands its freed heap back to the OS (edge/memory.Returner); off: the runtime's own pace]
 	EdgeReturnMemory bool
 	// EdgeReturnAside: TOLLGATE_EDGE_RETURN_ASIDE [on: that return runs with one processor more than the edge's, so it never stops the one that serves (edge/memory.Returner.Inline); off: on the edge's own]
@@ -214,7 +220,10 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		def  bool // unset
 	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass, true},
 		{"TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP", &c.EdgeFunctionSkipIdleCap, true},
-		{"TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK", &c.EdgeFunctionEndWithLastCallback, true}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory, true},
+		{"TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK", &c.EdgeFunctionEndWithLastCallback, true},
+		{"TOLLGATE_EDGE_FUNCTION_LOCKFREE_RUNS", &c.EdgeFunctionLockFreeRuns, true},
+		{"TOLLGATE_EDGE_FUNCTION_REUSE_CALLS", &c.EdgeFunctionReuseCalls, true},
+		{"TOLLGATE_EDGE_FUNCTION_OWN_CONTEXT", &c.EdgeFunctionOwnContext, true}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory, true},
 		{"TOLLGATE_EDGE_RETURN_ASIDE", &c.EdgeReturnAside, true},
 		{"TOLLGATE_EDGE_PACK_CONFIG", &c.EdgePackConfig, true}, {"TOLLGATE_EDGE_SNAPSHOT_YIELD", &c.EdgeSnapshotYield, true},
 		{"TOLLGATE_EDGE_SHORT_READ_WAIT", &c.EdgeShortReadWait, false}, {"TOLLGATE_EDGE_REUSE_CHECK", &c.EdgeReuseCheck, true},
