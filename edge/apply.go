@@ -23,6 +23,8 @@ import (
 // line and tollgate_edge_config_rejected_total, and the tenant keeps its config. Before
 // Loaded, entries only accumulate; afterwards the tenant recompiles within CompileDelay.
 // Apply is safe to call from any goroutine, but entries must arrive in KV order.
+// kvRevision 0 marks an entry read back from the edge's own store (a tenant's load in
+// disk mode): it starts no apply span, since its change was not in flight.
 func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	if kvRevision > 0 {
 		e.m.KVRevision.Set(float64(kvRevision))
@@ -62,7 +64,7 @@ func (e *Edge) Apply(key string, value []byte, kvRevision uint64) {
 	}
 	ts.revs[key] = ent.Rev
 	ts.maxRev = max(ts.maxRev, ent.Rev)
-	if e.cfg.Tracing != nil && ent.Trace != "" {
+	if e.cfg.Tracing != nil && ent.Trace != "" && kvRevision > 0 {
 		e.startApplyLocked(pk, key, ent) // trace.go
 	}
 	ts.pending.note(pk)

@@ -207,6 +207,24 @@ func TestTraceApply(t *testing.T) {
 	if r := h.get("acme."+domain, "/hello"); r.status != 200 {
 		t.Fatalf("after apply: %s", r)
 	}
+	// An entry read back from the edge's store (kvRevision 0, a load in disk mode) is not
+	// a change in flight: it starts no span, though it carries the trace it was made in.
+	ent2 := ent
+	ent2.Rev = h.rev.Add(1)
+	ent2.Route = &tenants.Route{ID: "r2", TenantID: acme, Name: "r2", Paths: []string{"/again"},
+		Upstream: tenants.Upstream{Targets: []tenants.Target{{URL: up.URL, Weight: 1}}}}
+	key, _ = ent2.EntryKey()
+	b, _ = json.Marshal(&ent2)
+	h.e.Apply(key, b, 0)
+	waitFor(t, 2*time.Second, func() string {
+		if r := h.get("acme."+domain, "/again"); r.status != 200 {
+			return r.String()
+		}
+		return ""
+	})
+	if n := len(spansNamed(exp, "apply")); n != 1 {
+		t.Errorf("%d apply spans after a stored entry's load, want still 1", n)
+	}
 }
 
 // BenchmarkTrace is one proxied request over the in-memory listener with tracing off, on
