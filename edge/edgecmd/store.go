@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"tollgate/edge"
+	"tollgate/edge/lazy"
 	"tollgate/edge/tenantstore"
 	"tollgate/infra/config"
+	"tollgate/tenants"
 	tgnats "tollgate/tenants/nats"
 )
 
@@ -56,13 +59,31 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 		}
 	}
 	seq, at := st.Seq(), st.At()
-	log.Info("edge: config store opened", "dir", st.Path(), "tenants", l.Tenants(), "revision", seq)
+	log.Info("edge: config store opened", "dir", st.Path(), "tenants", l.Tenants(), "revision", seq, "partial", st.Partial())
 	loaded := make(chan struct{})
+	var loadedOnce sync.Once
+	markLoaded := func() { loadedOnce.Do(func() { close(loaded) }) }
+	// A store that is empty or half-filled starts fast: see fastStart.
+	var side *fastStart
+	if cfg.EdgeFastStart && (seq == 0 || st.Partial()) && nc.IsConnected() {
+		if base, ok := lastRevision(ctx, js, cfg.KVBucket()); ok && base > seq {
+			if side, err = startFast(ctx, js, cfg.KVBucket(), l, base, markLoaded, log); err != nil {
+				_ = l.Close()
+				return nil, nil, nil, err
+			}
+		}
+	}
 	wc := tgnats.WatchConfig{
-		OnUpdate: func(u tgnats.Update) { l.Update(u.Key, u.Value, u.Revision, u.Pending) },
+		AllRevisions: cfg.EdgeFastStart,
+		OnUpdate:     func(u tgnats.Update) { l.Update(u.Key, u.Value, u.Revision, u.Pending) },
 		OnReady: func() {
+			if side != nil {
+				side.stop()
+				l.EndBackfill()
+				log.Info("edge: config store backfilled", "bucket", cfg.KVBucket())
+			}
 			l.Flush()
-			close(loaded)
+			markLoaded()
 		},
 		OnError: func(err error) { log.Warn("config watch", "err", err) },
 	}
@@ -71,6 +92,9 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 	}
 	w, err := tgnats.Watch(ctx, js, cfg.KVBucket(), wc)
 	if err != nil {
+		if side != nil {
+			side.stop()
+		}
 		_ = l.Close()
 		return nil, nil, nil, err
 	}
@@ -79,12 +103,17 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 		switch {
 		case seq == 0:
 			return 0, false, errors.New("the config store is empty")
+		case st.Partial():
+			return 0, false, errors.New("the config store is still being backfilled: it holds only some tenants whole")
 		case cfg.EdgeSnapshotMaxAge == 0 || age > cfg.EdgeSnapshotMaxAge:
 			return age, false, fmt.Errorf("the config store is %s old, beyond TOLLGATE_EDGE_SNAPSHOT_MAX_AGE", age.Round(time.Second))
 		}
 		return age, true, nil
 	}
 	stop = func() {
+		if side != nil {
+			side.stop()
+		}
 		w.Stop()
 		if err := l.Close(); err != nil {
 			log.Warn("edge: closing the config store", "err", err)
@@ -102,4 +131,88 @@ func lastRevision(ctx context.Context, js jetstream.JetStream, bucket string) (u
 		return 0, false
 	}
 	return s.CachedInfo().State.LastSeq, true
+}
+
+// fastStart is what an edge with an empty or half-filled store runs beside its watch
+// (TOLLGATE_EDGE_FAST_START): it takes every tenant's host entries first and is ready
+// with them, follows the changes made since the backfill began, and fetches a tenant a
+// request needs before the watch has backfilled it (package lazy merges the sources).
+type fastStart struct {
+	hosts []*tgnats.Watcher
+	live  *tgnats.Watcher
+	once  sync.Once
+}
+
+// hostFilters select the entries the host index needs of every tenant: the tenant (its
+// slug) and its custom domains. Two watches: NATS 2.9 takes one filter per consumer.
+var hostFilters = []string{"*." + tenants.KindTenant, "*." + tenants.KindDomain + ".*"}
+
+func startFast(ctx context.Context, js jetstream.JetStream, bucket string, l *lazy.Tenants[edge.Snapshot], base uint64, ready func(), log *slog.Logger) (*fastStart, error) {
+	fetch := func(id string, deliver func(key string, value []byte, rev uint64)) error {
+		fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+		defer cancel()
+		w, err := tgnats.Watch(fctx, js, bucket, tgnats.WatchConfig{
+			Filter: tenants.TenantFilter(id), AllRevisions: true,
+			OnUpdate: func(u tgnats.Update) { deliver(u.Key, u.Value, u.Revision) },
+		})
+		if err != nil {
+			return err
+		}
+		defer w.Stop()
+		select {
+		case <-w.Ready():
+			return nil
+		case <-fctx.Done():
+			return fmt.Errorf("tenant %s not fetched within %s", id, fetchTimeout)
+		}
+	}
+	if err := l.BeginBackfill(base, fetch); err != nil {
+		return nil, err
+	}
+	f := &fastStart{}
+	onErr := func(err error) { log.Warn("config watch (fast start)", "err", err) }
+	var err error
+	// From the revision after base: changes made since are not held up behind the backfill.
+	f.live, err = tgnats.Watch(ctx, js, bucket, tgnats.WatchConfig{From: base + 1, OnError: onErr,
+		OnUpdate: func(u tgnats.Update) { l.Side(u.Key, u.Value, u.Revision, u.Pending == 0) }})
+	if err != nil {
+		return nil, err
+	}
+	var left sync.WaitGroup
+	left.Add(len(hostFilters))
+	for _, flt := range hostFilters {
+		w, err := tgnats.Watch(ctx, js, bucket, tgnats.WatchConfig{Filter: flt, AllRevisions: true, OnError: onErr,
+			OnUpdate: func(u tgnats.Update) { l.Side(u.Key, u.Value, u.Revision, u.Pending == 0) },
+			OnReady:  left.Done})
+		if err != nil {
+			f.stop()
+			return nil, err
+		}
+		f.hosts = append(f.hosts, w)
+	}
+	start := time.Now()
+	go func() {
+		left.Wait()
+		l.Flush()
+		log.Info("edge: every tenant's host entries are in; ready while the rest is backfilled", "took", time.Since(start).Round(time.Millisecond))
+		ready()
+		// The live watch carries their changes from here on.
+		for _, w := range f.hosts {
+			w.Stop()
+		}
+	}()
+	return f, nil
+}
+
+// fetchTimeout bounds a tenant's fetch ahead of the backfill; its request waits for it.
+const fetchTimeout = 10 * time.Second
+
+// stop ends the live watch (the host watches end by themselves once loaded). Not from
+// one of their callbacks.
+func (f *fastStart) stop() {
+	f.once.Do(func() {
+		if f.live != nil {
+			f.live.Stop()
+		}
+	})
 }

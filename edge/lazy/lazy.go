@@ -69,6 +69,7 @@ type tenant[T any] struct {
 	slot     *Slot[T]
 	gone     bool // deleted
 	resident bool // its entries are in the edge (loaded, or loading)
+	fetched  bool // its entries were fetched on their own during a backfill
 	bytes    int64
 	loading  chan struct{} // closed when the running load ends; nil: none runs
 }
@@ -109,6 +110,8 @@ type Tenants[T any] struct {
 
 	smu   sync.RWMutex // guards slots only; taken inside mu and inside the edge's locks
 	slots map[string]*Slot[T]
+
+	bf *backfill // nil: the store is whole and the watch its only source
 
 	m metrics
 }
@@ -247,10 +250,17 @@ func (l *Tenants[T]) Update(key string, value []byte, rev, pending uint64) {
 	if l.cfg.Seen != nil {
 		l.cfg.Seen(rev)
 	}
-	if value == nil {
-		l.deleteLocked(key, rev)
+	if l.bf == nil || l.bf.admit(key, rev, false) {
+		if value == nil {
+			l.deleteLocked(key, rev)
+		} else {
+			l.putLocked(key, value, rev)
+		}
 	} else {
-		l.putLocked(key, value, rev)
+		l.m.ignored.Inc()
+	}
+	if l.bf != nil && l.bf.done && rev >= l.bf.maxSide {
+		l.bf = nil // the watch is past everything any other source wrote
 	}
 	if err := l.st.Written(rev, pending == 0); err != nil {
 		l.cfg.Logger.Warn("edge: config store write failed; the edge keeps serving and replays from its last written revision after a restart", "err", err)
@@ -266,6 +276,12 @@ func (l *Tenants[T]) Flush() {
 	defer l.mu.Unlock()
 	if err := l.st.Commit(); err != nil {
 		l.cfg.Logger.Warn("edge: config store write failed", "err", err)
+	}
+	if l.bf == nil && l.st.Partial() {
+		// A backfill interrupted by a restart and finished without one (a fast start turned off).
+		if err := l.st.SetPartial(false); err != nil {
+			l.cfg.Logger.Warn("edge: config store write failed", "err", err)
+		}
 	}
 	if l.hostsDirty {
 		l.publishLocked()
@@ -399,6 +415,12 @@ func (l *Tenants[T]) Load(s *Slot[T]) *T {
 	start := time.Now()
 	ch := make(chan struct{})
 	t.loading = ch
+	if !l.fetchLocked(t) {
+		t.loading = nil
+		close(ch)
+		l.mu.Unlock()
+		return nil
+	}
 	if !t.resident {
 		t.resident = true
 		var n int64

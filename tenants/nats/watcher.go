@@ -39,6 +39,12 @@ type WatchConfig struct {
 	OnError func(error)
 	// BatchSize is how many messages the client asks for at once. Default: 1000.
 	BatchSize int
+	// AllRevisions starts the initial load with every message the stream holds rather than
+	// each key's last one. With the bucket's history of 1 (Tollgate's buckets) that is the
+	// same set, and the server need not work out each key's last message, which NATS 2.9
+	// does by reading the whole stream: creating the consumer took seconds per 100,000
+	// keys. With a longer history a key's older values arrive before its last, in order.
+	AllRevisions bool
 	// From, when above 1, starts the watch at that revision instead of with a full load:
 	// every message from there on, which is each key changed since with its latest
 	// state, deleted keys as deletes (a caller that kept what an earlier watch delivered
@@ -238,6 +244,14 @@ func (w *Watcher) start(ctx context.Context, from uint64) jetstream.Consumer {
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{w.prefix + w.cfg.Filter}, // one filter: NATS 2.9 takes no list
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	}
+	if w.cfg.AllRevisions {
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		if w.cfg.Filter == ">" {
+			// The stream holds the bucket's keys alone, and a consumer with no filter
+			// is made from the stream's counts instead of a walk of its subjects.
+			cfg.FilterSubjects = nil
+		}
 	}
 	if from > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
