@@ -75,7 +75,13 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 	}
 	wc := tgnats.WatchConfig{
 		AllRevisions: cfg.EdgeFastStart,
-		OnUpdate:     func(u tgnats.Update) { l.Update(u.Key, u.Value, u.Revision, u.Pending) },
+		OnUpdate: func(u tgnats.Update) {
+			if side != nil && backfillHook != nil {
+				backfillHook(ctx, side.backfilled)
+				side.backfilled++
+			}
+			l.Update(u.Key, u.Value, u.Revision, u.Pending)
+		},
 		OnReady: func() {
 			if side != nil {
 				side.stop()
@@ -138,10 +144,15 @@ func lastRevision(ctx context.Context, js jetstream.JetStream, bucket string) (u
 // with them, follows the changes made since the backfill began, and fetches a tenant a
 // request needs before the watch has backfilled it (package lazy merges the sources).
 type fastStart struct {
-	hosts []*tgnats.Watcher
-	live  *tgnats.Watcher
-	once  sync.Once
+	hosts      []*tgnats.Watcher
+	live       *tgnats.Watcher
+	once       sync.Once
+	backfilled int // updates the backfill delivered, for backfillHook
 }
+
+// backfillHook, when set (by tests), is called before each update the backfill of a fast
+// start delivers, with the count delivered before it: it may hold the backfill there.
+var backfillHook func(ctx context.Context, n int)
 
 // hostFilters select the entries the host index needs of every tenant: the tenant (its
 // slug) and its custom domains. Two watches: NATS 2.9 takes one filter per consumer.

@@ -55,6 +55,7 @@ func (l *Tenants[T]) BeginBackfill(base uint64, fetch Fetcher) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.bf = &backfill{base: base, kv: map[string]uint64{}, fetch: fetch}
+	l.m.backfilling.Set(1)
 	return l.st.SetPartial(true)
 }
 
@@ -98,6 +99,7 @@ func (l *Tenants[T]) EndBackfill() {
 		return
 	}
 	l.bf.done = true
+	l.m.backfilling.Set(0)
 	if l.bf.maxSide <= l.st.Seq() {
 		l.bf = nil
 	}
@@ -127,6 +129,7 @@ func (l *Tenants[T]) fetchLocked(t *tenant[T]) bool {
 	}
 	l.cfg.Logger.Debug("edge: tenant fetched ahead of the backfill", "tenant", t.id, "took", time.Since(start))
 	t.fetched = true
+	l.m.fetches.Inc()
 	if l.hostsDirty {
 		l.publishLocked()
 	}

@@ -124,6 +124,8 @@ type metrics struct {
 	loadSeconds   prometheus.Histogram
 	ignored       prometheus.Counter
 	updates       prometheus.Counter
+	backfilling   prometheus.Gauge
+	fetches       prometheus.Counter
 }
 
 // tenantOverhead and entryFactor estimate a compiled tenant's memory from its entries'
@@ -159,6 +161,10 @@ func New[T any](cfg Config[T]) (*Tenants[T], error) {
 			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 10}}),
 		updates: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_edge_config_store_updates_total",
 			Help: "Updates the watch delivered to the config store; after a restart, only those since its last revision."}),
+		backfilling: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_edge_config_store_backfilling",
+			Help: "1 while the config store is backfilled behind a fast start (TOLLGATE_EDGE_FAST_START), else 0."}),
+		fetches: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_edge_tenant_fetches_total",
+			Help: "Tenants fetched from the bucket on their own because a request needed them before the backfill reached them."}),
 		ignored: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_edge_config_store_ignored_total",
 			Help: "Entries the config store did not take: not newer than the one it holds."}),
 	}
@@ -187,7 +193,7 @@ func New[T any](cfg Config[T]) (*Tenants[T], error) {
 		return nil, err
 	}
 	if cfg.Registry != nil {
-		for _, c := range []prometheus.Collector{l.m.resident, l.m.residentBytes, l.m.loads, l.m.evictions, l.m.loadSeconds, l.m.ignored, l.m.updates} {
+		for _, c := range []prometheus.Collector{l.m.resident, l.m.residentBytes, l.m.loads, l.m.evictions, l.m.loadSeconds, l.m.ignored, l.m.updates, l.m.backfilling, l.m.fetches} {
 			if err := cfg.Registry.Register(c); err != nil {
 				return nil, err
 			}
