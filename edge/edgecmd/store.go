@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -65,12 +66,10 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 	markLoaded := func() { loadedOnce.Do(func() { close(loaded) }) }
 	// A store that is empty or half-filled starts fast: see fastStart.
 	var side *fastStart
+	var base uint64
 	if cfg.EdgeFastStart && (seq == 0 || st.Partial()) && nc.IsConnected() {
-		if base, ok := lastRevision(ctx, js, cfg.KVBucket()); ok && base > seq {
-			if side, err = startFast(ctx, js, cfg.KVBucket(), l, base, markLoaded, log); err != nil {
-				_ = l.Close()
-				return nil, nil, nil, err
-			}
+		if last, ok := lastRevision(ctx, js, cfg.KVBucket()); ok && last > seq {
+			side, base = &fastStart{}, last
 		}
 	}
 	wc := tgnats.WatchConfig{
@@ -96,7 +95,30 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 	if seq > 0 {
 		wc.From = seq + 1
 	}
-	w, err := tgnats.Watch(ctx, js, cfg.KVBucket(), wc)
+	var (
+		wmu     sync.Mutex
+		w       *tgnats.Watcher
+		stopped bool
+	)
+	startWatch := func() error {
+		ww, err := tgnats.Watch(ctx, js, cfg.KVBucket(), wc)
+		if err != nil {
+			return err
+		}
+		wmu.Lock()
+		defer wmu.Unlock()
+		if stopped {
+			go ww.Stop()
+			return nil
+		}
+		w = ww
+		return nil
+	}
+	if side != nil {
+		err = side.start(ctx, js, cfg.KVBucket(), l, base, markLoaded, startWatch, log)
+	} else {
+		err = startWatch()
+	}
 	if err != nil {
 		if side != nil {
 			side.stop()
@@ -120,7 +142,13 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 		if side != nil {
 			side.stop()
 		}
-		w.Stop()
+		wmu.Lock()
+		stopped = true
+		ww := w
+		wmu.Unlock()
+		if ww != nil {
+			ww.Stop()
+		}
 		if err := l.Close(); err != nil {
 			log.Warn("edge: closing the config store", "err", err)
 		}
@@ -141,12 +169,16 @@ func lastRevision(ctx context.Context, js jetstream.JetStream, bucket string) (u
 
 // fastStart is what an edge with an empty or half-filled store runs beside its watch
 // (TOLLGATE_EDGE_FAST_START): it takes every tenant's host entries first and is ready
-// with them, follows the changes made since the backfill began, and fetches a tenant a
-// request needs before the watch has backfilled it (package lazy merges the sources).
+// with them; then it starts the watch, which backfills the store, follows the changes
+// made since the backfill began, and fetches a tenant a request needs before the watch
+// has backfilled it (package lazy merges the sources). The watch starts only once the
+// host entries are in because NATS 2.9 makes one consumer of a stream at a time, and the
+// host watches' consumers take it longest to make.
 type fastStart struct {
+	mu         sync.Mutex
 	hosts      []*tgnats.Watcher
 	live       *tgnats.Watcher
-	once       sync.Once
+	stopped    bool
 	backfilled int // updates the backfill delivered, for backfillHook
 }
 
@@ -158,12 +190,22 @@ var backfillHook func(ctx context.Context, n int)
 // slug) and its custom domains. Two watches: NATS 2.9 takes one filter per consumer.
 var hostFilters = []string{"*." + tenants.KindTenant, "*." + tenants.KindDomain + ".*"}
 
-func startFast(ctx context.Context, js jetstream.JetStream, bucket string, l *lazy.Tenants[edge.Snapshot], base uint64, ready func(), log *slog.Logger) (*fastStart, error) {
+// hostsTimeout is the first attempt's wait for a host watch's consumer, which NATS 2.9
+// makes by walking the whole stream (over a second at 1,000,000 routes here).
+const hostsTimeout = 10 * time.Second
+
+// fetchTimeout bounds a tenant's fetch ahead of the backfill; its request waits for it.
+const fetchTimeout = 10 * time.Second
+
+// start begins the backfill from base, the bucket's last revision, starts the host
+// watches and returns; ready is called once they are in, and backfill then starts the
+// watch.
+func (f *fastStart) start(ctx context.Context, js jetstream.JetStream, bucket string, l *lazy.Tenants[edge.Snapshot], base uint64, ready func(), backfill func() error, log *slog.Logger) error {
 	fetch := func(id string, deliver func(key string, value []byte, rev uint64)) error {
 		fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 		defer cancel()
 		w, err := tgnats.Watch(fctx, js, bucket, tgnats.WatchConfig{
-			Filter: tenants.TenantFilter(id), AllRevisions: true,
+			Filter: tenants.TenantFilter(id), AllRevisions: true, CreateTimeout: fetchTimeout,
 			OnUpdate: func(u tgnats.Update) { deliver(u.Key, u.Value, u.Revision) },
 		})
 		if err != nil {
@@ -178,52 +220,73 @@ func startFast(ctx context.Context, js jetstream.JetStream, bucket string, l *la
 		}
 	}
 	if err := l.BeginBackfill(base, fetch); err != nil {
-		return nil, err
+		return err
 	}
-	f := &fastStart{}
 	onErr := func(err error) { log.Warn("config watch (fast start)", "err", err) }
-	var err error
-	// From the revision after base: changes made since are not held up behind the backfill.
-	f.live, err = tgnats.Watch(ctx, js, bucket, tgnats.WatchConfig{From: base + 1, OnError: onErr,
-		OnUpdate: func(u tgnats.Update) { l.Side(u.Key, u.Value, u.Revision, u.Pending == 0) }})
-	if err != nil {
-		return nil, err
-	}
-	var left sync.WaitGroup
-	left.Add(len(hostFilters))
-	for _, flt := range hostFilters {
-		w, err := tgnats.Watch(ctx, js, bucket, tgnats.WatchConfig{Filter: flt, AllRevisions: true, OnError: onErr,
-			OnUpdate: func(u tgnats.Update) { l.Side(u.Key, u.Value, u.Revision, u.Pending == 0) },
-			OnReady:  left.Done})
-		if err != nil {
-			f.stop()
-			return nil, err
-		}
-		f.hosts = append(f.hosts, w)
-	}
+	side := func(u tgnats.Update) { l.Side(u.Key, u.Value, u.Revision, u.Pending == 0) }
 	start := time.Now()
-	go func() {
-		left.Wait()
+	var left atomic.Int32
+	left.Store(int32(len(hostFilters)))
+	hostsIn := func() {
+		if left.Add(-1) != 0 {
+			return
+		}
 		l.Flush()
 		log.Info("edge: every tenant's host entries are in; ready while the rest is backfilled", "took", time.Since(start).Round(time.Millisecond))
 		ready()
-		// The live watch carries their changes from here on.
-		for _, w := range f.hosts {
-			w.Stop()
+		go func() { // not from a host watch's own callback
+			f.stopHosts()
+			// From the revision after base: the changes made since are not held up
+			// behind the backfill, and the live watch carries the host entries' too.
+			live, err := tgnats.Watch(ctx, js, bucket, tgnats.WatchConfig{From: base + 1, AllRevisions: true, OnError: onErr, OnUpdate: side})
+			if err != nil {
+				onErr(err)
+				return
+			}
+			f.mu.Lock()
+			if f.stopped {
+				f.mu.Unlock()
+				live.Stop()
+				return
+			}
+			f.live = live
+			f.mu.Unlock()
+			if err := backfill(); err != nil {
+				log.Error("edge: the backfill's watch did not start", "err", err)
+			}
+		}()
+	}
+	for _, flt := range hostFilters {
+		w, err := tgnats.Watch(ctx, js, bucket, tgnats.WatchConfig{Filter: flt, AllRevisions: true, CreateTimeout: hostsTimeout,
+			OnError: onErr, OnUpdate: side, OnReady: hostsIn})
+		if err != nil {
+			f.stop()
+			return err
 		}
-	}()
-	return f, nil
+		f.mu.Lock()
+		f.hosts = append(f.hosts, w)
+		f.mu.Unlock()
+	}
+	return nil
 }
 
-// fetchTimeout bounds a tenant's fetch ahead of the backfill; its request waits for it.
-const fetchTimeout = 10 * time.Second
-
-// stop ends the live watch (the host watches end by themselves once loaded). Not from
-// one of their callbacks.
+// stop ends the live watch and the host watches. Not from one of their callbacks.
 func (f *fastStart) stop() {
-	f.once.Do(func() {
-		if f.live != nil {
-			f.live.Stop()
-		}
-	})
+	f.mu.Lock()
+	f.stopped = true
+	live := f.live
+	f.mu.Unlock()
+	if live != nil {
+		live.Stop()
+	}
+	f.stopHosts()
+}
+
+func (f *fastStart) stopHosts() {
+	f.mu.Lock()
+	hosts := f.hosts
+	f.mu.Unlock()
+	for _, w := range hosts {
+		w.Stop()
+	}
 }

@@ -45,6 +45,12 @@ type WatchConfig struct {
 	// does by reading the whole stream: creating the consumer took seconds per 100,000
 	// keys. With a longer history a key's older values arrive before its last, in order.
 	AllRevisions bool
+	// CreateTimeout is how long the first attempt to create the watch's consumer waits
+	// for the server (later ones double it, up to 10 s). Default 1 s: a request sent just
+	// as the server went away is lost without an answer. A filtered watch of a large
+	// bucket wants more: NATS 2.9 walks the stream to create it, and every attempt given
+	// up on still costs the server that walk.
+	CreateTimeout time.Duration
 	// From, when above 1, starts the watch at that revision instead of with a full load:
 	// every message from there on, which is each key changed since with its latest
 	// state, deleted keys as deletes (a caller that kept what an earlier watch delivered
@@ -240,7 +246,7 @@ func (w *Watcher) start(ctx context.Context, from uint64) jetstream.Consumer {
 	// A request sent just as the server went away is lost without an answer, so the
 	// first attempts time out quickly; later ones allow a slow server more.
 	const minBackoff, minTimeout = 250 * time.Millisecond, time.Second
-	backoff, timeout := minBackoff, minTimeout
+	backoff, timeout := minBackoff, max(minTimeout, w.cfg.CreateTimeout)
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{w.prefix + w.cfg.Filter}, // one filter: NATS 2.9 takes no list
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
@@ -275,9 +281,9 @@ func (w *Watcher) start(ctx context.Context, from uint64) jetstream.Consumer {
 			}
 			w.report(fmt.Errorf("watch %s: %w", w.stream, err))
 			wait, backoff = backoff, min(2*backoff, 5*time.Second)
-			timeout = min(2*timeout, 10*time.Second)
+			timeout = max(min(2*timeout, 10*time.Second), w.cfg.CreateTimeout)
 		} else {
-			backoff, timeout = minBackoff, minTimeout
+			backoff, timeout = minBackoff, max(minTimeout, w.cfg.CreateTimeout)
 		}
 		select {
 		case <-ctx.Done():
