@@ -225,10 +225,37 @@ func (f *fastStart) start(ctx context.Context, js jetstream.JetStream, bucket st
 	onErr := func(err error) { log.Warn("config watch (fast start)", "err", err) }
 	side := func(u tgnats.Update) { l.Side(u.Key, u.Value, u.Revision, u.Pending == 0) }
 	start := time.Now()
-	var left atomic.Int32
-	left.Store(int32(len(hostFilters)))
-	hostsIn := func() {
-		if left.Add(-1) != 0 {
+	var next atomic.Int32 // the host watch to start next
+	var hostsIn func()
+	startHosts := func() error {
+		i := int(next.Add(1)) - 1
+		w, err := tgnats.Watch(ctx, js, bucket, tgnats.WatchConfig{Filter: hostFilters[i], AllRevisions: true,
+			CreateTimeout: hostsTimeout, OnError: onErr, OnUpdate: side, OnReady: hostsIn})
+		if err != nil {
+			return err
+		}
+		f.mu.Lock()
+		f.hosts = append(f.hosts, w)
+		f.mu.Unlock()
+		// Loaded, it is stopped: the live watch carries its keys' changes from the base
+		// on, and a consumer left following would be made again (with its walk) each
+		// time it misses heartbeats while the next one is made.
+		go func() {
+			select {
+			case <-w.Ready():
+				w.Stop()
+			case <-ctx.Done():
+			}
+		}()
+		return nil
+	}
+	hostsIn = func() {
+		if int(next.Load()) < len(hostFilters) {
+			// One after the other: while NATS 2.9 makes a filtered consumer, the
+			// stream's other consumers miss their heartbeats and are made again.
+			if err := startHosts(); err != nil {
+				onErr(err)
+			}
 			return
 		}
 		l.Flush()
@@ -256,16 +283,9 @@ func (f *fastStart) start(ctx context.Context, js jetstream.JetStream, bucket st
 			}
 		}()
 	}
-	for _, flt := range hostFilters {
-		w, err := tgnats.Watch(ctx, js, bucket, tgnats.WatchConfig{Filter: flt, AllRevisions: true, CreateTimeout: hostsTimeout,
-			OnError: onErr, OnUpdate: side, OnReady: hostsIn})
-		if err != nil {
-			f.stop()
-			return err
-		}
-		f.mu.Lock()
-		f.hosts = append(f.hosts, w)
-		f.mu.Unlock()
+	if err := startHosts(); err != nil {
+		f.stop()
+		return err
 	}
 	return nil
 }

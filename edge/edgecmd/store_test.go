@@ -215,6 +215,17 @@ func (d *diskEdge) metric(name string) float64 {
 	return 0
 }
 
+// backfilled waits until a fast start's backfill is through.
+func (d *diskEdge) backfilled() {
+	d.t.Helper()
+	testenv.WaitFor(d.t, 30*time.Second, func() error {
+		if got := d.metric("tollgate_edge_config_store_backfilling"); got != 0 {
+			return fmt.Errorf("still backfilling")
+		}
+		return nil
+	})
+}
+
 func echoUpstream(t *testing.T) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "up "+r.URL.Path)
@@ -242,6 +253,7 @@ func TestDiskStoreLoadsEvictsAndResumes(t *testing.T) {
 		}
 	}
 	d := startDiskEdge(t, url, prefix, dir, map[string]string{"TOLLGATE_EDGE_TENANT_MEMORY": "1MiB"})
+	d.backfilled() // loads from the store alone; fetches ahead of a backfill are TestDiskStoreFastStart's
 	if got := d.metric("tollgate_edge_tenant_loads_total"); got != 0 {
 		t.Fatalf("loads before any request: %v, want 0", got)
 	}
@@ -317,6 +329,7 @@ func TestDiskStoreLoadsEvictsAndResumes(t *testing.T) {
 	w.del(tenants.TenantKey("t0002"))
 	d.eventually("s0001", "/p0", 404)
 	d.eventually("s0002", "/p0", 404)
+	d.backfilled()
 	d.stop()
 
 	// While the edge is down: a route added, one deleted, a tenant deleted.
@@ -408,6 +421,7 @@ func TestDiskStoreServesWhileNATSIsDown(t *testing.T) {
 	}
 	d := startDiskEdge(t, url, prefix, dir, nil)
 	d.eventually("s0001", "/p0", 200)
+	d.backfilled() // a partial store is not served without NATS
 	d.stop()
 	ns.Shutdown()
 	ns.WaitForShutdown()
@@ -442,6 +456,7 @@ func TestDiskStoreOfAnotherBucketIsDiscarded(t *testing.T) {
 	d.eventually("s0001", "/a", 200)
 	d.stop()
 	d = startDiskEdge(t, url, b, dir, nil)
+	d.backfilled()
 	d.eventually("s0002", "/b", 200)
 	d.eventually("s0001", "/a", 404)
 	if got := d.metric("tollgate_edge_config_store_updates_total"); got != 2 {
@@ -471,6 +486,7 @@ func TestDiskStoreCorrupt(t *testing.T) {
 	}
 	w.route("t0001", "r1", "/p1", up)
 	d = startDiskEdge(t, url, prefix, dir, nil)
+	d.backfilled()
 	d.eventually("s0001", "/p0", 200)
 	d.eventually("s0001", "/p1", 200)
 	if got := d.metric("tollgate_edge_config_store_updates_total"); got != 3 {
@@ -556,12 +572,7 @@ func TestDiskStoreFastStart(t *testing.T) {
 	d.eventually("s0006", "/p0", 404)
 
 	release()
-	testenv.WaitFor(t, 30*time.Second, func() error {
-		if got := d.metric("tollgate_edge_config_store_backfilling"); got != 0 {
-			return fmt.Errorf("still backfilling")
-		}
-		return nil
-	})
+	d.backfilled()
 	fetches := d.metric("tollgate_edge_tenant_fetches_total")
 	for i := range n + 1 {
 		slug := fmt.Sprintf("s%04d", i)
@@ -634,12 +645,7 @@ func TestDiskStoreFastStartResumes(t *testing.T) {
 	w.del(tenants.TenantKey("t0002"))
 
 	d = startDiskEdge(t, url, prefix, dir, nil)
-	testenv.WaitFor(t, 30*time.Second, func() error {
-		if got := d.metric("tollgate_edge_config_store_backfilling"); got != 0 {
-			return fmt.Errorf("still backfilling")
-		}
-		return nil
-	})
+	d.backfilled()
 	if got := d.metric("tollgate_edge_config_store_updates_total"); got >= float64(total) {
 		t.Errorf("the restarted backfill delivered %v updates: it started over rather than resuming", got)
 	}
