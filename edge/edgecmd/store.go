@@ -67,9 +67,11 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 	// A store that is empty or half-filled starts fast: see fastStart.
 	var side *fastStart
 	var base uint64
+	var oneRevision bool
 	if cfg.EdgeFastStart && (seq == 0 || st.Partial()) && nc.IsConnected() {
-		if last, ok := lastRevision(ctx, js, cfg.KVBucket()); ok && last > seq {
-			side, base = &fastStart{}, last
+		if info, ok := streamInfo(ctx, js, cfg.KVBucket()); ok && info.State.LastSeq > seq {
+			side, base = &fastStart{}, info.State.LastSeq
+			oneRevision = info.Config.MaxMsgsPerSubject == 1
 		}
 	}
 	wc := tgnats.WatchConfig{
@@ -115,7 +117,7 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 		return nil
 	}
 	if side != nil {
-		err = side.start(ctx, js, cfg.KVBucket(), l, base, markLoaded, startWatch, log)
+		err = side.start(ctx, js, cfg.KVBucket(), l, base, oneRevision, markLoaded, startWatch, log)
 	} else {
 		err = startWatch()
 	}
@@ -158,13 +160,22 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 
 // lastRevision is the bucket's last revision, when NATS answers.
 func lastRevision(ctx context.Context, js jetstream.JetStream, bucket string) (uint64, bool) {
+	info, ok := streamInfo(ctx, js, bucket)
+	if !ok {
+		return 0, false
+	}
+	return info.State.LastSeq, true
+}
+
+// streamInfo is the bucket's stream's, when NATS answers.
+func streamInfo(ctx context.Context, js jetstream.JetStream, bucket string) (*jetstream.StreamInfo, bool) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	s, err := js.Stream(cctx, "KV_"+bucket)
 	if err != nil {
-		return 0, false
+		return nil, false
 	}
-	return s.CachedInfo().State.LastSeq, true
+	return s.CachedInfo(), true
 }
 
 // fastStart is what an edge with an empty or half-filled store runs beside its watch
@@ -200,7 +211,7 @@ const fetchTimeout = 10 * time.Second
 // start begins the backfill from base, the bucket's last revision, starts the host
 // watches and returns; ready is called once they are in, and backfill then starts the
 // watch.
-func (f *fastStart) start(ctx context.Context, js jetstream.JetStream, bucket string, l *lazy.Tenants[edge.Snapshot], base uint64, ready func(), backfill func() error, log *slog.Logger) error {
+func (f *fastStart) start(ctx context.Context, js jetstream.JetStream, bucket string, l *lazy.Tenants[edge.Snapshot], base uint64, oneRevision bool, ready func(), backfill func() error, log *slog.Logger) error {
 	fetch := func(id string, deliver func(key string, value []byte, rev uint64)) error {
 		fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 		defer cancel()
@@ -219,7 +230,7 @@ func (f *fastStart) start(ctx context.Context, js jetstream.JetStream, bucket st
 			return fmt.Errorf("tenant %s not fetched within %s", id, fetchTimeout)
 		}
 	}
-	if err := l.BeginBackfill(base, fetch); err != nil {
+	if err := l.BeginBackfill(base, oneRevision, fetch); err != nil {
 		return err
 	}
 	onErr := func(err error) { log.Warn("config watch (fast start)", "err", err) }

@@ -33,6 +33,11 @@ type backfill struct {
 	// until the watch is past maxSide.
 	done  bool
 	fetch Fetcher
+	// fresh: the store was empty when the backfill began and the bucket keeps one
+	// revision per key, so a key none of the other sources wrote is not in the store
+	// (the watch delivers each key once): its write needs no lookup first. Those lookups
+	// were most of a first start's time in the store.
+	fresh bool
 }
 
 // admit says whether an update of key at rev is newer than what was applied of it, and
@@ -51,10 +56,12 @@ func (b *backfill) admit(key string, rev uint64, side bool) bool {
 // BeginBackfill starts a fast start: base is the bucket's last revision now; fetch is how
 // a tenant a request needs is fetched before the watch has written it. Until EndBackfill
 // the store is marked partial, and updates from other sources go to Side.
-func (l *Tenants[T]) BeginBackfill(base uint64, fetch Fetcher) error {
+// oneRevision says the bucket keeps one revision per key (its history is 1).
+func (l *Tenants[T]) BeginBackfill(base uint64, oneRevision bool, fetch Fetcher) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.bf = &backfill{base: base, kv: map[string]uint64{}, fetch: fetch}
+	fresh := oneRevision && l.st.Seq() == 0 && !l.st.Partial() && len(l.byID) == 0
+	l.bf = &backfill{base: base, kv: map[string]uint64{}, fetch: fetch, fresh: fresh}
 	l.m.backfilling.Set(1)
 	return l.st.SetPartial(true)
 }
@@ -134,4 +141,30 @@ func (l *Tenants[T]) fetchLocked(t *tenant[T]) bool {
 		l.publishLocked()
 	}
 	return !t.gone
+}
+
+// unwritten says key cannot be in the store: see backfill.fresh.
+func (l *Tenants[T]) unwritten(key string) bool {
+	if l.bf == nil || !l.bf.fresh {
+		return false
+	}
+	_, ok := l.bf.kv[key]
+	return !ok
+}
+
+// held is the store's Held, without the lookup for a key that cannot be there.
+func (l *Tenants[T]) held(key string) (rev int64, size int, ok bool) {
+	if l.unwritten(key) {
+		return 0, 0, false
+	}
+	return l.st.Held(key)
+}
+
+// tomb is the store's Tomb of a tenant, whose tenant entry's key is key, without the
+// lookup when that key cannot have been written (a tombstone is written on its delete).
+func (l *Tenants[T]) tomb(id, key string) int64 {
+	if l.unwritten(key) {
+		return 0
+	}
+	return l.st.Tomb(id)
 }

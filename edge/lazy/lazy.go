@@ -308,12 +308,12 @@ func (l *Tenants[T]) putLocked(key string, value []byte, rev uint64) {
 		return
 	}
 	if pk.Kind == tenants.KindTenant {
-		if tomb := l.st.Tomb(pk.TenantID); tomb != 0 && ent.Rev <= tomb {
+		if tomb := l.tomb(pk.TenantID, key); tomb != 0 && ent.Rev <= tomb {
 			l.m.ignored.Inc()
 			return
 		}
 	}
-	held, oldSize, ok := l.st.Held(key)
+	held, oldSize, ok := l.held(key)
 	if ok && ent.Rev <= held {
 		l.m.ignored.Inc()
 		return
@@ -348,7 +348,7 @@ func (l *Tenants[T]) deleteLocked(key string, rev uint64) {
 		return
 	}
 	t := l.byID[pk.TenantID]
-	held, size, ok := l.st.Held(key)
+	held, size, ok := l.held(key)
 	if pk.Kind == tenants.KindTenant {
 		if t == nil {
 			return
