@@ -59,8 +59,8 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 			return nil, nil, nil, err
 		}
 	}
-	seq, at := st.Seq(), st.At()
-	log.Info("edge: config store opened", "dir", st.Path(), "tenants", l.Tenants(), "revision", seq, "partial", st.Partial())
+	seq, at, partial := st.Seq(), st.At(), st.Partial()
+	log.Info("edge: config store opened", "dir", st.Path(), "tenants", l.Tenants(), "revision", seq, "partial", partial)
 	loaded := make(chan struct{})
 	var loadedOnce sync.Once
 	markLoaded := func() { loadedOnce.Do(func() { close(loaded) }) }
@@ -68,7 +68,7 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 	var side *fastStart
 	var base uint64
 	var oneRevision bool
-	if cfg.EdgeFastStart && (seq == 0 || st.Partial()) && nc.IsConnected() {
+	if cfg.EdgeFastStart && (seq == 0 || partial) && nc.IsConnected() {
 		if info, ok := streamInfo(ctx, js, cfg.KVBucket()); ok && info.State.LastSeq > seq {
 			side, base = &fastStart{}, info.State.LastSeq
 			oneRevision = info.Config.MaxMsgsPerSubject == 1
@@ -133,7 +133,7 @@ func followStore(ctx context.Context, cfg *config.Config, e *edge.Edge, nc *nats
 		switch {
 		case seq == 0:
 			return 0, false, errors.New("the config store is empty")
-		case st.Partial():
+		case partial:
 			return 0, false, errors.New("the config store is still being backfilled: it holds only some tenants whole")
 		case cfg.EdgeSnapshotMaxAge == 0 || age > cfg.EdgeSnapshotMaxAge:
 			return age, false, fmt.Errorf("the config store is %s old, beyond TOLLGATE_EDGE_SNAPSHOT_MAX_AGE", age.Round(time.Second))
