@@ -1,7 +1,9 @@
 // Command scalebench measures an edge with TOLLGATE_EDGE_CONFIG_STORE=disk at scale: it
 // fills a bucket with -routes routes over -tenants tenants, starts a tollgate-edge process
 // on it twice (an empty store, then a restart with its store) and reports each start's
-// time to ready, the process's idle RSS and a cold tenant's first-request latency.
+// time to ready, the process's idle RSS and a cold tenant's first-request latency. With
+// a fast start (TOLLGATE_EDGE_FAST_START, -fast-start to set it) the first start also
+// times cold tenants fetched ahead of the backfill, and when the backfill is through.
 //
 //	go build -o /tmp/tollgate-edge ./cmd/tollgate-edge
 //	go run ./edge/tenantstore/scalebench -edge /tmp/tollgate-edge -routes 1000000 -tenants 100000
