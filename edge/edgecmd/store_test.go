@@ -215,6 +215,17 @@ func (d *diskEdge) metric(name string) float64 {
 	return 0
 }
 
+// backfilled waits until a fast start's backfill is through.
+func (d *diskEdge) backfilled() {
+	d.t.Helper()
+	testenv.WaitFor(d.t, 30*time.Second, func() error {
+		if got := d.metric("tollgate_edge_config_store_backfilling"); got != 0 {
+			return fmt.Errorf("still backfilling")
+		}
+		return nil
+	})
+}
+
 func echoUpstream(t *testing.T) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "up "+r.URL.Path)
@@ -242,6 +253,7 @@ func TestDiskStoreLoadsEvictsAndResumes(t *testing.T) {
 		}
 	}
 	d := startDiskEdge(t, url, prefix, dir, map[string]string{"TOLLGATE_EDGE_TENANT_MEMORY": "1MiB"})
+	d.backfilled() // loads from the store alone; fetches ahead of a backfill are TestDiskStoreFastStart's
 	if got := d.metric("tollgate_edge_tenant_loads_total"); got != 0 {
 		t.Fatalf("loads before any request: %v, want 0", got)
 	}
@@ -317,6 +329,7 @@ func TestDiskStoreLoadsEvictsAndResumes(t *testing.T) {
 	w.del(tenants.TenantKey("t0002"))
 	d.eventually("s0001", "/p0", 404)
 	d.eventually("s0002", "/p0", 404)
+	d.backfilled()
 	d.stop()
 
 	// While the edge is down: a route added, one deleted, a tenant deleted.
@@ -408,6 +421,7 @@ func TestDiskStoreServesWhileNATSIsDown(t *testing.T) {
 	}
 	d := startDiskEdge(t, url, prefix, dir, nil)
 	d.eventually("s0001", "/p0", 200)
+	d.backfilled() // a partial store is not served without NATS
 	d.stop()
 	ns.Shutdown()
 	ns.WaitForShutdown()
@@ -442,6 +456,7 @@ func TestDiskStoreOfAnotherBucketIsDiscarded(t *testing.T) {
 	d.eventually("s0001", "/a", 200)
 	d.stop()
 	d = startDiskEdge(t, url, b, dir, nil)
+	d.backfilled()
 	d.eventually("s0002", "/b", 200)
 	d.eventually("s0001", "/a", 404)
 	if got := d.metric("tollgate_edge_config_store_updates_total"); got != 2 {
@@ -471,9 +486,199 @@ func TestDiskStoreCorrupt(t *testing.T) {
 	}
 	w.route("t0001", "r1", "/p1", up)
 	d = startDiskEdge(t, url, prefix, dir, nil)
+	d.backfilled()
 	d.eventually("s0001", "/p0", 200)
 	d.eventually("s0001", "/p1", 200)
 	if got := d.metric("tollgate_edge_config_store_updates_total"); got != 3 {
 		t.Errorf("updates into the new store: %v, want the bucket's 3", got)
+	}
+}
+
+// holdBackfill makes the backfill of a fast start wait before its update n until release
+// is called (or the edge stops). Tests that use it do not run in parallel.
+func holdBackfill(t *testing.T, at int) (release func()) {
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	backfillHook = func(ctx context.Context, n int) {
+		if n != at {
+			return
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
+	t.Cleanup(func() {
+		release()
+		backfillHook = nil
+	})
+	return release
+}
+
+// TestDiskStoreFastStart: an edge with an empty store is ready with every tenant's host
+// entries while its backfill has not written a single route; a tenant a request needs is
+// fetched on its own, changes made meanwhile are seen (of fetched tenants, of others, of a
+// new tenant), a deleted tenant stays deleted, and once the backfill is through every
+// tenant is served from the store.
+func TestDiskStoreFastStart(t *testing.T) {
+	ns := testenv.NATS(t)
+	url, prefix, dir := natsURL(ns), testenv.Name("tgfast"), t.TempDir()
+	up := echoUpstream(t)
+	w := newBucketWriter(t, url, prefix)
+	const n = 30
+	for i := range n {
+		id := w.tenant(i)
+		for r := range 3 {
+			w.route(id, fmt.Sprintf("r%d", r), fmt.Sprintf("/p%d", r), up)
+		}
+	}
+	release := holdBackfill(t, 0)
+	d := startDiskEdge(t, url, prefix, dir, nil)
+	if got := d.metric("tollgate_edge_config_store_backfilling"); got != 1 {
+		t.Fatalf("backfilling: %v, want 1 while the backfill is held", got)
+	}
+	if got := d.metric("tollgate_edge_tenants"); got != n {
+		t.Errorf("tenants in the host index: %v, want %d", got, n)
+	}
+	// Fetched on demand, since the backfill has written nothing.
+	if code, body := d.get("s0003", "/p1"); code != 200 || body != "up /p1" {
+		t.Fatalf("a tenant before the backfill reached it: %d %s", code, body)
+	}
+	if got := d.metric("tollgate_edge_tenant_fetches_total"); got != 1 {
+		t.Errorf("fetches: %v, want 1", got)
+	}
+	// Changes during the backfill: of a fetched (and compiled) tenant, of one not
+	// fetched yet, a route deleted, a new tenant, a tenant deleted before and after its
+	// fetch.
+	w.route("t0003", "r9", "/new", up)
+	w.route("t0004", "r9", "/new", up)
+	w.del(tenants.ObjectKey("t0007", tenants.KindRoute, "r0"))
+	w.route(w.tenant(n), "r0", "/p0", up)
+	d.eventually("s0003", "/new", 200)
+	d.eventually("s0004", "/new", 200)
+	d.eventually("s0007", "/p0", 404)
+	d.eventually("s0007", "/p1", 200)
+	d.eventually(fmt.Sprintf("s%04d", n), "/p0", 200)
+	d.eventually("s0006", "/p0", 200)
+	w.del(tenants.TenantKey("t0005"))
+	w.del(tenants.TenantKey("t0006"))
+	for _, id := range []string{"t0005", "t0006"} {
+		for r := range 3 {
+			w.del(tenants.ObjectKey(id, tenants.KindRoute, fmt.Sprintf("r%d", r)))
+		}
+	}
+	d.eventually("s0005", "/p0", 404)
+	d.eventually("s0006", "/p0", 404)
+
+	release()
+	d.backfilled()
+	fetches := d.metric("tollgate_edge_tenant_fetches_total")
+	for i := range n + 1 {
+		slug := fmt.Sprintf("s%04d", i)
+		switch i {
+		case 5, 6:
+			d.eventually(slug, "/p0", 404)
+		case 7:
+			d.eventually(slug, "/p0", 404)
+			d.eventually(slug, "/p2", 200)
+		default:
+			d.eventually(slug, "/p0", 200)
+		}
+	}
+	d.eventually("s0003", "/new", 200)
+	d.eventually("s0004", "/new", 200)
+	if got := d.metric("tollgate_edge_tenant_fetches_total"); got != fetches {
+		t.Errorf("%v fetches after the backfill, want none", got-fetches)
+	}
+	// A change after the backfill comes through the one watch left.
+	w.route("t0010", "r9", "/later", up)
+	d.eventually("s0010", "/later", 200)
+	d.stop()
+
+	// The store is whole: a restart resumes after its revision.
+	d = startDiskEdge(t, url, prefix, dir, nil)
+	if got := d.metric("tollgate_edge_config_store_backfilling"); got != 0 {
+		t.Errorf("a restart with a whole store backfills")
+	}
+	if got := d.metric("tollgate_edge_config_store_updates_total"); got > 3 {
+		t.Errorf("the restarted edge received %v updates: it replayed the bucket rather than resuming", got)
+	}
+	d.eventually("s0010", "/later", 200)
+	d.eventually("s0005", "/p0", 404)
+	d.eventually("s0012", "/p2", 200)
+}
+
+// TestDiskStoreFastStartResumes: an edge stopped partway through its backfill restarts
+// fast again from its half-filled store, resumes the backfill where it got to rather
+// than from the start, and ends with every tenant whole, including changes made while it
+// was down.
+func TestDiskStoreFastStartResumes(t *testing.T) {
+	ns := testenv.NATS(t)
+	url, prefix, dir := natsURL(ns), testenv.Name("tgfast"), t.TempDir()
+	up := echoUpstream(t)
+	w := newBucketWriter(t, url, prefix)
+	const n = 20
+	for i := range n {
+		id := w.tenant(i)
+		for r := range 4 {
+			w.route(id, fmt.Sprintf("r%d", r), fmt.Sprintf("/p%d", r), up)
+		}
+	}
+	total := n * 5
+	holdBackfill(t, total/2)
+	d := startDiskEdge(t, url, prefix, dir, nil)
+	d.eventually("s0001", "/p3", 200)
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if got := d.metric("tollgate_edge_config_store_updates_total"); got != float64(total/2) {
+			return fmt.Errorf("backfilled %v updates, want %d before the hold", got, total/2)
+		}
+		return nil
+	})
+	d.stop()
+	backfillHook = nil
+
+	// While it is down: a route of a tenant early in the bucket (already backfilled) and
+	// of one late in it, and a tenant deleted.
+	w.route("t0000", "r9", "/while-down", up)
+	w.route("t0019", "r9", "/while-down", up)
+	w.del(tenants.TenantKey("t0002"))
+
+	d = startDiskEdge(t, url, prefix, dir, nil)
+	d.backfilled()
+	if got := d.metric("tollgate_edge_config_store_updates_total"); got >= float64(total) {
+		t.Errorf("the restarted backfill delivered %v updates: it started over rather than resuming", got)
+	}
+	for i := range n {
+		slug := fmt.Sprintf("s%04d", i)
+		if i == 2 {
+			d.eventually(slug, "/p0", 404)
+			continue
+		}
+		for r := range 4 {
+			d.eventually(slug, fmt.Sprintf("/p%d", r), 200)
+		}
+	}
+	d.eventually("s0000", "/while-down", 200)
+	d.eventually("s0019", "/while-down", 200)
+}
+
+// TestDiskStoreFastStartOff: with TOLLGATE_EDGE_FAST_START=off an edge with an empty
+// store is ready only with the whole bucket in its store.
+func TestDiskStoreFastStartOff(t *testing.T) {
+	ns := testenv.NATS(t)
+	url, prefix, dir := natsURL(ns), testenv.Name("tgfast"), t.TempDir()
+	up := echoUpstream(t)
+	w := newBucketWriter(t, url, prefix)
+	for i := range 5 {
+		w.route(w.tenant(i), "r0", "/p0", up)
+	}
+	d := startDiskEdge(t, url, prefix, dir, map[string]string{"TOLLGATE_EDGE_FAST_START": "off"})
+	if got := d.metric("tollgate_edge_config_store_updates_total"); got != 10 {
+		t.Errorf("updates in the store when ready: %v, want the bucket's 10", got)
+	}
+	d.eventually("s0004", "/p0", 200)
+	if got := d.metric("tollgate_edge_tenant_fetches_total"); got != 0 {
+		t.Errorf("fetches: %v, want 0", got)
 	}
 }

@@ -69,6 +69,7 @@ type tenant[T any] struct {
 	slot     *Slot[T]
 	gone     bool // deleted
 	resident bool // its entries are in the edge (loaded, or loading)
+	fetched  bool // its entries were fetched on their own during a backfill
 	bytes    int64
 	loading  chan struct{} // closed when the running load ends; nil: none runs
 }
@@ -110,6 +111,8 @@ type Tenants[T any] struct {
 	smu   sync.RWMutex // guards slots only; taken inside mu and inside the edge's locks
 	slots map[string]*Slot[T]
 
+	bf *backfill // nil: the store is whole and the watch its only source
+
 	m metrics
 }
 
@@ -121,6 +124,8 @@ type metrics struct {
 	loadSeconds   prometheus.Histogram
 	ignored       prometheus.Counter
 	updates       prometheus.Counter
+	backfilling   prometheus.Gauge
+	fetches       prometheus.Counter
 }
 
 // tenantOverhead and entryFactor estimate a compiled tenant's memory from its entries'
@@ -156,6 +161,10 @@ func New[T any](cfg Config[T]) (*Tenants[T], error) {
 			Buckets: []float64{.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 10}}),
 		updates: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_edge_config_store_updates_total",
 			Help: "Updates the watch delivered to the config store; after a restart, only those since its last revision."}),
+		backfilling: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_edge_config_store_backfilling",
+			Help: "1 while the config store is backfilled behind a fast start (TOLLGATE_EDGE_FAST_START), else 0."}),
+		fetches: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_edge_tenant_fetches_total",
+			Help: "Tenants fetched from the bucket on their own because a request needed them before the backfill reached them."}),
 		ignored: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_edge_config_store_ignored_total",
 			Help: "Entries the config store did not take: not newer than the one it holds."}),
 	}
@@ -184,7 +193,7 @@ func New[T any](cfg Config[T]) (*Tenants[T], error) {
 		return nil, err
 	}
 	if cfg.Registry != nil {
-		for _, c := range []prometheus.Collector{l.m.resident, l.m.residentBytes, l.m.loads, l.m.evictions, l.m.loadSeconds, l.m.ignored, l.m.updates} {
+		for _, c := range []prometheus.Collector{l.m.resident, l.m.residentBytes, l.m.loads, l.m.evictions, l.m.loadSeconds, l.m.ignored, l.m.updates, l.m.backfilling, l.m.fetches} {
 			if err := cfg.Registry.Register(c); err != nil {
 				return nil, err
 			}
@@ -247,10 +256,17 @@ func (l *Tenants[T]) Update(key string, value []byte, rev, pending uint64) {
 	if l.cfg.Seen != nil {
 		l.cfg.Seen(rev)
 	}
-	if value == nil {
-		l.deleteLocked(key, rev)
+	if l.bf == nil || l.bf.admit(key, rev, false) {
+		if value == nil {
+			l.deleteLocked(key, rev)
+		} else {
+			l.putLocked(key, value, rev)
+		}
 	} else {
-		l.putLocked(key, value, rev)
+		l.m.ignored.Inc()
+	}
+	if l.bf != nil && l.bf.done && rev >= l.bf.maxSide {
+		l.bf = nil // the watch is past everything any other source wrote
 	}
 	if err := l.st.Written(rev, pending == 0); err != nil {
 		l.cfg.Logger.Warn("edge: config store write failed; the edge keeps serving and replays from its last written revision after a restart", "err", err)
@@ -266,6 +282,12 @@ func (l *Tenants[T]) Flush() {
 	defer l.mu.Unlock()
 	if err := l.st.Commit(); err != nil {
 		l.cfg.Logger.Warn("edge: config store write failed", "err", err)
+	}
+	if l.bf == nil && l.st.Partial() {
+		// A backfill interrupted by a restart and finished without one (a fast start turned off).
+		if err := l.st.SetPartial(false); err != nil {
+			l.cfg.Logger.Warn("edge: config store write failed", "err", err)
+		}
 	}
 	if l.hostsDirty {
 		l.publishLocked()
@@ -286,12 +308,12 @@ func (l *Tenants[T]) putLocked(key string, value []byte, rev uint64) {
 		return
 	}
 	if pk.Kind == tenants.KindTenant {
-		if tomb := l.st.Tomb(pk.TenantID); tomb != 0 && ent.Rev <= tomb {
+		if tomb := l.tomb(pk.TenantID, key); tomb != 0 && ent.Rev <= tomb {
 			l.m.ignored.Inc()
 			return
 		}
 	}
-	held, oldSize, ok := l.st.Held(key)
+	held, oldSize, ok := l.held(key)
 	if ok && ent.Rev <= held {
 		l.m.ignored.Inc()
 		return
@@ -326,7 +348,7 @@ func (l *Tenants[T]) deleteLocked(key string, rev uint64) {
 		return
 	}
 	t := l.byID[pk.TenantID]
-	held, size, ok := l.st.Held(key)
+	held, size, ok := l.held(key)
 	if pk.Kind == tenants.KindTenant {
 		if t == nil {
 			return
@@ -399,6 +421,12 @@ func (l *Tenants[T]) Load(s *Slot[T]) *T {
 	start := time.Now()
 	ch := make(chan struct{})
 	t.loading = ch
+	if !l.fetchLocked(t) {
+		t.loading = nil
+		close(ch)
+		l.mu.Unlock()
+		return nil
+	}
 	if !t.resident {
 		t.resident = true
 		var n int64

@@ -46,6 +46,9 @@ var (
 	kBucket = []byte(pMeta + "bucket")
 	kSeq    = []byte(pMeta + "seq")
 	kAt     = []byte(pMeta + "at")
+	// kPartial marks a store still being backfilled: it holds every tenant's host entries
+	// but not yet every tenant's other entries (lazy's fast start). Absent: complete.
+	kPartial = []byte(pMeta + "partial")
 )
 
 // batchMax bounds the writes a batch collects before it is committed anyway.
@@ -53,14 +56,15 @@ const batchMax = 4096
 
 // Store is the local copy of one bucket.
 type Store struct {
-	db     *pebble.DB
-	dir    string
-	bucket string
-	b      *pebble.Batch // indexed: reads see what it holds
-	seq    uint64
-	at     time.Time
-	cache  *pebble.Cache
-	opts   Options
+	db      *pebble.DB
+	dir     string
+	bucket  string
+	b       *pebble.Batch // indexed: reads see what it holds
+	seq     uint64
+	at      time.Time
+	partial bool
+	cache   *pebble.Cache
+	opts    Options
 }
 
 // Options say where the store lives and how much memory its reads may cache.
@@ -147,6 +151,11 @@ func open(dir string, o Options) (s *Store, why string) {
 	} else if len(v) == 8 {
 		s.at = time.Unix(0, int64(binary.BigEndian.Uint64(v)))
 	}
+	if v, err := s.get(kPartial); err != nil {
+		return fail(err.Error())
+	} else {
+		s.partial = len(v) > 0
+	}
 	s.b = db.NewIndexedBatch()
 	return s, ""
 }
@@ -170,6 +179,21 @@ func (s *Store) At() time.Time   { return s.at }
 func (s *Store) Bucket() string  { return s.bucket }
 func (s *Store) Path() string    { return s.dir }
 func (s *Store) pending() uint32 { return s.b.Count() }
+
+// Partial says the store is being backfilled: its revision is how far the backfill got,
+// and only the tenants fetched on their own are whole.
+func (s *Store) Partial() bool { return s.partial }
+
+// SetPartial marks the store as being backfilled, or as whole again, and commits.
+func (s *Store) SetPartial(p bool) error {
+	s.partial = p
+	if p {
+		_ = s.b.Set(kPartial, []byte{1}, nil)
+	} else {
+		_ = s.b.Delete(kPartial, nil)
+	}
+	return s.Commit()
+}
 
 // Held returns the rev held for key and the value's length: ok false when the key was
 // never written, value length 0 when it was deleted.
@@ -292,6 +316,16 @@ func (s *Store) Written(seq uint64, flush bool) error {
 	if seq > s.seq {
 		s.seq = seq
 	}
+	if !flush && s.pending() < batchMax {
+		return nil
+	}
+	return s.Commit()
+}
+
+// Wrote commits the batch when flush says a burst is over or the batch is large, without
+// moving the store's revision: for entries that did not come from the watch the revision
+// stands for.
+func (s *Store) Wrote(flush bool) error {
 	if !flush && s.pending() < batchMax {
 		return nil
 	}

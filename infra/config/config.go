@@ -132,7 +132,9 @@ type Config struct {
 	EdgeConfigStore string
 	// EdgeTenantMemory: TOLLGATE_EDGE_TENANT_MEMORY [128MiB: with the disk store, the estimated memory of compiled tenants above which those idle longest are evicted; bytes, or with KiB, MiB or GiB]
 	EdgeTenantMemory int64
-	DBTimeout        time.Duration // TOLLGATE_DB_TIMEOUT [5s: the bound of one database call of the api and billing]
+	// EdgeFastStart: TOLLGATE_EDGE_FAST_START [on: with the disk store, an edge whose store is empty or half-filled is ready once it holds every tenant's host entries, backfills the rest behind that and fetches a tenant a request needs before the backfill reached it (docs/edge-scale.md); off: ready once the whole bucket is in its store]
+	EdgeFastStart bool
+	DBTimeout     time.Duration // TOLLGATE_DB_TIMEOUT [5s: the bound of one database call of the api and billing]
 	// APIHeavyCalls: TOLLGATE_API_HEAVY_CALLS [2: a tenant's imports, config applies and exports in flight at once on one api process (api.Config.HeavyCalls), the next is 429 with Retry-After; 0: no cap]
 	APIHeavyCalls int
 	// Write rates of the api (docs/performance.md, "Management API writes").
@@ -230,7 +232,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		{"TOLLGATE_EDGE_YIELD_READS", &c.EdgeYieldReads, true}, {"TOLLGATE_EDGE_RAW_IO", &c.EdgeRawIO, true},
 		{"TOLLGATE_EDGE_KEY_LAST_USE", &c.EdgeKeyLastUse, true}, {"TOLLGATE_EDGE_HTTP2", &c.EdgeHTTP2, true},
 		{"TOLLGATE_EDGE_INCREMENTAL", &c.EdgeIncremental, true}, {"TOLLGATE_EDGE_SHARE_UPSTREAMS", &c.EdgeShareUpstreams, true},
-		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}, {"TOLLGATE_METER", &c.Meter, true},
+		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}, {"TOLLGATE_EDGE_FAST_START", &c.EdgeFastStart, true}, {"TOLLGATE_METER", &c.Meter, true},
 		{"TOLLGATE_METER_SPOOL_RESERVE", &c.MeterSpoolReserve, true},
 		{"TOLLGATE_DB_SHARED_LIMIT_CHECKS", &c.DBSharedLimitChecks, true}, {"TOLLGATE_DB_NOTIFY_AFTER_COMMIT", &c.DBNotifyAfterCommit, true},
 		{"TOLLGATE_DB_SHARED_REV_LOCK", &c.DBSharedRevLock, true}} {

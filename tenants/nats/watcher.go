@@ -39,6 +39,18 @@ type WatchConfig struct {
 	OnError func(error)
 	// BatchSize is how many messages the client asks for at once. Default: 1000.
 	BatchSize int
+	// AllRevisions starts the initial load with every message the stream holds rather than
+	// each key's last one. With the bucket's history of 1 (Tollgate's buckets) that is the
+	// same set, and the server need not work out each key's last message, which NATS 2.9
+	// does by reading the whole stream: creating the consumer took seconds per 100,000
+	// keys. With a longer history a key's older values arrive before its last, in order.
+	AllRevisions bool
+	// CreateTimeout is how long the first attempt to create the watch's consumer waits
+	// for the server (later ones double it, up to 10 s). Default 1 s: a request sent just
+	// as the server went away is lost without an answer. A filtered watch of a large
+	// bucket wants more: NATS 2.9 walks the stream to create it, and every attempt given
+	// up on still costs the server that walk.
+	CreateTimeout time.Duration
 	// From, when above 1, starts the watch at that revision instead of with a full load:
 	// every message from there on, which is each key changed since with its latest
 	// state, deleted keys as deletes (a caller that kept what an earlier watch delivered
@@ -234,10 +246,18 @@ func (w *Watcher) start(ctx context.Context, from uint64) jetstream.Consumer {
 	// A request sent just as the server went away is lost without an answer, so the
 	// first attempts time out quickly; later ones allow a slow server more.
 	const minBackoff, minTimeout = 250 * time.Millisecond, time.Second
-	backoff, timeout := minBackoff, minTimeout
+	backoff, timeout := minBackoff, max(minTimeout, w.cfg.CreateTimeout)
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{w.prefix + w.cfg.Filter}, // one filter: NATS 2.9 takes no list
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	}
+	if w.cfg.AllRevisions {
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		if w.cfg.Filter == ">" {
+			// The stream holds the bucket's keys alone, and a consumer with no filter
+			// is made from the stream's counts instead of a walk of its subjects.
+			cfg.FilterSubjects = nil
+		}
 	}
 	if from > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
@@ -261,9 +281,9 @@ func (w *Watcher) start(ctx context.Context, from uint64) jetstream.Consumer {
 			}
 			w.report(fmt.Errorf("watch %s: %w", w.stream, err))
 			wait, backoff = backoff, min(2*backoff, 5*time.Second)
-			timeout = min(2*timeout, 10*time.Second)
+			timeout = max(min(2*timeout, 10*time.Second), w.cfg.CreateTimeout)
 		} else {
-			backoff, timeout = minBackoff, minTimeout
+			backoff, timeout = minBackoff, max(minTimeout, w.cfg.CreateTimeout)
 		}
 		select {
 		case <-ctx.Done():

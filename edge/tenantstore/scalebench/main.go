@@ -1,7 +1,9 @@
 // Command scalebench measures an edge with TOLLGATE_EDGE_CONFIG_STORE=disk at scale: it
 // fills a bucket with -routes routes over -tenants tenants, starts a tollgate-edge process
 // on it twice (an empty store, then a restart with its store) and reports each start's
-// time to ready, the process's idle RSS and a cold tenant's first-request latency.
+// time to ready, the process's idle RSS and a cold tenant's first-request latency. With
+// a fast start (TOLLGATE_EDGE_FAST_START, -fast-start to set it) the first start also
+// times cold tenants fetched ahead of the backfill, and when the backfill is through.
 //
 //	go build -o /tmp/tollgate-edge ./cmd/tollgate-edge
 //	go run ./edge/tenantstore/scalebench -edge /tmp/tollgate-edge -routes 1000000 -tenants 100000
@@ -41,15 +43,16 @@ func main() {
 		budget   = flag.String("budget", "", "TOLLGATE_EDGE_TENANT_MEMORY (default: the edge's)")
 		cold     = flag.Int("cold", 200, "cold tenants to time a first request of")
 		keep     = flag.Bool("keep", false, "keep the bucket and the store")
+		fast     = flag.String("fast-start", "", "TOLLGATE_EDGE_FAST_START (default: the edge's)")
 	)
 	flag.Parse()
-	if err := run(*routes, *nTenants, *natsURL, *edgeBin, *budget, *cold, *keep); err != nil {
+	if err := run(*routes, *nTenants, *natsURL, *edgeBin, *budget, *fast, *cold, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "scalebench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(routes, nTenants int, natsURL, edgeBin, budget string, cold int, keep bool) error {
+func run(routes, nTenants int, natsURL, edgeBin, budget, fast string, cold int, keep bool) error {
 	ctx := context.Background()
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
@@ -95,12 +98,23 @@ func run(routes, nTenants int, natsURL, edgeBin, budget string, cold int, keep b
 	if budget != "" {
 		env = append(env, "TOLLGATE_EDGE_TENANT_MEMORY="+budget)
 	}
-	for i, what := range []string{"first start (empty store, the whole bucket written to it)", "restart (with its store)"} {
+	if fast != "" {
+		env = append(env, "TOLLGATE_EDGE_FAST_START="+fast)
+	}
+	for i, what := range []string{"first start (empty store)", "restart (with its store)"} {
 		e, err := startEdge(edgeBin, env)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("%s: ready in %s\n", what, e.ready.Round(time.Millisecond))
+		if i == 0 && e.backfilling() {
+			// Cold tenants the backfill has not reached yet are fetched from the bucket.
+			measureCold(e, nTenants, routes/nTenants, min(cold, 20))
+			for e.backfilling() {
+				time.Sleep(100 * time.Millisecond)
+			}
+			fmt.Printf("  backfill complete after %s\n", (time.Since(e.started)).Round(time.Millisecond))
+		}
 		time.Sleep(2 * time.Second)
 		fmt.Printf("  idle RSS %s\n", mib(e.rss()))
 		if i == 1 {
@@ -179,6 +193,18 @@ type edgeProc struct {
 	cmd      *exec.Cmd
 	pub, adm string
 	ready    time.Duration
+	started  time.Time
+}
+
+// backfilling says the edge's store is still being backfilled behind a fast start.
+func (e *edgeProc) backfilling() bool {
+	resp, err := http.Get("http://" + e.adm + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.Contains(string(b), "\ntollgate_edge_config_store_backfilling 1")
 }
 
 func freeAddr() string {
@@ -193,6 +219,7 @@ func startEdge(bin string, env []string) (*edgeProc, error) {
 	e.cmd.Env = append(append(os.Environ(), env...), "TOLLGATE_EDGE_ADDR="+e.pub, "TOLLGATE_EDGE_ADMIN_ADDR="+e.adm)
 	e.cmd.Stderr = os.Stderr
 	start := time.Now()
+	e.started = start
 	if err := e.cmd.Start(); err != nil {
 		return nil, err
 	}
