@@ -405,7 +405,8 @@ func (ts *tenantState) viewLocked(incrementally bool) *tenantView {
 }
 
 // unpublish forgets a deleted tenant: requests stop finding it once the host map is
-// rebuilt, and its idle upstream connections close.
+// rebuilt, its idle upstream connections close, and the meter lets go of its routes'
+// latency counters at its next flush.
 func (e *Edge) unpublish(ts *tenantState) {
 	ts.slot.Snap.Store(nil)
 	ts.compiled.closeUpstreams()
@@ -417,6 +418,12 @@ func (e *Edge) unpublish(ts *tenantState) {
 			rt.cache.Drop()
 		}
 		releaseFunctions(rt, nil)
+		if rt.meter != nil {
+			rt.meter.Release()
+		}
+	}
+	if snap := ts.compiled.snap; snap != nil && snap.meter != nil {
+		snap.meter.Release()
 	}
 	if e.cache != nil {
 		e.cache.Forget(ts.id)
