@@ -326,6 +326,9 @@ func (e *Edge) compileDirty() int {
 	if hostsChanged || !loaded {
 		e.rebuildHosts()
 	}
+	if e.lazy != nil {
+		e.setResidentRoutes()
+	}
 	for _, j := range jobs {
 		if j.view.tenant != nil {
 			endApplying(j.applies, j.view.rev, true)

@@ -63,6 +63,24 @@ func (e *Edge) evict(id string) {
 	delete(e.dirty, id)
 	e.mu.Unlock()
 	if ts != nil {
+		if snap := ts.slot.Snap.Load(); snap != nil {
+			e.m.Routes.Sub(float64(snap.routes.Len()))
+		}
 		e.unpublish(ts)
 	}
+}
+
+// setResidentRoutes sets tollgate_edge_routes to the routes of the compiled tenants, the
+// routes the edge serves without a load: those of its store are not counted anywhere.
+// Its caller holds compileMu, as evict does.
+func (e *Edge) setResidentRoutes() {
+	n := 0
+	e.mu.Lock()
+	for _, ts := range e.state {
+		if snap := ts.slot.Snap.Load(); snap != nil {
+			n += snap.routes.Len()
+		}
+	}
+	e.mu.Unlock()
+	e.m.Routes.Set(float64(n))
 }

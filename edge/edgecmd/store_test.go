@@ -477,3 +477,39 @@ func TestDiskStoreCorrupt(t *testing.T) {
 		t.Errorf("updates into the new store: %v, want the bucket's 3", got)
 	}
 }
+
+// TestDiskStoreEvictionLetsGoOfMeterState: the meter's per-route state of an evicted
+// tenant (its latency counters) goes with it, so the routes holding some follow the
+// tenants compiled, not every tenant served in the hour; tollgate_edge_routes counts the
+// compiled tenants' routes.
+func TestDiskStoreEvictionLetsGoOfMeterState(t *testing.T) {
+	ns := testenv.NATS(t)
+	url, prefix, dir := natsURL(ns), testenv.Name("tglazy"), t.TempDir()
+	up := echoUpstream(t)
+	w := newBucketWriter(t, url, prefix)
+	const n = 40
+	for i := range n {
+		w.route(w.tenant(i), "r0", "/p0", up)
+	}
+	d := startDiskEdge(t, url, prefix, dir, map[string]string{"TOLLGATE_EDGE_TENANT_MEMORY": "1MiB", "TOLLGATE_METER": "on"})
+	if got := d.metric("tollgate_edge_routes"); got != 0 {
+		t.Fatalf("tollgate_edge_routes %v before any load, want 0", got)
+	}
+	for i := range n {
+		d.eventually(fmt.Sprintf("s%04d", i), "/p0", 200)
+	}
+	if d.metric("tollgate_edge_tenant_evictions_total") == 0 {
+		t.Fatal("no eviction under a 1 MiB budget")
+	}
+	resident := d.metric("tollgate_edge_tenants_resident")
+	if got := d.metric("tollgate_edge_routes"); got != resident {
+		t.Fatalf("tollgate_edge_routes %v, want the %v compiled tenants' one route each", got, resident)
+	}
+	// The flush after an eviction lets go; every tenant served a request.
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if got := d.metric("tollgate_meter_latency_routes"); got > resident || got == 0 {
+			return fmt.Errorf("%v routes hold latency counters, want between 1 and the %v compiled tenants' routes", got, resident)
+		}
+		return nil
+	})
+}

@@ -45,6 +45,7 @@ func main() {
 		keep     = flag.Bool("keep", false, "keep the bucket and the store")
 		serve    = flag.String("serve", "", "after the restart, serve these percentages of the tenants one after the other (e.g. 1,10), reading the RSS after each")
 		metered  = flag.Bool("meter", false, "run the edge with its usage meter on (TOLLGATE_METER=on)")
+		settle   = flag.Duration("settle", 3*time.Second, "wait after serving a share before reading the RSS")
 		heap     = flag.String("heap", "", "directory to save the edge's heap profile to at each RSS reading after the restart")
 	)
 	flag.Parse()
@@ -60,7 +61,7 @@ func main() {
 		}
 		shares = append(shares, n)
 	}
-	o := opts{serve: shares, meter: *metered, heap: *heap}
+	o := opts{serve: shares, meter: *metered, heap: *heap, settle: *settle}
 	if err := run(*routes, *nTenants, *natsURL, *edgeBin, *budget, *cold, *keep, o); err != nil {
 		fmt.Fprintln(os.Stderr, "scalebench:", err)
 		os.Exit(1)
@@ -72,6 +73,9 @@ type opts struct {
 	serve []int  // percentages of the tenants served after the restart
 	meter bool   // the edge's meter on
 	heap  string // where heap profiles go, "" for none
+	// settle is the wait before an RSS reading after serving: the edge gives memory back
+	// once a burst's allocation has fallen (edge/memory), some 10 s after it ends.
+	settle time.Duration
 }
 
 func run(routes, nTenants int, natsURL, edgeBin, budget string, cold int, keep bool, o opts) error {
@@ -139,7 +143,7 @@ func run(routes, nTenants int, natsURL, edgeBin, budget string, cold int, keep b
 				n := max(served+1, nTenants*pct/100)
 				failed := serveTenants(e, served, n)
 				served = n
-				time.Sleep(3 * time.Second)
+				time.Sleep(o.settle)
 				fmt.Printf("  RSS after serving %d%% of the tenants (%d, %d not 200): %s\n", pct, n, failed, mib(e.rss()))
 				e.saveHeap(o.heap, fmt.Sprintf("served%d", pct))
 			}
