@@ -33,6 +33,11 @@ func (e *Edge) UseStore(st *tenantstore.Store, budget int64) (*lazy.Tenants[Snap
 	return l, nil
 }
 
+// StoreBehind says whether the edge serves its store while NATS is unreachable: a Host
+// naming no tenant of it is then answered 503 not_ready (the tenant may be newer than the
+// store), as with memory mode's snapshot, until it is called with false on catching up.
+func (e *Edge) StoreBehind(behind bool) { e.storeBehind.Store(behind) }
+
 // snapshotOf is the snapshot behind a slot, loaded first when its tenant is not resident.
 func (e *Edge) snapshotOf(slot *tenantSlot) *Snapshot {
 	snap := slot.Snap.Load()
