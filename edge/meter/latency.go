@@ -171,12 +171,22 @@ func (r *Route) RecordLatency(at time.Time, gateway, upstream time.Duration, has
 }
 
 // Release tells the meter the edge has dropped the route (its tenant was evicted or
-// deleted): the next flush ships the times it holds and lets go of its counters. A later
-// record makes them again.
+// deleted): the next flush ships the times it holds and lets go of its counters, and
+// Meter.Route forgets the handle, so an edge holds handles for the routes it has
+// compiled, not for every route it ever served. The handle stays usable: a later record
+// makes its counters again, and its counts and those of a new handle of the same route
+// add up in the flush, which sums cells by their ids.
 func (r *Route) Release() {
 	if h := r.lat.Load(); h != nil {
 		h.release.Store(true)
 	}
+	m := r.m
+	k := routeKey{r.tenantID, r.routeID}
+	m.routesMu.Lock()
+	if m.routes[k] == r {
+		delete(m.routes, k)
+	}
+	m.routesMu.Unlock()
 }
 
 // latencyHist makes the route's counters on its first record (racing records agree on one).

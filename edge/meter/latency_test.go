@@ -265,6 +265,31 @@ func TestReleasedRouteLatencyShippedAndLetGo(t *testing.T) {
 	if got := gauge(t, reg, "tollgate_meter_latency_routes"); got != 2 {
 		t.Fatalf("latency routes after a new record %v, want 2", got)
 	}
+	// The released handle is forgotten; its counts and the new handle's add up.
+	again := m.Route(tenantA, "r1")
+	if again == r {
+		t.Fatal("Meter.Route gave the released handle again")
+	}
+	if m.Route(tenantB, "r2") != kept {
+		t.Fatal("Meter.Route gave a new handle of a route not released")
+	}
+	r.Record(nil, 200, true, 0, 0, at)
+	again.Record(nil, 200, true, 0, 0, at)
+	sink.batches = nil
+	if err := m.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var reqs int64
+	for _, b := range sink.batches {
+		for _, rec := range b.Records {
+			if rec.RouteID == "r1" {
+				reqs += rec.Requests
+			}
+		}
+	}
+	if reqs != 2 {
+		t.Fatalf("r1's requests over its two handles: %d, want 2", reqs)
+	}
 }
 
 // The chunked bins and the dense ones ship the same sketches for the same times (bin by

@@ -341,9 +341,10 @@ func (m *Meter) EdgeID() string { return m.cfg.EdgeID }
 func (m *Meter) BootID() string { return m.cfg.BootID }
 
 // Route returns the handle of a tenant's route (routeID "" for requests of the tenant
-// that matched no route). The same ids give the same handle. Call it when compiling, not
-// per request. An edge holds one per route for its life: the handles of a tenant share
-// one copy of its id, and the map holds nothing more than them.
+// that matched no route). The same ids give the same handle until it is released
+// (Route.Release). Call it when compiling, not per request. An edge holds one per route
+// it has compiled: the handles of a tenant share one copy of its id, and the map holds
+// nothing more than them.
 func (m *Meter) Route(tenantID, routeID string) *Route {
 	m.routesMu.Lock()
 	defer m.routesMu.Unlock()
