@@ -163,8 +163,13 @@ func BenchmarkRouteRecordWithLatencyParallel(b *testing.B) {
 	})
 }
 
-func BenchmarkRecordLatency(b *testing.B) {
-	m := newMeter(b, meter.Config{Sink: &memSink{}})
+func BenchmarkRecordLatency(b *testing.B) { benchmarkRecordLatency(b, false) }
+
+// With every bin made at the first record (TOLLGATE_METER_SPARSE_LATENCY=off).
+func BenchmarkRecordLatencyDense(b *testing.B) { benchmarkRecordLatency(b, true) }
+
+func benchmarkRecordLatency(b *testing.B, dense bool) {
+	m := newMeter(b, meter.Config{Sink: &memSink{}, DenseLatency: dense})
 	r := m.Route(tenantA, "0190a000-0000-7000-8000-0000000000ff")
 	at := time.Now()
 	b.ReportAllocs()
