@@ -328,6 +328,9 @@ func (e *Edge) compileDirty() int {
 	if hostsChanged || !loaded {
 		e.rebuildHosts()
 	}
+	if e.lazy != nil {
+		e.setResidentRoutes()
+	}
 	for _, j := range jobs {
 		if j.view.tenant != nil {
 			endApplying(j.applies, j.view.rev, true)
@@ -407,7 +410,8 @@ func (ts *tenantState) viewLocked(incrementally bool) *tenantView {
 }
 
 // unpublish forgets a deleted tenant: requests stop finding it once the host map is
-// rebuilt, and its idle upstream connections close.
+// rebuilt, its idle upstream connections close, and the meter lets go of its routes'
+// latency counters at its next flush.
 func (e *Edge) unpublish(ts *tenantState) {
 	ts.slot.Snap.Store(nil)
 	ts.compiled.closeUpstreams()
@@ -419,6 +423,12 @@ func (e *Edge) unpublish(ts *tenantState) {
 			rt.cache.Drop()
 		}
 		releaseFunctions(rt, nil)
+		if rt.meter != nil {
+			rt.meter.Release()
+		}
+	}
+	if snap := ts.compiled.snap; snap != nil && snap.meter != nil {
+		snap.meter.Release()
 	}
 	if e.cache != nil {
 		e.cache.Forget(ts.id)

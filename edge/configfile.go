@@ -57,19 +57,21 @@ func (e *Edge) readyzBody() []byte {
 }
 
 // replySnapshotUnknownTenant answers a Host that names no tenant while the edge serves a
-// snapshot: the snapshot may predate the tenant (more so when its writes failed), so
+// snapshot, or its disk store before catching up with the bucket: the snapshot may predate the tenant (more so when its writes failed), so
 // "not found" would be a wrong answer that clients and caches take as final; "not ready,
 // retry" is true until the bucket's load is in.
 var replySnapshotUnknownTenant = newReply(tenants.ENotReady, "the edge is serving an older copy of its configuration that does not name this tenant; retry shortly")
 
 // failUnknownTenant answers a request whose Host names no tenant of this edge.
 func (e *Edge) failUnknownTenant(x *exchange) {
-	if f := e.cfile.Load(); f != nil {
-		if ok, _ := f.Serving(); ok {
-			x.fail(replySnapshotUnknownTenant)
-			x.ctx.Response.Header.Set("Retry-After", "1")
-			return
-		}
+	serving := e.storeBehind.Load()
+	if f := e.cfile.Load(); f != nil && !serving {
+		serving, _ = f.Serving()
+	}
+	if serving {
+		x.fail(replySnapshotUnknownTenant)
+		x.ctx.Response.Header.Set("Retry-After", "1")
+		return
 	}
 	x.fail(replyTenantNotFound)
 }

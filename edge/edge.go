@@ -134,6 +134,8 @@ type Edge struct {
 	checkers balancer.Checkers // active health checks of upstreams
 
 	lazy *lazy.Tenants[Snapshot] // nil: every tenant resident (lazy.go)
+	// storeBehind: the store is served while NATS is unreachable (lazy.go)
+	storeBehind atomic.Bool
 }
 
 // tenantSlot is a tenant's place in the host map: the map changes only when tenants come

@@ -33,6 +33,11 @@ func (e *Edge) UseStore(st *tenantstore.Store, budget int64) (*lazy.Tenants[Snap
 	return l, nil
 }
 
+// StoreBehind says whether the edge serves its store while NATS is unreachable: a Host
+// naming no tenant of it is then answered 503 not_ready (the tenant may be newer than the
+// store), as with memory mode's snapshot, until it is called with false on catching up.
+func (e *Edge) StoreBehind(behind bool) { e.storeBehind.Store(behind) }
+
 // snapshotOf is the snapshot behind a slot, loaded first when its tenant is not resident.
 func (e *Edge) snapshotOf(slot *tenantSlot) *Snapshot {
 	snap := slot.Snap.Load()
@@ -63,6 +68,24 @@ func (e *Edge) evict(id string) {
 	delete(e.dirty, id)
 	e.mu.Unlock()
 	if ts != nil {
+		if snap := ts.slot.Snap.Load(); snap != nil {
+			e.m.Routes.Sub(float64(snap.routes.Len()))
+		}
 		e.unpublish(ts)
 	}
+}
+
+// setResidentRoutes sets tollgate_edge_routes to the routes of the compiled tenants, the
+// routes the edge serves without a load: those of its store are not counted anywhere.
+// Its caller holds compileMu, as evict does.
+func (e *Edge) setResidentRoutes() {
+	n := 0
+	e.mu.Lock()
+	for _, ts := range e.state {
+		if snap := ts.slot.Snap.Load(); snap != nil {
+			n += snap.routes.Len()
+		}
+	}
+	e.mu.Unlock()
+	e.m.Routes.Set(float64(n))
 }

@@ -167,11 +167,18 @@ func Serve(ctx context.Context, cfg *config.Config, natsURL string, pub, adm net
 	if err != nil {
 		return err
 	}
+	disk := cfg.EdgeConfigStore == "disk"
+	if fromSnapshot && disk {
+		e.StoreBehind(true)
+	}
 	e.Loaded()
 	if fromSnapshot {
 		go func() {
 			select {
 			case <-current:
+				if disk {
+					e.StoreBehind(false)
+				}
 				log.Info("edge: caught up with the bucket; the snapshot's config is replaced", "bucket", cfg.KVBucket())
 			case <-ctx.Done():
 			}

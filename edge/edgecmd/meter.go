@@ -41,6 +41,8 @@ func openMeter(cfg *config.Config, nc *nats.Conn, reg prometheus.Registerer, log
 		// TOLLGATE_EDGE_KEY_LAST_USE=off: for measuring what noting keys' uses costs.
 		NoKeyUses:      !cfg.EdgeKeyLastUse,
 		NoSpoolReserve: !cfg.MeterSpoolReserve,
+		// TOLLGATE_METER_SPARSE_LATENCY=off: every latency bin of a route made at once.
+		DenseLatency: !cfg.MeterSparseLatency,
 	})
 }
 

@@ -410,7 +410,8 @@ func TestDiskStoreEvictionStopsHealthChecks(t *testing.T) {
 }
 
 // TestDiskStoreServesWhileNATSIsDown: an edge started while NATS is unreachable serves
-// from its store; when NATS returns it catches up.
+// from its store, answering a Host it does not know 503 not_ready; when NATS returns it
+// catches up, and such a Host is 404.
 func TestDiskStoreServesWhileNATSIsDown(t *testing.T) {
 	ns := testenv.NATS(t)
 	url, prefix, dir := natsURL(ns), testenv.Name("tglazy"), t.TempDir()
@@ -428,7 +429,10 @@ func TestDiskStoreServesWhileNATSIsDown(t *testing.T) {
 
 	d = startDiskEdge(t, url, prefix, dir, nil)
 	d.eventually("s0002", "/p0", 200)
-	d.eventually("s0009", "/p0", 404)
+	// A Host the store does not name may be a tenant newer than it: not ready, retry.
+	if code, body := d.get("s0009", "/p0"); code != 503 || !strings.Contains(body, "not_ready") {
+		t.Fatalf("unknown host while NATS is down: %d %s, want 503 not_ready", code, body)
+	}
 	d.stop()
 
 	// With NATS back the edge follows the bucket again.
@@ -438,6 +442,7 @@ func TestDiskStoreServesWhileNATSIsDown(t *testing.T) {
 	w.route("t0002", "r1", "/after", up)
 	d = startDiskEdge(t, url, prefix, dir, nil)
 	d.eventually("s0002", "/after", 200)
+	d.eventually("s0009", "/p0", 404)
 }
 
 // TestDiskStoreOfAnotherBucketIsDiscarded: a store written from another bucket (another
@@ -681,4 +686,40 @@ func TestDiskStoreFastStartOff(t *testing.T) {
 	if got := d.metric("tollgate_edge_tenant_fetches_total"); got != 0 {
 		t.Errorf("fetches: %v, want 0", got)
 	}
+}
+
+// TestDiskStoreEvictionLetsGoOfMeterState: the meter's per-route state of an evicted
+// tenant (its latency counters) goes with it, so the routes holding some follow the
+// tenants compiled, not every tenant served in the hour; tollgate_edge_routes counts the
+// compiled tenants' routes.
+func TestDiskStoreEvictionLetsGoOfMeterState(t *testing.T) {
+	ns := testenv.NATS(t)
+	url, prefix, dir := natsURL(ns), testenv.Name("tglazy"), t.TempDir()
+	up := echoUpstream(t)
+	w := newBucketWriter(t, url, prefix)
+	const n = 40
+	for i := range n {
+		w.route(w.tenant(i), "r0", "/p0", up)
+	}
+	d := startDiskEdge(t, url, prefix, dir, map[string]string{"TOLLGATE_EDGE_TENANT_MEMORY": "1MiB", "TOLLGATE_METER": "on"})
+	if got := d.metric("tollgate_edge_routes"); got != 0 {
+		t.Fatalf("tollgate_edge_routes %v before any load, want 0", got)
+	}
+	for i := range n {
+		d.eventually(fmt.Sprintf("s%04d", i), "/p0", 200)
+	}
+	if d.metric("tollgate_edge_tenant_evictions_total") == 0 {
+		t.Fatal("no eviction under a 1 MiB budget")
+	}
+	resident := d.metric("tollgate_edge_tenants_resident")
+	if got := d.metric("tollgate_edge_routes"); got != resident {
+		t.Fatalf("tollgate_edge_routes %v, want the %v compiled tenants' one route each", got, resident)
+	}
+	// The flush after an eviction lets go; every tenant served a request.
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if got := d.metric("tollgate_meter_latency_routes"); got > resident || got == 0 {
+			return fmt.Errorf("%v routes hold latency counters, want between 1 and the %v compiled tenants' routes", got, resident)
+		}
+		return nil
+	})
 }

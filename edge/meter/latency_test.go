@@ -2,9 +2,13 @@ package meter_test
 
 import (
 	"context"
+	"maps"
+	"math"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"tollgate/edge/meter"
 	"tollgate/infra/usage"
@@ -159,8 +163,13 @@ func BenchmarkRouteRecordWithLatencyParallel(b *testing.B) {
 	})
 }
 
-func BenchmarkRecordLatency(b *testing.B) {
-	m := newMeter(b, meter.Config{Sink: &memSink{}})
+func BenchmarkRecordLatency(b *testing.B) { benchmarkRecordLatency(b, false) }
+
+// With every bin made at the first record (TOLLGATE_METER_SPARSE_LATENCY=off).
+func BenchmarkRecordLatencyDense(b *testing.B) { benchmarkRecordLatency(b, true) }
+
+func benchmarkRecordLatency(b *testing.B, dense bool) {
+	m := newMeter(b, meter.Config{Sink: &memSink{}, DenseLatency: dense})
 	r := m.Route(tenantA, "0190a000-0000-7000-8000-0000000000ff")
 	at := time.Now()
 	b.ReportAllocs()
@@ -217,5 +226,122 @@ func TestLatencyThroughTheSpool(t *testing.T) {
 	}
 	if n != 1 || m.Spooled() != 0 {
 		t.Fatalf("%d upstream times published, %d batches still spooled; want 1 and 0", n, m.Spooled())
+	}
+}
+
+// A released route (its tenant evicted or deleted) has the times it holds shipped by the
+// next flush, and then its counters are gone; a record after that makes them again.
+func TestReleasedRouteLatencyShippedAndLetGo(t *testing.T) {
+	sink := &memSink{}
+	reg := prometheus.NewRegistry()
+	m := newMeter(t, meter.Config{Sink: sink, Registry: reg})
+	r, kept := m.Route(tenantA, "r1"), m.Route(tenantB, "r2")
+	at := time.Now()
+	for i := 1; i <= 10; i++ {
+		r.RecordLatency(at, time.Duration(i)*time.Millisecond, 0, false)
+	}
+	kept.RecordLatency(at, time.Millisecond, 0, false)
+	if got := gauge(t, reg, "tollgate_meter_latency_routes"); got != 2 {
+		t.Fatalf("latency routes %v, want 2", got)
+	}
+	r.Release()
+	if err := m.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, b := range sink.batches {
+		for _, l := range b.Latencies {
+			if l.RouteID == "r1" {
+				s, err := usage.DecodeSketch(l.Gateway)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n += uint64(s.GetCount())
+			}
+		}
+	}
+	if n != 10 {
+		t.Fatalf("released route shipped %d times, want 10", n)
+	}
+	if got := gauge(t, reg, "tollgate_meter_latency_routes"); got != 1 {
+		t.Fatalf("latency routes after the release %v, want 1 (the route not released)", got)
+	}
+	r.RecordLatency(at, time.Millisecond, 0, false)
+	if got := gauge(t, reg, "tollgate_meter_latency_routes"); got != 2 {
+		t.Fatalf("latency routes after a new record %v, want 2", got)
+	}
+	// The released handle is forgotten; its counts and the new handle's add up.
+	again := m.Route(tenantA, "r1")
+	if again == r {
+		t.Fatal("Meter.Route gave the released handle again")
+	}
+	if m.Route(tenantB, "r2") != kept {
+		t.Fatal("Meter.Route gave a new handle of a route not released")
+	}
+	r.Record(nil, 200, true, 0, 0, at)
+	again.Record(nil, 200, true, 0, 0, at)
+	sink.batches = nil
+	if err := m.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var reqs int64
+	for _, b := range sink.batches {
+		for _, rec := range b.Records {
+			if rec.RouteID == "r1" {
+				reqs += rec.Requests
+			}
+		}
+	}
+	if reqs != 2 {
+		t.Fatalf("r1's requests over its two handles: %d, want 2", reqs)
+	}
+}
+
+// The chunked bins and the dense ones ship the same sketches for the same times (bin by
+// bin: the encoding's order of bins is a map's).
+func TestSparseLatencyShipsWhatDenseDoes(t *testing.T) {
+	bins := func(data []byte) map[int]float64 {
+		if data == nil {
+			return nil
+		}
+		s, err := usage.DecodeSketch(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int]float64{}
+		s.GetPositiveValueStore().ForEach(func(i int, n float64) bool { out[i] = n; return false })
+		return out
+	}
+	shipped := func(dense bool) map[string]map[int]float64 {
+		sink := &memSink{}
+		m := newMeter(t, meter.Config{Sink: sink, DenseLatency: dense})
+		r := m.Route(tenantA, "r1")
+		at := time.Date(2024, 1, 1, 5, 0, 0, 0, time.UTC)
+		for i := range 3000 {
+			// From below a microsecond to past an hour: every chunk, both ends included.
+			d := time.Duration(float64(time.Nanosecond) * math.Pow(1.0125, float64(i)))
+			r.RecordLatency(at, d, d/3, i%2 == 0)
+			r.RecordLatency(at.Add(time.Hour), d/7, 0, false)
+		}
+		if err := m.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]map[int]float64{}
+		for _, b := range sink.batches {
+			for _, l := range b.Latencies {
+				h := l.Hour.Format("15")
+				out[h+" gateway"], out[h+" upstream"] = bins(l.Gateway), bins(l.Upstream)
+			}
+		}
+		return out
+	}
+	sparse, dense := shipped(false), shipped(true)
+	if len(sparse) != 4 || len(sparse["05 gateway"]) < 1000 || len(sparse["06 upstream"]) != 0 {
+		t.Fatalf("sparse bins shipped %d series, %d gateway bins in the first hour; want 4 and over 1000", len(sparse), len(sparse["05 gateway"]))
+	}
+	for k, s := range sparse {
+		if !maps.Equal(s, dense[k]) {
+			t.Fatalf("%s: sparse and dense bins shipped different sketches (%d and %d bins)", k, len(s), len(dense[k]))
+		}
 	}
 }

@@ -99,6 +99,8 @@ type Config struct {
 	EdgeReuseCheck bool
 	// EdgeKeyLastUse: TOLLGATE_EDGE_KEY_LAST_USE [on: the edge notes each key's use once per interval for keys.last_used_at; off: it does not, and the key step reads no clock for it]
 	EdgeKeyLastUse bool
+	// MeterSparseLatency: TOLLGATE_METER_SPARSE_LATENCY [on: a route's latency bins are made in chunks as its times fall in them (meter.Config.DenseLatency false); off: all of them at its first record]
+	MeterSparseLatency bool
 	// EdgeJSONOnePass: TOLLGATE_EDGE_JSON_ONE_PASS [on: request JSON rewrites in one pass into a pooled buffer (edge.SetJSONOnePass); off: through sjson, a copy per edit]
 	EdgeJSONOnePass bool
 	// EdgeFunctionSkipIdleCap: TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP [on: a tenant whose function concurrency cap is at least GOMAXPROCS takes no slot of it per run of callbacks (function.SetSkipIdleCap); off: it always does]
@@ -233,7 +235,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		{"TOLLGATE_EDGE_KEY_LAST_USE", &c.EdgeKeyLastUse, true}, {"TOLLGATE_EDGE_HTTP2", &c.EdgeHTTP2, true},
 		{"TOLLGATE_EDGE_INCREMENTAL", &c.EdgeIncremental, true}, {"TOLLGATE_EDGE_SHARE_UPSTREAMS", &c.EdgeShareUpstreams, true},
 		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}, {"TOLLGATE_EDGE_FAST_START", &c.EdgeFastStart, true}, {"TOLLGATE_METER", &c.Meter, true},
-		{"TOLLGATE_METER_SPOOL_RESERVE", &c.MeterSpoolReserve, true},
+		{"TOLLGATE_METER_SPOOL_RESERVE", &c.MeterSpoolReserve, true}, {"TOLLGATE_METER_SPARSE_LATENCY", &c.MeterSparseLatency, true},
 		{"TOLLGATE_DB_SHARED_LIMIT_CHECKS", &c.DBSharedLimitChecks, true}, {"TOLLGATE_DB_NOTIFY_AFTER_COMMIT", &c.DBNotifyAfterCommit, true},
 		{"TOLLGATE_DB_SHARED_REV_LOCK", &c.DBSharedRevLock, true}} {
 		switch v := strings.ToLower(getenv(o.name)); v {

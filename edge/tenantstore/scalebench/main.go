@@ -3,7 +3,9 @@
 // on it twice (an empty store, then a restart with its store) and reports each start's
 // time to ready, the process's idle RSS and a cold tenant's first-request latency. With
 // a fast start (TOLLGATE_EDGE_FAST_START, -fast-start to set it) the first start also
-// times cold tenants fetched ahead of the backfill, and when the backfill is through.
+// times cold tenants fetched ahead of the backfill, and when the backfill is through. With
+// -serve it also serves shares of the tenants after the restart (each one request) and
+// reads the RSS after each; -heap saves the edge's heap profile beside each reading.
 //
 //	go build -o /tmp/tollgate-edge ./cmd/tollgate-edge
 //	go run ./edge/tenantstore/scalebench -edge /tmp/tollgate-edge -routes 1000000 -tenants 100000
@@ -44,15 +46,42 @@ func main() {
 		cold     = flag.Int("cold", 200, "cold tenants to time a first request of")
 		keep     = flag.Bool("keep", false, "keep the bucket and the store")
 		fast     = flag.String("fast-start", "", "TOLLGATE_EDGE_FAST_START (default: the edge's)")
+		serve    = flag.String("serve", "", "after the restart, serve these percentages of the tenants one after the other (e.g. 1,10), reading the RSS after each")
+		metered  = flag.Bool("meter", false, "run the edge with its usage meter on (TOLLGATE_METER=on)")
+		settle   = flag.Duration("settle", 3*time.Second, "wait after serving a share before reading the RSS")
+		heap     = flag.String("heap", "", "directory to save the edge's heap profile to at each RSS reading after the restart")
 	)
 	flag.Parse()
-	if err := run(*routes, *nTenants, *natsURL, *edgeBin, *budget, *fast, *cold, *keep); err != nil {
+	var shares []int
+	for _, f := range strings.Split(*serve, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 100 {
+			fmt.Fprintf(os.Stderr, "scalebench: -serve: %q is not a percentage\n", f)
+			os.Exit(2)
+		}
+		shares = append(shares, n)
+	}
+	o := opts{serve: shares, meter: *metered, heap: *heap, settle: *settle}
+	if err := run(*routes, *nTenants, *natsURL, *edgeBin, *budget, *fast, *cold, *keep, o); err != nil {
 		fmt.Fprintln(os.Stderr, "scalebench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(routes, nTenants int, natsURL, edgeBin, budget, fast string, cold int, keep bool) error {
+// opts are the readings beyond the starts'.
+type opts struct {
+	serve []int  // percentages of the tenants served after the restart
+	meter bool   // the edge's meter on
+	heap  string // where heap profiles go, "" for none
+	// settle is the wait before an RSS reading after serving: the edge gives memory back
+	// once a burst's allocation has fallen (edge/memory), some 10 s after it ends.
+	settle time.Duration
+}
+
+func run(routes, nTenants int, natsURL, edgeBin, budget, fast string, cold int, keep bool, o opts) error {
 	ctx := context.Background()
 	var rb [4]byte
 	_, _ = rand.Read(rb[:])
@@ -90,10 +119,14 @@ func run(routes, nTenants int, natsURL, edgeBin, budget, fast string, cold int, 
 	if !keep {
 		defer os.RemoveAll(dir)
 	}
+	meter := "off"
+	if o.meter {
+		meter = "on"
+	}
 	env := []string{
-		"TOLLGATE_NATS_URL=" + natsURL, "TOLLGATE_NATS_PREFIX=" + prefix, "TOLLGATE_METER=off",
+		"TOLLGATE_NATS_URL=" + natsURL, "TOLLGATE_NATS_PREFIX=" + prefix, "TOLLGATE_METER=" + meter,
 		"TOLLGATE_METER_SPOOL_DIR=" + dir, "TOLLGATE_EDGE_CONFIG_STORE=disk", "TOLLGATE_EDGE_DOMAIN=gw.test",
-		"TOLLGATE_UPSTREAM_ALLOW_CIDRS=127.0.0.0/8", "TOLLGATE_LOG_LEVEL=warn",
+		"TOLLGATE_UPSTREAM_ALLOW_CIDRS=127.0.0.0/8", "TOLLGATE_LOG_LEVEL=warn", "TOLLGATE_PPROF=true",
 	}
 	if budget != "" {
 		env = append(env, "TOLLGATE_EDGE_TENANT_MEMORY="+budget)
@@ -118,6 +151,16 @@ func run(routes, nTenants int, natsURL, edgeBin, budget, fast string, cold int, 
 		time.Sleep(2 * time.Second)
 		fmt.Printf("  idle RSS %s\n", mib(e.rss()))
 		if i == 1 {
+			e.saveHeap(o.heap, "idle")
+			served := 0
+			for _, pct := range o.serve {
+				n := max(served+1, nTenants*pct/100)
+				failed := serveTenants(e, served, n)
+				served = n
+				time.Sleep(o.settle)
+				fmt.Printf("  RSS after serving %d%% of the tenants (%d, %d not 200): %s\n", pct, n, failed, mib(e.rss()))
+				e.saveHeap(o.heap, fmt.Sprintf("served%d", pct))
+			}
 			measureCold(e, nTenants, routes/nTenants, cold)
 			fmt.Printf("  RSS after %d cold tenants loaded: %s\n", cold, mib(e.rss()))
 		}
@@ -292,6 +335,60 @@ func measureCold(e *edgeProc, nTenants, per, n int) {
 	}
 	fmt.Printf("  cold tenant first request (%d tenants of %d routes): p50 %s, p90 %s, p99 %s, max %s; its second request p50 %s\n",
 		n, per, q(first, .5), q(first, .9), q(first, .99), q(first, 1), q(warm, .5))
+}
+
+// serveTenants sends one request to each tenant from..to-1 over 8 connections and
+// returns how many were not answered 200.
+func serveTenants(e *edgeProc, from, to int) int {
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	next := make(chan int)
+	failed := make(chan int, 8)
+	for range 8 {
+		go func() {
+			n := 0
+			for t := range next {
+				req, _ := http.NewRequest("GET", fmt.Sprintf("http://%s/v1/r3/42", e.pub), nil)
+				req.Host = fmt.Sprintf("s%06d.gw.test", t)
+				resp, err := c.Do(req)
+				if err != nil {
+					n++
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					n++
+				}
+			}
+			failed <- n
+		}()
+	}
+	for t := from; t < to; t++ {
+		next <- t
+	}
+	close(next)
+	n := 0
+	for range 8 {
+		n += <-failed
+	}
+	return n
+}
+
+// saveHeap writes the edge's heap profile (after a GC) to dir/heap-name.pb.gz.
+func (e *edgeProc) saveHeap(dir, name string) {
+	if dir == "" {
+		return
+	}
+	resp, err := http.Get("http://" + e.adm + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scalebench: heap profile:", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if err := os.WriteFile(filepath.Join(dir, "heap-"+name+".pb.gz"), b, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "scalebench: heap profile:", err)
+	}
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
