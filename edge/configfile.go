@@ -60,6 +60,8 @@ func (e *Edge) readyzBody() []byte {
 // snapshot, or its disk store before catching up with the bucket: the snapshot may predate the tenant (more so when its writes failed), so
 // "not found" would be a wrong answer that clients and caches take as final; "not ready,
 // retry" is true until the bucket's load is in.
+var replyTenantNotFetched = newReply(tenants.ENotReady, "this edge is still loading its configuration and could not fetch this tenant's yet; retry shortly")
+
 var replySnapshotUnknownTenant = newReply(tenants.ENotReady, "the edge is serving an older copy of its configuration that does not name this tenant; retry shortly")
 
 // failUnknownTenant answers a request whose Host names no tenant of this edge.

@@ -67,6 +67,11 @@ func (e *Edge) handle(x *exchange) {
 			x.fail(replyUnverified)
 			return
 		}
+		if slot != nil && e.lazy != nil && e.lazy.Unfetched(slot) {
+			x.fail(replyTenantNotFetched)
+			x.ctx.Response.Header.Set("Retry-After", "1")
+			return
+		}
 		e.failUnknownTenant(x)
 		return
 	}

@@ -614,6 +614,32 @@ func TestDiskStoreFastStart(t *testing.T) {
 	d.eventually("s0012", "/p2", 200)
 }
 
+// TestDiskStoreFetchFailsWhileNATSDown: a tenant the backfill has not reached, whose
+// fetch fails because NATS went away, is answered 503 not_ready with Retry-After (it
+// exists; the edge cannot load it yet), not 404; with NATS back it is served.
+func TestDiskStoreFetchFailsWhileNATSDown(t *testing.T) {
+	ns := testenv.NATS(t)
+	url, prefix, dir := natsURL(ns), testenv.Name("tgfetch"), t.TempDir()
+	up := echoUpstream(t)
+	w := newBucketWriter(t, url, prefix)
+	for i := range 5 {
+		w.route(w.tenant(i), "r0", "/p0", up)
+	}
+	release := holdBackfill(t, 0)
+	d := startDiskEdge(t, url, prefix, dir, nil)
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	if code, body := d.get("s0003", "/p0"); code != 503 || !strings.Contains(body, "not_ready") {
+		t.Fatalf("a tenant whose fetch failed: %d %s, want 503 not_ready", code, body)
+	}
+	if code, _ := d.get("s0099", "/p0"); code != 404 {
+		t.Errorf("a host no tenant has: %d, want 404", code)
+	}
+	testenv.RestartNATS(t, ns)
+	release()
+	d.eventually("s0003", "/p0", 200)
+}
+
 // TestDiskStoreFastStartResumes: an edge stopped partway through its backfill restarts
 // fast again from its half-filled store, resumes the backfill where it got to rather
 // than from the start, and ends with every tenant whole, including changes made while it

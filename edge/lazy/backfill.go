@@ -168,3 +168,16 @@ func (l *Tenants[T]) tomb(id, key string) int64 {
 	}
 	return l.st.Tomb(id)
 }
+
+// Unfetched reports whether s's tenant exists but could not be loaded because a fetch
+// ahead of the backfill failed (NATS did not answer in time): the edge should say
+// "retry", not "no such tenant".
+func (l *Tenants[T]) Unfetched(s *Slot[T]) bool {
+	t := s.t
+	if t == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !t.gone && !t.fetched && !t.resident && l.bf != nil && !l.bf.done
+}
