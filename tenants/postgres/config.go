@@ -67,6 +67,9 @@ func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*co
 	var rules []*tenants.AccessRules
 	collect(b, &rules, scanAccessRules, `SELECT `+accessRulesColumns+` FROM policies WHERE tenant_id = $1`, tenantID)
 	queueConfigFunctions(b, &st.functions, tenantID)
+	if wt, ok := tx.(*writeTx); ok && lock && !wt.separateTrips {
+		queueCountMemo(ctx, b, tenantID)
+	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}

@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
+	"tollgate/infra/tracing"
 	"tollgate/tenants"
 )
 
@@ -77,7 +76,7 @@ func queueEmit(ctx context.Context, tx pgx.Tx, b *pgx.Batch, changes []change) e
 	} else if revs, err = drawRevs(ctx, tx, len(changes), shared); err != nil {
 		return err
 	}
-	tp := traceparent(ctx)
+	tp := tracing.Traceparent(ctx)
 	tenantIDs := make([]string, len(changes))
 	keys := make([]string, len(changes))
 	values := make([][]byte, len(changes))
@@ -92,10 +91,8 @@ func queueEmit(ctx context.Context, tx pgx.Tx, b *pgx.Batch, changes []change) e
 			if values[i], err = json.Marshal(c.entry); err != nil {
 				return fmt.Errorf("encode entry %s: %w", c.key, err)
 			}
-			if fold && !bytes.HasPrefix(values[i], []byte(`{"rev":0`)) {
-				return fmt.Errorf("encode entry %s: it does not start with its rev", c.key)
-			} else if fold {
-				values[i] = values[i][len(`{"rev":0`):]
+			if fold { // rev is the first member, and 0
+				values[i] = bytes.TrimPrefix(values[i], []byte(`{"rev":0`))
 			}
 		}
 	}
@@ -183,18 +180,6 @@ func (db *DB) notifier() {
 		_, _ = db.pool.Exec(ctx, `SELECT pg_notify($1, '')`, NotifyChannel) // the relay's poll covers a failure
 		cancel()
 	}
-}
-
-// traceparent is the W3C traceparent of the span in ctx (the api request's), "" when
-// there is none: put into the entries a change writes, it lets the edges' apply spans
-// join the request's trace.
-func traceparent(ctx context.Context) string {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return ""
-	}
-	c := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, c)
-	return c["traceparent"]
 }
 
 // drawRevs takes the rev lock shared (see emit; exclusive with WithSharedRevLock(false))

@@ -293,12 +293,12 @@ func (db *DB) finish(ctx context.Context, wt *writeTx, emitted *bool, fn func(tx
 	if err := wt.queueAudit(ctx, b); err != nil {
 		return err
 	}
-	if b.Len() > 0 && !db.separateTrips {
+	folded := b.Len() > 0 && !db.separateTrips
+	if folded {
 		b.Queue("COMMIT")
-		return wt.SendBatch(ctx, b).Close()
 	}
 	if b.Len() > 0 {
-		if err := wt.SendBatch(ctx, b).Close(); err != nil {
+		if err := wt.SendBatch(ctx, b).Close(); err != nil || folded {
 			return err
 		}
 	}
