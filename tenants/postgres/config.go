@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tollgate/tenants"
+	"tollgate/tenants/postgres/named"
 )
 
 // Config as code (tenants.ConfigService): a tenant's config read whole, and a document
@@ -162,6 +163,23 @@ func (st *configState) revision() string {
 	return hex.EncodeToString(sum[:12])
 }
 
+// withCreated is st once plan is applied, when all it did was create objects (their
+// inserts filled in their ids and versions), so no read is needed; otherwise, or not
+// folded (see WithFoldedRoundTrips), nil.
+func (st *configState) withCreated(doc *tenants.ConfigDocument, plan *tenants.ConfigPlan, fold bool) *configState {
+	if len(plan.Updated) > 0 || len(plan.Deleted) > 0 || slices.ContainsFunc(plan.Created, func(c tenants.ConfigChange) bool {
+		return c.Kind == tenants.ConfigKindAccessRules
+	}) || !fold {
+		return nil
+	}
+	after := *st
+	after.routes = named.AppendNew(st.routes, doc.Routes, func(r *tenants.Route) string { return r.Name })
+	after.consumers = named.AppendNew(st.consumers, doc.Consumers, func(c *tenants.Consumer) string { return c.Name })
+	after.plans = named.AppendNew(st.plans, doc.Plans, func(p *tenants.ConsumerPlan) string { return p.Name })
+	after.issuers = named.AppendNew(st.issuers, doc.JWTIssuers, func(is *tenants.Issuer) string { return is.Issuer })
+	return &after
+}
+
 // document is the state as a config document: the objects without their secrets.
 func (st *configState) document() *tenants.ConfigDocument {
 	doc := &tenants.ConfigDocument{
@@ -275,9 +293,11 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 		if o.DryRun {
 			return errNothingToCommit
 		}
-		after, err := loadVersions(ctx, tx, tenantID)
-		if err != nil {
-			return err
+		after, err := st.withCreated(doc, plan, !db.separateTrips), error(nil)
+		if after == nil {
+			if after, err = loadVersions(ctx, tx, tenantID); err != nil {
+				return err
+			}
 		}
 		plan.Revision, plan.Applied = after.revision(), true
 		auditChanges(tx, &tenants.AuditChanges{Created: plan.Created, Updated: updated, Deleted: plan.Deleted})
@@ -484,7 +504,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 	}
 
 	if doc.Domains != nil {
-		have := byName(st.domains, func(d *tenants.Domain) string { return d.Hostname })
+		have := named.Index(st.domains, func(d *tenants.Domain) string { return d.Hostname })
 		for i, d := range doc.Domains {
 			host := strings.ToLower(strings.TrimSuffix(d.Hostname, "."))
 			if have[host] == nil {
@@ -541,12 +561,12 @@ type objectWrites struct {
 func diffObjects[T any](c *configOps, k *objectKind[T], want, have []*T, prune bool) (objectWrites, error) {
 	var w objectWrites
 	plan := c.plan
-	left := byName(have, k.name)
+	left := named.Index(have, k.name)
 	var (
 		created      []*T
 		createdPaths []string
 	)
-	for i, name := range sortedIndex(want, k.name) {
+	for i, name := range named.Sorted(want, k.name) {
 		obj, path := want[i], fmt.Sprintf("%s[%d]", k.field, i)
 		cur := left[name]
 		if err := k.check(obj, cur); err != nil {
@@ -583,32 +603,6 @@ func diffObjects[T any](c *configOps, k *objectKind[T], want, have []*T, prune b
 		}
 	}
 	return w, nil
-}
-
-func byName[T any](list []*T, name func(*T) string) map[string]*T {
-	m := make(map[string]*T, len(list))
-	for _, v := range list {
-		m[name(v)] = v
-	}
-	return m
-}
-
-// sortedIndex lists the indices of list's objects in the order of their names, each
-// with its name, so a plan reads in the order export writes while errors keep the
-// document's own indices.
-func sortedIndex[T any](list []*T, name func(*T) string) func(yield func(int, string) bool) {
-	idx := make([]int, len(list))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(name(list[a]), name(list[b])) })
-	return func(yield func(int, string) bool) {
-		for _, i := range idx {
-			if !yield(i, name(list[i])) {
-				return
-			}
-		}
-	}
 }
 
 var _ tenants.ConfigService = (*DB)(nil)
