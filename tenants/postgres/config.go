@@ -45,9 +45,9 @@ func collect[T any](b *pgx.Batch, dst *[]*T, scan func(pgx.Row) (*T, error), que
 	})
 }
 
-// loadConfig reads the tenant's config in tx; lock takes the tenant's row, so two applies
-// to one tenant run one after the other. ENotFound (tenant).
-func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*configState, error) {
+// loadConfig reads the tenant's config in tx; lock takes the tenant's row (two applies to
+// one tenant run one after the other); timeout, in ms, bounds tx's statements. ENotFound.
+func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool, timeout string) (*configState, error) {
 	q := `SELECT slug FROM tenants WHERE id = $1`
 	if lock {
 		q += ` FOR NO KEY UPDATE`
@@ -56,6 +56,9 @@ func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*co
 	// One round trip: the tenant (locked first), then its objects.
 	found := false
 	b := &pgx.Batch{}
+	if timeout != "" {
+		b.Queue(`SELECT set_config('statement_timeout', $1, true)`, timeout)
+	}
 	b.Queue(q, tenantID).Query(func(rows pgx.Rows) error {
 		_, err := pgx.ForEachRow(rows, []any{&st.slug}, func() error { found = true; return nil })
 		return err
@@ -216,7 +219,7 @@ func (db *DB) ExportConfig(ctx context.Context, tenantID string) (*tenants.Confi
 	}
 	var doc *tenants.ConfigDocument
 	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		st, err := loadConfig(ctx, tx, tenantID, false)
+		st, err := loadConfig(ctx, tx, tenantID, false, "")
 		if err != nil {
 			return err
 		}
@@ -248,20 +251,23 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 	}
 	var plan *tenants.ConfigPlan
 	err := db.write(ctx, func(tx pgx.Tx) error {
-		ctx := withCountMemo(ctx) // an attempt's counts are its own
+		ctx, timeout := withCountMemo(ctx), "" // an attempt's counts are its own
 		// A large document's statements (thousands of rows each) may outlast the bound
 		// of one statement: the caller's deadline bounds them instead.
 		if d, ok := ctx.Deadline(); ok && db.timeout > 0 && time.Until(d) > db.timeout {
-			if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`,
-				strconv.FormatInt(time.Until(d).Milliseconds(), 10)); err != nil {
+			timeout = strconv.FormatInt(time.Until(d).Milliseconds(), 10) // set with the config's read
+		}
+		if timeout != "" && db.separateTrips {
+			if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, timeout); err != nil {
 				return err
 			}
+			timeout = ""
 		}
 		// Its audit entry is of the tenant as a whole, not of the first object changed,
 		// and says which objects changed and how.
 		auditObject(tx, tenantID, "")
 		auditBulk(tx)
-		st, err := loadConfig(ctx, tx, tenantID, true)
+		st, err := loadConfig(ctx, tx, tenantID, true, timeout)
 		if err != nil {
 			return err
 		}
