@@ -5,6 +5,7 @@ package jsonspec
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -63,6 +64,7 @@ func ReadOnlyNames(t reflect.Type) []string {
 			names = append(names, name)
 		}
 	}
+	names = slices.Clip(names) // callers append to it: never into the shared array
 	readOnlyCache.Store(t, names)
 	return names
 }
