@@ -82,7 +82,8 @@ func openControlPlane(ctx context.Context, cfg *config.Config, natsURL string, l
 	}
 	db, err := postgres.Open(ctx, cfg.DatabaseURL, postgres.WithUpstreamAddressRule(upstreamRule(cfg)), postgres.WithTimeout(cfg.DBTimeout),
 		postgres.WithCells(cfg.CellNames()),
-		postgres.WithSharedLimitChecks(cfg.DBSharedLimitChecks), postgres.WithNotifyInTransaction(!cfg.DBNotifyAfterCommit), postgres.WithSharedRevLock(cfg.DBSharedRevLock))
+		postgres.WithSharedLimitChecks(cfg.DBSharedLimitChecks), postgres.WithNotifyInTransaction(!cfg.DBNotifyAfterCommit), postgres.WithSharedRevLock(cfg.DBSharedRevLock),
+		postgres.WithFoldedRoundTrips(cfg.DBFoldRoundTrips))
 	if err != nil {
 		return nil, err
 	}

@@ -145,6 +145,7 @@ type Config struct {
 	DBSharedLimitChecks bool          // TOLLGATE_DB_SHARED_LIMIT_CHECKS [on: creations far below a plan limit do not wait for each other's commits; off: every limit check locks the tenant]
 	DBSharedRevLock     bool          // TOLLGATE_DB_SHARED_REV_LOCK [on: writes draw their revs under a shared lock and the relay waits for them; off: exclusive, writes that emit commit one at a time]
 	DBNotifyAfterCommit bool          // TOLLGATE_DB_NOTIFY_AFTER_COMMIT [on: writes wake the relay after they commit, folded into one notification; off: each write notifies in its transaction]
+	DBFoldRoundTrips    bool          // TOLLGATE_DB_FOLD_ROUND_TRIPS [on: a write's revs, its COMMIT and an apply's limit counts ride with its other statements; off: round trips of their own]
 
 	// Traces (infra/tracing): OTLP over HTTP, head-sampled.
 	OTELEndpoint string  // TOLLGATE_OTEL_ENDPOINT [unset: no spans are made; e.g. http://collector:4318]
@@ -237,7 +238,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}, {"TOLLGATE_EDGE_FAST_START", &c.EdgeFastStart, true}, {"TOLLGATE_METER", &c.Meter, true},
 		{"TOLLGATE_METER_SPOOL_RESERVE", &c.MeterSpoolReserve, true}, {"TOLLGATE_METER_SPARSE_LATENCY", &c.MeterSparseLatency, true},
 		{"TOLLGATE_DB_SHARED_LIMIT_CHECKS", &c.DBSharedLimitChecks, true}, {"TOLLGATE_DB_NOTIFY_AFTER_COMMIT", &c.DBNotifyAfterCommit, true},
-		{"TOLLGATE_DB_SHARED_REV_LOCK", &c.DBSharedRevLock, true}} {
+		{"TOLLGATE_DB_SHARED_REV_LOCK", &c.DBSharedRevLock, true}, {"TOLLGATE_DB_FOLD_ROUND_TRIPS", &c.DBFoldRoundTrips, true}} {
 		switch v := strings.ToLower(getenv(o.name)); v {
 		case "":
 			*o.on = o.def

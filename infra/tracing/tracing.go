@@ -15,6 +15,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -110,3 +111,15 @@ func (p *Provider) Close() {
 
 // ForceFlush exports the queued spans now (tests).
 func (p *Provider) ForceFlush(ctx context.Context) error { return p.tp.ForceFlush(ctx) }
+
+// Traceparent is the W3C traceparent of the span in ctx, "" when there is none: put into
+// what a request writes for other services (the config entries an api request changes),
+// it lets their spans join the request's trace.
+func Traceparent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, c)
+	return c["traceparent"]
+}

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tollgate/tenants"
+	"tollgate/tenants/postgres/jsonspec"
 )
 
 // accessRulesColumns puts the spec first, so the columns of their own fill in the rest.
@@ -68,7 +69,7 @@ func putAccessRules(ctx context.Context, tx pgx.Tx, p *tenants.AccessRules) erro
 	if err := checkAccessRulesSize(ctx, tx, p.TenantID, len(p.Rules)+len(p.Roles)); err != nil {
 		return err
 	}
-	spec := specOf(p)
+	spec := jsonspec.Of(p)
 	before, err := stateBefore(ctx, tx, scanAccessRules, `SELECT `+accessRulesColumns+` FROM policies WHERE tenant_id = $1`, p.TenantID)
 	if err != nil {
 		return err

@@ -32,6 +32,7 @@ type writeTx struct {
 	notifyInTx    bool               // see WithNotifyInTransaction
 	sharedChecks  bool               // see WithSharedLimitChecks
 	exclusiveRevs bool               // see WithSharedRevLock
+	separateTrips bool               // see WithFoldedRoundTrips
 	pending       []change
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tollgate/tenants"
+	"tollgate/tenants/postgres/named"
 )
 
 // Config as code (tenants.ConfigService): a tenant's config read whole, and a document
@@ -44,9 +45,9 @@ func collect[T any](b *pgx.Batch, dst *[]*T, scan func(pgx.Row) (*T, error), que
 	})
 }
 
-// loadConfig reads the tenant's config in tx; lock takes the tenant's row, so two applies
-// to one tenant run one after the other. ENotFound (tenant).
-func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*configState, error) {
+// loadConfig reads the tenant's config in tx; lock takes the tenant's row (two applies to
+// one tenant run one after the other); timeout, in ms, bounds tx's statements. ENotFound.
+func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool, timeout string) (*configState, error) {
 	q := `SELECT slug FROM tenants WHERE id = $1`
 	if lock {
 		q += ` FOR NO KEY UPDATE`
@@ -55,6 +56,9 @@ func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*co
 	// One round trip: the tenant (locked first), then its objects.
 	found := false
 	b := &pgx.Batch{}
+	if timeout != "" {
+		b.Queue(`SELECT set_config('statement_timeout', $1, true)`, timeout)
+	}
 	b.Queue(q, tenantID).Query(func(rows pgx.Rows) error {
 		_, err := pgx.ForEachRow(rows, []any{&st.slug}, func() error { found = true; return nil })
 		return err
@@ -67,6 +71,9 @@ func loadConfig(ctx context.Context, tx pgx.Tx, tenantID string, lock bool) (*co
 	var rules []*tenants.AccessRules
 	collect(b, &rules, scanAccessRules, `SELECT `+accessRulesColumns+` FROM policies WHERE tenant_id = $1`, tenantID)
 	queueConfigFunctions(b, &st.functions, tenantID)
+	if wt, ok := tx.(*writeTx); ok && lock && !wt.separateTrips {
+		queueCountMemo(ctx, b, tenantID)
+	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -159,6 +166,23 @@ func (st *configState) revision() string {
 	return hex.EncodeToString(sum[:12])
 }
 
+// withCreated is st once plan is applied, when all it did was create objects (their
+// inserts filled in their ids and versions), so no read is needed; otherwise, or not
+// folded (see WithFoldedRoundTrips), nil.
+func (st *configState) withCreated(doc *tenants.ConfigDocument, plan *tenants.ConfigPlan, fold bool) *configState {
+	if len(plan.Updated) > 0 || len(plan.Deleted) > 0 || slices.ContainsFunc(plan.Created, func(c tenants.ConfigChange) bool {
+		return c.Kind == tenants.ConfigKindAccessRules
+	}) || !fold {
+		return nil
+	}
+	after := *st
+	after.routes = named.AppendNew(st.routes, doc.Routes, func(r *tenants.Route) string { return r.Name })
+	after.consumers = named.AppendNew(st.consumers, doc.Consumers, func(c *tenants.Consumer) string { return c.Name })
+	after.plans = named.AppendNew(st.plans, doc.Plans, func(p *tenants.ConsumerPlan) string { return p.Name })
+	after.issuers = named.AppendNew(st.issuers, doc.JWTIssuers, func(is *tenants.Issuer) string { return is.Issuer })
+	return &after
+}
+
 // document is the state as a config document: the objects without their secrets.
 func (st *configState) document() *tenants.ConfigDocument {
 	doc := &tenants.ConfigDocument{
@@ -195,7 +219,7 @@ func (db *DB) ExportConfig(ctx context.Context, tenantID string) (*tenants.Confi
 	}
 	var doc *tenants.ConfigDocument
 	err := pgx.BeginTxFunc(ctx, db.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		st, err := loadConfig(ctx, tx, tenantID, false)
+		st, err := loadConfig(ctx, tx, tenantID, false, "")
 		if err != nil {
 			return err
 		}
@@ -227,20 +251,23 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 	}
 	var plan *tenants.ConfigPlan
 	err := db.write(ctx, func(tx pgx.Tx) error {
-		ctx := withCountMemo(ctx) // an attempt's counts are its own
+		ctx, timeout := withCountMemo(ctx), "" // an attempt's counts are its own
 		// A large document's statements (thousands of rows each) may outlast the bound
 		// of one statement: the caller's deadline bounds them instead.
 		if d, ok := ctx.Deadline(); ok && db.timeout > 0 && time.Until(d) > db.timeout {
-			if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`,
-				strconv.FormatInt(time.Until(d).Milliseconds(), 10)); err != nil {
+			timeout = strconv.FormatInt(time.Until(d).Milliseconds(), 10) // set with the config's read
+		}
+		if timeout != "" && db.separateTrips {
+			if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true)`, timeout); err != nil {
 				return err
 			}
+			timeout = ""
 		}
 		// Its audit entry is of the tenant as a whole, not of the first object changed,
 		// and says which objects changed and how.
 		auditObject(tx, tenantID, "")
 		auditBulk(tx)
-		st, err := loadConfig(ctx, tx, tenantID, true)
+		st, err := loadConfig(ctx, tx, tenantID, true, timeout)
 		if err != nil {
 			return err
 		}
@@ -272,9 +299,11 @@ func (db *DB) ApplyConfig(ctx context.Context, tenantID string, doc *tenants.Con
 		if o.DryRun {
 			return errNothingToCommit
 		}
-		after, err := loadVersions(ctx, tx, tenantID)
-		if err != nil {
-			return err
+		after, err := st.withCreated(doc, plan, !db.separateTrips), error(nil)
+		if after == nil {
+			if after, err = loadVersions(ctx, tx, tenantID); err != nil {
+				return err
+			}
 		}
 		plan.Revision, plan.Applied = after.revision(), true
 		auditChanges(tx, &tenants.AuditChanges{Created: plan.Created, Updated: updated, Deleted: plan.Deleted})
@@ -481,7 +510,7 @@ func (db *DB) planConfig(ctx context.Context, tx pgx.Tx, tenantID string, st *co
 	}
 
 	if doc.Domains != nil {
-		have := byName(st.domains, func(d *tenants.Domain) string { return d.Hostname })
+		have := named.Index(st.domains, func(d *tenants.Domain) string { return d.Hostname })
 		for i, d := range doc.Domains {
 			host := strings.ToLower(strings.TrimSuffix(d.Hostname, "."))
 			if have[host] == nil {
@@ -538,12 +567,12 @@ type objectWrites struct {
 func diffObjects[T any](c *configOps, k *objectKind[T], want, have []*T, prune bool) (objectWrites, error) {
 	var w objectWrites
 	plan := c.plan
-	left := byName(have, k.name)
+	left := named.Index(have, k.name)
 	var (
 		created      []*T
 		createdPaths []string
 	)
-	for i, name := range sortedIndex(want, k.name) {
+	for i, name := range named.Sorted(want, k.name) {
 		obj, path := want[i], fmt.Sprintf("%s[%d]", k.field, i)
 		cur := left[name]
 		if err := k.check(obj, cur); err != nil {
@@ -580,32 +609,6 @@ func diffObjects[T any](c *configOps, k *objectKind[T], want, have []*T, prune b
 		}
 	}
 	return w, nil
-}
-
-func byName[T any](list []*T, name func(*T) string) map[string]*T {
-	m := make(map[string]*T, len(list))
-	for _, v := range list {
-		m[name(v)] = v
-	}
-	return m
-}
-
-// sortedIndex lists the indices of list's objects in the order of their names, each
-// with its name, so a plan reads in the order export writes while errors keep the
-// document's own indices.
-func sortedIndex[T any](list []*T, name func(*T) string) func(yield func(int, string) bool) {
-	idx := make([]int, len(list))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(name(list[a]), name(list[b])) })
-	return func(yield func(int, string) bool) {
-		for _, i := range idx {
-			if !yield(i, name(list[i])) {
-				return
-			}
-		}
-	}
 }
 
 var _ tenants.ConfigService = (*DB)(nil)

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"tollgate/infra/testcert"
 	"tollgate/tenants"
 	"tollgate/tenants/postgres"
+	"tollgate/tenants/postgres/pgtest"
 )
 
 const configSecret = "0123456789abcdef0123456789abcdef-config"
@@ -297,5 +299,35 @@ func TestConfigApplyRouteLimit(t *testing.T) {
 	routes, _, err := db.ListRoutes(ctx, tn.ID, tenants.Page{Limit: 100})
 	if err != nil || len(routes) != limit {
 		t.Fatalf("after the refused apply: %d routes, %v", len(routes), err)
+	}
+}
+
+// TestConfigCreatesRevision: an apply that only creates objects stamps its plan with the
+// revision an export then reports, whether it reads the new versions back or not, into
+// an empty tenant and beside objects stored before.
+func TestConfigCreatesRevision(t *testing.T) {
+	for _, fold := range []bool{true, false} {
+		t.Run(fmt.Sprintf("folded=%v", fold), func(t *testing.T) {
+			db, _ := pgtest.Open(t, postgres.WithFoldedRoundTrips(fold), postgres.WithUpstreamAddressRule(&tenants.UpstreamAddressRule{
+				AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+			}))
+			ctx := context.Background()
+			empty, seeded := mustTenant(t, db, "empty"), mustTenant(t, db, "seeded")
+			seedConfig(t, db, testcert.NewCA(t), seeded)
+			for _, tn := range []*tenants.Tenant{empty, seeded} {
+				doc := parseDoc(t, exportJSON(t, db, tn.ID))
+				doc.Routes = append(doc.Routes, newRoute("", "new1", "/new1"), newRoute("", "new2", "/new2"))
+				doc.Plans = append(doc.Plans, &tenants.ConsumerPlan{Name: "silver", Concurrency: 2})
+				doc.Consumers = append(doc.Consumers, &tenants.Consumer{Name: "bob", Plan: "silver"})
+				doc.JWTIssuers = append(doc.JWTIssuers, &tenants.Issuer{Issuer: "https://idp2.example", Audiences: []string{"api"}, HS256Secret: configSecret})
+				plan := apply(t, ctx, db, tn.ID, doc, tenants.ApplyOptions{})
+				if !plan.Applied || len(plan.Created) != 5 || len(plan.Updated)+len(plan.Deleted) != 0 {
+					t.Fatalf("%s: %+v", tn.Slug, plan)
+				}
+				if got := parseDoc(t, exportJSON(t, db, tn.ID)).Revision; got != plan.Revision {
+					t.Errorf("%s: revision %s after apply; export says %s", tn.Slug, plan.Revision, got)
+				}
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tollgate/tenants"
+	"tollgate/tenants/postgres/jsonspec"
 )
 
 // The spec holds the HS256 secret, which the edges need to verify with; only the api
@@ -62,7 +63,7 @@ func insertIssuer(ctx context.Context, tx pgx.Tx, is *tenants.Issuer) error {
 		return err
 	}
 	saved, err := scanIssuer(tx.QueryRow(ctx, `INSERT INTO jwt_issuers (tenant_id, id, issuer, spec) VALUES ($1, $2, $3, $4)
-		RETURNING `+issuerColumns, is.TenantID, newID(), is.Issuer, specOf(is, "issuer")))
+		RETURNING `+issuerColumns, is.TenantID, newID(), is.Issuer, jsonspec.Of(is, "issuer")))
 	if err != nil {
 		return err
 	}
@@ -146,7 +147,7 @@ func updateIssuer(ctx context.Context, tx pgx.Tx, is *tenants.Issuer) error {
 	}
 	saved, err := scanIssuer(tx.QueryRow(ctx, `UPDATE jwt_issuers SET issuer = $4, spec = $5, version = version + 1, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+issuerColumns,
-		is.TenantID, is.ID, is.Version, is.Issuer, specOf(is, "issuer")))
+		is.TenantID, is.ID, is.Version, is.Issuer, jsonspec.Of(is, "issuer")))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return versionOrNotFound(ctx, tx, "jwt issuer", `SELECT version FROM jwt_issuers WHERE tenant_id = $1 AND id = $2`, is.Version, is.TenantID, is.ID)
 	}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,9 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 
+	"tollgate/infra/tracing"
 	"tollgate/tenants"
 )
 
@@ -59,17 +59,24 @@ func emit(ctx context.Context, tx pgx.Tx, changes ...change) error {
 }
 
 // queueEmit draws the revs of changes and queues their outbox rows and the notification
-// in b, which the caller sends.
+// in b, which the caller sends. Folded (see WithFoldedRoundTrips), the insert draws the
+// revs itself, in the changes' order, under the rev lock queued before it: each value goes
+// without its leading `{"rev":0`, which the insert writes back with the row's rev.
 func queueEmit(ctx context.Context, tx pgx.Tx, b *pgx.Batch, changes []change) error {
-	shared := true
+	shared, fold := true, false
 	if wt, ok := tx.(*writeTx); ok {
-		shared = !wt.exclusiveRevs
+		shared, fold = !wt.exclusiveRevs, !wt.separateTrips
 	}
-	revs, err := drawRevs(ctx, tx, len(changes), shared)
-	if err != nil {
+	var (
+		revs []int64
+		err  error
+	)
+	if fold {
+		queueRevLock(b, shared)
+	} else if revs, err = drawRevs(ctx, tx, len(changes), shared); err != nil {
 		return err
 	}
-	tp := traceparent(ctx)
+	tp := tracing.Traceparent(ctx)
 	tenantIDs := make([]string, len(changes))
 	keys := make([]string, len(changes))
 	values := make([][]byte, len(changes))
@@ -77,10 +84,15 @@ func queueEmit(ctx context.Context, tx pgx.Tx, b *pgx.Batch, changes []change) e
 	for i, c := range changes {
 		tenantIDs[i], keys[i], cells[i] = c.tenantID, c.key, c.cell
 		if c.entry != nil {
-			c.entry.Rev = revs[i]
+			if c.entry.Rev = 0; !fold {
+				c.entry.Rev = revs[i]
+			}
 			c.entry.Trace = tp
 			if values[i], err = json.Marshal(c.entry); err != nil {
 				return fmt.Errorf("encode entry %s: %w", c.key, err)
+			}
+			if fold { // rev is the first member, and 0
+				values[i] = bytes.TrimPrefix(values[i], []byte(`{"rev":0`))
 			}
 		}
 	}
@@ -89,11 +101,18 @@ func queueEmit(ctx context.Context, tx pgx.Tx, b *pgx.Batch, changes []change) e
 	// cell) or waits for this commit (and republishes this change's object to the new cell).
 	// The cell is a subquery per row rather than a join: a join's cached generic plan may
 	// hash the whole tenants table for the few rows of one write.
-	b.Queue(`INSERT INTO outbox (id, tenant_id, key, value, cell)
-		SELECT u.id, u.tenant_id, u.key, u.value,
-			coalesce(nullif(u.cell, ''), (SELECT t.cell FROM tenants t WHERE t.id = u.tenant_id), 'default')
+	const cell = `coalesce(nullif(u.cell, ''), (SELECT t.cell FROM tenants t WHERE t.id = u.tenant_id), 'default')`
+	if fold {
+		b.Queue(`INSERT INTO outbox (id, tenant_id, key, value, cell)
+		SELECT u.id, u.tenant_id, u.key, convert_to('{"rev":' || u.id, 'UTF8') || u.value, `+cell+`
+		FROM (SELECT nextval('outbox_id_seq') AS id, v.* FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::text[])
+			WITH ORDINALITY AS v(tenant_id, key, value, cell, n) ORDER BY v.n) u`, tenantIDs, keys, values, cells)
+	} else {
+		b.Queue(`INSERT INTO outbox (id, tenant_id, key, value, cell)
+		SELECT u.id, u.tenant_id, u.key, u.value, `+cell+`
 		FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::bytea[], $5::text[]) AS u(id, tenant_id, key, value, cell)`,
-		revs, tenantIDs, keys, values, cells)
+			revs, tenantIDs, keys, values, cells)
+	}
 	if wt, ok := tx.(*writeTx); !ok || wt.notifyInTx {
 		b.Queue(`SELECT pg_notify($1, '')`, NotifyChannel)
 	}
@@ -163,27 +182,11 @@ func (db *DB) notifier() {
 	}
 }
 
-// traceparent is the W3C traceparent of the span in ctx (the api request's), "" when
-// there is none: put into the entries a change writes, it lets the edges' apply spans
-// join the request's trace.
-func traceparent(ctx context.Context) string {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return ""
-	}
-	c := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, c)
-	return c["traceparent"]
-}
-
 // drawRevs takes the rev lock shared (see emit; exclusive with WithSharedRevLock(false))
 // and draws n revs, in one round trip.
 func drawRevs(ctx context.Context, tx pgx.Tx, n int, shared bool) ([]int64, error) {
 	b := &pgx.Batch{}
-	if shared {
-		b.Queue("SELECT pg_advisory_xact_lock_shared($1)", revLockID)
-	} else {
-		b.Queue("SELECT pg_advisory_xact_lock($1)", revLockID)
-	}
+	queueRevLock(b, shared)
 	b.Queue(`SELECT nextval('outbox_id_seq') FROM generate_series(1, $1)`, n)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
@@ -200,6 +203,14 @@ func drawRevs(ctx context.Context, tx pgx.Tx, n int, shared bool) ([]int64, erro
 	}
 	slices.Sort(revs)
 	return revs, br.Close()
+}
+
+func queueRevLock(b *pgx.Batch, shared bool) {
+	if shared {
+		b.Queue("SELECT pg_advisory_xact_lock_shared($1)", revLockID)
+	} else {
+		b.Queue("SELECT pg_advisory_xact_lock($1)", revLockID)
+	}
 }
 
 // OutboxPending counts the changes not yet published, for readiness and metrics.
@@ -387,4 +398,11 @@ func scanEntries(ctx context.Context, q interface {
 		}
 	}
 	return nil
+}
+
+// WithFoldedRoundTrips(false) gives a write's revs and its COMMIT round trips of their
+// own, and an apply's limit counts too, as before they were folded into the write's
+// other statements. Default: true.
+func WithFoldedRoundTrips(on bool) Option {
+	return func(db *DB) { db.separateTrips = !on }
 }

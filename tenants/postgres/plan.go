@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tollgate/tenants"
+	"tollgate/tenants/postgres/jsonspec"
 )
 
 // planLimits is the limits column of a platform plan (platform.go); a tenant's plan
@@ -65,7 +66,7 @@ func insertPlan(ctx context.Context, tx pgx.Tx, p *tenants.ConsumerPlan) error {
 		return err
 	}
 	saved, err := scanPlan(tx.QueryRow(ctx, `INSERT INTO plans (tenant_id, id, name, limits) VALUES ($1, $2, $3, $4)
-		RETURNING `+planColumns, p.TenantID, newID(), p.Name, specOf(p, "name")))
+		RETURNING `+planColumns, p.TenantID, newID(), p.Name, jsonspec.Of(p, "name")))
 	if err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func updatePlan(ctx context.Context, tx pgx.Tx, p *tenants.ConsumerPlan) error {
 	}
 	saved, err := scanPlan(tx.QueryRow(ctx, `UPDATE plans SET name = $4, limits = $5, version = version + 1, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+planColumns,
-		p.TenantID, p.ID, p.Version, p.Name, specOf(p, "name")))
+		p.TenantID, p.ID, p.Version, p.Name, jsonspec.Of(p, "name")))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return versionOrNotFound(ctx, tx, "plan", `SELECT version FROM plans WHERE tenant_id = $1 AND id = $2`, p.Version, p.TenantID, p.ID)
 	}

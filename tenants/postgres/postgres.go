@@ -128,6 +128,7 @@ type DB struct {
 	notifyInTx      bool          // see WithNotifyInTransaction
 	exclusiveChecks bool          // see WithSharedLimitChecks
 	exclusiveRevs   bool          // see WithSharedRevLock
+	separateTrips   bool          // see WithFoldedRoundTrips
 	kick            chan struct{} // wakes the notifier (outbox.go)
 	stop            chan struct{}
 	notifierDone    chan struct{}
@@ -257,29 +258,51 @@ func (db *DB) attempt(ctx context.Context, writer, exclusive bool, emitted *bool
 		// One round trip for both.
 		opts.BeginQuery = fmt.Sprintf("BEGIN; SELECT pg_advisory_xact_lock_shared(%d)", writerLockID)
 	}
-	return pgx.BeginTxFunc(ctx, db.pool, opts, func(tx pgx.Tx) error {
-		_, audited := tenants.AuditOf(ctx)
-		wt := &writeTx{Tx: tx, audited: audited, exclusive: exclusive, deferred: true,
-			notifyInTx: db.notifyInTx, sharedChecks: !db.exclusiveChecks, exclusiveRevs: db.exclusiveRevs}
-		if err := fn(wt); err != nil {
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release() // a connection still in a transaction is closed, not pooled
+	tx, err := conn.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	_, audited := tenants.AuditOf(ctx)
+	wt := &writeTx{Tx: tx, audited: audited, exclusive: exclusive, deferred: true, notifyInTx: db.notifyInTx,
+		sharedChecks: !db.exclusiveChecks, exclusiveRevs: db.exclusiveRevs, separateTrips: db.separateTrips}
+	if err := db.finish(ctx, wt, emitted, fn); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx)) // after a failed COMMIT, a no-op
+		return err
+	}
+	return nil
+}
+
+// finish runs fn in wt and commits. The write's tail goes in one round trip: its outbox
+// rows (once their revs are drawn), its counts, its audit entries and, folded (see
+// WithFoldedRoundTrips), the COMMIT itself.
+func (db *DB) finish(ctx context.Context, wt *writeTx, emitted *bool, fn func(tx pgx.Tx) error) error {
+	if err := fn(wt); err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	*emitted = len(wt.pending) > 0
+	if err := wt.flushEmits(ctx, b); err != nil {
+		return err
+	}
+	wt.queueCounts(b)
+	if err := wt.queueAudit(ctx, b); err != nil {
+		return err
+	}
+	folded := b.Len() > 0 && !db.separateTrips
+	if folded {
+		b.Queue("COMMIT")
+	}
+	if b.Len() > 0 {
+		if err := wt.SendBatch(ctx, b).Close(); err != nil || folded {
 			return err
 		}
-		// The write's tail in one round trip: its outbox rows (once their revs are
-		// drawn), its counts and its audit entries.
-		b := &pgx.Batch{}
-		*emitted = len(wt.pending) > 0
-		if err := wt.flushEmits(ctx, b); err != nil {
-			return err
-		}
-		wt.queueCounts(b)
-		if err := wt.queueAudit(ctx, b); err != nil {
-			return err
-		}
-		if b.Len() == 0 {
-			return nil
-		}
-		return wt.SendBatch(ctx, b).Close()
-	})
+	}
+	return wt.Commit(ctx)
 }
 
 // newID returns a UUIDv7, so ids sort in creation order.

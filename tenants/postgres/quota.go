@@ -288,6 +288,33 @@ type countKey struct{ tenantID, resource string }
 
 type countMemoKey struct{}
 
+// queueCountMemo queues in b, behind the statement that locks the tenant exclusively, the
+// read of its limits and counts of every counted resource into ctx's memo, so the checks
+// of an apply need no round trip of their own (see WithFoldedRoundTrips).
+func queueCountMemo(ctx context.Context, b *pgx.Batch, tenantID string) {
+	memo, _ := ctx.Value(countMemoKey{}).(countMemo)
+	res := []string{tenants.ResRoutes, tenants.ResConsumers, tenants.ResConsumerPlans, tenants.ResJWTIssuers, tenants.ResDomains, tenants.ResFunctions}
+	var plan string
+	limits, sums, v, dst := "", "", make([]int64, 2*len(res)), make([]any, 1+2*len(res))
+	dst[0] = &plan
+	for i, r := range res {
+		limits, sums = limits+", pp."+resourceColumns[r]+"::bigint", sums+", coalesce(sum("+countColumns[r]+"), 0)::bigint"
+		dst[1+i], dst[1+len(res)+i] = &v[i], &v[len(res)+i] // the limits, then the counts
+	}
+	b.Queue(`SELECT t.plan`+limits+`, c.* FROM tenants t JOIN platform_plans pp ON pp.name = t.plan,
+		LATERAL (SELECT `+sums[2:]+` FROM tenant_counts WHERE tenant_id = t.id) c WHERE t.id = $1`, tenantID).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(dst...); memo == nil || errors.Is(err, pgx.ErrNoRows) {
+			return nil // no tenant: loadConfig says so
+		} else if err != nil {
+			return err
+		}
+		for i, r := range res {
+			memo[countKey{tenantID, r}] = memoCount{count: v[len(res)+i], limit: v[i], plan: plan}
+		}
+		return nil
+	})
+}
+
 func withCountMemo(ctx context.Context) context.Context {
 	return context.WithValue(ctx, countMemoKey{}, countMemo{})
 }

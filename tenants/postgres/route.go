@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"tollgate/tenants"
+	"tollgate/tenants/postgres/jsonspec"
 )
 
 // routeColumns puts the spec first, so the columns of their own fill in the rest.
@@ -80,8 +81,12 @@ func insertRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 		}
 	}
 	id := newID()
-	b.Queue(`INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4)
-		RETURNING `+routeColumns, r.TenantID, id, r.Name, specOf(r, "name"))
+	spec, err := json.Marshal(r) // the server drops what is not spec, as insertRouteChunk's does
+	if err != nil {
+		return err
+	}
+	b.Queue(`INSERT INTO routes (tenant_id, id, name, spec) VALUES ($1, $2, $3, $4::text::jsonb - $5::text[])
+		RETURNING `+routeColumns, r.TenantID, id, r.Name, string(spec), routeNotSpec())
 	paths, methods := queueClaim(b, r.TenantID, id, r)
 	br := tx.SendBatch(ctx, b)
 	if check != nil {
@@ -337,7 +342,7 @@ func updateRoute(ctx context.Context, tx pgx.Tx, r *tenants.Route) error {
 	}
 	saved, err := scanRoute(tx.QueryRow(ctx, `UPDATE routes SET name = $4, spec = $5, version = version + 1, updated_at = now()
 		WHERE tenant_id = $1 AND id = $2 AND version = $3 RETURNING `+routeColumns,
-		r.TenantID, r.ID, r.Version, r.Name, specOf(r, "name")))
+		r.TenantID, r.ID, r.Version, r.Name, jsonspec.Of(r, "name")))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return versionOrNotFound(ctx, tx, "route", `SELECT version FROM routes WHERE tenant_id = $1 AND id = $2`, r.Version, r.TenantID, r.ID)
 	}
@@ -422,6 +427,11 @@ func insertRoutes(ctx context.Context, tx pgx.Tx, routes []*tenants.Route, paths
 	return emit(ctx, tx, changes...)
 }
 
+// routeNotSpec names a route's JSON members that its spec leaves out.
+func routeNotSpec() []string {
+	return append(jsonspec.ReadOnlyNames(reflect.TypeFor[tenants.Route]()), "name")
+}
+
 func insertRouteChunk(ctx context.Context, tx pgx.Tx, routes []*tenants.Route, docPaths []string) error {
 	tenantID := routes[0].TenantID
 	ids := make([]string, len(routes))
@@ -454,7 +464,7 @@ func insertRouteChunk(ctx context.Context, tx pgx.Tx, routes []*tenants.Route, d
 	b.Queue(`INSERT INTO routes (tenant_id, id, name, spec)
 		SELECT $1, id, name, spec::jsonb - $5::text[] FROM unnest($2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS t (id, name, spec, n)
 		ORDER BY n
-		RETURNING `+routeColumns, tenantID, ids, names, specs, append(readOnlyNames(reflect.TypeFor[tenants.Route]()), "name"))
+		RETURNING `+routeColumns, tenantID, ids, names, specs, routeNotSpec())
 	b.Queue(`INSERT INTO route_paths (tenant_id, route_id, path, method)
 		SELECT $1, id, p, m FROM unnest($2::uuid[], $3::text[], $4::text[]) WITH ORDINALITY AS t (id, p, m, n)
 		ORDER BY n

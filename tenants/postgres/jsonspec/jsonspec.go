@@ -1,8 +1,11 @@
-package postgres
+// Package jsonspec writes a config object as its jsonb column holds it. It knows JSON and
+// struct tags only, nothing of the store.
+package jsonspec
 
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -14,16 +17,18 @@ import (
 // a route is stored and loaded with no change here, and rows written before it load
 // with the field's zero value.
 
-// jsonSpec is a config object as its jsonb column holds it: value's JSON without its
+// Spec is a config object as its jsonb column holds it: value's JSON without its
 // read-only members and those named in columns.
-type jsonSpec struct {
+type Spec struct {
 	value   any
 	columns []string
 }
 
-func specOf(v any, columns ...string) jsonSpec { return jsonSpec{value: v, columns: columns} }
+// Of is v's spec, less the members named in columns.
+func Of(v any, columns ...string) Spec { return Spec{value: v, columns: columns} }
 
-func (s jsonSpec) MarshalJSON() ([]byte, error) {
+// MarshalJSON writes the spec's members.
+func (s Spec) MarshalJSON() ([]byte, error) {
 	b, err := json.Marshal(s.value)
 	if err != nil {
 		return nil, err
@@ -32,7 +37,7 @@ func (s jsonSpec) MarshalJSON() ([]byte, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, err
 	}
-	for _, name := range readOnlyNames(reflect.TypeOf(s.value)) {
+	for _, name := range ReadOnlyNames(reflect.TypeOf(s.value)) {
 		delete(m, name)
 	}
 	for _, name := range s.columns {
@@ -43,8 +48,8 @@ func (s jsonSpec) MarshalJSON() ([]byte, error) {
 
 var readOnlyCache sync.Map // reflect.Type → []string
 
-// readOnlyNames lists the JSON names of t's fields tagged readonly (id, version…).
-func readOnlyNames(t reflect.Type) []string {
+// ReadOnlyNames lists the JSON names of t's fields tagged readonly (id, version…).
+func ReadOnlyNames(t reflect.Type) []string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -59,6 +64,7 @@ func readOnlyNames(t reflect.Type) []string {
 			names = append(names, name)
 		}
 	}
+	names = slices.Clip(names) // callers append to it: never into the shared array
 	readOnlyCache.Store(t, names)
 	return names
 }
