@@ -168,7 +168,7 @@ func (r *Result) Markdown(s *strings.Builder) {
 	fmt.Fprintf(s, "One stack: %s single route POSTs into one tenant, %s tenants created, then one PUT /v1/tenants/{slug}/config of %d routes each, "+
 		"%d concurrent api clients in each phase, no edge running. Relay lag: from the 200 answered last in a phase to what it wrote being in the "+
 		"config bucket (polled every 1 ms). Then an edge (GOMAXPROCS=%d, settings of -scale-edge-env: %s) started against the filled bucket, "+
-		"stopped, and started again with its local state directory (TOLLGATE_METER_SPOOL_DIR) kept; the restarted edge serves the rest. "+
+		"stopped once its store held the whole bucket, and started again with its local state directory (TOLLGATE_METER_SPOOL_DIR) kept; the restarted edge serves the rest. "+
 		"RSS is read %s after ready and after each share of tenants served (one call each through the public listener, Host <slug>.localhost); "+
 		"the first requests are of tenants the edge had not served since it started, one at a time over one kept-alive connection, "+
 		"each followed by the same call again.\n\n",
@@ -204,6 +204,10 @@ func (r *Result) Markdown(s *strings.Builder) {
 		if x.st.Ready > 0 {
 			row(x.what+": exec → /readyz", figures.FmtDur(x.st.Ready), fmt.Sprintf("< %s: %s", TargetReady, verdict(x.st.Ready < TargetReady)))
 			row("… its RSS then", fmtMem(x.st.Mem), "")
+		}
+		if x.st.Backfilled > 0 {
+			row("… its store holding the whole bucket (backfilled behind ready): exec →", figures.FmtDur(x.st.Backfilled), "")
+			row("… its RSS then", fmtMem(x.st.BackfilledMem), "")
 		}
 	}
 	if r.Idle.RSS > 0 {
