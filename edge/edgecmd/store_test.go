@@ -236,15 +236,20 @@ func echoUpstream(t *testing.T) string {
 
 func natsURL(ns *server.Server) string { return "nats://" + ns.Addr().String() }
 
+// diskBucket is a disk-store test's setting: a NATS server of its own, its URL, a bucket
+// prefix named after name, a state directory, an echo upstream and a writer of the bucket.
+func diskBucket(t *testing.T, name string) (ns *server.Server, url, prefix, dir, up string, w *bucketWriter) {
+	ns = testenv.NATS(t)
+	url, prefix, dir = natsURL(ns), testenv.Name(name), t.TempDir()
+	return ns, url, prefix, dir, echoUpstream(t), newBucketWriter(t, url, prefix)
+}
+
 // TestDiskStoreLoadsEvictsAndResumes: with the disk store an edge compiles nothing to be
 // ready, loads each tenant on its first request, evicts under a small budget and loads
 // again, follows changes of tenants it holds compiled and of those it does not, and after
 // a restart resumes its watch from its store, seeing what changed while it was down.
 func TestDiskStoreLoadsEvictsAndResumes(t *testing.T) {
-	ns := testenv.NATS(t)
-	url, prefix, dir := natsURL(ns), testenv.Name("tglazy"), t.TempDir()
-	up := echoUpstream(t)
-	w := newBucketWriter(t, url, prefix)
+	_, url, prefix, dir, up, w := diskBucket(t, "tglazy")
 	const n = 80
 	for i := range n {
 		id := w.tenant(i)
@@ -413,10 +418,7 @@ func TestDiskStoreEvictionStopsHealthChecks(t *testing.T) {
 // from its store, answering a Host it does not know 503 not_ready; when NATS returns it
 // catches up, and such a Host is 404.
 func TestDiskStoreServesWhileNATSIsDown(t *testing.T) {
-	ns := testenv.NATS(t)
-	url, prefix, dir := natsURL(ns), testenv.Name("tglazy"), t.TempDir()
-	up := echoUpstream(t)
-	w := newBucketWriter(t, url, prefix)
+	ns, url, prefix, dir, up, w := diskBucket(t, "tglazy")
 	for i := range 5 {
 		w.route(w.tenant(i), "r0", "/p0", up)
 	}
@@ -472,10 +474,7 @@ func TestDiskStoreOfAnotherBucketIsDiscarded(t *testing.T) {
 // TestDiskStoreCorrupt: a store that cannot be read is discarded and the bucket replayed;
 // the edge does not crash.
 func TestDiskStoreCorrupt(t *testing.T) {
-	ns := testenv.NATS(t)
-	url, prefix, dir := natsURL(ns), testenv.Name("tglazy"), t.TempDir()
-	up := echoUpstream(t)
-	w := newBucketWriter(t, url, prefix)
+	_, url, prefix, dir, up, w := diskBucket(t, "tglazy")
 	w.route(w.tenant(1), "r0", "/p0", up)
 	d := startDiskEdge(t, url, prefix, dir, nil)
 	d.eventually("s0001", "/p0", 200)
@@ -527,10 +526,7 @@ func holdBackfill(t *testing.T, at int) (release func()) {
 // new tenant), a deleted tenant stays deleted, and once the backfill is through every
 // tenant is served from the store.
 func TestDiskStoreFastStart(t *testing.T) {
-	ns := testenv.NATS(t)
-	url, prefix, dir := natsURL(ns), testenv.Name("tgfast"), t.TempDir()
-	up := echoUpstream(t)
-	w := newBucketWriter(t, url, prefix)
+	_, url, prefix, dir, up, w := diskBucket(t, "tgfast")
 	const n = 30
 	for i := range n {
 		id := w.tenant(i)
@@ -618,10 +614,7 @@ func TestDiskStoreFastStart(t *testing.T) {
 // fetch fails because NATS went away, is answered 503 not_ready with Retry-After (it
 // exists; the edge cannot load it yet), not 404; with NATS back it is served.
 func TestDiskStoreFetchFailsWhileNATSDown(t *testing.T) {
-	ns := testenv.NATS(t)
-	url, prefix, dir := natsURL(ns), testenv.Name("tgfetch"), t.TempDir()
-	up := echoUpstream(t)
-	w := newBucketWriter(t, url, prefix)
+	ns, url, prefix, dir, up, w := diskBucket(t, "tgfetch")
 	for i := range 5 {
 		w.route(w.tenant(i), "r0", "/p0", up)
 	}
@@ -645,10 +638,7 @@ func TestDiskStoreFetchFailsWhileNATSDown(t *testing.T) {
 // than from the start, and ends with every tenant whole, including changes made while it
 // was down.
 func TestDiskStoreFastStartResumes(t *testing.T) {
-	ns := testenv.NATS(t)
-	url, prefix, dir := natsURL(ns), testenv.Name("tgfast"), t.TempDir()
-	up := echoUpstream(t)
-	w := newBucketWriter(t, url, prefix)
+	_, url, prefix, dir, up, w := diskBucket(t, "tgfast")
 	const n = 20
 	for i := range n {
 		id := w.tenant(i)
@@ -697,10 +687,7 @@ func TestDiskStoreFastStartResumes(t *testing.T) {
 // TestDiskStoreFastStartOff: with TOLLGATE_EDGE_FAST_START=off an edge with an empty
 // store is ready only with the whole bucket in its store.
 func TestDiskStoreFastStartOff(t *testing.T) {
-	ns := testenv.NATS(t)
-	url, prefix, dir := natsURL(ns), testenv.Name("tgfast"), t.TempDir()
-	up := echoUpstream(t)
-	w := newBucketWriter(t, url, prefix)
+	_, url, prefix, dir, up, w := diskBucket(t, "tgfast")
 	for i := range 5 {
 		w.route(w.tenant(i), "r0", "/p0", up)
 	}
@@ -719,10 +706,7 @@ func TestDiskStoreFastStartOff(t *testing.T) {
 // tenants compiled, not every tenant served in the hour; tollgate_edge_routes counts the
 // compiled tenants' routes.
 func TestDiskStoreEvictionLetsGoOfMeterState(t *testing.T) {
-	ns := testenv.NATS(t)
-	url, prefix, dir := natsURL(ns), testenv.Name("tglazy"), t.TempDir()
-	up := echoUpstream(t)
-	w := newBucketWriter(t, url, prefix)
+	_, url, prefix, dir, up, w := diskBucket(t, "tglazy")
 	const n = 40
 	for i := range n {
 		w.route(w.tenant(i), "r0", "/p0", up)
