@@ -151,13 +151,18 @@ func TestFunctions(t *testing.T) {
 	if len(rogueBad) > 0 {
 		t.Errorf("rogue calls not answered 500 function_failed (or 503 function_busy): %d, first: %s", len(rogueBad), rogueBad[0])
 	}
-	if rogueWorst > 2*time.Second {
-		t.Errorf("a looping filter ran %v before it was cut off, want under 2s", rogueWorst)
+	// The bounds are loose: the machine is shared, and a race-enabled edge beside the rest
+	// of the race-enabled suite may wait seconds for a core; the figures for the docs are
+	// the ones logged above, from a plain build.
+	cutOff, acmeP99 := 2*time.Second, time.Second
+	if raceBuild {
+		cutOff, acmeP99 = 8*time.Second, 5*time.Second
 	}
-	// The bound is loose: the machine is shared and race-enabled binaries are slow; the
-	// figure for the docs is the one logged above.
-	if p99 > time.Second {
-		t.Errorf("acme's p99 %v beside the rogue tenant's loops, want well under a second", p99)
+	if rogueWorst > cutOff {
+		t.Errorf("a looping filter ran %v before it was cut off, want under %v", rogueWorst, cutOff)
+	}
+	if p99 > acmeP99 {
+		t.Errorf("acme's p99 %v beside the rogue tenant's loops, want under %v", p99, acmeP99)
 	}
 
 	// The request log says which function failed and why.
