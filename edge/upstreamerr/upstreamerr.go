@@ -115,6 +115,9 @@ func tlsReason(err error) string {
 		return "certificate could not be verified"
 	case errors.As(err, &record):
 		return "the upstream does not speak TLS"
+	case errors.As(err, &op) && op.Op == "remote error" && op.Err.Error() == "tls: no application protocol":
+		// Only an HTTP/2 upstream names a protocol by ALPN, and only h2.
+		return "the upstream does not speak HTTP/2: its TLS offers no h2 by ALPN"
 	case errors.As(err, &op) && op.Op == "remote error":
 		// The upstream's TLS alert, such as "tls: handshake failure": a fixed phrase of
 		// the protocol, not a detail of the edge.

@@ -58,6 +58,8 @@ func TestReason(t *testing.T) {
 			"the upstream https://api.example.com:443's TLS handshake failed: the upstream does not speak TLS"},
 		{"alert", &net.OpError{Op: "remote error", Err: errors.New("tls: handshake failure")},
 			"the upstream https://api.example.com:443's TLS handshake failed: the upstream refused it (tls: handshake failure)"},
+		{"no h2", &upstreamclient.DialError{Err: &net.OpError{Op: "remote error", Err: errors.New("tls: no application protocol")}},
+			"the upstream https://api.example.com:443's TLS handshake failed: the upstream does not speak HTTP/2: its TLS offers no h2 by ALPN"},
 	} {
 		if got := upstreamerr.Reason(c.err, target, 2*time.Second, 30*time.Second); got != c.want {
 			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
