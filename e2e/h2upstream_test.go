@@ -17,9 +17,9 @@ import (
 // edge trusts the targets' test certificate through SSL_CERT_FILE, as it would a private
 // CA): a target that picks h2 serves the call over HTTP/2, with the header the edge
 // adds; a target whose TLS offers only http/1.1 is refused 502 upstream_failed, and the
-// tenant's request log says the upstream does not speak HTTP/2; and a route that weighs
-// the two (a canary onto the h1-only server) answers from the h2 target whenever its
-// pick is that one.
+// tenant's request log says the upstream does not speak HTTP/2; and a route whose
+// weighted targets mix the two (9 to 1) answers from the h2 target whenever it picks
+// that one.
 func TestH2UpstreamOverTLS(t *testing.T) {
 	t.Parallel()
 	h2 := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -56,7 +56,7 @@ func TestH2UpstreamOverTLS(t *testing.T) {
 	target := func(url string, weight int) map[string]any { return map[string]any{"url": url, "weight": weight} }
 	api.createRoute("acme", h2Route("tls", "/tls", target(h2.URL, 1)))
 	api.createRoute("acme", h2Route("h1only", "/h1only", target(h1.URL, 1)))
-	api.createRoute("acme", h2Route("canary", "/canary", target(h2.URL, 9), target(h1.URL, 1)))
+	api.createRoute("acme", h2Route("mixed", "/mixed", target(h2.URL, 9), target(h1.URL, 1)))
 
 	eventually(t, 15*time.Second, "the h2 route over TLS is served", served(edge, "acme", "/tls/x", "h2tls"))
 	r := edge.get(t, "acme", "/tls/x")
@@ -77,19 +77,19 @@ func TestH2UpstreamOverTLS(t *testing.T) {
 		return nil
 	})
 
-	eventually(t, 15*time.Second, "the canary route is served", served(edge, "acme", "/canary/x", ""))
+	eventually(t, 15*time.Second, "the mixed route is served", served(edge, "acme", "/mixed/x", ""))
 	var fromH2 int
 	for range 40 {
-		r := edge.get(t, "acme", "/canary/x")
+		r := edge.get(t, "acme", "/mixed/x")
 		switch up := r.Header.Get("X-Upstream"); {
 		case r.Status == 200 && up == "h2tls":
 			fromH2++
 		case r.Status == 502 && checkEnvelope(r, 502, "upstream_failed") == nil:
 		default:
-			t.Fatalf("canary: %s (upstream %q), want 200 from h2tls or 502 upstream_failed", r, up)
+			t.Fatalf("mixed: %s (upstream %q), want 200 from h2tls or 502 upstream_failed", r, up)
 		}
 	}
 	if fromH2 == 0 {
-		t.Error("the canary route never answered from its h2 target in 40 calls")
+		t.Error("the mixed route never answered from its h2 target in 40 calls")
 	}
 }
