@@ -19,7 +19,8 @@ import (
 // adds; a target whose TLS offers only http/1.1 is refused 502 upstream_failed, and the
 // tenant's request log says the upstream does not speak HTTP/2; and a route whose
 // weighted targets mix the two (9 to 1) answers from the h2 target whenever it picks
-// that one.
+// that one; and an HTTP/1.1 route's canary, an h2 upstream over TLS, takes the requests
+// its header matches.
 func TestH2UpstreamOverTLS(t *testing.T) {
 	t.Parallel()
 	h2 := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -57,6 +58,9 @@ func TestH2UpstreamOverTLS(t *testing.T) {
 	api.createRoute("acme", h2Route("tls", "/tls", target(h2.URL, 1)))
 	api.createRoute("acme", h2Route("h1only", "/h1only", target(h1.URL, 1)))
 	api.createRoute("acme", h2Route("mixed", "/mixed", target(h2.URL, 9), target(h1.URL, 1)))
+	api.createRoute("acme", routeSpec("canary", "/canary", echoUpstream(t, "stable").URL, "none",
+		"canary", map[string]any{"weight": 0, "match": map[string]any{"header": "X-Canary", "values": []string{"yes"}},
+			"upstream": map[string]any{"protocol": "h2", "targets": []map[string]any{target(h2.URL, 1)}}}))
 
 	eventually(t, 15*time.Second, "the h2 route over TLS is served", served(edge, "acme", "/tls/x", "h2tls"))
 	r := edge.get(t, "acme", "/tls/x")
@@ -91,5 +95,13 @@ func TestH2UpstreamOverTLS(t *testing.T) {
 	}
 	if fromH2 == 0 {
 		t.Error("the mixed route never answered from its h2 target in 40 calls")
+	}
+
+	eventually(t, 15*time.Second, "the canary route is served", served(edge, "acme", "/canary/x", "stable"))
+	if r := edge.get(t, "acme", "/canary/x", "X-Canary", "yes"); r.Status != 200 || !strings.HasPrefix(string(r.Body), "HTTP/2.0 tls=true") {
+		t.Errorf("the canary's request: %s (upstream %q), want HTTP/2.0 over TLS from h2tls", r, r.Header.Get("X-Upstream"))
+	}
+	if r := edge.get(t, "acme", "/canary/x"); r.Status != 200 || r.Header.Get("X-Upstream") != "stable" {
+		t.Errorf("the stable request: %s (upstream %q), want the HTTP/1.1 upstream", r, r.Header.Get("X-Upstream"))
 	}
 }
