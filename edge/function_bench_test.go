@@ -10,9 +10,6 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 	"golang.org/x/sync/errgroup"
-
-	"tollgate/edge/function/functiontest"
-	"tollgate/tenants"
 )
 
 // BenchmarkFunctionCost is what a function adds to a whole request at the edge, measured
@@ -34,14 +31,7 @@ import (
 // variant, as the bench's wrk does. Run with -cpu 1 for the one-core figure.
 func BenchmarkFunctionCost(b *testing.B) {
 	const batch = 640
-	env := newFnEnv(b)
-	upURL := benchUpstream(b)
-	h := newHarness(b, env.config(nil))
-	acme := h.tenant("acme")
-	h.route(acme, "open", []string{"/open"}, nil, tenants.AuthNone, upURL)
-	h.fnRoute(acme, "noop", "/noop", tenants.AuthNone, []tenants.FunctionRef{env.ref(functiontest.WatNoop, "")}, upURL)
-	h.fnRoute(acme, "headers", "/headers", tenants.AuthNone, []tenants.FunctionRef{env.ref(functiontest.WatHeaders, "")}, upURL)
-	h.e.Loaded()
+	h := functionBenchRoutes(b)
 
 	mem := fasthttputil.NewInmemoryListener()
 	go func() { _ = h.e.Serve(mem, nil) }()

@@ -439,10 +439,10 @@ func TestFunctionHostileTenantIsolated(t *testing.T) {
 	}
 }
 
-// BenchmarkHandlerFunctions is BenchmarkHandler's whole loopback request on a route
-// without functions, one with the no-op filter and one with the filter that adds a header
-// each way: the differences are what a function costs a request at the edge.
-func BenchmarkHandlerFunctions(b *testing.B) {
+// functionBenchRoutes is an edge whose tenant acme has the routes /open (no
+// functions), /noop (the no-op filter) and /headers (the filter that adds a header each
+// way), all to one loopback upstream.
+func functionBenchRoutes(b *testing.B) *harness {
 	env := newFnEnv(b)
 	upURL := benchUpstream(b)
 	h := newHarness(b, env.config(nil))
@@ -451,7 +451,14 @@ func BenchmarkHandlerFunctions(b *testing.B) {
 	h.fnRoute(acme, "noop", "/noop", tenants.AuthNone, []tenants.FunctionRef{env.ref(functiontest.WatNoop, "")}, upURL)
 	h.fnRoute(acme, "headers", "/headers", tenants.AuthNone, []tenants.FunctionRef{env.ref(functiontest.WatHeaders, "")}, upURL)
 	h.e.Loaded()
+	return h
+}
 
+// BenchmarkHandlerFunctions is BenchmarkHandler's whole loopback request on a route
+// without functions, one with the no-op filter and one with the filter that adds a header
+// each way: the differences are what a function costs a request at the edge.
+func BenchmarkHandlerFunctions(b *testing.B) {
+	h := functionBenchRoutes(b)
 	client := &fasthttp.HostClient{Addr: h.public, MaxConns: 64}
 	for _, name := range []string{"open", "noop", "headers"} {
 		b.Run(name, func(b *testing.B) {
