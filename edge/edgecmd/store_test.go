@@ -297,12 +297,17 @@ func TestDiskStoreLoadsEvictsAndResumes(t *testing.T) {
 	if b := d.metric("tollgate_edge_tenants_resident_bytes"); b > 1<<20 {
 		t.Errorf("resident bytes %v beyond the budget", b)
 	}
-	// The first tenants were evicted: they load again.
-	if code, _ := d.get("s0000", "/p0"); code != 200 {
-		t.Errorf("evicted tenant: %d", code)
+	// The evicted tenants load again. Which ones went is not asked: use is stamped by a
+	// one-second clock, so tenants served within one second are equally idle to the
+	// eviction.
+	loads := d.metric("tollgate_edge_tenant_loads_total")
+	for i := range n - 2 {
+		if code, _ := d.get(fmt.Sprintf("s%04d", i), "/p0"); code != 200 {
+			t.Fatalf("tenant %d again: %d", i, code)
+		}
 	}
-	if got := d.metric("tollgate_edge_tenant_loads_total"); got != n-1 {
-		t.Errorf("loads after a reload: %v, want %d", got, n-1)
+	if got := d.metric("tollgate_edge_tenant_loads_total"); got < loads+1 {
+		t.Errorf("loads after asking every tenant again, %v of them evicted: %v, want over %v", ev, got, loads)
 	}
 
 	// A tenant never loaded: its change is a store write; its first request sees it.
