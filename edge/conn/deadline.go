@@ -162,9 +162,35 @@ func (l lingerListener) Accept() (net.Conn, error) {
 type lingerConn struct {
 	*net.TCPConn
 	linger bool
+	batch  *batch // set by BatchWrites: the connection is HTTP/2's
+}
+
+func (c *lingerConn) Write(p []byte) (int, error) {
+	if c.batch != nil {
+		return c.batch.write(p)
+	}
+	return c.TCPConn.Write(p)
+}
+
+// SetWriteDeadline is ignored while batching: see BatchWrites.
+func (c *lingerConn) SetWriteDeadline(t time.Time) error {
+	if c.batch != nil {
+		return nil
+	}
+	return c.TCPConn.SetWriteDeadline(t)
+}
+
+func (c *lingerConn) SetDeadline(t time.Time) error {
+	if c.batch != nil {
+		return c.TCPConn.SetReadDeadline(t)
+	}
+	return c.TCPConn.SetDeadline(t)
 }
 
 func (c *lingerConn) Close() error {
+	if c.batch != nil {
+		c.batch.close()
+	}
 	if !c.linger {
 		return c.TCPConn.Close()
 	}

@@ -62,7 +62,7 @@ func readFull(b *testing.B, read func([]byte) (int, error), p []byte) {
 }
 
 // tcpPair is the two ends of a loopback TCP connection, closed when b ends.
-func tcpPair(b *testing.B) (*net.TCPConn, *net.TCPConn) {
+func tcpPair(b testing.TB) (*net.TCPConn, *net.TCPConn) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -1,0 +1,219 @@
+package conn
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Batched writes, for HTTP/2 connections.
+//
+// Go's HTTP/2 server writes each answer on its own: it flushes its buffer whenever its
+// queue of frames runs empty, and under a client with many streams in flight that is
+// after nearly every stream's HEADERS and DATA, one write system call each (and over
+// TLS one record each). nginx writes the frames of every stream that is ready in one
+// pass of its event loop, one write for many answers. A connection of BatchWrites takes
+// the server's writes into a buffer and returns at once; a goroutine of the connection's
+// own sends the buffer, after yielding once (runtime.Gosched) so that the streams whose
+// answers are ready by then add theirs first. What the server wrote in one pass of the
+// scheduler goes out in one system call.
+//
+// The server sees a write succeed before it is sent, so the connection keeps the
+// server's promises itself:
+//   - a send that makes no progress for the byte timeout fails, and closes the
+//     connection (the server's WriteByteTimeout, which this replaces: its moves of the
+//     write deadline are ignored while batching);
+//   - a failed send fails every later write, and the server's reads, so the server tears
+//     the connection down as it would have on its own write's failure;
+//   - what was written before Close is sent before the connection closes (a GOAWAY, a
+//     TLS close_notify), for at most closeWait;
+//   - at most maxBatch bytes wait: a writer beyond it waits for the send, so a client
+//     that does not read holds the edge's memory to that much per connection.
+//
+// A TLS connection is batched under its TLS layer (its records are what is gathered),
+// which is why the switch is on the connection LingerListener makes: the TLS listener
+// wraps every connection before ALPN tells which door it goes to.
+
+const (
+	maxBatch  = 64 << 10
+	closeWait = 5 * time.Second
+)
+
+var batchOff atomic.Bool
+
+// SetBatchWrites chooses whether BatchWrites batches connections from now on.
+// TOLLGATE_EDGE_HTTP2_BATCH_WRITES sets it at start. Default: on.
+func SetBatchWrites(on bool) { batchOff.Store(!on) }
+
+// BatchWrites turns batching on for a connection an HTTP/2 server is about to serve: a
+// *tls.Conn over a LingerListener connection (returned as it is, batched beneath), or a
+// *net.TCPConn (returned wrapped). Others, and every connection while SetBatchWrites is
+// off, are returned unchanged. timeout bounds a send that makes no progress; 0: none.
+func BatchWrites(c net.Conn, timeout time.Duration) net.Conn {
+	if batchOff.Load() {
+		return c
+	}
+	switch cc := c.(type) {
+	case *tls.Conn:
+		if lc, ok := cc.NetConn().(*lingerConn); ok && lc.batch == nil {
+			lc.batch = newBatch(lc.TCPConn, timeout)
+		}
+		return c
+	case *net.TCPConn:
+		return &batchConn{TCPConn: cc, b: newBatch(cc, timeout)}
+	}
+	return c
+}
+
+// batchConn is a plain connection with batched writes.
+type batchConn struct {
+	*net.TCPConn
+	b *batch
+}
+
+func (c *batchConn) Write(p []byte) (int, error)      { return c.b.write(p) }
+func (c *batchConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *batchConn) SetDeadline(t time.Time) error    { return c.TCPConn.SetReadDeadline(t) }
+func (c *batchConn) Close() error {
+	c.b.close()
+	return c.TCPConn.Close()
+}
+
+// batch is the buffer and sender of one connection's writes.
+type batch struct {
+	c       *net.TCPConn
+	timeout time.Duration
+
+	mu      sync.Mutex
+	room    sync.Cond // broadcast when a send ends
+	buf     []byte    // written, not sent yet
+	spare   []byte
+	kicked  bool  // the sender was woken for buf
+	err     error // set once: the sends' failure, or net.ErrClosed after close
+	closing bool
+	closeBy time.Time
+
+	kick chan struct{}
+	done chan struct{} // closed when the sender has returned
+}
+
+var errBatchClosed = net.ErrClosed
+
+func newBatch(c *net.TCPConn, timeout time.Duration) *batch {
+	b := &batch{c: c, timeout: timeout, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	b.room.L = &b.mu
+	go b.send()
+	return b
+}
+
+func (b *batch) write(p []byte) (int, error) {
+	b.mu.Lock()
+	for len(b.buf) >= maxBatch && b.err == nil && !b.closing {
+		b.room.Wait()
+	}
+	if b.err != nil || b.closing {
+		err := b.err
+		b.mu.Unlock()
+		if err == nil {
+			err = errBatchClosed
+		}
+		return 0, err
+	}
+	b.buf = append(b.buf, p...)
+	wake := !b.kicked
+	b.kicked = true
+	b.mu.Unlock()
+	if wake {
+		select {
+		case b.kick <- struct{}{}:
+		default:
+		}
+	}
+	return len(p), nil
+}
+
+// send is the connection's sender goroutine; it returns once the connection is closed
+// and what was written before is sent, or a send fails.
+func (b *batch) send() {
+	defer close(b.done)
+	for range b.kick {
+		// Let the goroutines that are ready now (other streams' answers, the server's
+		// loop writing their frames) run first, so that their writes join this send.
+		runtime.Gosched()
+		b.mu.Lock()
+		out := b.buf
+		b.buf, b.kicked = b.spare[:0], false
+		closing, by := b.closing, b.closeBy
+		b.mu.Unlock()
+
+		var err error
+		if len(out) > 0 {
+			err = b.sendAll(out, closing, by)
+		}
+
+		b.mu.Lock()
+		b.spare = out[:0]
+		if err != nil && b.err == nil {
+			b.err = err
+		}
+		b.room.Broadcast()
+		stop := b.err != nil || (b.closing && len(b.buf) == 0)
+		b.mu.Unlock()
+		if stop {
+			if err != nil {
+				// The server may be only reading now: make that fail too, as its own
+				// failed write would have.
+				_ = b.c.Close()
+			}
+			return
+		}
+	}
+}
+
+// sendAll writes out in full, failing when a write makes no progress for the byte
+// timeout (or, once closing, past the close's bound), as Go's HTTP/2 server's own
+// writes do.
+func (b *batch) sendAll(out []byte, closing bool, by time.Time) error {
+	for {
+		var d time.Time
+		if b.timeout > 0 {
+			d = time.Now().Add(b.timeout)
+		}
+		if closing && (d.IsZero() || by.Before(d)) {
+			d = by
+		}
+		_ = b.c.SetWriteDeadline(d)
+		n, err := b.c.Write(out)
+		out = out[n:]
+		if len(out) == 0 || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) || closing {
+			return err
+		}
+	}
+}
+
+// close sends what was written, within closeWait, then stops the sender. Later writes
+// fail.
+func (b *batch) close() {
+	b.mu.Lock()
+	if b.closing {
+		b.mu.Unlock()
+		<-b.done
+		return
+	}
+	b.closing = true
+	b.closeBy = time.Now().Add(closeWait)
+	b.room.Broadcast()
+	b.mu.Unlock()
+	// A send under way keeps its byte timeout's deadline: bring it in to the close's.
+	_ = b.c.SetWriteDeadline(b.closeBy)
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+	<-b.done
+}
