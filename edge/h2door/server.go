@@ -63,6 +63,9 @@ type Config struct {
 	IdleTimeout  time.Duration // a connection with no stream is closed after it
 	Logger       *slog.Logger  // protocol errors and server messages, at debug level
 	FastLogger   fasthttp.Logger
+	// NoWorkers runs the chain on the goroutine Go's server starts for each stream
+	// rather than on a pooled one (workers.go).
+	NoWorkers bool
 }
 
 // HTTP/2 limits that have no HTTP/1.1 counterpart.
@@ -144,7 +147,11 @@ func NewServer(cfg Config, chain Chain) *http.Server {
 // NewHandler is the server's handler: each stream through chain. A request must carry
 // its connection in its context (WithConn).
 func NewHandler(cfg Config, chain Chain) http.Handler {
-	return &handler{chain: chain, log: cfg.FastLogger, headBuf: 2*cfg.HeaderBytes + 4096}
+	h := &handler{chain: chain, log: cfg.FastLogger, headBuf: 2*cfg.HeaderBytes + 4096}
+	if !cfg.NoWorkers {
+		h.workers = &workers{maxIdle: maxIdle}
+	}
+	return h
 }
 
 type handler struct {
@@ -152,6 +159,7 @@ type handler struct {
 	log     fasthttp.Logger
 	headBuf int
 	pool    sync.Pool // *exchange
+	workers *workers  // nil: each stream runs on its own goroutine
 }
 
 // exchange is what one stream borrows: the RequestCtx and the buffers that rebuild the
@@ -172,6 +180,22 @@ type body struct{ r io.Reader }
 func (b *body) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var aborted bool
+	if h.workers != nil {
+		aborted = h.workers.run(h, w, r)
+	} else {
+		aborted = h.serve(w, r)
+	}
+	if aborted {
+		// The answer's body failed half-way: a reset stream tells the client, where a
+		// clean end would pass a truncated body off as whole.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// serve runs one stream through the chain and writes its answer; aborted: the answer's
+// body failed half-way.
+func (h *handler) serve(w http.ResponseWriter, r *http.Request) (aborted bool) {
 	hx, _ := h.pool.Get().(*exchange)
 	if hx == nil {
 		hx = &exchange{}
@@ -192,7 +216,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx.SetUserValue(requestKey{}, r)
 		h.chain.Serve(ctx)
 	}
-	aborted := writeResponse(w, r, &ctx.Response)
+	aborted = writeResponse(w, r, &ctx.Response)
 
 	_ = ctx.Response.CloseBodyStream()
 	ctx.Request.Reset()
@@ -202,11 +226,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hx.rd.Reset(nil)
 	hx.body.r = nil
 	h.pool.Put(hx)
-	if aborted {
-		// The answer's body failed half-way: a reset stream tells the client, where a
-		// clean end would pass a truncated body off as whole.
-		panic(http.ErrAbortHandler)
-	}
+	return aborted
 }
 
 // requestKey is the RequestCtx user value of the stream's own request (Request).
