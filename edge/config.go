@@ -78,6 +78,10 @@ type Config struct {
 	// HTTP2MaxStreams is how many streams one HTTP/2 connection may have open at once.
 	// Default: 250.
 	HTTP2MaxStreams uint32
+	// HTTP2NoWorkers runs each HTTP/2 stream on the goroutine Go's server starts for it
+	// rather than on a pooled one whose stack has grown (h2door's workers). Default:
+	// false, pooled.
+	HTTP2NoWorkers bool
 	// MaxInMemoryBody: request bodies up to this size are read before routing; larger
 	// ones stream to the upstream. Default: 64 KiB.
 	MaxInMemoryBody int

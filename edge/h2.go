@@ -48,6 +48,7 @@ func (e *Edge) h2Config() h2door.Config {
 		IdleTimeout:  e.cfg.IdleTimeout,
 		Logger:       e.log,
 		FastLogger:   fasthttpLogger{e.log},
+		NoWorkers:    e.cfg.HTTP2NoWorkers,
 	}
 }
 
@@ -90,9 +91,25 @@ func splitOf(ln net.Listener) *h2door.Split {
 // serveH2 serves the HTTP/2 side of l until the door shuts down.
 func (d *door) serveH2(l *h2door.Split) {
 	go func() {
-		err := d.h2.Serve(l.H2())
+		err := d.h2.Serve(batchedListener{l.H2(), d.h2.HTTP2.WriteByteTimeout})
 		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			d.log.Error("edge: http2 listener stopped", "err", err)
 		}
 	}()
+}
+
+// batchedListener hands the HTTP/2 server its connections with their writes batched
+// (conn.BatchWrites; TOLLGATE_EDGE_HTTP2_BATCH_WRITES), sends that make no progress for
+// timeout failing as the server's own would.
+type batchedListener struct {
+	net.Listener
+	timeout time.Duration
+}
+
+func (l batchedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return conn.BatchWrites(c, l.timeout), nil
 }

@@ -237,6 +237,11 @@ func RawIO() bool { return conn.RawIO() }
 // (conn.SetYieldReads; TOLLGATE_EDGE_YIELD_READS). Default: on.
 func SetYieldReads(on bool) { conn.SetYieldReads(on) }
 
+// SetHTTP2BatchWrites chooses whether HTTP/2 connections accepted from now on gather
+// their writes into one system call per pass of the scheduler (conn.BatchWrites;
+// TOLLGATE_EDGE_HTTP2_BATCH_WRITES). Default: on.
+func SetHTTP2BatchWrites(on bool) { conn.SetBatchWrites(on) }
+
 // SetShortReadWait chooses whether a WebSocket tunnel whose read left its socket empty
 // waits for the poller instead of reading again until EAGAIN, from the next tunnel on (conn.SetShortReadWait; TOLLGATE_EDGE_SHORT_READ_WAIT). Default: off; it
 // needs raw I/O (SetRawIO).

@@ -237,6 +237,7 @@ func newEdge(cfg *config.Config, m *meter.Meter, logs *reqlog.Recorder, fc *edge
 	}
 	edge.SetRawIO(cfg.EdgeRawIO)
 	edge.SetYieldReads(cfg.EdgeYieldReads)
+	edge.SetHTTP2BatchWrites(cfg.EdgeHTTP2BatchWrites)
 	edge.SetShortReadWait(cfg.EdgeShortReadWait)
 	upstreamclient.SetReuseCheck(cfg.EdgeReuseCheck)
 	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
@@ -254,6 +255,7 @@ func newEdge(cfg *config.Config, m *meter.Meter, logs *reqlog.Recorder, fc *edge
 		CacheBytes:      cacheBytes,
 		DisableHTTP2:    !cfg.EdgeHTTP2,
 		HTTP2MaxStreams: cfg.EdgeHTTP2MaxStreams,
+		HTTP2NoWorkers:  !cfg.EdgeHTTP2Workers,
 		TLSCertificate:  wildcard,
 		Meter:           m,
 		Logs:            logs,
