@@ -237,9 +237,9 @@ func RawIO() bool { return conn.RawIO() }
 // (conn.SetYieldReads; TOLLGATE_EDGE_YIELD_READS). Default: on.
 func SetYieldReads(on bool) { conn.SetYieldReads(on) }
 
-// SetHTTP2BatchWrites chooses whether HTTP/2 connections accepted from now on gather
-// their writes into one system call per pass of the scheduler (conn.BatchWrites;
-// TOLLGATE_EDGE_HTTP2_BATCH_WRITES). Default: on.
+// SetHTTP2BatchWrites chooses whether HTTP/2 connections made from now on, clients' and
+// upstreams', gather their writes into one system call per pass of the scheduler
+// (conn.BatchWrites; TOLLGATE_EDGE_HTTP2_BATCH_WRITES). Default: on.
 func SetHTTP2BatchWrites(on bool) { conn.SetBatchWrites(on) }
 
 // SetShortReadWait chooses whether a WebSocket tunnel whose read left its socket empty

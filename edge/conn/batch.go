@@ -21,7 +21,8 @@ import (
 // the server's writes into a buffer and returns at once; a goroutine of the connection's
 // own sends the buffer, after yielding once (runtime.Gosched) so that the streams whose
 // answers are ready by then add theirs first. What the server wrote in one pass of the
-// scheduler goes out in one system call.
+// scheduler goes out in one system call. Go's HTTP/2 transport does the same to an
+// upstream, one write per request; its connections are batched alike.
 //
 // The server sees a write succeed before it is sent, so the connection keeps the
 // server's promises itself:
@@ -50,43 +51,43 @@ var batchOff atomic.Bool
 // TOLLGATE_EDGE_HTTP2_BATCH_WRITES sets it at start. Default: on.
 func SetBatchWrites(on bool) { batchOff.Store(!on) }
 
-// BatchWrites turns batching on for a connection an HTTP/2 server is about to serve: a
-// *tls.Conn over a LingerListener connection (returned as it is, batched beneath), or a
-// *net.TCPConn (returned wrapped). Others, and every connection while SetBatchWrites is
-// off, are returned unchanged. timeout bounds a send that makes no progress; 0: none.
+// BatchWrites turns batching on for a connection HTTP/2 is about to be spoken on. A
+// *tls.Conn over a LingerListener connection (the TLS door's, after its handshake) is
+// returned as it is, batched beneath; any other connection is returned wrapped, so a
+// TLS client's must be batched before its TLS layer is put on (an HTTP/2 upstream's).
+// While SetBatchWrites is off, c is returned unchanged. timeout bounds a send that makes
+// no progress; 0: none.
 func BatchWrites(c net.Conn, timeout time.Duration) net.Conn {
 	if batchOff.Load() {
 		return c
 	}
-	switch cc := c.(type) {
-	case *tls.Conn:
-		if lc, ok := cc.NetConn().(*lingerConn); ok && lc.batch == nil {
+	if tc, ok := c.(*tls.Conn); ok {
+		if lc, ok := tc.NetConn().(*lingerConn); ok && lc.batch == nil {
 			lc.batch = newBatch(lc.TCPConn, timeout)
 		}
 		return c
-	case *net.TCPConn:
-		return &batchConn{TCPConn: cc, b: newBatch(cc, timeout)}
 	}
-	return c
+	return &batchConn{Conn: c, b: newBatch(c, timeout)}
 }
 
-// batchConn is a plain connection with batched writes.
+// batchConn is a connection with batched writes.
 type batchConn struct {
-	*net.TCPConn
+	net.Conn
 	b *batch
 }
 
 func (c *batchConn) Write(p []byte) (int, error)      { return c.b.write(p) }
 func (c *batchConn) SetWriteDeadline(time.Time) error { return nil }
-func (c *batchConn) SetDeadline(t time.Time) error    { return c.TCPConn.SetReadDeadline(t) }
+func (c *batchConn) SetDeadline(t time.Time) error    { return c.Conn.SetReadDeadline(t) }
 func (c *batchConn) Close() error {
 	c.b.close()
-	return c.TCPConn.Close()
+	return c.Conn.Close()
 }
 
 // batch is the buffer and sender of one connection's writes.
 type batch struct {
-	c       *net.TCPConn
+	c       net.Conn
+	dl      net.Conn // whose write deadline the sender and close move: c's TCP connection
 	timeout time.Duration
 
 	mu      sync.Mutex
@@ -104,8 +105,11 @@ type batch struct {
 
 var errBatchClosed = net.ErrClosed
 
-func newBatch(c *net.TCPConn, timeout time.Duration) *batch {
-	b := &batch{c: c, timeout: timeout, kick: make(chan struct{}, 1), done: make(chan struct{})}
+func newBatch(c net.Conn, timeout time.Duration) *batch {
+	// An Upstream keeps its deadlines in fields of its own, for one goroutine; close moves
+	// the write deadline while the sender may, so both move the TCP connection's, which
+	// is safe for that.
+	b := &batch{c: c, dl: TCP(c), timeout: timeout, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	b.room.L = &b.mu
 	go b.send()
 	return b
@@ -187,7 +191,7 @@ func (b *batch) sendAll(out []byte, closing bool, by time.Time) error {
 		if closing && (d.IsZero() || by.Before(d)) {
 			d = by
 		}
-		_ = b.c.SetWriteDeadline(d)
+		_ = b.dl.SetWriteDeadline(d)
 		n, err := b.c.Write(out)
 		out = out[n:]
 		if len(out) == 0 || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) || closing {
@@ -210,7 +214,7 @@ func (b *batch) close() {
 	b.room.Broadcast()
 	b.mu.Unlock()
 	// A send under way keeps its byte timeout's deadline: bring it in to the close's.
-	_ = b.c.SetWriteDeadline(b.closeBy)
+	_ = b.dl.SetWriteDeadline(b.closeBy)
 	select {
 	case b.kick <- struct{}{}:
 	default:

@@ -158,3 +158,33 @@ func TestSetBatchWrites(t *testing.T) {
 		t.Fatalf("off: BatchWrites returned %T", c)
 	}
 }
+
+// An upstream's connection (Dialed, with raw I/O) batched as an HTTP/2 transport's:
+// reads go on beside the sends, and Close sends what was written.
+func TestBatchWritesUpstream(t *testing.T) {
+	a, peer := tcpPair(t)
+	c := BatchWrites(Dialed(a), time.Minute)
+	go func() {
+		_, _ = peer.Write([]byte("answer"))
+	}()
+	for i := range 100 {
+		if _, err := c.Write(bytes.Repeat([]byte{byte(i)}, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "answer" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	got := make(chan int)
+	go func() {
+		b, _ := io.ReadAll(peer)
+		got <- len(b)
+	}()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-got; n != 100*100 {
+		t.Fatalf("peer read %d bytes, want %d", n, 100*100)
+	}
+}

@@ -70,13 +70,18 @@ func New(cfg Config) *Transport {
 	h.t = &http.Transport{
 		Protocols: &p,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dial(hostport, dialTimeout(ctx, connectTimeout))
+			c, err := dial(hostport, dialTimeout(ctx, connectTimeout))
+			if err != nil {
+				return nil, err
+			}
+			return conn.BatchWrites(c, writeStall), nil
 		},
 		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			c, err := dial(hostport, dialTimeout(ctx, connectTimeout))
 			if err != nil {
 				return nil, err
 			}
+			c = conn.BatchWrites(c, writeStall)
 			tc := tls.Client(c, &tls.Config{ServerName: host, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12})
 			hctx, cancel := context.WithTimeout(ctx, connectTimeout)
 			defer cancel()
@@ -102,6 +107,12 @@ func New(cfg Config) *Transport {
 	}
 	return h
 }
+
+// writeStall is how long a write to an upstream may make no progress before the
+// connection is given up: as long as the transport waits for a PING's answer on an idle
+// connection. The transport itself sets no write timeout; its connections' writes are
+// batched (conn.BatchWrites), which needs one.
+const writeStall = 30 * time.Second
 
 // dialTimeout is the connect timeout, shortened by ctx's deadline.
 func dialTimeout(ctx context.Context, connectTimeout time.Duration) time.Duration {
