@@ -42,6 +42,7 @@ import (
 
 const (
 	maxBatch  = 64 << 10
+	keepBuf   = 16 << 10 // the most buffer an idle connection keeps
 	closeWait = 5 * time.Second
 )
 
@@ -152,16 +153,19 @@ func (b *batch) send() {
 		b.mu.Lock()
 		out := b.buf
 		b.buf, b.kicked = b.spare[:0], false
-		closing, by := b.closing, b.closeBy
 		b.mu.Unlock()
 
 		var err error
 		if len(out) > 0 {
-			err = b.sendAll(out, closing, by)
+			err = b.sendAll(out)
 		}
 
 		b.mu.Lock()
-		b.spare = out[:0]
+		// An idle connection keeps a small buffer, not the largest it ever sent.
+		b.spare = nil
+		if cap(out) <= keepBuf {
+			b.spare = out[:0]
+		}
 		if err != nil && b.err == nil {
 			b.err = err
 		}
@@ -182,16 +186,21 @@ func (b *batch) send() {
 // sendAll writes out in full, failing when a write makes no progress for the byte
 // timeout (or, once closing, past the close's bound), as Go's HTTP/2 server's own
 // writes do.
-func (b *batch) sendAll(out []byte, closing bool, by time.Time) error {
+func (b *batch) sendAll(out []byte) error {
 	for {
+		// Under mu, so that close's deadline, set under mu too, is never overwritten by
+		// a send that had not seen it.
+		b.mu.Lock()
+		closing := b.closing
 		var d time.Time
 		if b.timeout > 0 {
 			d = time.Now().Add(b.timeout)
 		}
-		if closing && (d.IsZero() || by.Before(d)) {
-			d = by
+		if closing && (d.IsZero() || b.closeBy.Before(d)) {
+			d = b.closeBy
 		}
 		_ = b.dl.SetWriteDeadline(d)
+		b.mu.Unlock()
 		n, err := b.c.Write(out)
 		out = out[n:]
 		if len(out) == 0 || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) || closing {
@@ -211,10 +220,10 @@ func (b *batch) close() {
 	}
 	b.closing = true
 	b.closeBy = time.Now().Add(closeWait)
-	b.room.Broadcast()
-	b.mu.Unlock()
 	// A send under way keeps its byte timeout's deadline: bring it in to the close's.
 	_ = b.dl.SetWriteDeadline(b.closeBy)
+	b.room.Broadcast()
+	b.mu.Unlock()
 	select {
 	case b.kick <- struct{}{}:
 	default:
