@@ -96,15 +96,13 @@ type batch struct {
 	buf     []byte    // written, not sent yet
 	spare   []byte
 	kicked  bool  // the sender was woken for buf
-	err     error // set once: the sends' failure, or net.ErrClosed after close
+	err     error // set once: the sends' failure
 	closing bool
 	closeBy time.Time
 
 	kick chan struct{}
 	done chan struct{} // closed when the sender has returned
 }
-
-var errBatchClosed = net.ErrClosed
 
 func newBatch(c net.Conn, timeout time.Duration) *batch {
 	// An Upstream keeps its deadlines in fields of its own, for one goroutine; close moves
@@ -125,7 +123,7 @@ func (b *batch) write(p []byte) (int, error) {
 		err := b.err
 		b.mu.Unlock()
 		if err == nil {
-			err = errBatchClosed
+			err = net.ErrClosed
 		}
 		return 0, err
 	}

@@ -149,7 +149,7 @@ func NewServer(cfg Config, chain Chain) *http.Server {
 func NewHandler(cfg Config, chain Chain) http.Handler {
 	h := &handler{chain: chain, log: cfg.FastLogger, headBuf: 2*cfg.HeaderBytes + 4096}
 	if !cfg.NoWorkers {
-		h.workers = &workers{maxIdle: maxIdle}
+		h.workers = &workers{h: h, maxIdle: maxIdle}
 	}
 	return h
 }
@@ -182,7 +182,7 @@ func (b *body) Read(p []byte) (int, error) { return b.r.Read(p) }
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var aborted bool
 	if h.workers != nil {
-		aborted = h.workers.run(h, w, r)
+		aborted = h.workers.run(w, r)
 	} else {
 		aborted = h.serve(w, r)
 	}

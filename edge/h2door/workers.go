@@ -25,6 +25,7 @@ import (
 const maxIdle = 10 * time.Second
 
 type workers struct {
+	h        *handler // whose streams the workers serve
 	maxIdle  time.Duration
 	mu       sync.Mutex
 	idle     []*worker // the most recently used last
@@ -37,7 +38,6 @@ type worker struct {
 }
 
 type task struct {
-	h       *handler
 	w       http.ResponseWriter
 	r       *http.Request
 	aborted bool
@@ -48,9 +48,9 @@ type task struct {
 var tasks = sync.Pool{New: func() any { return &task{done: make(chan struct{}, 1)} }}
 
 // run serves the stream on a worker and returns when it is done.
-func (p *workers) run(h *handler, w http.ResponseWriter, r *http.Request) (aborted bool) {
+func (p *workers) run(w http.ResponseWriter, r *http.Request) (aborted bool) {
 	t := tasks.Get().(*task)
-	t.h, t.w, t.r = h, w, r
+	t.w, t.r = w, r
 	p.get() <- t
 	<-t.done
 	aborted, pv := t.aborted, t.panic
@@ -80,7 +80,7 @@ func (p *workers) get() chan<- *task {
 
 func (p *workers) work(wk *worker) {
 	for t := range wk.tasks {
-		t.aborted, t.panic = t.h.serveRecovering(t.w, t.r)
+		t.aborted, t.panic = p.h.serveRecovering(t.w, t.r)
 		t.done <- struct{}{}
 		wk.lastUsed = time.Now()
 		p.mu.Lock()
