@@ -35,6 +35,28 @@ func connectList(t testing.TB, servers string, opts ...nats.Option) (*nats.Conn,
 	return nc, js
 }
 
+// ensureBucket is EnsureBucket as the api calls it (see bucketOn in program.go): each
+// attempt bounded, retried until ctx ends. A cluster on a loaded machine can leave a
+// JetStream API request unanswered, and one attempt holding the whole deadline would fail
+// the test on a lost reply rather than on the behaviour it checks.
+func ensureBucket(ctx context.Context, t testing.TB, js jetstream.JetStream, name string, replicas int) (jetstream.KeyValue, error) {
+	t.Helper()
+	for {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		kv, err := tgnats.EnsureBucket(actx, js, name, replicas)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return kv, err
+		}
+		t.Logf("ensure bucket %s at %d replicas: %v; retrying", name, replicas, err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
 // TestClusterBucketReplicas: the config bucket is created at the configured replicas, an
 // existing one is raised from 1 to 3, and a lower setting never takes copies away.
 func TestClusterBucketReplicas(t *testing.T) {
@@ -45,14 +67,14 @@ func TestClusterBucketReplicas(t *testing.T) {
 	defer cancel()
 
 	fresh, old := testenv.Name("tgcfg_"), testenv.Name("tgcfg_")
-	if _, err := tgnats.EnsureBucket(ctx, js, fresh, 3); err != nil {
+	if _, err := ensureBucket(ctx, t, js, fresh, 3); err != nil {
 		t.Fatal(err)
 	}
 	if r, peers, _ := testenv.StreamReplicas(t, js, tgnats.KVStream(fresh)); r != 3 || peers != 3 {
 		t.Errorf("new bucket: %d replicas on %d peers, want 3 on 3", r, peers)
 	}
 
-	kv, err := tgnats.EnsureBucket(ctx, js, old, 1)
+	kv, err := ensureBucket(ctx, t, js, old, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +84,7 @@ func TestClusterBucketReplicas(t *testing.T) {
 	if r, _, _ := testenv.StreamReplicas(t, js, tgnats.KVStream(old)); r != 1 {
 		t.Fatalf("bucket at replicas 1 has %d", r)
 	}
-	if _, err := tgnats.EnsureBucket(ctx, js, old, 3); err != nil {
+	if _, err := ensureBucket(ctx, t, js, old, 3); err != nil {
 		t.Fatalf("raise to 3: %v", err)
 	}
 	testenv.WaitFor(t, 30*time.Second, func() error {
@@ -71,7 +93,7 @@ func TestClusterBucketReplicas(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := tgnats.EnsureBucket(ctx, js, old, 1); err != nil {
+	if _, err := ensureBucket(ctx, t, js, old, 1); err != nil {
 		t.Fatalf("ensure at a lower setting: %v", err)
 	}
 	if r, _, _ := testenv.StreamReplicas(t, js, tgnats.KVStream(old)); r != 3 {
@@ -91,7 +113,7 @@ func TestClusterFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	bucket := testenv.Name("tgcfg_")
-	if _, err := tgnats.EnsureBucket(ctx, setup, bucket, 3); err != nil {
+	if _, err := ensureBucket(ctx, t, setup, bucket, 3); err != nil {
 		t.Fatal(err)
 	}
 	// The hardest single loss is the node holding both the client and the bucket's
@@ -161,7 +183,7 @@ func TestClusterConfigExactlyOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	bucket := testenv.Name("tgcfg_")
-	if _, err := tgnats.EnsureBucket(ctx, relayJS, bucket, 3); err != nil {
+	if _, err := ensureBucket(ctx, t, relayJS, bucket, 3); err != nil {
 		t.Fatal(err)
 	}
 	pub, err := tgnats.NewPublisher(relayNC, bucket, time.Second)
@@ -287,7 +309,7 @@ func TestClusterWatcherFollowsLeaderLoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	bucket := testenv.Name("tgcfg_")
-	if _, err := tgnats.EnsureBucket(ctx, relayJS, bucket, 3); err != nil {
+	if _, err := ensureBucket(ctx, t, relayJS, bucket, 3); err != nil {
 		t.Fatal(err)
 	}
 	_, _, leader := testenv.StreamReplicas(t, relayJS, tgnats.KVStream(bucket))
