@@ -82,6 +82,12 @@ type Config struct {
 	// rather than on a pooled one whose stack has grown (h2door's workers). Default:
 	// false, pooled.
 	HTTP2NoWorkers bool
+	// HTTP2HeaderTable is the HPACK dynamic table, in bytes, of the header blocks the
+	// edge sends over HTTP/2: its answers to clients and its requests to HTTP/2
+	// upstreams. Default: 0, none: the static table and literals only, as nginx encodes.
+	// A dynamic table saves bytes on fields that repeat, and costs CPU on every field
+	// that does not (each request's own X-Request-Id enters the table and evicts another).
+	HTTP2HeaderTable uint32
 	// MaxInMemoryBody: request bodies up to this size are read before routing; larger
 	// ones stream to the upstream. Default: 64 KiB.
 	MaxInMemoryBody int

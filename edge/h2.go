@@ -49,6 +49,7 @@ func (e *Edge) h2Config() h2door.Config {
 		Logger:       e.log,
 		FastLogger:   fasthttpLogger{e.log},
 		NoWorkers:    e.cfg.HTTP2NoWorkers,
+		HeaderTable:  e.cfg.HTTP2HeaderTable,
 	}
 }
 

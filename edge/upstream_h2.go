@@ -20,6 +20,7 @@ func (e *Edge) newH2Transport(tlsOn bool, hostport string, connectTimeout time.D
 		MaxInFlight:    e.cfg.MaxConnsPerTarget,
 		MaxWait:        e.cfg.MaxConnWait,
 		IdleTimeout:    e.cfg.MaxIdleConnDuration,
+		HeaderTable:    e.cfg.HTTP2HeaderTable,
 	})
 }
 

@@ -66,6 +66,9 @@ type Config struct {
 	// NoWorkers runs the chain on the goroutine Go's server starts for each stream
 	// rather than on a pooled one (workers.go).
 	NoWorkers bool
+	// HeaderTable bounds the HPACK dynamic table of the answers' header blocks, in
+	// bytes; 0: none is used (EncoderTableSize).
+	HeaderTable uint32
 }
 
 // HTTP/2 limits that have no HTTP/1.1 counterpart.
@@ -129,6 +132,7 @@ func NewServer(cfg Config, chain Chain) *http.Server {
 			MaxReceiveBufferPerConnection: ConnWindow,
 			MaxReceiveBufferPerStream:     StreamWindow,
 			WriteByteTimeout:              cfg.WriteTimeout,
+			MaxEncoderHeaderTableSize:     EncoderTableSize(cfg.HeaderTable),
 			CountError: func(errType string) {
 				if log.Enabled(context.Background(), slog.LevelDebug) {
 					log.Debug("edge: http2: connection or stream error", "type", errType)
@@ -142,6 +146,14 @@ func NewServer(cfg Config, chain Chain) *http.Server {
 		ConnContext:    WithConn,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
+}
+
+// EncoderTableSize is the http.HTTP2Config.MaxEncoderHeaderTableSize that bounds an
+// encoder's HPACK dynamic table to n bytes. Go reads 0 as its default (4096), so no table
+// is 1 byte: every entry takes at least 32, so none fits, and every field is sent as an
+// index into the static table or as a literal that the peer does not store.
+func EncoderTableSize(n uint32) int {
+	return int(max(n, 1))
 }
 
 // NewHandler is the server's handler: each stream through chain. A request must carry

@@ -51,6 +51,7 @@ type Config struct {
 	MaxInFlight    int           // requests in flight at once; at least 1
 	MaxWait        time.Duration // how long a request waits for its place
 	IdleTimeout    time.Duration // an idle connection closes after it
+	HeaderTable    uint32        // the requests' HPACK dynamic table, in bytes; 0: none
 }
 
 // New is the HTTP/2 pool of one upstream server.
@@ -103,6 +104,10 @@ func New(cfg Config) *Transport {
 			// that waits on it for the route's whole timeout.
 			SendPingTimeout: 30 * time.Second,
 			PingTimeout:     5 * time.Second,
+			// Each request's own fields (X-Request-Id, traceparent) would enter the
+			// table and evict another every time. Go reads 0 as its default, 4096; at
+			// 1 byte no entry fits (each takes at least 32), so none is kept.
+			MaxEncoderHeaderTableSize: int(max(cfg.HeaderTable, 1)),
 		},
 	}
 	return h

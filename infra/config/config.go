@@ -92,6 +92,8 @@ type Config struct {
 	EdgeHTTP2Workers bool
 	// EdgeHTTP2MaxStreams: TOLLGATE_EDGE_HTTP2_MAX_STREAMS [250: streams one HTTP/2 connection may have open at once; 1 to 10000]
 	EdgeHTTP2MaxStreams uint32
+	// EdgeHTTP2HeaderTable: TOLLGATE_EDGE_HTTP2_HEADER_TABLE [0: the header blocks the edge sends over HTTP/2, to clients and to upstreams, use HPACK's static table and literals only, as nginx's do; 1 to 65536: a dynamic table of up to that many bytes, as the peer allows (4096: Go's default)]
+	EdgeHTTP2HeaderTable uint32
 
 	// Edge performance: how the edge reads and writes its sockets.
 	EdgeRawIO bool // TOLLGATE_EDGE_RAW_IO [on: raw system calls (edge.SetRawIO); off: through net.Conn; always off in race-detector builds]
@@ -509,6 +511,14 @@ func (c *Config) trust(getenv func(string) string) error {
 			return fmt.Errorf("TOLLGATE_EDGE_HTTP2_MAX_STREAMS: %q is not a number of streams between 1 and 10000", v)
 		}
 		c.EdgeHTTP2MaxStreams = uint32(n)
+	}
+	c.EdgeHTTP2HeaderTable = 0
+	if v := getenv("TOLLGATE_EDGE_HTTP2_HEADER_TABLE"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n > 65536 {
+			return fmt.Errorf("TOLLGATE_EDGE_HTTP2_HEADER_TABLE: %q is not a number of bytes between 0 and 65536", v)
+		}
+		c.EdgeHTTP2HeaderTable = uint32(n)
 	}
 	if v := getenv("TOLLGATE_EDGE_CACHE_BYTES"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)

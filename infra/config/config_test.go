@@ -19,18 +19,20 @@ func TestTrustSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.SMTPURL != "" || c.SMTPFrom != "Tollgate <no-reply@localhost>" || c.PublicURL != "http://127.0.0.1:8080" ||
-		c.DNSResolver != "" || c.EdgeCacheBytes != config.DefaultEdgeCacheBytes || c.EdgeHTTP2MaxStreams != 250 {
+		c.DNSResolver != "" || c.EdgeCacheBytes != config.DefaultEdgeCacheBytes || c.EdgeHTTP2MaxStreams != 250 || c.EdgeHTTP2HeaderTable != 0 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	c, err = config.FromEnv(env(map[string]string{
 		"TOLLGATE_SMTP_URL": "smtp://u:p@mail.example.com:587", "TOLLGATE_SMTP_FROM": "Ops <ops@example.com>",
 		"TOLLGATE_PUBLIC_URL": "https://console.example.com/", "TOLLGATE_DNS_RESOLVER": "127.0.0.1:5353",
 		"TOLLGATE_EDGE_CACHE_BYTES": "0", "TOLLGATE_EDGE_HTTP2_MAX_STREAMS": "100",
+		"TOLLGATE_EDGE_HTTP2_HEADER_TABLE": "4096",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.PublicURL != "https://console.example.com" || c.EdgeCacheBytes != 0 || c.DNSResolver != "127.0.0.1:5353" || c.EdgeHTTP2MaxStreams != 100 {
+	if c.PublicURL != "https://console.example.com" || c.EdgeCacheBytes != 0 || c.DNSResolver != "127.0.0.1:5353" || c.EdgeHTTP2MaxStreams != 100 ||
+		c.EdgeHTTP2HeaderTable != 4096 {
 		t.Fatalf("set: %+v", c)
 	}
 	for _, tc := range []struct{ name, value, want string }{
@@ -45,6 +47,8 @@ func TestTrustSettings(t *testing.T) {
 		{"TOLLGATE_EDGE_CACHE_BYTES", "256MiB", "byte count"},
 		{"TOLLGATE_EDGE_HTTP2_MAX_STREAMS", "0", "between 1 and 10000"},
 		{"TOLLGATE_EDGE_HTTP2_MAX_STREAMS", "many", "TOLLGATE_EDGE_HTTP2_MAX_STREAMS"},
+		{"TOLLGATE_EDGE_HTTP2_HEADER_TABLE", "65537", "between 0 and 65536"},
+		{"TOLLGATE_EDGE_HTTP2_HEADER_TABLE", "4KiB", "TOLLGATE_EDGE_HTTP2_HEADER_TABLE"},
 		{"TOLLGATE_DOMAIN_RECHECK", "1ms", "between 10ms and 24h"},
 		{"TOLLGATE_DOMAIN_CHECK_MIN", "soon", "TOLLGATE_DOMAIN_CHECK_MIN"},
 	} {
