@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -44,7 +45,7 @@ var compareDefaultScenarios = []string{"S1", "S2", "S2j", "S4r"}
 
 func (c *compareSettings) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ref, "compare", "", "compare Tollgate built from this git revision (A) with the working tree's build (B) in interleaved rounds; "+
-		"proxy scenarios only, S6 included (default "+strings.Join(compareDefaultScenarios, ",")+"), no nginx unless -gateways names it")
+		"proxy scenarios only, S6, S1h2 and S1grpc included (default "+strings.Join(compareDefaultScenarios, ",")+"), no nginx unless -gateways names it")
 	fs.StringVar(&c.refB, "compare-b", "", "-compare: build B from this git revision instead of the working tree (-compare HEAD -compare-b HEAD: the machine's own noise)")
 	fs.StringVar(&c.envA, "compare-env-a", "", "-compare: comma-separated VAR=value settings added to A's edge only (after -edge-env)")
 	fs.StringVar(&c.envB, "compare-env-b", "", "-compare: comma-separated VAR=value settings added to B's edge only (-compare HEAD -compare-b HEAD -compare-env-b TOLLGATE_EDGE_RAW_IO=off: what a switch saves)")
@@ -70,11 +71,8 @@ func (c *compareSettings) setup(b *bench, scs []string) ([]string, error) {
 		scs = compareDefaultScenarios
 	}
 	for _, s := range scs {
-		if isH2(s) {
-			return nil, fmt.Errorf("-compare: %s is measured in the sweep only, beside nginx", s)
-		}
 		if !isPerf(s) {
-			return nil, fmt.Errorf("-compare: %s is not a proxy scenario (S1, S1f, S1h, S2, S2hmac, S2j, S2l, S2x, S2a, S3, S4, S4r, S5, S6, S9)", s)
+			return nil, fmt.Errorf("-compare: %s is not a proxy scenario (S1, S1f, S1h, S1h2, S1grpc, S2, S2hmac, S2j, S2l, S2x, S2a, S3, S4, S4r, S5, S6, S9)", s)
 		}
 	}
 	for _, e := range append(envList(c.envA), envList(c.envB)...) {
@@ -89,6 +87,11 @@ func (c *compareSettings) setup(b *bench, scs []string) ([]string, error) {
 			return nil, fmt.Errorf("-compare measures Tollgate builds: -gateways must include tollgate")
 		}
 		if strings.Contains(","+flag.Lookup("gateways").Value.String()+",", ",nginx,") {
+			// nginx's HTTP/2 and gRPC listeners are the sweep's (perf.go); -compare's
+			// nginx serves HTTP/1.1 and S9's TLS only.
+			if h := slices.IndexFunc(scs, isH2); h >= 0 {
+				return nil, fmt.Errorf("-compare: %s is compared between Tollgate builds only; measure it beside nginx in the sweep (without -compare)", scs[h])
+			}
 			b.gateways = []string{"tollgate", "nginx"}
 		}
 	}

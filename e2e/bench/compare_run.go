@@ -25,6 +25,15 @@ type compareSide struct {
 	tlsAddr string
 }
 
+// h2Addr is the host:port h2load drives sc at: the TLS listener (ALPN h2) for S1h2, the
+// plain one (h2c with prior knowledge) for S1grpc.
+func (s *compareSide) h2Addr(sc *perfScenario) string {
+	if sc.tls {
+		return s.tlsAddr
+	}
+	return s.st.EdgeAddr
+}
+
 // compareResult is what -compare measured.
 type compareResult struct {
 	set        roundSettings
@@ -40,6 +49,12 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 	rep := newReport(b)
 	if err := harness.EnsureTools(); err != nil {
 		return nil, err
+	}
+	if slices.ContainsFunc(ids, isH2) {
+		if err := harness.EnsureH2load(); err != nil {
+			return nil, err
+		}
+		rep.h2load = true
 	}
 	rep.describeTools()
 	if err := checkServices(ctx, b); err != nil {
@@ -115,7 +130,7 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 		}
 	}
 
-	withTLS := slices.Contains(ids, "S9")
+	withTLS := slices.Contains(ids, "S9") || slices.Contains(ids, "S1h2") // the edge's one TLS listener serves both
 	for _, procs := range b.cores {
 		cpus := gatewayCPUs(procs)
 		gwCPUs, err := cpustat.ParseList(cpus)
@@ -136,6 +151,13 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 				return rep, fmt.Errorf("%s: %w", s.name, err)
 			}
 			for _, sc := range s.scs {
+				if sc.h2 {
+					// Its own check, over HTTP/2: a gRPC route answers no HTTP/1.1 GET.
+					if err := b.verifyH2(ctx, "tollgate", s.st.Edge, sc, s.h2Addr(sc)); err != nil {
+						return rep, fmt.Errorf("%s %s: %w", s.name, sc.id, err)
+					}
+					continue
+				}
 				base := "http://" + s.st.EdgeAddr
 				if err := b.WaitServed(ctx, s.st.Edge, base, sc.host, sc.paths, sc.headers); err != nil {
 					return rep, fmt.Errorf("%s %s: %w", s.name, sc.id, err)
@@ -181,7 +203,10 @@ func (b *bench) compareSweep(ctx context.Context, ids []string) (*report, error)
 				for _, s := range order {
 					sc := s.scs[i]
 					addr := "http://" + s.st.EdgeAddr
-					if sc.tls {
+					switch {
+					case sc.h2:
+						addr = s.h2Addr(sc)
+					case sc.tls:
 						addr = s.tlsAddr
 					}
 					b.perfAdmin = s.st.EdgeAdmin
@@ -288,6 +313,11 @@ func (r *report) compareMarkdown(s *strings.Builder) {
 		"(A first in odd rounds, B first in even ones), each build on its own stack (database, api, NATS prefix) with "+settings+", "+
 		"the edge pinned to CPUs 0 to procs−1, wrk -t%d -c%d and the upstream on CPU %s, %s warm-up and a %s window per measurement\n",
 		c.set.rounds, b.threads, b.conns, b.LoadCPUs, b.warmup, b.duration)
+	if slices.ContainsFunc(c.rounds, func(r pairRound) bool { return isH2(r.scenario) }) {
+		fmt.Fprintf(s, "- S1h2 and S1grpc are driven by h2load instead of wrk, as in the sweep: %d connections × %d concurrent streams, one thread on CPU %s "+
+			"(S1h2 over TLS 1.3 with ALPN h2; S1grpc over h2c to the grpc-go health server, each side's answer checked SERVING before measuring)\n",
+			b.h2.conns, b.h2.streams, b.LoadCPUs)
+	}
 	s.WriteString("- per round: B ÷ A of the gateway's CPU µs/req (below 1: B spends less per request) and of QPS; " +
 		"the table gives their median over the rounds used, the extremes (min–max) and the interquartile range (Q1–Q3)\n")
 	s.WriteString(ciRule)

@@ -254,6 +254,15 @@ func TestCompareMarkdown(t *testing.T) {
 	if strings.Contains(md, "every difference below is the machine's noise") {
 		t.Error("a comparison of two settings says its differences are noise")
 	}
+	if strings.Contains(md, "h2load") {
+		t.Error("a comparison without HTTP/2 scenarios describes h2load")
+	}
+
+	// The HTTP/2 scenarios are h2load's, as in the sweep.
+	b.h2 = h2Settings{conns: 16, streams: 8}
+	r.cmp.rounds = append(r.cmp.rounds, round("S1grpc", 1, 60, 55, 15000, 16000, ""))
+	reportHas(t, r.markdown(), "S1h2 and S1grpc are driven by h2load instead of wrk, as in the sweep: 16 connections × 8 concurrent streams",
+		"| S1grpc | 1 | 1 | A | 60.00 | 55.00 |")
 }
 
 // A second bench waits for the first to release the machine.
