@@ -67,7 +67,7 @@ type Config struct {
 	// rather than on a pooled one (workers.go).
 	NoWorkers bool
 	// HeaderTable bounds the HPACK dynamic table of the answers' header blocks, in
-	// bytes; 0: none is used (EncoderTableSize).
+	// bytes; 0: none is used (encoderTableSize).
 	HeaderTable uint32
 }
 
@@ -132,7 +132,7 @@ func NewServer(cfg Config, chain Chain) *http.Server {
 			MaxReceiveBufferPerConnection: ConnWindow,
 			MaxReceiveBufferPerStream:     StreamWindow,
 			WriteByteTimeout:              cfg.WriteTimeout,
-			MaxEncoderHeaderTableSize:     EncoderTableSize(cfg.HeaderTable),
+			MaxEncoderHeaderTableSize:     encoderTableSize(cfg.HeaderTable),
 			CountError: func(errType string) {
 				if log.Enabled(context.Background(), slog.LevelDebug) {
 					log.Debug("edge: http2: connection or stream error", "type", errType)
@@ -148,11 +148,11 @@ func NewServer(cfg Config, chain Chain) *http.Server {
 	}
 }
 
-// EncoderTableSize is the http.HTTP2Config.MaxEncoderHeaderTableSize that bounds an
+// encoderTableSize is the http.HTTP2Config.MaxEncoderHeaderTableSize that bounds an
 // encoder's HPACK dynamic table to n bytes. Go reads 0 as its default (4096), so no table
 // is 1 byte: every entry takes at least 32, so none fits, and every field is sent as an
 // index into the static table or as a literal that the peer does not store.
-func EncoderTableSize(n uint32) int {
+func encoderTableSize(n uint32) int {
 	return int(max(n, 1))
 }
 
