@@ -78,15 +78,7 @@ func (r *rawH2) readAnswer(id uint32) (status, body string) {
 	r.t.Helper()
 	var b strings.Builder
 	for {
-		f, err := r.fr.ReadFrame()
-		if err != nil {
-			r.t.Fatalf("reading stream %d's answer: %v", id, err)
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				_ = r.fr.WriteSettingsAck()
-			}
+		switch f := r.next(id, "answer").(type) {
 		case *http2.MetaHeadersFrame:
 			if f.StreamID == id {
 				if s := f.PseudoValue("status"); s != "" {
@@ -103,13 +95,33 @@ func (r *rawH2) readAnswer(id uint32) (status, body string) {
 					return status, b.String()
 				}
 			}
+		}
+	}
+}
+
+// next reads the next frame for a reader waiting on stream id's what: it acknowledges
+// the peer's SETTINGS, and fails the test on a GOAWAY or on stream id's reset.
+func (r *rawH2) next(id uint32, what string) http2.Frame {
+	r.t.Helper()
+	for {
+		f, err := r.fr.ReadFrame()
+		if err != nil {
+			r.t.Fatalf("reading stream %d's %s: %v", id, what, err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = r.fr.WriteSettingsAck()
+			}
+			continue
 		case *http2.GoAwayFrame:
-			r.t.Fatalf("GOAWAY %v before stream %d ended", f.ErrCode, id)
+			r.t.Fatalf("GOAWAY %v before stream %d's %s", f.ErrCode, id, what)
 		case *http2.RSTStreamFrame:
 			if f.StreamID == id {
 				r.t.Fatalf("stream %d reset: %v", id, f.ErrCode)
 			}
 		}
+		return f
 	}
 }
 

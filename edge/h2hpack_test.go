@@ -78,28 +78,11 @@ func checkBlocks(t *testing.T, what string, blocks [][]byte, alone bool) {
 func (r *rawH2) readHeaderBlock(id uint32) []byte {
 	r.t.Helper()
 	for {
-		f, err := r.fr.ReadFrame()
-		if err != nil {
-			r.t.Fatalf("reading stream %d's headers: %v", id, err)
-		}
-		switch f := f.(type) {
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				_ = r.fr.WriteSettingsAck()
+		if f, ok := r.next(id, "headers").(*http2.HeadersFrame); ok && f.StreamID == id {
+			if !f.HeadersEnded() {
+				r.t.Fatalf("stream %d's headers continue in CONTINUATION frames", id)
 			}
-		case *http2.HeadersFrame:
-			if f.StreamID == id {
-				if !f.HeadersEnded() {
-					r.t.Fatalf("stream %d's headers continue in CONTINUATION frames", id)
-				}
-				return append([]byte(nil), f.HeaderBlockFragment()...)
-			}
-		case *http2.GoAwayFrame:
-			r.t.Fatalf("GOAWAY %v before stream %d's headers", f.ErrCode, id)
-		case *http2.RSTStreamFrame:
-			if f.StreamID == id {
-				r.t.Fatalf("stream %d reset: %v", id, f.ErrCode)
-			}
+			return append([]byte(nil), f.HeaderBlockFragment()...)
 		}
 	}
 }
