@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -89,10 +90,31 @@ func splitOf(ln net.Listener) *h2door.Split {
 	return nil
 }
 
+// h2Server is an HTTP/2 server of the door: its own (h2door.Server), or Go's
+// (Config.HTTP2GoServer).
+type h2Server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+}
+
+func (e *Edge) newH2Server() h2Server {
+	if e.cfg.HTTP2GoServer {
+		return goH2Server{h2door.NewServer(e.h2Config(), h2Chain{e})}
+	}
+	return h2door.NewOwnServer(e.h2Config(), h2Chain{e})
+}
+
+// goH2Server is Go's HTTP/2 server, its connections' writes batched.
+type goH2Server struct{ *http.Server }
+
+func (s goH2Server) Serve(l net.Listener) error {
+	return s.Server.Serve(batchedListener{l, s.HTTP2.WriteByteTimeout})
+}
+
 // serveH2 serves the HTTP/2 side of l until the door shuts down.
 func (d *door) serveH2(l *h2door.Split) {
 	go func() {
-		err := d.h2.Serve(batchedListener{l.H2(), d.h2.HTTP2.WriteByteTimeout})
+		err := d.h2.Serve(l.H2())
 		if err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			d.log.Error("edge: http2 listener stopped", "err", err)
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"tollgate/edge/conn"
-	"tollgate/edge/h2door"
 )
 
 // The door: the public and TLS listeners serve through one Fiber v2 app.
@@ -61,7 +60,7 @@ import (
 // door is the Fiber app the public and TLS listeners serve through.
 type door struct {
 	app *fiber.App
-	h2  *http.Server // nil: HTTP/2 is off (h2.go)
+	h2  h2Server // nil: HTTP/2 is off (h2.go)
 	log *slog.Logger
 
 	mu     sync.Mutex
@@ -102,7 +101,7 @@ func (e *Edge) newDoor() *door {
 	}
 	d := &door{app: app, log: e.log}
 	if !e.cfg.DisableHTTP2 {
-		d.h2 = h2door.NewServer(e.h2Config(), h2Chain{e})
+		d.h2 = e.newH2Server()
 	}
 	return d
 }

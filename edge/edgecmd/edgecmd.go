@@ -256,6 +256,7 @@ func newEdge(cfg *config.Config, m *meter.Meter, logs *reqlog.Recorder, fc *edge
 		DisableHTTP2:     !cfg.EdgeHTTP2,
 		HTTP2MaxStreams:  cfg.EdgeHTTP2MaxStreams,
 		HTTP2NoWorkers:   !cfg.EdgeHTTP2Workers,
+		HTTP2GoServer:    !cfg.EdgeHTTP2OwnServer,
 		HTTP2HeaderTable: cfg.EdgeHTTP2HeaderTable,
 		TLSCertificate:   wildcard,
 		Meter:            m,

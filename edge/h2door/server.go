@@ -225,7 +225,7 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) (aborted bool) {
 	case err != nil:
 		h.chain.Refuse(ctx, RefuseBadRequest)
 	default:
-		ctx.SetUserValue(requestKey{}, r)
+		ctx.SetUserValue(requestKey{}, Stream(goStream{r}))
 		h.chain.Serve(ctx)
 	}
 	aborted = writeResponse(w, r, &ctx.Response)
@@ -244,14 +244,26 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) (aborted bool) {
 // requestKey is the RequestCtx user value of the stream's own request (Request).
 type requestKey struct{}
 
-// Request is the HTTP/2 request ctx was rebuilt from, or nil for a request of the
+// Request is the HTTP/2 stream ctx's request came on, or nil for a request of the
 // HTTP/1.1 door. A proxy to an HTTP/2 upstream takes from it what the rebuilt request
 // cannot carry: the stream's context, which ends when the client resets the stream, and
 // its body, which may be read while the answer streams (gRPC's bidirectional streams)
 // and after the chain has returned, where the RequestCtx's body stream may not be.
-func Request(ctx *fasthttp.RequestCtx) *http.Request {
-	r, _ := ctx.UserValue(requestKey{}).(*http.Request)
-	return r
+func Request(ctx *fasthttp.RequestCtx) Stream {
+	s, _ := ctx.UserValue(requestKey{}).(Stream)
+	return s
+}
+
+// goStream is the Stream of a request of Go's server.
+type goStream struct{ r *http.Request }
+
+func (s goStream) Context() context.Context { return s.r.Context() }
+
+func (s goStream) Body() io.Reader {
+	if s.r.Body == nil || s.r.Body == http.NoBody {
+		return nil
+	}
+	return s.r.Body
 }
 
 type requestError string

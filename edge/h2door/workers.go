@@ -33,11 +33,15 @@ type workers struct {
 }
 
 type worker struct {
-	tasks    chan *task
+	tasks    chan job
 	lastUsed time.Time
 }
 
+// job is what a worker runs: a stream of Go's server (task) or of the door's own (stream).
+type job interface{ run() }
+
 type task struct {
+	h       *handler
 	w       http.ResponseWriter
 	r       *http.Request
 	aborted bool
@@ -50,7 +54,7 @@ var tasks = sync.Pool{New: func() any { return &task{done: make(chan struct{}, 1
 // run serves the stream on a worker and returns when it is done.
 func (p *workers) run(w http.ResponseWriter, r *http.Request) (aborted bool) {
 	t := tasks.Get().(*task)
-	t.w, t.r = w, r
+	t.w, t.r, t.h = w, r, p.h
 	p.get() <- t
 	<-t.done
 	aborted, pv := t.aborted, t.panic
@@ -62,8 +66,16 @@ func (p *workers) run(w http.ResponseWriter, r *http.Request) (aborted bool) {
 	return aborted
 }
 
+func (t *task) run() {
+	t.aborted, t.panic = t.h.serveRecovering(t.w, t.r)
+	t.done <- struct{}{}
+}
+
+// start runs j on a worker and returns at once.
+func (p *workers) start(j job) { p.get() <- j }
+
 // get returns the tasks of an idle worker, starting one when none is.
-func (p *workers) get() chan<- *task {
+func (p *workers) get() chan<- job {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		wk := p.idle[n-1]
@@ -73,15 +85,14 @@ func (p *workers) get() chan<- *task {
 		return wk.tasks
 	}
 	p.mu.Unlock()
-	wk := &worker{tasks: make(chan *task, 1)}
+	wk := &worker{tasks: make(chan job, 1)}
 	go p.work(wk)
 	return wk.tasks
 }
 
 func (p *workers) work(wk *worker) {
-	for t := range wk.tasks {
-		t.aborted, t.panic = p.h.serveRecovering(t.w, t.r)
-		t.done <- struct{}{}
+	for j := range wk.tasks {
+		j.run()
 		wk.lastUsed = time.Now()
 		p.mu.Lock()
 		p.idle = append(p.idle, wk)
