@@ -153,15 +153,6 @@ type Stream interface {
 	Body() io.Reader
 }
 
-func (st *stream) Context() context.Context { return st }
-
-func (st *stream) Body() io.Reader {
-	if !st.hasBody {
-		return nil
-	}
-	return st
-}
-
 // answer frames the chain's answer on st. It reports whether it failed half-way.
 func (st *stream) answer(resp *fasthttp.Response) (aborted bool) {
 	sc := st.sc

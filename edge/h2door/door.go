@@ -475,6 +475,10 @@ func (sc *serverConn) closeStream(st *stream, err error) {
 // clears it when a stream starts; under sc.mu.
 func (sc *serverConn) idle() {
 	now := len(sc.streams) == 0 && sc.running == 0
+	if now && sc.goingAway && !sc.closeAfter {
+		sc.closeAfter = true // drained after GOAWAY
+		sc.kick()
+	}
 	if now == sc.idleSince {
 		return
 	}
@@ -484,10 +488,6 @@ func (sc *serverConn) idle() {
 		t = time.Now().Add(sc.s.cfg.IdleTimeout)
 	}
 	_ = sc.nc.SetReadDeadline(t)
-	if now && sc.goingAway {
-		sc.closeAfter = true // drained after GOAWAY
-		sc.kick()
-	}
 }
 
 // maybeUpdateConn owes the peer a WINDOW_UPDATE of the connection once a quarter of
@@ -543,7 +543,6 @@ func (sc *serverConn) shutdown() {
 	sc.goingAway = true
 	sc.goAway = &http2.GoAwayFrame{LastStreamID: sc.maxID, ErrCode: http2.ErrCodeNo}
 	sc.kick()
-	sc.idleSince = !sc.idleSince // recomputed
 	sc.idle()
 }
 

@@ -42,8 +42,10 @@ type stream struct {
 	unacked    int64 // body bytes read, not yet returned to the peer
 	owed       bool  // in sc.updates
 	sendWindow int64
-	ctxErr     error
-	done       chan struct{} // made when Done is first asked for
+	ended      bool               // the context's end came
+	ctx        context.Context    // made when first asked for (Context)
+	ctxCancel  context.CancelFunc //
+	lent       bool               // the context or body was handed out
 	readTimer  *time.Timer
 }
 
@@ -256,12 +258,9 @@ func newStream(sc *serverConn, id uint32) *stream {
 	return st
 }
 
-// putStream gives st back for another stream, unless its context was handed out: whoever
-// holds that may still watch it.
+// putStream gives st back for another stream. The caller knows that nothing holds st:
+// not its connection, not a timer, not whoever was lent its context or body.
 func putStream(st *stream) {
-	if st.done != nil {
-		return
-	}
 	fields, body := st.fields[:0], st.body[:0]
 	if cap(body) > 64<<10 {
 		body = nil
@@ -288,6 +287,10 @@ func (sc *serverConn) handlerDone(st *stream, aborted bool) {
 	if st.readTimer != nil {
 		st.readTimer.Stop()
 	}
+	// Another stream may reuse st only if nothing can still reach it: a WINDOW_UPDATE
+	// owed, a read timer that may have fired, a context or body lent to the chain
+	// (an HTTP/2 upstream's transport may read the body after the answer).
+	reuse := !st.owed && st.readTimer == nil && !st.lent
 	switch {
 	case st.closed:
 	case aborted || !st.localDone:
@@ -311,7 +314,9 @@ func (sc *serverConn) handlerDone(st *stream, aborted bool) {
 	}
 	sc.idle()
 	sc.mu.Unlock()
-	putStream(st)
+	if reuse {
+		putStream(st)
+	}
 }
 
 // Read is the request body's: what came, as it is read, each byte read returned to the
@@ -341,39 +346,40 @@ func (st *stream) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// The stream is the context of its call: it ends when the peer resets the stream or the
-// connection ends.
-
-func (st *stream) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (st *stream) Value(any) any               { return nil }
-
-func (st *stream) Done() <-chan struct{} {
+// Context is the stream's: it ends when the peer resets the stream or the connection
+// ends. It is made when first asked for: most calls never ask.
+func (st *stream) Context() context.Context {
 	sc := st.sc
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if st.done == nil {
-		st.done = make(chan struct{})
-		if st.ctxErr != nil {
-			close(st.done)
+	if st.ctx == nil {
+		st.lent = true
+		st.ctx, st.ctxCancel = context.WithCancel(context.Background())
+		if st.ended {
+			st.ctxCancel()
 		}
 	}
-	return st.done
+	return st.ctx
 }
 
-func (st *stream) Err() error {
+func (st *stream) Body() io.Reader {
+	if !st.hasBody {
+		return nil
+	}
 	st.sc.mu.Lock()
-	defer st.sc.mu.Unlock()
-	return st.ctxErr
+	st.lent = true
+	st.sc.mu.Unlock()
+	return st
 }
 
 // cancel ends the context; under sc.mu.
 func (st *stream) cancel() {
-	if st.ctxErr != nil {
+	if st.ended {
 		return
 	}
-	st.ctxErr = context.Canceled
-	if st.done != nil {
-		close(st.done)
+	st.ended = true
+	if st.ctxCancel != nil {
+		st.ctxCancel()
 	}
 }
 
