@@ -578,3 +578,18 @@ func BenchmarkGRPCUnary(b *testing.B) {
 		})
 	}
 }
+
+// TestH2GoServer: with TOLLGATE_EDGE_HTTP2_OWN_SERVER off, Go's net/http server serves
+// HTTP/2 through the same chain: a plain request over h2c and every kind of gRPC call.
+func TestH2GoServer(t *testing.T) {
+	h := newHarness(t, func(c *edge.Config) { c.HTTP2GoServer = true })
+	h2Tenant(t, h)
+	req, _ := http.NewRequest("GET", "http://"+h.public+"/echo", nil)
+	req.Host = "acme." + domain
+	if resp, body := h2Do(t, h2cClient(), req); resp.ProtoMajor != 2 || resp.StatusCode != 200 || !strings.Contains(body, `"X-Forwarded-Proto":["http"]`) {
+		t.Fatalf("h2c GET: %s %d %s", resp.Proto, resp.StatusCode, body)
+	}
+	up := newGRPCUpstream(t)
+	grpcRoute(t, h, nil, "http://"+up.addr)
+	grpcCalls(t, grpcClient(t, h.public))
+}

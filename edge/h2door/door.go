@@ -336,12 +336,24 @@ func (sc *serverConn) process(f http2.Frame) (code http2.ErrCode, fatal bool) {
 		if f.IsAck() {
 			return 0, false
 		}
+		// The streams' windows move once a frame, by the last INITIAL_WINDOW_SIZE it
+		// sets: the same end as each in turn, and a frame of thousands of them costs
+		// one pass over the streams, not thousands.
+		window := int64(-1)
 		err := f.ForeachSetting(func(s http2.Setting) error {
 			if err := s.Valid(); err != nil {
 				return err
 			}
-			return sc.applySetting(s)
+			if s.ID == http2.SettingInitialWindowSize {
+				window = int64(s.Val)
+				return nil
+			}
+			sc.applySetting(s)
+			return nil
 		})
+		if err == nil && window >= 0 {
+			err = sc.setPeerWindow(window)
+		}
 		if err != nil {
 			var ce http2.ConnectionError
 			if errors.As(err, &ce) {
@@ -405,22 +417,26 @@ func (sc *serverConn) process(f http2.Frame) (code http2.ErrCode, fatal bool) {
 	return 0, false
 }
 
-func (sc *serverConn) applySetting(s http2.Setting) error {
+func (sc *serverConn) applySetting(s http2.Setting) {
 	switch s.ID {
-	case http2.SettingInitialWindowSize:
-		delta := int64(s.Val) - sc.peerWindow
-		sc.peerWindow = int64(s.Val)
-		for _, st := range sc.streams {
-			if st.sendWindow+delta > maxPeerWindow {
-				return http2.ConnectionError(http2.ErrCodeFlowControl)
-			}
-			st.sendWindow += delta
-			st.cond.Signal()
-		}
 	case http2.SettingMaxFrameSize:
 		sc.peerFrame = int(s.Val)
 	case http2.SettingHeaderTableSize:
 		sc.enc.SetMaxDynamicTableSize(s.Val)
+	}
+}
+
+// setPeerWindow applies the peer's SETTINGS_INITIAL_WINDOW_SIZE to the open streams'
+// windows, which may go negative (RFC 9113 6.9.2).
+func (sc *serverConn) setPeerWindow(v int64) error {
+	delta := v - sc.peerWindow
+	sc.peerWindow = v
+	for _, st := range sc.streams {
+		if st.sendWindow+delta > maxPeerWindow {
+			return http2.ConnectionError(http2.ErrCodeFlowControl)
+		}
+		st.sendWindow += delta
+		st.cond.Signal()
 	}
 	return nil
 }
