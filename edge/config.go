@@ -79,7 +79,7 @@ type Config struct {
 	// Default: 250.
 	HTTP2MaxStreams uint32
 	// HTTP2GoServer serves HTTP/2 with Go's net/http server rather than the door's own
-	// (h2door.Server), as before 8 December 2026.
+	// (h2door.Server), as before 7 December 2026.
 	HTTP2GoServer bool
 	// HTTP2NoWorkers runs each HTTP/2 stream on the goroutine Go's server starts for it
 	// rather than on a pooled one whose stack has grown (h2door's workers). Default:

@@ -99,16 +99,9 @@ type h2Server interface {
 
 func (e *Edge) newH2Server() h2Server {
 	if e.cfg.HTTP2GoServer {
-		return goH2Server{h2door.NewServer(e.h2Config(), h2Chain{e})}
+		return h2door.NewGoServer(e.h2Config(), h2Chain{e})
 	}
 	return h2door.NewOwnServer(e.h2Config(), h2Chain{e})
-}
-
-// goH2Server is Go's HTTP/2 server, its connections' writes batched.
-type goH2Server struct{ *http.Server }
-
-func (s goH2Server) Serve(l net.Listener) error {
-	return s.Server.Serve(batchedListener{l, s.HTTP2.WriteByteTimeout})
 }
 
 // serveH2 serves the HTTP/2 side of l until the door shuts down.
@@ -119,20 +112,4 @@ func (d *door) serveH2(l *h2door.Split) {
 			d.log.Error("edge: http2 listener stopped", "err", err)
 		}
 	}()
-}
-
-// batchedListener hands the HTTP/2 server its connections with their writes batched
-// (conn.BatchWrites; TOLLGATE_EDGE_HTTP2_BATCH_WRITES), sends that make no progress for
-// timeout failing as the server's own would.
-type batchedListener struct {
-	net.Listener
-	timeout time.Duration
-}
-
-func (l batchedListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return conn.BatchWrites(c, l.timeout), nil
 }

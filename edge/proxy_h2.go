@@ -46,7 +46,7 @@ func (e *Edge) proxyH2(x *exchange, rt *route, u *upstream) {
 	var inMemory []byte
 	cl := req.Header.ContentLength()
 	if req.IsBodyStream() {
-		if body := streamBody(sr); body != nil {
+		if body := h2door.Body(ctx); body != nil {
 			src = body
 		} else {
 			b, ok := x.readBody(ctx.RequestBodyStream(), rt.maxBody)
@@ -155,14 +155,6 @@ func (e *Edge) proxyH2(x *exchange, rt *route, u *upstream) {
 		x.target = t
 		x.setUpstreamURI(rt, t)
 	}
-}
-
-// streamBody is the request body of an HTTP/2 stream, or nil.
-func streamBody(s h2door.Stream) io.Reader {
-	if s == nil {
-		return nil
-	}
-	return s.Body()
 }
 
 // relayH2 answers the client with the upstream's answer res (or err).

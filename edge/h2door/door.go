@@ -41,7 +41,8 @@ import (
 // peer that sends without reading costs a bounded amount of memory.
 //
 // The protections Go's server has are kept: MAX_CONCURRENT_STREAMS, a header list
-// bound (over it: 431, the connection goes on), the Framer's bounds on CONTINUATION and
+// bound (over it: the chain refuses the request with its envelope, as on HTTP/1.1, and
+// the connection goes on), the Framer's bounds on CONTINUATION and
 // HPACK, a limit on the streams waiting for a worker (rapid reset: a reset stream's
 // run is not cut short, so the handlers of reset streams count until they end, and a
 // queue past four times the stream limit is answered GOAWAY ENHANCE_YOUR_CALM), and on
@@ -58,7 +59,7 @@ type Server struct {
 	closing bool
 }
 
-// NewOwnServer is the door's own HTTP/2 server of chain (TOLLGATE_EDGE_HTTP2_SERVER).
+// NewOwnServer is the door's own HTTP/2 server of chain (TOLLGATE_EDGE_HTTP2_OWN_SERVER).
 func NewOwnServer(cfg Config, chain Chain) *Server {
 	h := NewHandler(cfg, chain).(*handler)
 	log := cfg.Logger

@@ -87,7 +87,11 @@ type h2client struct {
 // startDoor serves one end of a pipe with the door's server and returns a client on the
 // other end, its preface and SETTINGS (its streams' window) sent.
 func startDoor(t *testing.T, window uint32) *h2client {
-	s := NewOwnServer(doorConfig, echoChain{})
+	return startDoorWith(t, doorConfig, window)
+}
+
+func startDoorWith(t *testing.T, cfg Config, window uint32) *h2client {
+	s := NewOwnServer(cfg, echoChain{})
 	cs, ss := net.Pipe()
 	served := make(chan struct{})
 	go func() { s.ServeConn(ss); close(served) }()
@@ -326,6 +330,23 @@ func TestDoorReset(t *testing.T) {
 	c.open(5, true, request("GET", "/after")...)
 	if r := c.await(5); r.reset || r.status != "200" || string(r.body) != "GET /after\n" {
 		t.Fatalf("after the resets: status %q, reset %v (%v), body %q", r.status, r.reset, r.code, r.body)
+	}
+}
+
+// An answer that waits longer than the write timeout for a window the client never
+// opens is reset (CANCEL), and the connection goes on.
+func TestDoorWriteTimeout(t *testing.T) {
+	cfg := doorConfig
+	cfg.WriteTimeout = 200 * time.Millisecond
+	c := startDoorWith(t, cfg, 10)
+	c.held[1] = true
+	c.open(1, true, request("GET", "/"+strings.Repeat("x", 100))...)
+	if r := c.await(1); !r.reset || r.code != http2.ErrCodeCancel || len(r.body) > 10 {
+		t.Fatalf("stream 1: status %q, reset %v (%v), %d bytes, want RST_STREAM CANCEL after 10 bytes", r.status, r.reset, r.code, len(r.body))
+	}
+	c.open(3, true, request("GET", "/after")...)
+	if r := c.await(3); r.reset || r.status != "200" || string(r.body) != "GET /after\n" {
+		t.Fatalf("after the timeout: status %q, reset %v (%v), body %q", r.status, r.reset, r.code, r.body)
 	}
 }
 

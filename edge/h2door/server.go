@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"tollgate/edge/conn"
 )
 
 // One chain for both doors: each HTTP/2 stream is turned into the fasthttp.RequestCtx
@@ -148,6 +150,33 @@ func NewServer(cfg Config, chain Chain) *http.Server {
 	}
 }
 
+// GoServer is Go's HTTP/2 server of a chain (NewServer), its connections' writes
+// batched.
+type GoServer struct{ *http.Server }
+
+// NewGoServer is Go's HTTP/2 server of chain, the door's before its own (Server).
+func NewGoServer(cfg Config, chain Chain) GoServer { return GoServer{NewServer(cfg, chain)} }
+
+// Serve serves l's connections with their writes batched (conn.BatchWrites;
+// TOLLGATE_EDGE_HTTP2_BATCH_WRITES), sends that make no progress for the write timeout
+// failing as the server's own would.
+func (s GoServer) Serve(l net.Listener) error {
+	return s.Server.Serve(batchedListener{l, s.HTTP2.WriteByteTimeout})
+}
+
+type batchedListener struct {
+	net.Listener
+	timeout time.Duration
+}
+
+func (l batchedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return conn.BatchWrites(c, l.timeout), nil
+}
+
 // encoderTableSize is the http.HTTP2Config.MaxEncoderHeaderTableSize that bounds an
 // encoder's HPACK dynamic table to n bytes. Go reads 0 as its default (4096), so no table
 // is 1 byte: every entry takes at least 32, so none fits, and every field is sent as an
@@ -243,6 +272,15 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) (aborted bool) {
 
 // requestKey is the RequestCtx user value of the stream's own request (Request).
 type requestKey struct{}
+
+// Body is the request body of the HTTP/2 stream ctx's request came on (Stream.Body),
+// or nil.
+func Body(ctx *fasthttp.RequestCtx) io.Reader {
+	if s := Request(ctx); s != nil {
+		return s.Body()
+	}
+	return nil
+}
 
 // Request is the HTTP/2 stream ctx's request came on, or nil for a request of the
 // HTTP/1.1 door. A proxy to an HTTP/2 upstream takes from it what the rebuilt request

@@ -47,6 +47,7 @@ type stream struct {
 	ctxCancel  context.CancelFunc //
 	lent       bool               // the context or body was handed out
 	readTimer  *time.Timer
+	waitTimer  *time.Timer // bounds a wait of the answer's for the peer (wait)
 }
 
 var (
@@ -290,7 +291,7 @@ func (sc *serverConn) handlerDone(st *stream, aborted bool) {
 	// Another stream may reuse st only if nothing can still reach it: a WINDOW_UPDATE
 	// owed, a read timer that may have fired, a context or body lent to the chain
 	// (an HTTP/2 upstream's transport may read the body after the answer).
-	reuse := !st.owed && st.readTimer == nil && !st.lent
+	reuse := !st.owed && st.readTimer == nil && st.waitTimer == nil && !st.lent
 	switch {
 	case st.closed:
 	case aborted || !st.localDone:
@@ -404,7 +405,7 @@ func (st *stream) writeBlock(end bool) error {
 		if err := st.writeErr(); err != nil {
 			return err
 		}
-		sc.room.Wait()
+		st.wait(&sc.room)
 	}
 	if err := st.writeErr(); err != nil {
 		return err
@@ -437,7 +438,7 @@ func (st *stream) writeData(p []byte, end bool) error {
 			return err
 		}
 		if len(sc.out) >= maxOut {
-			sc.room.Wait()
+			st.wait(&sc.room)
 			continue
 		}
 		n := int64(0)
@@ -446,9 +447,9 @@ func (st *stream) writeData(p []byte, end bool) error {
 		}
 		if len(p) > 0 && n <= 0 {
 			if st.sendWindow <= 0 {
-				st.cond.Wait()
+				st.wait(&st.cond)
 			} else {
-				sc.room.Wait()
+				st.wait(&sc.room)
 			}
 			continue
 		}
@@ -468,5 +469,34 @@ func (st *stream) writeData(p []byte, end bool) error {
 		if len(p) == 0 {
 			return nil
 		}
+	}
+}
+
+// wait waits on c (under sc.mu) for the peer to read or open its windows. A wait longer
+// than the write timeout resets the stream (CANCEL), as a write to an HTTP/1.1 client
+// that makes no progress fails: a peer that never opens its window holds no handler for
+// ever.
+func (st *stream) wait(c *sync.Cond) {
+	t := st.sc.s.cfg.WriteTimeout
+	if t <= 0 {
+		c.Wait()
+		return
+	}
+	if st.waitTimer == nil {
+		st.waitTimer = time.AfterFunc(t, st.writeTimedOut)
+	} else {
+		st.waitTimer.Reset(t)
+	}
+	c.Wait()
+	st.waitTimer.Stop()
+}
+
+func (st *stream) writeTimedOut() {
+	sc := st.sc
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if !st.closed && !st.localDone {
+		sc.resetStream(st, http2.ErrCodeCancel)
+		sc.room.Broadcast() // the stream may wait for the connection's window or queue
 	}
 }

@@ -88,7 +88,7 @@ type Config struct {
 	EdgeHTTP2 bool // TOLLGATE_EDGE_HTTP2 [on: ALPN h2 on the TLS listener and h2c with prior knowledge on the plain one; off: HTTP/1.1 only]
 	// EdgeHTTP2BatchWrites: TOLLGATE_EDGE_HTTP2_BATCH_WRITES [on: an HTTP/2 connection's writes, a client's or an upstream's, ready in one pass of the scheduler go out in one system call (edge.SetHTTP2BatchWrites); off: each flush of Go's HTTP/2 server or transport is a write of its own]
 	EdgeHTTP2BatchWrites bool
-	// EdgeHTTP2OwnServer: TOLLGATE_EDGE_HTTP2_OWN_SERVER [on: HTTP/2 connections are served by the door's own server, which frames HTTP/2 itself (h2door.Server); off: by Go's net/http server, as before 8 December 2026]
+	// EdgeHTTP2OwnServer: TOLLGATE_EDGE_HTTP2_OWN_SERVER [on: HTTP/2 connections are served by the door's own server, which frames HTTP/2 itself (h2door.Server); off: by Go's net/http server, as before 7 December 2026]
 	EdgeHTTP2OwnServer bool
 	// EdgeHTTP2Workers: TOLLGATE_EDGE_HTTP2_WORKERS [on: HTTP/2 streams run the chain on pooled goroutines whose stacks have grown; off: each on the goroutine Go's HTTP/2 server starts for it]
 	EdgeHTTP2Workers bool
