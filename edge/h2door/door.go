@@ -278,19 +278,14 @@ func (sc *serverConn) serve() {
 			}
 			first = false
 		}
+		// A connection shut down and drained, or failed by the writer, is closed by
+		// the writer; the reader reads on until then.
 		sc.mu.Lock()
 		code, fatal := sc.process(f)
-		done := sc.err != nil
 		sc.mu.Unlock()
 		if fatal {
 			sc.fail(code, true)
 			return
-		}
-		if done {
-			// Shut down and drained, or failed by a writer: the writer closes the
-			// connection; the reader reads on until then, so that the peer's frames
-			// meanwhile (its body for a stream in flight) are taken.
-			continue
 		}
 	}
 }

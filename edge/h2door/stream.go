@@ -27,7 +27,6 @@ type stream struct {
 	authority string
 	hasBody   bool
 	truncated bool // its header list was over the bound
-	bad       bool // a field HTTP/2 forbids: the stream is reset, not served
 	declared  int64
 
 	// Under sc.mu.
