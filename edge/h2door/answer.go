@@ -82,13 +82,7 @@ func (hx *exchange) readStream(st *stream) error {
 	if !noSpace(st.path) || !noSpace(host) || !fieldName(st.method) {
 		return errBadTarget
 	}
-	b := hx.head[:0]
-	b = append(b, st.method...)
-	b = append(b, ' ')
-	b = append(b, st.path...)
-	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, host...)
-	b = append(b, "\r\n"...)
+	b := startHead(hx.head[:0], st.method, st.path, host)
 	cookies := 0
 	for _, f := range st.fields {
 		switch f.Name {
@@ -123,25 +117,11 @@ func (hx *exchange) readStream(st *stream) error {
 		}
 		b = append(b, "\r\n"...)
 	}
-	if st.hasBody && st.declared < 0 {
-		b = append(b, "Transfer-Encoding: chunked\r\n"...)
-	}
-	b = append(b, "\r\n"...)
-	hx.head = b
-	if len(b) > hx.br.Size() {
-		return errHeadTooLarge
-	}
-	hx.rd.Reset(b)
-	hx.br.Reset(&hx.rd)
-	req := &hx.ctx.Request
-	if err := req.Header.Read(hx.br); err != nil {
-		return err
-	}
+	var body io.Reader
 	if st.hasBody {
-		hx.body.r = st
-		req.SetBodyStream(&hx.body, int(st.declared))
+		body = st
 	}
-	return nil
+	return hx.endHead(b, body, st.declared)
 }
 
 // Stream is what the chain may use of the HTTP/2 stream a request came on.

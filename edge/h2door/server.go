@@ -326,13 +326,7 @@ func (hx *exchange) readRequest(r *http.Request) error {
 	if !noSpace(r.RequestURI) || !noSpace(r.Host) || !fieldName(r.Method) {
 		return errBadTarget
 	}
-	b := hx.head[:0]
-	b = append(b, r.Method...)
-	b = append(b, ' ')
-	b = append(b, r.RequestURI...)
-	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, r.Host...)
-	b = append(b, "\r\n"...)
+	b := startHead(hx.head[:0], r.Method, r.RequestURI, r.Host)
 	for k, vs := range r.Header {
 		if k == "Host" {
 			continue // :authority is the host
@@ -350,8 +344,27 @@ func (hx *exchange) readRequest(r *http.Request) error {
 			b = append(b, "\r\n"...)
 		}
 	}
-	hasBody := r.Body != nil && r.Body != http.NoBody
-	if hasBody && r.ContentLength < 0 {
+	var body io.Reader
+	if r.Body != nil && r.Body != http.NoBody {
+		body = r.Body
+	}
+	return hx.endHead(b, body, r.ContentLength)
+}
+
+// startHead begins a rebuilt request's head: its request line and Host.
+func startHead(b []byte, method, target, host string) []byte {
+	b = append(b, method...)
+	b = append(b, ' ')
+	b = append(b, target...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, host...)
+	return append(b, "\r\n"...)
+}
+
+// endHead ends the head b (chunked when body, if any, has no declared length) and
+// parses it as the RequestCtx's request, whose body stream body becomes.
+func (hx *exchange) endHead(b []byte, body io.Reader, length int64) error {
+	if body != nil && length < 0 {
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 	}
 	b = append(b, "\r\n"...)
@@ -365,9 +378,9 @@ func (hx *exchange) readRequest(r *http.Request) error {
 	if err := req.Header.Read(hx.br); err != nil {
 		return err
 	}
-	if hasBody {
-		hx.body.r = r.Body
-		req.SetBodyStream(&hx.body, int(r.ContentLength))
+	if body != nil {
+		hx.body.r = body
+		req.SetBodyStream(&hx.body, int(length))
 	}
 	return nil
 }
