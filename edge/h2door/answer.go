@@ -1,7 +1,6 @@
 package h2door
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
@@ -29,36 +28,11 @@ func (st *stream) run() {
 		}
 		sc.handlerDone(st, aborted)
 	}()
-	hx, _ := h.pool.Get().(*exchange)
-	if hx == nil {
-		hx = &exchange{}
-		hx.br = bufio.NewReaderSize(&hx.rd, h.headBuf)
-	}
-	ctx := &hx.ctx
-	ctx.Init2(sc.sconn, h.log, false)
-	switch err := hx.readStream(st); {
-	case st.truncated:
-		h.chain.Refuse(ctx, RefuseHeaderTooLarge)
-	case err == errConnect:
-		h.chain.Refuse(ctx, RefuseConnect)
-	case err == errHeadTooLarge:
-		h.chain.Refuse(ctx, RefuseHeaderTooLarge)
-	case err != nil:
-		h.chain.Refuse(ctx, RefuseBadRequest)
-	default:
-		ctx.SetUserValue(requestKey{}, Stream(st))
-		h.chain.Serve(ctx)
-	}
-	aborted = st.answer(&ctx.Response)
-
-	_ = ctx.Response.CloseBodyStream()
-	ctx.Request.Reset()
-	ctx.Response.Reset()
-	ctx.ResetUserValues()
-	hx.head = hx.head[:0]
-	hx.rd.Reset(nil)
-	hx.body.r = nil
-	h.pool.Put(hx)
+	hx := h.getExchange(sc.sconn)
+	err := hx.readStream(st)
+	h.pass(&hx.ctx, err, st)
+	aborted = st.answer(&hx.ctx.Response)
+	h.putExchange(hx)
 }
 
 // readStream rebuilds st's request as the RequestCtx's, as readRequest does for Go's
@@ -68,7 +42,7 @@ func (hx *exchange) readStream(st *stream) error {
 		return errConnect
 	}
 	if st.truncated {
-		return nil
+		return errHeadTooLarge // the list was over its bound: fields are missing
 	}
 	host := st.authority
 	if host == "" {

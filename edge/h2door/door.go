@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
@@ -52,7 +51,6 @@ import (
 type Server struct {
 	cfg Config
 	h   *handler
-	log *slog.Logger
 
 	mu      sync.Mutex
 	conns   map[*serverConn]struct{}
@@ -62,11 +60,7 @@ type Server struct {
 // NewOwnServer is the door's own HTTP/2 server of chain (TOLLGATE_EDGE_HTTP2_OWN_SERVER).
 func NewOwnServer(cfg Config, chain Chain) *Server {
 	h := NewHandler(cfg, chain).(*handler)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Server{cfg: cfg, h: h, log: log, conns: map[*serverConn]struct{}{}}
+	return &Server{cfg: cfg, h: h, conns: map[*serverConn]struct{}{}}
 }
 
 // Serve serves the connections l accepts until l fails or is closed.

@@ -237,16 +237,30 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // serve runs one stream through the chain and writes its answer; aborted: the answer's
 // body failed half-way.
 func (h *handler) serve(w http.ResponseWriter, r *http.Request) (aborted bool) {
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	hx := h.getExchange(c)
+	err := hx.readRequest(r)
+	h.pass(&hx.ctx, err, goStream{r})
+	aborted = writeResponse(w, r, &hx.ctx.Response)
+	h.putExchange(hx)
+	return aborted
+}
+
+// getExchange is a pooled exchange whose RequestCtx is on c, a stream's connection.
+func (h *handler) getExchange(c net.Conn) *exchange {
 	hx, _ := h.pool.Get().(*exchange)
 	if hx == nil {
 		hx = &exchange{}
 		hx.br = bufio.NewReaderSize(&hx.rd, h.headBuf)
 	}
-	ctx := &hx.ctx
-	c, _ := r.Context().Value(connKey{}).(net.Conn)
-	ctx.Init2(c, h.log, false)
+	hx.ctx.Init2(c, h.log, false)
+	return hx
+}
 
-	switch err := hx.readRequest(r); {
+// pass runs the request rebuilt from s through the chain, or has the chain refuse it
+// for err, the rebuild's failure.
+func (h *handler) pass(ctx *fasthttp.RequestCtx, err error, s Stream) {
+	switch {
 	case err == errConnect:
 		h.chain.Refuse(ctx, RefuseConnect)
 	case err == errHeadTooLarge:
@@ -254,11 +268,14 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) (aborted bool) {
 	case err != nil:
 		h.chain.Refuse(ctx, RefuseBadRequest)
 	default:
-		ctx.SetUserValue(requestKey{}, Stream(goStream{r}))
+		ctx.SetUserValue(requestKey{}, s)
 		h.chain.Serve(ctx)
 	}
-	aborted = writeResponse(w, r, &ctx.Response)
+}
 
+// putExchange gives hx back once its answer was written.
+func (h *handler) putExchange(hx *exchange) {
+	ctx := &hx.ctx
 	_ = ctx.Response.CloseBodyStream()
 	ctx.Request.Reset()
 	ctx.Response.Reset()
@@ -267,7 +284,6 @@ func (h *handler) serve(w http.ResponseWriter, r *http.Request) (aborted bool) {
 	hx.rd.Reset(nil)
 	hx.body.r = nil
 	h.pool.Put(hx)
-	return aborted
 }
 
 // requestKey is the RequestCtx user value of the stream's own request (Request).
