@@ -270,6 +270,8 @@ func putStream(st *stream) {
 	streams.Put(st)
 }
 
+func (st *stream) ran() {}
+
 // start runs st's handler on a worker; under sc.mu.
 func (sc *serverConn) start(st *stream) {
 	if w := sc.s.h.workers; w != nil {

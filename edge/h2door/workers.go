@@ -37,8 +37,13 @@ type worker struct {
 	lastUsed time.Time
 }
 
-// job is what a worker runs: a stream of Go's server (task) or of the door's own (stream).
-type job interface{ run() }
+// job is what a worker runs: a stream of Go's server (task) or of the door's own
+// (stream). ran is called once the worker is idle again, so that whoever waits for the
+// job finds the worker free for the next.
+type job interface {
+	run()
+	ran()
+}
 
 type task struct {
 	h       *handler
@@ -66,10 +71,8 @@ func (p *workers) run(w http.ResponseWriter, r *http.Request) (aborted bool) {
 	return aborted
 }
 
-func (t *task) run() {
-	t.aborted, t.panic = t.h.serveRecovering(t.w, t.r)
-	t.done <- struct{}{}
-}
+func (t *task) run() { t.aborted, t.panic = t.h.serveRecovering(t.w, t.r) }
+func (t *task) ran() { t.done <- struct{}{} }
 
 // start runs j on a worker and returns at once.
 func (p *workers) start(j job) { p.get() <- j }
@@ -99,6 +102,7 @@ func (p *workers) work(wk *worker) {
 		sweep := !p.sweeping
 		p.sweeping = true
 		p.mu.Unlock()
+		j.ran()
 		if sweep {
 			go p.sweep()
 		}
