@@ -315,8 +315,8 @@ func (r *report) compareMarkdown(s *strings.Builder) {
 		c.set.rounds, b.threads, b.conns, b.LoadCPUs, b.warmup, b.duration)
 	if slices.ContainsFunc(c.rounds, func(r pairRound) bool { return isH2(r.scenario) }) {
 		fmt.Fprintf(s, "- S1h2 and S1grpc are driven by h2load instead of wrk, as in the sweep: %d connections × %d concurrent streams, one thread on CPU %s "+
-			"(S1h2 over TLS 1.3 with ALPN h2; S1grpc over h2c to the grpc-go health server, each side's answer checked SERVING before measuring)\n",
-			b.h2.conns, b.h2.streams, b.LoadCPUs)
+			"(S1h2 over TLS 1.3 with ALPN h2; S1grpc over h2c to %s health server, each side's answer checked SERVING before measuring)\n",
+			b.h2.conns, b.h2.streams, b.LoadCPUs, grpcUpstreamName(b.h2.upstream))
 	}
 	s.WriteString("- per round: B ÷ A of the gateway's CPU µs/req (below 1: B spends less per request) and of QPS; " +
 		"the table gives their median over the rounds used, the extremes (min–max) and the interquartile range (Q1–Q3)\n")

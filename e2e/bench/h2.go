@@ -5,11 +5,12 @@ package main
 //   - S1h2: S1's plain proxy over TLS 1.3 with ALPN h2, -h2-conns connections of
 //     -h2-streams concurrent streams each. HTTP/1.1 to the upstream on both gateways.
 //   - S1grpc: unary gRPC calls (grpc.health.v1.Health/Check with an empty request) over
-//     h2c with prior knowledge, passed on over HTTP/2 to a grpc-go health server the bench
-//     runs itself: nginx with grpc_pass, Tollgate with a route whose upstream.protocol is
-//     "h2". h2load sends the call as a POST of the framed request; it reads no trailers,
-//     so a gRPC client checks once per gateway, before measuring, that the answer is
-//     SERVING and not a gRPC error carried in a 200.
+//     h2c with prior knowledge, passed on over HTTP/2 to a health server the bench runs
+//     itself (-grpc-upstream: its own lean one by default, or grpc-go's): nginx with
+//     grpc_pass, Tollgate with a route whose upstream.protocol is "h2". h2load sends the
+//     call as a POST of the framed request; it reads no trailers, so a gRPC client checks
+//     once per gateway, before measuring, that the answer is SERVING and not a gRPC error
+//     carried in a 200.
 //
 // h2load rather than the bench's own Go client: its HPACK and framing cost the load CPU
 // little, and both gateways get the same client. The gateway's CPU is measured around
@@ -45,20 +46,34 @@ var h2Targets = map[string]float64{"S1h2": 1.0, "S1grpc": 1.1}
 
 // h2Settings are h2load's flags.
 type h2Settings struct {
-	conns   int
-	streams int
+	conns    int
+	streams  int
+	upstream string // S1grpc's upstream: "lean" or "grpc-go"
 }
 
 func (h *h2Settings) register(fs *flag.FlagSet) {
 	fs.IntVar(&h.conns, "h2-conns", 16, "S1h2, S1grpc: h2load's connections (-c)")
 	fs.IntVar(&h.streams, "h2-streams", 8, "S1h2, S1grpc: concurrent streams per connection (h2load -m)")
+	fs.StringVar(&h.upstream, "grpc-upstream", "lean", "S1grpc's upstream: lean (the bench's own health server, HTTP/2 framed by x/net) or grpc-go "+
+		"(grpc-go's health server, which with h2load saturates the load CPU before nginx does, so its nginx rounds are flagged)")
 }
 
 func (h *h2Settings) check() error {
 	if h.conns < 1 || h.streams < 1 {
 		return fmt.Errorf("-h2-conns and -h2-streams must be at least 1")
 	}
+	if h.upstream != "lean" && h.upstream != "grpc-go" {
+		return fmt.Errorf("-grpc-upstream: %q; lean or grpc-go", h.upstream)
+	}
 	return nil
+}
+
+// grpcUpstreamName is -grpc-upstream's server, as the reports name it.
+func grpcUpstreamName(u string) string {
+	if u == "grpc-go" {
+		return "grpc-go's"
+	}
+	return "the bench's lean (x/net framed)"
 }
 
 func isH2(s string) bool { return slices.Contains(h2Scenarios, s) }
@@ -66,7 +81,7 @@ func isH2(s string) bool { return slices.Contains(h2Scenarios, s) }
 // h2PerfScenario is S1h2 or S1grpc as a proxy scenario.
 func h2PerfScenario(id string) *perfScenario {
 	if id == "S1grpc" {
-		return &perfScenario{id: id, desc: "gRPC unary Health/Check over h2c, HTTP/2 to a grpc-go upstream (h2load)",
+		return &perfScenario{id: id, desc: "gRPC unary Health/Check over h2c, HTTP/2 to a gRPC upstream (h2load)",
 			host: "grpc.localhost", hit: grpchealth.CheckPath, paths: []string{grpchealth.ServicePath}, loader: "h2load", h2: true, grpc: true}
 	}
 	return &perfScenario{id: id, desc: "S1 over TLS 1.3 with ALPN h2 (h2load)",
@@ -86,13 +101,17 @@ func (b *bench) configureH2Scenario(ctx context.Context, s *harness.Stack, slug,
 	return nil
 }
 
-// startGRPCUpstream starts the gRPC health server (the bench binary itself, grpchealth.Serve)
-// pinned to the load CPUs, as the other upstreams are.
+// startGRPCUpstream starts the gRPC health server (the bench binary itself,
+// grpchealth.ServeLean or Serve) pinned to the load CPUs, as the other upstreams are.
 func (b *bench) startGRPCUpstream(ctx context.Context) error {
 	if b.GRPCPort != 0 {
 		return nil
 	}
-	addr, port, p, err := b.startSelf("gRPC health upstream", "grpc-upstream.log", "TOLLGATE_BENCH_GRPC")
+	env := "TOLLGATE_BENCH_GRPC_LEAN"
+	if b.h2.upstream == "grpc-go" {
+		env = "TOLLGATE_BENCH_GRPC"
+	}
+	addr, port, p, err := b.startSelf("gRPC health upstream", "grpc-upstream.log", env)
 	if err != nil {
 		return err
 	}
@@ -226,9 +245,9 @@ func (r *report) h2Markdown(s *strings.Builder) {
 		s.WriteString("S1h2: S1's plain proxy over TLS 1.3 with ALPN h2, HTTP/1.1 to the upstream. ")
 	}
 	if slices.ContainsFunc(rows, func(row string) bool { return strings.HasPrefix(row, "| S1grpc ") }) {
-		fmt.Fprintf(s, "S1grpc: unary grpc.health.v1.Health/Check calls over h2c, HTTP/2 to a grpc-go health server on CPU %s "+
+		fmt.Fprintf(s, "S1grpc: unary grpc.health.v1.Health/Check calls over h2c, HTTP/2 to %s health server on CPU %s "+
 			"(nginx: grpc_pass with keepalive 64; Tollgate: upstream.protocol h2); each gateway's answer was checked SERVING by a gRPC client "+
-			"before measuring, since h2load reads no trailers. ", r.b.LoadCPUs)
+			"before measuring, since h2load reads no trailers. ", grpcUpstreamName(r.b.h2.upstream), r.b.LoadCPUs)
 	}
 	s.WriteString("The figure is the median over the rounds used of each round's Tollgate ÷ nginx CPU µs per request (below 1: Tollgate spends less); " +
 		"the target is met when that median is at most the target. h2load reports no latency percentiles.\n\n")

@@ -91,7 +91,10 @@ func main() {
 		os.Exit(wsload.RunEcho(addr)) // S6's upstream (e2e/bench/wsload)
 	}
 	if addr := os.Getenv("TOLLGATE_BENCH_GRPC"); addr != "" {
-		os.Exit(grpchealth.Serve(addr)) // S1grpc's upstream (e2e/bench/grpchealth)
+		os.Exit(grpchealth.Serve(addr)) // S1grpc's upstream with -grpc-upstream grpc-go (e2e/bench/grpchealth)
+	}
+	if addr := os.Getenv("TOLLGATE_BENCH_GRPC_LEAN"); addr != "" {
+		os.Exit(grpchealth.ServeLean(addr)) // S1grpc's upstream by default
 	}
 	os.Exit(run())
 }

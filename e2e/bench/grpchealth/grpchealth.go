@@ -1,6 +1,7 @@
 // Package grpchealth is the upstream of the bench's S1grpc scenario and the check that a
-// gateway passes its calls on: grpc-go's health service, served by the bench binary in a
-// process of its own, and a client that calls Health/Check. h2load, which drives the
+// gateway passes its calls on: a health service served by the bench binary in a process
+// of its own (its own lean server, ServeLean, or grpc-go's, Serve), and a client that
+// calls Health/Check. h2load, which drives the
 // scenario, reads no trailers, so only Check can tell a SERVING answer from a gRPC error
 // carried in a 200.
 package grpchealth
