@@ -25,6 +25,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -327,21 +330,48 @@ var (
 // query), host the :authority. The connection-specific fields are left out, and TE:
 // trailers is sent, which gRPC servers require. body is sent unless contentLength is 0.
 func (h *Transport) NewRequest(ctx context.Context, rh *fasthttp.RequestHeader, target, host []byte, body io.ReadCloser, contentLength int64) (*http.Request, error) {
-	t, err := url.ParseRequestURI(string(target))
+	u, err := h.targetURL(target)
 	if err != nil {
 		return nil, err
 	}
-	header := make(http.Header, rh.Len()+1)
+	// The values are cut from one string and their slices from one array: two
+	// allocations for the lot, not two per field.
+	n, size := 0, 0
 	for k, v := range rh.All() {
 		if !hopRequest(k) {
-			key := http.CanonicalHeaderKey(string(k))
-			header[key] = append(header[key], string(v))
+			n, size = n+1, size+len(v)
 		}
 	}
-	header["Te"] = []string{"trailers"}
+	var sb strings.Builder
+	sb.Grow(size)
+	for k, v := range rh.All() {
+		if !hopRequest(k) {
+			sb.Write(v)
+		}
+	}
+	all, off := sb.String(), 0
+	vals := make([]string, n+1)
+	header := make(http.Header, n+1)
+	i := 0
+	for k, v := range rh.All() {
+		if hopRequest(k) {
+			continue
+		}
+		vals[i] = all[off : off+len(v)]
+		off += len(v)
+		key := headerKey(k)
+		if prev, ok := header[key]; ok {
+			header[key] = append(prev, vals[i])
+		} else {
+			header[key] = vals[i : i+1 : i+1]
+		}
+		i++
+	}
+	vals[n] = "trailers"
+	header["Te"] = vals[n : n+1 : n+1]
 	r := &http.Request{
 		Method:     string(rh.Method()),
-		URL:        &url.URL{Scheme: h.Scheme(), Host: h.addr, Path: t.Path, RawPath: t.RawPath, RawQuery: t.RawQuery},
+		URL:        u,
 		Proto:      "HTTP/2.0",
 		ProtoMajor: 2,
 		Header:     header,
@@ -351,6 +381,91 @@ func (h *Transport) NewRequest(ctx context.Context, rh *fasthttp.RequestHeader, 
 		r.Body, r.ContentLength = body, contentLength
 	}
 	return r.WithContext(ctx), nil
+}
+
+// targetURL is the URL of a request for target on this transport. The transport sends
+// a URL's Opaque as :path, so a target is taken as it came, without the parse (and the
+// unescaped copy of its path) that nothing here reads; a target that is not a path in
+// origin form, or one that Opaque would send otherwise (starting "//"), is parsed.
+func (h *Transport) targetURL(target []byte) (*url.URL, error) {
+	if len(target) > 1 && target[0] == '/' && target[1] != '/' && validTarget(target) {
+		u := &url.URL{Scheme: h.Scheme(), Host: h.addr}
+		if i := bytes.IndexByte(target, '?'); i >= 0 {
+			u.Opaque, u.RawQuery = string(target[:i]), string(target[i+1:])
+			u.ForceQuery = u.RawQuery == ""
+		} else {
+			u.Opaque = string(target)
+		}
+		return u, nil
+	}
+	t, err := url.ParseRequestURI(string(target))
+	if err != nil {
+		return nil, err
+	}
+	return &url.URL{Scheme: h.Scheme(), Host: h.addr, Path: t.Path, RawPath: t.RawPath, RawQuery: t.RawQuery}, nil
+}
+
+// validTarget says target has nothing url.ParseRequestURI would refuse or re-escape:
+// visible ASCII, no '#', and every '%' followed by two hex digits. Anything else takes the
+// parse, and its errors.
+func validTarget(target []byte) bool {
+	for i := 0; i < len(target); i++ {
+		c := target[i]
+		switch {
+		case c <= ' ' || c >= 0x7f || c == '#':
+			return false
+		case c == '%':
+			if i+2 >= len(target) || !isHex(target[i+1]) || !isHex(target[i+2]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// headerKeys holds the canonical names of the request fields seen so far, so that a
+// field's name is not made into a new string for every request: an immutable map,
+// replaced whole when a name is added, up to maxHeaderKeys names (clients choose them).
+var (
+	headerKeys   atomic.Pointer[map[string]string]
+	headerKeysMu sync.Mutex
+)
+
+const maxHeaderKeys = 512
+
+func headerKey(k []byte) string {
+	if m := headerKeys.Load(); m != nil {
+		if s, ok := (*m)[string(k)]; ok {
+			return s
+		}
+	}
+	s := http.CanonicalHeaderKey(string(k))
+	headerKeysMu.Lock()
+	defer headerKeysMu.Unlock()
+	old := headerKeys.Load()
+	if old != nil && len(*old) >= maxHeaderKeys {
+		return s
+	}
+	m := make(map[string]string, 1+lenOf(old))
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	m[string(k)] = s
+	headerKeys.Store(&m)
+	return s
+}
+
+func lenOf(m *map[string]string) int {
+	if m == nil {
+		return 0
+	}
+	return len(*m)
 }
 
 // CopyHead sets resp's status and fields from res's; the length is the body's business.
