@@ -121,6 +121,8 @@ func (b *bench) startGRPCUpstream(ctx context.Context) error {
 		return err
 	}
 	b.GRPCPort = port
+	// One idle connection per call in flight: nginx's grpc_pass does not multiplex.
+	b.GRPCKeepalive = max(64, b.h2.conns*b.h2.streams)
 	return nil
 }
 
@@ -246,8 +248,8 @@ func (r *report) h2Markdown(s *strings.Builder) {
 	}
 	if slices.ContainsFunc(rows, func(row string) bool { return strings.HasPrefix(row, "| S1grpc ") }) {
 		fmt.Fprintf(s, "S1grpc: unary grpc.health.v1.Health/Check calls over h2c, HTTP/2 to %s health server on CPU %s "+
-			"(nginx: grpc_pass with keepalive 64; Tollgate: upstream.protocol h2); each gateway's answer was checked SERVING by a gRPC client "+
-			"before measuring, since h2load reads no trailers. ", grpcUpstreamName(r.b.h2.upstream), r.b.LoadCPUs)
+			"(nginx: grpc_pass with keepalive %d, one per call in flight; Tollgate: upstream.protocol h2); each gateway's answer was checked SERVING by a gRPC client "+
+			"before measuring, since h2load reads no trailers. ", grpcUpstreamName(r.b.h2.upstream), r.b.LoadCPUs, r.b.GRPCKeepalive)
 	}
 	s.WriteString("The figure is the median over the rounds used of each round's Tollgate ÷ nginx CPU µs per request (below 1: Tollgate spends less); " +
 		"the target is met when that median is at most the target. h2load reports no latency percentiles.\n\n")

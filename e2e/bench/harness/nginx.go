@@ -166,7 +166,9 @@ func (b *Env) StartProxy(ctx context.Context, port, tlsPort, upPort, workers int
 
 // StartProxyOn is StartProxy with HTTP/2 listeners too: nginx 1.22's `listen … http2`,
 // which applies to the whole address, hence ports of their own. gRPC locations reach
-// b.GRPCPort through an upstream block with keepalive 64, as HTTP/1.1 ones do theirs.
+// b.GRPCPort through an upstream block with keepalive b.GRPCKeepalive (64 unless set):
+// nginx's grpc_pass runs one stream per upstream connection, so a cache smaller than the
+// calls in flight would have it open and close connections all along.
 func (b *Env) StartProxyOn(ctx context.Context, port int, ls ProxyListeners, upPort, workers int, cpus string, sites []ProxySite) (*Proc, error) {
 	tlsPort := ls.TLS
 	dir := filepath.Join(b.Dir, fmt.Sprintf("proxy-%dw", workers))
@@ -200,7 +202,11 @@ func (b *Env) StartProxyOn(ctx context.Context, port int, ls ProxyListeners, upP
 		fmt.Fprintf(&s, "\tupstream bench_ws { server 127.0.0.1:%d; }\n", b.WSPort)
 	}
 	if b.GRPCPort != 0 {
-		fmt.Fprintf(&s, "\tupstream bench_grpc {\n\t\tserver 127.0.0.1:%d;\n\t\tkeepalive 64;\n\t\tkeepalive_requests 1000000;\n\t}\n", b.GRPCPort)
+		keep := b.GRPCKeepalive
+		if keep == 0 {
+			keep = 64
+		}
+		fmt.Fprintf(&s, "\tupstream bench_grpc {\n\t\tserver 127.0.0.1:%d;\n\t\tkeepalive %d;\n\t\tkeepalive_requests 1000000;\n\t}\n", b.GRPCPort, keep)
 	}
 	listens := "" // every listener but the plain port's, on every server
 	if tlsPort != 0 || ls.H2TLS != 0 {

@@ -45,6 +45,7 @@ type Env struct {
 	WSPort          int    // S6's WebSocket echo upstream
 	TLSCert, TLSKey string // S9's and S1h2's certificate and key (WriteCert)
 	GRPCPort        int    // S1grpc's gRPC health upstream
+	GRPCKeepalive   int    // nginx's idle connections kept to GRPCPort; 0: 64
 }
 
 // Stack is one Tollgate deployment of the bench's own: a fresh database, a NATS prefix no
