@@ -26,9 +26,10 @@ import (
 // (function.SetEndWithLastCallback(false)). "+locked" begins and ends each run under a
 // lock (function.SetLockFreeRuns(false)), "+nopool" allocates each request's Call
 // (function.SetReuseCalls(false)), "+ctxvalue" runs guest calls with a context.WithValue
-// (function.SetOwnContext(false)).
+// (function.SetOwnContext(false)), "+unmerged" enters the guest once per callback
+// (function.SetMergedEntries(false)).
 func BenchmarkRun(b *testing.B) {
-	variants := []string{"", "+cap", "+nolast", "+locked", "+nopool", "+ctxvalue"}
+	variants := []string{"", "+cap", "+nolast", "+locked", "+nopool", "+ctxvalue", "+unmerged"}
 	names := []string{functiontest.WatHeaders}
 	for _, v := range variants {
 		names = append(names, functiontest.WatNoop+v)
@@ -46,6 +47,8 @@ func BenchmarkRun(b *testing.B) {
 			defer function.SetReuseCalls(true)
 			function.SetOwnContext(variant != "ctxvalue")
 			defer function.SetOwnContext(true)
+			function.SetMergedEntries(variant != "unmerged")
+			defer function.SetMergedEntries(true)
 			mod := functiontest.Build(b, guest)
 			dir := b.TempDir()
 			sha := digest(mod)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -120,6 +121,10 @@ func (h *benchHTTP) Log(function.LogLevel, []byte) {}
 func benchRequests(b *testing.B, guest string) { benchFilter(b, guest, "", newBenchHTTP()) }
 
 func benchFilter(b *testing.B, guest, config string, h *benchHTTP) {
+	// The edge's variable, so that the two settings can be measured in turns by one
+	// test binary.
+	function.SetMergedEntries(os.Getenv("TOLLGATE_EDGE_FUNCTION_MERGED_ENTRIES") != "off")
+	defer function.SetMergedEntries(true)
 	// A generous timeout: the benchmark measures CPU, and a machine shared with builds
 	// deschedules a thread for longer than the default's 5 ms now and then.
 	r := newRuntime(b, function.Config{Timeout: time.Second})

@@ -319,9 +319,38 @@ func (c *Call) run(cb int, nargs int, wait bool) error {
 	}
 	in.mu.Lock()
 	start := c.begin()
-	err = c.create()
-	if err == nil {
-		err = c.exec(cb, nargs)
+	err = c.step(cb, nargs)
+	c.end(start)
+	in.mu.Unlock()
+	release(sem)
+	return err
+}
+
+// step runs callback cb in the caller's run: the context's creation first when it has
+// not run, the context's end after it when it is the last (Last), with as few entries
+// into the guest as the module's merged entries allow (SetMergedEntries).
+func (c *Call) step(cb int, nargs int) error {
+	in := c.in
+	var err error
+	merged := mergedEntries.Load()
+	switch {
+	case merged && cb == cbRequestHeaders && !c.created && in.entries[entryRequest] != nil:
+		c.created = true
+		c.args[1], c.args[2], c.args[3] = rootContextID, c.args[1], c.args[2]
+		err = c.execEntry(entryRequest, cbContextCreate, 4)
+	case merged && (cb == cbResponseHeaders || cb == cbResponseBody) && c.last && !c.ended &&
+		len(c.pending) == 0 && in.entries[entryOf(cb)] != nil:
+		if err = c.create(); err != nil {
+			break
+		}
+		// The entry ended the context unless the callback queued a callout or failed:
+		// then it stopped before proxy_on_done's phase.
+		err = c.execEntry(entryOf(cb), cb, nargs)
+		c.ended = !c.victim && in.phaseOr(cb) >= cbDone
+	default:
+		if err = c.create(); err == nil {
+			err = c.exec(cb, nargs)
+		}
 	}
 	// After the last callback, unless it asked for callouts: the run of their last
 	// answer ends the context instead. Once: a caller that announced the last callback
@@ -329,10 +358,15 @@ func (c *Call) run(cb int, nargs int, wait bool) error {
 	if err == nil && c.last && !c.ended && len(c.pending) == 0 {
 		err = c.finish()
 	}
-	c.end(start)
-	in.mu.Unlock()
-	release(sem)
 	return err
+}
+
+// entryOf is the merged entry that runs response callback cb and then the end.
+func entryOf(cb int) int {
+	if cb == cbResponseBody {
+		return entryResponseBody
+	}
+	return entryResponseHeaders
 }
 
 // begin opens a run of callbacks on c's instance, which the caller holds (instance.begin);
@@ -369,10 +403,7 @@ func (c *Call) create() error {
 func (c *Call) exec(cb int, nargs int) error {
 	in := c.in
 	if in.dead {
-		c.victim = true
-		c.err = &Error{Reason: in.fatal.Reason, Function: c.f.name, Callback: cbNames[cb],
-			Detail: "its instance failed in another request: " + in.fatal.Detail}
-		return c.err
+		return c.victimOf(cb)
 	}
 	fn := in.cb[cb]
 	if fn == nil {
@@ -391,18 +422,66 @@ func (c *Call) exec(cb int, nargs int) error {
 	return err
 }
 
+// victimOf fails c at callback cb because another request killed its instance.
+func (c *Call) victimOf(cb int) error {
+	c.victim = true
+	c.err = &Error{Reason: c.in.fatal.Reason, Function: c.f.name, Callback: cbNames[cb],
+		Detail: "its instance failed in another request: " + c.in.fatal.Detail}
+	return c.err
+}
+
+// execEntry runs merged entry e as exec runs a callback; first is its first callback,
+// named when the instance is already dead. A failure names the callback the entry called
+// last (its phase).
+func (c *Call) execEntry(e, first, nargs int) error {
+	in := c.in
+	if in.dead {
+		return c.victimOf(first)
+	}
+	copy(in.stack[:nargs], c.args[:nargs])
+	in.call = c
+	err := in.call1(cbNames[first], in.entries[e], nargs, c.f.timeout)
+	in.call = nil
+	c.ret = u32(in.stack[0])
+	if err != nil {
+		if fe, ok := err.(*Error); ok {
+			fe.Callback = cbNames[in.phaseOr(first)]
+		}
+		in.kill(err)
+		c.err = err
+	}
+	return err
+}
+
+// phaseOr is the callback the last merged entry called; first should the global hold
+// something else.
+func (in *instance) phaseOr(first int) int {
+	if p := in.phase.Get(); p < cbCount {
+		return int(p)
+	}
+	return first
+}
+
 // finish ends the request's context in the guest: proxy_on_done, proxy_on_log and
-// proxy_on_delete, within the caller's run, once.
+// proxy_on_delete, within the caller's run, once. The result of the callback before them
+// stays c.ret: http reads it for the pause, whether or not the context ended in its run.
 func (c *Call) finish() error {
 	c.ended = true
+	ret := c.ret
 	var err error
-	for _, cb := range [...]int{cbDone, cbLog, cbDelete} {
-		if err != nil || c.in.dead {
-			break
-		}
+	if mergedEntries.Load() && c.in.entries[entryEnd] != nil && !c.in.dead {
 		c.args[0] = uint64(c.id)
-		err = c.exec(cb, 1)
+		err = c.execEntry(entryEnd, cbDone, 1)
+	} else {
+		for _, cb := range [...]int{cbDone, cbLog, cbDelete} {
+			if err != nil || c.in.dead {
+				break
+			}
+			c.args[0] = uint64(c.id)
+			err = c.exec(cb, 1)
+		}
 	}
+	c.ret = ret
 	return err
 }
 

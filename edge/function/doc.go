@@ -24,7 +24,12 @@
 // whose callback runs. Done runs proxy_on_done, proxy_on_log and proxy_on_delete even
 // after a failed callback (waiting for a concurrency slot if need be), so the guest frees
 // the context, unless the instance died, or unless the caller announced the last
-// callback (Call.Last), whose run has already run them.
+// callback (Call.Last), whose run has already run them. Callbacks that run back to back
+// in one run enter the guest once, through functions instrument adds to the module
+// (merge.go; SetMergedEntries): the context's creation with the request headers', the
+// last response callback with proxy_on_done, proxy_on_log and proxy_on_delete, and those
+// three alone. A failure in one still names the callback that was running, and no
+// callback runs after a bad host call.
 //
 // Bounds:
 //   - Time: each callback has a deadline (Config.Timeout or Limits.Timeout, default 5ms of
@@ -85,8 +90,9 @@
 // environ_* and args_*, and fd_close, fd_fdstat_get, fd_fdstat_set_flags, fd_seek, fd_read, fd_prestat_get,
 // fd_prestat_dir_name answering EBADF and poll_oneoff ENOSYS. Any other import is refused
 // by Validate and Compile, and so are instructions instrument does not know (SIMD,
-// threads, exceptions), a module exporting the reserved names tollgate_stop and
-// tollgate_depth, and code naming a global the module does not define.
+// threads, exceptions), a module exporting a name the host reserves (tollgate_stop,
+// tollgate_depth, tollgate_phase, tollgate_hold and the merged entries' names), and code
+// naming a global the module does not define.
 //
 // Guest exports used: proxy_abi_version_0_2_1 (or _0_2_0), proxy_on_context_create,
 // proxy_on_memory_allocate (or malloc) and memory are required; _initialize (or _start),

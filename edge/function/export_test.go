@@ -108,3 +108,29 @@ func WatchdogAsleep(r *Runtime) bool { return r.sleeping.Load() }
 
 // WatchdogCuts counts the runs the watchdog stopped.
 func WatchdogCuts(r *Runtime) int64 { return r.cuts.Load() }
+
+// EntryNames are the merged entries' exports; PhaseExport and HoldExport their globals.
+var EntryNames = entryNames
+
+const (
+	PhaseExport = phaseExport
+	HoldExport  = holdExport
+)
+
+// DoneResult ends c as Done does and returns what a test cannot see once c is gone: the
+// callback a merged entry called last in the instance ("" when no entry ran, or when it
+// failed in its first, proxy_on_context_create), and the failure that killed the
+// instance, if one did (Done keeps its own to itself).
+func (c *Call) DoneResult() (phase string, fatal error) {
+	in := c.in
+	c.Done()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if p := in.phase.Get(); p != 0 && p < cbCount {
+		phase = cbNames[p]
+	}
+	if in.fatal != nil {
+		fatal = in.fatal
+	}
+	return phase, fatal
+}

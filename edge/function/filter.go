@@ -180,10 +180,15 @@ type instance struct {
 	stop   api.MutableGlobal // instrument's fuel: see deadline for who may touch it
 	alloc_ api.Function
 	cb     [cbCount]api.Function
-	stack  [12]uint64
-	mstack [1]uint64
-	nextID uint32
-	call   *Call // the request whose callback runs (under mu); nil while starting
+	// entries are the module's merged entries (merge.go); nil where it has none. phase
+	// and hold are their globals.
+	entries [entryCount]api.Function
+	phase   api.Global
+	hold    api.MutableGlobal
+	stack   [12]uint64
+	mstack  [1]uint64
+	nextID  uint32
+	call    *Call // the request whose callback runs (under mu); nil while starting
 	// calls are free Calls of this instance (under mu, which Start and Done hold anyway),
 	// reused so a request allocates nothing and takes no lock of its own for one.
 	calls []*Call
@@ -291,6 +296,13 @@ func (f *Filter) newInstance() (*instance, error) {
 	r.mu.Unlock()
 	for i, name := range cbNames {
 		in.cb[i] = mod.ExportedFunction(name)
+	}
+	for i, name := range entryNames {
+		in.entries[i] = mod.ExportedFunction(name)
+	}
+	in.phase = mod.ExportedGlobal(phaseExport)
+	if in.hold, ok = mod.ExportedGlobal(holdExport).(api.MutableGlobal); !ok || in.phase == nil {
+		return fail("", errors.New("the module was not instrumented"))
 	}
 	if in.alloc_ = mod.ExportedFunction("proxy_on_memory_allocate"); in.alloc_ == nil {
 		in.alloc_ = mod.ExportedFunction("malloc")
@@ -475,6 +487,16 @@ func trapDetail(err error) string {
 func (in *instance) fail(format string, args ...any) {
 	if in.bad == "" {
 		in.bad = fmt.Sprintf(format, args...)
+		in.holdEntry(holdFailed)
+	}
+}
+
+// holdEntry raises bits of the merged entries' hold flag (holdExport), which the entry
+// checks between its calls. Only the goroutine running the guest touches it, unlike the
+// fuel, which the watchdog may be cutting meanwhile.
+func (in *instance) holdEntry(bits uint64) {
+	if in.hold != nil { // nil only while instantiating, before any callback
+		in.hold.Set(in.hold.Get() | bits)
 	}
 }
 

@@ -718,6 +718,7 @@ func hostHTTPCall(ctx context.Context, _ api.Module, st []uint64) {
 		return
 	}
 	c.pending = append(c.pending, pendingCallout{token: token, req: req})
+	in.holdEntry(holdCallout)
 	st[0] = uint64(statusOK)
 }
 

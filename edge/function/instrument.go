@@ -75,6 +75,9 @@ func overDepth(mod api.Module) bool {
 // section changes only at its end and otherwise only the code section is rewritten. Code
 // that names a global past the module's own (the host's) is refused, and so are
 // instructions it does not know (SIMD, threads, exceptions).
+//
+// Last, it adds the merged entries (see merge.go): functions appended after the module's
+// own, with their globals and exports, that call several callbacks in one host entry.
 func instrument(b []byte) ([]byte, error) {
 	if len(b) < 8 || string(b[:4]) != "\x00asm" || string(b[4:8]) != "\x01\x00\x00\x00" {
 		return nil, errors.New("not a WebAssembly 1.0 binary")
@@ -99,24 +102,43 @@ func instrument(b []byte) ([]byte, error) {
 			return nil, err
 		}
 	}
+	var importedFuncs []uint32 // each imported function's type index
 	importedGlobals, definedGlobals := uint32(0), uint32(0)
 	rw := &rewriter{}
 	var types, funcs, code []byte
+	callbacks := map[string]uint32{} // exported functions named as proxy-wasm's callbacks
 	for _, s := range secs {
 		switch s.id {
 		case 1:
 			types = s.body
 		case 2:
-			n, err := countImportedGlobals(s.body)
+			fns, n, err := readImports(s.body)
 			if err != nil {
 				return nil, err
 			}
-			importedGlobals = n
+			importedFuncs, importedGlobals = fns, n
 		case 3:
 			funcs = s.body
 		case 6:
 			sr := &reader{b: s.body}
 			definedGlobals = sr.u32()
+			if sr.err != nil {
+				return nil, sr.err
+			}
+		case 7:
+			sr := &reader{b: s.body}
+			n := sr.u32()
+			for i := uint32(0); i < n && sr.err == nil; i++ {
+				name := sr.name()
+				kind := sr.byte()
+				idx := sr.u32()
+				if reservedExport(name) {
+					return nil, fmt.Errorf("exports %s, a name the host reserves", name)
+				}
+				if _, ok := guestExports[name]; ok && kind == 0 {
+					callbacks[name] = idx
+				}
+			}
 			if sr.err != nil {
 				return nil, sr.err
 			}
@@ -126,6 +148,7 @@ func instrument(b []byte) ([]byte, error) {
 	}
 	rw.stop = importedGlobals + definedGlobals
 	rw.depth = rw.stop + 1
+	rw.phase, rw.hold = rw.stop+2, rw.stop+3
 	// global.get; i64.const 1; i64.sub; global.set; global.get; i64.const 0; i64.lt_s;
 	// if; unreachable; end
 	rw.fuelCheck = appendU32([]byte{0x23}, rw.stop)
@@ -135,109 +158,159 @@ func instrument(b []byte) ([]byte, error) {
 	if err := rw.readTypes(types, funcs); err != nil {
 		return nil, err
 	}
-	var newCode []byte
+	var bodies []byte // the rewritten function bodies, without their count
 	if code != nil {
 		var err error
-		if newCode, err = rw.code(code); err != nil {
+		if bodies, err = rw.code(code); err != nil {
 			return nil, err
 		}
 	}
+	entries := rw.entries(callbacks, importedFuncs)
+	firstEntry := uint32(len(importedFuncs) + len(rw.funcTypes))
 
-	// The order sections must appear in, by id (custom sections excepted).
-	rank := map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
 	newGlobals := []byte{
 		0x7e, 0x01, 0x42, 0x00, 0x0b, // fuel: mut i64 = 0
 		0x7f, 0x01, 0x41, 0x00, 0x0b, // depth: mut i32 = 0
+		0x7f, 0x01, 0x41, 0x00, 0x0b, // phase: mut i32 = 0
+		0x7f, 0x01, 0x41, 0x00, 0x0b, // hold: mut i32 = 0
 	}
 	newExports := appendName(nil, stopExport)
 	newExports = appendU32(append(newExports, 0x03), rw.stop)
 	newExports = appendName(newExports, depthExport)
 	newExports = appendU32(append(newExports, 0x03), rw.depth)
+	newExports = appendName(newExports, phaseExport)
+	newExports = appendU32(append(newExports, 0x03), rw.phase)
+	newExports = appendName(newExports, holdExport)
+	newExports = appendU32(append(newExports, 0x03), rw.hold)
+	for i, e := range entries {
+		newExports = appendName(newExports, entryNames[e.id])
+		newExports = appendU32(append(newExports, 0x00), firstEntry+uint32(i))
+	}
+	const globalsAdded, exportsAdded = 4, 4
 
+	// sectionBody is the body of section id with what instrument adds; orig is the module's
+	// own, nil when it has none, and then a nil result means none is needed either.
+	sectionBody := func(id byte, orig []byte) ([]byte, error) {
+		n, rest := uint32(0), []byte(nil)
+		if orig != nil {
+			sr := &reader{b: orig}
+			n = sr.u32()
+			if sr.err != nil {
+				return nil, sr.err
+			}
+			rest = orig[sr.off:]
+		}
+		var body []byte
+		switch id {
+		case 1:
+			if orig == nil && len(rw.extraTypes) == 0 {
+				return nil, nil
+			}
+			body = append(appendU32(nil, n+uint32(len(rw.extraTypes))), rest...)
+			for _, t := range rw.extraTypes {
+				body = appendU32(append(body, 0x60), uint32(len(t.params)))
+				body = append(body, t.params...)
+				body = appendU32(body, uint32(len(t.results)))
+				body = append(body, t.results...)
+			}
+		case 3:
+			if orig == nil && len(entries) == 0 {
+				return nil, nil
+			}
+			body = append(appendU32(nil, n+uint32(len(entries))), rest...)
+			for _, e := range entries {
+				body = appendU32(body, e.typ)
+			}
+		case 6:
+			body = append(appendU32(nil, n+globalsAdded), rest...)
+			body = append(body, newGlobals...)
+		case 7:
+			body = append(appendU32(nil, n+exportsAdded+uint32(len(entries))), rest...)
+			body = append(body, newExports...)
+		case 10:
+			if orig == nil && len(entries) == 0 {
+				return nil, nil
+			}
+			body = append(appendU32(nil, n+uint32(len(entries))), bodies...)
+			for _, e := range entries {
+				body = appendU32(body, uint32(len(e.body)))
+				body = append(body, e.body...)
+			}
+		}
+		return body, nil
+	}
+
+	// The order sections must appear in, by id (custom sections excepted).
+	rank := map[byte]int{1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 13: 6, 6: 7, 7: 8, 8: 9, 9: 10, 12: 11, 10: 12, 11: 13}
 	out := append([]byte(nil), b[:8]...)
 	emit := func(id byte, body []byte) {
 		out = append(out, id)
 		out = appendU32(out, uint32(len(body)))
 		out = append(out, body...)
 	}
-	haveGlobal, haveExport := false, false
-	flush := func(before int) {
-		if !haveGlobal && before > rank[6] {
-			emit(6, append(appendU32(nil, 2), newGlobals...))
-			haveGlobal = true
+	// The sections instrument adds to, in their order; one the module lacks is added
+	// before the first section that must follow it.
+	grown := []byte{1, 3, 6, 7, 10}
+	seen := map[byte]bool{}
+	flush := func(before int) error {
+		for _, id := range grown {
+			if seen[id] || before <= rank[id] {
+				continue
+			}
+			seen[id] = true
+			body, err := sectionBody(id, nil)
+			if err != nil {
+				return err
+			}
+			if body != nil {
+				emit(id, body)
+			}
 		}
-		if !haveExport && before > rank[7] {
-			emit(7, append(appendU32(nil, 2), newExports...))
-			haveExport = true
-		}
+		return nil
 	}
 	for _, s := range secs {
-		if s.id != 0 {
-			rk, ok := rank[s.id]
-			if !ok {
-				return nil, fmt.Errorf("unknown section %d", s.id)
-			}
-			flush(rk)
+		if s.id == 0 {
+			emit(0, s.body)
+			continue
+		}
+		rk, ok := rank[s.id]
+		if !ok {
+			return nil, fmt.Errorf("unknown section %d", s.id)
+		}
+		if err := flush(rk); err != nil {
+			return nil, err
 		}
 		switch s.id {
-		case 1:
-			sr := &reader{b: s.body}
-			n := sr.u32()
-			body := appendU32(nil, n+uint32(len(rw.extraTypes)))
-			body = append(body, s.body[sr.off:]...)
-			for _, results := range rw.extraTypes {
-				body = append(body, 0x60, 0x00)
-				body = appendU32(body, uint32(len(results)))
-				body = append(body, results...)
+		case 1, 3, 6, 7, 10:
+			seen[s.id] = true
+			body, err := sectionBody(s.id, s.body)
+			if err != nil {
+				return nil, err
 			}
-			emit(1, body)
-		case 6:
-			sr := &reader{b: s.body}
-			n := sr.u32()
-			if sr.err != nil {
-				return nil, sr.err
-			}
-			rest := sr.b[sr.off:]
-			body := append(appendU32(nil, n+2), rest...)
-			emit(6, append(body, newGlobals...))
-			haveGlobal = true
-		case 7:
-			sr := &reader{b: s.body}
-			n := sr.u32()
-			afterCount := sr.off
-			for i := uint32(0); i < n && sr.err == nil; i++ {
-				if name := sr.name(); name == stopExport || name == depthExport {
-					return nil, fmt.Errorf("exports %s, a name the host reserves", name)
-				}
-				sr.byte()
-				sr.u32()
-			}
-			if sr.err != nil {
-				return nil, sr.err
-			}
-			body := append(appendU32(nil, n+2), s.body[afterCount:]...)
-			emit(7, append(body, newExports...))
-			haveExport = true
-		case 10:
-			emit(10, newCode)
+			emit(s.id, body)
 		default:
 			emit(s.id, s.body)
 		}
 	}
-	flush(1 << 30)
+	if err := flush(1 << 30); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
-func countImportedGlobals(b []byte) (uint32, error) {
+// readImports returns the type index of each imported function and the number of
+// imported globals.
+func readImports(b []byte) ([]uint32, uint32, error) {
 	r := &reader{b: b}
 	n := r.u32()
+	var fns []uint32
 	globals := uint32(0)
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		r.name()
 		r.name()
 		switch kind := r.byte(); kind {
 		case 0x00: // function
-			r.u32()
+			fns = append(fns, r.u32())
 		case 0x01: // table
 			r.byte()
 			r.limits()
@@ -248,26 +321,25 @@ func countImportedGlobals(b []byte) (uint32, error) {
 			r.byte()
 			globals++
 		default:
-			return 0, fmt.Errorf("import of kind %d is not supported", kind)
+			return nil, 0, fmt.Errorf("import of kind %d is not supported", kind)
 		}
 	}
-	return globals, r.err
+	return fns, globals, r.err
 }
 
 // rewriter holds what instrumenting one module's functions needs.
 type rewriter struct {
 	stop, depth uint32   // the fuel's and the depth's global indices
+	phase, hold uint32   // the merged entries' globals (merge.go)
 	types       []fnType // the type section
 	funcTypes   []uint32 // each defined function's type index
-	extraTypes  [][]byte // result lists appended to the type section as [] -> results
-	blockTypes  map[string]uint32
-	fuelCheck   []byte // at the start of every loop body and of every leaf function
+	extraTypes  []fnType // types appended to the type section
+	fuelCheck   []byte   // at the start of every loop body and of every leaf function
 	scratch     []byte
 }
 
 type fnType struct {
-	params  uint32
-	results []byte
+	params, results []byte // value types, as the binary format writes them
 }
 
 func (rw *rewriter) readTypes(types, funcs []byte) error {
@@ -276,8 +348,7 @@ func (rw *rewriter) readTypes(types, funcs []byte) error {
 		n := r.u32()
 		for i := uint32(0); i < n && r.err == nil; i++ {
 			r.byte() // 0x60, checked by preflight
-			params := r.u32()
-			r.bytes(int(params))
+			params := r.bytes(int(r.u32()))
 			results := r.bytes(int(r.u32()))
 			rw.types = append(rw.types, fnType{params, results})
 		}
@@ -295,6 +366,23 @@ func (rw *rewriter) readTypes(types, funcs []byte) error {
 	return r.err
 }
 
+// typeIndex is the index of the type params -> results, appended to the type section
+// when the module has none.
+func (rw *rewriter) typeIndex(params, results []byte) uint32 {
+	for i, t := range rw.types {
+		if string(t.params) == string(params) && string(t.results) == string(results) {
+			return uint32(i)
+		}
+	}
+	for i, t := range rw.extraTypes {
+		if string(t.params) == string(params) && string(t.results) == string(results) {
+			return uint32(len(rw.types) + i)
+		}
+	}
+	rw.extraTypes = append(rw.extraTypes, fnType{params, results})
+	return uint32(len(rw.types) + len(rw.extraTypes) - 1)
+}
+
 // blockType is the block type of a function's results.
 func (rw *rewriter) blockType(out []byte, results []byte) []byte {
 	switch len(results) {
@@ -303,31 +391,17 @@ func (rw *rewriter) blockType(out []byte, results []byte) []byte {
 	case 1:
 		return append(out, results[0])
 	}
-	for i, t := range rw.types {
-		if t.params == 0 && string(t.results) == string(results) {
-			return appendS64(out, int64(i))
-		}
-	}
-	if rw.blockTypes == nil {
-		rw.blockTypes = map[string]uint32{}
-	}
-	idx, ok := rw.blockTypes[string(results)]
-	if !ok {
-		idx = uint32(len(rw.types) + len(rw.extraTypes))
-		rw.blockTypes[string(results)] = idx
-		rw.extraTypes = append(rw.extraTypes, results)
-	}
-	return appendS64(out, int64(idx))
+	return appendS64(out, int64(rw.typeIndex(nil, results)))
 }
 
+// code rewrites the code section's function bodies and returns them without their count.
 func (rw *rewriter) code(b []byte) ([]byte, error) {
 	r := &reader{b: b}
 	n := r.u32()
 	if int(n) != len(rw.funcTypes) {
 		return nil, fmt.Errorf("%d function bodies for %d functions", n, len(rw.funcTypes))
 	}
-	out := appendU32(nil, n)
-	var body []byte
+	var out, body []byte
 	for i := uint32(0); i < n; i++ {
 		size := r.u32()
 		fb := r.bytes(int(size))
@@ -354,7 +428,7 @@ func (rw *rewriter) code(b []byte) ([]byte, error) {
 func (rw *rewriter) body(out, b []byte, typ fnType) ([]byte, error) {
 	r := &reader{b: b}
 	groups := r.u32()
-	locals := uint64(typ.params)
+	locals := uint64(len(typ.params))
 	for i := uint32(0); i < groups && r.err == nil; i++ {
 		locals += uint64(r.u32())
 		r.byte()
@@ -665,7 +739,7 @@ func preflight(id byte, b []byte) error {
 			}
 		}
 	case 2:
-		_, err := countImportedGlobals(b)
+		_, _, err := readImports(b)
 		return err
 	case 4: // tables: wazero allocates a table's minimum size when instantiating
 		for i := uint32(0); i < n && r.err == nil; i++ {

@@ -2,6 +2,7 @@ package function_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -15,11 +16,27 @@ import (
 
 // FuzzInstrument feeds the module rewriter arbitrary bytes: it must never panic; what it
 // accepts must not make wazero allocate without bound (it once did, from a declared count);
-// and a module wazero accepts must, once rewritten, still be accepted. That the flag is exported and works is
-// TestHostileGuests' part: every filter runs a rewritten module.
+// and a module wazero accepts must, once rewritten, still be accepted, export what it
+// exported with the same types, and add the merged entries its callbacks allow, no others.
+// That the flag is exported and works is TestHostileGuests' part: every filter runs a
+// rewritten module.
 func FuzzInstrument(f *testing.F) {
 	f.Add([]byte("\x00asm\x01\x00\x00\x00"))
 	f.Add([]byte("\x00asm\x01\x00\x00\x00\x01\x04\x01\x60\x00\x00\x03\x02\x01\x00\x0a\x09\x01\x07\x00\x03\x40\x0c\x00\x0b\x0b"))
+	// Every entry; and one of an imported function exported as two callbacks, in a module
+	// with no function or code section of its own.
+	f.Add(functiontest.WAT(f, `(module
+  (func (export "proxy_on_context_create") (param i32 i32))
+  (func (export "proxy_on_request_headers") (param i32 i32 i32) (result i32) (i32.const 0))
+  (func (export "proxy_on_response_headers") (param i32 i32 i32) (result i32) (i32.const 0))
+  (func (export "proxy_on_response_body") (param i32 i32 i32) (result i32) (i32.const 0))
+  (func (export "proxy_on_done") (param i32) (result i32) (i32.const 1))
+  (func (export "proxy_on_log") (param i32))
+  (func (export "proxy_on_delete") (param i32)))`))
+	f.Add(functiontest.WAT(f, `(module
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (export "proxy_on_log" (func $exit))
+  (export "proxy_on_delete" (func $exit)))`))
 	ctx := context.Background()
 	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
 	f.Cleanup(func() { _ = rt.Close(ctx) })
@@ -32,13 +49,65 @@ func FuzzInstrument(f *testing.F) {
 		if err != nil {
 			return
 		}
-		_ = cm.Close(ctx)
+		defer cm.Close(ctx)
 		cm2, err := rt.CompileModule(ctx, out)
 		if err != nil {
 			t.Fatalf("the rewritten module does not compile: %v", err)
 		}
-		_ = cm2.Close(ctx)
+		defer cm2.Close(ctx)
+		checkEntries(t, cm.ExportedFunctions(), cm2.ExportedFunctions())
 	})
+}
+
+// checkEntries holds a rewritten module's exported functions to its original's: the same,
+// with the same types, and the merged entries the original's callbacks allow.
+func checkEntries(t *testing.T, orig, out map[string]api.FunctionDefinition) {
+	t.Helper()
+	sig := func(d api.FunctionDefinition) string {
+		return fmt.Sprint(d.ParamTypes(), d.ResultTypes())
+	}
+	i32 := api.ValueTypeI32
+	has := func(name string, params, results []api.ValueType) bool {
+		d, ok := orig[name]
+		return ok && sig(d) == fmt.Sprint(params, results)
+	}
+	p1, p2, p3, r1 := []api.ValueType{i32}, []api.ValueType{i32, i32}, []api.ValueType{i32, i32, i32}, []api.ValueType{i32}
+	ends := 0
+	for _, ok := range []bool{has("proxy_on_done", p1, r1), has("proxy_on_log", p1, nil), has("proxy_on_delete", p1, nil)} {
+		if ok {
+			ends++
+		}
+	}
+	want := map[string]string{}
+	if has("proxy_on_context_create", p2, nil) && has("proxy_on_request_headers", p3, r1) {
+		want["tollgate_request_headers"] = fmt.Sprint([]api.ValueType{i32, i32, i32, i32}, r1)
+	}
+	if has("proxy_on_response_headers", p3, r1) && ends > 0 {
+		want["tollgate_response_headers_end"] = fmt.Sprint(p3, r1)
+	}
+	if has("proxy_on_response_body", p3, r1) && ends > 0 {
+		want["tollgate_response_body_end"] = fmt.Sprint(p3, r1)
+	}
+	if ends >= 2 {
+		want["tollgate_end"] = fmt.Sprint(p1, []api.ValueType(nil))
+	}
+	for name, d := range orig {
+		if o, ok := out[name]; !ok || sig(o) != sig(d) {
+			t.Errorf("export %s %s became %v", name, sig(d), o)
+		}
+	}
+	for name, d := range out {
+		if _, ok := orig[name]; ok {
+			continue
+		}
+		if w, ok := want[name]; !ok || sig(d) != w {
+			t.Errorf("added export %s %s; want %q", name, sig(d), want)
+		}
+		delete(want, name)
+	}
+	if len(want) > 0 {
+		t.Errorf("entries missing: %q", want)
+	}
 }
 
 // Every test guest survives the rewrite, and the rewritten loop guest stops when told.

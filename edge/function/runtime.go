@@ -362,6 +362,18 @@ func init() { endWithLast.Store(true) }
 // (TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK).
 func SetEndWithLastCallback(on bool) { endWithLast.Store(on) }
 
+// mergedEntries is SetMergedEntries' switch; on by default.
+var mergedEntries atomic.Bool
+
+func init() { mergedEntries.Store(true) }
+
+// SetMergedEntries chooses whether the host enters the guest once for callbacks that run
+// back to back in a run, through the merged entries instrument adds (on: the context's
+// creation with the request headers' callback, the last response callback with the
+// context's end, the end's three callbacks), or once per callback (off)
+// (TOLLGATE_EDGE_FUNCTION_MERGED_ENTRIES).
+func SetMergedEntries(on bool) { mergedEntries.Store(on) }
+
 // The switches below turn off, one by one, what made a run of callbacks cheap; on by
 // default. Each one's cost is BenchmarkRun's variant in edge/fnchain.
 var lockFreeRuns, reuseCalls, ownContext atomic.Bool
