@@ -243,6 +243,7 @@ func newEdge(cfg *config.Config, m *meter.Meter, logs *reqlog.Recorder, fc *edge
 	edge.SetJSONOnePass(cfg.EdgeJSONOnePass)
 	function.SetSkipIdleCap(cfg.EdgeFunctionSkipIdleCap)
 	function.SetEndWithLastCallback(cfg.EdgeFunctionEndWithLastCallback)
+	function.SetMergedEntries(cfg.EdgeFunctionMergedEntries)
 	function.SetLockFreeRuns(cfg.EdgeFunctionLockFreeRuns)
 	function.SetReuseCalls(cfg.EdgeFunctionReuseCalls)
 	function.SetOwnContext(cfg.EdgeFunctionOwnContext)

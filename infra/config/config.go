@@ -115,6 +115,8 @@ type Config struct {
 	EdgeFunctionSkipIdleCap bool
 	// EdgeFunctionEndWithLastCallback: TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK [on: a function's request context ends (proxy_on_done, proxy_on_log, proxy_on_delete) in the run of its last response callback (function.SetEndWithLastCallback); off: in a run of its own when the request ends]
 	EdgeFunctionEndWithLastCallback bool
+	// EdgeFunctionMergedEntries: TOLLGATE_EDGE_FUNCTION_MERGED_ENTRIES [on: the edge enters a function's guest once for callbacks that run back to back (its context's creation with the request headers', the last response callback with the context's end) through entries added when it compiles (function.SetMergedEntries); off: once per callback]
+	EdgeFunctionMergedEntries bool
 	// EdgeFunctionLockFreeRuns: TOLLGATE_EDGE_FUNCTION_LOCKFREE_RUNS [on: a run of callbacks begins and ends against the watchdog with atomics alone (function.SetLockFreeRuns); off: under a lock per instance, with a count of running guests]
 	EdgeFunctionLockFreeRuns bool
 	// EdgeFunctionReuseCalls: TOLLGATE_EDGE_FUNCTION_REUSE_CALLS [on: a request's function call state is reused from its instance's free list (function.SetReuseCalls); off: allocated per request]
@@ -234,6 +236,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 	}{{"TOLLGATE_EDGE_JSON_ONE_PASS", &c.EdgeJSONOnePass, true},
 		{"TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP", &c.EdgeFunctionSkipIdleCap, true},
 		{"TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK", &c.EdgeFunctionEndWithLastCallback, true},
+		{"TOLLGATE_EDGE_FUNCTION_MERGED_ENTRIES", &c.EdgeFunctionMergedEntries, true},
 		{"TOLLGATE_EDGE_FUNCTION_LOCKFREE_RUNS", &c.EdgeFunctionLockFreeRuns, true},
 		{"TOLLGATE_EDGE_FUNCTION_REUSE_CALLS", &c.EdgeFunctionReuseCalls, true},
 		{"TOLLGATE_EDGE_FUNCTION_OWN_CONTEXT", &c.EdgeFunctionOwnContext, true}, {"TOLLGATE_EDGE_RETURN_MEMORY", &c.EdgeReturnMemory, true},
