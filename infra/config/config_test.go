@@ -78,6 +78,7 @@ func TestEdgeSwitches(t *testing.T) {
 		"TOLLGATE_EDGE_JSON_ONE_PASS":                   {func(c *config.Config) bool { return c.EdgeJSONOnePass }, true},
 		"TOLLGATE_EDGE_FUNCTION_SKIP_IDLE_CAP":          {func(c *config.Config) bool { return c.EdgeFunctionSkipIdleCap }, true},
 		"TOLLGATE_EDGE_FUNCTION_END_WITH_LAST_CALLBACK": {func(c *config.Config) bool { return c.EdgeFunctionEndWithLastCallback }, true},
+		"TOLLGATE_EDGE_FUNCTION_MERGED_ENTRIES":         {func(c *config.Config) bool { return c.EdgeFunctionMergedEntries }, true},
 		"TOLLGATE_EDGE_KEY_LAST_USE":                    {func(c *config.Config) bool { return c.EdgeKeyLastUse }, true},
 		"TOLLGATE_METER_SPARSE_LATENCY":                 {func(c *config.Config) bool { return c.MeterSparseLatency }, true},
 		"TOLLGATE_EDGE_RETURN_MEMORY":                   {func(c *config.Config) bool { return c.EdgeReturnMemory }, true},
