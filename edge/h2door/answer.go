@@ -134,8 +134,8 @@ func (st *stream) answer(resp *fasthttp.Response) (aborted bool) {
 
 	sc.mu.Lock()
 	sc.hbuf.Reset()
-	enc := sc.enc
-	_ = enc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(status)})
+	enc, fb := sc.enc, &sc.block
+	fb.reset()
 	hasDate := false
 	for k, v := range resp.Header.All() {
 		if hop(k) == hopDrop {
@@ -145,11 +145,14 @@ func (st *stream) answer(resp *fasthttp.Response) (aborted bool) {
 		if name == "date" {
 			hasDate = true
 		}
-		_ = enc.WriteField(hpack.HeaderField{Name: name, Value: string(v)})
+		fb.add(name, v)
 	}
 	if cl >= 0 {
-		_ = enc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.Itoa(cl)})
+		fb.vals = strconv.AppendInt(fb.vals, int64(cl), 10)
+		fb.added("content-length")
 	}
+	_ = enc.WriteField(hpack.HeaderField{Name: ":status", Value: statusText(status)})
+	fb.encode(enc)
 	if !hasDate {
 		_ = enc.WriteField(hpack.HeaderField{Name: "date", Value: httpDate()})
 	}
@@ -174,13 +177,14 @@ func (st *stream) answer(resp *fasthttp.Response) (aborted bool) {
 	// The upstream's trailer fields are known once its body has been read.
 	sc.mu.Lock()
 	sc.hbuf.Reset()
-	n := 0
+	fb.reset()
 	for k := range resp.Header.Trailers() {
 		if v := resp.Header.PeekBytes(k); len(v) > 0 {
-			_ = enc.WriteField(hpack.HeaderField{Name: lowerName(k), Value: string(v)})
-			n++
+			fb.add(lowerName(k), v)
 		}
 	}
+	n := len(fb.fields)
+	fb.encode(enc)
 	if n > 0 {
 		err = st.writeBlock(true)
 	}
@@ -189,6 +193,48 @@ func (st *stream) answer(resp *fasthttp.Response) (aborted bool) {
 		err = st.writeData(nil, true)
 	}
 	return err != nil
+}
+
+// fieldBlock gathers a header block's fields so that their values become strings (which
+// the HPACK encoder takes) in one allocation for the block rather than one per field.
+type fieldBlock struct {
+	vals   []byte
+	fields []blockField
+}
+
+type blockField struct {
+	name     string
+	from, to int // the value, in vals
+}
+
+func (b *fieldBlock) reset() { b.vals, b.fields = b.vals[:0], b.fields[:0] }
+
+func (b *fieldBlock) add(name string, v []byte) {
+	b.vals = append(b.vals, v...)
+	b.added(name)
+}
+
+// added records name for the value appended to vals since the last field.
+func (b *fieldBlock) added(name string) {
+	from := 0
+	if n := len(b.fields); n > 0 {
+		from = b.fields[n-1].to
+	}
+	b.fields = append(b.fields, blockField{name, from, len(b.vals)})
+}
+
+// encode writes the fields, in order, with enc.
+func (b *fieldBlock) encode(enc *hpack.Encoder) {
+	if len(b.fields) == 0 {
+		return
+	}
+	all := string(b.vals)
+	for _, f := range b.fields {
+		_ = enc.WriteField(hpack.HeaderField{Name: f.name, Value: all[f.from:f.to]})
+	}
+	if cap(b.vals) > 64<<10 {
+		b.vals = nil // an answer with huge fields does not keep its buffer for the connection's life
+	}
 }
 
 // hasTrailers reports whether resp declares trailer fields with a value.

@@ -145,6 +145,7 @@ type serverConn struct {
 	wfr   *http2.Framer // writes into out
 	enc   *hpack.Encoder
 	hbuf  bytes.Buffer
+	block fieldBlock // an answer's fields before they are encoded
 
 	// Owed to the peer, sent by the writer.
 	ackSettings bool
