@@ -32,7 +32,8 @@ func ServeLean(addr string) int {
 		}
 		go func() {
 			defer c.Close()
-			if err := serveLean(c); err != nil && err != io.EOF {
+			// serveLean returns when the connection ends; io.EOF is a client's goodbye.
+			if err := serveLean(c); err != io.EOF {
 				fmt.Fprintln(os.Stderr, "grpc upstream:", err)
 			}
 		}()
