@@ -59,25 +59,23 @@ func request(t testing.TB, h *upstreamh2.Transport, ctx context.Context, method,
 	return r
 }
 
-// serveH2 serves handler over h2c with x/net's server s; it returns the address and a
-// count of the connections accepted.
-func serveH2(t testing.TB, s *http2.Server, handler http.HandlerFunc) (string, *atomic.Int32) {
+// serveH2 serves handler over h2c with net/http's server, configured by cfg; it returns
+// the address and a count of the connections accepted.
+func serveH2(t testing.TB, cfg *http.HTTP2Config, handler http.HandlerFunc) (string, *atomic.Int32) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = ln.Close() })
 	var conns atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	s := &http.Server{Handler: handler, Protocols: &p, HTTP2: cfg, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
 			conns.Add(1)
-			go s.ServeConn(c, &http2.ServeConnOpts{Handler: handler})
 		}
-	}()
+	}}
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Close() })
 	return ln.Addr().String(), &conns
 }
 
@@ -137,7 +135,7 @@ func TestClientGRPC(t *testing.T) {
 // end, and the fields as HTTP/2 wants them.
 func TestClientBidirectional(t *testing.T) {
 	var seen http.Header
-	addr, _ := serveH2(t, &http2.Server{}, func(w http.ResponseWriter, r *http.Request) {
+	addr, _ := serveH2(t, nil, func(w http.ResponseWriter, r *http.Request) {
 		seen = r.Header.Clone()
 		w.Header().Set("Trailer", "Grpc-Status")
 		w.WriteHeader(200)
@@ -188,7 +186,7 @@ func TestClientBidirectional(t *testing.T) {
 // answer comes down as the edge reads it; MAX_FRAME_SIZE of the server is kept.
 func TestClientFlowControl(t *testing.T) {
 	const size = 3<<20 + 17
-	addr, _ := serveH2(t, &http2.Server{MaxUploadBufferPerStream: 1024, MaxUploadBufferPerConnection: 65535, MaxReadFrameSize: 16 << 10},
+	addr, _ := serveH2(t, &http.HTTP2Config{MaxReceiveBufferPerStream: 1024, MaxReceiveBufferPerConnection: 65535, MaxReadFrameSize: 16 << 10},
 		func(w http.ResponseWriter, r *http.Request) {
 			n, err := io.Copy(io.Discard, r.Body)
 			if err != nil {
@@ -218,7 +216,7 @@ func TestClientFlowControl(t *testing.T) {
 func TestClientMaxConcurrentStreams(t *testing.T) {
 	var in sync.WaitGroup
 	in.Add(2)
-	addr, conns := serveH2(t, &http2.Server{MaxConcurrentStreams: 1}, func(w http.ResponseWriter, r *http.Request) {
+	addr, conns := serveH2(t, &http.HTTP2Config{MaxConcurrentStreams: 1}, func(w http.ResponseWriter, r *http.Request) {
 		in.Done()
 		in.Wait() // both requests are in flight at once
 		_, _ = io.WriteString(w, "ok")
@@ -257,7 +255,7 @@ func TestClientMaxConcurrentStreams(t *testing.T) {
 // MaxInFlight requests at once: one more waits MaxWait, then fails as the edge's pools do.
 func TestClientMaxInFlight(t *testing.T) {
 	release := make(chan struct{})
-	addr, _ := serveH2(t, &http2.Server{}, func(w http.ResponseWriter, r *http.Request) {
+	addr, _ := serveH2(t, nil, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(200)
 		w.(http.Flusher).Flush()
 		<-release
@@ -279,7 +277,7 @@ func TestClientMaxInFlight(t *testing.T) {
 // resets it too.
 func TestClientCancel(t *testing.T) {
 	ended := make(chan string, 2)
-	addr, _ := serveH2(t, &http2.Server{}, func(w http.ResponseWriter, r *http.Request) {
+	addr, _ := serveH2(t, nil, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/stream" {
 			w.WriteHeader(200)
 			for {
