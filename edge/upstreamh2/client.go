@@ -56,6 +56,7 @@ const (
 	pingTimeout    = 5 * time.Second
 	maxStreamID    = 1<<31 - 1
 	maxRetries     = 3 // of a request the upstream did not process (GOAWAY, REFUSED_STREAM)
+	maxInterim     = 8 // 1xx heads before an answer's
 )
 
 // maxHeaderList bounds the answer heads an upstream can make the edge decode: the door's

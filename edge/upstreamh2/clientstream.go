@@ -42,6 +42,7 @@ type clientStream struct {
 	owed       bool  // in cc.updates
 	sendWindow int64
 	trailer    http.Header
+	interim    int // 1xx heads come so far
 }
 
 // roundTrip sends r on one of the pool's connections and waits for its answer's head.
@@ -507,8 +508,8 @@ func (cc *clientConn) processHeaders(f *http2.MetaHeadersFrame) (http2.ErrCode, 
 		return 0, false
 	}
 	if status < 200 {
-		if f.StreamEnded() {
-			cc.resetStream(st, http2.ErrCodeProtocol, &lostError{cause: errors.New("the upstream ended the stream with a 1xx")})
+		if st.interim++; st.interim > maxInterim || f.StreamEnded() {
+			cc.resetStream(st, http2.ErrCodeProtocol, &lostError{cause: errors.New("the upstream sent 1xx answers only")})
 		}
 		return 0, false // an interim answer: the real one follows
 	}
@@ -602,12 +603,14 @@ func (cc *clientConn) processData(f *http2.DataFrame) (http2.ErrCode, bool) {
 	st.recvWindow -= size
 	data := f.Data()
 	if pad := size - int64(len(data)); pad > 0 {
-		cc.connUnacked += pad
-		st.unacked += pad
+		cc.giveBack(st, pad) // padding is never read
 	}
 	if len(data) > 0 {
-		if st.off == len(st.buf) {
-			st.buf, st.off = st.buf[:0], 0
+		// What was read is dropped before the buffer grows, so that it holds no more
+		// than the window granted, however the edge reads it.
+		if st.off > 0 && len(st.buf)+len(data) > cap(st.buf) {
+			n := copy(st.buf, st.buf[st.off:])
+			st.buf, st.off = st.buf[:n], 0
 		}
 		st.buf = append(st.buf, data...)
 		st.cond.Broadcast()
@@ -643,19 +646,25 @@ func (b *clientBody) Read(p []byte) (int, error) {
 	}
 	n := copy(p, st.buf[st.off:])
 	st.off += n
-	cc.connUnacked += int64(n)
+	cc.giveBack(st, int64(n))
+	return n, nil
+}
+
+// giveBack owes the upstream n bytes of the connection's and st's windows, sent once a
+// quarter of either is owed; under cc.mu.
+func (cc *clientConn) giveBack(st *clientStream, n int64) {
+	cc.connUnacked += n
 	if cc.connUnacked >= connWindow/4 {
 		cc.kick()
 	}
 	if !st.remoteDone && !st.closed {
-		st.unacked += int64(n)
+		st.unacked += n
 		if st.unacked >= streamWindow/4 && !st.owed {
 			st.owed = true
 			cc.updates = append(cc.updates, st)
 			cc.kick()
 		}
 	}
-	return n, nil
 }
 
 // Close ends the exchange: a stream still open is reset (CANCEL), and the request's
