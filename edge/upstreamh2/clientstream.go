@@ -541,7 +541,7 @@ func (cc *clientConn) processHeaders(f *http2.MetaHeadersFrame) (http2.ErrCode, 
 		ProtoMajor:    2,
 		Header:        header,
 		ContentLength: cl,
-		Body:          &clientBody{st: st},
+		Body:          st,
 		Request:       st.req,
 	}
 	st.gotHead = true
@@ -621,14 +621,9 @@ func (cc *clientConn) processData(f *http2.DataFrame) (http2.ErrCode, bool) {
 	return 0, false
 }
 
-// clientBody is an answer's body: what came, as it is read, each byte read given back
-// to the upstream's windows.
-type clientBody struct {
-	st *clientStream
-}
-
-func (b *clientBody) Read(p []byte) (int, error) {
-	st := b.st
+// Read is the answer's body's: what came, as it is read, each byte read given back to
+// the upstream's windows. The stream is the body, which saves the answer an allocation.
+func (st *clientStream) Read(p []byte) (int, error) {
 	cc := st.cc
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
@@ -669,8 +664,7 @@ func (cc *clientConn) giveBack(st *clientStream, n int64) {
 
 // Close ends the exchange: a stream still open is reset (CANCEL), and the request's
 // place in the target's MaxInFlight is given back.
-func (b *clientBody) Close() error {
-	st := b.st
+func (st *clientStream) Close() error {
 	cc := st.cc
 	cc.mu.Lock()
 	if st.released {
@@ -691,4 +685,4 @@ func (b *clientBody) Close() error {
 	return nil
 }
 
-var _ io.ReadCloser = (*clientBody)(nil)
+var _ io.ReadCloser = (*clientStream)(nil)
