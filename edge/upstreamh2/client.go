@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -631,6 +632,9 @@ func (cc *clientConn) resetStream(st *clientStream, code http2.ErrCode, err erro
 // one write each time it is woken, after letting the streams ready by then add theirs.
 func (cc *clientConn) writeLoop() {
 	for range cc.wake {
+		// The streams ready by now, and those the reader's last frames woke, add
+		// theirs first: one write for them all.
+		runtime.Gosched()
 		cc.mu.Lock()
 		cc.owed()
 		buf := cc.out
