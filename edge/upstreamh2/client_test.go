@@ -472,6 +472,27 @@ func TestClientHostile(t *testing.T) {
 	}
 }
 
+// A connection with no stream closes after the idle timeout; the next request dials
+// another.
+func TestClientIdleTimeout(t *testing.T) {
+	addr, conns := serveH2(t, nil, func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	h := newTransport(t, addr, func(c *upstreamh2.Config) { c.IdleTimeout = 50 * time.Millisecond })
+	for i := range 2 {
+		res, err := h.RoundTrip(request(t, h, context.Background(), "GET", "/", nil, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		if i == 0 {
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2: the idle one was kept", n)
+	}
+}
+
 // A TLS target must pick h2 by ALPN.
 func TestClientTLSNeedsH2(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
