@@ -276,9 +276,10 @@ func newClientConn(p *pool, c net.Conn, timeout time.Duration) (*clientConn, err
 		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: maxHeaderList},
 	)
 	_ = cc.wfr.WriteWindowUpdate(0, connWindow-initialWindow)
-	if timeout > 0 {
-		_ = c.SetDeadline(time.Now().Add(timeout))
+	if timeout <= 0 {
+		timeout = writeStall // an upstream that never answers the preface holds no dial for ever
 	}
+	_ = c.SetDeadline(time.Now().Add(timeout))
 	if _, err := c.Write(cc.out); err != nil {
 		return nil, &lostError{cause: err}
 	}
