@@ -1,10 +1,15 @@
 package upstreamh2_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -17,13 +22,45 @@ import (
 
 // leanServer answers every request on its connections as a gRPC server answers a
 // unary call, HEADERS, one DATA and the trailer fields, framed by hand on one
-// goroutine a connection, so that what a benchmark measures is mostly the client's.
+// goroutine a connection. It runs in a process of its own (this test binary again, in
+// TestLeanServerProcess), so that the benchmark's process CPU time is the client's.
 func leanServer(b *testing.B) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLeanServerProcess$")
+	cmd.Env = append(os.Environ(), "UPSTREAMH2_LEAN_SERVER=1")
+	in, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { _ = ln.Close() })
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = in.Close() // the server's signal to end
+		_ = cmd.Wait()
+	})
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return strings.TrimSpace(addr)
+}
+
+// TestLeanServerProcess is leanServer's process: it serves until its stdin closes.
+func TestLeanServerProcess(t *testing.T) {
+	if os.Getenv("UPSTREAMH2_LEAN_SERVER") == "" {
+		t.Skip("the benchmark's lean server, run by BenchmarkUnary")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	fmt.Println(ln.Addr().String())
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -33,7 +70,7 @@ func leanServer(b *testing.B) string {
 			go serveLean(c)
 		}
 	}()
-	return ln.Addr().String()
+	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
 func serveLean(c net.Conn) {
@@ -95,10 +132,10 @@ func serveLean(c net.Conn) {
 }
 
 // BenchmarkUnary: a unary gRPC call as the proxy makes it (NewRequest, RoundTrip, the
-// body read to its trailer fields), over loopback to a lean in-process server, with the
-// edge's own client and with Go's transport, one call at a time and 16 at once. cpu-ns/op
-// is the process's CPU time (user and system, the server's included) per call:
-// go test -run '^$' -bench BenchmarkUnary -benchtime 20000x ./edge/upstreamh2/
+// body read to its trailer fields), over loopback to a lean server in another process,
+// with the edge's own client and with Go's transport, one call at a time and 16 at once.
+// cpu-ns/op is this process's CPU time per call, user and system: the client's, not the
+// server's. go test -run '^$' -bench BenchmarkUnary -benchtime 20000x ./edge/upstreamh2/
 func BenchmarkUnary(b *testing.B) {
 	addr := leanServer(b)
 	for _, kind := range []struct {
