@@ -9,6 +9,8 @@
 //
 // An http:// target is spoken to in h2c with prior knowledge (no Upgrade dance: gRPC
 // servers expect the preface at once); an https:// one over TLS whose ALPN must pick h2.
+// The package frames HTTP/2 itself (client.go, clientstream.go); Config.GoTransport has
+// net/http's HTTP/2 transport speak instead, as before the own client.
 //
 // The edge's bound on an HTTP/1.1 target is its connections, waiting a while for one to
 // free up; streams multiplexed over a few connections make that bound meaningless, so an
