@@ -81,6 +81,10 @@ type Config struct {
 	// HTTP2GoServer serves HTTP/2 with Go's net/http server rather than the door's own
 	// (h2door.Server), as before 7 December 2026.
 	HTTP2GoServer bool
+	// HTTP2GoClient speaks HTTP/2 to upstreams (upstream.protocol h2) through Go's
+	// net/http transport rather than the edge's own client (upstreamh2's client.go), as
+	// before 8 December 2026.
+	HTTP2GoClient bool
 	// HTTP2NoWorkers runs each HTTP/2 stream on the goroutine Go's server starts for it
 	// rather than on a pooled one whose stack has grown (h2door's workers). Default:
 	// false, pooled.

@@ -593,3 +593,21 @@ func TestH2GoServer(t *testing.T) {
 	grpcRoute(t, h, nil, "http://"+up.addr)
 	grpcCalls(t, grpcClient(t, h.public))
 }
+
+// TestH2GoClient: with TOLLGATE_EDGE_H2_UPSTREAM_OWN_CLIENT off, Go's net/http transport
+// speaks to the HTTP/2 upstream: every kind of gRPC call, and a retry past a dead target.
+func TestH2GoClient(t *testing.T) {
+	h := newHarness(t, func(c *edge.Config) { c.HTTP2GoClient = true })
+	up := newGRPCUpstream(t)
+	grpcRoute(t, h, func(r *tenants.Route) {
+		r.Upstream.Retries = &tenants.Retries{Attempts: 1, BudgetPercent: 100, MinPerSecond: 100}
+	}, "http://"+closedPort(t), "http://"+up.addr)
+	cc := grpcClient(t, h.public)
+	grpcCalls(t, cc)
+	for i := range 4 {
+		err := cc.Invoke(callCtx(t), "/tollgate.test.Echo/Missing", wrapperspb.String("r"), new(wrapperspb.StringValue))
+		if st, _ := status.FromError(err); st.Code() != codes.NotFound {
+			t.Fatalf("call %d: %v, want the live target's NOT_FOUND", i, err)
+		}
+	}
+}

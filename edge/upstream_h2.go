@@ -21,6 +21,7 @@ func (e *Edge) newH2Transport(tlsOn bool, hostport string, connectTimeout time.D
 		MaxWait:        e.cfg.MaxConnWait,
 		IdleTimeout:    e.cfg.MaxIdleConnDuration,
 		HeaderTable:    e.cfg.HTTP2HeaderTable,
+		GoTransport:    e.cfg.HTTP2GoClient,
 	})
 }
 

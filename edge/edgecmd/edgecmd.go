@@ -258,6 +258,7 @@ func newEdge(cfg *config.Config, m *meter.Meter, logs *reqlog.Recorder, fc *edge
 		HTTP2MaxStreams:  cfg.EdgeHTTP2MaxStreams,
 		HTTP2NoWorkers:   !cfg.EdgeHTTP2Workers,
 		HTTP2GoServer:    !cfg.EdgeHTTP2OwnServer,
+		HTTP2GoClient:    !cfg.EdgeH2UpstreamOwnClient,
 		HTTP2HeaderTable: cfg.EdgeHTTP2HeaderTable,
 		TLSCertificate:   wildcard,
 		Meter:            m,

@@ -333,6 +333,25 @@ func (st *stream) Read(p []byte) (int, error) {
 		}
 		st.cond.Wait()
 	}
+	return st.take(p), nil
+}
+
+// ReadNow is Read without the wait: what came so far, 0 and no error when the rest is
+// still to come. A proxy sends a body that came whole with its head, without a
+// goroutine to wait for the rest.
+func (st *stream) ReadNow(p []byte) (int, error) {
+	sc := st.sc
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if st.off == len(st.body) {
+		return 0, st.bodyErr
+	}
+	return st.take(p), nil
+}
+
+// take copies what came into p and gives it back to the peer's windows; under sc.mu.
+func (st *stream) take(p []byte) int {
+	sc := st.sc
 	n := copy(p, st.body[st.off:])
 	st.off += n
 	sc.connUnacked += int64(n)
@@ -345,7 +364,7 @@ func (st *stream) Read(p []byte) (int, error) {
 			sc.kick()
 		}
 	}
-	return n, nil
+	return n
 }
 
 // Context is the stream's: it ends when the peer resets the stream or the connection

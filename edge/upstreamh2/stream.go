@@ -121,6 +121,39 @@ func (b *RequestBody) readRaw(p []byte) (int, error) {
 	return n, err
 }
 
+// ReadNow reads what the body holds without waiting for more: all of one in memory,
+// what a client's HTTP/2 stream has received. 0 and no error: more is to come, or the
+// body cannot tell (a -text body, decoded as it is read).
+func (b *RequestBody) ReadNow(p []byte) (int, error) {
+	if b.text != nil {
+		return 0, nil
+	}
+	b.mu.Lock()
+	src := b.src
+	b.mu.Unlock()
+	var n int
+	var err error
+	switch s := src.(type) {
+	case nil:
+		return 0, io.ErrClosedPipe
+	case *bytes.Reader:
+		n, err = s.Read(p)
+	case nowReader:
+		n, err = s.ReadNow(p)
+	default:
+		return 0, nil
+	}
+	if n == 0 && err == nil {
+		return 0, nil
+	}
+	b.started.Store(true)
+	if total := b.n.Add(int64(n)); total > b.limit {
+		b.over.Store(true)
+		return 0, ErrTooLarge
+	}
+	return n, err
+}
+
 // Unread reports that no attempt has read of it: it can go to another one.
 func (b *RequestBody) Unread() bool { return !b.started.Load() }
 

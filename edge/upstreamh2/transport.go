@@ -9,6 +9,8 @@
 //
 // An http:// target is spoken to in h2c with prior knowledge (no Upgrade dance: gRPC
 // servers expect the preface at once); an https:// one over TLS whose ALPN must pick h2.
+// The package frames HTTP/2 itself (client.go, clientstream.go); Config.GoTransport has
+// net/http's HTTP/2 transport speak instead, as before the own client.
 //
 // The edge's bound on an HTTP/1.1 target is its connections, waiting a while for one to
 // free up; streams multiplexed over a few connections make that bound meaningless, so an
@@ -38,8 +40,9 @@ import (
 
 // Transport is the HTTP/2 pool of one target.
 type Transport struct {
-	t     *http.Transport
-	addr  string // host:port
+	t     *http.Transport // Go's, when Config.GoTransport
+	own   *pool           // the edge's own client, otherwise
+	addr  string          // host:port
 	tls   bool
 	slots chan struct{} // a token per request in flight
 	wait  time.Duration // how long a request waits for a token
@@ -55,6 +58,7 @@ type Config struct {
 	MaxWait        time.Duration // how long a request waits for its place
 	IdleTimeout    time.Duration // an idle connection closes after it
 	HeaderTable    uint32        // the requests' HPACK dynamic table, in bytes; 0: none
+	GoTransport    bool          // speak through net/http's HTTP/2 transport, not the edge's own client (client.go)
 }
 
 // New is the HTTP/2 pool of one upstream server.
@@ -62,6 +66,10 @@ func New(cfg Config) *Transport {
 	dial, hostport, tlsOn, connectTimeout := cfg.Dial, cfg.Addr, cfg.TLS, cfg.ConnectTimeout
 	host, _, _ := net.SplitHostPort(hostport)
 	h := &Transport{addr: hostport, tls: tlsOn, slots: make(chan struct{}, max(cfg.MaxInFlight, 1)), wait: cfg.MaxWait}
+	if !cfg.GoTransport {
+		h.own = &pool{cfg: cfg, host: host, h: h}
+		return h
+	}
 	// net/http's transport, limited to HTTP/2: h2c with prior knowledge for a plain
 	// target, ALPN h2 only for a TLS one (the code of golang.org/x/net/http2 that
 	// net/http carries).
@@ -174,6 +182,13 @@ func (h *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			_ = r.Body.Close()
 		}
 		return nil, err
+	}
+	if h.own != nil {
+		resp, err := h.own.roundTrip(r)
+		if err != nil {
+			h.release()
+		}
+		return resp, err // its body releases the token
 	}
 	resp, err := h.t.RoundTrip(r)
 	if err != nil {
@@ -298,7 +313,13 @@ func (h *Transport) DoTimeout(req *fasthttp.Request, resp *fasthttp.Response, ti
 }
 
 // CloseIdleConnections closes the connections with no stream.
-func (h *Transport) CloseIdleConnections() { h.t.CloseIdleConnections() }
+func (h *Transport) CloseIdleConnections() {
+	if h.own != nil {
+		h.own.closeIdle()
+		return
+	}
+	h.t.CloseIdleConnections()
+}
 
 // hopRequestH2: a request field that is not sent upstream over HTTP/2: the
 // connection-specific ones HTTP/2 forbids (RFC 9113 8.2.2), Host (:authority) and the

@@ -90,6 +90,8 @@ type Config struct {
 	EdgeHTTP2BatchWrites bool
 	// EdgeHTTP2OwnServer: TOLLGATE_EDGE_HTTP2_OWN_SERVER [on: HTTP/2 connections are served by the door's own server, which frames HTTP/2 itself (h2door.Server); off: by Go's net/http server, as before 7 December 2026]
 	EdgeHTTP2OwnServer bool
+	// EdgeH2UpstreamOwnClient: TOLLGATE_EDGE_H2_UPSTREAM_OWN_CLIENT [on: requests to HTTP/2 upstreams (gRPC) go through the edge's own client, which frames HTTP/2 itself (upstreamh2's client.go); off: through Go's net/http HTTP/2 transport, as before 8 December 2026]
+	EdgeH2UpstreamOwnClient bool
 	// EdgeHTTP2Workers: TOLLGATE_EDGE_HTTP2_WORKERS [on: HTTP/2 streams run the chain on pooled goroutines whose stacks have grown; off: each on the goroutine Go's HTTP/2 server starts for it]
 	EdgeHTTP2Workers bool
 	// EdgeHTTP2MaxStreams: TOLLGATE_EDGE_HTTP2_MAX_STREAMS [250: streams one HTTP/2 connection may have open at once; 1 to 10000]
@@ -247,6 +249,7 @@ func FromEnv(getenv func(string) string) (*Config, error) {
 		{"TOLLGATE_EDGE_KEY_LAST_USE", &c.EdgeKeyLastUse, true}, {"TOLLGATE_EDGE_HTTP2", &c.EdgeHTTP2, true},
 		{"TOLLGATE_EDGE_HTTP2_BATCH_WRITES", &c.EdgeHTTP2BatchWrites, true},
 		{"TOLLGATE_EDGE_HTTP2_WORKERS", &c.EdgeHTTP2Workers, true}, {"TOLLGATE_EDGE_HTTP2_OWN_SERVER", &c.EdgeHTTP2OwnServer, true},
+		{"TOLLGATE_EDGE_H2_UPSTREAM_OWN_CLIENT", &c.EdgeH2UpstreamOwnClient, true},
 		{"TOLLGATE_EDGE_INCREMENTAL", &c.EdgeIncremental, true}, {"TOLLGATE_EDGE_SHARE_UPSTREAMS", &c.EdgeShareUpstreams, true},
 		{"TOLLGATE_EDGE_PARALLEL_COMPILES", &c.EdgeParallelCompiles, true}, {"TOLLGATE_EDGE_FAST_START", &c.EdgeFastStart, true}, {"TOLLGATE_METER", &c.Meter, true},
 		{"TOLLGATE_METER_SPOOL_RESERVE", &c.MeterSpoolReserve, true}, {"TOLLGATE_METER_SPARSE_LATENCY", &c.MeterSparseLatency, true},

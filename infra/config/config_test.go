@@ -72,6 +72,7 @@ func TestEdgeSwitches(t *testing.T) {
 	}{
 		"TOLLGATE_EDGE_RAW_IO":                          {func(c *config.Config) bool { return c.EdgeRawIO }, true},
 		"TOLLGATE_EDGE_HTTP2":                           {func(c *config.Config) bool { return c.EdgeHTTP2 }, true},
+		"TOLLGATE_EDGE_H2_UPSTREAM_OWN_CLIENT":          {func(c *config.Config) bool { return c.EdgeH2UpstreamOwnClient }, true},
 		"TOLLGATE_EDGE_YIELD_READS":                     {func(c *config.Config) bool { return c.EdgeYieldReads }, true},
 		"TOLLGATE_EDGE_SHORT_READ_WAIT":                 {func(c *config.Config) bool { return c.EdgeShortReadWait }, false},
 		"TOLLGATE_EDGE_REUSE_CHECK":                     {func(c *config.Config) bool { return c.EdgeReuseCheck }, true},
