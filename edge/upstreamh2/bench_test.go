@@ -22,10 +22,11 @@ import (
 
 // leanServer answers every request on its connections as a gRPC server answers a
 // unary call, HEADERS, one DATA and the trailer fields, framed by hand on one
-// goroutine a connection. It runs in a process of its own (this test binary again, in
-// TestLeanServerProcess), so that the benchmark's process CPU time is the client's.
+// goroutine a connection. It runs in a process of its own (this test binary again, which
+// TestMain turns into the server), so that the benchmark's process CPU time is the
+// client's.
 func leanServer(b *testing.B) string {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLeanServerProcess$")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "UPSTREAMH2_LEAN_SERVER=1")
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -50,14 +51,16 @@ func leanServer(b *testing.B) string {
 	return strings.TrimSpace(addr)
 }
 
-// TestLeanServerProcess is leanServer's process: it serves until its stdin closes.
-func TestLeanServerProcess(t *testing.T) {
+// TestMain runs the tests, or leanServer's process when the benchmark starts this binary
+// as its server: it serves until its stdin closes.
+func TestMain(m *testing.M) {
 	if os.Getenv("UPSTREAMH2_LEAN_SERVER") == "" {
-		t.Skip("the benchmark's lean server, run by BenchmarkUnary")
+		os.Exit(m.Run())
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	defer ln.Close()
 	fmt.Println(ln.Addr().String())
