@@ -286,10 +286,7 @@ func requestPath(r *http.Request) string {
 
 // lowerKeys holds the lower-case wire names of canonical field names seen so far, as
 // headerKeys does the other way: a name already lower-case is used as it is.
-var (
-	lowerKeys   atomic.Pointer[map[string]string]
-	lowerKeysMu sync.Mutex
-)
+var lowerKeys nameCache
 
 func lowerKey(k string) string {
 	lower := true
@@ -302,36 +299,19 @@ func lowerKey(k string) string {
 	if lower {
 		return k
 	}
-	if m := lowerKeys.Load(); m != nil {
-		if s, ok := (*m)[k]; ok {
-			return s
-		}
-	}
-	s := strings.ToLower(k)
-	lowerKeysMu.Lock()
-	defer lowerKeysMu.Unlock()
-	old := lowerKeys.Load()
-	if old != nil && len(*old) >= maxHeaderKeys {
+	if s, ok := lowerKeys.names()[k]; ok {
 		return s
 	}
-	m := make(map[string]string, 1+lenOf(old))
-	if old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
-	}
-	m[k] = s
-	lowerKeys.Store(&m)
+	s := strings.ToLower(k)
+	lowerKeys.add(k, s)
 	return s
 }
 
 // canonicalKey is the canonical form of an answer's field name, from the same cache as
 // the requests' names.
 func canonicalKey(k string) string {
-	if m := headerKeys.Load(); m != nil {
-		if s, ok := (*m)[k]; ok {
-			return s
-		}
+	if s, ok := headerKeys.names()[k]; ok {
+		return s
 	}
 	return headerKey([]byte(k))
 }

@@ -24,6 +24,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -448,45 +449,49 @@ func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
-// headerKeys holds the canonical names of the request fields seen so far, so that a
-// field's name is not made into a new string for every request: an immutable map,
-// replaced whole when a name is added, up to maxHeaderKeys names (clients choose them).
-var (
-	headerKeys   atomic.Pointer[map[string]string]
-	headerKeysMu sync.Mutex
-)
+// nameCache maps field names to another form of them (canonical, lower-case), so that a
+// name is not made into a new string for every request: an immutable map, replaced whole
+// when a name is added, up to maxHeaderKeys names (clients choose them). Callers look up
+// in names() themselves, indexing with string(b) so that a []byte name costs no copy.
+type nameCache struct {
+	m  atomic.Pointer[map[string]string]
+	mu sync.Mutex
+}
 
 const maxHeaderKeys = 512
 
-func headerKey(k []byte) string {
-	if m := headerKeys.Load(); m != nil {
-		if s, ok := (*m)[string(k)]; ok {
-			return s
-		}
+func (c *nameCache) names() map[string]string {
+	if m := c.m.Load(); m != nil {
+		return *m
 	}
-	s := http.CanonicalHeaderKey(string(k))
-	headerKeysMu.Lock()
-	defer headerKeysMu.Unlock()
-	old := headerKeys.Load()
-	if old != nil && len(*old) >= maxHeaderKeys {
-		return s
-	}
-	m := make(map[string]string, 1+lenOf(old))
-	if old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
-	}
-	m[string(k)] = s
-	headerKeys.Store(&m)
-	return s
+	return nil
 }
 
-func lenOf(m *map[string]string) int {
-	if m == nil {
-		return 0
+// add records k's form s, unless the cache is full.
+func (c *nameCache) add(k, s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := map[string]string{}
+	if old := c.m.Load(); old != nil {
+		if len(*old) >= maxHeaderKeys {
+			return
+		}
+		m = maps.Clone(*old)
 	}
-	return len(*m)
+	m[k] = s
+	c.m.Store(&m)
+}
+
+// headerKeys holds the canonical names of the request fields seen so far.
+var headerKeys nameCache
+
+func headerKey(k []byte) string {
+	if s, ok := headerKeys.names()[string(k)]; ok {
+		return s
+	}
+	s := http.CanonicalHeaderKey(string(k))
+	headerKeys.add(string(k), s)
+	return s
 }
 
 // CopyHead sets resp's status and fields from res's; the length is the body's business.
