@@ -1,8 +1,8 @@
 package function
 
-// Merged entries. Entering the guest costs the edge 50 to 80 ns of CPU a time (wazero's
-// setup, its recover and trampoline, and exec's bookkeeping), and a request entered it six
-// times: proxy_on_context_create, proxy_on_request_headers, proxy_on_response_headers,
+// Merged entries. Entering the guest costs the edge CPU every time (wazero's setup, its
+// recover and trampoline, and exec's bookkeeping: about 18 ns on the development machine,
+// 2026-12-08), and a request entered it six times: proxy_on_context_create, proxy_on_request_headers, proxy_on_response_headers,
 // then proxy_on_done, proxy_on_log and proxy_on_delete. instrument adds functions that
 // call several callbacks in a row inside the guest, so the host enters once where it
 // entered two to four times (SetMergedEntries):
