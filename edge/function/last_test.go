@@ -64,18 +64,7 @@ func TestLastCallbackEndsTheRequest(t *testing.T) {
 		function.SetEndWithLastCallback(on)
 		for range 3 { // a reused Call must not carry the last request's state
 			h := functiontest.NewHTTP("GET", "/orders/42")
-			c, err := f.Start(h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.OnRequestHeaders(true); err != nil {
-				t.Fatal(err)
-			}
-			h.Respond("200")
-			c.Last()
-			if _, err := c.OnResponseHeaders(true); err != nil {
-				t.Fatal(err)
-			}
+			c := throughLast(t, f, h)
 			before := h.LogLines()
 			if on && !slices.Equal(before, want) {
 				t.Errorf("on: logs after the last callback %q, want %q", before, want)
@@ -158,4 +147,23 @@ func TestRunSwitchesOff(t *testing.T) {
 	if n := function.WatchdogCuts(r); n == 0 {
 		t.Error("the watchdog cut nothing under the lock")
 	}
+}
+
+// throughLast runs h's request headers and a 200's response headers through f, the
+// latter announced as the last callback (Call.Last); the caller ends the Call.
+func throughLast(t *testing.T, f *function.Filter, h *functiontest.HTTP) *function.Call {
+	t.Helper()
+	c, err := f.Start(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.OnRequestHeaders(true); err != nil {
+		t.Fatal(err)
+	}
+	h.Respond("200")
+	c.Last()
+	if _, err := c.OnResponseHeaders(true); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -284,18 +284,7 @@ func TestMergedEntriesGoGuest(t *testing.T) {
 		function.SetMergedEntries(on)
 		for range 3 {
 			h := functiontest.NewHTTP("GET", "/")
-			c, err := f.Start(h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.OnRequestHeaders(true); err != nil {
-				t.Fatal(err)
-			}
-			h.Respond("200")
-			c.Last()
-			if _, err := c.OnResponseHeaders(true); err != nil {
-				t.Fatal(err)
-			}
+			c := throughLast(t, f, h)
 			c.Done()
 			if v, _ := h.Get(function.RequestHeaders, "x-function"); v != "request" {
 				t.Errorf("on=%v: request header x-function = %q", on, v)
